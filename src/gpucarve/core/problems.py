@@ -33,6 +33,7 @@ class Problem:
     message: str
     fix: str
     severity: Severity = Severity.ERROR
+    line: int | None = None
 
     @property
     def location(self) -> str:

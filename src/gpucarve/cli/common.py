@@ -1,0 +1,56 @@
+"""Options and loaders shared by the commands; each turns bad input into exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.text import Text
+
+from gpucarve.cli.output import Exit, console, print_problems
+from gpucarve.config.catalog_file import load_catalog
+from gpucarve.config.policy_build import LoadedPolicy, load_policy
+from gpucarve.core.catalog import AmbiguousModel, Catalog, GpuModel, UnknownModel
+from gpucarve.core.problems import InvalidInput
+
+CatalogOption = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--catalog",
+        help="Extra GPU catalog file (kind: GpuCatalog) adding or overriding models; repeatable.",
+    ),
+]
+
+
+def fail(exc: InvalidInput) -> NoReturn:
+    print_problems(exc.source, exc.problems, console(stderr=True))
+    raise typer.Exit(Exit.INVALID)
+
+
+def catalog_or_exit(files: list[Path] | None) -> Catalog:
+    try:
+        return load_catalog(files or [])
+    except InvalidInput as exc:
+        fail(exc)
+
+
+def model_or_exit(catalog: Catalog, name: str) -> GpuModel:
+    err = console(stderr=True)
+    try:
+        return catalog.lookup(name)
+    except AmbiguousModel as exc:
+        err.print(Text(f"GPU model {name!r} could mean {', '.join(exc.candidates)}", style="red"))
+        err.print(Text("fix: name one of them exactly"))
+    except UnknownModel as exc:
+        err.print(Text(f"unknown GPU model {name!r}", style="red"))
+        hint = f"did you mean {' or '.join(exc.suggestions)}? " if exc.suggestions else ""
+        err.print(Text(f"fix: {hint}`gpucarve catalog list` shows every model"))
+    raise typer.Exit(Exit.INVALID)
+
+
+def policy_or_exit(path: Path, catalog: list[Path] | None) -> LoadedPolicy:
+    try:
+        return load_policy(path, catalog or [])
+    except InvalidInput as exc:
+        fail(exc)

@@ -1,0 +1,117 @@
+"""`gpucarve mig ...`: MIG layouts of a GPU model, and whether a set of profiles fits."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from gpucarve.cli.common import CatalogOption, catalog_or_exit, model_or_exit
+from gpucarve.cli.output import Exit, console
+from gpucarve.core import mig
+
+app = typer.Typer(help="MIG geometry: valid layouts of a GPU model, and checks.", no_args_is_help=True)
+
+_COUNTED = re.compile(r"^(\d+)\s*[x×*]\s*(\S+)$")
+
+
+@app.command("layouts")
+def layouts(
+    model: Annotated[str, typer.Argument(help="GPU model: id, alias or GFD product label.")],
+    media: Annotated[bool, typer.Option("--media", help="Include +me (media extension) profiles.")] = False,
+    count: Annotated[bool, typer.Option("--count", help="Print only the number of layouts.")] = False,
+    maximal: Annotated[
+        bool, typer.Option("--maximal", help="Only layouts to which no further instance can be added.")
+    ] = False,
+    catalog: CatalogOption = None,
+) -> None:
+    """List every valid MIG layout (distinct multiset of profiles) of MODEL."""
+    gpu = model_or_exit(catalog_or_exit(catalog), model)
+    geom = gpu.mig
+    if geom is None:
+        console(stderr=True).print(Text(f"{gpu.id} does not support MIG", style="red"))
+        raise typer.Exit(Exit.INVALID)
+    keys = mig.maximal_layouts(geom, media) if maximal else mig.enumerate_layouts(geom, media)
+    out = console()
+    if count:
+        out.print(len(keys))
+        return
+    table = Table(title=f"{gpu.id}: {len(keys)} {'maximal ' if maximal else ''}MIG layouts")
+    table.add_column("#", justify="right")
+    table.add_column("layout")
+    table.add_column("compute", justify="right")
+    table.add_column("memory slices", justify="right")
+    table.add_column("placement")
+    for i, key in enumerate(keys, 1):
+        counts = dict(key)
+        placed = mig.place(geom, counts)
+        assert placed.instances is not None, key
+        comp = sum(geom.profile(n).compute_slices * c for n, c in key)  # type: ignore[union-attr]
+        mem = sum(geom.profile(n).memory_slices * c for n, c in key)  # type: ignore[union-attr]
+        table.add_row(
+            str(i),
+            mig.describe_layout(key),
+            f"{comp}/{geom.compute_slices}",
+            f"{mem}/{geom.memory_slices}",
+            " ".join(inst.describe() for inst in placed.instances),
+        )
+    out.print(table)
+
+
+def _parse_profiles(args: list[str]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for a in args:
+        m = _COUNTED.match(a)
+        if m:
+            counts[m.group(2)] += int(m.group(1))
+        else:
+            counts[a] += 1
+    return counts
+
+
+@app.command("check")
+def check(
+    model: Annotated[str, typer.Argument(help="GPU model: id, alias or GFD product label.")],
+    profiles: Annotated[
+        list[str], typer.Argument(help="Profiles to place on one GPU, e.g. 3g.40gb 3g.40gb 1g.10gb or 2x3g.40gb.")
+    ],
+    catalog: CatalogOption = None,
+) -> None:
+    """Check whether PROFILES fit together on one GPU of MODEL: exit 0 with the placement, or
+    exit 1 with the reason and the closest valid layouts."""
+    gpu = model_or_exit(catalog_or_exit(catalog), model)
+    err = console(stderr=True)
+    if gpu.mig is None:
+        err.print(Text(f"{gpu.id} does not support MIG", style="red"))
+        raise typer.Exit(Exit.INVALID)
+    geom = gpu.mig
+    counts = _parse_profiles(profiles)
+    unknown = mig.unknown_profiles(geom, counts)
+    if unknown:
+        for name in unknown:
+            err.print(Text(f"{gpu.id} has no MIG profile {name!r}", style="red"))
+        err.print(Text(f"profiles of {gpu.id}: {', '.join(geom.profile_names)}"))
+        raise typer.Exit(Exit.INVALID)
+    result = mig.place(geom, counts)
+    layout = mig.describe_layout(counts, geom)
+    out = console()
+    if result.instances is not None:
+        out.print(Text(f"valid: {layout} fits on one {gpu.id}", style="green"))
+        for inst in result.instances:
+            p = geom.profile(inst.profile)
+            assert p is not None
+            span = f"{inst.start}" if p.memory_slices == 1 else f"{inst.start}-{inst.start + p.memory_slices - 1}"
+            out.print(Text(f"  {inst.profile} at start {inst.start} (memory slices {span})"))
+        return
+    out.print(Text(f"invalid: {layout} does not fit on one {gpu.id}", style="red"))
+    for reason in result.reasons:
+        out.print(Text(f"  - {reason}"))
+    out.print(Text("closest valid layouts:"))
+    for key in mig.closest_layouts(geom, counts):
+        out.print(Text(f"  {mig.describe_layout(key)}"))
+    raise typer.Exit(Exit.NO)
+

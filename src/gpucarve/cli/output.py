@@ -1,0 +1,63 @@
+"""Shared output helpers: consoles, problem reports, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from enum import IntEnum
+
+from rich.console import Console
+from rich.text import Text
+
+from gpucarve.core.problems import Problem, Severity
+
+
+class Exit(IntEnum):
+    OK = 0
+    NO = 1  # a question answered "no" (e.g. `mig check` of a layout that does not fit)
+    INVALID = 2  # bad input: the file, model or arguments
+
+
+def console(stderr: bool = False) -> Console:
+    # Wide enough that tables and messages do not wrap mid-word in pipes and CI logs.
+    width = int(os.environ.get("COLUMNS", "0") or 0) or 120
+    return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
+
+
+def problem_dict(p: Problem) -> dict[str, object]:
+    return {
+        "severity": str(p.severity),
+        "path": p.location,
+        "line": p.line,
+        "code": p.code,
+        "message": p.message,
+        "fix": p.fix,
+    }
+
+
+def print_problems(source: str, problems: Sequence[Problem], out: Console) -> None:
+    errs = [p for p in problems if p.severity is Severity.ERROR]
+    warns = [p for p in problems if p.severity is Severity.WARNING]
+    counts = []
+    if errs:
+        counts.append(f"{len(errs)} error{'s' if len(errs) != 1 else ''}")
+    if warns:
+        counts.append(f"{len(warns)} warning{'s' if len(warns) != 1 else ''}")
+    out.print(Text(f"{source}: {', '.join(counts)}", style="bold"))
+    for p in [*errs, *warns]:
+        head = Text()
+        style = "bold red" if p.severity is Severity.ERROR else "bold yellow"
+        head.append(f"{p.severity}: ", style=style)
+        head.append(p.location, style="bold")
+        if p.line is not None:
+            head.append(f" (line {p.line})")
+        head.append(f" [{p.code}]", style="dim")
+        out.print(head)
+        out.print(Text("  " + p.message))
+        out.print(Text("  fix: " + p.fix, style="green"))
+
+
+def print_problems_json(source: str, problems: Sequence[Problem], out: Console) -> None:
+    doc = {"source": source, "problems": [problem_dict(p) for p in problems]}
+    out.print_json(json.dumps(doc), highlight=False)

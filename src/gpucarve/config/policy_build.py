@@ -1,0 +1,291 @@
+"""Validate a policy document completely and build the core `Policy` from it.
+
+Every problem is collected (structure first, then meaning) so `gpucarve validate` can print
+all of them at once. Entry points: `build_policy(data, catalog)` for an already-parsed mapping
+(YAML file, CRD, test) and `load_policy(path)` for a file.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path as FsPath
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpucarve.config.catalog_file import load_catalog
+from gpucarve.config.pool_build import build_pool
+from gpucarve.config.pydantic_errors import problems_from
+from gpucarve.config.yaml_source import YamlDocument, read_yaml
+from gpucarve.core.catalog import Catalog
+from gpucarve.core.policy import (
+    Cohort,
+    Flavor,
+    Policy,
+    Pool,
+    PriorityClass,
+    Queue,
+    Quota,
+    TopologyKeys,
+)
+from gpucarve.core.problems import InvalidInput, Path, Problem, Severity, errors
+
+from .policy_model import PolicySpec, QueueSpec
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    policy: Policy
+    warnings: tuple[Problem, ...]
+    document: YamlDocument | None = None
+
+
+def _flavors(pools: Sequence[tuple[int, Pool]]) -> tuple[dict[str, Flavor], dict[str, int], list[Problem]]:
+    flavors: dict[str, Flavor] = {}
+    owner: dict[str, str] = {}
+    capacity: dict[str, int] = {}
+    problems: list[Problem] = []
+    for i, pool in pools:
+        for flavor, per_node in pool.flavor_slices_per_node():
+            known = flavors.get(flavor.name)
+            if known is not None and known != flavor:
+                problems.append(
+                    Problem(
+                        ("pools", i),
+                        "flavor-conflict",
+                        f"pool {pool.name} and pool {owner[flavor.name]} both provide flavor "
+                        f"{flavor.name} but their slices differ ({_slice(flavor)} vs "
+                        f"{_slice(known)}): a flavor must mean one thing",
+                        "set `flavorPrefix` on one of the pools to give it its own flavors",
+                    )
+                )
+                continue
+            flavors[flavor.name] = flavor
+            owner.setdefault(flavor.name, pool.name)
+            capacity[flavor.name] = capacity.get(flavor.name, 0) + per_node * pool.nodes
+    return flavors, capacity, problems
+
+
+def _slice(f: Flavor) -> str:
+    return f"{f.model_id} {f.kind}" + (f" ×{f.replicas}" if f.replicas > 1 else "")
+
+
+def _suggest(name: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    listing = ", ".join(sorted(choices)) or "(none)"
+    return (f"did you mean {close[0]!r}? " if close else "") + f"known: {listing}"
+
+
+def _check_queue(
+    i: int,
+    q: QueueSpec,
+    flavors: Mapping[str, Flavor],
+    cohorts: set[str],
+    classes: set[str],
+) -> list[Problem]:
+    path: Path = ("queues", i)
+    out: list[Problem] = []
+    if q.cohort is not None and q.cohort not in cohorts:
+        out.append(
+            Problem(
+                (*path, "cohort"),
+                "unknown-cohort",
+                f"queue {q.name} joins cohort {q.cohort!r}, which `cohorts:` does not declare",
+                f"declare it under `cohorts:` or fix the name; {_suggest(q.cohort, sorted(cohorts))}",
+            )
+        )
+    for flavor, quota in q.quota.items():
+        fpath = (*path, "quota", flavor)
+        if flavor not in flavors:
+            out.append(
+                Problem(
+                    fpath,
+                    "unknown-flavor",
+                    f"no pool provides flavor {flavor!r}",
+                    _suggest(flavor, sorted(flavors)),
+                )
+            )
+        if quota.lendingLimit is not None and quota.lendingLimit > quota.nominal:
+            out.append(
+                Problem(
+                    (*fpath, "lendingLimit"),
+                    "out-of-range",
+                    f"lendingLimit {quota.lendingLimit} exceeds nominal {quota.nominal}: a "
+                    "queue can only lend quota it has",
+                    f"use lendingLimit ≤ {quota.nominal}",
+                )
+            )
+        for key, value in (("borrowingLimit", quota.borrowingLimit), ("lendingLimit", quota.lendingLimit)):
+            if value is not None and q.cohort is None:
+                out.append(
+                    Problem(
+                        (*fpath, key),
+                        "limit-without-cohort",
+                        f"{key} has no effect: queue {q.name} is in no cohort",
+                        "add `cohort:` to the queue or remove the limit",
+                    )
+                )
+    for flavor, most in q.maxPerWorkload.items():
+        mpath = (*path, "maxPerWorkload", flavor)
+        if flavor not in flavors:
+            out.append(
+                Problem(mpath, "unknown-flavor", f"no pool provides flavor {flavor!r}", _suggest(flavor, sorted(flavors)))
+            )
+        if most < 1:
+            out.append(Problem(mpath, "out-of-range", f"must be ≥ 1, got {most}", "use a positive count"))
+    for j, name in enumerate(q.priorityClasses):
+        if name not in classes:
+            out.append(
+                Problem(
+                    (*path, "priorityClasses", j),
+                    "unknown-priority-class",
+                    f"priority class {name!r} is not defined",
+                    f"define it under `priorityClasses:`; {_suggest(name, sorted(classes))}",
+                )
+            )
+    return out
+
+
+def _unique(items: Sequence[str], section: str, what: str) -> list[Problem]:
+    seen: set[str] = set()
+    out = []
+    for i, name in enumerate(items):
+        if name in seen:
+            out.append(
+                Problem((section, i, "name"), f"duplicate-{what}", f"{what} {name!r} is defined twice", "rename or remove one")
+            )
+        seen.add(name)
+    return out
+
+
+def _cross_checks(spec: PolicySpec, flavors: Mapping[str, Flavor], capacity: Mapping[str, int]) -> list[Problem]:
+    out: list[Problem] = []
+    out += _unique([p.name for p in spec.pools], "pools", "pool")
+    out += _unique([q.name for q in spec.queues], "queues", "queue")
+    out += _unique([c.name for c in spec.cohorts], "cohorts", "cohort")
+    out += _unique([c.name for c in spec.priorityClasses], "priorityClasses", "priority-class")
+    cohorts = {c.name for c in spec.cohorts}
+    classes = {c.name for c in spec.priorityClasses}
+    namespace_owner: dict[str, str] = {}
+    for i, q in enumerate(spec.queues):
+        out += _check_queue(i, q, flavors, cohorts, classes)
+        for j, ns in enumerate(q.namespaces):
+            if ns in namespace_owner and namespace_owner[ns] != q.name:
+                out.append(
+                    Problem(
+                        ("queues", i, "namespaces", j),
+                        "namespace-in-two-queues",
+                        f"namespace {ns!r} belongs to queues {namespace_owner[ns]} and {q.name}",
+                        "give each namespace one queue (pods name another with a queue label)",
+                    )
+                )
+            namespace_owner.setdefault(ns, q.name)
+    defaults = [c.name for c in spec.priorityClasses if c.default]
+    if len(defaults) > 1:
+        out.append(
+            Problem(
+                ("priorityClasses",),
+                "two-defaults",
+                f"{len(defaults)} priority classes are marked default: {', '.join(defaults)}",
+                "mark at most one `default: true`",
+            )
+        )
+    for flavor in sorted(flavors):
+        asked = [(q.name, q.quota[flavor].nominal) for q in spec.queues if flavor in q.quota]
+        total = sum(n for _, n in asked)
+        if total > capacity[flavor]:
+            shares = ", ".join(f"{name} {n}" for name, n in asked)
+            out.append(
+                Problem(
+                    ("queues",),
+                    "quota-exceeds-capacity",
+                    f"nominal quotas for {flavor} add up to {total} ({shares}) but the pools "
+                    f"hold {capacity[flavor]}",
+                    f"lower the nominal quotas to a total ≤ {capacity[flavor]}, or add capacity",
+                )
+            )
+    members: dict[str, list[str]] = {c.name: [] for c in spec.cohorts}
+    for q in spec.queues:
+        if q.cohort in members:
+            members[q.cohort].append(q.name)
+    for i, c in enumerate(spec.cohorts):
+        if len(members[c.name]) < 2:
+            who = f"only queue {members[c.name][0]}" if members[c.name] else "no queue"
+            out.append(
+                Problem(
+                    ("cohorts", i),
+                    "lonely-cohort",
+                    f"cohort {c.name} has {who}: nothing can be lent or borrowed in it",
+                    "add queues to it (`cohort:` on a queue) or remove it",
+                    Severity.WARNING,
+                )
+            )
+    return out
+
+
+def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedPolicy:
+    try:
+        spec = PolicySpec.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidInput(source, problems_from(exc, PolicySpec)) from None
+    problems: list[Problem] = []
+    pools: list[tuple[int, Pool]] = []
+    for i, pspec in enumerate(spec.pools):
+        pool, probs = build_pool(pspec, catalog, ("pools", i))
+        problems.extend(probs)
+        if pool is not None:
+            pools.append((i, pool))
+    flavors, capacity, probs = _flavors(pools)
+    problems.extend(probs)
+    if len(pools) == len(spec.pools):
+        # Quota checks need every pool's flavors; with a broken pool they would mislead.
+        problems.extend(_cross_checks(spec, flavors, capacity))
+    if errors(problems):
+        raise InvalidInput(source, problems)
+    policy = Policy(
+        name=spec.metadata.name,
+        description=spec.metadata.description,
+        pools=tuple(p for _, p in pools),
+        flavors=dict(sorted(flavors.items())),
+        capacity=dict(sorted(capacity.items())),
+        queues=tuple(_queue(q) for q in spec.queues),
+        cohorts=tuple(Cohort(c.name, c.description) for c in spec.cohorts),
+        priority_classes=tuple(
+            PriorityClass(c.name, c.value, c.preemptible, c.default, c.description)
+            for c in spec.priorityClasses
+        ),
+        topology_keys=TopologyKeys(spec.topologyKeys.rack, spec.topologyKeys.nvlinkDomain),
+    )
+    return LoadedPolicy(policy, tuple(problems))
+
+
+def _queue(q: QueueSpec) -> Queue:
+    return Queue(
+        name=q.name,
+        namespaces=tuple(q.namespaces),
+        cohort=q.cohort,
+        quotas=tuple(
+            Quota(f, s.nominal, s.borrowingLimit, s.lendingLimit) for f, s in sorted(q.quota.items())
+        ),
+        weight_milli=round(q.weight * 1000),
+        max_per_workload=tuple(sorted(q.maxPerWorkload.items())),
+        allowed_priority_classes=tuple(q.priorityClasses),
+    )
+
+
+def load_policy(path: str | FsPath, catalog_files: Sequence[str | FsPath] = ()) -> LoadedPolicy:
+    """Read, validate and build a policy file; raises `InvalidInput` with line numbers."""
+    catalog = load_catalog(catalog_files)
+    doc = read_yaml(path)
+    try:
+        loaded = build_policy(doc.data, catalog, doc.source)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.source, [_with_line(p, doc) for p in exc.problems]) from None
+    warnings = tuple(_with_line(p, doc) for p in loaded.warnings)
+    return LoadedPolicy(loaded.policy, warnings, doc)
+
+
+def _with_line(problem: Problem, doc: YamlDocument) -> Problem:
+    return replace(problem, line=doc.line_of(problem.path))

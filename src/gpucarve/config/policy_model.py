@@ -1,0 +1,148 @@
+"""The policy file's shape, as pydantic models (structure and types only).
+
+Cross-field rules (a layout that fits the GPU, a quota that the pools can hold, a cohort that
+exists) are checked in `policy_build`, where the catalog and MIG geometry are at hand. The JSON
+Schema printed by `gpucarve policy schema` is generated from these classes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+API_VERSION = "gpucarve.io/v1alpha1"
+
+_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Metadata(_Strict):
+    name: str = Field(pattern=_NAME, max_length=63, description="Policy name (DNS label).")
+    description: str = ""
+
+
+class TaintSpec(_Strict):
+    key: str = Field(min_length=1, max_length=253)
+    value: str = Field(default="", max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class TopologySpec(_Strict):
+    nodesPerRack: int | None = Field(
+        default=None, ge=1, description="Consecutive nodes that share a rack label value."
+    )
+    nodesPerNvlinkDomain: int | None = Field(
+        default=None,
+        ge=1,
+        description="Consecutive nodes that share an NVLink domain (1: NVLink inside a node).",
+    )
+
+
+class MigGpuLayout(_Strict):
+    gpus: list[int] = Field(min_length=1, description="GPU indices on each node (0-based).")
+    layout: dict[str, int] = Field(
+        min_length=1, description="Profile counts, as mig-parted's mig-devices: {3g.40gb: 2}."
+    )
+
+
+class MigSpec(_Strict):
+    layout: dict[str, int] | None = Field(
+        default=None, description="One layout for every GPU of the pool: profile -> count."
+    )
+    perGpu: list[MigGpuLayout] | None = Field(
+        default=None, description="Layouts per GPU index; every GPU index exactly once."
+    )
+
+
+class PoolSpec(_Strict):
+    name: str = Field(pattern=_NAME, max_length=40)
+    gpuModel: str = Field(
+        min_length=1, description="Catalog id, alias or GFD product label, e.g. A100-80GB."
+    )
+    nodes: int = Field(ge=1, le=100_000)
+    gpusPerNode: int = Field(ge=1, le=64)
+    sharing: Literal["exclusive", "mig", "time-slicing", "mps"]
+    replicas: int | None = Field(
+        default=None, description="Replicas per GPU for time-slicing (≥ 2) and mps (2..48)."
+    )
+    mig: MigSpec | None = None
+    cpusPerNode: int | None = Field(default=None, ge=1)
+    memoryGiBPerNode: int | None = Field(default=None, ge=1)
+    nodeLabels: dict[str, str] = {}
+    taints: list[TaintSpec] = []
+    topology: TopologySpec = TopologySpec()
+    pricePerGpuHour: float | None = Field(
+        default=None, ge=0, description="Overrides the catalog's indicative USD price."
+    )
+    flavorPrefix: str | None = Field(
+        default=None,
+        pattern=_NAME,
+        max_length=40,
+        description="Overrides the model's flavor prefix (e.g. to keep two H100 pools apart).",
+    )
+
+
+class QuotaSpec(_Strict):
+    nominal: int = Field(ge=0, description="Slices of the flavor guaranteed to the queue.")
+    borrowingLimit: int | None = Field(
+        default=None, ge=0, description="Most slices borrowed from the cohort (absent: no limit)."
+    )
+    lendingLimit: int | None = Field(
+        default=None, ge=0, description="Most unused nominal slices lent (absent: all of them)."
+    )
+
+
+class QueueSpec(_Strict):
+    name: str = Field(pattern=_NAME, max_length=63)
+    namespaces: list[str] = Field(min_length=1)
+    cohort: str | None = None
+    weight: float = Field(default=1.0, gt=0, le=1000, description="Fair-share weight.")
+    quota: dict[str, QuotaSpec] = Field(description="Flavor name -> quota.")
+    maxPerWorkload: dict[str, int] = Field(
+        default={}, description="Flavor name -> most slices one workload may request."
+    )
+    priorityClasses: list[str] = Field(
+        default=[], description="Allowed priority classes (empty: all)."
+    )
+
+
+class CohortSpec(_Strict):
+    name: str = Field(pattern=_NAME, max_length=63)
+    description: str = ""
+
+
+class PriorityClassSpec(_Strict):
+    name: str = Field(pattern=_NAME, max_length=63)
+    value: int = Field(ge=-2_147_483_648, le=1_000_000_000)
+    preemptible: bool
+    default: bool = False
+    description: str = ""
+
+
+class TopologyKeysSpec(_Strict):
+    rack: str = "gpucarve.io/rack"
+    nvlinkDomain: str = "nvidia.com/gpu.clique"
+
+
+class PolicySpec(_Strict):
+    """A gpucarve policy: node pools, queues with quotas, cohorts and priority classes."""
+
+    apiVersion: Literal["gpucarve.io/v1alpha1"]
+    kind: Literal["Policy"]
+    metadata: Metadata
+    topologyKeys: TopologyKeysSpec = TopologyKeysSpec()
+    pools: list[PoolSpec] = Field(min_length=1)
+    cohorts: list[CohortSpec] = []
+    queues: list[QueueSpec] = []
+    priorityClasses: list[PriorityClassSpec] = []
+
+
+def policy_json_schema() -> dict[str, object]:
+    schema = PolicySpec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://gpucarve.io/schemas/policy-v1alpha1.json"
+    return schema

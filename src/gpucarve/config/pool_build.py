@@ -1,0 +1,294 @@
+"""Check one pool of a policy against the catalog and MIG geometry, and build it."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter
+from collections.abc import Mapping
+
+from gpucarve.config.policy_model import PoolSpec
+from gpucarve.core import mig
+from gpucarve.core.catalog import AmbiguousModel, Catalog, GpuModel, MigGeometry, UnknownModel
+from gpucarve.core.mig import Instance
+from gpucarve.core.policy import Pool, SharingMode, Taint, Topology
+from gpucarve.core.problems import Path, Problem
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+
+
+def label_key_problem(key: str) -> str | None:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return f"label key {key!r} has an invalid prefix {prefix!r} (must be a DNS subdomain)"
+    if not _LABEL_NAME.match(name):
+        return (
+            f"label key {key!r}: the name part must be 1-63 characters of letters, digits, "
+            "'-', '_' or '.', starting and ending with a letter or digit"
+        )
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        return (
+            f"label value {value!r} must be at most 63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
+
+
+def resolve_model(catalog: Catalog, name: str, path: Path) -> tuple[GpuModel | None, list[Problem]]:
+    try:
+        return catalog.lookup(name), []
+    except AmbiguousModel as exc:
+        return None, [
+            Problem(
+                path,
+                "ambiguous-gpu-model",
+                f"GPU model {name!r} could mean {', '.join(exc.candidates)}",
+                f"name one of them exactly, e.g. gpuModel: {exc.candidates[0]}",
+            )
+        ]
+    except UnknownModel as exc:
+        hint = f"did you mean {' or '.join(exc.suggestions)}? " if exc.suggestions else ""
+        return None, [
+            Problem(
+                path,
+                "unknown-gpu-model",
+                f"unknown GPU model {name!r}",
+                f"{hint}`gpucarve catalog list` shows every model; add your own with --catalog",
+            )
+        ]
+
+
+def _profile_problems(model: GpuModel, geom: MigGeometry, counts: Mapping[str, int], path: Path) -> list[Problem]:
+    out = []
+    for name in mig.unknown_profiles(geom, counts):
+        close = difflib.get_close_matches(name, geom.profile_names, n=2, cutoff=0.5)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        out.append(
+            Problem(
+                (*path, name),
+                "unknown-mig-profile",
+                f"{model.id} has no MIG profile {name!r}",
+                f"{hint}{model.id} profiles: {', '.join(geom.profile_names)}",
+            )
+        )
+    for name, count in counts.items():
+        if count < 1:
+            out.append(
+                Problem(
+                    (*path, name),
+                    "bad-count",
+                    f"count {count} for {name}: each listed profile needs at least one instance",
+                    "use a count ≥ 1 or remove the profile",
+                )
+            )
+    return out
+
+
+def _layout(model: GpuModel, counts: Mapping[str, int], path: Path) -> tuple[tuple[Instance, ...] | None, list[Problem]]:
+    geom = model.mig
+    assert geom is not None
+    problems = _profile_problems(model, geom, counts, path)
+    if problems:
+        return None, problems
+    result = mig.place(geom, counts)
+    if result.instances is not None:
+        return result.instances, []
+    closest = mig.closest_layouts(geom, counts)
+    suggestions = " or ".join(f"{{{mig.describe_layout(k)}}}" for k in closest)
+    layout = mig.describe_layout(counts, geom)
+    return None, [
+        Problem(
+            path,
+            "mig-layout-invalid",
+            f"{layout} does not fit on one {model.id}: " + "; ".join(result.reasons),
+            f"use a valid layout, e.g. {suggestions} "
+            f"(`gpucarve mig layouts {model.id}` lists them all)",
+        )
+    ]
+
+
+def _mig_layouts(spec: PoolSpec, model: GpuModel, path: Path) -> tuple[tuple[tuple[Instance, ...], ...], list[Problem]]:
+    mpath = (*path, "mig")
+    if spec.mig is None:
+        return (), [
+            Problem(
+                path,
+                "mig-layout-missing",
+                "sharing is mig but the pool has no `mig:` section",
+                "add `mig: {layout: {<profile>: <count>, ...}}` or `mig: {perGpu: [...]}`",
+            )
+        ]
+    if (spec.mig.layout is None) == (spec.mig.perGpu is None):
+        return (), [
+            Problem(
+                mpath,
+                "mig-layout-missing",
+                "give exactly one of `layout` (all GPUs) and `perGpu` (per GPU index)",
+                "keep one of the two keys",
+            )
+        ]
+    problems: list[Problem] = []
+    if spec.mig.layout is not None:
+        inst, probs = _layout(model, spec.mig.layout, (*mpath, "layout"))
+        problems.extend(probs)
+        return ((inst,) * spec.gpusPerNode if inst is not None else ()), problems
+    assert spec.mig.perGpu is not None
+    by_gpu: dict[int, tuple[Instance, ...]] = {}
+    for i, entry in enumerate(spec.mig.perGpu):
+        epath = (*mpath, "perGpu", i)
+        inst, probs = _layout(model, entry.layout, (*epath, "layout"))
+        problems.extend(probs)
+        for g in entry.gpus:
+            if not 0 <= g < spec.gpusPerNode:
+                problems.append(
+                    Problem(
+                        (*epath, "gpus"),
+                        "bad-gpu-index",
+                        f"GPU index {g} does not exist on a node with {spec.gpusPerNode} GPUs",
+                        f"use indices 0..{spec.gpusPerNode - 1}",
+                    )
+                )
+            elif g in by_gpu:
+                problems.append(
+                    Problem(
+                        (*epath, "gpus"),
+                        "duplicate-gpu-index",
+                        f"GPU index {g} has two layouts",
+                        "list each GPU index in one perGpu entry",
+                    )
+                )
+            elif inst is not None:
+                by_gpu[g] = inst
+    missing = [g for g in range(spec.gpusPerNode) if g not in by_gpu]
+    if missing and not problems:
+        problems.append(
+            Problem(
+                (*mpath, "perGpu"),
+                "gpu-without-layout",
+                f"GPU index(es) {missing} have no layout (a MIG GPU without instances is unusable)",
+                "add them to a perGpu entry",
+            )
+        )
+    if problems:
+        return (), problems
+    return tuple(by_gpu[g] for g in range(spec.gpusPerNode)), []
+
+
+def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | None, list[Problem]]:
+    model, problems = resolve_model(catalog, spec.gpuModel, (*path, "gpuModel"))
+    mode = SharingMode(spec.sharing)
+    for key, value in spec.nodeLabels.items():
+        for msg in (label_key_problem(key), label_value_problem(value)):
+            if msg:
+                problems.append(
+                    Problem((*path, "nodeLabels", key), "bad-label", msg, "fix the label")
+                )
+    for i, t in enumerate(spec.taints):
+        msg = label_key_problem(t.key) or label_value_problem(t.value)
+        if msg:
+            problems.append(Problem((*path, "taints", i), "bad-taint", msg, "fix the taint"))
+    if mode in (SharingMode.TIME_SLICING, SharingMode.MPS):
+        if spec.replicas is None:
+            problems.append(
+                Problem(
+                    path,
+                    "replicas-missing",
+                    f"sharing is {mode} but `replicas` is not set",
+                    "add `replicas: N` (the device plugin needs N ≥ 2)",
+                )
+            )
+        elif spec.replicas < 2:
+            problems.append(
+                Problem(
+                    (*path, "replicas"),
+                    "out-of-range",
+                    f"replicas must be ≥ 2 for {mode}, got {spec.replicas}",
+                    "use replicas ≥ 2, or `sharing: exclusive` for whole GPUs",
+                )
+            )
+        elif mode is SharingMode.MPS and model and spec.replicas > model.max_mps_replicas:
+            problems.append(
+                Problem(
+                    (*path, "replicas"),
+                    "out-of-range",
+                    f"MPS allows at most {model.max_mps_replicas} clients per {model.id} "
+                    f"(compute capability {model.compute_capability}), got {spec.replicas}",
+                    f"use replicas ≤ {model.max_mps_replicas}",
+                )
+            )
+    elif spec.replicas is not None:
+        problems.append(
+            Problem(
+                (*path, "replicas"),
+                "replicas-not-allowed",
+                f"`replicas` only applies to time-slicing and mps, not to {mode}",
+                "remove `replicas`",
+            )
+        )
+    if spec.mig is not None and mode is not SharingMode.MIG:
+        problems.append(
+            Problem(
+                (*path, "mig"),
+                "mig-not-allowed",
+                f"a `mig:` section needs `sharing: mig`, this pool is {mode}",
+                "remove `mig:` or set `sharing: mig`",
+            )
+        )
+    for key, value in (("nodesPerRack", spec.topology.nodesPerRack), ("nodesPerNvlinkDomain", spec.topology.nodesPerNvlinkDomain)):
+        if value is not None and value > spec.nodes:
+            problems.append(
+                Problem(
+                    (*path, "topology", key),
+                    "out-of-range",
+                    f"{key} is {value} but the pool has {spec.nodes} nodes",
+                    f"use a value ≤ {spec.nodes}",
+                )
+            )
+    if model is None:
+        return None, problems
+    layouts: tuple[tuple[Instance, ...], ...] = ()
+    if mode is SharingMode.MIG:
+        if model.mig is None:
+            mig_models = ", ".join(m.id for m in catalog.models if m.mig_capable)
+            problems.append(
+                Problem(
+                    (*path, "sharing"),
+                    "mig-unsupported",
+                    f"{model.id} does not support MIG",
+                    f"use time-slicing or mps on it, or a MIG-capable model: {mig_models}",
+                )
+            )
+        else:
+            layouts, probs = _mig_layouts(spec, model, path)
+            problems.extend(probs)
+    if problems:
+        return None, problems
+    pool = Pool(
+        name=spec.name,
+        model=model,
+        nodes=spec.nodes,
+        gpus_per_node=spec.gpusPerNode,
+        sharing=mode,
+        replicas=spec.replicas or 1,
+        mig_layouts=layouts,
+        node_labels=tuple(sorted(spec.nodeLabels.items())),
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in spec.taints),
+        topology=Topology(spec.topology.nodesPerRack, spec.topology.nodesPerNvlinkDomain),
+        flavor_prefix=spec.flavorPrefix or model.flavor_prefix,
+        price_per_gpu_hour=(
+            spec.pricePerGpuHour if spec.pricePerGpuHour is not None else model.price_per_gpu_hour
+        ),
+        cpu_milli_per_node=spec.cpusPerNode * 1000 if spec.cpusPerNode else None,
+        memory_mib_per_node=spec.memoryGiBPerNode * 1024 if spec.memoryGiBPerNode else None,
+    )
+    return pool, []
+
+
+def layout_counts(layout: tuple[Instance, ...]) -> Counter[str]:
+    return Counter(i.profile for i in layout)

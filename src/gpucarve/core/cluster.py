@@ -1,0 +1,258 @@
+"""The cluster as immutable values: nodes, GPUs, slices, and what is allocated to whom.
+
+Units are integers only: milli-GPU for compute, MiB for memory, milli-CPU for CPU. A *slice* is
+one allocatable unit on a GPU (the whole GPU, a MIG instance, a time-slice or MPS replica).
+`ClusterState.allocate` returns a new state and refuses anything that would break an
+invariant: no slice held twice, and no GPU's memory promised beyond what it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from gpucarve.core import mig
+from gpucarve.core.mig import Instance
+from gpucarve.core.policy import Policy, Pool, SharingMode, SliceKind, Taint
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    id: str
+    node: str
+    gpu: int
+    kind: SliceKind
+    flavor: str
+    compute_milli: int
+    memory_mib: int
+    profile: str | None = None
+    start: int | None = None
+    replica: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    node: str
+    index: int
+    model_id: str
+    memory_mib: int
+    mig_layout: tuple[Instance, ...]
+    slice_ids: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        return f"{self.node}/gpu{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    pool: str
+    labels: tuple[tuple[str, str], ...]
+    taints: tuple[Taint, ...]
+    cpu_milli: int | None
+    memory_mib: int | None
+    gpus: tuple[Gpu, ...]
+
+    def label(self, key: str) -> str | None:
+        for k, v in self.labels:
+            if k == key:
+                return v
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    slice_id: str
+    owner: str
+    compute_milli: int
+    memory_mib: int
+
+
+class AllocationError(ValueError):
+    """An allocation that would break an invariant of the cluster model (a caller's bug)."""
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    nodes: tuple[Node, ...]
+    slices: Mapping[str, Slice]
+    allocations: Mapping[str, Allocation] = field(default_factory=lambda: MappingProxyType({}))
+
+    def gpu_of(self, slice_id: str) -> Gpu:
+        s = self.slices[slice_id]
+        for n in self.nodes:
+            if n.name == s.node:
+                return n.gpus[s.gpu]
+        raise KeyError(slice_id)
+
+    def gpus(self) -> Iterator[Gpu]:
+        for n in self.nodes:
+            yield from n.gpus
+
+    def free_slices(self, flavor: str | None = None) -> list[Slice]:
+        return [
+            s
+            for sid, s in self.slices.items()
+            if sid not in self.allocations and (flavor is None or s.flavor == flavor)
+        ]
+
+    def gpu_memory_promised(self, gpu: Gpu) -> int:
+        return sum(a.memory_mib for sid in gpu.slice_ids if (a := self.allocations.get(sid)))
+
+    def allocate(
+        self,
+        slice_id: str,
+        owner: str,
+        *,
+        memory_mib: int | None = None,
+        compute_milli: int | None = None,
+    ) -> ClusterState:
+        """A new state with `slice_id` held by `owner`.
+
+        A replica's declared memory may differ from its equal share (a pod that declares
+        `gpucarve.io/gpu-memory`), but the GPU's total stays within its memory.
+        """
+        s = self.slices.get(slice_id)
+        if s is None:
+            raise AllocationError(f"no slice {slice_id!r}")
+        if slice_id in self.allocations:
+            held = self.allocations[slice_id].owner
+            raise AllocationError(f"slice {slice_id} is already held by {held}")
+        mem = s.memory_mib if memory_mib is None else memory_mib
+        comp = s.compute_milli if compute_milli is None else compute_milli
+        if mem < 0 or comp < 0:
+            raise AllocationError(f"negative request on {slice_id}")
+        if s.kind in (SliceKind.WHOLE, SliceKind.MIG) and mem > s.memory_mib:
+            raise AllocationError(f"{slice_id} has {s.memory_mib} MiB, {mem} asked")
+        gpu = self.gpu_of(slice_id)
+        if self.gpu_memory_promised(gpu) + mem > gpu.memory_mib:
+            raise AllocationError(
+                f"{gpu.id} would promise {self.gpu_memory_promised(gpu) + mem} MiB of "
+                f"{gpu.memory_mib} MiB"
+            )
+        allocations = dict(self.allocations)
+        allocations[slice_id] = Allocation(slice_id, owner, comp, mem)
+        return ClusterState(self.nodes, self.slices, MappingProxyType(allocations))
+
+    def release(self, owner: str) -> ClusterState:
+        kept = {k: a for k, a in self.allocations.items() if a.owner != owner}
+        return ClusterState(self.nodes, self.slices, MappingProxyType(kept))
+
+    def invariant_violations(self) -> list[str]:
+        """Empty for a consistent state; used by tests and by drivers after rebuilding."""
+        out: list[str] = []
+        for sid, a in self.allocations.items():
+            if sid not in self.slices:
+                out.append(f"allocation on unknown slice {sid}")
+            elif a.slice_id != sid:
+                out.append(f"allocation for {a.slice_id} filed under {sid}")
+        seen: set[str] = set()
+        for gpu in self.gpus():
+            for sid in gpu.slice_ids:
+                if sid in seen:
+                    out.append(f"slice {sid} belongs to two GPUs")
+                seen.add(sid)
+            promised = self.gpu_memory_promised(gpu)
+            if promised > gpu.memory_mib:
+                out.append(f"{gpu.id}: {promised} MiB promised of {gpu.memory_mib} MiB")
+            if gpu.mig_layout:
+                model_slices = [self.slices[s] for s in gpu.slice_ids]
+                if any(s.kind is not SliceKind.MIG for s in model_slices):
+                    out.append(f"{gpu.id}: MIG GPU with non-MIG slices")
+        if seen != set(self.slices):
+            out.append("slices without a GPU")
+        return out
+
+
+def _node_labels(pool: Pool, policy: Policy, index: int) -> tuple[tuple[str, str], ...]:
+    m = pool.model
+    labels = dict(pool.node_labels)
+    labels["nvidia.com/gpu.product"] = m.gfd_products[0] if m.gfd_products else m.id
+    labels["nvidia.com/gpu.count"] = str(pool.gpus_per_node)
+    labels["nvidia.com/gpu.memory"] = str(m.memory_mib)
+    labels["nvidia.com/gpu.replicas"] = str(pool.replicas)
+    labels["gpucarve.io/pool"] = pool.name
+    if pool.sharing is SharingMode.MIG:
+        labels["nvidia.com/mig.strategy"] = "mixed"
+    elif pool.sharing is not SharingMode.EXCLUSIVE:
+        labels["nvidia.com/gpu.sharing-strategy"] = str(pool.sharing)
+    if pool.topology.nodes_per_rack:
+        labels[policy.topology_keys.rack] = f"{pool.name}-rack{index // pool.topology.nodes_per_rack}"
+    if pool.topology.nodes_per_nvlink_domain:
+        domain = index // pool.topology.nodes_per_nvlink_domain
+        labels[policy.topology_keys.nvlink_domain] = f"{pool.name}-nvl{domain}"
+    return tuple(sorted(labels.items()))
+
+
+def _gpu_slices(pool: Pool, node: str, g: int, layout: tuple[Instance, ...]) -> list[Slice]:
+    by_name = {f.profile or "": f for f in pool.flavors()}
+    prefix = f"{node}/gpu{g}"
+    if pool.sharing is SharingMode.MIG:
+        return [
+            Slice(
+                id=f"{prefix}/{inst.profile}@{inst.start}",
+                node=node,
+                gpu=g,
+                kind=SliceKind.MIG,
+                flavor=by_name[inst.profile].name,
+                compute_milli=by_name[inst.profile].compute_milli,
+                memory_mib=by_name[inst.profile].memory_mib,
+                profile=inst.profile,
+                start=inst.start,
+            )
+            for inst in layout
+        ]
+    flavor = by_name[""]
+    if pool.sharing is SharingMode.EXCLUSIVE:
+        return [Slice(prefix, node, g, SliceKind.WHOLE, flavor.name, 1000, pool.model.memory_mib)]
+    return [
+        Slice(
+            id=f"{prefix}/r{r}",
+            node=node,
+            gpu=g,
+            kind=flavor.kind,
+            flavor=flavor.name,
+            compute_milli=flavor.compute_milli,
+            memory_mib=flavor.memory_mib,
+            replica=r,
+        )
+        for r in range(pool.replicas)
+    ]
+
+
+def build_cluster(policy: Policy) -> ClusterState:
+    """The empty cluster a policy describes: node `<pool>-<i>`, GPU `<node>/gpu<j>`."""
+    nodes: list[Node] = []
+    slices: dict[str, Slice] = {}
+    for pool in policy.pools:
+        if pool.sharing is SharingMode.MIG:
+            geom = pool.model.mig
+            assert geom is not None
+            for layout in pool.mig_layouts:
+                problems = mig.placement_problems(geom, layout)
+                assert not problems, problems
+        for i in range(pool.nodes):
+            name = f"{pool.name}-{i}"
+            gpus = []
+            for g in range(pool.gpus_per_node):
+                layout = pool.mig_layouts[g] if pool.sharing is SharingMode.MIG else ()
+                gpu_slices = _gpu_slices(pool, name, g, layout)
+                for s in gpu_slices:
+                    slices[s.id] = s
+                gpus.append(
+                    Gpu(name, g, pool.model.id, pool.model.memory_mib, layout, tuple(s.id for s in gpu_slices))
+                )
+            nodes.append(
+                Node(
+                    name=name,
+                    pool=pool.name,
+                    labels=_node_labels(pool, policy, i),
+                    taints=pool.taints,
+                    cpu_milli=pool.cpu_milli_per_node,
+                    memory_mib=pool.memory_mib_per_node,
+                    gpus=tuple(gpus),
+                )
+            )
+    return ClusterState(tuple(nodes), MappingProxyType(slices))

@@ -1,0 +1,232 @@
+"""The validated policy: pools, flavors, queues, cohorts and priority classes as plain values.
+
+Built by `gpucarve.config.policy_build` from a YAML file (or, later, from CRDs); everything
+downstream (cluster model, engine, simulator, renderers) reads only these types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gpucarve.core.catalog import MILLI_PER_GPU, GpuModel
+from gpucarve.core.mig import Instance
+
+
+class SharingMode(StrEnum):
+    EXCLUSIVE = "exclusive"
+    MIG = "mig"
+    TIME_SLICING = "time-slicing"
+    MPS = "mps"
+
+
+class SliceKind(StrEnum):
+    """What one allocatable unit on a GPU is."""
+
+    WHOLE = "whole"
+    MIG = "mig"
+    TIME_SLICE = "time-slice"
+    MPS = "mps"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class Flavor:
+    """A kind of allocatable GPU capacity; quotas are counted in its slices.
+
+    `compute_milli` and `memory_mib` are what one slice is worth: a whole GPU is 1000 milli and
+    all its memory; a MIG instance its share of compute slices and its own memory; a time-slice
+    or MPS replica an equal share of both.
+    """
+
+    name: str
+    model_id: str
+    kind: SliceKind
+    profile: str | None
+    replicas: int
+    compute_milli: int
+    memory_mib: int
+    sm_count: int
+
+    @property
+    def resource_name(self) -> str:
+        """The Kubernetes extended resource a pod requests for one slice of this flavor."""
+        if self.kind is SliceKind.MIG:
+            assert self.profile is not None
+            return "nvidia.com/mig-" + self.profile.replace("+", ".")
+        if self.kind in (SliceKind.TIME_SLICE, SliceKind.MPS):
+            return "nvidia.com/gpu.shared"
+        return "nvidia.com/gpu"
+
+
+def flavor_name(prefix: str, mode: SharingMode, profile: str | None = None) -> str:
+    if mode is SharingMode.MIG:
+        assert profile is not None
+        return f"{prefix}-mig-{profile.replace('+', '.')}"
+    return {
+        SharingMode.EXCLUSIVE: f"{prefix}-full",
+        SharingMode.TIME_SLICING: f"{prefix}-shared",
+        SharingMode.MPS: f"{prefix}-mps",
+    }[mode]
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """How a pool's nodes group into racks and NVLink domains (consecutive nodes)."""
+
+    nodes_per_rack: int | None = None
+    nodes_per_nvlink_domain: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    name: str
+    model: GpuModel
+    nodes: int
+    gpus_per_node: int
+    sharing: SharingMode
+    replicas: int
+    # One layout per GPU index on a node; empty unless sharing is MIG.
+    mig_layouts: tuple[tuple[Instance, ...], ...]
+    node_labels: tuple[tuple[str, str], ...]
+    taints: tuple[Taint, ...]
+    topology: Topology
+    flavor_prefix: str
+    price_per_gpu_hour: float | None
+    cpu_milli_per_node: int | None
+    memory_mib_per_node: int | None
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def hourly_price(self) -> float | None:
+        if self.price_per_gpu_hour is None:
+            return None
+        return self.price_per_gpu_hour * self.gpus
+
+    def flavors(self) -> list[Flavor]:
+        """The flavors this pool provides, with how many slices of each one node holds."""
+        return [f for f, _ in self.flavor_slices_per_node()]
+
+    def flavor_slices_per_node(self) -> list[tuple[Flavor, int]]:
+        m = self.model
+        if self.sharing is SharingMode.MIG:
+            assert m.mig is not None
+            per: dict[str, int] = {}
+            for layout in self.mig_layouts:
+                for inst in layout:
+                    per[inst.profile] = per.get(inst.profile, 0) + 1
+            out = []
+            for prof in m.mig.profiles:
+                if prof.name not in per:
+                    continue
+                flavor = Flavor(
+                    name=flavor_name(self.flavor_prefix, SharingMode.MIG, prof.name),
+                    model_id=m.id,
+                    kind=SliceKind.MIG,
+                    profile=prof.name,
+                    replicas=1,
+                    compute_milli=MILLI_PER_GPU * prof.compute_slices // m.mig.compute_slices,
+                    memory_mib=prof.memory_mib,
+                    sm_count=m.mig_profile_sm_count(prof),
+                )
+                out.append((flavor, per[prof.name]))
+            return out
+        kind = {
+            SharingMode.EXCLUSIVE: SliceKind.WHOLE,
+            SharingMode.TIME_SLICING: SliceKind.TIME_SLICE,
+            SharingMode.MPS: SliceKind.MPS,
+        }[self.sharing]
+        flavor = Flavor(
+            name=flavor_name(self.flavor_prefix, self.sharing),
+            model_id=m.id,
+            kind=kind,
+            profile=None,
+            replicas=self.replicas,
+            compute_milli=MILLI_PER_GPU // self.replicas,
+            memory_mib=m.memory_mib // self.replicas,
+            sm_count=m.sm_count // self.replicas,
+        )
+        return [(flavor, self.gpus_per_node * self.replicas)]
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A queue's quota in one flavor, in slices. `None` limits mean unlimited."""
+
+    flavor: str
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    name: str
+    namespaces: tuple[str, ...]
+    cohort: str | None
+    quotas: tuple[Quota, ...]
+    # Fair-share weight in thousandths, so that ordering never depends on float rounding.
+    weight_milli: int
+    max_per_workload: tuple[tuple[str, int], ...]
+    allowed_priority_classes: tuple[str, ...]
+
+    def quota(self, flavor: str) -> Quota | None:
+        for q in self.quotas:
+            if q.flavor == flavor:
+                return q
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Cohort:
+    name: str
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    name: str
+    value: int
+    preemptible: bool
+    default: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyKeys:
+    rack: str
+    nvlink_domain: str
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    description: str
+    pools: tuple[Pool, ...]
+    flavors: Mapping[str, Flavor]
+    capacity: Mapping[str, int]
+    queues: tuple[Queue, ...]
+    cohorts: tuple[Cohort, ...]
+    priority_classes: tuple[PriorityClass, ...]
+    topology_keys: TopologyKeys
+
+    def pool(self, name: str) -> Pool:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def queue(self, name: str) -> Queue:
+        for q in self.queues:
+            if q.name == name:
+                return q
+        raise KeyError(name)

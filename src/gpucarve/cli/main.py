@@ -34,7 +34,17 @@ def catalog_list(catalog: CatalogOption = None) -> None:
     """List the GPU models gpucarve knows."""
     cat = catalog_or_exit(catalog)
     table = Table(title=f"GPU catalog: {len(cat.models)} models")
-    for col in ("model", "arch", "memory", "SMs", "MIG", "NVLink", "$/GPU-h", "GFD product", "flavor prefix"):
+    for col in (
+        "model",
+        "arch",
+        "memory",
+        "SMs",
+        "MIG",
+        "NVLink",
+        "$/GPU-h",
+        "GFD product",
+        "flavor prefix",
+    ):
         table.add_column(col)
     for m in cat.models:
         table.add_row(
@@ -61,9 +71,18 @@ def catalog_show(
     """Show one model with its MIG profiles."""
     m = model_or_exit(catalog_or_exit(catalog), model)
     out = console()
-    out.print(Text(f"{m.id} ({m.architecture}, compute capability {m.compute_capability})", style="bold"))
-    out.print(Text(f"memory {m.memory_mib:,} MiB, {m.sm_count} SMs, NVLink {'yes' if m.nvlink else 'no'}"))
-    out.print(Text(f"aliases: {', '.join(m.aliases) or '-'}; GFD products: {', '.join(m.gfd_products) or '-'}"))
+    out.print(
+        Text(f"{m.id} ({m.architecture}, compute capability {m.compute_capability})", style="bold")
+    )
+    out.print(
+        Text(f"memory {m.memory_mib:,} MiB, {m.sm_count} SMs, NVLink {'yes' if m.nvlink else 'no'}")
+    )
+    out.print(
+        Text(
+            f"aliases: {', '.join(m.aliases) or '-'}; "
+            f"GFD products: {', '.join(m.gfd_products) or '-'}"
+        )
+    )
     price = "n/a" if m.price_per_gpu_hour is None else f"${m.price_per_gpu_hour:.2f}/GPU-hour"
     out.print(Text(f"price: {price} {m.price_note}".rstrip()))
     if m.source:
@@ -72,8 +91,20 @@ def catalog_show(
         out.print(Text("MIG: not supported"))
         return
     g = m.mig
-    table = Table(title=f"MIG profiles ({g.compute_slices} compute slices, {g.memory_slices} memory slices)")
-    for col in ("profile", "id", "compute", "memory slices", "memory", "SMs", "max", "starts", "verified"):
+    table = Table(
+        title=f"MIG profiles ({g.compute_slices} compute slices, {g.memory_slices} memory slices)"
+    )
+    for col in (
+        "profile",
+        "id",
+        "compute",
+        "memory slices",
+        "memory",
+        "SMs",
+        "max",
+        "starts",
+        "verified",
+    ):
         table.add_column(col)
     for p in g.profiles:
         table.add_row(

@@ -14,7 +14,9 @@ from gpucarve.cli.common import CatalogOption, catalog_or_exit, model_or_exit
 from gpucarve.cli.output import Exit, console
 from gpucarve.core import mig
 
-app = typer.Typer(help="MIG geometry: valid layouts of a GPU model, and checks.", no_args_is_help=True)
+app = typer.Typer(
+    help="MIG geometry: valid layouts of a GPU model, and checks.", no_args_is_help=True
+)
 
 _COUNTED = re.compile(r"^(\d+)\s*[x×*]\s*(\S+)$")
 
@@ -22,10 +24,15 @@ _COUNTED = re.compile(r"^(\d+)\s*[x×*]\s*(\S+)$")
 @app.command("layouts")
 def layouts(
     model: Annotated[str, typer.Argument(help="GPU model: id, alias or GFD product label.")],
-    media: Annotated[bool, typer.Option("--media", help="Include +me (media extension) profiles.")] = False,
-    count: Annotated[bool, typer.Option("--count", help="Print only the number of layouts.")] = False,
+    media: Annotated[
+        bool, typer.Option("--media", help="Include +me (media extension) profiles.")
+    ] = False,
+    count: Annotated[
+        bool, typer.Option("--count", help="Print only the number of layouts.")
+    ] = False,
     maximal: Annotated[
-        bool, typer.Option("--maximal", help="Only layouts to which no further instance can be added.")
+        bool,
+        typer.Option("--maximal", help="Only layouts to which no further instance can be added."),
     ] = False,
     catalog: CatalogOption = None,
 ) -> None:
@@ -50,8 +57,8 @@ def layouts(
         counts = dict(key)
         placed = mig.place(geom, counts)
         assert placed.instances is not None, key
-        comp = sum(geom.profile(n).compute_slices * c for n, c in key)  # type: ignore[union-attr]
-        mem = sum(geom.profile(n).memory_slices * c for n, c in key)  # type: ignore[union-attr]
+        comp = sum(mig.profile_of(geom, n).compute_slices * c for n, c in key)
+        mem = sum(mig.profile_of(geom, n).memory_slices * c for n, c in key)
         table.add_row(
             str(i),
             mig.describe_layout(key),
@@ -77,7 +84,10 @@ def _parse_profiles(args: list[str]) -> Counter[str]:
 def check(
     model: Annotated[str, typer.Argument(help="GPU model: id, alias or GFD product label.")],
     profiles: Annotated[
-        list[str], typer.Argument(help="Profiles to place on one GPU, e.g. 3g.40gb 3g.40gb 1g.10gb or 2x3g.40gb.")
+        list[str],
+        typer.Argument(
+            help="Profiles to place on one GPU, e.g. 3g.40gb 3g.40gb 1g.10gb or 2x3g.40gb."
+        ),
     ],
     catalog: CatalogOption = None,
 ) -> None:
@@ -104,7 +114,11 @@ def check(
         for inst in result.instances:
             p = geom.profile(inst.profile)
             assert p is not None
-            span = f"{inst.start}" if p.memory_slices == 1 else f"{inst.start}-{inst.start + p.memory_slices - 1}"
+            span = (
+                f"{inst.start}"
+                if p.memory_slices == 1
+                else f"{inst.start}-{inst.start + p.memory_slices - 1}"
+            )
             out.print(Text(f"  {inst.profile} at start {inst.start} (memory slices {span})"))
         return
     out.print(Text(f"invalid: {layout} does not fit on one {gpu.id}", style="red"))
@@ -114,4 +128,3 @@ def check(
     for key in mig.closest_layouts(geom, counts):
         out.print(Text(f"  {mig.describe_layout(key)}"))
     raise typer.Exit(Exit.NO)
-

@@ -95,7 +95,16 @@ def summary(file: PolicyFile, catalog: CatalogOption = None) -> None:
     state = build_cluster(p)
     out = console()
     pools = Table(title=f"Pools of {p.name}")
-    for col in ("pool", "model", "nodes × GPUs", "sharing", "flavors", "$/GPU-h", "$/hour", "$/month"):
+    for col in (
+        "pool",
+        "model",
+        "nodes × GPUs",
+        "sharing",
+        "flavors",
+        "$/GPU-h",
+        "$/hour",
+        "$/month",
+    ):
         pools.add_column(col, justify="right" if col.startswith(("$", "nodes")) else "left")
     total_h = 0.0
     priced = True
@@ -117,7 +126,12 @@ def summary(file: PolicyFile, catalog: CatalogOption = None) -> None:
         )
     gpus = sum(pool.gpus for pool in p.pools)
     pools.add_row(
-        "total", "", str(gpus), "", "", "",
+        "total",
+        "",
+        str(gpus),
+        "",
+        "",
+        "",
         _money(total_h if priced else None),
         _money(total_h * HOURS_PER_MONTH if priced else None),
         style="bold",
@@ -125,10 +139,18 @@ def summary(file: PolicyFile, catalog: CatalogOption = None) -> None:
     out.print(pools)
 
     flavors = Table(title="Flavors (quota is counted in slices)")
-    for col in ("flavor", "kind", "slices", "compute/slice", "memory/slice", "resource", "quota (nominal)"):
+    for col in (
+        "flavor",
+        "kind",
+        "slices",
+        "compute/slice",
+        "memory/slice",
+        "resource",
+        "quota (nominal)",
+    ):
         flavors.add_column(col, justify="right" if col in ("slices", "quota (nominal)") else "left")
     for name, f in p.flavors.items():
-        nominal = sum(q.nominal for queue in p.queues if (q := queue.quota(name)))
+        nominal = sum(qt.nominal for queue in p.queues if (qt := queue.quota(name)))
         flavors.add_row(
             name,
             str(f.kind),
@@ -150,8 +172,16 @@ def summary(file: PolicyFile, catalog: CatalogOption = None) -> None:
                 q.cohort or "-",
                 f"{q.weight_milli / 1000:g}",
                 ", ".join(f"{x.flavor} {x.nominal}" for x in q.quotas),
-                ", ".join(f"{x.flavor} {x.borrowing_limit}" for x in q.quotas if x.borrowing_limit is not None) or "-",
-                ", ".join(f"{x.flavor} {x.lending_limit}" for x in q.quotas if x.lending_limit is not None) or "-",
+                ", ".join(
+                    f"{x.flavor} {x.borrowing_limit}"
+                    for x in q.quotas
+                    if x.borrowing_limit is not None
+                )
+                or "-",
+                ", ".join(
+                    f"{x.flavor} {x.lending_limit}" for x in q.quotas if x.lending_limit is not None
+                )
+                or "-",
             )
         out.print(queues)
     problems = state.invariant_violations()

@@ -151,7 +151,9 @@ def _to_model(spec: ModelSpec) -> GpuModel:
     )
 
 
-def _parse(doc: YamlDocument, base: dict[str, dict[str, Any]]) -> list[tuple[dict[str, Any], GpuModel]]:
+def _parse(
+    doc: YamlDocument, base: dict[str, dict[str, Any]]
+) -> list[tuple[dict[str, Any], GpuModel]]:
     try:
         top = CatalogFile.model_validate(doc.data)
     except ValidationError as exc:
@@ -184,7 +186,9 @@ def _parse(doc: YamlDocument, base: dict[str, dict[str, Any]]) -> list[tuple[dic
             continue
         if spec.id in ids:
             problems.append(
-                Problem((*path, "id"), "duplicate-model", f"model {spec.id} defined twice", "keep one")
+                Problem(
+                    (*path, "id"), "duplicate-model", f"model {spec.id} defined twice", "keep one"
+                )
             )
         ids.add(spec.id)
         if not _DNS_LABEL.match(spec.flavorPrefix):

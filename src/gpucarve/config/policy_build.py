@@ -42,7 +42,9 @@ class LoadedPolicy:
     document: YamlDocument | None = None
 
 
-def _flavors(pools: Sequence[tuple[int, Pool]]) -> tuple[dict[str, Flavor], dict[str, int], list[Problem]]:
+def _flavors(
+    pools: Sequence[tuple[int, Pool]],
+) -> tuple[dict[str, Flavor], dict[str, int], list[Problem]]:
     flavors: dict[str, Flavor] = {}
     owner: dict[str, str] = {}
     capacity: dict[str, int] = {}
@@ -93,7 +95,8 @@ def _check_queue(
                 (*path, "cohort"),
                 "unknown-cohort",
                 f"queue {q.name} joins cohort {q.cohort!r}, which `cohorts:` does not declare",
-                f"declare it under `cohorts:` or fix the name; {_suggest(q.cohort, sorted(cohorts))}",
+                "declare it under `cohorts:` or fix the name; "
+                + _suggest(q.cohort, sorted(cohorts)),
             )
         )
     for flavor, quota in q.quota.items():
@@ -117,7 +120,10 @@ def _check_queue(
                     f"use lendingLimit ≤ {quota.nominal}",
                 )
             )
-        for key, value in (("borrowingLimit", quota.borrowingLimit), ("lendingLimit", quota.lendingLimit)):
+        for key, value in (
+            ("borrowingLimit", quota.borrowingLimit),
+            ("lendingLimit", quota.lendingLimit),
+        ):
             if value is not None and q.cohort is None:
                 out.append(
                     Problem(
@@ -131,10 +137,17 @@ def _check_queue(
         mpath = (*path, "maxPerWorkload", flavor)
         if flavor not in flavors:
             out.append(
-                Problem(mpath, "unknown-flavor", f"no pool provides flavor {flavor!r}", _suggest(flavor, sorted(flavors)))
+                Problem(
+                    mpath,
+                    "unknown-flavor",
+                    f"no pool provides flavor {flavor!r}",
+                    _suggest(flavor, sorted(flavors)),
+                )
             )
         if most < 1:
-            out.append(Problem(mpath, "out-of-range", f"must be ≥ 1, got {most}", "use a positive count"))
+            out.append(
+                Problem(mpath, "out-of-range", f"must be ≥ 1, got {most}", "use a positive count")
+            )
     for j, name in enumerate(q.priorityClasses):
         if name not in classes:
             out.append(
@@ -154,13 +167,20 @@ def _unique(items: Sequence[str], section: str, what: str) -> list[Problem]:
     for i, name in enumerate(items):
         if name in seen:
             out.append(
-                Problem((section, i, "name"), f"duplicate-{what}", f"{what} {name!r} is defined twice", "rename or remove one")
+                Problem(
+                    (section, i, "name"),
+                    f"duplicate-{what}",
+                    f"{what} {name!r} is defined twice",
+                    "rename or remove one",
+                )
             )
         seen.add(name)
     return out
 
 
-def _cross_checks(spec: PolicySpec, flavors: Mapping[str, Flavor], capacity: Mapping[str, int]) -> list[Problem]:
+def _cross_checks(
+    spec: PolicySpec, flavors: Mapping[str, Flavor], capacity: Mapping[str, int]
+) -> list[Problem]:
     out: list[Problem] = []
     out += _unique([p.name for p in spec.pools], "pools", "pool")
     out += _unique([q.name for q in spec.queues], "queues", "queue")
@@ -267,7 +287,8 @@ def _queue(q: QueueSpec) -> Queue:
         namespaces=tuple(q.namespaces),
         cohort=q.cohort,
         quotas=tuple(
-            Quota(f, s.nominal, s.borrowingLimit, s.lendingLimit) for f, s in sorted(q.quota.items())
+            Quota(f, s.nominal, s.borrowingLimit, s.lendingLimit)
+            for f, s in sorted(q.quota.items())
         ),
         weight_milli=round(q.weight * 1000),
         max_per_workload=tuple(sorted(q.maxPerWorkload.items())),

@@ -64,7 +64,9 @@ def resolve_model(catalog: Catalog, name: str, path: Path) -> tuple[GpuModel | N
         ]
 
 
-def _profile_problems(model: GpuModel, geom: MigGeometry, counts: Mapping[str, int], path: Path) -> list[Problem]:
+def _profile_problems(
+    model: GpuModel, geom: MigGeometry, counts: Mapping[str, int], path: Path
+) -> list[Problem]:
     out = []
     for name in mig.unknown_profiles(geom, counts):
         close = difflib.get_close_matches(name, geom.profile_names, n=2, cutoff=0.5)
@@ -90,7 +92,9 @@ def _profile_problems(model: GpuModel, geom: MigGeometry, counts: Mapping[str, i
     return out
 
 
-def _layout(model: GpuModel, counts: Mapping[str, int], path: Path) -> tuple[tuple[Instance, ...] | None, list[Problem]]:
+def _layout(
+    model: GpuModel, counts: Mapping[str, int], path: Path
+) -> tuple[tuple[Instance, ...] | None, list[Problem]]:
     geom = model.mig
     assert geom is not None
     problems = _profile_problems(model, geom, counts, path)
@@ -113,7 +117,9 @@ def _layout(model: GpuModel, counts: Mapping[str, int], path: Path) -> tuple[tup
     ]
 
 
-def _mig_layouts(spec: PoolSpec, model: GpuModel, path: Path) -> tuple[tuple[tuple[Instance, ...], ...], list[Problem]]:
+def _mig_layouts(
+    spec: PoolSpec, model: GpuModel, path: Path
+) -> tuple[tuple[tuple[Instance, ...], ...], list[Problem]]:
     mpath = (*path, "mig")
     if spec.mig is None:
         return (), [
@@ -240,13 +246,16 @@ def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | Non
                 "remove `mig:` or set `sharing: mig`",
             )
         )
-    for key, value in (("nodesPerRack", spec.topology.nodesPerRack), ("nodesPerNvlinkDomain", spec.topology.nodesPerNvlinkDomain)):
-        if value is not None and value > spec.nodes:
+    for tkey, tval in (
+        ("nodesPerRack", spec.topology.nodesPerRack),
+        ("nodesPerNvlinkDomain", spec.topology.nodesPerNvlinkDomain),
+    ):
+        if tval is not None and tval > spec.nodes:
             problems.append(
                 Problem(
-                    (*path, "topology", key),
+                    (*path, "topology", tkey),
                     "out-of-range",
-                    f"{key} is {value} but the pool has {spec.nodes} nodes",
+                    f"{tkey} is {tval} but the pool has {spec.nodes} nodes",
                     f"use a value ≤ {spec.nodes}",
                 )
             )

@@ -97,16 +97,25 @@ def allowed_keys(model: type[BaseModel]) -> list[str]:
     return [info.alias or name for name, info in model.model_fields.items()]
 
 
-def problems_from(
-    exc: ValidationError, root: type[BaseModel], prefix: Path = ()
-) -> list[Problem]:
+def problems_from(exc: ValidationError, root: type[BaseModel], prefix: Path = ()) -> list[Problem]:
     out: list[Problem] = []
-    for err in exc.errors(include_url=False):
+    errs = exc.errors(include_url=False)
+    missing = {(*prefix, *err["loc"]) for err in errs if err["type"] == "missing"}
+    renamed = {
+        (*prefix, *err["loc"][:-1], close[0])
+        for err in errs
+        if err["type"] == "extra_forbidden"
+        and (model := model_at(root, tuple(err["loc"][:-1]))) is not None
+        and (close := difflib.get_close_matches(str(err["loc"][-1]), allowed_keys(model), 1, 0.6))
+    }
+    for err in errs:
         loc: Path = tuple(p for p in err["loc"] if p != "[key]")
         path = (*prefix, *loc)
         typ = err["type"]
         value = err.get("input")
         ctx = err.get("ctx") or {}
+        if typ == "missing" and path in renamed:
+            continue  # reported with the misspelt key that was meant to be this one
         if typ == "missing":
             field = loc[-1] if loc else "?"
             out.append(
@@ -123,6 +132,8 @@ def problems_from(
             keys = allowed_keys(model) if model else []
             close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
             fix = f"did you mean {close[0]!r}?" if close else "remove it"
+            if close and (*path[:-1], close[0]) in missing:
+                fix = f"rename it to {close[0]!r}, a required key that is missing."
             if keys:
                 fix += f" Allowed keys here: {', '.join(keys)}"
             out.append(Problem(path, "unknown-key", f"unknown key {key!r}", fix))

@@ -120,8 +120,7 @@ def normalize_name(name: str) -> str:
     n = re.sub(r"-+", "-", n)
     n = re.sub(r"-MIG-.*$", "", n)
     n = re.sub(r"-SHARED$", "", n)
-    n = re.sub(r"^(NVIDIA-|TESLA-)", "", n)
-    return n
+    return re.sub(r"^(NVIDIA-|TESLA-)", "", n)
 
 
 class UnknownModel(LookupError):
@@ -173,7 +172,14 @@ class Catalog:
 
     def suggest(self, name: str, n: int = 3) -> tuple[str, ...]:
         key = normalize_name(name)
-        close = difflib.get_close_matches(key, list(self._index), n=n * 2, cutoff=0.5)
+        scored = sorted(
+            ((difflib.SequenceMatcher(None, key, k).ratio(), k) for k in self._index),
+            key=lambda t: (-t[0], t[1]),
+        )
+        # Only names about as close as the best one: a typo of one model should not
+        # drag in every other model that shares its suffix.
+        best = scored[0][0] if scored else 0.0
+        close = [k for r, k in scored if r >= max(0.5, best - 0.05)]
         ids: list[str] = []
         for c in close:
             for mid in self._index[c]:

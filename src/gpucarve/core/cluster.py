@@ -79,13 +79,17 @@ class ClusterState:
     nodes: tuple[Node, ...]
     slices: Mapping[str, Slice]
     allocations: Mapping[str, Allocation] = field(default_factory=lambda: MappingProxyType({}))
+    _node_index: Mapping[str, Node] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_node_index", {n.name: n for n in self.nodes})
+
+    def node(self, name: str) -> Node:
+        return self._node_index[name]
 
     def gpu_of(self, slice_id: str) -> Gpu:
         s = self.slices[slice_id]
-        for n in self.nodes:
-            if n.name == s.node:
-                return n.gpus[s.gpu]
-        raise KeyError(slice_id)
+        return self._node_index[s.node].gpus[s.gpu]
 
     def gpus(self) -> Iterator[Gpu]:
         for n in self.nodes:
@@ -127,7 +131,11 @@ class ClusterState:
         if s.kind in (SliceKind.WHOLE, SliceKind.MIG) and mem > s.memory_mib:
             raise AllocationError(f"{slice_id} has {s.memory_mib} MiB, {mem} asked")
         gpu = self.gpu_of(slice_id)
-        if self.gpu_memory_promised(gpu) + mem > gpu.memory_mib:
+        # Whole GPUs and MIG instances own their memory; only replicas share one GPU's memory,
+        # so only they can oversubscribe it.
+        if s.kind in (SliceKind.TIME_SLICE, SliceKind.MPS) and (
+            self.gpu_memory_promised(gpu) + mem > gpu.memory_mib
+        ):
             raise AllocationError(
                 f"{gpu.id} would promise {self.gpu_memory_promised(gpu) + mem} MiB of "
                 f"{gpu.memory_mib} MiB"
@@ -155,7 +163,7 @@ class ClusterState:
                     out.append(f"slice {sid} belongs to two GPUs")
                 seen.add(sid)
             promised = self.gpu_memory_promised(gpu)
-            if promised > gpu.memory_mib:
+            if not gpu.mig_layout and promised > gpu.memory_mib:
                 out.append(f"{gpu.id}: {promised} MiB promised of {gpu.memory_mib} MiB")
             if gpu.mig_layout:
                 model_slices = [self.slices[s] for s in gpu.slice_ids]
@@ -179,7 +187,9 @@ def _node_labels(pool: Pool, policy: Policy, index: int) -> tuple[tuple[str, str
     elif pool.sharing is not SharingMode.EXCLUSIVE:
         labels["nvidia.com/gpu.sharing-strategy"] = str(pool.sharing)
     if pool.topology.nodes_per_rack:
-        labels[policy.topology_keys.rack] = f"{pool.name}-rack{index // pool.topology.nodes_per_rack}"
+        labels[policy.topology_keys.rack] = (
+            f"{pool.name}-rack{index // pool.topology.nodes_per_rack}"
+        )
     if pool.topology.nodes_per_nvlink_domain:
         domain = index // pool.topology.nodes_per_nvlink_domain
         labels[policy.topology_keys.nvlink_domain] = f"{pool.name}-nvl{domain}"
@@ -242,7 +252,14 @@ def build_cluster(policy: Policy) -> ClusterState:
                 for s in gpu_slices:
                     slices[s.id] = s
                 gpus.append(
-                    Gpu(name, g, pool.model.id, pool.model.memory_mib, layout, tuple(s.id for s in gpu_slices))
+                    Gpu(
+                        name,
+                        g,
+                        pool.model.id,
+                        pool.model.memory_mib,
+                        layout,
+                        tuple(s.id for s in gpu_slices),
+                    )
                 )
             nodes.append(
                 Node(

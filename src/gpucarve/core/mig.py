@@ -203,7 +203,7 @@ def _neg(opt: tuple[Instance, ...]) -> tuple[int, ...]:
 def _room_left(geom: MigGeometry, instances: Sequence[Instance]) -> int:
     """Compute slices of the free candidate placements: a proxy for future flexibility."""
     used = occupancy(geom, instances)
-    comp = sum(_profile(geom, i.profile).compute_slices for i in instances)
+    comp = sum(profile_of(geom, i.profile).compute_slices for i in instances)
     room = 0
     for p in geom.profiles:
         if p.media_extensions or p.compute_slices > geom.compute_slices - comp:
@@ -212,19 +212,20 @@ def _room_left(geom: MigGeometry, instances: Sequence[Instance]) -> int:
     return room
 
 
-def _profile(geom: MigGeometry, name: str) -> MigProfile:
+def profile_of(geom: MigGeometry, name: str) -> MigProfile:
+    """The named profile of a geometry; the name must exist (checked by the caller)."""
     p = geom.profile(name)
     assert p is not None, name
     return p
 
 
 def _geometry_reason(geom: MigGeometry, total: Counts, occupied: Sequence[Instance]) -> str:
-    mem = sum(_profile(geom, n).memory_slices * c for n, c in total.items())
+    mem = sum(profile_of(geom, n).memory_slices * c for n, c in total.items())
     starts = "; ".join(
         f"{n} can start only at memory slice{'s' if len(p.starts) > 1 else ''} "
         f"{', '.join(map(str, p.starts))} and takes {p.memory_slices}"
         for n, _ in layout_key(geom, total)
-        if (p := _profile(geom, n))
+        if (p := profile_of(geom, n))
     )
     where = ""
     if occupied:
@@ -238,7 +239,7 @@ def _geometry_reason(geom: MigGeometry, total: Counts, occupied: Sequence[Instan
 def occupancy(geom: MigGeometry, instances: Sequence[Instance]) -> int:
     used = 0
     for inst in instances:
-        used |= _mask(_profile(geom, inst.profile), inst.start)
+        used |= _mask(profile_of(geom, inst.profile), inst.start)
     return used
 
 
@@ -260,7 +261,9 @@ def placement_problems(geom: MigGeometry, instances: Sequence[Instance]) -> list
         known.append(inst)
     ordered = sorted(known)
     for a, b in itertools.combinations(ordered, 2):
-        if _mask(_profile(geom, a.profile), a.start) & _mask(_profile(geom, b.profile), b.start):
+        if _mask(profile_of(geom, a.profile), a.start) & _mask(
+            profile_of(geom, b.profile), b.start
+        ):
             reasons.append(f"{a.describe()} and {b.describe()} overlap on the memory slices")
     reasons.extend(count_problems(geom, Counter(i.profile for i in known)))
     return reasons
@@ -272,8 +275,8 @@ def fitting_profiles(
     """Profiles that can still be created beside running instances, with their free starts."""
     used = occupancy(geom, occupied)
     counts = Counter(i.profile for i in occupied)
-    comp = sum(_profile(geom, i.profile).compute_slices for i in occupied)
-    has_media = any(_profile(geom, i.profile).media_extensions for i in occupied)
+    comp = sum(profile_of(geom, i.profile).compute_slices for i in occupied)
+    has_media = any(profile_of(geom, i.profile).media_extensions for i in occupied)
     out: dict[str, tuple[int, ...]] = {}
     for p in geom.profiles:
         if p.media_extensions and (has_media or not media):
@@ -351,8 +354,8 @@ def closest_layouts(geom: MigGeometry, counts: Counts, n: int = 3) -> tuple[Layo
     def rank(key: LayoutKey) -> tuple[int, int, int, int, tuple[tuple[int, int], ...]]:
         have = Counter(dict(key))
         kept = want & have
-        kept_comp = sum(_profile(geom, k).compute_slices * c for k, c in kept.items())
-        kept_mem = sum(_profile(geom, k).memory_slices * c for k, c in kept.items())
+        kept_comp = sum(profile_of(geom, k).compute_slices * c for k, c in kept.items())
+        kept_mem = sum(profile_of(geom, k).memory_slices * c for k, c in kept.items())
         removed = sum((want - have).values())
         added = sum((have - want).values())
         return (-kept_comp, -kept_mem, removed, added, _sort_key(key, profile_order(geom)))

@@ -1,0 +1,42 @@
+# gpucarve developer entry points. Everything installs into .venv on first use, so the two
+# quick-start commands work on a machine that has only python3 (>= 3.11) and make.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+EXAMPLE ?= examples/three-teams.yaml
+
+.PHONY: demo test lint typecheck layers unit venv clean
+
+$(STAMP): pyproject.toml
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(STAMP)
+
+## The main job: validate the example policy and print the cluster it describes.
+demo: $(STAMP)
+	$(BIN)/gpucarve validate $(EXAMPLE)
+	$(BIN)/gpucarve cluster summary $(EXAMPLE)
+
+## The whole test suite: lint, format, types, layering, then every test.
+test: lint typecheck layers unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests tools
+	$(BIN)/ruff format --check src tests tools
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+layers: $(STAMP)
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache

@@ -1,0 +1,3 @@
+from gpucarve.cli.main import run
+
+run()

@@ -1,0 +1,212 @@
+"""The commands as a user runs them: output, exit codes, and no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpucarve.cli.main import app
+from gpucarve.config.catalog_file import packaged_catalog
+from gpucarve.core import mig
+from tests.paths import EXAMPLES
+
+runner = CliRunner()
+THREE = str(EXAMPLES / "three-teams.yaml")
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, list(args))
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_mig_check_three_3g_1g_on_h100_explains_memory_slices() -> None:
+    code, out, _ = run("mig", "check", "H100-SXM5-80GB", "3g.40gb", "3g.40gb", "1g.10gb")
+    assert code == 1
+    assert "invalid" in out
+    assert "needs 9 memory slices but the GPU has 8" in out
+    assert "3g.40gb takes 4 memory slices (×2 = 8)" in out
+    assert "closest valid layouts" in out and "2×3g.40gb" in out
+
+
+def test_mig_check_valid_prints_placement() -> None:
+    code, out, _ = run("mig", "check", "A100-80GB", "3g.40gb", "2x2g.20gb")
+    assert code == 0
+    assert "3g.40gb at start 4 (memory slices 4-7)" in out
+    assert "2g.20gb at start 0 (memory slices 0-1)" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["mig", "check", "A100-80GB", "3g.20gb"], "no MIG profile '3g.20gb'"),
+        (["mig", "check", "L40S", "1g.10gb"], "does not support MIG"),
+        (["mig", "check", "H100", "1g.10gb"], "could mean"),
+        (["mig", "layouts", "H10"], "unknown GPU model"),
+        (["mig", "layouts", "T4"], "does not support MIG"),
+    ],
+)
+def test_mig_bad_arguments_exit_2(args: list[str], needle: str) -> None:
+    code, _, err = run(*args)
+    assert code == 2
+    assert needle in err
+
+
+def test_mig_layouts_count_equals_brute_force() -> None:
+    from tests.unit.core.test_mig import _brute_force_layouts
+
+    g = packaged_catalog().get("A100-80GB").mig
+    assert g is not None
+    code, out, _ = run("mig", "layouts", "A100-80GB", "--count")
+    assert code == 0
+    assert int(out.strip()) == len(_brute_force_layouts(g, media=False))
+    code, out_media, _ = run("mig", "layouts", "A100-80GB", "--count", "--media")
+    assert int(out_media.strip()) == len(_brute_force_layouts(g, media=True)) > int(out.strip())
+    code, out_max, _ = run("mig", "layouts", "A100-80GB", "--count", "--maximal")
+    assert int(out_max.strip()) == len(mig.maximal_layouts(g))
+
+
+def test_mig_layouts_table() -> None:
+    code, out, _ = run("mig", "layouts", "NVIDIA-A100-SXM4-80GB", "--maximal")
+    assert code == 0
+    assert "7g.80gb" in out and "3g.40gb@4" in out and "maximal MIG layouts" in out
+    assert "+me" not in out
+
+
+def test_validate_example_ok() -> None:
+    code, out, _ = run("validate", THREE)
+    assert code == 0
+    assert "valid policy 'three-teams': 3 pools, 54 GPUs, 5 flavors, 3 queues" in out
+
+
+def test_every_invalid_example_exits_2_naming_the_field() -> None:
+    for path in sorted((EXAMPLES / "invalid").glob("*.yaml")):
+        code, _, err = run("validate", str(path))
+        assert code == 2, path
+        assert "error:" in err and "fix:" in err, path
+        assert "Traceback" not in err
+
+
+def test_validate_json_output() -> None:
+    code, out, _ = run(
+        "validate", "--format", "json", str(EXAMPLES / "invalid" / "case-study-layout.yaml")
+    )
+    assert code == 2
+    doc = json.loads(out)
+    (p,) = doc["problems"]
+    assert (p["code"], p["path"], p["line"], p["severity"]) == (
+        "mig-layout-invalid",
+        "pools[0].mig.layout",
+        16,
+        "error",
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (None, "no such file"),
+        (b"\xff\xfe\x00bad", "not UTF-8"),
+        (b"", "empty"),
+        (b"a: 1\n---\nb: 2\n", "2 YAML documents"),
+        (b"- just\n- a list\n", "expected a mapping"),
+    ],
+)
+def test_validate_bad_files(tmp_path: Path, content: bytes | None, needle: str) -> None:
+    f = tmp_path / "p.yaml"
+    if content is not None:
+        f.write_bytes(content)
+    code, _, err = run("validate", str(f))
+    assert code == 2
+    assert needle in err
+
+
+def test_validate_directory(tmp_path: Path) -> None:
+    code, _, err = run("validate", str(tmp_path))
+    assert code == 2 and "is a directory" in err
+
+
+def test_cluster_summary() -> None:
+    code, out, _ = run("cluster", "summary", THREE)
+    assert code == 0
+    for needle in (
+        "training",
+        "H100-SXM5-80GB",
+        "4 × 8 = 32",
+        "a100-mig-3g.40gb",
+        "time-slicing ×8",
+        "12/16",
+        "18 nodes, 54 GPUs, 144 slices",
+        "$/hour",
+    ):
+        assert needle in out, needle
+
+
+def test_cluster_summary_of_invalid_policy_exits_2() -> None:
+    code, _, err = run("cluster", "summary", str(EXAMPLES / "invalid" / "case-study-layout.yaml"))
+    assert code == 2 and "mig-layout-invalid" in err
+
+
+def test_policy_schema_is_json_schema() -> None:
+    code, out, _ = run("policy", "schema")
+    assert code == 0
+    schema = json.loads(out)
+    assert schema["title"] == "PolicySpec"
+    assert "pools" in schema["properties"]
+    assert schema["additionalProperties"] is False
+
+
+def test_schema_accepts_the_example() -> None:
+    import jsonschema
+    import yaml
+
+    _, out, _ = run("policy", "schema")
+    data = yaml.safe_load(Path(THREE).read_text())
+    jsonschema.validate(data, json.loads(out))
+
+
+def test_catalog_commands(tmp_path: Path) -> None:
+    code, out, _ = run("catalog", "list")
+    assert code == 0 and "H200-141GB" in out and "Tesla-T4" in out
+    code, out, _ = run("catalog", "show", "NVIDIA-H100-80GB-HBM3")
+    assert code == 0 and "1g.20gb" in out and "26" in out
+    custom = tmp_path / "c.yaml"
+    custom.write_text(
+        "apiVersion: gpucarve.io/v1alpha1\nkind: GpuCatalog\nmodels:\n"
+        "  - {id: T4, extends: T4, pricePerGpuHour: 0.35}\n"
+    )
+    code, out, _ = run("catalog", "show", "T4", "--catalog", str(custom))
+    assert code == 0 and "$0.35/GPU-hour" in out
+    custom.write_text(
+        "apiVersion: gpucarve.io/v1alpha1\nkind: GpuCatalog\n"
+        "models: [{id: T4, extends: T4, bogus: 1}]\n"
+    )
+    code, _, err = run("catalog", "list", "--catalog", str(custom))
+    assert code == 2 and "unknown key 'bogus'" in err
+
+
+def test_console_script_runs() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpucarve",
+            "mig",
+            "check",
+            "A100-80GB",
+            "3g.40gb",
+            "3g.40gb",
+            "1g.10gb",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "memory slices" in proc.stdout
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,90 @@
+"""The core stays pure: it imports only an allow-list of standard-library modules and other
+core modules. No clock, randomness, UUIDs, file system, network, Kubernetes or YAML."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+CORE = Path(__file__).resolve().parents[2] / "src" / "gpucarve" / "core"
+
+ALLOWED = {
+    "__future__",
+    "abc",
+    "bisect",
+    "collections",
+    "collections.abc",
+    "dataclasses",
+    "difflib",
+    "enum",
+    "fractions",
+    "functools",
+    "heapq",
+    "itertools",
+    "math",
+    "operator",
+    "re",
+    "types",
+    "typing",
+}
+FORBIDDEN_EXAMPLES = {
+    "time",
+    "random",
+    "uuid",
+    "os",
+    "pathlib",
+    "socket",
+    "asyncio",
+    "datetime",
+    "kubernetes",
+    "prometheus_client",
+    "yaml",
+    "io",
+    "subprocess",
+    "threading",
+}
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                found.append((node.lineno, "gpucarve.core." + (node.module or "")))
+            else:
+                found.append((node.lineno, node.module or ""))
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") in (
+            "__import__",
+            "exec",
+            "eval",
+            "open",
+        ):
+            found.append((node.lineno, f"<call {node.func.id}>"))  # type: ignore[attr-defined]
+    return found
+
+
+CORE_FILES = sorted(CORE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", CORE_FILES, ids=[p.name for p in CORE_FILES])
+def test_core_module_imports_only_pure_modules(path: Path) -> None:
+    bad = [
+        f"{path.name}:{line} imports {mod}"
+        for line, mod in imports(path)
+        if not (mod in ALLOWED or mod == "gpucarve.core" or mod.startswith("gpucarve.core."))
+    ]
+    assert bad == []
+
+
+def test_the_check_catches_a_forbidden_import(tmp_path: Path) -> None:
+    sample = tmp_path / "x.py"
+    sample.write_text("import time\nfrom random import choice\nfrom gpucarve.config import x\n")
+    mods = {m for _, m in imports(sample)}
+    assert {"time", "random", "gpucarve.config"} <= mods
+    assert not (mods & ALLOWED)
+    assert FORBIDDEN_EXAMPLES.isdisjoint(ALLOWED)

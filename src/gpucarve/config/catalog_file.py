@@ -7,6 +7,7 @@ names, so a platform team can set its negotiated price without restating MIG geo
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 import re
 from collections.abc import Sequence
 from functools import lru_cache
@@ -227,7 +228,11 @@ def load_catalog(extra_files: Sequence[str | FsPath] = ()) -> Catalog:
     raw = dict(raw)
     for f in extra_files:
         doc = read_yaml(f)
-        parsed = _parse(doc, raw)
+        try:
+            parsed = _parse(doc, raw)
+        except InvalidInput as exc:
+            lines = [replace(p, line=doc.line_of(p.path)) for p in exc.problems]
+            raise InvalidInput(exc.source, lines) from None
         catalog = catalog.merged(model for _, model in parsed)
         raw.update({model.id: entry for entry, model in parsed})
     return catalog

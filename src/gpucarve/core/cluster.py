@@ -180,12 +180,15 @@ def _node_labels(pool: Pool, policy: Policy, index: int) -> tuple[tuple[str, str
     labels["nvidia.com/gpu.product"] = m.gfd_products[0] if m.gfd_products else m.id
     labels["nvidia.com/gpu.count"] = str(pool.gpus_per_node)
     labels["nvidia.com/gpu.memory"] = str(m.memory_mib)
-    labels["nvidia.com/gpu.replicas"] = str(pool.replicas)
     labels["gpucarve.io/pool"] = pool.name
     if pool.sharing is SharingMode.MIG:
+        # GFD writes no sharing replicas for MIG-enabled parent GPUs.
         labels["nvidia.com/mig.strategy"] = "mixed"
-    elif pool.sharing is not SharingMode.EXCLUSIVE:
-        labels["nvidia.com/gpu.sharing-strategy"] = str(pool.sharing)
+    else:
+        labels["nvidia.com/gpu.replicas"] = str(pool.replicas)
+        labels["nvidia.com/gpu.sharing-strategy"] = (
+            "none" if pool.sharing is SharingMode.EXCLUSIVE else str(pool.sharing)
+        )
     if pool.topology.nodes_per_rack:
         labels[policy.topology_keys.rack] = (
             f"{pool.name}-rack{index // pool.topology.nodes_per_rack}"

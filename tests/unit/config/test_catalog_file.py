@@ -74,3 +74,10 @@ def test_wrong_kind_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput) as exc:
         load_catalog([f])
     assert exc.value.problems[0].location == "kind"
+
+
+def test_catalog_errors_carry_line_numbers(tmp_path: Path) -> None:
+    f = write(tmp_path, HEAD + "  - id: T4\n    extends: T4\n    smCount: lots\n")
+    with pytest.raises(InvalidInput) as exc:
+        load_catalog([f])
+    assert exc.value.problems[0].line == 6

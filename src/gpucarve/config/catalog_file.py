@@ -7,9 +7,9 @@ names, so a platform team can set its negotiated price without restating MIG geo
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path as FsPath

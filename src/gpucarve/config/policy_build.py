@@ -27,7 +27,10 @@ from gpucarve.core.policy import (
     Pool,
     PriorityClass,
     Queue,
+    QueueingStrategy,
     Quota,
+    SchedulingConfig,
+    ScoringWeights,
     TopologyKeys,
 )
 from gpucarve.core.problems import InvalidInput, Path, Problem, Severity, errors
@@ -277,8 +280,21 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
             for c in spec.priorityClasses
         ),
         topology_keys=TopologyKeys(spec.topologyKeys.rack, spec.topologyKeys.nvlinkDomain),
+        scheduling=_scheduling(spec),
     )
     return LoadedPolicy(policy, tuple(problems))
+
+
+def _scheduling(spec: PolicySpec) -> SchedulingConfig:
+    s = spec.scheduling
+    return SchedulingConfig(
+        queueing=QueueingStrategy(s.queueing),
+        max_head_wait_s=s.maxHeadWaitSeconds,
+        min_runtime_s=s.minRuntimeSeconds,
+        preemption=s.preemption,
+        scoring=ScoringWeights(s.scoring.binpack, s.scoring.spread, s.scoring.fragmentation),
+        candidates_per_pod=s.candidatesPerPod,
+    )
 
 
 def _queue(q: QueueSpec) -> Queue:

@@ -128,6 +128,37 @@ class TopologyKeysSpec(_Strict):
     nvlinkDomain: str = "nvidia.com/gpu.clique"
 
 
+class ScoringSpec(_Strict):
+    binpack: int = Field(default=1, ge=0, le=100, description="Fill nodes and GPUs already in use.")
+    spread: int = Field(default=0, ge=0, le=100, description="Prefer the emptiest nodes.")
+    fragmentation: int = Field(
+        default=2,
+        ge=0,
+        le=100,
+        description="Prefer the choice that least reduces room for the common request shapes.",
+    )
+
+
+class SchedulingSpec(_Strict):
+    queueing: Literal["best-effort-fifo", "strict-fifo"] = Field(
+        default="best-effort-fifo",
+        description="best-effort-fifo: work behind a blocked head may go first until the head "
+        "has waited maxHeadWaitSeconds; strict-fifo: never.",
+    )
+    maxHeadWaitSeconds: int = Field(default=900, ge=0, le=7 * 86400)
+    minRuntimeSeconds: int = Field(
+        default=300,
+        ge=0,
+        le=7 * 86400,
+        description="No preemption before a workload ran this long.",
+    )
+    preemption: bool = Field(default=True, description="Allow reclaim and priority preemption.")
+    scoring: ScoringSpec = ScoringSpec()
+    candidatesPerPod: int = Field(
+        default=16, ge=1, le=10_000, description="Feasible nodes scored per pod (search bound)."
+    )
+
+
 class PolicySpec(_Strict):
     """A gpucarve policy: node pools, queues with quotas, cohorts and priority classes."""
 
@@ -139,6 +170,7 @@ class PolicySpec(_Strict):
     cohorts: list[CohortSpec] = []
     queues: list[QueueSpec] = []
     priorityClasses: list[PriorityClassSpec] = []
+    scheduling: SchedulingSpec = SchedulingSpec()
 
 
 def policy_json_schema() -> dict[str, object]:

@@ -207,6 +207,36 @@ class TopologyKeys:
     nvlink_domain: str
 
 
+class QueueingStrategy(StrEnum):
+    """What a queue does when its head cannot be admitted.
+
+    BEST_EFFORT_FIFO admits work behind a blocked head until the head has waited
+    `max_head_wait_s`; from then on the head holds its queue (strict) and the capacity it needs
+    (no newer, same-or-lower priority work may take it) until it is admitted. STRICT_FIFO holds
+    the queue at once.
+    """
+
+    BEST_EFFORT_FIFO = "best-effort-fifo"
+    STRICT_FIFO = "strict-fifo"
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringWeights:
+    binpack: int = 1
+    spread: int = 0
+    fragmentation: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingConfig:
+    queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    max_head_wait_s: int = 900
+    min_runtime_s: int = 300
+    preemption: bool = True
+    scoring: ScoringWeights = ScoringWeights()
+    candidates_per_pod: int = 16
+
+
 @dataclass(frozen=True)
 class Policy:
     name: str
@@ -218,6 +248,7 @@ class Policy:
     cohorts: tuple[Cohort, ...]
     priority_classes: tuple[PriorityClass, ...]
     topology_keys: TopologyKeys
+    scheduling: SchedulingConfig = SchedulingConfig()
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:

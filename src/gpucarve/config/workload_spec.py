@@ -1,0 +1,428 @@
+"""Workload documents (YAML, JSON, trace rows) to validated `Workload`s.
+
+The document mirrors what a Kubernetes user writes: per pod set a count and minimum, resource
+requests and limits with the device plugin's names, gpucarve's fraction annotations, a node
+selector, required affinity expressions and tolerations. Errors carry the same path / code /
+message / fix as the policy's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpucarve.config.pydantic_errors import problems_from
+from gpucarve.core.policy import Policy
+from gpucarve.core.problems import InvalidInput, Path, Problem
+from gpucarve.core.quantity import QuantityError, cpu_milli, memory_mib, whole_count
+from gpucarve.core.requests import candidate_flavors, gpu_memory_of, slices_per_pod
+from gpucarve.core.workload import (
+    FRACTION_ANNOTATION,
+    KUEUE_QUEUE_LABEL,
+    MEMORY_ANNOTATION,
+    QUEUE_LABEL,
+    GpuKind,
+    GpuRequest,
+    LabelRequirement,
+    Operator,
+    PodSet,
+    Toleration,
+    TopologyMode,
+    Workload,
+)
+
+_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ResourcesSpec(_Strict):
+    requests: dict[str, str | int] = {}
+    limits: dict[str, str | int] = {}
+
+
+class RequirementSpec(_Strict):
+    key: str = Field(min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = []
+
+
+class TolerationSpec(_Strict):
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+
+class PodSetSpec(_Strict):
+    name: str = Field(default="main", pattern=_NAME, max_length=63)
+    count: int = Field(default=1, ge=1, le=100_000)
+    minCount: int | None = Field(default=None, ge=1)
+    resources: ResourcesSpec = ResourcesSpec()
+    annotations: dict[str, str] = {}
+    nodeSelector: dict[str, str] = {}
+    affinity: list[RequirementSpec] = []
+    tolerations: list[TolerationSpec] = []
+
+
+class WorkloadSpec(_Strict):
+    name: str = Field(pattern=_NAME, max_length=253)
+    namespace: str = Field(pattern=_NAME, max_length=63)
+    queue: str | None = None
+    labels: dict[str, str] = {}
+    priorityClass: str | None = None
+    submitTime: int = Field(default=0, ge=0)
+    duration: int | None = Field(default=None, ge=1)
+    topology: Literal["none", "node", "nvlink", "rack"] = "none"
+    podSets: list[PodSetSpec] = Field(min_length=1, max_length=8)
+
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
+MIG_PREFIX = "nvidia.com/mig-"
+
+
+def _resource_to_request(name: str, count: int) -> GpuRequest:
+    if name == GPU_RESOURCE:
+        return GpuRequest(GpuKind.WHOLE, count)
+    if name == SHARED_RESOURCE:
+        return GpuRequest(GpuKind.SHARED, count)
+    profile = name.removeprefix(MIG_PREFIX)
+    # The device plugin writes `+me` as `.me` in resource names.
+    if profile.endswith(".me"):
+        profile = profile[: -len(".me")] + "+me"
+    return GpuRequest(GpuKind.MIG, count, profile=profile)
+
+
+def _gpu_request(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[GpuRequest, list[Problem]]:
+    problems: list[Problem] = []
+    rpath = (*path, "resources")
+    names = sorted(
+        {k for k in (*ps.resources.requests, *ps.resources.limits) if k.startswith("nvidia.com/")}
+    )
+    requests: list[GpuRequest] = []
+    for name in names:
+        if name not in (GPU_RESOURCE, SHARED_RESOURCE) and not name.startswith(MIG_PREFIX):
+            problems.append(
+                Problem(
+                    (*rpath, "limits", name),
+                    "unknown-resource",
+                    f"{name!r} is not a resource gpucarve schedules",
+                    f"use {GPU_RESOURCE}, {SHARED_RESOURCE} or {MIG_PREFIX}<profile>",
+                )
+            )
+            continue
+        req, lim = ps.resources.requests.get(name), ps.resources.limits.get(name)
+        if lim is None:
+            problems.append(
+                Problem(
+                    (*rpath, "requests", name),
+                    "request-without-limit",
+                    f"{name} has a request but no limit; Kubernetes needs a limit for GPUs",
+                    f"add `limits: {{{name}: {req}}}` (a limit alone is enough)",
+                )
+            )
+            continue
+        try:
+            lim_n = whole_count(lim)
+            req_n = lim_n if req is None else whole_count(req)
+        except QuantityError as exc:
+            problems.append(
+                Problem((*rpath, "limits", name), "bad-quantity", str(exc), "use 1, 2, 4…")
+            )
+            continue
+        if req_n != lim_n:
+            problems.append(
+                Problem(
+                    (*rpath, "requests", name),
+                    "request-not-limit",
+                    f"{name}: request {req_n} ≠ limit {lim_n}; GPUs cannot be overcommitted",
+                    f"set both to the same value, e.g. {lim_n}",
+                )
+            )
+            continue
+        if lim_n == 0:
+            continue
+        requests.append(_resource_to_request(name, lim_n))
+    frac_raw = ps.annotations.get(FRACTION_ANNOTATION)
+    mem_raw = ps.annotations.get(MEMORY_ANNOTATION)
+    if frac_raw is not None or mem_raw is not None:
+        milli, mem = 0, 0
+        apath = (*path, "annotations")
+        if frac_raw is not None:
+            if not frac_raw.isdigit() or not 1 <= int(frac_raw) <= 1000:
+                problems.append(
+                    Problem(
+                        (*apath, FRACTION_ANNOTATION),
+                        "bad-fraction",
+                        f"{FRACTION_ANNOTATION} is {frac_raw!r}: it is in milli-GPU, 1..1000",
+                        'write e.g. "500" for half a GPU (whole GPUs: request nvidia.com/gpu)',
+                    )
+                )
+            else:
+                milli = int(frac_raw)
+        if mem_raw is not None:
+            if not mem_raw.isdigit() or int(mem_raw) < 1:
+                problems.append(
+                    Problem(
+                        (*apath, MEMORY_ANNOTATION),
+                        "bad-gpu-memory",
+                        f"{MEMORY_ANNOTATION} is {mem_raw!r}: it is a positive number of MiB",
+                        'write e.g. "20480" for 20 GiB',
+                    )
+                )
+            else:
+                mem = int(mem_raw)
+                largest = max((p.model.memory_mib for p in policy.pools), default=0)
+                if mem > largest:
+                    problems.append(
+                        Problem(
+                            (*apath, MEMORY_ANNOTATION),
+                            "gpu-memory-too-large",
+                            f"{mem} MiB is more than any GPU of the policy has ({largest} MiB)",
+                            "ask for less, or whole GPUs",
+                        )
+                    )
+        if requests:
+            problems.append(
+                Problem(
+                    apath,
+                    "fraction-with-gpu",
+                    "a fractional request cannot be combined with nvidia.com/* resources",
+                    "use either the gpucarve.io/gpu-* annotations or a GPU resource",
+                )
+            )
+        elif milli or mem:
+            requests.append(GpuRequest(GpuKind.FRACTION, 1, milli=milli, memory_mib=mem))
+    if len(requests) > 1:
+        problems.append(
+            Problem(
+                rpath,
+                "several-gpu-kinds",
+                "a pod asks for more than one kind of GPU resource: "
+                + ", ".join(r.describe() for r in requests),
+                "ask for one kind per pod set (split into pod sets)",
+            )
+        )
+    if problems:
+        return GpuRequest(), problems
+    return (requests[0] if requests else GpuRequest()), []
+
+
+def _queue_name(spec: WorkloadSpec, policy: Policy, path: Path) -> tuple[str | None, list[Problem]]:
+    explicit = spec.queue or spec.labels.get(QUEUE_LABEL) or spec.labels.get(KUEUE_QUEUE_LABEL)
+    names = [q.name for q in policy.queues]
+    if explicit is not None:
+        if explicit not in names:
+            return None, [
+                Problem(
+                    (*path, "queue"),
+                    "unknown-queue",
+                    f"queue {explicit!r} does not exist",
+                    f"use one of: {', '.join(names) or '(the policy has no queues)'}",
+                )
+            ]
+        return explicit, []
+    for q in policy.queues:
+        if spec.namespace in q.namespaces:
+            return q.name, []
+    return None, [
+        Problem(
+            (*path, "namespace"),
+            "no-queue",
+            f"namespace {spec.namespace!r} belongs to no queue and no queue is named",
+            f"set `queue:` or the {QUEUE_LABEL} label, or add the namespace to a queue",
+        )
+    ]
+
+
+def _priority(
+    spec: WorkloadSpec, policy: Policy, queue: str | None, path: Path
+) -> tuple[str, int, bool, list[Problem]]:
+    classes = {c.name: c for c in policy.priority_classes}
+    name = spec.priorityClass
+    if name is None:
+        default = next((c for c in policy.priority_classes if c.default), None)
+        if default is None:
+            return "", 0, True, []
+        name = default.name
+    cls = classes.get(name)
+    if cls is None:
+        return (
+            name,
+            0,
+            True,
+            [
+                Problem(
+                    (*path, "priorityClass"),
+                    "unknown-priority-class",
+                    f"priority class {name!r} is not defined",
+                    f"use one of: {', '.join(classes) or '(none defined)'}",
+                )
+            ],
+        )
+    allowed = policy.queue(queue).allowed_priority_classes if queue else ()
+    if allowed and name not in allowed:
+        return (
+            name,
+            cls.value,
+            cls.preemptible,
+            [
+                Problem(
+                    (*path, "priorityClass"),
+                    "priority-class-not-allowed",
+                    f"queue {queue} does not allow priority class {name!r}",
+                    f"use one of: {', '.join(allowed)}",
+                )
+            ],
+        )
+    return name, cls.value, cls.preemptible, []
+
+
+def _pod_set(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[PodSet | None, list[Problem]]:
+    gpu, problems = _gpu_request(ps, path, policy)
+    cpu = mem = 0
+    rpath = (*path, "resources", "requests")
+    try:
+        cpu = cpu_milli(ps.resources.requests.get("cpu", 0))
+    except QuantityError as exc:
+        problems.append(Problem((*rpath, "cpu"), "bad-quantity", str(exc), "write e.g. 4 or 500m"))
+    try:
+        mem = memory_mib(ps.resources.requests.get("memory", 0))
+    except QuantityError as exc:
+        problems.append(Problem((*rpath, "memory"), "bad-quantity", str(exc), "write e.g. 16Gi"))
+    if ps.minCount is not None and ps.minCount > ps.count:
+        problems.append(
+            Problem(
+                (*path, "minCount"),
+                "out-of-range",
+                f"minCount {ps.minCount} exceeds count {ps.count}",
+                f"use minCount ≤ {ps.count}",
+            )
+        )
+    if not problems and gpu.kind is not GpuKind.NONE and not candidate_flavors(policy, gpu):
+        problems.append(
+            Problem(
+                (*path, "resources"),
+                "no-flavor-serves",
+                f"no pool of the policy serves {gpu.describe()}",
+                "flavors: " + ", ".join(policy.flavors) if policy.flavors else "add a pool",
+            )
+        )
+    if problems:
+        return None, problems
+    return (
+        PodSet(
+            name=ps.name,
+            count=ps.count,
+            min_count=ps.minCount or ps.count,
+            gpu=gpu,
+            cpu_milli=cpu,
+            memory_mib=mem,
+            node_selector=tuple(sorted(ps.nodeSelector.items())),
+            affinity=tuple(
+                LabelRequirement(a.key, Operator(a.operator), tuple(a.values)) for a in ps.affinity
+            ),
+            tolerations=tuple(
+                Toleration(t.key, t.operator, t.value, t.effect) for t in ps.tolerations
+            ),
+        ),
+        [],
+    )
+
+
+def _max_per_workload(w: Workload, policy: Policy, path: Path) -> list[Problem]:
+    queue = policy.queue(w.queue)
+    limits = dict(queue.max_per_workload)
+    out: list[Problem] = []
+    for i, ps in enumerate(w.pod_sets):
+        flavors = [f for f in candidate_flavors(policy, ps.gpu) if queue.quota(f.name)]
+        if not flavors:
+            continue
+        need = {
+            f.name: slices_per_pod(ps.gpu, f, gpu_memory_of(policy, f)) * ps.min_count
+            for f in flavors
+        }
+        if all(f.name in limits and need[f.name] > limits[f.name] for f in flavors):
+            shown = ", ".join(f"{n} {need[n]} > {limits[n]}" for n in need)
+            out.append(
+                Problem(
+                    (*path, "podSets", i, "count"),
+                    "exceeds-max-per-workload",
+                    f"queue {queue.name} allows at most {shown} per workload",
+                    "split the workload or ask the platform team to raise maxPerWorkload",
+                )
+            )
+    return out
+
+
+def build_workload(
+    data: Any, policy: Policy, path: Path = ()
+) -> tuple[Workload | None, list[Problem]]:
+    try:
+        spec = WorkloadSpec.model_validate(data)
+    except ValidationError as exc:
+        return None, problems_from(exc, WorkloadSpec, path)
+    queue, problems = _queue_name(spec, policy, path)
+    cls, priority, preemptible, probs = _priority(spec, policy, queue, path)
+    problems += probs
+    pod_sets: list[PodSet] = []
+    names: set[str] = set()
+    for i, ps in enumerate(spec.podSets):
+        if ps.name in names:
+            problems.append(
+                Problem(
+                    (*path, "podSets", i, "name"),
+                    "duplicate-pod-set",
+                    f"pod set {ps.name!r} twice",
+                    "rename one",
+                )
+            )
+        names.add(ps.name)
+        built, probs = _pod_set(ps, (*path, "podSets", i), policy)
+        problems += probs
+        if built is not None:
+            pod_sets.append(built)
+    if problems or queue is None:
+        return None, problems
+    w = Workload(
+        id=f"{spec.namespace}/{spec.name}",
+        queue=queue,
+        priority_class=cls,
+        priority=priority,
+        preemptible=preemptible,
+        pod_sets=tuple(pod_sets),
+        submit_time=spec.submitTime,
+        topology=TopologyMode(spec.topology),
+        duration=spec.duration,
+    )
+    problems = _max_per_workload(w, policy, path)
+    return (None if problems else w), problems
+
+
+def build_workloads(
+    items: Sequence[Mapping[str, Any]], policy: Policy, source: str
+) -> list[Workload]:
+    """Build a list of workloads; raise `InvalidInput` with every problem if any is bad."""
+    out: list[Workload] = []
+    problems: list[Problem] = []
+    ids: set[str] = set()
+    for i, item in enumerate(items):
+        w, probs = build_workload(item, policy, (i,))
+        problems += probs
+        if w is not None:
+            if w.id in ids:
+                problems.append(
+                    Problem(
+                        (i, "name"), "duplicate-workload", f"workload {w.id} twice", "rename one"
+                    )
+                )
+            ids.add(w.id)
+            out.append(w)
+    if problems:
+        raise InvalidInput(source, problems)
+    return out

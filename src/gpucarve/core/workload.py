@@ -1,0 +1,161 @@
+"""Workloads: gangs of pods with GPU requests of every kind, and where they run.
+
+A workload is admitted and placed all-or-nothing up to each pod set's `min_count`. Requests
+use the names the NVIDIA device plugin advertises (`nvidia.com/gpu`, `nvidia.com/mig-<profile>`,
+`nvidia.com/gpu.shared`) plus gpucarve's fractional annotations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+FRACTION_ANNOTATION = "gpucarve.io/gpu-fraction"
+MEMORY_ANNOTATION = "gpucarve.io/gpu-memory"
+QUEUE_LABEL = "gpucarve.io/queue"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+class GpuKind(StrEnum):
+    NONE = "none"  # CPU-only pod
+    WHOLE = "whole"  # nvidia.com/gpu: n
+    MIG = "mig"  # nvidia.com/mig-<profile>: n
+    SHARED = "shared"  # nvidia.com/gpu.shared: n (time-slice or MPS replicas)
+    FRACTION = "fraction"  # gpucarve.io/gpu-fraction and/or gpu-memory annotations
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """What one pod asks of GPUs.
+
+    `count` is GPUs (whole), instances (MIG) or replicas (shared). A fraction asks for
+    `milli` thousandths of one GPU's compute and/or `memory_mib` of its memory.
+    """
+
+    kind: GpuKind = GpuKind.NONE
+    count: int = 0
+    profile: str | None = None
+    milli: int = 0
+    memory_mib: int = 0
+
+    def describe(self) -> str:
+        if self.kind is GpuKind.WHOLE:
+            return f"{self.count} GPU{'s' if self.count != 1 else ''}"
+        if self.kind is GpuKind.MIG:
+            return f"{self.count} × {self.profile}"
+        if self.kind is GpuKind.SHARED:
+            return f"{self.count} shared replica{'s' if self.count != 1 else ''}"
+        if self.kind is GpuKind.FRACTION:
+            parts = []
+            if self.milli:
+                parts.append(f"{self.milli / 1000:g} GPU")
+            if self.memory_mib:
+                parts.append(f"{self.memory_mib} MiB")
+            return "fraction " + " + ".join(parts)
+        return "no GPU"
+
+
+class Operator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRequirement:
+    """One expression of a required node affinity term (all expressions must hold)."""
+
+    key: str
+    operator: Operator
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        value = labels.get(self.key)
+        if self.operator is Operator.IN:
+            return value is not None and value in self.values
+        if self.operator is Operator.NOT_IN:
+            return value is None or value not in self.values
+        if self.operator is Operator.EXISTS:
+            return value is not None
+        return value is None
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""  # empty with operator Exists tolerates every taint
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty tolerates every effect
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        if self.effect and self.effect != effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == key
+        return self.key == key and self.value == value
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    name: str
+    count: int
+    min_count: int
+    gpu: GpuRequest
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity: tuple[LabelRequirement, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+class TopologyMode(StrEnum):
+    NONE = "none"
+    NODE = "node"  # every pod of the workload on one node
+    NVLINK = "nvlink"  # in one NVLink domain
+    RACK = "rack"  # in one rack
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A gang. `id` is `<namespace>/<name>`; times are integer seconds on the injected clock."""
+
+    id: str
+    queue: str
+    priority_class: str
+    priority: int
+    preemptible: bool
+    pod_sets: tuple[PodSet, ...]
+    submit_time: int = 0
+    topology: TopologyMode = TopologyMode.NONE
+    duration: int | None = None  # for the simulator: seconds of work once running
+
+    @property
+    def pods(self) -> int:
+        return sum(ps.count for ps in self.pod_sets)
+
+    def pod_id(self, pod_set: str, index: int) -> str:
+        return f"{self.id}/{pod_set}-{index}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodAssignment:
+    """Where one pod runs: its node and the slices it holds (several for a multi-GPU pod or
+    for a fraction that takes several replicas of one GPU)."""
+
+    pod: str
+    pod_set: str
+    node: str
+    slice_ids: tuple[str, ...]
+    flavor: str | None
+    # Memory promised on a shared GPU (declared by a fractional request); 0 otherwise.
+    shared_memory_mib: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunningWorkload:
+    workload: Workload
+    pods: tuple[PodAssignment, ...]
+    start_time: int
+    # Set while eviction is in progress: its resources are still held, it is no candidate.
+    terminating: bool = False

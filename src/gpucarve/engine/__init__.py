@@ -1,0 +1,24 @@
+"""The scheduling engine: one pure, deterministic cycle shared by the simulator and the
+Kubernetes scheduler."""
+
+from gpucarve.engine.cycle import run_cycle
+from gpucarve.engine.decisions import (
+    Admission,
+    Cause,
+    CycleResult,
+    Eviction,
+    Pending,
+    PendingReason,
+    Stage,
+)
+
+__all__ = [
+    "Admission",
+    "Cause",
+    "CycleResult",
+    "Eviction",
+    "Pending",
+    "PendingReason",
+    "Stage",
+    "run_cycle",
+]

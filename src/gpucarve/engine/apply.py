@@ -1,0 +1,64 @@
+"""Apply a cycle's decisions to a snapshot, as a driver that acts at once would.
+
+The simulator uses this to advance; tests use it to build clusters with running work. Evicted
+workloads return to pending (keeping their submit time) unless `requeue` is false; victims are
+released before the admissions that waited for them take their slices.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from gpucarve.core.cluster import Allocation, ClusterState
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import RunningWorkload, Workload
+from gpucarve.engine.decisions import CycleResult
+
+
+def apply(snapshot: Snapshot, result: CycleResult, requeue: bool = True) -> Snapshot:
+    cluster = snapshot.cluster
+    allocations = dict(cluster.allocations)
+    running = {rw.workload.id: rw for rw in snapshot.running}
+    pending = {w.id: w for w in snapshot.pending}
+    evicted: list[Workload] = []
+    for ev in result.evictions:
+        rw = running.pop(ev.workload)
+        for pod in rw.pods:
+            for sid in pod.slice_ids:
+                del allocations[sid]
+        evicted.append(rw.workload)
+    for adm in result.admissions:
+        w = pending.pop(adm.workload)
+        for pod in adm.pods:
+            for i, sid in enumerate(pod.slice_ids):
+                s = cluster.slices[sid]
+                assert sid not in allocations, f"{sid} allocated twice"
+                mem = s.memory_mib
+                if pod.shared_memory_mib:
+                    # A pod's replicas share one GPU: its declared memory is booked once, on
+                    # the first replica, so the GPU's total stays exact.
+                    mem = pod.shared_memory_mib if i == 0 else 0
+                allocations[sid] = Allocation(sid, pod.pod, s.compute_milli, mem)
+        running[w.id] = RunningWorkload(w, adm.pods, result.now)
+    if requeue:
+        for w in evicted:
+            pending[w.id] = w
+    new_cluster = ClusterState(cluster.nodes, cluster.slices, MappingProxyType(allocations))
+    return Snapshot(
+        snapshot.policy,
+        new_cluster,
+        tuple(running[k] for k in sorted(running)),
+        tuple(pending[k] for k in sorted(pending)),
+    )
+
+
+def finish(snapshot: Snapshot, workload_id: str) -> Snapshot:
+    """The snapshot after a running workload completed and released its slices."""
+    rw = next(r for r in snapshot.running if r.workload.id == workload_id)
+    owners = {p.pod for p in rw.pods}
+    allocations = {k: a for k, a in snapshot.cluster.allocations.items() if a.owner not in owners}
+    cluster = ClusterState(
+        snapshot.cluster.nodes, snapshot.cluster.slices, MappingProxyType(allocations)
+    )
+    running = tuple(r for r in snapshot.running if r.workload.id != workload_id)
+    return Snapshot(snapshot.policy, cluster, running, snapshot.pending)

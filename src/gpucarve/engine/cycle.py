@@ -1,0 +1,384 @@
+"""One scheduling cycle: `run_cycle(snapshot, now) -> CycleResult`.
+
+Pure and deterministic: no I/O, no clock (``now`` is given), no randomness; the same snapshot
+and ``now`` give the same result. The simulator and the Kubernetes scheduler both call it.
+
+The steps, for each pending workload in order:
+
+1. Order. Queues take turns by fair share (the dominant share of what they borrow over their
+   weight, lowest first); inside a queue by priority, then submit time.
+2. Validate against the queue: a flavor it has quota for must serve every pod set.
+3. Allocate: for each flavor choice, check quota (nominal, then borrowing through the cohort),
+   then place the whole gang on the working state under a checkpoint; commit or roll back.
+4. Reclaim: if the queue stays within nominal but its cohort lent the room out, evict
+   borrowed workloads of other queues.
+5. Preempt: evict lower-priority workloads of the same queue.
+6. Otherwise the workload stays pending with the reason of the stage that refused it.
+
+Queueing is best-effort FIFO with aging: a head that cannot be admitted lets work behind it
+through until it has waited ``scheduling.maxHeadWaitSeconds``; after that it holds its queue and
+the flavors it needs against newer or lower-priority work until it is admitted (strict FIFO
+holds at once). So a large head is not starved by small work, nor does it idle its queue
+forever.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpucarve.core.policy import Flavor, QueueingStrategy
+from gpucarve.core.requests import candidate_flavors, slices_per_pod
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import PodAssignment, Workload
+from gpucarve.engine.decisions import (
+    Admission,
+    Cause,
+    CycleResult,
+    CycleStats,
+    Eviction,
+    Pending,
+    PendingReason,
+    Stage,
+)
+from gpucarve.engine.placement import Placer, shapes_from
+from gpucarve.engine.plugins import PodNeeds
+from gpucarve.engine.preemption import Preemptor
+from gpucarve.engine.quota import Quotas
+from gpucarve.engine.working import Working
+
+MAX_FLAVOR_COMBOS = 16
+
+Plan = list[tuple[PodNeeds, int, int]]
+
+
+@dataclass(slots=True)
+class _Outcome:
+    admitted: bool
+    reason: PendingReason | None = None
+    tried: tuple[PendingReason, ...] = ()
+
+
+def run_cycle(snapshot: Snapshot, now: int) -> CycleResult:
+    return _Cycle(snapshot, now).run()
+
+
+class _Cycle:
+    def __init__(self, snapshot: Snapshot, now: int) -> None:
+        self.snapshot = snapshot
+        self.policy = snapshot.policy
+        self.cfg = snapshot.policy.scheduling
+        self.now = now
+        self.ws = Working(snapshot)
+        self.quotas = Quotas(self.policy, self.ws.usage)
+        self.placer = Placer(self.ws, self.cfg.scoring, self.cfg.candidates_per_pod)
+        self.preemptor = Preemptor(self.ws, self.quotas, now, self.cfg.min_runtime_s)
+        self.admissions: list[Admission] = []
+        self.evictions: list[Eviction] = []
+        self.pending: list[Pending] = []
+        self.pods_placed = 0
+        # flavor -> the starving workload holding it
+        self.held: dict[str, Workload] = {}
+        # (plan signature) -> (release epoch, reason): a gang shape that did not fit keeps not
+        # fitting until something is given back.
+        self.no_room: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
+        self._flavor_cache: dict[tuple[str, int], list[list[Flavor]]] = {}
+        self.placer.shapes = self._shapes()
+
+    # ------------------------------------------------------------------ setup
+    def _flavors_for(self, w: Workload) -> list[list[Flavor]]:
+        key = (w.queue, id(w.pod_sets))
+        hit = self._flavor_cache.get(key)
+        if hit is None:
+            hit = [
+                [
+                    f
+                    for f in candidate_flavors(self.policy, ps.gpu)
+                    if self.quotas.has_quota(w.queue, f.name)
+                ]
+                for ps in w.pod_sets
+            ]
+            self._flavor_cache[key] = hit
+        return hit
+
+    def _slices(self, ps_gpu: object, f: Flavor) -> int:
+        return slices_per_pod(ps_gpu, f, self.ws.flavors[f.name].gpu_memory)  # type: ignore[arg-type]
+
+    def _shapes(self) -> dict[str, Counter[int]]:
+        seen: list[tuple[str, int, int]] = []
+        for w in self.snapshot.pending:
+            for ps, flavors in zip(w.pod_sets, self._flavors_for(w), strict=True):
+                for f in flavors:
+                    seen.append((f.name, self._slices(ps.gpu, f), ps.count))
+        for rw in self.snapshot.running:
+            for pod in rw.pods:
+                if pod.flavor is not None:
+                    seen.append((pod.flavor, len(pod.slice_ids), 1))
+        return shapes_from(seen)
+
+    # ------------------------------------------------------------------ ordering
+    def run(self) -> CycleResult:
+        by_queue: dict[str, deque[Workload]] = {}
+        for w in sorted(self.snapshot.pending, key=lambda w: (-w.priority, w.submit_time, w.id)):
+            by_queue.setdefault(w.queue, deque()).append(w)
+        heap: list[tuple[int, int, int, str]] = []
+        for name, items in by_queue.items():
+            heapq.heappush(heap, self._key(name, items[0]))
+        attempted = 0
+        while heap:
+            _, _, _, name = heapq.heappop(heap)
+            items = by_queue[name]
+            w = items.popleft()
+            attempted += 1
+            outcome = self._admit(w)
+            if not outcome.admitted:
+                assert outcome.reason is not None
+                self.pending.append(Pending(w.id, w.queue, outcome.reason, outcome.tried))
+                if self._holds_queue(w, outcome.reason):
+                    self._hold(w, outcome.reason, items)
+                    continue
+            if items:
+                heapq.heappush(heap, self._key(name, items[0]))
+        stats = CycleStats(
+            attempted=attempted,
+            admitted=len(self.admissions),
+            pods_placed=self.pods_placed,
+            evicted=len(self.evictions),
+            pending=len(self.pending),
+        )
+        return CycleResult(
+            self.now, tuple(self.admissions), tuple(self.evictions), tuple(self.pending), stats
+        )
+
+    def _key(self, queue: str, head: Workload) -> tuple[int, int, int, str]:
+        return (self.quotas.fair_share(queue), -head.priority, head.submit_time, queue)
+
+    def _holds_queue(self, w: Workload, reason: PendingReason) -> bool:
+        if reason.stage not in (Stage.QUOTA, Stage.PLACEMENT, Stage.PREEMPTION):
+            return False
+        if self.cfg.queueing is QueueingStrategy.STRICT_FIFO:
+            return True
+        return self.now - w.submit_time >= self.cfg.max_head_wait_s
+
+    def _hold(self, head: Workload, reason: PendingReason, rest: deque[Workload]) -> None:
+        waited = self.now - head.submit_time
+        if reason.stage is Stage.PLACEMENT:
+            for flavors in self._flavors_for(head):
+                for f in flavors:
+                    self.held.setdefault(f.name, head)
+        msg = f"behind {head.id}, which holds queue {head.queue} (waiting {waited}s)"
+        while rest:
+            w = rest.popleft()
+            self.pending.append(Pending(w.id, w.queue, PendingReason(Stage.QUEUEING, "fifo", msg)))
+
+    # ------------------------------------------------------------------ admission
+    def _admit(self, w: Workload) -> _Outcome:
+        per_set = self._flavors_for(w)
+        for ps, flavors in zip(w.pod_sets, per_set, strict=True):
+            if ps.gpu.kind.value != "none" and not flavors:
+                return _Outcome(
+                    False,
+                    PendingReason(
+                        Stage.VALIDATION,
+                        "flavor",
+                        f"queue {w.queue} has no quota for a flavor that serves "
+                        f"{ps.gpu.describe()} (pod set {ps.name})",
+                    ),
+                )
+        choices: list[list[Flavor | None]] = [list(f) if f else [None] for f in per_set]
+        combos = list(itertools.islice(itertools.product(*choices), MAX_FLAVOR_COMBOS))
+        tried: list[PendingReason] = []
+        for combo in combos:
+            plan, _, reason = self._plan(w, combo)
+            if reason is not None:
+                tried.append(reason)
+                continue
+            assert plan is not None
+            placed, reason = self._place(w, plan)
+            if placed is not None:
+                self._record(w, placed, Stage.QUOTA)
+                return _Outcome(True)
+            assert reason is not None
+            tried.append(reason)
+        if self.cfg.preemption:
+            for combo in combos:
+                full_plan, demand, _ = self._plan(w, combo, ignore_quota=True)
+                if full_plan is not None and self._preempt(w, full_plan, demand):
+                    return _Outcome(True)
+        return _Outcome(False, self._best_reason(tried), tuple(tried))
+
+    @staticmethod
+    def _best_reason(tried: Sequence[PendingReason]) -> PendingReason:
+        # The reason of the flavor that came closest: placement beats quota beats queueing.
+        rank = {
+            Stage.PLACEMENT: 0,
+            Stage.PREEMPTION: 1,
+            Stage.QUOTA: 2,
+            Stage.QUEUEING: 3,
+            Stage.VALIDATION: 4,
+        }
+        return sorted(tried, key=lambda r: rank[r.stage])[0]
+
+    def _plan(
+        self, w: Workload, combo: Sequence[Flavor | None], ignore_quota: bool = False
+    ) -> tuple[Plan | None, dict[str, int], PendingReason | None]:
+        for f in combo:
+            if f is None:
+                continue
+            holder = self.held.get(f.name)
+            if (
+                holder is not None
+                and holder.id != w.id
+                and (
+                    holder.priority > w.priority
+                    or (holder.priority == w.priority and holder.submit_time <= w.submit_time)
+                )
+            ):
+                return (
+                    None,
+                    {},
+                    PendingReason(
+                        Stage.QUEUEING,
+                        "reservation",
+                        f"{f.name} is held for {holder.id}, waiting since t={holder.submit_time}s",
+                        f.name,
+                    ),
+                )
+        needs = []
+        for ps, f in zip(w.pod_sets, combo, strict=True):
+            slices = self._slices(ps.gpu, f) if f is not None else 0
+            shared = f is not None and self.ws.flavors[f.name].shared
+            shared_mem = 0
+            if shared and f is not None:
+                gpu_mem = self.ws.flavors[f.name].gpu_memory
+                shared_mem = ps.gpu.memory_mib or gpu_mem * slices // f.replicas
+            needs.append(
+                PodNeeds(
+                    ps,
+                    f.name if f else None,
+                    slices,
+                    shared,
+                    shared_mem,
+                    ps.cpu_milli,
+                    ps.memory_mib,
+                )
+            )
+
+        def demand_of(counts: Sequence[int]) -> dict[str, int]:
+            d: Counter[str] = Counter()
+            for n, c in zip(needs, counts, strict=True):
+                if n.flavor is not None:
+                    d[n.flavor] += n.slices * c
+            return dict(d)
+
+        full = [ps.count for ps in w.pod_sets]
+        minimum = [ps.min_count for ps in w.pod_sets]
+        if ignore_quota:
+            # Preemption makes room for the minimum only: evict no more than the gang needs.
+            return (
+                [(n, m, m) for n, m in zip(needs, minimum, strict=True)],
+                demand_of(minimum),
+                None,
+            )
+        verdict = self.quotas.check(w.queue, demand_of(full))
+        if verdict.fits:
+            return (
+                [(n, c, m) for n, c, m in zip(needs, full, minimum, strict=True)],
+                demand_of(full),
+                None,
+            )
+        if minimum != full and self.quotas.check(w.queue, demand_of(minimum)).fits:
+            counts = minimum
+            if len(needs) == 1:
+                # One pod set: admit as many pods as quota allows between min and count.
+                counts = [
+                    next(
+                        c
+                        for c in range(full[0] - 1, minimum[0] - 1, -1)
+                        if self.quotas.check(w.queue, demand_of([c])).fits
+                    )
+                ]
+            plan = [(n, c, m) for n, c, m in zip(needs, counts, minimum, strict=True)]
+            return plan, demand_of(counts), None
+        return (
+            None,
+            {},
+            PendingReason(Stage.QUOTA, "capacity-quota", verdict.message, verdict.flavor),
+        )
+
+    def _signature(self, w: Workload, plan: Plan) -> tuple[object, ...]:
+        return (
+            w.topology,
+            tuple((id(n.pod_set), n.flavor, n.slices, n.shared_mem, c, m) for n, c, m in plan),
+        )
+
+    def _place(
+        self, w: Workload, plan: Plan
+    ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
+        sig = self._signature(w, plan)
+        cached = self.no_room.get(sig)
+        if cached is not None and cached[0] == self.ws.release_epoch:
+            return None, cached[1]
+        placed, reason = self.placer.place_gang(w, plan)
+        if placed is None:
+            assert reason is not None
+            self.no_room[sig] = (self.ws.release_epoch, reason)
+        return placed, reason
+
+    def _record(
+        self, w: Workload, placed: list[PodAssignment], stage: Stage, victims: Sequence[str] = ()
+    ) -> None:
+        charged: Counter[str] = Counter()
+        for pod in placed:
+            if pod.flavor is not None:
+                charged[pod.flavor] += len(pod.slice_ids)
+        for flavor, n in sorted(charged.items()):
+            self.ws.adjust_usage(w.queue, flavor, n)
+        borrowed = tuple(
+            (f, b) for f in sorted(charged) if (b := self.quotas.borrowed(w.queue, f)) > 0
+        )
+        self.ws.commit()
+        self.pods_placed += len(placed)
+        self.admissions.append(
+            Admission(
+                workload=w.id,
+                queue=w.queue,
+                pods=tuple(placed),
+                charged=tuple(sorted(charged.items())),
+                borrowed=borrowed,
+                after_evictions=tuple(victims),
+                stage=stage,
+            )
+        )
+
+    def _preempt(self, w: Workload, plan: Plan, demand: dict[str, int]) -> bool:
+        pre = self.preemptor
+        attempt = lambda: self.placer.place_gang(w, plan)[0]  # noqa: E731
+        sets = (
+            (Cause.RECLAIM, pre.reclaim_candidates(w, demand)),
+            (Cause.PREEMPT, pre.preempt_candidates(w, demand)),
+        )
+        for cause, candidates in sets:
+            if not candidates:
+                continue
+            found = pre.find(w, demand, candidates, attempt)
+            if found is None:
+                continue
+            placed, victims = found
+            for rw in victims:
+                v = rw.workload
+                if cause is Cause.RECLAIM:
+                    flavors = sorted({p.flavor for p in rw.pods if p.flavor in demand})
+                    msg = (
+                        f"reclaimed by queue {w.queue} for {w.id}: queue {v.queue} was borrowing "
+                        + ", ".join(flavors)
+                    )
+                else:
+                    msg = f"preempted by {w.id} (priority {w.priority} > {v.priority})"
+                self.evictions.append(Eviction(v.id, v.queue, cause, w.id, msg))
+            self._record(w, placed, Stage.PREEMPTION, [rw.workload.id for rw in victims])
+            return True
+        return False

@@ -1,0 +1,93 @@
+"""The values a cycle returns. Every decision says which stage and plugin made it and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpucarve.core.workload import PodAssignment
+
+
+class Stage(StrEnum):
+    VALIDATION = "validation"  # the workload can never run under this policy as it is
+    QUEUEING = "queueing"  # held back by queue order (a strict or starving head)
+    QUOTA = "quota"  # the queue's quota and the cohort's lending do not allow it
+    PLACEMENT = "placement"  # quota allows it but no set of nodes and GPUs holds the gang
+    PREEMPTION = "preemption"  # allowed by quota after reclaim or preemption
+
+
+class Cause(StrEnum):
+    RECLAIM = "reclaim"  # a queue took back nominal quota that another queue borrowed
+    PREEMPT = "preempt"  # a higher-priority workload of the same queue needed the room
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    stage: Stage
+    plugin: str
+    message: str
+    flavor: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.stage}/{self.plugin}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    workload: str
+    queue: str
+    pods: tuple[PodAssignment, ...]
+    # Slices per flavor this admission charges to the queue.
+    charged: tuple[tuple[str, int], ...]
+    borrowed: tuple[tuple[str, int], ...] = ()
+    # Only when preemption made room: these workloads must be gone before the pods start.
+    after_evictions: tuple[str, ...] = ()
+    stage: Stage = Stage.QUOTA
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    workload: str
+    queue: str
+    cause: Cause
+    by: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    workload: str
+    queue: str
+    reason: PendingReason
+    # Other reasons met on the way (one per flavor tried), for `explain`.
+    tried: tuple[PendingReason, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CycleStats:
+    attempted: int = 0
+    admitted: int = 0
+    pods_placed: int = 0
+    evicted: int = 0
+    pending: int = 0
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    now: int
+    admissions: tuple[Admission, ...] = ()
+    evictions: tuple[Eviction, ...] = ()
+    pending: tuple[Pending, ...] = ()
+    stats: CycleStats = field(default_factory=CycleStats)
+
+    def pending_reason(self, workload: str) -> PendingReason | None:
+        for p in self.pending:
+            if p.workload == workload:
+                return p.reason
+        return None
+
+    def admitted_ids(self) -> list[str]:
+        return [a.workload for a in self.admissions]
+
+    def evicted_ids(self) -> list[str]:
+        return [e.workload for e in self.evictions]

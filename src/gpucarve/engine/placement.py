@@ -1,0 +1,320 @@
+"""Gang placement on the working state: every pod of a gang (up to its minimum) or none.
+
+Pods are placed one by one into the working state under a checkpoint; if the gang cannot reach
+its minimum the checkpoint is rolled back and nothing was held. With a topology constraint the
+whole gang is tried inside one group (node, NVLink domain or rack) at a time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpucarve.core import mig
+from gpucarve.core.mig import Instance
+from gpucarve.core.policy import ScoringWeights, SliceKind
+from gpucarve.core.workload import PodAssignment, TopologyMode, Workload
+from gpucarve.engine import plugins
+from gpucarve.engine.decisions import PendingReason, Stage
+from gpucarve.engine.plugins import PodNeeds
+from gpucarve.engine.working import GpuSlots, NodeState, Working
+
+MAX_GROUPS_TRIED = 32
+
+
+@dataclass(slots=True)
+class Rejections:
+    """How many candidate nodes each filter refused, for the pending reason."""
+
+    counts: Counter[str]
+
+    def describe(self) -> str:
+        if not self.counts:
+            return ""
+        parts = [f"{n} by {name}" for name, n in sorted(self.counts.items())]
+        return "; nodes refused: " + ", ".join(parts)
+
+
+class Placer:
+    def __init__(self, ws: Working, weights: ScoringWeights, candidates: int) -> None:
+        self.ws = ws
+        self.weights = weights
+        self.candidates = candidates
+        self._static: dict[tuple[int, int], str | None] = {}
+        # Request shapes seen this cycle per flavor (slices per pod -> pods), for the
+        # fragmentation score.
+        self.shapes: dict[str, Counter[int]] = {}
+
+    # -------------------------------------------------------------- filters
+    def _static_reject(self, needs: PodNeeds, node: NodeState) -> str | None:
+        key = (id(needs.pod_set), node.idx)
+        if key not in self._static:
+            verdict = None
+            for name, f in plugins.STATIC_FILTERS:
+                if not f(needs.pod_set, node):
+                    verdict = name
+                    break
+            self._static[key] = verdict
+        return self._static[key]
+
+    def _feasible(
+        self, needs: PodNeeds, node: NodeState, rej: Rejections
+    ) -> GpuSlots | bool | None:
+        why = self._static_reject(needs, node)
+        if why is None and not plugins.cpu_memory(needs, node):
+            why = "cpu-memory"
+        if why is None and needs.shared:
+            gpu = plugins.shared_gpu(needs, node)
+            if gpu is None:
+                why = "gpu-memory"
+            else:
+                return gpu
+        if why is not None:
+            rej.counts[why] += 1
+            return False
+        return True
+
+    # -------------------------------------------------------------- one pod
+    def _candidates(self, needs: PodNeeds, group: list[int] | None) -> Iterable[int]:
+        if needs.flavor is None:
+            return group if group is not None else range(len(self.ws.nodes))
+        index = self.ws.index[needs.flavor]
+        if group is not None:
+            return [n for n in group if index.count.get(n, 0) >= needs.slices]
+        descending = self.weights.spread > self.weights.binpack
+        return index.nodes_with_at_least(needs.slices, descending)
+
+    def _score(self, needs: PodNeeds, node: NodeState, gpu: GpuSlots | None) -> int:
+        if needs.flavor is None:
+            return 0
+        w = self.weights
+        if gpu is not None:
+            free, total = len(gpu.free), gpu.total
+        else:
+            free = self.ws.free_count(node, needs.flavor)
+            total = sum(g.total for g in node.gpus[needs.flavor])
+        score = 0
+        if w.binpack:
+            score += w.binpack * plugins.binpack(free, needs.slices, total)
+        if w.spread:
+            score += w.spread * plugins.spread(free, needs.slices, total)
+        if w.fragmentation:
+            shapes = self.shapes.get(needs.flavor)
+            if shapes:
+                score += w.fragmentation * plugins.fragmentation(free, needs.slices, shapes)
+        return score
+
+    def place_pod(
+        self, needs: PodNeeds, pod_id: str, group: list[int] | None, rej: Rejections
+    ) -> PodAssignment | None:
+        ws = self.ws
+        best: tuple[int, int] | None = None
+        best_gpu: GpuSlots | None = None
+        found = 0
+        for n in self._candidates(needs, group):
+            node = ws.nodes[n]
+            ok = self._feasible(needs, node, rej)
+            if ok is False:
+                continue
+            gpu = ok if isinstance(ok, GpuSlots) else None
+            key = (self._score(needs, node, gpu), -n)
+            if best is None or key > best:
+                best, best_gpu = key, gpu
+            found += 1
+            if found >= self.candidates:
+                break
+        if best is None:
+            return None
+        node = ws.nodes[-best[1]]
+        ws.adjust_node(node, -needs.cpu, -needs.mem)
+        if needs.flavor is None:
+            return PodAssignment(pod_id, needs.pod_set.name, node.name, (), None)
+        ordinals = self._take(needs, node, best_gpu)
+        return PodAssignment(
+            pod_id,
+            needs.pod_set.name,
+            node.name,
+            tuple(ws.slice_ids[o] for o in ordinals),
+            needs.flavor,
+            needs.shared_mem,
+        )
+
+    def _take(self, needs: PodNeeds, node: NodeState, gpu: GpuSlots | None) -> list[int]:
+        ws = self.ws
+        assert needs.flavor is not None
+        if gpu is not None:
+            return ws.take(gpu, needs.slices, needs.shared_mem)
+        gpus = node.gpus[needs.flavor]
+        if ws.kind(needs.flavor) is SliceKind.MIG:
+            # Fill GPUs that already run instances, keeping empty GPUs whole for repartitioning.
+            order = sorted(gpus, key=lambda g: (-self._busy(node, g.gpu), g.gpu))
+        else:
+            order = gpus
+        out: list[int] = []
+        left = needs.slices
+        for g in order:
+            if left == 0:
+                break
+            k = min(left, len(g.free))
+            if k:
+                out += ws.take(g, k, 0)
+                left -= k
+        assert left == 0, "index promised more free slices than the node has"
+        return out
+
+    @staticmethod
+    def _busy(node: NodeState, gpu: int) -> int:
+        return sum(g.total - len(g.free) for gs in node.gpus.values() for g in gs if g.gpu == gpu)
+
+    # -------------------------------------------------------------- gangs
+    def groups(self, topology: TopologyMode) -> list[list[int]] | None:
+        if topology is TopologyMode.NONE:
+            return None
+        by: dict[str, list[int]] = {}
+        for node in self.ws.nodes:
+            if topology is TopologyMode.NODE:
+                key = node.name
+            elif topology is TopologyMode.NVLINK:
+                key = node.nvlink
+            else:
+                key = node.rack
+            if key:
+                by.setdefault(key, []).append(node.idx)
+        return [by[k] for k in sorted(by)]
+
+    def place_gang(
+        self, w: Workload, plan: list[tuple[PodNeeds, int, int]]
+    ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
+        """`plan`: (needs, pods wanted, pods required) per pod set."""
+        groups = self.groups(w.topology)
+        if groups is None:
+            return self._place_in(w, plan, None)
+        demand: Counter[str] = Counter()
+        for needs, _, need_min in plan:
+            if needs.flavor is not None:
+                demand[needs.flavor] += needs.slices * need_min
+        fitting = []
+        for g in groups:
+            room = {f: sum(self.ws.index[f].count.get(n, 0) for n in g) for f in demand}
+            if all(room[f] >= d for f, d in demand.items()):
+                fitting.append((sum(room.values()), g))
+        unit = {
+            TopologyMode.NODE: "node",
+            TopologyMode.NVLINK: "NVLink domain",
+            TopologyMode.RACK: "rack",
+        }[w.topology]
+        if not groups:
+            return None, PendingReason(
+                Stage.PLACEMENT, "topology", f"no node carries a {unit} label", None
+            )
+        if not fitting:
+            best = max(
+                (sum(self.ws.index[f].count.get(n, 0) for n in g for f in demand), len(g))
+                for g in groups
+            )
+            wanted = ", ".join(f"{d} {f}" for f, d in sorted(demand.items()))
+            return None, PendingReason(
+                Stage.PLACEMENT,
+                "topology",
+                f"gang needs {wanted} in one {unit}; the best {unit} has {best[0]} free",
+                next(iter(sorted(demand)), None),
+            )
+        fitting.sort(key=lambda t: (t[0], t[1][0]))
+        reason: PendingReason | None = None
+        for _, g in fitting[:MAX_GROUPS_TRIED]:
+            placed, reason = self._place_in(w, plan, g)
+            if placed is not None:
+                return placed, None
+        return None, reason
+
+    def _place_in(
+        self, w: Workload, plan: list[tuple[PodNeeds, int, int]], group: list[int] | None
+    ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
+        ws = self.ws
+        cp = ws.checkpoint()
+        placed: list[PodAssignment] = []
+        for needs, want, need_min in plan:
+            rej = Rejections(Counter())
+            got = 0
+            for i in range(want):
+                a = self.place_pod(needs, w.pod_id(needs.pod_set.name, i), group, rej)
+                if a is None:
+                    break
+                placed.append(a)
+                got += 1
+            if got < need_min:
+                ws.rollback(cp)
+                return None, self._reason(needs, need_min, got, rej)
+        return placed, None
+
+    def _reason(self, needs: PodNeeds, need_min: int, got: int, rej: Rejections) -> PendingReason:
+        ps = needs.pod_set
+        if needs.flavor is None:
+            return PendingReason(
+                Stage.PLACEMENT,
+                "cpu-memory",
+                f"needs {need_min} pods of {ps.cpu_milli}m CPU / {ps.memory_mib} MiB; "
+                f"{got} fit{rej.describe()}",
+            )
+        index = self.ws.index[needs.flavor]
+        largest = max((lvl for lvl, b in index.buckets.items() if b), default=0)
+        unit = "on one GPU" if needs.shared else "on one node"
+        msg = (
+            f"gang needs {need_min} pod{'s' if need_min != 1 else ''} × {needs.slices} "
+            f"{needs.flavor} {unit}; {got} placed, the most free {unit} is {largest}"
+            + rej.describe()
+        )
+        if self.ws.kind(needs.flavor) is SliceKind.MIG:
+            hint = self.repartition_hint(needs.flavor)
+            if hint:
+                msg += f"; {hint} GPU{'s' if hint != 1 else ''} could make one by repartitioning"
+        return PendingReason(Stage.PLACEMENT, "gpu-slices", msg, needs.flavor)
+
+    def repartition_hint(self, flavor: str) -> int:
+        """GPUs of the flavor's model whose free memory slices could hold its profile if
+        their unused instances were re-carved (running instances stay where they are)."""
+        ws = self.ws
+        info = ws.flavors[flavor].flavor
+        geom = None
+        for pool in ws.policy.pools:
+            if pool.model.id == info.model_id:
+                geom = pool.model.mig
+        if geom is None or info.profile is None:
+            return 0
+        count = 0
+        for node in ws.nodes:
+            per_gpu: dict[int, list[Instance]] = {}
+            has_free: set[int] = set()
+            relevant = False
+            for fname, gs_list in node.gpus.items():
+                if (
+                    ws.flavors[fname].flavor.model_id != info.model_id
+                    or ws.kind(fname) is not SliceKind.MIG
+                ):
+                    continue
+                relevant = True
+                for gs in gs_list:
+                    running = per_gpu.setdefault(gs.gpu, [])
+                    if fname == flavor and gs.free:
+                        has_free.add(gs.gpu)
+                    free = set(gs.free)
+                    for o in gs.members:
+                        if o not in free:
+                            s = ws.cluster.slices[ws.slice_ids[o]]
+                            assert s.profile is not None and s.start is not None
+                            running.append(Instance(s.start, s.profile))
+            if not relevant:
+                continue
+            for gpu, running in per_gpu.items():
+                if gpu not in has_free and info.profile in mig.fitting_profiles(geom, running):
+                    count += 1
+        return count
+
+
+def shapes_from(plans: Iterable[tuple[str, int, int]]) -> dict[str, Counter[int]]:
+    """(flavor, slices per pod, pods) of pending work -> per flavor, pods per shape."""
+    out: dict[str, Counter[int]] = {}
+    for flavor, size, pods in plans:
+        out.setdefault(flavor, Counter())[size] += pods
+    return out

@@ -1,0 +1,255 @@
+"""The engine's mutable working copy of a snapshot, with checkpoint and rollback.
+
+Every change goes through a method that records how to undo it, so a what-if (place this gang,
+evict these victims) is tried in place and rolled back when it fails, instead of copying the
+cluster. Free capacity is indexed per flavor by how much each node has free, so finding a node
+for a pod does not scan the cluster.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from gpucarve.core.policy import Flavor, SliceKind
+from gpucarve.core.requests import SHARED_KINDS, charge_milli, gpu_memory_of
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import PodAssignment, PodSet, RunningWorkload
+
+UNLIMITED = 1 << 62
+
+
+@dataclass(slots=True)
+class GpuSlots:
+    """The free slices of one flavor on one GPU (ordinals, ascending)."""
+
+    node: int
+    gpu: int
+    flavor: str
+    free: list[int]
+    total: int
+    mem_free: int  # only meaningful for shared flavors: GPU memory not yet promised
+    members: list[int] = field(default_factory=list)  # every slice of the flavor on the GPU
+
+
+@dataclass(slots=True)
+class NodeState:
+    idx: int
+    name: str
+    pool: str
+    labels: dict[str, str]
+    taints: tuple[tuple[str, str, str], ...]
+    cpu_free: int
+    mem_free: int
+    rack: str
+    nvlink: str
+    gpus: dict[str, list[GpuSlots]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class FlavorInfo:
+    flavor: Flavor
+    gpu_memory: int
+    charge: int
+    shared: bool
+
+
+class FlavorIndex:
+    """Nodes bucketed by their free count of one flavor (for shared flavors: the most free
+    replicas on a single GPU of the node, since a pod's replicas share one GPU)."""
+
+    __slots__ = ("buckets", "count", "max_count")
+
+    def __init__(self) -> None:
+        self.count: dict[int, int] = {}
+        self.buckets: dict[int, dict[int, None]] = {}
+        self.max_count = 0
+
+    def set(self, node: int, value: int) -> None:
+        old = self.count.get(node)
+        if old == value:
+            return
+        if old is not None:
+            del self.buckets[old][node]
+        self.count[node] = value
+        self.buckets.setdefault(value, {})[node] = None
+        self.max_count = max(self.max_count, value)
+
+    def nodes_with_at_least(self, n: int, descending: bool) -> Iterator[int]:
+        levels = range(self.max_count, n - 1, -1) if descending else range(n, self.max_count + 1)
+        for level in levels:
+            bucket = self.buckets.get(level)
+            if bucket:
+                yield from list(bucket)
+
+
+class Working:
+    def __init__(self, snapshot: Snapshot) -> None:
+        policy = snapshot.policy
+        cluster = snapshot.cluster
+        self.policy = policy
+        self.cluster = cluster
+        self.flavors: dict[str, FlavorInfo] = {}
+        for name, f in policy.flavors.items():
+            mem = gpu_memory_of(policy, f)
+            self.flavors[name] = FlavorInfo(f, mem, charge_milli(f, mem), f.kind in SHARED_KINDS)
+        self.slice_ids: list[str] = sorted(cluster.slices)
+        ordinal = {sid: i for i, sid in enumerate(self.slice_ids)}
+        self.slice_gpu: list[GpuSlots] = [None] * len(self.slice_ids)  # type: ignore[list-item]
+        keys = policy.topology_keys
+        self.nodes: list[NodeState] = []
+        self.node_index: dict[str, int] = {}
+        self.index: dict[str, FlavorIndex] = {f: FlavorIndex() for f in policy.flavors}
+        for i, n in enumerate(cluster.nodes):
+            labels = dict(n.labels)
+            node = NodeState(
+                idx=i,
+                name=n.name,
+                pool=n.pool,
+                labels=labels,
+                taints=tuple((t.key, t.value, t.effect) for t in n.taints),
+                cpu_free=UNLIMITED if n.cpu_milli is None else n.cpu_milli,
+                mem_free=UNLIMITED if n.memory_mib is None else n.memory_mib,
+                rack=labels.get(keys.rack, ""),
+                nvlink=labels.get(keys.nvlink_domain, ""),
+            )
+            for gpu in n.gpus:
+                per: dict[str, GpuSlots] = {}
+                for sid in gpu.slice_ids:
+                    s = cluster.slices[sid]
+                    gs = per.get(s.flavor)
+                    if gs is None:
+                        gs = per[s.flavor] = GpuSlots(i, gpu.index, s.flavor, [], 0, gpu.memory_mib)
+                        node.gpus.setdefault(s.flavor, []).append(gs)
+                    gs.total += 1
+                    o = ordinal[sid]
+                    gs.members.append(o)
+                    self.slice_gpu[o] = gs
+                    if sid not in cluster.allocations:
+                        gs.free.append(o)
+                    elif s.kind in SHARED_KINDS:
+                        gs.mem_free -= cluster.allocations[sid].memory_mib
+                for gs in per.values():
+                    gs.free.sort()
+            self.nodes.append(node)
+            self.node_index[n.name] = i
+            for fname in node.gpus:
+                self.index[fname].set(i, self._count(node, fname))
+        self.usage: dict[tuple[str, str], int] = {}
+        self.running: dict[str, RunningWorkload] = {}
+        for rw in snapshot.running:
+            self.running[rw.workload.id] = rw
+            for pod, ps in self._pods_with_sets(rw):
+                holder = self.nodes[self.node_index[pod.node]]
+                holder.cpu_free -= ps.cpu_milli
+                holder.mem_free -= ps.memory_mib
+                if pod.flavor is not None:
+                    key = (rw.workload.queue, pod.flavor)
+                    self.usage[key] = self.usage.get(key, 0) + len(pod.slice_ids)
+        self.log: list[Callable[[], None]] = []
+        # Bumped whenever capacity is given back, so cached "does not fit" answers expire.
+        self.release_epoch = 0
+
+    @staticmethod
+    def _pods_with_sets(rw: RunningWorkload) -> Iterator[tuple[PodAssignment, PodSet]]:
+        by_name = {ps.name: ps for ps in rw.workload.pod_sets}
+        for pod in rw.pods:
+            yield pod, by_name[pod.pod_set]
+
+    # ------------------------------------------------------------------ counting
+    def _count(self, node: NodeState, flavor: str) -> int:
+        gpus = node.gpus.get(flavor, ())
+        if self.flavors[flavor].shared:
+            return max((len(g.free) for g in gpus), default=0)
+        return sum(len(g.free) for g in gpus)
+
+    def recount(self, node: NodeState, flavor: str) -> None:
+        self.index[flavor].set(node.idx, self._count(node, flavor))
+
+    def free_count(self, node: NodeState, flavor: str) -> int:
+        return self.index[flavor].count.get(node.idx, 0)
+
+    # ------------------------------------------------------------------ undo log
+    def checkpoint(self) -> int:
+        return len(self.log)
+
+    def rollback(self, checkpoint: int) -> None:
+        while len(self.log) > checkpoint:
+            self.log.pop()()
+
+    def commit(self) -> None:
+        self.log.clear()
+
+    # ------------------------------------------------------------------ changes
+    def take(self, gs: GpuSlots, n: int, shared_mem: int) -> list[int]:
+        ids = gs.free[:n]
+        del gs.free[:n]
+        gs.mem_free -= shared_mem
+        node = self.nodes[gs.node]
+        self.recount(node, gs.flavor)
+
+        def undo() -> None:
+            gs.free[0:0] = ids
+            gs.mem_free += shared_mem
+            self.recount(node, gs.flavor)
+
+        self.log.append(undo)
+        return ids
+
+    def give_back(self, ordinals: list[int], shared_mem: int) -> None:
+        touched: dict[int, GpuSlots] = {}
+        for o in ordinals:
+            gs = self.slice_gpu[o]
+            bisect.insort(gs.free, o)
+            touched[id(gs)] = gs
+        if ordinals and shared_mem:
+            self.slice_gpu[ordinals[0]].mem_free += shared_mem
+        for gs in touched.values():
+            self.recount(self.nodes[gs.node], gs.flavor)
+        self.release_epoch += 1
+
+        def undo() -> None:
+            for o in ordinals:
+                gs = self.slice_gpu[o]
+                gs.free.remove(o)
+            if ordinals and shared_mem:
+                self.slice_gpu[ordinals[0]].mem_free -= shared_mem
+            for gs in touched.values():
+                self.recount(self.nodes[gs.node], gs.flavor)
+
+        self.log.append(undo)
+
+    def adjust_node(self, node: NodeState, cpu: int, mem: int) -> None:
+        node.cpu_free += cpu
+        node.mem_free += mem
+
+        def undo() -> None:
+            node.cpu_free -= cpu
+            node.mem_free -= mem
+
+        self.log.append(undo)
+
+    def adjust_usage(self, queue: str, flavor: str, delta: int) -> None:
+        key = (queue, flavor)
+        self.usage[key] = self.usage.get(key, 0) + delta
+
+        def undo() -> None:
+            self.usage[key] -= delta
+
+        self.log.append(undo)
+
+    def remove_running(self, workload_id: str) -> RunningWorkload:
+        rw = self.running.pop(workload_id)
+
+        def undo() -> None:
+            self.running[workload_id] = rw
+
+        self.log.append(undo)
+        return rw
+
+    def ordinals(self, slice_ids: tuple[str, ...]) -> list[int]:
+        return [bisect.bisect_left(self.slice_ids, s) for s in slice_ids]
+
+    def kind(self, flavor: str) -> SliceKind:
+        return self.flavors[flavor].flavor.kind

@@ -1,7 +1,7 @@
 """The scheduling engine: one pure, deterministic cycle shared by the simulator and the
 Kubernetes scheduler."""
 
-from gpucarve.engine.cycle import run_cycle
+from gpucarve.engine.cycle import Engine, run_cycle
 from gpucarve.engine.decisions import (
     Admission,
     Cause,
@@ -16,6 +16,7 @@ __all__ = [
     "Admission",
     "Cause",
     "CycleResult",
+    "Engine",
     "Eviction",
     "Pending",
     "PendingReason",

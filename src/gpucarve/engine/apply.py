@@ -55,8 +55,10 @@ def apply(snapshot: Snapshot, result: CycleResult, requeue: bool = True) -> Snap
 def finish(snapshot: Snapshot, workload_id: str) -> Snapshot:
     """The snapshot after a running workload completed and released its slices."""
     rw = next(r for r in snapshot.running if r.workload.id == workload_id)
-    owners = {p.pod for p in rw.pods}
-    allocations = {k: a for k, a in snapshot.cluster.allocations.items() if a.owner not in owners}
+    allocations = dict(snapshot.cluster.allocations)
+    for pod in rw.pods:
+        for sid in pod.slice_ids:
+            del allocations[sid]
     cluster = ClusterState(
         snapshot.cluster.nodes, snapshot.cluster.slices, MappingProxyType(allocations)
     )

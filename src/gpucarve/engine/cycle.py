@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from gpucarve.core.policy import Flavor, QueueingStrategy
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import PodAssignment, Workload
+from gpucarve.core.workload import GpuRequest, PodAssignment, Workload
 from gpucarve.engine.decisions import (
     Admission,
     Cause,
@@ -51,6 +51,7 @@ from gpucarve.engine.quota import Quotas
 from gpucarve.engine.working import Working
 
 MAX_FLAVOR_COMBOS = 16
+PREEMPTION_SEARCHES_PER_QUEUE = 4
 
 Plan = list[tuple[PodNeeds, int, int]]
 
@@ -63,16 +64,55 @@ class _Outcome:
 
 
 def run_cycle(snapshot: Snapshot, now: int) -> CycleResult:
-    return _Cycle(snapshot, now).run()
+    """One cycle from scratch. `Engine().run_cycle` gives the same result."""
+    return Engine().run_cycle(snapshot, now)
+
+
+class Engine:
+    """Runs cycles, keeping the indexed cluster between them.
+
+    Building the engine's view of a cluster costs time in proportion to its size; a driver
+    that calls cycles over a long run keeps one Engine, which only applies what changed since
+    the last snapshot (freed and taken slices, started and finished workloads). The result is
+    the same as `run_cycle` on the same snapshot: the view is a function of the snapshot, and
+    every cycle's own changes are rolled back when it returns.
+    """
+
+    def __init__(self) -> None:
+        self._ws: Working | None = None
+        self._base: Snapshot | None = None
+
+    def _working(self, snapshot: Snapshot) -> Working:
+        base, ws = self._base, self._ws
+        if (
+            ws is None
+            or base is None
+            or base.policy is not snapshot.policy
+            or base.cluster.nodes is not snapshot.cluster.nodes
+            or base.cluster.slices is not snapshot.cluster.slices
+        ):
+            ws = Working(snapshot)
+        elif base is not snapshot:
+            ws.sync(base, snapshot)
+        self._ws, self._base = ws, snapshot
+        return ws
+
+    def run_cycle(self, snapshot: Snapshot, now: int) -> CycleResult:
+        ws = self._working(snapshot)
+        start = ws.checkpoint()
+        try:
+            return _Cycle(snapshot, now, ws).run()
+        finally:
+            ws.rollback(start)
 
 
 class _Cycle:
-    def __init__(self, snapshot: Snapshot, now: int) -> None:
+    def __init__(self, snapshot: Snapshot, now: int, ws: Working) -> None:
         self.snapshot = snapshot
         self.policy = snapshot.policy
         self.cfg = snapshot.policy.scheduling
         self.now = now
-        self.ws = Working(snapshot)
+        self.ws = ws
         self.quotas = Quotas(self.policy, self.ws.usage)
         self.placer = Placer(self.ws, self.cfg.scoring, self.cfg.candidates_per_pod)
         self.preemptor = Preemptor(self.ws, self.quotas, now, self.cfg.min_runtime_s)
@@ -85,21 +125,23 @@ class _Cycle:
         # (plan signature) -> (release epoch, reason): a gang shape that did not fit keeps not
         # fitting until something is given back.
         self.no_room: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
-        self._flavor_cache: dict[tuple[str, int], list[list[Flavor]]] = {}
+        self.no_victims: dict[tuple[object, ...], int] = {}
+        self.searches: Counter[str] = Counter()
+        self._flavor_cache: dict[tuple[str, GpuRequest], list[Flavor]] = {}
         self.placer.shapes = self._shapes()
 
     # ------------------------------------------------------------------ setup
     def _flavors_for(self, w: Workload) -> list[list[Flavor]]:
-        key = (w.queue, id(w.pod_sets))
+        return [self._flavors_of(w.queue, ps.gpu) for ps in w.pod_sets]
+
+    def _flavors_of(self, queue: str, gpu: GpuRequest) -> list[Flavor]:
+        key = (queue, gpu)
         hit = self._flavor_cache.get(key)
         if hit is None:
             hit = [
-                [
-                    f
-                    for f in candidate_flavors(self.policy, ps.gpu)
-                    if self.quotas.has_quota(w.queue, f.name)
-                ]
-                for ps in w.pod_sets
+                f
+                for f in candidate_flavors(self.policy, gpu)
+                if self.quotas.has_quota(queue, f.name)
             ]
             self._flavor_cache[key] = hit
         return hit
@@ -309,10 +351,27 @@ class _Cycle:
             PendingReason(Stage.QUOTA, "capacity-quota", verdict.message, verdict.flavor),
         )
 
-    def _signature(self, w: Workload, plan: Plan) -> tuple[object, ...]:
+    @staticmethod
+    def _signature(w: Workload, plan: Plan) -> tuple[object, ...]:
+        """The shape of a gang: two workloads with the same shape fit in the same places."""
         return (
             w.topology,
-            tuple((id(n.pod_set), n.flavor, n.slices, n.shared_mem, c, m) for n, c, m in plan),
+            tuple(
+                (
+                    n.pod_set.gpu,
+                    n.pod_set.node_selector,
+                    n.pod_set.affinity,
+                    n.pod_set.tolerations,
+                    n.flavor,
+                    n.slices,
+                    n.shared_mem,
+                    n.cpu,
+                    n.mem,
+                    c,
+                    m,
+                )
+                for n, c, m in plan
+            ),
         )
 
     def _place(
@@ -340,7 +399,6 @@ class _Cycle:
         borrowed = tuple(
             (f, b) for f in sorted(charged) if (b := self.quotas.borrowed(w.queue, f)) > 0
         )
-        self.ws.commit()
         self.pods_placed += len(placed)
         self.admissions.append(
             Admission(
@@ -356,6 +414,15 @@ class _Cycle:
 
     def _preempt(self, w: Workload, plan: Plan, demand: dict[str, int]) -> bool:
         pre = self.preemptor
+        # A shape that found no victims finds none again until capacity is given back.
+        key = (w.queue, w.priority, self._signature(w, plan))
+        if self.no_victims.get(key) == self.ws.release_epoch:
+            return False
+        # Like Kueue, which considers only queue heads, bound the victim searches per queue
+        # and cycle: the rest wait for the next cycle, when these evictions have settled.
+        if self.searches[w.queue] >= PREEMPTION_SEARCHES_PER_QUEUE:
+            return False
+        self.searches[w.queue] += 1
         attempt = lambda: self.placer.place_gang(w, plan)[0]  # noqa: E731
         sets = (
             (Cause.RECLAIM, pre.reclaim_candidates(w, demand)),
@@ -381,4 +448,5 @@ class _Cycle:
                 self.evictions.append(Eviction(v.id, v.queue, cause, w.id, msg))
             self._record(w, placed, Stage.PREEMPTION, [rw.workload.id for rw in victims])
             return True
+        self.no_victims[key] = self.ws.release_epoch
         return False

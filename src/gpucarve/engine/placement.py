@@ -21,6 +21,7 @@ from gpucarve.engine.plugins import PodNeeds
 from gpucarve.engine.working import GpuSlots, NodeState, Working
 
 MAX_GROUPS_TRIED = 32
+SHARED_NODES_PER_RUN = 4
 
 
 @dataclass(slots=True)
@@ -76,24 +77,10 @@ class Placer:
         return True
 
     # -------------------------------------------------------------- one pod
-    def _candidates(self, needs: PodNeeds, group: list[int] | None) -> Iterable[int]:
-        if needs.flavor is None:
-            return group if group is not None else range(len(self.ws.nodes))
-        index = self.ws.index[needs.flavor]
-        if group is not None:
-            return [n for n in group if index.count.get(n, 0) >= needs.slices]
-        descending = self.weights.spread > self.weights.binpack
-        return index.nodes_with_at_least(needs.slices, descending)
-
-    def _score(self, needs: PodNeeds, node: NodeState, gpu: GpuSlots | None) -> int:
+    def _score(self, needs: PodNeeds, free: int, total: int) -> int:
         if needs.flavor is None:
             return 0
         w = self.weights
-        if gpu is not None:
-            free, total = len(gpu.free), gpu.total
-        else:
-            free = self.ws.free_count(node, needs.flavor)
-            total = sum(g.total for g in node.gpus[needs.flavor])
         score = 0
         if w.binpack:
             score += w.binpack * plugins.binpack(free, needs.slices, total)
@@ -105,30 +92,62 @@ class Placer:
                 score += w.fragmentation * plugins.fragmentation(free, needs.slices, shapes)
         return score
 
+    def _node_order(self, needs: PodNeeds, group: list[int] | None) -> Iterable[Iterable[int]]:
+        """Candidate nodes in runs of equal free count (one run per index level).
+
+        Nodes of one run score the same unless they differ in size, so the first feasible node
+        of each (free, size) pair stands for the rest of its run: a pod costs one score per
+        distinct pair instead of one per node.
+        """
+        if needs.flavor is None:
+            return [group if group is not None else range(len(self.ws.nodes))]
+        index = self.ws.index[needs.flavor]
+        if group is not None:
+            return [[n for n in group if index.count.get(n, 0) >= needs.slices]]
+        return index.levels(needs.slices, self.weights.spread > self.weights.binpack)
+
     def place_pod(
         self, needs: PodNeeds, pod_id: str, group: list[int] | None, rej: Rejections
     ) -> PodAssignment | None:
         ws = self.ws
         best: tuple[int, int] | None = None
         best_gpu: GpuSlots | None = None
-        found = 0
-        for n in self._candidates(needs, group):
-            node = ws.nodes[n]
-            ok = self._feasible(needs, node, rej)
-            if ok is False:
-                continue
-            gpu = ok if isinstance(ok, GpuSlots) else None
-            key = (self._score(needs, node, gpu), -n)
-            if best is None or key > best:
-                best, best_gpu = key, gpu
-            found += 1
-            if found >= self.candidates:
+        scored: set[tuple[int, int]] = set()
+        evaluated = 0
+        flavor = needs.flavor
+        # A shared GPU's fit varies inside a run (the node's fullest fitting GPU); look a
+        # little further there, and nowhere beyond the first feasible node otherwise.
+        per_run = SHARED_NODES_PER_RUN if needs.shared else 1
+        for run in self._node_order(needs, group):
+            in_run = 0
+            for n in run:
+                node = ws.nodes[n]
+                ok = self._feasible(needs, node, rej)
+                if ok is False:
+                    continue
+                in_run += 1
+                gpu = ok if isinstance(ok, GpuSlots) else None
+                if flavor is None:
+                    sig = (0, 0)
+                elif gpu is not None:
+                    sig = (len(gpu.free), gpu.total)
+                else:
+                    sig = (ws.index[flavor].count[n], ws.total[(flavor, n)])
+                if sig not in scored:
+                    scored.add(sig)
+                    key = (self._score(needs, *sig), -n)
+                    if best is None or key > best:
+                        best, best_gpu = key, gpu
+                    evaluated += 1
+                if in_run >= per_run:
+                    break
+            if evaluated >= self.candidates:
                 break
         if best is None:
             return None
         node = ws.nodes[-best[1]]
         ws.adjust_node(node, -needs.cpu, -needs.mem)
-        if needs.flavor is None:
+        if flavor is None:
             return PodAssignment(pod_id, needs.pod_set.name, node.name, (), None)
         ordinals = self._take(needs, node, best_gpu)
         return PodAssignment(
@@ -136,7 +155,7 @@ class Placer:
             needs.pod_set.name,
             node.name,
             tuple(ws.slice_ids[o] for o in ordinals),
-            needs.flavor,
+            flavor,
             needs.shared_mem,
         )
 
@@ -171,6 +190,9 @@ class Placer:
     def groups(self, topology: TopologyMode) -> list[list[int]] | None:
         if topology is TopologyMode.NONE:
             return None
+        cached = self.ws.groups.get(topology)
+        if cached is not None:
+            return cached
         by: dict[str, list[int]] = {}
         for node in self.ws.nodes:
             if topology is TopologyMode.NODE:
@@ -181,7 +203,9 @@ class Placer:
                 key = node.rack
             if key:
                 by.setdefault(key, []).append(node.idx)
-        return [by[k] for k in sorted(by)]
+        groups = [by[k] for k in sorted(by)]
+        self.ws.groups[topology] = groups
+        return groups
 
     def place_gang(
         self, w: Workload, plan: list[tuple[PodNeeds, int, int]]

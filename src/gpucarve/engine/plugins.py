@@ -86,7 +86,7 @@ def spread(free_before: int, taken: int, total: int) -> int:
 
 
 def room_for_shapes(free: int, shapes: Mapping[int, int]) -> int:
-    return sum(weight * (free // size) for size, weight in shapes.items())
+    return sum(weight * (free // size) for size, weight in shapes.items() if size)
 
 
 def fragmentation(free_before: int, taken: int, shapes: Mapping[int, int]) -> int:

@@ -62,6 +62,19 @@ class Preemptor:
         self.quotas = quotas
         self.now = now
         self.min_runtime = min_runtime
+        self._by_queue: dict[str, list[RunningWorkload]] = {}
+        self._indexed_version = -1
+
+    def _running_of(self, queue: str) -> list[RunningWorkload]:
+        """Eligible running workloads of a queue (re-indexed when the running set changes)."""
+        if self._indexed_version != self.ws.running_version:
+            by: dict[str, list[RunningWorkload]] = {}
+            for rw in self.ws.running.values():
+                if self._eligible(rw):
+                    by.setdefault(rw.workload.queue, []).append(rw)
+            self._by_queue = by
+            self._indexed_version = self.ws.running_version
+        return self._by_queue.get(queue, [])
 
     def _eligible(self, rw: RunningWorkload) -> bool:
         w = rw.workload
@@ -76,25 +89,23 @@ class Preemptor:
             if q.used(w.queue, flavor) + d > q.nominal(w.queue, flavor):
                 return []  # reclaim only serves a queue that stays within its nominal quota
         flavors = set(demand)
-        out = [
-            rw
-            for rw in self.ws.running.values()
-            if rw.workload.queue != w.queue
-            and q.queues[rw.workload.queue].cohort == cohort
-            and self._eligible(rw)
-            and any(q.borrowed(rw.workload.queue, f) > 0 for f in _holds(rw, flavors))
-        ]
+        out = []
+        for other in q.members.get(cohort, ()):
+            if other == w.queue or not any(q.borrowed(other, f) > 0 for f in flavors):
+                continue
+            out += [
+                rw
+                for rw in self._running_of(other)
+                if any(q.borrowed(other, f) > 0 for f in _holds(rw, flavors))
+            ]
         return self._order(out)
 
     def preempt_candidates(self, w: Workload, demand: dict[str, int]) -> list[RunningWorkload]:
         flavors = set(demand)
         out = [
             rw
-            for rw in self.ws.running.values()
-            if rw.workload.queue == w.queue
-            and rw.workload.priority < w.priority
-            and self._eligible(rw)
-            and _holds(rw, flavors)
+            for rw in self._running_of(w.queue)
+            if rw.workload.priority < w.priority and _holds(rw, flavors)
         ]
         return self._order(out)
 
@@ -132,7 +143,7 @@ class Preemptor:
                 continue  # its queue stopped borrowing after earlier evictions
             evict(ws, rw)
             chosen.append(rw)
-            if self.quotas.check(w.queue, demand).fits:
+            if self.quotas.check(w.queue, demand).fits and self._room_may_fit(demand):
                 inner = ws.checkpoint()
                 if attempt() is not None:
                     found = True
@@ -151,6 +162,14 @@ class Preemptor:
         placed = attempt()
         assert placed is not None, "the minimal victim set stopped working"
         return placed, needed
+
+    def _room_may_fit(self, demand: dict[str, int]) -> bool:
+        """A cheap necessary condition before trying a placement: enough free slices in
+        total (for shared flavors the index counts per GPU, so it is no bound there)."""
+        for flavor, d in demand.items():
+            if self.ws.index[flavor].total < d and not self.ws.flavors[flavor].shared:
+                return False
+        return True
 
     def _works(
         self, w: Workload, demand: dict[str, int], victims: list[RunningWorkload], attempt: Attempt

@@ -57,31 +57,41 @@ class FlavorInfo:
 
 class FlavorIndex:
     """Nodes bucketed by their free count of one flavor (for shared flavors: the most free
-    replicas on a single GPU of the node, since a pod's replicas share one GPU)."""
+    replicas on a single GPU of the node, since a pod's replicas share one GPU).
 
-    __slots__ = ("buckets", "count", "max_count")
+    Each bucket is a sorted list of node indices, so the index is a function of the free
+    capacity alone: the same cluster gives the same order however it was reached, which keeps
+    cycles deterministic when the engine reuses its state between them.
+    """
+
+    __slots__ = ("buckets", "count", "max_count", "total")
 
     def __init__(self) -> None:
         self.count: dict[int, int] = {}
-        self.buckets: dict[int, dict[int, None]] = {}
+        self.buckets: dict[int, list[int]] = {}
         self.max_count = 0
+        self.total = 0  # sum of the counts
 
     def set(self, node: int, value: int) -> None:
         old = self.count.get(node)
         if old == value:
             return
+        self.total += value - (old or 0)
         if old is not None:
-            del self.buckets[old][node]
+            bucket = self.buckets[old]
+            del bucket[bisect.bisect_left(bucket, node)]
         self.count[node] = value
-        self.buckets.setdefault(value, {})[node] = None
+        bisect.insort(self.buckets.setdefault(value, []), node)
         self.max_count = max(self.max_count, value)
 
-    def nodes_with_at_least(self, n: int, descending: bool) -> Iterator[int]:
+    def levels(self, n: int, descending: bool) -> Iterator[list[int]]:
+        """Non-empty buckets of nodes with at least `n` free, nearest-fit first unless
+        `descending`. Callers must not change the index while iterating a bucket."""
         levels = range(self.max_count, n - 1, -1) if descending else range(n, self.max_count + 1)
         for level in levels:
             bucket = self.buckets.get(level)
             if bucket:
-                yield from list(bucket)
+                yield bucket
 
 
 class Working:
@@ -100,6 +110,7 @@ class Working:
         keys = policy.topology_keys
         self.nodes: list[NodeState] = []
         self.node_index: dict[str, int] = {}
+        self.total: dict[tuple[str, int], int] = {}
         self.index: dict[str, FlavorIndex] = {f: FlavorIndex() for f in policy.flavors}
         for i, n in enumerate(cluster.nodes):
             labels = dict(n.labels)
@@ -134,19 +145,16 @@ class Working:
                     gs.free.sort()
             self.nodes.append(node)
             self.node_index[n.name] = i
+            for fname, gs_list in node.gpus.items():
+                self.total[(fname, i)] = sum(g.total for g in gs_list)
             for fname in node.gpus:
                 self.index[fname].set(i, self._count(node, fname))
         self.usage: dict[tuple[str, str], int] = {}
         self.running: dict[str, RunningWorkload] = {}
+        self.running_version = 0
         for rw in snapshot.running:
-            self.running[rw.workload.id] = rw
-            for pod, ps in self._pods_with_sets(rw):
-                holder = self.nodes[self.node_index[pod.node]]
-                holder.cpu_free -= ps.cpu_milli
-                holder.mem_free -= ps.memory_mib
-                if pod.flavor is not None:
-                    key = (rw.workload.queue, pod.flavor)
-                    self.usage[key] = self.usage.get(key, 0) + len(pod.slice_ids)
+            self._base_running(rw, +1)
+        self.groups: dict[str, list[list[int]]] = {}
         self.log: list[Callable[[], None]] = []
         # Bumped whenever capacity is given back, so cached "does not fit" answers expire.
         self.release_epoch = 0
@@ -178,8 +186,56 @@ class Working:
         while len(self.log) > checkpoint:
             self.log.pop()()
 
-    def commit(self) -> None:
-        self.log.clear()
+    # ------------------------------------------------------------------ base changes
+    # These follow the cluster from one snapshot to the next and are not logged: they are
+    # only called between cycles, when the log is empty.
+    def sync(self, old: Snapshot, new: Snapshot) -> None:
+        assert not self.log, "sync inside a cycle"
+        before, after = old.cluster.allocations, new.cluster.allocations
+        touched: set[tuple[int, str]] = set()
+        for sid, a in before.items():
+            if after.get(sid) is not a:
+                self._base_slice(sid, a.memory_mib, +1, touched)
+        for sid, b in after.items():
+            if before.get(sid) is not b:
+                self._base_slice(sid, b.memory_mib, -1, touched)
+        for node_idx, flavor in touched:
+            self.recount(self.nodes[node_idx], flavor)
+        if touched:
+            self.release_epoch += 1
+        was = {rw.workload.id: rw for rw in old.running}
+        now = {rw.workload.id: rw for rw in new.running}
+        for wid, rw in was.items():
+            if now.get(wid) is not rw:
+                self._base_running(rw, -1)
+        for wid, rw in now.items():
+            if was.get(wid) is not rw:
+                self._base_running(rw, +1)
+
+    def _base_slice(self, sid: str, memory: int, sign: int, touched: set[tuple[int, str]]) -> None:
+        o = bisect.bisect_left(self.slice_ids, sid)
+        gs = self.slice_gpu[o]
+        if sign > 0:
+            bisect.insort(gs.free, o)
+        else:
+            del gs.free[bisect.bisect_left(gs.free, o)]
+        if self.flavors[gs.flavor].shared:
+            gs.mem_free += sign * memory
+        touched.add((gs.node, gs.flavor))
+
+    def _base_running(self, rw: RunningWorkload, sign: int) -> None:
+        self.running_version += 1
+        if sign > 0:
+            self.running[rw.workload.id] = rw
+        else:
+            del self.running[rw.workload.id]
+        for pod, ps in self._pods_with_sets(rw):
+            holder = self.nodes[self.node_index[pod.node]]
+            holder.cpu_free -= sign * ps.cpu_milli
+            holder.mem_free -= sign * ps.memory_mib
+            if pod.flavor is not None:
+                key = (rw.workload.queue, pod.flavor)
+                self.usage[key] = self.usage.get(key, 0) + sign * len(pod.slice_ids)
 
     # ------------------------------------------------------------------ changes
     def take(self, gs: GpuSlots, n: int, shared_mem: int) -> list[int]:
@@ -241,9 +297,11 @@ class Working:
 
     def remove_running(self, workload_id: str) -> RunningWorkload:
         rw = self.running.pop(workload_id)
+        self.running_version += 1
 
         def undo() -> None:
             self.running[workload_id] = rw
+            self.running_version += 1
 
         self.log.append(undo)
         return rw

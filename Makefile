@@ -26,8 +26,8 @@ demo: $(STAMP)
 test: lint typecheck layers unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests tools
-	$(BIN)/ruff format --check src tests tools
+	$(BIN)/ruff check src tests tools bench
+	$(BIN)/ruff format --check src tests tools bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

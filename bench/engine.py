@@ -149,8 +149,7 @@ def run_case(nodes: int, pods: int, cycles: int, seed: int) -> dict[str, Any]:
         snap = apply(snap, result)
         # a tenth of what runs completes; a new batch arrives
         done = [rw.workload.id for rw in snap.running if rng.random() < 0.1]
-        for wid in done:
-            snap = finish(snap, wid)
+        snap = finish(snap, *done)
         batch = make_workloads(p, pods // 10, rng, next_id, (c + 1) * 60)
         next_id += len(batch) + 1
         snap = Snapshot(p, snap.cluster, snap.running, (*snap.pending, *batch))

@@ -210,3 +210,27 @@ def test_console_script_runs() -> None:
     assert proc.returncode == 1, proc.stderr
     assert "memory slices" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+def test_plan_places_the_example_workloads_and_explains_the_rest() -> None:
+    workloads = str(EXAMPLES / "three-teams-workloads.yaml")
+    code, out, _ = run("plan", THREE, workloads, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    admitted = {a["workload"] for a in doc["admissions"]}
+    assert {"research/llm-pretrain", "serving/ranker", "production/embeddings"} <= admitted
+    pending = {p["workload"]: p for p in doc["pending"]}
+    assert pending["research/big-sweep"]["stage"] == "quota"
+    assert "borrowing limit 10" in pending["research/big-sweep"]["message"]
+    code, out, _ = run("plan", THREE, workloads)
+    assert code == 0 and "Pending: 3 workloads" in out
+
+
+def test_plan_bad_workloads_exit_2(tmp_path: Path) -> None:
+    f = tmp_path / "w.yaml"
+    f.write_text("workloads:\n  - {name: x, namespace: research, podSets: [{count: 0}]}\n")
+    code, _, err = run("plan", THREE, str(f))
+    assert code == 2 and "workloads[0].podSets[0].count" in err and "(line 2)" in err
+    f.write_text("just: text\n")
+    code, _, err = run("plan", THREE, str(f))
+    assert code == 2 and "not-a-workload-list" in err

@@ -450,3 +450,29 @@ def test_same_input_same_result() -> None:
     ]
     s = snapshot(p, ws)
     assert repr(run_cycle(s, 7)) == repr(run_cycle(s, 7))
+
+
+def test_fragmentation_aware_placement_keeps_whole_nodes_for_big_shapes() -> None:
+    p = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 3, 8)],
+        queues=[queue("r", {"h100-full": {"nominal": 24}})],
+        scheduling={"scoring": {"binpack": 0, "spread": 1, "fragmentation": 3}},
+    )
+    _, s = cycle(snapshot(p, [workload(p, "five", "r", gpus=5)]))
+    # 8-GPU jobs are what this cluster mostly sees; a 1-GPU pod should fill the partly used
+    # node (3 free) rather than break a whole one, even though `spread` prefers empty nodes.
+    big = [workload(p, f"big{i}", "r", gpus=8, submit=5 + i, min_pods=1) for i in range(1)]
+    s = submit(s, *big, workload(p, "one", "r", gpus=1, submit=1))
+    result, s = cycle(s, 10)
+    one = next(a for a in result.admissions if a.workload == "r/one")
+    five_node = s.running[[rw.workload.id for rw in s.running].index("r/five")].pods[0].node
+    assert one.pods[0].node == five_node
+
+
+def test_binpack_fills_nodes_with_mig_instances() -> None:
+    p = policy(
+        pools=[pool("infer", "A100-80GB", 4, 2, "mig", mig={"layout": {"3g.40gb": 2}})],
+        queues=[queue("prod", {"a100-mig-3g.40gb": {"nominal": 16}})],
+    )
+    result, _ = cycle(snapshot(p, [workload(p, "r", "prod", mig="3g.40gb", pods=4)]))
+    assert sorted({pod.node for pod in result.admissions[0].pods}) == ["infer-0"]

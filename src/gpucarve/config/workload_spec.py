@@ -405,14 +405,14 @@ def build_workload(
 
 
 def build_workloads(
-    items: Sequence[Mapping[str, Any]], policy: Policy, source: str
+    items: Sequence[Mapping[str, Any]], policy: Policy, source: str, prefix: Path = ()
 ) -> list[Workload]:
     """Build a list of workloads; raise `InvalidInput` with every problem if any is bad."""
     out: list[Workload] = []
     problems: list[Problem] = []
     ids: set[str] = set()
     for i, item in enumerate(items):
-        w, probs = build_workload(item, policy, (i,))
+        w, probs = build_workload(item, policy, (*prefix, i))
         problems += probs
         if w is not None:
             if w.id in ids:

@@ -52,15 +52,22 @@ def apply(snapshot: Snapshot, result: CycleResult, requeue: bool = True) -> Snap
     )
 
 
-def finish(snapshot: Snapshot, workload_id: str) -> Snapshot:
-    """The snapshot after a running workload completed and released its slices."""
-    rw = next(r for r in snapshot.running if r.workload.id == workload_id)
+def finish(snapshot: Snapshot, *workload_ids: str) -> Snapshot:
+    """The snapshot after running workloads completed and released their slices."""
+    done = set(workload_ids)
     allocations = dict(snapshot.cluster.allocations)
-    for pod in rw.pods:
-        for sid in pod.slice_ids:
-            del allocations[sid]
+    running = []
+    for rw in snapshot.running:
+        if rw.workload.id not in done:
+            running.append(rw)
+            continue
+        done.discard(rw.workload.id)
+        for pod in rw.pods:
+            for sid in pod.slice_ids:
+                del allocations[sid]
+    if done:
+        raise KeyError(f"not running: {', '.join(sorted(done))}")
     cluster = ClusterState(
         snapshot.cluster.nodes, snapshot.cluster.slices, MappingProxyType(allocations)
     )
-    running = tuple(r for r in snapshot.running if r.workload.id != workload_id)
-    return Snapshot(snapshot.policy, cluster, running, snapshot.pending)
+    return Snapshot(snapshot.policy, cluster, tuple(running), snapshot.pending)

@@ -127,6 +127,7 @@ class _Cycle:
         self.no_room: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
         self.no_victims: dict[tuple[object, ...], int] = {}
         self.searches: Counter[str] = Counter()
+        self.failed: dict[tuple[object, ...], tuple[int, _Outcome]] = {}
         self._flavor_cache: dict[tuple[str, GpuRequest], list[Flavor]] = {}
         self.placer.shapes = self._shapes()
 
@@ -218,6 +219,20 @@ class _Cycle:
 
     # ------------------------------------------------------------------ admission
     def _admit(self, w: Workload) -> _Outcome:
+        # Within a cycle capacity only shrinks until something is given back, so a workload
+        # of the same shape, queue and priority as one that just failed fails the same way.
+        # (Not while a starving head holds flavors: that depends on submit times.)
+        key = None if self.held else (w.queue, w.priority, w.topology, w.pod_sets)
+        if key is not None:
+            cached = self.failed.get(key)
+            if cached is not None and cached[0] == self.ws.release_epoch:
+                return cached[1]
+        outcome = self._try(w)
+        if key is not None and not outcome.admitted:
+            self.failed[key] = (self.ws.release_epoch, outcome)
+        return outcome
+
+    def _try(self, w: Workload) -> _Outcome:
         per_set = self._flavors_for(w)
         for ps, flavors in zip(w.pod_sets, per_set, strict=True):
             if ps.gpu.kind.value != "none" and not flavors:

@@ -89,7 +89,8 @@ class Placer:
         if w.fragmentation:
             shapes = self.shapes.get(needs.flavor)
             if shapes:
-                score += w.fragmentation * plugins.fragmentation(free, needs.slices, shapes)
+                frag = plugins.fragmentation(free, needs.slices, total, shapes)
+                score += w.fragmentation * frag
         return score
 
     def _node_order(self, needs: PodNeeds, group: list[int] | None) -> Iterable[Iterable[int]]:
@@ -167,7 +168,8 @@ class Placer:
         gpus = node.gpus[needs.flavor]
         if ws.kind(needs.flavor) is SliceKind.MIG:
             # Fill GPUs that already run instances, keeping empty GPUs whole for repartitioning.
-            order = sorted(gpus, key=lambda g: (-self._busy(node, g.gpu), g.gpu))
+            used = ws.gpu_used
+            order = sorted(gpus, key=lambda g: (-used.get((node.idx, g.gpu), 0), g.gpu))
         else:
             order = gpus
         out: list[int] = []
@@ -181,10 +183,6 @@ class Placer:
                 left -= k
         assert left == 0, "index promised more free slices than the node has"
         return out
-
-    @staticmethod
-    def _busy(node: NodeState, gpu: int) -> int:
-        return sum(g.total - len(g.free) for gs in node.gpus.values() for g in gs if g.gpu == gpu)
 
     # -------------------------------------------------------------- gangs
     def groups(self, topology: TopologyMode) -> list[list[int]] | None:

@@ -85,15 +85,18 @@ def spread(free_before: int, taken: int, total: int) -> int:
     return 100 - binpack(free_before, taken, total)
 
 
-def room_for_shapes(free: int, shapes: Mapping[int, int]) -> int:
-    return sum(weight * (free // size) for size, weight in shapes.items() if size)
+def stranded(free: int, shapes: Mapping[int, int]) -> int:
+    """Free slices the common request shapes cannot use, weighted by how often each shape is
+    asked for (times the total weight): what is left over after packing each shape."""
+    return sum(weight * (free % size) for size, weight in shapes.items() if size)
 
 
-def fragmentation(free_before: int, taken: int, shapes: Mapping[int, int]) -> int:
-    """100 when taking `taken` slices costs the common request shapes nothing, 0 when it
-    costs them everything the node (or GPU) could still hold."""
-    before = room_for_shapes(free_before, shapes)
-    if before == 0:
-        return 100
-    after = room_for_shapes(free_before - taken, shapes)
-    return 100 - 100 * (before - after) // before
+def fragmentation(free_before: int, taken: int, total: int, shapes: Mapping[int, int]) -> int:
+    """In the spirit of fragmentation gradient descent: 50 when taking `taken` slices leaves
+    as much stranded capacity as before, towards 100 when it strands less (fills a gap), towards
+    0 when it strands more (breaks up room that a common shape needed)."""
+    weight = sum(w for s, w in shapes.items() if s)
+    if not weight or total <= 0:
+        return 50
+    delta = stranded(free_before - taken, shapes) - stranded(free_before, shapes)
+    return max(0, min(100, 50 - 100 * delta // (weight * total)))

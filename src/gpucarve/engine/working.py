@@ -111,6 +111,8 @@ class Working:
         self.nodes: list[NodeState] = []
         self.node_index: dict[str, int] = {}
         self.total: dict[tuple[str, int], int] = {}
+        # Slices in use per (node, GPU), all flavors together.
+        self.gpu_used: dict[tuple[int, int], int] = {}
         self.index: dict[str, FlavorIndex] = {f: FlavorIndex() for f in policy.flavors}
         for i, n in enumerate(cluster.nodes):
             labels = dict(n.labels)
@@ -139,8 +141,10 @@ class Working:
                     self.slice_gpu[o] = gs
                     if sid not in cluster.allocations:
                         gs.free.append(o)
-                    elif s.kind in SHARED_KINDS:
-                        gs.mem_free -= cluster.allocations[sid].memory_mib
+                    else:
+                        self.gpu_used[(i, gpu.index)] = self.gpu_used.get((i, gpu.index), 0) + 1
+                        if s.kind in SHARED_KINDS:
+                            gs.mem_free -= cluster.allocations[sid].memory_mib
                 for gs in per.values():
                     gs.free.sort()
             self.nodes.append(node)
@@ -215,6 +219,8 @@ class Working:
     def _base_slice(self, sid: str, memory: int, sign: int, touched: set[tuple[int, str]]) -> None:
         o = bisect.bisect_left(self.slice_ids, sid)
         gs = self.slice_gpu[o]
+        key = (gs.node, gs.gpu)
+        self.gpu_used[key] = self.gpu_used.get(key, 0) - sign
         if sign > 0:
             bisect.insort(gs.free, o)
         else:
@@ -243,12 +249,25 @@ class Working:
         del gs.free[:n]
         gs.mem_free -= shared_mem
         node = self.nodes[gs.node]
-        self.recount(node, gs.flavor)
+        used_key = (gs.node, gs.gpu)
+        self.gpu_used[used_key] = self.gpu_used.get(used_key, 0) + n
+        index = self.index[gs.flavor]
+        shared = self.flavors[gs.flavor].shared
+        # A node's count of a whole or MIG flavor is the sum over its GPUs: adjust it by n
+        # instead of recounting; a shared flavor's is a maximum and is recounted.
+        if shared:
+            self.recount(node, gs.flavor)
+        else:
+            index.set(node.idx, index.count[node.idx] - n)
 
         def undo() -> None:
             gs.free[0:0] = ids
             gs.mem_free += shared_mem
-            self.recount(node, gs.flavor)
+            self.gpu_used[used_key] -= n
+            if shared:
+                self.recount(node, gs.flavor)
+            else:
+                index.set(node.idx, index.count[node.idx] + n)
 
         self.log.append(undo)
         return ids
@@ -258,6 +277,7 @@ class Working:
         for o in ordinals:
             gs = self.slice_gpu[o]
             bisect.insort(gs.free, o)
+            self.gpu_used[(gs.node, gs.gpu)] -= 1
             touched[id(gs)] = gs
         if ordinals and shared_mem:
             self.slice_gpu[ordinals[0]].mem_free += shared_mem
@@ -269,6 +289,7 @@ class Working:
             for o in ordinals:
                 gs = self.slice_gpu[o]
                 gs.free.remove(o)
+                self.gpu_used[(gs.node, gs.gpu)] += 1
             if ordinals and shared_mem:
                 self.slice_gpu[ordinals[0]].mem_free -= shared_mem
             for gs in touched.values():

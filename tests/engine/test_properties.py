@@ -1,0 +1,266 @@
+"""Properties over random clusters and workload streams.
+
+For every cycle: the reused Engine gives exactly what a fresh cycle gives (determinism), no
+slice is held twice, quota never goes beyond the borrowing rules, gangs are all-or-nothing,
+only preemptible work that is lower-priority (same queue) or borrowed (reclaim) is evicted, and
+a closed system settles without queues evicting each other back and forth.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpucarve.config.catalog_file import packaged_catalog
+from gpucarve.core import mig
+from gpucarve.core.policy import Policy
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import Workload
+from gpucarve.engine import Cause, Engine, run_cycle
+from gpucarve.engine.apply import apply, finish
+from tests.engine.builders import policy, pool, snapshot, workload
+
+CLASSES = [
+    {"name": "p0", "value": 0, "preemptible": True, "default": True},
+    {"name": "p1", "value": 10, "preemptible": True},
+    {"name": "p2", "value": 20, "preemptible": False},
+]
+A100 = packaged_catalog().get("A100-80GB").mig
+assert A100 is not None
+LAYOUTS = mig.maximal_layouts(A100)
+
+
+@st.composite
+def clusters(draw: st.DrawFn, cohort: bool | None = None) -> Policy:
+    pools: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        nodes = draw(st.integers(1, 3))
+        pools.append(
+            pool(
+                "h",
+                "H100-SXM5-80GB",
+                nodes,
+                draw(st.sampled_from([2, 4, 8])),
+                topology={"nodesPerRack": min(2, nodes), "nodesPerNvlinkDomain": 1},
+            )
+        )
+    if draw(st.booleans()):
+        layout = dict(draw(st.sampled_from(LAYOUTS)))
+        pools.append(
+            pool(
+                "m",
+                "A100-80GB",
+                draw(st.integers(1, 2)),
+                draw(st.integers(1, 2)),
+                "mig",
+                mig={"layout": layout},
+            )
+        )
+    if draw(st.booleans()) or not pools:
+        pools.append(
+            pool(
+                "s",
+                "L40S",
+                draw(st.integers(1, 2)),
+                1,
+                "time-slicing",
+                replicas=draw(st.integers(2, 8)),
+            )
+        )
+    base = policy(pools=pools)
+    n_queues = draw(st.integers(1 if cohort is None else 2, 3))
+    if cohort is None:
+        cohort = draw(st.booleans())
+    queues = []
+    for i in range(n_queues):
+        quota: dict[str, Any] = {}
+        for flavor, cap in base.capacity.items():
+            share = cap // n_queues
+            entry: dict[str, Any] = {"nominal": draw(st.integers(share // 2, share))}
+            if cohort and draw(st.booleans()):
+                entry["borrowingLimit"] = draw(st.integers(0, cap))
+            if cohort and draw(st.booleans()):
+                entry["lendingLimit"] = draw(st.integers(0, entry["nominal"]))
+            quota[flavor] = entry
+        q: dict[str, Any] = {"name": f"q{i}", "namespaces": [f"q{i}"], "quota": quota}
+        if cohort:
+            q["cohort"] = "c"
+        queues.append(q)
+    return policy(
+        pools=pools,
+        queues=queues,
+        cohorts=[{"name": "c"}] if cohort else [],
+        priorityClasses=CLASSES,
+        scheduling={
+            "minRuntimeSeconds": draw(st.sampled_from([0, 150])),
+            "maxHeadWaitSeconds": draw(st.sampled_from([0, 300, 100000])),
+            "queueing": draw(st.sampled_from(["best-effort-fifo", "strict-fifo"])),
+        },
+    )
+
+
+def random_workload(draw: st.DrawFn, p: Policy, i: int, t: int) -> Workload:
+    kinds = []
+    for f in p.flavors.values():
+        kinds.append(f.kind.value if f.kind.value != "mig" else f"mig:{f.profile}")
+    kind = draw(st.sampled_from(sorted(set(kinds))))
+    pods = draw(st.integers(1, 3))
+    kw: dict[str, Any] = {
+        "pods": pods,
+        "min_pods": draw(st.integers(1, pods)),
+        "priority": draw(st.sampled_from(["p0", "p1", "p2"])),
+        "submit": t,
+        "topology": draw(st.sampled_from(["none", "none", "node", "rack"])),
+    }
+    if kind == "whole":
+        kw["gpus"] = draw(st.sampled_from([1, 2, 4]))
+    elif kind.startswith("mig:"):
+        kw["mig"] = f"{draw(st.integers(1, 2))}x{kind[4:]}"
+    elif draw(st.booleans()):
+        kw["shared"] = 1
+    else:
+        kw["fraction"] = draw(st.sampled_from([100, 300, 600]))
+    q = draw(st.sampled_from([q.name for q in p.queues]))
+    return workload(p, f"w{i}", q, **kw)
+
+
+def check_step(before: Snapshot, result: Any, after: Snapshot) -> None:
+    p = before.policy
+    assert after.check() == []
+    # quota
+    usage: Counter[tuple[str, str]] = Counter()
+    for rw in after.running:
+        for pod in rw.pods:
+            if pod.flavor:
+                usage[(rw.workload.queue, pod.flavor)] += len(pod.slice_ids)
+    pool_used: Counter[tuple[str, str]] = Counter()
+    pool_size: Counter[tuple[str, str]] = Counter()
+    for q in p.queues:
+        for quota in q.quotas:
+            used = usage[(q.name, quota.flavor)]
+            lendable = quota.nominal if quota.lending_limit is None else quota.lending_limit
+            if q.cohort is None:
+                assert used <= quota.nominal
+                continue
+            if quota.borrowing_limit is not None:
+                assert used <= quota.nominal + quota.borrowing_limit
+            pool_used[(q.cohort, quota.flavor)] += max(0, used - (quota.nominal - lendable))
+            pool_size[(q.cohort, quota.flavor)] += lendable
+    for key, used in pool_used.items():
+        assert used <= pool_size[key]
+    # gangs
+    pending = {w.id: w for w in before.pending}
+    for adm in result.admissions:
+        w = pending[adm.workload]
+        per = Counter(pod.pod_set for pod in adm.pods)
+        for ps in w.pod_sets:
+            assert ps.min_count <= per[ps.name] <= ps.count
+    # evictions
+    was_running = {rw.workload.id: rw for rw in before.running}
+    by_id = {**{w.id: w for w in before.pending}, **{k: v.workload for k, v in was_running.items()}}
+    before_usage: Counter[tuple[str, str]] = Counter()
+    for rw in before.running:
+        for pod in rw.pods:
+            if pod.flavor:
+                before_usage[(rw.workload.queue, pod.flavor)] += len(pod.slice_ids)
+    for ev in result.evictions:
+        victim = was_running[ev.workload]
+        assert victim.workload.preemptible
+        assert result.now - victim.start_time >= p.scheduling.min_runtime_s
+        winner = by_id[ev.by]
+        if ev.cause is Cause.PREEMPT:
+            assert winner.queue == victim.workload.queue
+            assert winner.priority > victim.workload.priority
+        else:
+            assert winner.queue != victim.workload.queue
+            vq = p.queue(victim.workload.queue)
+            assert vq.cohort is not None and vq.cohort == p.queue(winner.queue).cohort
+            flavors = {pod.flavor for pod in victim.pods if pod.flavor}
+            assert any(
+                before_usage[(vq.name, f)] > (vq.quota(f).nominal if vq.quota(f) else 0)  # type: ignore[union-attr]
+                for f in flavors
+            )
+
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_random_streams_keep_every_invariant(data: st.DataObject) -> None:
+    p = data.draw(clusters())
+    engine = Engine()
+    s = snapshot(p)
+    n = 0
+    for step in range(data.draw(st.integers(2, 6))):
+        now = step * 100
+        new = [
+            random_workload(data.draw, p, n + i, now) for i in range(data.draw(st.integers(0, 6)))
+        ]
+        n += len(new)
+        s = Snapshot(p, s.cluster, s.running, (*s.pending, *new))
+        result = engine.run_cycle(s, now)
+        assert repr(result) == repr(run_cycle(s, now)), "a reused engine must decide as a fresh one"
+        after = apply(s, result)
+        check_step(s, result, after)
+        s = after
+        for rw in list(s.running):
+            if data.draw(st.integers(0, 3)) == 0:
+                s = finish(s, rw.workload.id)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_closed_system_settles_without_eviction_ping_pong(data: st.DataObject) -> None:
+    p = data.draw(clusters())
+    ws = [
+        random_workload(data.draw, p, i, data.draw(st.integers(0, 50)))
+        for i in range(data.draw(st.integers(1, 12)))
+    ]
+    s = snapshot(p)
+    engine = Engine()
+    evicted_by: set[tuple[str, str]] = set()
+    evictions: Counter[str] = Counter()
+    # arrivals in two waves, then nothing new and nothing finishes
+    s = Snapshot(p, s.cluster, s.running, tuple(ws[: len(ws) // 2]))
+    quiet = 0
+    for step in range(40):
+        if step == 1:
+            s = Snapshot(p, s.cluster, s.running, (*s.pending, *ws[len(ws) // 2 :]))
+        result = engine.run_cycle(s, 1000 + step * 200)
+        for ev in result.evictions:
+            assert (ev.by, ev.workload) not in evicted_by, f"{ev.workload} evicted {ev.by} back"
+            evicted_by.add((ev.workload, ev.by))
+            evictions[ev.workload] += 1
+        s = apply(s, result)
+        quiet = quiet + 1 if not result.admissions and not result.evictions else 0
+        if quiet >= 2 and step > 1:
+            break
+    assert quiet >= 2, "the system did not settle"
+    assert sum(evictions.values()) <= len(ws)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_reclaim_in_a_cohort_keeps_every_invariant(data: st.DataObject) -> None:
+    p = data.draw(clusters(cohort=True))
+    first, second = p.queues[0].name, p.queues[1].name
+    s = snapshot(p)
+    n = 0
+    for step, queue in enumerate([first, first, second, second]):
+        now = step * 400
+        new = []
+        for _ in range(data.draw(st.integers(1, 6))):
+            w = random_workload(data.draw, p, n, now)
+            n += 1
+            if w.queue != queue:
+                continue
+            new.append(w)
+        s = Snapshot(p, s.cluster, s.running, (*s.pending, *new))
+        result = run_cycle(s, now)
+        after = apply(s, result)
+        check_step(s, result, after)
+        s = after

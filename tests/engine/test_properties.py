@@ -179,9 +179,28 @@ def check_step(before: Snapshot, result: Any, after: Snapshot) -> None:
             vq = p.queue(victim.workload.queue)
             assert vq.cohort is not None and vq.cohort == p.queue(winner.queue).cohort
             flavors = {pod.flavor for pod in victim.pods if pod.flavor}
-            assert any(
-                before_usage[(vq.name, f)] > (vq.quota(f).nominal if vq.quota(f) else 0)  # type: ignore[union-attr]
-                for f in flavors
+            nominal = {f: q.nominal for f in flavors if (q := vq.quota(f)) is not None}
+            # borrowing when it was evicted: its usage before the cycle plus what the cycle
+            # admitted for it before the admission that reclaimed
+            at = next(i for i, a in enumerate(result.admissions) if a.workload == ev.by)
+            usage_then = Counter(before_usage)
+            for a in result.admissions[:at]:
+                if a.queue == vq.name:
+                    for f, n in a.charged:
+                        usage_then[(vq.name, f)] += n
+            withdrawn = any(
+                pd.workload.startswith(vq.name + "/") and "admission withdrawn" in pd.reason.message
+                for pd in result.pending
+            )
+            # (an admission of that queue that reclaim later withdrew is not in the result)
+            assert withdrawn or any(
+                usage_then[(vq.name, f)] > nominal.get(f, 0) for f in flavors
+            ), (
+                ev,
+                {f: before_usage[(vq.name, f)] for f in flavors},
+                nominal,
+                [(a.workload, a.charged, a.after_evictions) for a in result.admissions],
+                [(p.workload, str(p.reason)) for p in result.pending],
             )
 
 

@@ -298,9 +298,10 @@ def test_topology_node_and_nvlink_and_rack() -> None:
                 6,
                 8,
                 topology={"nodesPerRack": 2, "nodesPerNvlinkDomain": 1},
-            )
+            ),
+            pool("zextra", "H100-SXM5-80GB", 2, 8),  # no rack or NVLink labels
         ],
-        queues=[queue("r", {"h100-full": {"nominal": 48}})],
+        queues=[queue("r", {"h100-full": {"nominal": 64}})],
     )
     s = snapshot(p, [workload(p, "one-node", "r", gpus=2, pods=4, topology="node")])
     result, s = cycle(s)
@@ -313,12 +314,41 @@ def test_topology_node_and_nvlink_and_rack() -> None:
         "train-3",
     ]  # the rack with train-0 has only 8 GPUs fully free on one node
     s = submit(s, workload(p, "nvl", "r", gpus=8, pods=2, topology="nvlink", submit=2))
-    result, _ = cycle(s)
+    result, s = cycle(s)
     reason = result.pending_reason("r/nvl")
-    assert (
-        reason is not None
-        and "in one NVLink domain; the best NVLink domain has 8 free" in reason.message
+    assert reason is not None and reason.stage is Stage.VALIDATION
+    assert reason.message == (
+        "can never be admitted: needs 16 h100-full in one NVLink domain; "
+        "the largest NVLink domain has 8"
     )
+    s = submit(
+        s,
+        *[
+            workload(p, f"rack{i}", "r", gpus=8, pods=2, topology="rack", submit=3 + i)
+            for i in range(2)
+        ],
+    )
+    result, _ = cycle(s)
+    assert result.admitted_ids() == ["r/rack0"]
+    reason = result.pending_reason("r/rack1")
+    assert reason is not None and reason.stage is Stage.PLACEMENT
+    assert "gang needs 16 h100-full in one rack; the best rack has 8 free" in reason.message
+
+
+def test_impossible_head_does_not_hold_its_queue() -> None:
+    p = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 2, 8)],
+        queues=[queue("r", {"h100-full": {"nominal": 16}})],
+        scheduling={"queueing": "strict-fifo"},
+    )
+    s = snapshot(
+        p, [workload(p, "huge", "r", gpus=8, pods=3), workload(p, "ok", "r", gpus=8, submit=1)]
+    )
+    result, _ = cycle(s, now=5000)
+    assert result.admitted_ids() == ["r/ok"]
+    reason = result.pending_reason("r/huge")
+    assert reason is not None and reason.plugin == "ceiling"
+    assert "queue r can never hold more than 16" in reason.message
 
 
 def test_node_selector_and_taints() -> None:

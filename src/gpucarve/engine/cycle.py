@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from gpucarve.core.policy import Flavor, QueueingStrategy
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import GpuRequest, PodAssignment, Workload
+from gpucarve.core.workload import GpuRequest, PodAssignment, RunningWorkload, Workload
+from gpucarve.engine.ceilings import Ceilings
 from gpucarve.engine.decisions import (
     Admission,
     Cause,
@@ -115,6 +116,7 @@ class _Cycle:
         self.ws = ws
         self.quotas = Quotas(self.policy, self.ws.usage)
         self.placer = Placer(self.ws, self.cfg.scoring, self.cfg.candidates_per_pod)
+        self.ceilings = Ceilings(self.ws, self.quotas)
         self.preemptor = Preemptor(self.ws, self.quotas, now, self.cfg.min_runtime_s)
         self.admissions: list[Admission] = []
         self.evictions: list[Eviction] = []
@@ -128,6 +130,9 @@ class _Cycle:
         self.no_victims: dict[tuple[object, ...], int] = {}
         self.searches: Counter[str] = Counter()
         self.failed: dict[tuple[object, ...], tuple[int, _Outcome]] = {}
+        self.fresh: dict[str, Admission] = {}
+        self.withdrawn: set[str] = set()
+        self.preemptor.fresh = self.fresh
         self._flavor_cache: dict[tuple[str, GpuRequest], list[Flavor]] = {}
         self.placer.shapes = self._shapes()
 
@@ -247,6 +252,14 @@ class _Cycle:
                 )
         choices: list[list[Flavor | None]] = [list(f) if f else [None] for f in per_set]
         combos = list(itertools.islice(itertools.product(*choices), MAX_FLAVOR_COMBOS))
+        impossible = [self.ceilings.never_fits(w, combo) for combo in combos]
+        if all(r is not None for r in impossible):
+            # Not even an empty cluster with all the quota the queue can reach would hold it:
+            # say so, and never let it hold its queue.
+            first = impossible[0]
+            assert first is not None
+            return _Outcome(False, first, tuple(r for r in impossible if r is not None))
+        combos = [c for c, r in zip(combos, impossible, strict=True) if r is None]
         tried: list[PendingReason] = []
         for combo in combos:
             plan, _, reason = self._plan(w, combo)
@@ -415,17 +428,20 @@ class _Cycle:
             (f, b) for f in sorted(charged) if (b := self.quotas.borrowed(w.queue, f)) > 0
         )
         self.pods_placed += len(placed)
-        self.admissions.append(
-            Admission(
-                workload=w.id,
-                queue=w.queue,
-                pods=tuple(placed),
-                charged=tuple(sorted(charged.items())),
-                borrowed=borrowed,
-                after_evictions=tuple(victims),
-                stage=stage,
-            )
+        admission = Admission(
+            workload=w.id,
+            queue=w.queue,
+            pods=tuple(placed),
+            charged=tuple(sorted(charged.items())),
+            borrowed=borrowed,
+            after_evictions=tuple(victims),
+            stage=stage,
         )
+        self.admissions.append(admission)
+        # Admitted this cycle, not started: reclaim may still withdraw it at no cost, which
+        # beats evicting older work of the same queue.
+        self.ws.add_running(RunningWorkload(w, tuple(placed), self.now))
+        self.fresh[w.id] = admission
 
     def _preempt(self, w: Workload, plan: Plan, demand: dict[str, int]) -> bool:
         pre = self.preemptor
@@ -452,6 +468,9 @@ class _Cycle:
             placed, victims = found
             for rw in victims:
                 v = rw.workload
+                if v.id in self.fresh:
+                    self._withdraw(v, w)
+                    continue
                 if cause is Cause.RECLAIM:
                     flavors = sorted({p.flavor for p in rw.pods if p.flavor in demand})
                     msg = (
@@ -461,7 +480,21 @@ class _Cycle:
                 else:
                     msg = f"preempted by {w.id} (priority {w.priority} > {v.priority})"
                 self.evictions.append(Eviction(v.id, v.queue, cause, w.id, msg))
-            self._record(w, placed, Stage.PREEMPTION, [rw.workload.id for rw in victims])
+            evicted = [rw.workload.id for rw in victims if rw.workload.id not in self.withdrawn]
+            self._record(w, placed, Stage.PREEMPTION, evicted)
             return True
         self.no_victims[key] = self.ws.release_epoch
         return False
+
+    def _withdraw(self, victim: Workload, by: Workload) -> None:
+        """Take back an admission made earlier in this cycle (its pods never started)."""
+        admission = self.fresh.pop(victim.id)
+        self.admissions.remove(admission)
+        self.pods_placed -= len(admission.pods)
+        self.withdrawn.add(victim.id)
+        reason = PendingReason(
+            Stage.PREEMPTION,
+            "reclaim",
+            f"admission withdrawn: queue {by.queue} reclaimed its quota for {by.id}",
+        )
+        self.pending.append(Pending(victim.id, victim.queue, reason))

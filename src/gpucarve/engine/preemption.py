@@ -14,7 +14,7 @@ priority preemption only goes from higher to lower priority inside one queue.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
@@ -63,6 +63,7 @@ class Preemptor:
         self.now = now
         self.min_runtime = min_runtime
         self._by_queue: dict[str, list[RunningWorkload]] = {}
+        self.fresh: Mapping[str, object] = {}
         self._indexed_version = -1
 
     def _running_of(self, queue: str) -> list[RunningWorkload]:
@@ -78,7 +79,10 @@ class Preemptor:
 
     def _eligible(self, rw: RunningWorkload) -> bool:
         w = rw.workload
-        return w.preemptible and not rw.terminating and self.now - rw.start_time >= self.min_runtime
+        if not w.preemptible or rw.terminating:
+            return False
+        # Admitted earlier in this cycle: nothing ran yet, so no minimum runtime applies.
+        return w.id in self.fresh or self.now - rw.start_time >= self.min_runtime
 
     def reclaim_candidates(self, w: Workload, demand: dict[str, int]) -> list[RunningWorkload]:
         q = self.quotas

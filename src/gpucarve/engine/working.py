@@ -316,6 +316,16 @@ class Working:
 
         self.log.append(undo)
 
+    def add_running(self, rw: RunningWorkload) -> None:
+        self.running[rw.workload.id] = rw
+        self.running_version += 1
+
+        def undo() -> None:
+            del self.running[rw.workload.id]
+            self.running_version += 1
+
+        self.log.append(undo)
+
     def remove_running(self, workload_id: str) -> RunningWorkload:
         rw = self.running.pop(workload_id)
         self.running_version += 1

@@ -1,0 +1,102 @@
+"""Workloads that can never be admitted, whatever else runs or leaves.
+
+A gang that needs more than its queue can ever reach (nominal plus what it may borrow), more
+slices on one node than any node has, more than the whole cluster holds, or more than any one
+node, NVLink domain or rack holds for its topology constraint would wait forever. Such a
+workload is reported (stage `validation`, plugin `ceiling`) and never holds its queue.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from gpucarve.core.policy import Flavor
+from gpucarve.core.requests import slices_per_pod
+from gpucarve.core.workload import TopologyMode, Workload
+from gpucarve.engine.decisions import PendingReason, Stage
+from gpucarve.engine.quota import Quotas
+from gpucarve.engine.working import Working
+
+UNIT = {TopologyMode.NODE: "node", TopologyMode.NVLINK: "NVLink domain", TopologyMode.RACK: "rack"}
+
+
+class Ceilings:
+    def __init__(self, ws: Working, quotas: Quotas) -> None:
+        self.ws = ws
+        self.quotas = quotas
+        self._group_max: dict[tuple[TopologyMode, str], int] = {}
+        self._node_max: dict[str, int] = {}
+
+    def _reach(self, queue: str, flavor: str) -> int:
+        """The most slices of `flavor` the queue could ever hold."""
+        q = self.quotas
+        lim = q.limits.get((queue, flavor))
+        if lim is None:
+            return 0
+        cohort = q.queues[queue].cohort
+        if cohort is None:
+            return lim.nominal
+        others = q.pool.get((cohort, flavor), 0) - lim.lendable
+        borrow = others if lim.borrowing_limit is None else min(lim.borrowing_limit, others)
+        return lim.nominal + max(0, borrow)
+
+    def _largest_node(self, flavor: str) -> int:
+        if flavor not in self._node_max:
+            self._node_max[flavor] = max(
+                (t for (f, _), t in self.ws.total.items() if f == flavor), default=0
+            )
+        return self._node_max[flavor]
+
+    def _largest_group(self, mode: TopologyMode, flavor: str) -> int:
+        key = (mode, flavor)
+        if key not in self._group_max:
+            groups = self.ws.groups.get(mode)
+            if groups is None:
+                from gpucarve.engine.placement import Placer  # the grouping lives there
+
+                groups = Placer(self.ws, self.ws.policy.scheduling.scoring, 1).groups(mode) or []
+            self._group_max[key] = max(
+                (sum(self.ws.total.get((flavor, n), 0) for n in g) for g in groups), default=0
+            )
+        return self._group_max[key]
+
+    def never_fits(self, w: Workload, combo: Sequence[Flavor | None]) -> PendingReason | None:
+        demand: Counter[str] = Counter()
+        for ps, f in zip(w.pod_sets, combo, strict=True):
+            if f is None:
+                continue
+            per_pod = slices_per_pod(ps.gpu, f, self.ws.flavors[f.name].gpu_memory)
+            if not self.ws.flavors[f.name].shared and per_pod > self._largest_node(f.name):
+                return self._reason(
+                    f"a pod needs {per_pod} {f.name} but no node has more than "
+                    f"{self._largest_node(f.name)}",
+                    f.name,
+                )
+            demand[f.name] += per_pod * ps.min_count
+        for flavor, d in sorted(demand.items()):
+            reach = self._reach(w.queue, flavor)
+            if d > reach:
+                return self._reason(
+                    f"needs {d} {flavor} but queue {w.queue} can never hold more than {reach} "
+                    "(nominal quota plus what it may borrow)",
+                    flavor,
+                )
+            capacity = self.ws.policy.capacity.get(flavor, 0)
+            if d > capacity:
+                return self._reason(f"needs {d} {flavor}; the cluster has {capacity}", flavor)
+            if w.topology is not TopologyMode.NONE:
+                most = self._largest_group(w.topology, flavor)
+                if d > most:
+                    unit = UNIT[w.topology]
+                    return self._reason(
+                        f"needs {d} {flavor} in one {unit}; the largest {unit} has {most}",
+                        flavor,
+                    )
+        return None
+
+    @staticmethod
+    def _reason(message: str, flavor: str) -> PendingReason:
+        return PendingReason(
+            Stage.VALIDATION, "ceiling", "can never be admitted: " + message, flavor
+        )

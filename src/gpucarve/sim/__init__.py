@@ -1,0 +1,1 @@
+"""The simulator: replays workloads through the same engine the scheduler uses."""

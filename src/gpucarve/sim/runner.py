@@ -1,0 +1,249 @@
+"""A deterministic discrete-event simulation around the engine.
+
+Workloads arrive at their submit time, wait, are admitted and placed by the same `Engine` the
+Kubernetes scheduler runs, make progress at a rate set by their GPUs (time-sliced and MPS GPUs
+slow their jobs down, see `slowdown`), finish, or are evicted and requeued to start over. A
+cycle runs at every instant where something happened, and every `tick` seconds while work is
+pending (minimum runtimes and head waits expire with time alone).
+
+Events at one instant are ordered by (time, kind, sequence number): completions before
+arrivals before ticks, then in the order they were scheduled, so a run is a pure function of
+its inputs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from gpucarve.core.cluster import build_cluster
+from gpucarve.core.policy import Policy, SliceKind
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import PodAssignment, Workload
+from gpucarve.engine import CycleResult, Engine
+from gpucarve.engine.apply import apply, finish
+from gpucarve.sim import slowdown
+
+DEFAULT_UTILISATION = 60.0  # percent of a GPU a job keeps busy alone, when the trace says nothing
+
+
+class Kind(IntEnum):
+    COMPLETION = 0
+    ARRIVAL = 1
+    TICK = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    tick_s: int = 60
+    horizon_s: int | None = None  # stop here even if work remains (None: run until done)
+    max_cycles: int = 1_000_000
+
+
+@dataclass(slots=True)
+class _Job:
+    workload: Workload
+    remaining: float  # seconds of solo work left
+    rate: float = 1.0
+    since: int = 0  # when `remaining` was last brought up to date
+    version: int = 0  # bumps invalidate scheduled completions
+    start: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One uninterrupted run of a workload, for metrics."""
+
+    workload: str
+    queue: str
+    start: int
+    end: int
+    pods: tuple[PodAssignment, ...]
+    outcome: str  # "completed" | "evicted" | "cut" (still running at the horizon)
+
+
+@dataclass
+class SimResult:
+    policy: Policy
+    end: int
+    submitted: dict[str, Workload] = field(default_factory=dict)
+    intervals: list[Interval] = field(default_factory=list)
+    first_start: dict[str, int] = field(default_factory=dict)
+    completed: dict[str, int] = field(default_factory=dict)
+    evictions: list[tuple[int, str, str, str]] = field(default_factory=list)  # t, victim, by, cause
+    cycles: int = 0
+    never_started: list[str] = field(default_factory=list)
+
+
+ProgressHook = Callable[[int, int], None]
+
+
+class Simulator:
+    def __init__(
+        self,
+        policy: Policy,
+        workloads: Sequence[Workload],
+        utilisation: Mapping[str, float] | None = None,
+        config: SimConfig = SimConfig(),
+    ) -> None:
+        missing = [w.id for w in workloads if w.duration is None]
+        if missing:
+            raise ValueError(f"workloads without a duration cannot be simulated: {missing[:5]}")
+        self.policy = policy
+        self.workloads = sorted(workloads, key=lambda w: (w.submit_time, w.id))
+        self.utilisation = dict(utilisation or {})
+        self.config = config
+        self.engine = Engine()
+        self.snapshot = Snapshot(policy, build_cluster(policy))
+        self.events: list[tuple[int, int, int, str]] = []
+        self.seq = 0
+        self.versions = 0
+        self.jobs: dict[str, _Job] = {}
+        self.gpu_jobs: dict[str, set[str]] = {}  # shared GPU id -> workloads on it
+        self.result = SimResult(policy, 0)
+        self.shared = {
+            sid: s.node + "/gpu" + str(s.gpu)
+            for sid, s in self.snapshot.cluster.slices.items()
+            if s.kind in (SliceKind.TIME_SLICE, SliceKind.MPS)
+        }
+
+    # ------------------------------------------------------------------ events
+    def _push(self, t: int, kind: Kind, payload: str) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, int(kind), self.seq, payload))
+
+    def run(self, progress: ProgressHook | None = None) -> SimResult:
+        for w in self.workloads:
+            self._push(w.submit_time, Kind.ARRIVAL, w.id)
+            self.result.submitted[w.id] = w
+        arrivals_left = len(self.workloads)
+        by_id = {w.id: w for w in self.workloads}
+        now = 0
+        cycles = 0
+        tick_at: int | None = None
+        while self.events and cycles < self.config.max_cycles:
+            now = self.events[0][0]
+            if self.config.horizon_s is not None and now > self.config.horizon_s:
+                now = self.config.horizon_s
+                break
+            arrivals: list[Workload] = []
+            while self.events and self.events[0][0] == now:
+                _, kind, _, payload = heapq.heappop(self.events)
+                if kind == Kind.ARRIVAL:
+                    arrivals.append(by_id[payload])
+                    arrivals_left -= 1
+                elif kind == Kind.COMPLETION:
+                    wid, _, version = payload.rpartition("#")
+                    job = self.jobs.get(wid)
+                    if job is not None and job.version == int(version):
+                        self._complete(wid, now)
+                elif tick_at == now:
+                    tick_at = None
+            if arrivals:
+                s = self.snapshot
+                self.snapshot = Snapshot(s.policy, s.cluster, s.running, (*s.pending, *arrivals))
+            if self.snapshot.pending:
+                result = self.engine.run_cycle(self.snapshot, now)
+                cycles += 1
+                self._apply(result, now)
+                if progress is not None:
+                    progress(now, len(self.result.completed))
+            if self.snapshot.pending and tick_at is None:
+                tick_at = now + self.config.tick_s
+                self._push(tick_at, Kind.TICK, "")
+            if not self.snapshot.running and not arrivals_left:
+                # Nothing runs and nothing will arrive: what still waits never fits.
+                break
+        self.result.end = now
+        self.result.cycles = cycles
+        for wid, job in sorted(self.jobs.items()):
+            self._close(wid, job, now, "cut")
+        started = set(self.result.first_start)
+        self.result.never_started = sorted(w.id for w in self.workloads if w.id not in started)
+        return self.result
+
+    # ------------------------------------------------------------------ progress
+    def _util(self, wid: str) -> float:
+        return self.utilisation.get(wid, DEFAULT_UTILISATION)
+
+    def _rate(self, wid: str, pods: Sequence[PodAssignment]) -> float:
+        rate = 1.0
+        for pod in pods:
+            for sid in pod.slice_ids[:1]:
+                gpu = self.shared.get(sid)
+                if gpu is not None:
+                    utils = [self._util(other) for other in sorted(self.gpu_jobs.get(gpu, ()))]
+                    rate = min(rate, slowdown.speed(utils))
+        return rate
+
+    def _gpus_of(self, pods: Sequence[PodAssignment]) -> set[str]:
+        return {g for pod in pods for sid in pod.slice_ids if (g := self.shared.get(sid))}
+
+    def _settle(self, wid: str, now: int) -> None:
+        job = self.jobs[wid]
+        job.remaining = max(0.0, job.remaining - (now - job.since) * job.rate)
+        job.since = now
+
+    def _reschedule(self, wids: set[str], now: int) -> None:
+        running = {rw.workload.id: rw for rw in self.snapshot.running}
+        for wid in sorted(wids):
+            job = self.jobs.get(wid)
+            if job is None:
+                continue
+            self._settle(wid, now)
+            job.rate = self._rate(wid, running[wid].pods)
+            # Versions are unique across the run: a requeued workload's new job must not
+            # match a completion scheduled for its evicted predecessor.
+            self.versions += 1
+            job.version = self.versions
+            # ceil: a job completes at the first whole second its work is done
+            left = job.remaining / job.rate
+            done = now + int(left) + (0 if left == int(left) else 1)
+            self._push(done, Kind.COMPLETION, f"{wid}#{job.version}")
+
+    def _neighbours(self, gpus: set[str]) -> set[str]:
+        return {w for g in gpus for w in self.gpu_jobs.get(g, ())}
+
+    # ------------------------------------------------------------------ changes
+    def _apply(self, result: CycleResult, now: int) -> None:
+        running = {rw.workload.id: rw for rw in self.snapshot.running}
+        touched: set[str] = set()
+        for ev in result.evictions:
+            rw = running[ev.workload]
+            gpus = self._gpus_of(rw.pods)
+            for g in gpus:
+                self.gpu_jobs[g].discard(ev.workload)
+            touched |= self._neighbours(gpus)
+            job = self.jobs.pop(ev.workload)
+            self._close(ev.workload, job, now, "evicted")
+            self.result.evictions.append((now, ev.workload, ev.by, str(ev.cause)))
+        self.snapshot = apply(self.snapshot, result)
+        for adm in result.admissions:
+            w = self.result.submitted[adm.workload]
+            assert w.duration is not None
+            self.jobs[adm.workload] = _Job(w, float(w.duration), since=now, start=now)
+            self.result.first_start.setdefault(adm.workload, now)
+            gpus = self._gpus_of(adm.pods)
+            for g in gpus:
+                self.gpu_jobs.setdefault(g, set()).add(adm.workload)
+            touched |= self._neighbours(gpus) | {adm.workload}
+        self._reschedule(touched, now)
+
+    def _complete(self, wid: str, now: int) -> None:
+        rw = next(r for r in self.snapshot.running if r.workload.id == wid)
+        gpus = self._gpus_of(rw.pods)
+        for g in gpus:
+            self.gpu_jobs[g].discard(wid)
+        job = self.jobs.pop(wid)
+        self._close(wid, job, now, "completed")
+        self.result.completed[wid] = now
+        self.snapshot = finish(self.snapshot, wid)
+        self._reschedule(self._neighbours(gpus), now)
+
+    def _close(self, wid: str, job: _Job, now: int, outcome: str) -> None:
+        rw = next(r for r in self.snapshot.running if r.workload.id == wid)
+        self.result.intervals.append(
+            Interval(wid, job.workload.queue, job.start, now, rw.pods, outcome)
+        )

@@ -220,8 +220,10 @@ def test_plan_places_the_example_workloads_and_explains_the_rest() -> None:
     admitted = {a["workload"] for a in doc["admissions"]}
     assert {"research/llm-pretrain", "serving/ranker", "production/embeddings"} <= admitted
     pending = {p["workload"]: p for p in doc["pending"]}
-    assert pending["research/big-sweep"]["stage"] == "quota"
-    assert "borrowing limit 10" in pending["research/big-sweep"]["message"]
+    assert pending["research/llm-finetune"]["stage"] == "quota"
+    assert "borrowing limit 10" in pending["research/llm-finetune"]["message"]
+    assert pending["research/big-sweep"]["stage"] == "validation"
+    assert "queue research can never hold more than 26" in pending["research/big-sweep"]["message"]
     code, out, _ = run("plan", THREE, workloads)
     assert code == 0 and "Pending: 3 workloads" in out
 

@@ -236,3 +236,22 @@ def test_plan_bad_workloads_exit_2(tmp_path: Path) -> None:
     f.write_text("just: text\n")
     code, _, err = run("plan", THREE, str(f))
     assert code == 2 and "not-a-workload-list" in err
+
+
+def test_simulate_writes_identical_results_for_the_same_seed(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    code, out, _ = run(
+        "simulate", "--policy", THREE, "--days", "0.3", "--seed", "7", "--out", str(a)
+    )
+    assert code == 0
+    assert "GPU allocation (time-weighted)" in out and "Teams" in out
+    run("simulate", "--policy", THREE, "--days", "0.3", "--seed", "7", "--out", str(b))
+    assert (a / "results.json").read_bytes() == (b / "results.json").read_bytes()
+    doc = json.loads((a / "results.json").read_text())
+    assert doc["gpucarve"]["workloads"] > 0
+    assert set(doc["gpucarve"]["teams"]) == {"research", "production", "data-science"}
+
+
+def test_simulate_bad_policy_exits_2() -> None:
+    code, _, err = run("simulate", "--policy", str(EXAMPLES / "invalid" / "unknown-key.yaml"))
+    assert code == 2 and "unknown-key" in err

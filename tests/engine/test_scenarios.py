@@ -506,3 +506,27 @@ def test_binpack_fills_nodes_with_mig_instances() -> None:
     )
     result, _ = cycle(snapshot(p, [workload(p, "r", "prod", mig="3g.40gb", pods=4)]))
     assert sorted({pod.node for pod in result.admissions[0].pods}) == ["infer-0"]
+
+
+def test_a_starving_head_holds_only_the_flavors_it_needs() -> None:
+    p = policy(
+        pools=[
+            pool("train", "H100-SXM5-80GB", 2, 8),
+            pool("dev", "L40S", 1, 1, "time-slicing", replicas=4),
+        ],
+        queues=[queue("r", {"h100-full": {"nominal": 16}, "l40s-shared": {"nominal": 4}})],
+        scheduling={"queueing": "strict-fifo"},
+    )
+    s = snapshot(p, [workload(p, "running", "r", gpus=4)])
+    _, s = cycle(s)
+    s = submit(
+        s,
+        workload(p, "gang", "r", gpus=8, pods=2, submit=1),
+        workload(p, "small", "r", gpus=2, submit=2),
+        workload(p, "notebook", "r", shared=1, submit=3),
+    )
+    result, _ = cycle(s, now=10)
+    assert result.admitted_ids() == ["r/notebook"]
+    reason = result.pending_reason("r/small")
+    assert reason is not None and reason.stage is Stage.QUEUEING
+    assert "behind r/gang, which holds queue r for h100-full" in reason.message

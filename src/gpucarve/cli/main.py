@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucarve import __version__
-from gpucarve.cli import mig_cmd, plan_cmd, policy_cmd
+from gpucarve.cli import mig_cmd, plan_cmd, policy_cmd, simulate_cmd
 from gpucarve.cli.common import CatalogOption, catalog_or_exit, model_or_exit
 from gpucarve.cli.output import console
 
@@ -22,6 +22,7 @@ app = typer.Typer(
 )
 app.command("validate")(policy_cmd.validate)
 app.command("plan")(plan_cmd.plan)
+app.command("simulate")(simulate_cmd.simulate)
 app.add_typer(policy_cmd.policy_app, name="policy")
 app.add_typer(policy_cmd.cluster_app, name="cluster")
 app.add_typer(mig_cmd.app, name="mig")

@@ -124,6 +124,8 @@ class _Cycle:
         self.pods_placed = 0
         # flavor -> the starving workload holding it
         self.held: dict[str, Workload] = {}
+        # (queue, flavor) -> the head holding that queue's later work for the flavor
+        self.queue_holds: dict[tuple[str, str], Workload] = {}
         # (plan signature) -> (release epoch, reason): a gang shape that did not fit keeps not
         # fitting until something is given back.
         self.no_room: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
@@ -180,14 +182,17 @@ class _Cycle:
             _, _, _, name = heapq.heappop(heap)
             items = by_queue[name]
             w = items.popleft()
-            attempted += 1
-            outcome = self._admit(w)
-            if not outcome.admitted:
-                assert outcome.reason is not None
-                self.pending.append(Pending(w.id, w.queue, outcome.reason, outcome.tried))
-                if self._holds_queue(w, outcome.reason):
-                    self._hold(w, outcome.reason, items)
-                    continue
+            behind = self._behind(w)
+            if behind is not None:
+                self.pending.append(Pending(w.id, w.queue, behind))
+            else:
+                attempted += 1
+                outcome = self._admit(w)
+                if not outcome.admitted:
+                    assert outcome.reason is not None
+                    self.pending.append(Pending(w.id, w.queue, outcome.reason, outcome.tried))
+                    if self._holds_queue(w, outcome.reason):
+                        self._hold(w, outcome.reason)
             if items:
                 heapq.heappush(heap, self._key(name, items[0]))
         stats = CycleStats(
@@ -211,16 +216,32 @@ class _Cycle:
             return True
         return self.now - w.submit_time >= self.cfg.max_head_wait_s
 
-    def _hold(self, head: Workload, reason: PendingReason, rest: deque[Workload]) -> None:
-        waited = self.now - head.submit_time
-        if reason.stage is Stage.PLACEMENT:
-            for flavors in self._flavors_for(head):
-                for f in flavors:
+    def _hold(self, head: Workload, reason: PendingReason) -> None:
+        """The head holds its queue's later work for the flavors it needs (work for other
+        flavors goes on: a starving training gang does not stop the team's notebooks) and,
+        when it failed on placement, those flavors against newer or lower work of any queue."""
+        for flavors in self._flavors_for(head):
+            for f in flavors:
+                self.queue_holds.setdefault((head.queue, f.name), head)
+                if reason.stage is Stage.PLACEMENT:
                     self.held.setdefault(f.name, head)
-        msg = f"behind {head.id}, which holds queue {head.queue} (waiting {waited}s)"
-        while rest:
-            w = rest.popleft()
-            self.pending.append(Pending(w.id, w.queue, PendingReason(Stage.QUEUEING, "fifo", msg)))
+
+    def _behind(self, w: Workload) -> PendingReason | None:
+        if not self.queue_holds:
+            return None
+        for flavors in self._flavors_for(w):
+            for f in flavors:
+                head = self.queue_holds.get((w.queue, f.name))
+                if head is not None:
+                    waited = self.now - head.submit_time
+                    return PendingReason(
+                        Stage.QUEUEING,
+                        "fifo",
+                        f"behind {head.id}, which holds queue {head.queue} for {f.name} "
+                        f"(waiting {waited}s)",
+                        f.name,
+                    )
+        return None
 
     # ------------------------------------------------------------------ admission
     def _admit(self, w: Workload) -> _Outcome:

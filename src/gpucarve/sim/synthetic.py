@@ -128,7 +128,7 @@ def three_teams(days: float = 2.0) -> Scenario:
     research = Team(
         "research",
         "research",
-        1.2,
+        0.6,
         (
             JobKind("pretrain", 1, _gpu(2), (4 * 3600, 16 * 3600), (85, 98), "training", "rack"),
             JobKind("pretrain-xl", 0.5, _gpu([3, 4]), (4 * 3600, 12 * 3600), (85, 98), "training"),

@@ -1,0 +1,140 @@
+"""What a simulated run did, per pool and per team, in numbers a platform team reads.
+
+All time-weighted figures integrate the run's intervals (one per uninterrupted run of a
+workload) over the window from the first arrival to the end of the run. A slice counts with
+its charge (the dominant share of its GPU, see `gpucarve.core.requests`), so a 3g.40gb held for
+an hour is 0.496 GPU-hours of an A100-80GB.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpucarve.core.cluster import build_cluster
+from gpucarve.core.requests import charge_milli, gpu_memory_of
+from gpucarve.core.workload import GpuKind, Workload
+from gpucarve.sim.runner import SimResult
+
+HOUR = 3600.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return float(ordered[rank - 1])
+
+
+def _is_dev(w: Workload) -> bool:
+    return any(ps.gpu.kind in (GpuKind.SHARED, GpuKind.FRACTION) for ps in w.pod_sets)
+
+
+def summarize(result: SimResult, utilisation: Mapping[str, float] | None = None) -> dict[str, Any]:
+    policy = result.policy
+    util = utilisation or {}
+    slices: dict[str, tuple[str, str]] = {}
+    cluster = build_cluster(policy)
+    pool_of_node = {n.name: n.pool for n in cluster.nodes}
+    charge = {f: charge_milli(fl, gpu_memory_of(policy, fl)) for f, fl in policy.flavors.items()}
+    sm = {f: fl.sm_count for f, fl in policy.flavors.items()}
+    for sid, s in cluster.slices.items():
+        slices[sid] = (pool_of_node[s.node], s.flavor)
+    start = min((w.submit_time for w in result.submitted.values()), default=0)
+    window = max(1, result.end - start)
+
+    pool_capacity: defaultdict[str, float] = defaultdict(float)  # GPU-equivalents
+    pool_sms: defaultdict[str, float] = defaultdict(float)
+    for pool, flavor in slices.values():
+        pool_capacity[pool] += charge[flavor] / 1000
+        pool_sms[pool] += sm[flavor]
+    prices = {p.name: p.price_per_gpu_hour for p in policy.pools}
+
+    held: defaultdict[str, float] = defaultdict(float)  # pool -> GPU-seconds allocated
+    busy_sm: defaultdict[str, float] = defaultdict(float)  # pool -> SM-seconds kept busy
+    team_gpu_s: defaultdict[str, float] = defaultdict(float)
+    team_cost: defaultdict[str, float] = defaultdict(float)
+    lost_gpu_s = 0.0
+    quota_use: defaultdict[tuple[str, str], float] = defaultdict(float)  # slice-seconds
+    for iv in result.intervals:
+        seconds = iv.end - iv.start
+        for pod in iv.pods:
+            for sid in pod.slice_ids:
+                pool, flavor = slices[sid]
+                gpu = charge[flavor] / 1000
+                held[pool] += gpu * seconds
+                busy_sm[pool] += sm[flavor] * util.get(iv.workload, 60.0) / 100 * seconds
+                team_gpu_s[iv.queue] += gpu * seconds
+                price = prices[pool]
+                if price is not None:
+                    team_cost[iv.queue] += gpu * seconds / HOUR * price
+                quota_use[(iv.queue, flavor)] += seconds
+                if iv.outcome == "evicted":
+                    lost_gpu_s += gpu * seconds
+
+    waits: dict[str, list[float]] = defaultdict(list)
+    dev_waits: list[float] = []
+    for w in result.submitted.values():
+        begun = result.first_start.get(w.id)
+        wait = (begun if begun is not None else result.end) - w.submit_time
+        waits[w.queue].append(wait)
+        waits["all"].append(wait)
+        if _is_dev(w):
+            dev_waits.append(wait)
+
+    gangs = [w for w in result.submitted.values() if w.pods > 1]
+    evicted = {v for _, v, _, _ in result.evictions}
+    gang_ok = [w for w in gangs if w.id in result.first_start and w.id not in evicted]
+
+    pools = {
+        p: {
+            "gpus": round(pool_capacity[p], 3),
+            "allocation": round(held[p] / (pool_capacity[p] * window), 4)
+            if pool_capacity[p]
+            else 0.0,
+            "sm_utilisation": round(busy_sm[p] / (pool_sms[p] * window), 4) if pool_sms[p] else 0.0,
+        }
+        for p in sorted(pool_capacity)
+    }
+    total_cap = sum(pool_capacity.values())
+    teams = {}
+    for q in policy.queues:
+        ws = waits.get(q.name, [])
+        teams[q.name] = {
+            "workloads": len(ws),
+            "wait_p50_s": percentile(ws, 50),
+            "wait_p95_s": percentile(ws, 95),
+            "wait_max_s": max(ws, default=0.0),
+            "gpu_hours": round(team_gpu_s[q.name] / HOUR, 2),
+            "cost_usd": round(team_cost[q.name], 2),
+            "quota_use": {
+                quota.flavor: round(quota_use[(q.name, quota.flavor)] / (quota.nominal * window), 4)
+                for quota in q.quotas
+                if quota.nominal
+            },
+        }
+    return {
+        "window_s": window,
+        "workloads": len(result.submitted),
+        "completed": len(result.completed),
+        "never_started": len(result.never_started),
+        "cycles": result.cycles,
+        "allocation": round(sum(held.values()) / (total_cap * window), 4) if total_cap else 0.0,
+        "sm_utilisation": round(sum(busy_sm.values()) / (sum(pool_sms.values()) * window), 4)
+        if pool_sms
+        else 0.0,
+        "wait_p50_s": percentile(waits["all"], 50),
+        "wait_p95_s": percentile(waits["all"], 95),
+        "wait_max_s": max(waits["all"], default=0.0),
+        "dev_time_to_first_gpu_p50_s": percentile(dev_waits, 50),
+        "dev_time_to_first_gpu_p95_s": percentile(dev_waits, 95),
+        "gang_first_try_success": round(len(gang_ok) / len(gangs), 4) if gangs else 1.0,
+        "gangs": len(gangs),
+        "preemptions": len(result.evictions),
+        "gpu_hours_lost_to_preemption": round(lost_gpu_s / HOUR, 2),
+        "pools": pools,
+        "teams": teams,
+    }

@@ -1,0 +1,71 @@
+"""Metrics on runs small enough to check by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpucarve.sim.metrics import percentile, summarize
+from gpucarve.sim.runner import Simulator
+from tests.engine.builders import policy, pool, queue, workload
+
+
+def test_two_back_to_back_jobs_on_one_node() -> None:
+    p = policy(
+        pools=[pool("h", "H100-SXM5-80GB", 1, 8, pricePerGpuHour=2.0)],
+        queues=[queue("r", {"h100-full": {"nominal": 8}})],
+    )
+    ws = [
+        workload(p, "a", "r", gpus=8, duration=3600),
+        workload(p, "b", "r", gpus=8, duration=3600, submit=0),
+    ]
+    s = summarize(Simulator(p, ws).run(), {"r/a": 50.0, "r/b": 100.0})
+    assert s["window_s"] == 7200
+    assert s["allocation"] == 1.0
+    assert s["sm_utilisation"] == 0.75  # half the window at 50 %, half at 100 %
+    assert (s["wait_p50_s"], s["wait_max_s"]) == (0.0, 3600)
+    team = s["teams"]["r"]
+    assert team["gpu_hours"] == 16.0
+    assert team["cost_usd"] == 32.0
+    assert team["quota_use"] == {"h100-full": 1.0}
+    assert s["gang_first_try_success"] == 1.0 and s["gangs"] == 0
+
+
+def test_mig_slices_count_with_their_charge() -> None:
+    p = policy(
+        pools=[
+            pool("m", "A100-80GB", 1, 1, "mig", mig={"layout": {"3g.40gb": 2}}, pricePerGpuHour=1.0)
+        ],
+        queues=[queue("q", {"a100-mig-3g.40gb": {"nominal": 2}})],
+    )
+    s = summarize(Simulator(p, [workload(p, "x", "q", mig="3g.40gb", duration=3600)]).run())
+    # one 3g.40gb is 0.496 of the GPU; the pool's two instances are 0.992 GPU-equivalents
+    assert s["pools"]["m"]["gpus"] == 0.992
+    assert s["allocation"] == pytest.approx(0.5, abs=0.001)
+    assert s["teams"]["q"]["gpu_hours"] == 0.5  # rounded to 2 places from 0.496
+    assert s["teams"]["q"]["cost_usd"] == 0.5
+
+
+def test_preemption_counts_lost_gpu_hours() -> None:
+    p = policy(
+        pools=[pool("h", "H100-SXM5-80GB", 1, 4)],
+        queues=[queue("r", {"h100-full": {"nominal": 4}})],
+        priorityClasses=[
+            {"name": "lo", "value": 0, "preemptible": True, "default": True},
+            {"name": "hi", "value": 1, "preemptible": True},
+        ],
+        scheduling={"minRuntimeSeconds": 0},
+    )
+    ws = [
+        workload(p, "lo", "r", gpus=4, duration=7200),
+        workload(p, "hi", "r", gpus=4, duration=60, submit=1800, priority="hi"),
+    ]
+    s = summarize(Simulator(p, ws).run())
+    assert s["preemptions"] == 1
+    assert s["gpu_hours_lost_to_preemption"] == 2.0  # 4 GPUs for half an hour
+
+
+def test_percentile_nearest_rank() -> None:
+    assert percentile([], 50) == 0.0
+    assert percentile([5.0], 95) == 5.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 95) == 95.0

@@ -244,12 +244,23 @@ def test_simulate_writes_identical_results_for_the_same_seed(tmp_path: Path) -> 
         "simulate", "--policy", THREE, "--days", "0.3", "--seed", "7", "--out", str(a)
     )
     assert code == 0
-    assert "GPU allocation (time-weighted)" in out and "Teams" in out
+    assert "GPU allocation (time-weighted)" in out and "kube-default" in out
+    assert "gpucarve against kube-default" in out
     run("simulate", "--policy", THREE, "--days", "0.3", "--seed", "7", "--out", str(b))
     assert (a / "results.json").read_bytes() == (b / "results.json").read_bytes()
     doc = json.loads((a / "results.json").read_text())
-    assert doc["gpucarve"]["workloads"] > 0
-    assert set(doc["gpucarve"]["teams"]) == {"research", "production", "data-science"}
+    assert set(doc["results"]) == {"kube-default", "static-quota", "gpucarve"}
+    ours = doc["results"]["gpucarve"]
+    assert ours["workloads"] > 0
+    assert set(ours["teams"]) == {"research", "production", "data-science"}
+    assert doc["results"]["gpucarve"]["gpu_hours_held_by_incomplete_gangs"] == 0.0
+
+
+def test_simulate_one_policy_and_unknown_policy() -> None:
+    code, out, _ = run("simulate", "--days", "0.2", "--compare", "gpucarve", "--json")
+    assert code == 0 and list(json.loads(out)["results"]) == ["gpucarve"]
+    code, _, err = run("simulate", "--compare", "slurm")
+    assert code == 2 and "unknown policy slurm" in err
 
 
 def test_simulate_bad_policy_exits_2() -> None:

@@ -9,13 +9,15 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, fail, policy_or_exit
-from gpucarve.cli.output import console
+from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput
+from gpucarve.sim.baselines import POLICIES
 from gpucarve.sim.metrics import summarize
 from gpucarve.sim.runner import Simulator
-from gpucarve.sim.synthetic import generate, three_teams
+from gpucarve.sim.synthetic import DAY, generate, three_teams
 
 DEFAULT_POLICY = Path("examples/three-teams.yaml")
 
@@ -28,68 +30,76 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _tables(summary: dict[str, Any]) -> list[Table]:
-    overall = Table(title="Cluster")
+def _pct(v: float) -> str:
+    return f"{v:.1%}"
+
+
+ROWS: list[tuple[str, Any]] = [
+    ("workloads completed", lambda s: f"{s['completed']} of {s['workloads']}"),
+    ("never started", lambda s: str(s["never_started"])),
+    ("GPU allocation (time-weighted)", lambda s: _pct(s["allocation"])),
+    ("SM-weighted utilisation", lambda s: _pct(s["sm_utilisation"])),
+    ("wait p50", lambda s: _hours(s["wait_p50_s"])),
+    ("wait p95", lambda s: _hours(s["wait_p95_s"])),
+    ("wait max", lambda s: _hours(s["wait_max_s"])),
+    ("dev: time to first GPU p50", lambda s: _hours(s["dev_time_to_first_gpu_p50_s"])),
+    ("dev: time to first GPU p95", lambda s: _hours(s["dev_time_to_first_gpu_p95_s"])),
+    ("gang first-try success", lambda s: f"{_pct(s['gang_first_try_success'])} of {s['gangs']}"),
+    (
+        "GPU-hours held by incomplete gangs",
+        lambda s: f"{s['gpu_hours_held_by_incomplete_gangs']:,.1f}",
+    ),
+    ("preemptions", lambda s: str(s["preemptions"])),
+    ("GPU-hours lost to preemption", lambda s: f"{s['gpu_hours_lost_to_preemption']:,.1f}"),
+]
+
+
+def _tables(results: dict[str, dict[str, Any]]) -> list[Table]:
+    names = list(results)
+    overall = Table(title="Cluster, over the arrival window")
     overall.add_column("metric")
-    overall.add_column("gpucarve", justify="right")
-    rows = [
-        (
-            "workloads (completed / never started)",
-            f"{summary['workloads']} ({summary['completed']} / {summary['never_started']})",
-        ),
-        ("GPU allocation (time-weighted)", f"{summary['allocation']:.1%}"),
-        ("SM-weighted utilisation", f"{summary['sm_utilisation']:.1%}"),
-        (
-            "wait p50 / p95 / max",
-            " / ".join(_hours(summary[k]) for k in ("wait_p50_s", "wait_p95_s", "wait_max_s")),
-        ),
-        (
-            "dev time to first GPU p50 / p95",
-            " / ".join(
-                _hours(summary[k])
-                for k in ("dev_time_to_first_gpu_p50_s", "dev_time_to_first_gpu_p95_s")
-            ),
-        ),
-        (
-            "gang first-try success",
-            f"{summary['gang_first_try_success']:.1%} of {summary['gangs']}",
-        ),
-        (
-            "preemptions (GPU-hours lost)",
-            f"{summary['preemptions']} ({summary['gpu_hours_lost_to_preemption']})",
-        ),
-    ]
-    for name, value in rows:
-        overall.add_row(name, value)
-    pools = Table(title="Pools")
-    for col in ("pool", "GPUs", "allocation", "SM utilisation"):
-        pools.add_column(col, justify="left" if col == "pool" else "right")
-    for name, p in summary["pools"].items():
-        pools.add_row(
-            name, f"{p['gpus']:g}", f"{p['allocation']:.1%}", f"{p['sm_utilisation']:.1%}"
-        )
-    teams = Table(title="Teams")
-    for col in (
-        "queue",
-        "workloads",
-        "wait p50",
-        "wait p95",
-        "GPU-hours",
-        "cost (USD)",
-        "quota use",
-    ):
-        teams.add_column(col, justify="left" if col in ("queue", "quota use") else "right")
-    for name, t in summary["teams"].items():
-        teams.add_row(
-            name,
-            str(t["workloads"]),
-            _hours(t["wait_p50_s"]),
-            _hours(t["wait_p95_s"]),
-            f"{t['gpu_hours']:,.1f}",
-            f"{t['cost_usd']:,.0f}",
-            ", ".join(f"{f} {u:.0%}" for f, u in t["quota_use"].items()),
-        )
+    for n in names:
+        overall.add_column(n, justify="right")
+    for label, fmt in ROWS:
+        overall.add_row(label, *(fmt(results[n]) for n in names))
+    pools = Table(title="Pools: allocation / SM utilisation")
+    pools.add_column("pool")
+    for n in names:
+        pools.add_column(n, justify="right")
+    for pool in results[names[-1]]["pools"]:
+        cells = []
+        for n in names:
+            p = results[n]["pools"].get(pool)
+            cells.append(
+                "-" if p is None else f"{_pct(p['allocation'])} / {_pct(p['sm_utilisation'])}"
+            )
+        pools.add_row(pool, *cells)
+    teams = Table(title="Teams: wait p95 / GPU-hours / cost (USD)")
+    teams.add_column("queue")
+    for n in names:
+        teams.add_column(n, justify="right")
+    for team in results[names[-1]]["teams"]:
+        cells = []
+        for n in names:
+            t = results[n]["teams"][team]
+            cells.append(
+                f"{_hours(t['wait_p95_s'])} / {t['gpu_hours']:,.0f} / {t['cost_usd']:,.0f}"
+            )
+        teams.add_row(team, *cells)
     return [overall, pools, teams]
+
+
+def _verdict(results: dict[str, dict[str, Any]]) -> str:
+    base, ours = results["kube-default"], results["gpucarve"]
+    return (
+        f"gpucarve against kube-default: SM-weighted utilisation {_pct(base['sm_utilisation'])} -> "
+        f"{_pct(ours['sm_utilisation'])}, gang first-try success "
+        f"{_pct(base['gang_first_try_success'])} -> {_pct(ours['gang_first_try_success'])}, "
+        f"dev time to first GPU p95 {_hours(base['dev_time_to_first_gpu_p95_s'])} -> "
+        f"{_hours(ours['dev_time_to_first_gpu_p95_s'])}, GPU-hours held by incomplete gangs "
+        f"{base['gpu_hours_held_by_incomplete_gangs']:,.1f} -> "
+        f"{ours['gpu_hours_held_by_incomplete_gangs']:,.1f}"
+    )
 
 
 def simulate(
@@ -100,36 +110,51 @@ def simulate(
     ] = 2.0,
     out: Annotated[Path | None, typer.Option("--out", help="Write results.json here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    policies: Annotated[
+        list[str] | None,
+        typer.Option("--compare", help="Policies to run: kube-default, static-quota, gpucarve."),
+    ] = None,
     catalog: CatalogOption = None,
 ) -> None:
-    """Simulate the three-team synthetic workload on POLICY with the gpucarve engine and report
-    allocation, waits, gang success, preemptions and cost per team.
-
-    (Comparison with kube-default and static-quota baselines, trace importers and the HTML
-    report are tracked in the simulator issue.)
-    """
+    """Replay a seeded three-team synthetic workload on POLICY under kube-default,
+    static-quota and gpucarve, and compare allocation, SM utilisation, waits, dev time to first
+    GPU, gang first-try success, GPU-hours held by incomplete gangs, preemptions and cost per
+    team."""
     loaded = policy_or_exit(policy, catalog)
+    names = policies or list(POLICIES)
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        console(stderr=True).print(
+            Text(f"unknown policy {', '.join(unknown)}; use {', '.join(POLICIES)}", style="red")
+        )
+        raise typer.Exit(Exit.INVALID)
     try:
         trace = generate(loaded.policy, three_teams(days), seed)
     except InvalidInput as exc:
         fail(exc)
-    sim = Simulator(loaded.policy, trace.workloads, trace.utilisation)
     err = console(stderr=True)
-    with Progress(
-        TextColumn("simulating"),
-        BarColumn(),
-        TextColumn("{task.description}"),
-        console=err,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("", total=len(trace.workloads))
+    window = (0, int(days * DAY))
+    results: dict[str, dict[str, Any]] = {}
+    for name in names:
+        make_policy, make_workloads = POLICIES[name]
+        sim = Simulator(
+            make_policy(loaded.policy), make_workloads(trace.workloads), trace.utilisation
+        )
+        with Progress(
+            TextColumn(f"simulating {name}"),
+            BarColumn(),
+            TextColumn("{task.description}"),
+            console=err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task("", total=len(trace.workloads))
 
-        def tick(now: int, done: int) -> None:
-            bar.update(task, completed=done, description=f"t={now / 3600:.1f} h, {done} done")
+            def tick(now: int, done: int) -> None:
+                bar.update(task, completed=done, description=f"t={now / 3600:.1f} h, {done} done")  # noqa: B023
 
-        result = sim.run(progress=tick)
-    summary = summarize(result, trace.utilisation)
-    doc = {"policy": loaded.policy.name, "seed": seed, "days": days, "gpucarve": summary}
+            result = sim.run(progress=tick)
+        results[name] = summarize(result, trace.utilisation, window)
+    doc = {"policy": loaded.policy.name, "seed": seed, "days": days, "results": results}
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -137,5 +162,7 @@ def simulate(
         typer.echo(json.dumps(doc, indent=2, sort_keys=True))
         return
     c = console()
-    for table in _tables(summary):
+    for table in _tables(results):
         c.print(table)
+    if "kube-default" in results and "gpucarve" in results:
+        c.print(Text(_verdict(results)))

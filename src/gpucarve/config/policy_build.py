@@ -294,6 +294,7 @@ def _scheduling(spec: PolicySpec) -> SchedulingConfig:
         preemption=s.preemption,
         scoring=ScoringWeights(s.scoring.binpack, s.scoring.spread, s.scoring.fragmentation),
         candidates_per_pod=s.candidatesPerPod,
+        gang=s.gang,
     )
 
 

@@ -153,6 +153,11 @@ class SchedulingSpec(_Strict):
         description="No preemption before a workload ran this long.",
     )
     preemption: bool = Field(default=True, description="Allow reclaim and priority preemption.")
+    gang: bool = Field(
+        default=True,
+        description="All-or-nothing gangs. false places pods one by one as kube-scheduler does "
+        "(for baselines): placed pods hold their GPUs while the rest of the gang waits.",
+    )
     scoring: ScoringSpec = ScoringSpec()
     candidatesPerPod: int = Field(
         default=16, ge=1, le=10_000, description="Feasible nodes scored per pod (search bound)."

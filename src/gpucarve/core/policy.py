@@ -235,6 +235,9 @@ class SchedulingConfig:
     preemption: bool = True
     scoring: ScoringWeights = ScoringWeights()
     candidates_per_pod: int = 16
+    # False models schedulers without gangs (kube-scheduler): each pod is placed on its own as
+    # room appears, and the pods already placed hold their GPUs while the rest wait.
+    gang: bool = True
 
 
 @dataclass(frozen=True)

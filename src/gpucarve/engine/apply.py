@@ -28,7 +28,8 @@ def apply(snapshot: Snapshot, result: CycleResult, requeue: bool = True) -> Snap
                 del allocations[sid]
         evicted.append(rw.workload)
     for adm in result.admissions:
-        w = pending.pop(adm.workload)
+        earlier = running.get(adm.workload)
+        w = earlier.workload if earlier is not None else pending.pop(adm.workload)
         for pod in adm.pods:
             for i, sid in enumerate(pod.slice_ids):
                 s = cluster.slices[sid]
@@ -39,7 +40,11 @@ def apply(snapshot: Snapshot, result: CycleResult, requeue: bool = True) -> Snap
                     # the first replica, so the GPU's total stays exact.
                     mem = pod.shared_memory_mib if i == 0 else 0
                 allocations[sid] = Allocation(sid, pod.pod, s.compute_milli, mem)
-        running[w.id] = RunningWorkload(w, adm.pods, result.now)
+        if earlier is not None:
+            # More pods of a workload placed pod by pod (scheduling without gangs).
+            running[w.id] = RunningWorkload(w, (*earlier.pods, *adm.pods), earlier.start_time)
+        else:
+            running[w.id] = RunningWorkload(w, adm.pods, result.now)
     if requeue:
         for w in evicted:
             pending[w.id] = w

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from gpucarve.core.policy import Flavor, QueueingStrategy
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import GpuRequest, PodAssignment, RunningWorkload, Workload
+from gpucarve.core.workload import GpuRequest, PodAssignment, PodSet, RunningWorkload, Workload
 from gpucarve.engine.ceilings import Ceilings
 from gpucarve.engine.decisions import (
     Admission,
@@ -45,7 +45,7 @@ from gpucarve.engine.decisions import (
     PendingReason,
     Stage,
 )
-from gpucarve.engine.placement import Placer, shapes_from
+from gpucarve.engine.placement import Placer, Rejections, shapes_from
 from gpucarve.engine.plugins import PodNeeds
 from gpucarve.engine.preemption import Preemptor
 from gpucarve.engine.quota import Quotas
@@ -171,6 +171,8 @@ class _Cycle:
 
     # ------------------------------------------------------------------ ordering
     def run(self) -> CycleResult:
+        if not self.cfg.gang:
+            self._continue_partial_gangs()
         by_queue: dict[str, deque[Workload]] = {}
         for w in sorted(self.snapshot.pending, key=lambda w: (-w.priority, w.submit_time, w.id)):
             by_queue.setdefault(w.queue, deque()).append(w)
@@ -188,6 +190,9 @@ class _Cycle:
             else:
                 attempted += 1
                 outcome = self._admit(w)
+                if outcome.admitted and outcome.reason is not None:
+                    # placed in part (no gangs): it runs short of pods, and says why
+                    self.pending.append(Pending(w.id, w.queue, outcome.reason))
                 if not outcome.admitted:
                     assert outcome.reason is not None
                     self.pending.append(Pending(w.id, w.queue, outcome.reason, outcome.tried))
@@ -259,6 +264,8 @@ class _Cycle:
         return outcome
 
     def _try(self, w: Workload) -> _Outcome:
+        if not self.cfg.gang:
+            return self._place_pods_alone(w, Counter(), ())
         per_set = self._flavors_for(w)
         for ps, flavors in zip(w.pod_sets, per_set, strict=True):
             if ps.gpu.kind.value != "none" and not flavors:
@@ -301,6 +308,81 @@ class _Cycle:
                     return _Outcome(True)
         return _Outcome(False, self._best_reason(tried), tuple(tried))
 
+    # ------------------------------------------------------------------ without gangs
+    def _continue_partial_gangs(self) -> None:
+        """Without gangs, workloads with pods still unplaced get them placed as room appears,
+        before anything new (kube-scheduler retries its unschedulable pods the same way)."""
+        partial = [
+            rw
+            for rw in self.snapshot.running
+            if len(rw.pods) < rw.workload.pods and not rw.terminating
+        ]
+        for rw in sorted(partial, key=lambda r: (r.workload.submit_time, r.workload.id)):
+            placed = Counter(p.pod_set for p in rw.pods)
+            outcome = self._place_pods_alone(rw.workload, placed, rw.pods)
+            if outcome.reason is not None:
+                self.pending.append(Pending(rw.workload.id, rw.workload.queue, outcome.reason))
+
+    def _place_pods_alone(
+        self,
+        w: Workload,
+        placed_before: Counter[str],
+        pods_before: Sequence[PodAssignment],
+    ) -> _Outcome:
+        """Place pods one by one, each charged to quota on its own, as far as they go."""
+        per_set = self._flavors_for(w)
+        placed: list[PodAssignment] = []
+        reason: PendingReason | None = None
+        for ps, options in zip(w.pod_sets, per_set, strict=True):
+            if ps.gpu.kind.value != "none" and not options:
+                reason = PendingReason(
+                    Stage.VALIDATION,
+                    "flavor",
+                    f"queue {w.queue} has no quota for {ps.gpu.describe()}",
+                )
+                break
+            # Each pod goes to the first flavor (GPU model) with room, as kube-scheduler puts a
+            # pod on any node that advertises the resource.
+            choices: list[Flavor | None] = list(options) if options else [None]
+            for i in range(placed_before[ps.name], ps.count):
+                pod = None
+                for f in choices:
+                    needs = self._needs(ps, f)
+                    if f is not None:
+                        verdict = self.quotas.check(w.queue, {f.name: needs.slices})
+                        if not verdict.fits:
+                            reason = PendingReason(
+                                Stage.QUOTA, "capacity-quota", verdict.message, f.name
+                            )
+                            continue
+                    rej = Rejections(Counter())
+                    pod = self.placer.place_pod(needs, w.pod_id(ps.name, i), None, rej)
+                    if pod is not None:
+                        if f is not None:
+                            # charge now, so the next pod's quota check sees this one
+                            self.ws.adjust_usage(w.queue, f.name, needs.slices)
+                        break
+                    reason = self.placer.reason_for(
+                        needs, ps.count - placed_before[ps.name], len(placed), rej
+                    )
+                if pod is None:
+                    break
+                placed.append(pod)
+                reason = None
+            if reason is not None:
+                break
+        if placed:
+            self._record(w, placed, Stage.QUOTA, pods_before=tuple(pods_before), precharged=True)
+        if reason is not None and (placed or pods_before):
+            done = len(placed) + len(pods_before)
+            reason = PendingReason(
+                reason.stage,
+                reason.plugin,
+                f"{done}/{w.pods} pods placed, the rest wait holding theirs: {reason.message}",
+                reason.flavor,
+            )
+        return _Outcome(bool(placed), reason)
+
     @staticmethod
     def _best_reason(tried: Sequence[PendingReason]) -> PendingReason:
         # The reason of the flavor that came closest: placement beats quota beats queueing.
@@ -312,6 +394,16 @@ class _Cycle:
             Stage.VALIDATION: 4,
         }
         return sorted(tried, key=lambda r: rank[r.stage])[0]
+
+    def _needs(self, ps: PodSet, f: Flavor | None) -> PodNeeds:
+        slices = self._slices(ps.gpu, f) if f is not None else 0
+        shared = f is not None and self.ws.flavors[f.name].shared
+        shared_mem = 0
+        if shared and f is not None:
+            gpu_mem = self.ws.flavors[f.name].gpu_memory
+            shared_mem = ps.gpu.memory_mib or gpu_mem * slices // f.replicas
+        name = f.name if f is not None else None
+        return PodNeeds(ps, name, slices, shared, shared_mem, ps.cpu_milli, ps.memory_mib)
 
     def _plan(
         self, w: Workload, combo: Sequence[Flavor | None], ignore_quota: bool = False
@@ -338,25 +430,7 @@ class _Cycle:
                         f.name,
                     ),
                 )
-        needs = []
-        for ps, f in zip(w.pod_sets, combo, strict=True):
-            slices = self._slices(ps.gpu, f) if f is not None else 0
-            shared = f is not None and self.ws.flavors[f.name].shared
-            shared_mem = 0
-            if shared and f is not None:
-                gpu_mem = self.ws.flavors[f.name].gpu_memory
-                shared_mem = ps.gpu.memory_mib or gpu_mem * slices // f.replicas
-            needs.append(
-                PodNeeds(
-                    ps,
-                    f.name if f else None,
-                    slices,
-                    shared,
-                    shared_mem,
-                    ps.cpu_milli,
-                    ps.memory_mib,
-                )
-            )
+        needs = [self._needs(ps, f) for ps, f in zip(w.pod_sets, combo, strict=True)]
 
         def demand_of(counts: Sequence[int]) -> dict[str, int]:
             d: Counter[str] = Counter()
@@ -437,14 +511,21 @@ class _Cycle:
         return placed, reason
 
     def _record(
-        self, w: Workload, placed: list[PodAssignment], stage: Stage, victims: Sequence[str] = ()
+        self,
+        w: Workload,
+        placed: list[PodAssignment],
+        stage: Stage,
+        victims: Sequence[str] = (),
+        pods_before: tuple[PodAssignment, ...] = (),
+        precharged: bool = False,
     ) -> None:
         charged: Counter[str] = Counter()
         for pod in placed:
             if pod.flavor is not None:
                 charged[pod.flavor] += len(pod.slice_ids)
-        for flavor, n in sorted(charged.items()):
-            self.ws.adjust_usage(w.queue, flavor, n)
+        if not precharged:
+            for flavor, n in sorted(charged.items()):
+                self.ws.adjust_usage(w.queue, flavor, n)
         borrowed = tuple(
             (f, b) for f in sorted(charged) if (b := self.quotas.borrowed(w.queue, f)) > 0
         )
@@ -461,7 +542,10 @@ class _Cycle:
         self.admissions.append(admission)
         # Admitted this cycle, not started: reclaim may still withdraw it at no cost, which
         # beats evicting older work of the same queue.
-        self.ws.add_running(RunningWorkload(w, tuple(placed), self.now))
+        start = self.now
+        if pods_before:
+            start = self.ws.running[w.id].start_time
+        self.ws.add_running(RunningWorkload(w, (*pods_before, *placed), start))
         self.fresh[w.id] = admission
 
     def _preempt(self, w: Workload, plan: Plan, demand: dict[str, int]) -> bool:

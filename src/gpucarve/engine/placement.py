@@ -270,6 +270,11 @@ class Placer:
                 return None, self._reason(needs, need_min, got, rej)
         return placed, None
 
+    def reason_for(
+        self, needs: PodNeeds, need_min: int, got: int, rej: Rejections
+    ) -> PendingReason:
+        return self._reason(needs, need_min, got, rej)
+
     def _reason(self, needs: PodNeeds, need_min: int, got: int, rej: Rejections) -> PendingReason:
         ps = needs.pod_set
         if needs.flavor is None:

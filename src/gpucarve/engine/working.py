@@ -317,11 +317,16 @@ class Working:
         self.log.append(undo)
 
     def add_running(self, rw: RunningWorkload) -> None:
-        self.running[rw.workload.id] = rw
+        wid = rw.workload.id
+        before = self.running.get(wid)
+        self.running[wid] = rw
         self.running_version += 1
 
         def undo() -> None:
-            del self.running[rw.workload.id]
+            if before is None:
+                del self.running[wid]
+            else:
+                self.running[wid] = before
             self.running_version += 1
 
         self.log.append(undo)

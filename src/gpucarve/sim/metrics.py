@@ -33,7 +33,13 @@ def _is_dev(w: Workload) -> bool:
     return any(ps.gpu.kind in (GpuKind.SHARED, GpuKind.FRACTION) for ps in w.pod_sets)
 
 
-def summarize(result: SimResult, utilisation: Mapping[str, float] | None = None) -> dict[str, Any]:
+def summarize(
+    result: SimResult,
+    utilisation: Mapping[str, float] | None = None,
+    window: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """`window` (start, end) clips the time-weighted figures, so runs that end at different
+    times compare over the same stretch; by default from the first arrival to the run's end."""
     policy = result.policy
     util = utilisation or {}
     slices: dict[str, tuple[str, str]] = {}
@@ -43,8 +49,10 @@ def summarize(result: SimResult, utilisation: Mapping[str, float] | None = None)
     sm = {f: fl.sm_count for f, fl in policy.flavors.items()}
     for sid, s in cluster.slices.items():
         slices[sid] = (pool_of_node[s.node], s.flavor)
-    start = min((w.submit_time for w in result.submitted.values()), default=0)
-    window = max(1, result.end - start)
+    if window is None:
+        window = (min((w.submit_time for w in result.submitted.values()), default=0), result.end)
+    w_start, w_end = window
+    span = max(1, w_end - w_start)
 
     pool_capacity: defaultdict[str, float] = defaultdict(float)  # GPU-equivalents
     pool_sms: defaultdict[str, float] = defaultdict(float)
@@ -58,15 +66,17 @@ def summarize(result: SimResult, utilisation: Mapping[str, float] | None = None)
     team_gpu_s: defaultdict[str, float] = defaultdict(float)
     team_cost: defaultdict[str, float] = defaultdict(float)
     lost_gpu_s = 0.0
+    incomplete_gpu_s = 0.0
     quota_use: defaultdict[tuple[str, str], float] = defaultdict(float)  # slice-seconds
     for iv in result.intervals:
-        seconds = iv.end - iv.start
+        seconds = max(0, min(iv.end, w_end) - max(iv.start, w_start))
         for pod in iv.pods:
             for sid in pod.slice_ids:
                 pool, flavor = slices[sid]
                 gpu = charge[flavor] / 1000
                 held[pool] += gpu * seconds
-                busy_sm[pool] += sm[flavor] * util.get(iv.workload, 60.0) / 100 * seconds
+                if iv.outcome != "incomplete":  # a part-placed gang holds its GPUs idle
+                    busy_sm[pool] += sm[flavor] * util.get(iv.workload, 60.0) / 100 * seconds
                 team_gpu_s[iv.queue] += gpu * seconds
                 price = prices[pool]
                 if price is not None:
@@ -74,6 +84,8 @@ def summarize(result: SimResult, utilisation: Mapping[str, float] | None = None)
                 quota_use[(iv.queue, flavor)] += seconds
                 if iv.outcome == "evicted":
                     lost_gpu_s += gpu * seconds
+                elif iv.outcome == "incomplete":
+                    incomplete_gpu_s += gpu * seconds
 
     waits: dict[str, list[float]] = defaultdict(list)
     dev_waits: list[float] = []
@@ -87,15 +99,20 @@ def summarize(result: SimResult, utilisation: Mapping[str, float] | None = None)
 
     gangs = [w for w in result.submitted.values() if w.pods > 1]
     evicted = {v for _, v, _, _ in result.evictions}
-    gang_ok = [w for w in gangs if w.id in result.first_start and w.id not in evicted]
+    # first try: started whole, never held GPUs part-placed, never evicted
+    gang_ok = [
+        w
+        for w in gangs
+        if w.id in result.first_start and w.id not in evicted and w.id not in result.held_incomplete
+    ]
 
     pools = {
         p: {
             "gpus": round(pool_capacity[p], 3),
-            "allocation": round(held[p] / (pool_capacity[p] * window), 4)
+            "allocation": round(held[p] / (pool_capacity[p] * span), 4)
             if pool_capacity[p]
             else 0.0,
-            "sm_utilisation": round(busy_sm[p] / (pool_sms[p] * window), 4) if pool_sms[p] else 0.0,
+            "sm_utilisation": round(busy_sm[p] / (pool_sms[p] * span), 4) if pool_sms[p] else 0.0,
         }
         for p in sorted(pool_capacity)
     }
@@ -111,19 +128,19 @@ def summarize(result: SimResult, utilisation: Mapping[str, float] | None = None)
             "gpu_hours": round(team_gpu_s[q.name] / HOUR, 2),
             "cost_usd": round(team_cost[q.name], 2),
             "quota_use": {
-                quota.flavor: round(quota_use[(q.name, quota.flavor)] / (quota.nominal * window), 4)
+                quota.flavor: round(quota_use[(q.name, quota.flavor)] / (quota.nominal * span), 4)
                 for quota in q.quotas
                 if quota.nominal
             },
         }
     return {
-        "window_s": window,
+        "window_s": span,
         "workloads": len(result.submitted),
         "completed": len(result.completed),
         "never_started": len(result.never_started),
         "cycles": result.cycles,
-        "allocation": round(sum(held.values()) / (total_cap * window), 4) if total_cap else 0.0,
-        "sm_utilisation": round(sum(busy_sm.values()) / (sum(pool_sms.values()) * window), 4)
+        "allocation": round(sum(held.values()) / (total_cap * span), 4) if total_cap else 0.0,
+        "sm_utilisation": round(sum(busy_sm.values()) / (sum(pool_sms.values()) * span), 4)
         if pool_sms
         else 0.0,
         "wait_p50_s": percentile(waits["all"], 50),
@@ -133,6 +150,7 @@ def summarize(result: SimResult, utilisation: Mapping[str, float] | None = None)
         "dev_time_to_first_gpu_p95_s": percentile(dev_waits, 95),
         "gang_first_try_success": round(len(gang_ok) / len(gangs), 4) if gangs else 1.0,
         "gangs": len(gangs),
+        "gpu_hours_held_by_incomplete_gangs": round(incomplete_gpu_s / HOUR, 2),
         "preemptions": len(result.evictions),
         "gpu_hours_lost_to_preemption": round(lost_gpu_s / HOUR, 2),
         "pools": pools,

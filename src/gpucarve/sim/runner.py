@@ -21,7 +21,7 @@ from enum import IntEnum
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import PodAssignment, Workload
+from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine import CycleResult, Engine
 from gpucarve.engine.apply import apply, finish
 from gpucarve.sim import slowdown
@@ -75,9 +75,18 @@ class SimResult:
     evictions: list[tuple[int, str, str, str]] = field(default_factory=list)  # t, victim, by, cause
     cycles: int = 0
     never_started: list[str] = field(default_factory=list)
+    held_incomplete: set[str] = field(default_factory=set)  # gangs that held GPUs part-placed
 
 
 ProgressHook = Callable[[int, int], None]
+
+
+def _complete(rw: RunningWorkload) -> bool:
+    """Enough pods of every pod set are placed for the workload to run."""
+    placed: dict[str, int] = {}
+    for pod in rw.pods:
+        placed[pod.pod_set] = placed.get(pod.pod_set, 0) + 1
+    return all(placed.get(ps.name, 0) >= ps.min_count for ps in rw.workload.pod_sets)
 
 
 class Simulator:
@@ -101,6 +110,7 @@ class Simulator:
         self.seq = 0
         self.versions = 0
         self.jobs: dict[str, _Job] = {}
+        self.holding: dict[str, int] = {}  # partly placed gangs (no-gang scheduling) -> since
         self.gpu_jobs: dict[str, set[str]] = {}  # shared GPU id -> workloads on it
         self.result = SimResult(policy, 0)
         self.shared = {
@@ -144,13 +154,19 @@ class Simulator:
             if arrivals:
                 s = self.snapshot
                 self.snapshot = Snapshot(s.policy, s.cluster, s.running, (*s.pending, *arrivals))
-            if self.snapshot.pending:
+            stalled = False
+            if self.snapshot.pending or self.holding:
                 result = self.engine.run_cycle(self.snapshot, now)
                 cycles += 1
                 self._apply(result, now)
+                stalled = not result.admissions and not result.evictions
                 if progress is not None:
                     progress(now, len(self.result.completed))
-            if self.snapshot.pending and tick_at is None:
+            if stalled and not self.jobs and not arrivals_left:
+                # Nothing runs, nothing arrives and nothing moved: part-placed gangs wait on
+                # each other for good (a deadlock that gang scheduling prevents).
+                break
+            if (self.snapshot.pending or self.holding) and tick_at is None:
                 tick_at = now + self.config.tick_s
                 self._push(tick_at, Kind.TICK, "")
             if not self.snapshot.running and not arrivals_left:
@@ -160,6 +176,13 @@ class Simulator:
         self.result.cycles = cycles
         for wid, job in sorted(self.jobs.items()):
             self._close(wid, job, now, "cut")
+        partial = {rw.workload.id: rw for rw in self.snapshot.running}
+        for wid, since in sorted(self.holding.items()):
+            w = self.result.submitted[wid]
+            self.result.intervals.append(
+                Interval(wid, w.queue, since, now, partial[wid].pods, "incomplete")
+            )
+            self.result.held_incomplete.add(wid)
         started = set(self.result.first_start)
         self.result.never_started = sorted(w.id for w in self.workloads if w.id not in started)
         return self.result
@@ -219,16 +242,32 @@ class Simulator:
             job = self.jobs.pop(ev.workload)
             self._close(ev.workload, job, now, "evicted")
             self.result.evictions.append((now, ev.workload, ev.by, str(ev.cause)))
+        before = running
         self.snapshot = apply(self.snapshot, result)
+        after = {rw.workload.id: rw for rw in self.snapshot.running}
         for adm in result.admissions:
-            w = self.result.submitted[adm.workload]
+            wid = adm.workload
+            if wid in self.jobs:
+                continue  # more pods of a running workload (placed one by one); it already runs
+            w = self.result.submitted[wid]
+            rw = after[wid]
+            held = self.holding.pop(wid, None)
+            if held is not None:
+                # close the stretch in which part of the gang held GPUs without running
+                self.result.intervals.append(
+                    Interval(wid, w.queue, held, now, before[wid].pods, "incomplete")
+                )
+                self.result.held_incomplete.add(wid)
+            if not _complete(rw):
+                self.holding[wid] = now
+                continue
             assert w.duration is not None
-            self.jobs[adm.workload] = _Job(w, float(w.duration), since=now, start=now)
-            self.result.first_start.setdefault(adm.workload, now)
-            gpus = self._gpus_of(adm.pods)
+            self.jobs[wid] = _Job(w, float(w.duration), since=now, start=now)
+            self.result.first_start.setdefault(wid, now)
+            gpus = self._gpus_of(rw.pods)
             for g in gpus:
-                self.gpu_jobs.setdefault(g, set()).add(adm.workload)
-            touched |= self._neighbours(gpus) | {adm.workload}
+                self.gpu_jobs.setdefault(g, set()).add(wid)
+            touched |= self._neighbours(gpus) | {wid}
         self._reschedule(touched, now)
 
     def _complete(self, wid: str, now: int) -> None:

@@ -15,7 +15,7 @@ from gpucarve.cli.common import CatalogOption, fail, policy_or_exit
 from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput
 from gpucarve.sim.baselines import POLICIES
-from gpucarve.sim.metrics import summarize
+from gpucarve.sim.metrics import is_dev, summarize
 from gpucarve.sim.runner import Simulator
 from gpucarve.sim.synthetic import DAY, generate, three_teams
 
@@ -134,6 +134,7 @@ def simulate(
         fail(exc)
     err = console(stderr=True)
     window = (0, int(days * DAY))
+    dev = {w.id for w in trace.workloads if is_dev(w)}
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         make_policy, make_workloads = POLICIES[name]
@@ -153,7 +154,7 @@ def simulate(
                 bar.update(task, completed=done, description=f"t={now / 3600:.1f} h, {done} done")  # noqa: B023
 
             result = sim.run(progress=tick)
-        results[name] = summarize(result, trace.utilisation, window)
+        results[name] = summarize(result, trace.utilisation, window, dev)
     doc = {"policy": loaded.policy.name, "seed": seed, "days": days, "results": results}
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,8 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(ordered[rank - 1])
 
 
-def _is_dev(w: Workload) -> bool:
+def is_dev(w: Workload) -> bool:
+    """Dev and notebook work: it asks for shared replicas or a fraction of a GPU."""
     return any(ps.gpu.kind in (GpuKind.SHARED, GpuKind.FRACTION) for ps in w.pod_sets)
 
 
@@ -37,9 +38,12 @@ def summarize(
     result: SimResult,
     utilisation: Mapping[str, float] | None = None,
     window: tuple[int, int] | None = None,
+    dev: set[str] | None = None,
 ) -> dict[str, Any]:
     """`window` (start, end) clips the time-weighted figures, so runs that end at different
-    times compare over the same stretch; by default from the first arrival to the run's end."""
+    times compare over the same stretch; by default from the first arrival to the run's end.
+    `dev` names the dev and notebook workloads (by default those asking for shared replicas or
+    fractions; a baseline that turned them into whole GPUs must pass the original set)."""
     policy = result.policy
     util = utilisation or {}
     slices: dict[str, tuple[str, str]] = {}
@@ -94,7 +98,7 @@ def summarize(
         wait = (begun if begun is not None else result.end) - w.submit_time
         waits[w.queue].append(wait)
         waits["all"].append(wait)
-        if _is_dev(w):
+        if (w.id in dev) if dev is not None else is_dev(w):
             dev_waits.append(wait)
 
     gangs = [w for w in result.submitted.values() if w.pods > 1]

@@ -128,7 +128,7 @@ def three_teams(days: float = 2.0) -> Scenario:
     research = Team(
         "research",
         "research",
-        0.6,
+        0.8,
         (
             JobKind("pretrain", 1, _gpu(2), (4 * 3600, 16 * 3600), (85, 98), "training", "rack"),
             JobKind("pretrain-xl", 0.5, _gpu([3, 4]), (4 * 3600, 12 * 3600), (85, 98), "training"),
@@ -161,7 +161,7 @@ def three_teams(days: float = 2.0) -> Scenario:
     production = Team(
         "production",
         "production",
-        0.8,
+        2.5,
         (
             JobKind(
                 "serve-large",
@@ -192,7 +192,7 @@ def three_teams(days: float = 2.0) -> Scenario:
     data_science = Team(
         "data-science",
         "data-science",
-        2.0,
+        8.0,
         (
             JobKind(
                 "notebook",

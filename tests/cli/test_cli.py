@@ -256,8 +256,10 @@ def test_simulate_writes_identical_results_for_the_same_seed(tmp_path: Path) -> 
     assert doc["results"]["gpucarve"]["gpu_hours_held_by_incomplete_gangs"] == 0.0
 
 
-def test_simulate_one_policy_and_unknown_policy() -> None:
-    code, out, _ = run("simulate", "--days", "0.2", "--compare", "gpucarve", "--json")
+def test_simulate_one_policy_and_unknown_policy(tmp_path: Path) -> None:
+    code, out, _ = run(
+        "simulate", "--days", "0.2", "--compare", "gpucarve", "--json", "--out", str(tmp_path)
+    )
     assert code == 0 and list(json.loads(out)["results"]) == ["gpucarve"]
     code, _, err = run("simulate", "--compare", "slurm")
     assert code == 2 and "unknown policy slurm" in err

@@ -18,7 +18,15 @@ GOLDEN = Path(__file__).parent / "simulate-three-teams-seed7-0.5d.json"
 
 
 def test_simulate_results_match_golden(tmp_path: Path) -> None:
-    args = ["simulate", "--policy", str(EXAMPLES / "three-teams.yaml"), "--seed", "7", "--days", "0.5"]
+    args = [
+        "simulate",
+        "--policy",
+        str(EXAMPLES / "three-teams.yaml"),
+        "--seed",
+        "7",
+        "--days",
+        "0.5",
+    ]
     result = CliRunner().invoke(app, [*args, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     produced = (tmp_path / "results.json").read_bytes()

@@ -160,3 +160,57 @@ def summarize(
         "pools": pools,
         "teams": teams,
     }
+
+
+def timelines(result: SimResult, window: tuple[int, int], samples: int = 120) -> dict[str, Any]:
+    """Series for the report: per pool the allocated share and per queue the GPU-equivalents
+    held, at `samples` evenly spaced instants of the window; and every workload's wait."""
+    policy = result.policy
+    cluster = build_cluster(policy)
+    pool_of_node = {n.name: n.pool for n in cluster.nodes}
+    charge = {
+        f: charge_milli(fl, gpu_memory_of(policy, fl)) / 1000 for f, fl in policy.flavors.items()
+    }
+    capacity: defaultdict[str, float] = defaultdict(float)
+    slice_info: dict[str, tuple[str, float]] = {}
+    for sid, s in cluster.slices.items():
+        pool = pool_of_node[s.node]
+        capacity[pool] += charge[s.flavor]
+        slice_info[sid] = (pool, charge[s.flavor])
+    start, end = window
+    step = max(1, (end - start) // samples)
+    times = list(range(start, end + 1, step))
+    pools: dict[str, list[float]] = {p: [0.0] * len(times) for p in sorted(capacity)}
+    queues: dict[str, list[float]] = {q.name: [0.0] * len(times) for q in policy.queues}
+    for iv in result.intervals:
+        held: defaultdict[str, float] = defaultdict(float)
+        for pod in iv.pods:
+            for sid in pod.slice_ids:
+                pool, gpu = slice_info[sid]
+                held[pool] += gpu
+        total = sum(held.values())
+        first = max(0, -(-(iv.start - start) // step))
+        for i in range(first, len(times)):
+            t = times[i]
+            if t >= iv.end:
+                break
+            for pool, gpu in held.items():
+                pools[pool][i] += gpu
+            queues[iv.queue][i] += total
+    nominal = {
+        q.name: sum(x.nominal * charge[x.flavor] for x in q.quotas if x.flavor in charge)
+        for q in policy.queues
+    }
+    waits = sorted(
+        (result.first_start.get(w.id, result.end) - w.submit_time)
+        for w in result.submitted.values()
+    )
+    return {
+        "times": times,
+        "pool_allocation": {
+            p: [round(v / capacity[p], 4) for v in series] for p, series in pools.items()
+        },
+        "queue_gpus": {q: [round(v, 3) for v in series] for q, series in queues.items()},
+        "queue_nominal_gpus": {q: round(v, 3) for q, v in nominal.items()},
+        "waits": waits,
+    }

@@ -1,0 +1,99 @@
+"""The HTML report: well-formed, self-contained, with the comparison and the plots."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpucarve.cli.main import app
+from gpucarve.sim.metrics import timelines
+from gpucarve.sim.report import cdf, line_chart
+from gpucarve.sim.runner import Simulator
+from tests.engine.builders import policy, pool, queue, workload
+from tests.paths import EXAMPLES
+
+VOID = {"meta", "br", "img", "input", "link", "hr"}
+
+
+class Balance(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.external: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if name in ("src", "href") and value:
+                self.external.append(value)
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        pass
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"unexpected </{tag}> with open {self.stack[-3:]}")
+        else:
+            self.stack.pop()
+
+
+def test_report_is_valid_html_with_plots(tmp_path: Path) -> None:
+    args = [
+        "simulate",
+        "--policy",
+        str(EXAMPLES / "three-teams.yaml"),
+        "--days",
+        "0.4",
+        "--out",
+        str(tmp_path),
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "report.html").read_text()
+    checker = Balance()
+    checker.feed(page)
+    assert checker.errors == [] and checker.stack == []
+    assert checker.external == []  # nothing is fetched from elsewhere
+    svgs = re.findall(r"<svg.*?</svg>", page, flags=re.S)
+    assert len(svgs) == 7  # allocation and queue usage per policy, and the wait CDF
+    for svg in svgs:
+        root = ET.fromstring(svg)  # each plot is well-formed SVG
+        assert root.findall(".//{http://www.w3.org/2000/svg}polyline")
+    for needle in (
+        "GPU allocation (time-weighted)",
+        "gang first-try success",
+        "kube-default",
+        "static-quota",
+    ):
+        assert needle in page
+
+
+def test_line_chart_scales_points_into_the_plot() -> None:
+    svg = line_chart("t", {"a": [0.0, 0.5, 1.0]}, [0.0, 1.0, 2.0], y_max=1.0)
+    root = ET.fromstring(svg[svg.index("<svg") : svg.index("</svg>") + 6])
+    (line,) = root.findall(".//{http://www.w3.org/2000/svg}polyline")
+    pts = [tuple(map(float, p.split(","))) for p in line.get("points", "").split()]
+    assert pts[0][1] > pts[1][1] > pts[2][1]  # higher values are drawn higher
+    assert pts[0][0] < pts[1][0] < pts[2][0]
+
+
+def test_cdf_and_timelines() -> None:
+    xs, ys = cdf([3.0, 1.0, 2.0, 4.0], points=4)
+    assert xs == [1.0, 2.0, 3.0, 4.0] and ys == [0.25, 0.5, 0.75, 1.0]
+    p = policy(
+        pools=[pool("h", "H100-SXM5-80GB", 1, 8)],
+        queues=[queue("r", {"h100-full": {"nominal": 8}})],
+    )
+    result = Simulator(p, [workload(p, "a", "r", gpus=4, duration=100, submit=50)]).run()
+    tl = timelines(result, (0, 200), samples=4)
+    assert tl["times"] == [0, 50, 100, 150, 200]
+    assert tl["pool_allocation"]["h"] == [0.0, 0.5, 0.5, 0.0, 0.0]
+    assert tl["queue_gpus"]["r"] == [0.0, 4.0, 4.0, 0.0, 0.0]
+    assert tl["queue_nominal_gpus"] == {"r": 8.0}
+    assert tl["waits"] == [0]

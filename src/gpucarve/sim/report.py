@@ -49,16 +49,20 @@ def line_chart(
     for i in range(5):
         y = top * i / 4
         out.append(
-            f'<line x1="{PAD_L}" x2="{PAD_L + pw}" y1="{py(y):.1f}" y2="{py(y):.1f}" stroke="#e4e4e4"/>'
-            f'<text x="{PAD_L - 6}" y="{py(y) + 4:.1f}" text-anchor="end" font-size="10">{_fmt(y)}</text>'
+            f'<line x1="{PAD_L}" x2="{PAD_L + pw}" y1="{py(y):.1f}" y2="{py(y):.1f}" '
+            'stroke="#e4e4e4"/>'
+            f'<text x="{PAD_L - 6}" y="{py(y) + 4:.1f}" text-anchor="end" font-size="10">'
+            f"{_fmt(y)}</text>"
         )
     for i in range(5):
         x = x0 + span * i / 4
         out.append(
-            f'<text x="{px(x):.1f}" y="{H - PAD_B + 14}" text-anchor="middle" font-size="10">{_fmt(x)}</text>'
+            f'<text x="{px(x):.1f}" y="{H - PAD_B + 14}" text-anchor="middle" font-size="10">'
+            f"{_fmt(x)}</text>"
         )
     out.append(
-        f'<text x="{PAD_L + pw / 2}" y="{H - 4}" text-anchor="middle" font-size="11">{html.escape(x_label)}</text>'
+        f'<text x="{PAD_L + pw / 2}" y="{H - 4}" text-anchor="middle" font-size="11">'
+        f"{html.escape(x_label)}</text>"
         f'<text x="12" y="{PAD_T + ph / 2}" text-anchor="middle" font-size="11" '
         f'transform="rotate(-90 12 {PAD_T + ph / 2})">{html.escape(y_label)}</text>'
     )
@@ -66,7 +70,8 @@ def line_chart(
         colour = COLOURS[i % len(COLOURS)]
         points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, ys, strict=False))
         out.append(
-            f'<polyline class="series" fill="none" stroke="{colour}" stroke-width="1.6" points="{points}">'
+            f'<polyline class="series" fill="none" stroke="{colour}" stroke-width="1.6" '
+            f'points="{points}">'
             f"<title>{html.escape(name)}</title></polyline>"
         )
         out.append(
@@ -105,9 +110,11 @@ def _table(rows: Sequence[Sequence[str]], head: Sequence[str]) -> str:
 
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2rem auto;max-width:1200px;color:#222}
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;
+margin:2rem auto;max-width:1200px;color:#222}
 h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem}
-table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ddd;padding:.3rem .6rem;text-align:right}
+table{border-collapse:collapse;margin:.5rem 0}
+td,th{border:1px solid #ddd;padding:.3rem .6rem;text-align:right}
 td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}
 figure{display:inline-block;margin:.5rem 1rem .5rem 0}figcaption{font-weight:600;font-size:.9rem}
 .note{color:#555;font-size:.9rem}

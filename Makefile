@@ -17,10 +17,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## The main job: validate the example policy and print the cluster it describes.
+## The main job: validate the example policy, print its cluster, and simulate it
+## (comparison printed; out/results.json and out/report.html written).
 demo: $(STAMP)
 	$(BIN)/gpucarve validate $(EXAMPLE)
 	$(BIN)/gpucarve cluster summary $(EXAMPLE)
+	$(BIN)/gpucarve simulate --policy $(EXAMPLE)
 
 ## The whole test suite: lint, format, types, layering, then every test.
 test: lint typecheck layers unit

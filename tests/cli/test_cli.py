@@ -268,3 +268,17 @@ def test_simulate_one_policy_and_unknown_policy(tmp_path: Path) -> None:
 def test_simulate_bad_policy_exits_2() -> None:
     code, _, err = run("simulate", "--policy", str(EXAMPLES / "invalid" / "unknown-key.yaml"))
     assert code == 2 and "unknown-key" in err
+
+
+def test_simulate_a_trace_file_and_bad_trace(tmp_path: Path) -> None:
+    trace = str(EXAMPLES / "traces" / "three-teams-small.csv")
+    code, out, _ = run("simulate", "--trace", trace, "--json", "--out", str(tmp_path))
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["trace"] == trace and doc["results"]["gpucarve"]["workloads"] == 7
+    bad = tmp_path / "bad.csv"
+    bad.write_text(Path(trace).read_text() + "x,research,,,0,100,1,,lots,,,,,,,,\n")
+    code, _, err = run("simulate", "--trace", str(bad), "--out", str(tmp_path))
+    assert code == 2 and "(line 9)" in err
+    code, _, err = run("simulate", "--trace", str(bad), "--lenient", "--out", str(tmp_path))
+    assert code == 0 and "skipped 1 bad rows" in err

@@ -19,6 +19,7 @@ from gpucarve.sim.baselines import POLICIES
 from gpucarve.sim.metrics import is_dev, summarize, timelines
 from gpucarve.sim.runner import Simulator
 from gpucarve.sim.synthetic import DAY, generate, three_teams
+from gpucarve.sim.trace_io import load_trace
 
 DEFAULT_POLICY = Path("examples/three-teams.yaml")
 
@@ -113,6 +114,17 @@ def simulate(
         Path | None, typer.Option("--out", help="Write results.json and report.html here.")
     ] = Path("out"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    trace_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace",
+            help="Replay this trace (gpucarve JSONL or CSV) instead of the synthetic one.",
+        ),
+    ] = None,
+    lenient: Annotated[
+        bool,
+        typer.Option("--lenient", help="Skip bad trace rows (and count them) instead of stopping."),
+    ] = False,
     policies: Annotated[
         list[str] | None,
         typer.Option("--compare", help="Policies to run: kube-default, static-quota, gpucarve."),
@@ -132,19 +144,29 @@ def simulate(
         )
         raise typer.Exit(Exit.INVALID)
     try:
-        trace = generate(loaded.policy, three_teams(days), seed)
+        if trace_file is not None:
+            loaded_trace = load_trace(trace_file, loaded.policy, lenient)
+            workloads, utilisation = loaded_trace.workloads, loaded_trace.utilisation
+            if loaded_trace.skipped:
+                console(stderr=True).print(
+                    Text(f"{trace_file}: skipped {loaded_trace.skipped} bad rows", style="yellow")
+                )
+        else:
+            trace = generate(loaded.policy, three_teams(days), seed)
+            workloads, utilisation = trace.workloads, trace.utilisation
     except InvalidInput as exc:
         fail(exc)
     err = console(stderr=True)
-    window = (0, int(days * DAY))
-    dev = {w.id for w in trace.workloads if is_dev(w)}
+    if trace_file is not None:
+        window = (workloads[0].submit_time, max(w.submit_time for w in workloads) + 1)
+    else:
+        window = (0, int(days * DAY))
+    dev = {w.id for w in workloads if is_dev(w)}
     results: dict[str, dict[str, Any]] = {}
     series: dict[str, dict[str, Any]] = {}
     for name in names:
         make_policy, make_workloads = POLICIES[name]
-        sim = Simulator(
-            make_policy(loaded.policy), make_workloads(trace.workloads), trace.utilisation
-        )
+        sim = Simulator(make_policy(loaded.policy), make_workloads(workloads), utilisation)
         with Progress(
             TextColumn(f"simulating {name}"),
             BarColumn(),
@@ -152,22 +174,31 @@ def simulate(
             console=err,
             transient=True,
         ) as bar:
-            task = bar.add_task("", total=len(trace.workloads))
+            task = bar.add_task("", total=len(workloads))
 
             def tick(now: int, done: int) -> None:
                 bar.update(task, completed=done, description=f"t={now / 3600:.1f} h, {done} done")  # noqa: B023
 
             result = sim.run(progress=tick)
-        results[name] = summarize(result, trace.utilisation, window, dev)
+        results[name] = summarize(result, utilisation, window, dev)
         series[name] = timelines(result, window)
-    doc = {"policy": loaded.policy.name, "seed": seed, "days": days, "results": results}
+    doc: dict[str, Any] = {"policy": loaded.policy.name, "results": results}
+    if trace_file is not None:
+        doc["trace"] = str(trace_file)
+    else:
+        doc.update(seed=seed, days=days)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         verdict = _verdict(results) if {"kube-default", "gpucarve"} <= set(results) else ""
         rows = [(label, [fmt(results[n]) for n in names]) for label, fmt in ROWS]
         page = report.render(
-            f"gpucarve simulation: {loaded.policy.name}, seed {seed}, {days:g} days of arrivals",
+            f"gpucarve simulation: {loaded.policy.name}, "
+            + (
+                f"trace {trace_file.name}"
+                if trace_file
+                else f"seed {seed}, {days:g} days of arrivals"
+            ),
             rows,
             names,
             verdict,

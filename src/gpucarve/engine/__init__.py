@@ -1,7 +1,6 @@
 """The scheduling engine: one pure, deterministic cycle shared by the simulator and the
 Kubernetes scheduler."""
 
-from gpucarve.engine.cycle import Engine, run_cycle
 from gpucarve.engine.decisions import (
     Admission,
     Cause,
@@ -11,6 +10,7 @@ from gpucarve.engine.decisions import (
     PendingReason,
     Stage,
 )
+from gpucarve.engine.engine import Engine, run_cycle
 
 __all__ = [
     "Admission",

@@ -28,12 +28,12 @@ import heapq
 import itertools
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from gpucarve.core.policy import Flavor, QueueingStrategy
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import GpuRequest, PodAssignment, PodSet, RunningWorkload, Workload
+from gpucarve.engine import podwise
 from gpucarve.engine.ceilings import Ceilings
 from gpucarve.engine.decisions import (
     Admission,
@@ -41,11 +41,12 @@ from gpucarve.engine.decisions import (
     CycleResult,
     CycleStats,
     Eviction,
+    Outcome,
     Pending,
     PendingReason,
     Stage,
 )
-from gpucarve.engine.placement import Placer, Rejections, shapes_from
+from gpucarve.engine.placement import Placer, shapes_from
 from gpucarve.engine.plugins import PodNeeds
 from gpucarve.engine.preemption import Preemptor
 from gpucarve.engine.quota import Quotas
@@ -57,57 +58,7 @@ PREEMPTION_SEARCHES_PER_QUEUE = 4
 Plan = list[tuple[PodNeeds, int, int]]
 
 
-@dataclass(slots=True)
-class _Outcome:
-    admitted: bool
-    reason: PendingReason | None = None
-    tried: tuple[PendingReason, ...] = ()
-
-
-def run_cycle(snapshot: Snapshot, now: int) -> CycleResult:
-    """One cycle from scratch. `Engine().run_cycle` gives the same result."""
-    return Engine().run_cycle(snapshot, now)
-
-
-class Engine:
-    """Runs cycles, keeping the indexed cluster between them.
-
-    Building the engine's view of a cluster costs time in proportion to its size; a driver
-    that calls cycles over a long run keeps one Engine, which only applies what changed since
-    the last snapshot (freed and taken slices, started and finished workloads). The result is
-    the same as `run_cycle` on the same snapshot: the view is a function of the snapshot, and
-    every cycle's own changes are rolled back when it returns.
-    """
-
-    def __init__(self) -> None:
-        self._ws: Working | None = None
-        self._base: Snapshot | None = None
-
-    def _working(self, snapshot: Snapshot) -> Working:
-        base, ws = self._base, self._ws
-        if (
-            ws is None
-            or base is None
-            or base.policy is not snapshot.policy
-            or base.cluster.nodes is not snapshot.cluster.nodes
-            or base.cluster.slices is not snapshot.cluster.slices
-        ):
-            ws = Working(snapshot)
-        elif base is not snapshot:
-            ws.sync(base, snapshot)
-        self._ws, self._base = ws, snapshot
-        return ws
-
-    def run_cycle(self, snapshot: Snapshot, now: int) -> CycleResult:
-        ws = self._working(snapshot)
-        start = ws.checkpoint()
-        try:
-            return _Cycle(snapshot, now, ws).run()
-        finally:
-            ws.rollback(start)
-
-
-class _Cycle:
+class Cycle:
     def __init__(self, snapshot: Snapshot, now: int, ws: Working) -> None:
         self.snapshot = snapshot
         self.policy = snapshot.policy
@@ -131,7 +82,7 @@ class _Cycle:
         self.no_room: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
         self.no_victims: dict[tuple[object, ...], int] = {}
         self.searches: Counter[str] = Counter()
-        self.failed: dict[tuple[object, ...], tuple[int, _Outcome]] = {}
+        self.failed: dict[tuple[object, ...], tuple[int, Outcome]] = {}
         self.fresh: dict[str, Admission] = {}
         self.withdrawn: set[str] = set()
         self.preemptor.fresh = self.fresh
@@ -139,7 +90,7 @@ class _Cycle:
         self.placer.shapes = self._shapes()
 
     # ------------------------------------------------------------------ setup
-    def _flavors_for(self, w: Workload) -> list[list[Flavor]]:
+    def flavors_for(self, w: Workload) -> list[list[Flavor]]:
         return [self._flavors_of(w.queue, ps.gpu) for ps in w.pod_sets]
 
     def _flavors_of(self, queue: str, gpu: GpuRequest) -> list[Flavor]:
@@ -160,7 +111,7 @@ class _Cycle:
     def _shapes(self) -> dict[str, Counter[int]]:
         seen: list[tuple[str, int, int]] = []
         for w in self.snapshot.pending:
-            for ps, flavors in zip(w.pod_sets, self._flavors_for(w), strict=True):
+            for ps, flavors in zip(w.pod_sets, self.flavors_for(w), strict=True):
                 for f in flavors:
                     seen.append((f.name, self._slices(ps.gpu, f), ps.count))
         for rw in self.snapshot.running:
@@ -172,7 +123,7 @@ class _Cycle:
     # ------------------------------------------------------------------ ordering
     def run(self) -> CycleResult:
         if not self.cfg.gang:
-            self._continue_partial_gangs()
+            podwise.continue_partial_gangs(self)
         by_queue: dict[str, deque[Workload]] = {}
         for w in sorted(self.snapshot.pending, key=lambda w: (-w.priority, w.submit_time, w.id)):
             by_queue.setdefault(w.queue, deque()).append(w)
@@ -225,7 +176,7 @@ class _Cycle:
         """The head holds its queue's later work for the flavors it needs (work for other
         flavors goes on: a starving training gang does not stop the team's notebooks) and,
         when it failed on placement, those flavors against newer or lower work of any queue."""
-        for flavors in self._flavors_for(head):
+        for flavors in self.flavors_for(head):
             for f in flavors:
                 self.queue_holds.setdefault((head.queue, f.name), head)
                 if reason.stage is Stage.PLACEMENT:
@@ -234,7 +185,7 @@ class _Cycle:
     def _behind(self, w: Workload) -> PendingReason | None:
         if not self.queue_holds:
             return None
-        for flavors in self._flavors_for(w):
+        for flavors in self.flavors_for(w):
             for f in flavors:
                 head = self.queue_holds.get((w.queue, f.name))
                 if head is not None:
@@ -249,7 +200,7 @@ class _Cycle:
         return None
 
     # ------------------------------------------------------------------ admission
-    def _admit(self, w: Workload) -> _Outcome:
+    def _admit(self, w: Workload) -> Outcome:
         # Within a cycle capacity only shrinks until something is given back, so a workload
         # of the same shape, queue and priority as one that just failed fails the same way.
         # (Not while a starving head holds flavors: that depends on submit times.)
@@ -263,13 +214,13 @@ class _Cycle:
             self.failed[key] = (self.ws.release_epoch, outcome)
         return outcome
 
-    def _try(self, w: Workload) -> _Outcome:
+    def _try(self, w: Workload) -> Outcome:
         if not self.cfg.gang:
-            return self._place_pods_alone(w, Counter(), ())
-        per_set = self._flavors_for(w)
+            return podwise.place_pods_alone(self, w, Counter(), ())
+        per_set = self.flavors_for(w)
         for ps, flavors in zip(w.pod_sets, per_set, strict=True):
             if ps.gpu.kind.value != "none" and not flavors:
-                return _Outcome(
+                return Outcome(
                     False,
                     PendingReason(
                         Stage.VALIDATION,
@@ -286,7 +237,7 @@ class _Cycle:
             # say so, and never let it hold its queue.
             first = impossible[0]
             assert first is not None
-            return _Outcome(False, first, tuple(r for r in impossible if r is not None))
+            return Outcome(False, first, tuple(r for r in impossible if r is not None))
         combos = [c for c, r in zip(combos, impossible, strict=True) if r is None]
         tried: list[PendingReason] = []
         for combo in combos:
@@ -297,91 +248,16 @@ class _Cycle:
             assert plan is not None
             placed, reason = self._place(w, plan)
             if placed is not None:
-                self._record(w, placed, Stage.QUOTA)
-                return _Outcome(True)
+                self.record(w, placed, Stage.QUOTA)
+                return Outcome(True)
             assert reason is not None
             tried.append(reason)
         if self.cfg.preemption:
             for combo in combos:
                 full_plan, demand, _ = self._plan(w, combo, ignore_quota=True)
                 if full_plan is not None and self._preempt(w, full_plan, demand):
-                    return _Outcome(True)
-        return _Outcome(False, self._best_reason(tried), tuple(tried))
-
-    # ------------------------------------------------------------------ without gangs
-    def _continue_partial_gangs(self) -> None:
-        """Without gangs, workloads with pods still unplaced get them placed as room appears,
-        before anything new (kube-scheduler retries its unschedulable pods the same way)."""
-        partial = [
-            rw
-            for rw in self.snapshot.running
-            if len(rw.pods) < rw.workload.pods and not rw.terminating
-        ]
-        for rw in sorted(partial, key=lambda r: (r.workload.submit_time, r.workload.id)):
-            placed = Counter(p.pod_set for p in rw.pods)
-            outcome = self._place_pods_alone(rw.workload, placed, rw.pods)
-            if outcome.reason is not None:
-                self.pending.append(Pending(rw.workload.id, rw.workload.queue, outcome.reason))
-
-    def _place_pods_alone(
-        self,
-        w: Workload,
-        placed_before: Counter[str],
-        pods_before: Sequence[PodAssignment],
-    ) -> _Outcome:
-        """Place pods one by one, each charged to quota on its own, as far as they go."""
-        per_set = self._flavors_for(w)
-        placed: list[PodAssignment] = []
-        reason: PendingReason | None = None
-        for ps, options in zip(w.pod_sets, per_set, strict=True):
-            if ps.gpu.kind.value != "none" and not options:
-                reason = PendingReason(
-                    Stage.VALIDATION,
-                    "flavor",
-                    f"queue {w.queue} has no quota for {ps.gpu.describe()}",
-                )
-                break
-            # Each pod goes to the first flavor (GPU model) with room, as kube-scheduler puts a
-            # pod on any node that advertises the resource.
-            choices: list[Flavor | None] = list(options) if options else [None]
-            for i in range(placed_before[ps.name], ps.count):
-                pod = None
-                for f in choices:
-                    needs = self._needs(ps, f)
-                    if f is not None:
-                        verdict = self.quotas.check(w.queue, {f.name: needs.slices})
-                        if not verdict.fits:
-                            reason = PendingReason(
-                                Stage.QUOTA, "capacity-quota", verdict.message, f.name
-                            )
-                            continue
-                    rej = Rejections(Counter())
-                    pod = self.placer.place_pod(needs, w.pod_id(ps.name, i), None, rej)
-                    if pod is not None:
-                        if f is not None:
-                            # charge now, so the next pod's quota check sees this one
-                            self.ws.adjust_usage(w.queue, f.name, needs.slices)
-                        break
-                    reason = self.placer.reason_for(
-                        needs, ps.count - placed_before[ps.name], len(placed), rej
-                    )
-                if pod is None:
-                    break
-                placed.append(pod)
-                reason = None
-            if reason is not None:
-                break
-        if placed:
-            self._record(w, placed, Stage.QUOTA, pods_before=tuple(pods_before), precharged=True)
-        if reason is not None and (placed or pods_before):
-            done = len(placed) + len(pods_before)
-            reason = PendingReason(
-                reason.stage,
-                reason.plugin,
-                f"{done}/{w.pods} pods placed, the rest wait holding theirs: {reason.message}",
-                reason.flavor,
-            )
-        return _Outcome(bool(placed), reason)
+                    return Outcome(True)
+        return Outcome(False, self._best_reason(tried), tuple(tried))
 
     @staticmethod
     def _best_reason(tried: Sequence[PendingReason]) -> PendingReason:
@@ -395,7 +271,7 @@ class _Cycle:
         }
         return sorted(tried, key=lambda r: rank[r.stage])[0]
 
-    def _needs(self, ps: PodSet, f: Flavor | None) -> PodNeeds:
+    def needs_of(self, ps: PodSet, f: Flavor | None) -> PodNeeds:
         slices = self._slices(ps.gpu, f) if f is not None else 0
         shared = f is not None and self.ws.flavors[f.name].shared
         shared_mem = 0
@@ -430,7 +306,7 @@ class _Cycle:
                         f.name,
                     ),
                 )
-        needs = [self._needs(ps, f) for ps, f in zip(w.pod_sets, combo, strict=True)]
+        needs = [self.needs_of(ps, f) for ps, f in zip(w.pod_sets, combo, strict=True)]
 
         def demand_of(counts: Sequence[int]) -> dict[str, int]:
             d: Counter[str] = Counter()
@@ -510,7 +386,7 @@ class _Cycle:
             self.no_room[sig] = (self.ws.release_epoch, reason)
         return placed, reason
 
-    def _record(
+    def record(
         self,
         w: Workload,
         placed: list[PodAssignment],
@@ -586,7 +462,7 @@ class _Cycle:
                     msg = f"preempted by {w.id} (priority {w.priority} > {v.priority})"
                 self.evictions.append(Eviction(v.id, v.queue, cause, w.id, msg))
             evicted = [rw.workload.id for rw in victims if rw.workload.id not in self.withdrawn]
-            self._record(w, placed, Stage.PREEMPTION, evicted)
+            self.record(w, placed, Stage.PREEMPTION, evicted)
             return True
         self.no_victims[key] = self.ws.release_epoch
         return False

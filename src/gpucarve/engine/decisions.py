@@ -91,3 +91,12 @@ class CycleResult:
 
     def evicted_ids(self) -> list[str]:
         return [e.workload for e in self.evictions]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How one admission attempt went (internal to the cycle)."""
+
+    admitted: bool
+    reason: PendingReason | None = None
+    tried: tuple[PendingReason, ...] = ()

@@ -1,0 +1,56 @@
+"""The engine's entry points: `run_cycle` and the reusable `Engine`.
+
+Pure and deterministic: no I/O, no clock (``now`` is given), no randomness; the same snapshot
+and ``now`` give the same result. The simulator and the Kubernetes scheduler both call it.
+The cycle itself is `gpucarve.engine.cycle`.
+"""
+
+from __future__ import annotations
+
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.engine.cycle import Cycle
+from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.working import Working
+
+
+def run_cycle(snapshot: Snapshot, now: int) -> CycleResult:
+    """One cycle from scratch. `Engine().run_cycle` gives the same result."""
+    return Engine().run_cycle(snapshot, now)
+
+
+class Engine:
+    """Runs cycles, keeping the indexed cluster between them.
+
+    Building the engine's view of a cluster costs time in proportion to its size; a driver
+    that calls cycles over a long run keeps one Engine, which only applies what changed since
+    the last snapshot (freed and taken slices, started and finished workloads). The result is
+    the same as `run_cycle` on the same snapshot: the view is a function of the snapshot, and
+    every cycle's own changes are rolled back when it returns.
+    """
+
+    def __init__(self) -> None:
+        self._ws: Working | None = None
+        self._base: Snapshot | None = None
+
+    def _working(self, snapshot: Snapshot) -> Working:
+        base, ws = self._base, self._ws
+        if (
+            ws is None
+            or base is None
+            or base.policy is not snapshot.policy
+            or base.cluster.nodes is not snapshot.cluster.nodes
+            or base.cluster.slices is not snapshot.cluster.slices
+        ):
+            ws = Working(snapshot)
+        elif base is not snapshot:
+            ws.sync(base, snapshot)
+        self._ws, self._base = ws, snapshot
+        return ws
+
+    def run_cycle(self, snapshot: Snapshot, now: int) -> CycleResult:
+        ws = self._working(snapshot)
+        start = ws.checkpoint()
+        try:
+            return Cycle(snapshot, now, ws).run()
+        finally:
+            ws.rollback(start)

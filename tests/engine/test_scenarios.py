@@ -530,3 +530,43 @@ def test_a_starving_head_holds_only_the_flavors_it_needs() -> None:
     reason = result.pending_reason("r/small")
     assert reason is not None and reason.stage is Stage.QUEUEING
     assert "behind r/gang, which holds queue r for h100-full" in reason.message
+
+
+def test_a_starving_gang_reserves_its_best_rack_and_others_backfill_the_rest() -> None:
+    racks = {"nodesPerRack": 2}
+    p = policy(
+        pools=[
+            pool("a", "H100-SXM5-80GB", 2, 8, topology=racks),
+            pool("b", "H100-SXM5-80GB", 2, 8, topology=racks),
+        ],
+        cohorts=[{"name": "c"}],
+        queues=[
+            queue("r", {"h100-full": {"nominal": 16}}, cohort="c"),
+            queue("o", {"h100-full": {"nominal": 16}}, cohort="c"),
+        ],
+        scheduling={"maxHeadWaitSeconds": 100, "minRuntimeSeconds": 86400},
+    )
+    on = lambda pool_name: {"gpucarve.io/pool": pool_name}  # noqa: E731
+    s = snapshot(
+        p,
+        [
+            workload(p, "fa", "o", gpus=8, node_selector=on("a")),  # rack a: 8 free (a-1)
+            workload(p, "fb", "o", gpus=4, node_selector=on("b"), submit=1),  # rack b: 12 free
+        ],
+    )
+    _, s = cycle(s)
+    gang = workload(p, "gang", "r", gpus=8, pods=2, topology="rack", submit=10)
+    result, s = cycle(submit(s, gang), now=20)
+    assert result.pending_reason("r/gang").stage is Stage.PLACEMENT  # type: ignore[union-attr]
+    # The gang has now waited past maxHeadWaitSeconds: it keeps rack b (the most room) for
+    # itself; newer work still backfills rack a, but not rack b.
+    s = submit(
+        s,
+        workload(p, "small", "o", gpus=8, submit=300),
+        workload(p, "small2", "o", gpus=4, submit=301),
+    )
+    result, s = cycle(s, now=400)
+    assert result.admitted_ids() == ["o/small"]
+    assert next(a for a in result.admissions if a.workload == "o/small").pods[0].node == "a-1"
+    reason = result.pending_reason("o/small2")
+    assert reason is not None and "2 by reservation" in reason.message

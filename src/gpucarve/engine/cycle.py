@@ -73,8 +73,6 @@ class Cycle:
         self.evictions: list[Eviction] = []
         self.pending: list[Pending] = []
         self.pods_placed = 0
-        # flavor -> the starving workload holding it
-        self.held: dict[str, Workload] = {}
         # (queue, flavor) -> the head holding that queue's later work for the flavor
         self.queue_holds: dict[tuple[str, str], Workload] = {}
         # (plan signature) -> (release epoch, reason): a gang shape that did not fit keeps not
@@ -179,8 +177,39 @@ class Cycle:
         for flavors in self.flavors_for(head):
             for f in flavors:
                 self.queue_holds.setdefault((head.queue, f.name), head)
-                if reason.stage is Stage.PLACEMENT:
-                    self.held.setdefault(f.name, head)
+        if reason.stage is Stage.PLACEMENT:
+            self._reserve(head)
+
+    def _reserve(self, head: Workload) -> None:
+        """Reserve, for a starving head that found no room, the nodes most likely to hold it
+        first: for a topology constraint the group with the most free capacity, otherwise the
+        emptiest nodes until their size covers the gang. Other work may still use every other
+        node of the flavor (backfill), so one big gang no longer drains a whole pool."""
+        demand: Counter[str] = Counter()
+        for ps, flavors in zip(head.pod_sets, self.flavors_for(head), strict=True):
+            if flavors:
+                f = flavors[0]
+                demand[f.name] += self.needs_of(ps, f).slices * ps.min_count
+        groups = self.placer.groups(head.topology)
+        ws = self.ws
+        for flavor, need in sorted(demand.items()):
+            index = ws.index[flavor]
+            if groups is not None:
+                scored = [
+                    (sum(index.count.get(n, 0) for n in g), -i, g) for i, g in enumerate(groups)
+                ]
+                nodes = max(scored)[2] if scored else []
+            else:
+                holders = [n for (f, n) in ws.total if f == flavor]
+                holders.sort(key=lambda n: (-index.count.get(n, 0), n))
+                nodes, size = [], 0
+                for n in holders:
+                    if size >= need:
+                        break
+                    nodes.append(n)
+                    size += ws.total[(flavor, n)]
+            for n in nodes:
+                self.placer.reserved.setdefault(n, head)
 
     def _behind(self, w: Workload) -> PendingReason | None:
         if not self.queue_holds:
@@ -204,7 +233,7 @@ class Cycle:
         # Within a cycle capacity only shrinks until something is given back, so a workload
         # of the same shape, queue and priority as one that just failed fails the same way.
         # (Not while a starving head holds flavors: that depends on submit times.)
-        key = None if self.held else (w.queue, w.priority, w.topology, w.pod_sets)
+        key = None if self.placer.reserved else (w.queue, w.priority, w.topology, w.pod_sets)
         if key is not None:
             cached = self.failed.get(key)
             if cached is not None and cached[0] == self.ws.release_epoch:
@@ -284,28 +313,6 @@ class Cycle:
     def _plan(
         self, w: Workload, combo: Sequence[Flavor | None], ignore_quota: bool = False
     ) -> tuple[Plan | None, dict[str, int], PendingReason | None]:
-        for f in combo:
-            if f is None:
-                continue
-            holder = self.held.get(f.name)
-            if (
-                holder is not None
-                and holder.id != w.id
-                and (
-                    holder.priority > w.priority
-                    or (holder.priority == w.priority and holder.submit_time <= w.submit_time)
-                )
-            ):
-                return (
-                    None,
-                    {},
-                    PendingReason(
-                        Stage.QUEUEING,
-                        "reservation",
-                        f"{f.name} is held for {holder.id}, waiting since t={holder.submit_time}s",
-                        f.name,
-                    ),
-                )
         needs = [self.needs_of(ps, f) for ps, f in zip(w.pod_sets, combo, strict=True)]
 
         def demand_of(counts: Sequence[int]) -> dict[str, int]:

@@ -46,6 +46,9 @@ class Placer:
         # Request shapes seen this cycle per flavor (slices per pod -> pods), for the
         # fragmentation score.
         self.shapes: dict[str, Counter[int]] = {}
+        # node -> the starving workload it is kept for; `current` is the workload being placed
+        self.reserved: dict[int, Workload] = {}
+        self.current: Workload | None = None
 
     # -------------------------------------------------------------- filters
     def _static_reject(self, needs: PodNeeds, node: NodeState) -> str | None:
@@ -63,6 +66,8 @@ class Placer:
         self, needs: PodNeeds, node: NodeState, rej: Rejections
     ) -> GpuSlots | bool | None:
         why = self._static_reject(needs, node)
+        if why is None and self.reserved and self._kept_from(node):
+            why = "reservation"
         if why is None and not plugins.cpu_memory(needs, node):
             why = "cpu-memory"
         if why is None and needs.shared:
@@ -75,6 +80,15 @@ class Placer:
             rej.counts[why] += 1
             return False
         return True
+
+    def _kept_from(self, node: NodeState) -> bool:
+        holder = self.reserved.get(node.idx)
+        w = self.current
+        if holder is None or w is None or holder.id == w.id:
+            return False
+        return holder.priority > w.priority or (
+            holder.priority == w.priority and holder.submit_time <= w.submit_time
+        )
 
     # -------------------------------------------------------------- one pod
     def _score(self, needs: PodNeeds, free: int, total: int) -> int:
@@ -209,6 +223,7 @@ class Placer:
         self, w: Workload, plan: list[tuple[PodNeeds, int, int]]
     ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
         """`plan`: (needs, pods wanted, pods required) per pod set."""
+        self.current = w
         groups = self.groups(w.topology)
         if groups is None:
             return self._place_in(w, plan, None)

@@ -49,6 +49,7 @@ def test_mig_check_valid_prints_placement() -> None:
         (["mig", "check", "H100", "1g.10gb"], "could mean"),
         (["mig", "layouts", "H10"], "unknown GPU model"),
         (["mig", "layouts", "T4"], "does not support MIG"),
+        (["mig", "check", "A100-80GB", "0x3g.40gb"], "a count of 0"),
     ],
 )
 def test_mig_bad_arguments_exit_2(args: list[str], needle: str) -> None:

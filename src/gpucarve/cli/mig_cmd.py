@@ -100,6 +100,11 @@ def check(
         raise typer.Exit(Exit.INVALID)
     geom = gpu.mig
     counts = _parse_profiles(profiles)
+    zero = sorted(name for name, n in counts.items() if n < 1)
+    if zero:
+        err.print(Text(f"a count of 0 for {', '.join(zero)} places nothing", style="red"))
+        err.print(Text("fix: give each profile at least once, e.g. 2x3g.40gb or 3g.40gb"))
+        raise typer.Exit(Exit.INVALID)
     unknown = mig.unknown_profiles(geom, counts)
     if unknown:
         for name in unknown:

@@ -107,16 +107,22 @@ class Cycle:
         return slices_per_pod(ps_gpu, f, self.ws.flavors[f.name].gpu_memory)  # type: ignore[arg-type]
 
     def _shapes(self) -> dict[str, Counter[int]]:
-        seen: list[tuple[str, int, int]] = []
+        """Pods per (flavor, slices per pod) among pending and running work."""
+        counts: Counter[tuple[str, int]] = Counter()
+        sizes: dict[tuple[str, GpuRequest], int] = {}
         for w in self.snapshot.pending:
-            for ps, flavors in zip(w.pod_sets, self.flavors_for(w), strict=True):
-                for f in flavors:
-                    seen.append((f.name, self._slices(ps.gpu, f), ps.count))
+            for ps in w.pod_sets:
+                for f in self._flavors_of(w.queue, ps.gpu):
+                    key = (f.name, ps.gpu)
+                    size = sizes.get(key)
+                    if size is None:
+                        size = sizes[key] = self._slices(ps.gpu, f)
+                    counts[(f.name, size)] += ps.count
         for rw in self.snapshot.running:
             for pod in rw.pods:
                 if pod.flavor is not None:
-                    seen.append((pod.flavor, len(pod.slice_ids), 1))
-        return shapes_from(seen)
+                    counts[(pod.flavor, len(pod.slice_ids))] += 1
+        return shapes_from((f, size, n) for (f, size), n in counts.items())
 
     # ------------------------------------------------------------------ ordering
     def run(self) -> CycleResult:

@@ -283,3 +283,30 @@ def test_simulate_a_trace_file_and_bad_trace(tmp_path: Path) -> None:
     assert code == 2 and "(line 9)" in err
     code, _, err = run("simulate", "--trace", str(bad), "--lenient", "--out", str(tmp_path))
     assert code == 0 and "skipped 1 bad rows" in err
+
+
+def test_bench_fill_json_shape_and_bad_input(tmp_path: Path) -> None:
+    from tests.paths import SHARED
+
+    trace = SHARED / "traces" / "alibaba-gpu-v2023"
+    args = [
+        "bench",
+        "fill",
+        "--nodes",
+        str(trace / "openb_node_list_gpu_node.csv"),
+        "--pods",
+        str(trace / "openb_pod_list_multigpu50.csv"),
+    ]
+    code, out, _ = run(*args, "--policy", "best-fit", "--seeds", "42", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert set(doc) == {"best-fit"} and set(doc["best-fit"]) == {"90", "95", "100", "130"}
+    assert set(doc["best-fit"]["100"]) == {"mean", "std"} and doc["best-fit"]["100"]["std"] == 0.0
+    code, _, err = run(*args, "--seeds", "51-42")
+    assert code == 2 and "--seeds" in err
+    code, _, err = run(*args, "--policy", "tetris")
+    assert code == 2 and "unknown policy tetris" in err
+    code, _, err = run(
+        "bench", "fill", "--nodes", str(tmp_path / "none.csv"), "--pods", str(tmp_path / "none.csv")
+    )
+    assert code == 2 and "no such file" in err

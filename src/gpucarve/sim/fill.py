@@ -62,7 +62,9 @@ class Pods:
 
 
 def _bad(source: str, line: int, message: str) -> InvalidInput:
-    return InvalidInput(source, [Problem((f"line {line}",), "bad-row", message, "fix the row", line=line)])
+    return InvalidInput(
+        source, [Problem((f"line {line}",), "bad-row", message, "fix the row", line=line)]
+    )
 
 
 def _read(path: Path, required: Sequence[str]) -> list[dict[str, str]]:
@@ -74,11 +76,21 @@ def _read(path: Path, required: Sequence[str]) -> list[dict[str, str]]:
             if missing:
                 raise InvalidInput(
                     source,
-                    [Problem((), "bad-header", f"missing column(s) {', '.join(missing)}", f"columns: {', '.join(required)}", line=1)],
+                    [
+                        Problem(
+                            (),
+                            "bad-header",
+                            f"missing column(s) {', '.join(missing)}",
+                            f"columns: {', '.join(required)}",
+                            line=1,
+                        )
+                    ],
                 )
             return [dict(r, _line=str(reader.line_num)) for r in reader]
     except FileNotFoundError:
-        raise InvalidInput(source, [Problem((), "file-not-found", "no such file", "check the path")]) from None
+        raise InvalidInput(
+            source, [Problem((), "file-not-found", "no such file", "check the path")]
+        ) from None
 
 
 def _ints(rows: list[dict[str, str]], key: str, source: str) -> IntArray:
@@ -114,7 +126,9 @@ def load_pods(path: str | Path) -> Pods:
     milli = _ints(rows, "gpu_milli", str(p))
     for r, n, m in zip(rows, num_gpu, milli, strict=True):
         if m > MILLI or (n > 1 and m != MILLI) or (n > 0 and m == 0):
-            raise _bad(str(p), int(r["_line"]), f"num_gpu {n} with gpu_milli {m} is not a valid request")
+            raise _bad(
+                str(p), int(r["_line"]), f"num_gpu {n} with gpu_milli {m} is not a valid request"
+            )
     spec = tuple(frozenset(x for x in (r.get("gpu_spec") or "").split("|") if x) for r in rows)
     order = sorted(range(len(rows)), key=lambda i: rows[i]["name"])
     pick = np.asarray(order, dtype=np.int64)
@@ -159,9 +173,13 @@ class FillCluster:
         models = sorted(set(nodes.model))
         self.model_ids = {m: k for k, m in enumerate(models)}
         self.model = np.asarray([self.model_ids[m] for m in nodes.model], dtype=np.int64)
+        self.shares: dict[int, IntArray] = {}  # gpu_milli -> pods of that share per node
+
+    def same_share(self, milli: int) -> IntArray:
+        return self.shares.get(milli, np.zeros(len(self.cpu), dtype=np.int64))
 
     def feasible(self, pods: Pods, i: int) -> npt.NDArray[np.bool_]:
-        ok = (self.cpu >= pods.cpu[i]) & (self.mem >= pods.mem[i])
+        ok: npt.NDArray[np.bool_] = (self.cpu >= pods.cpu[i]) & (self.mem >= pods.mem[i])
         spec = pods.spec[i]
         if spec:
             allowed = [self.model_ids[m] for m in spec if m in self.model_ids]
@@ -170,11 +188,16 @@ class FillCluster:
         if n == 0:
             return ok
         if m < MILLI:
-            return ok & (self.left >= m).any(axis=1)
-        return ok & ((self.left == MILLI).sum(axis=1) >= n)
+            return np.asarray(ok & (self.left >= m).any(axis=1), dtype=np.bool_)
+        return np.asarray(ok & ((self.left == MILLI).sum(axis=1) >= n), dtype=np.bool_)
 
     def place(
-        self, pods: Pods, i: int, node: int, gpu_rng: np.random.Generator | None = None
+        self,
+        pods: Pods,
+        i: int,
+        node: int,
+        gpu_rng: np.random.Generator | None = None,
+        gpu: int | None = None,
     ) -> None:
         """`gpu_rng`: pick a share pod's GPU at random among those it fits, instead of the
         fullest one (the published random policy's GPU choice)."""
@@ -183,8 +206,13 @@ class FillCluster:
         n, m = int(pods.num_gpu[i]), int(pods.gpu_milli[i])
         if n == 0:
             return
+        if m not in self.shares:
+            self.shares[m] = np.zeros(len(self.cpu), dtype=np.int64)
+        self.shares[m][node] += 1
         row = self.left[node]
-        if m < MILLI and gpu_rng is not None:
+        if m < MILLI and gpu is not None:
+            row[gpu] -= m
+        elif m < MILLI and gpu_rng is not None:
             fitting = np.flatnonzero(row >= m)
             row[int(fitting[int(gpu_rng.integers(len(fitting)))])] -= m
         elif m < MILLI:
@@ -201,18 +229,149 @@ class FillCluster:
 Score = Callable[[FillCluster, Pods, int, npt.NDArray[np.intp]], npt.NDArray[np.float64]]
 
 
-def best_fit(c: FillCluster, pods: Pods, i: int, cand: npt.NDArray[np.intp]) -> npt.NDArray[np.float64]:
+def best_fit(
+    c: FillCluster, pods: Pods, i: int, cand: npt.NDArray[np.intp]
+) -> npt.NDArray[np.float64]:
     """Least weighted leftover of CPU and GPU after placing (higher score = less left)."""
     cpu_after = (c.cpu[cand] - pods.cpu[i]) / MAX_SPEC_CPU
     gpu_after = (c.gpu_left()[cand] - pods.num_gpu[i] * pods.gpu_milli[i]) / MAX_SPEC_GPU
     return np.asarray(-(0.5 * cpu_after + 0.5 * gpu_after), dtype=np.float64)
 
 
-def random_fit(c: FillCluster, pods: Pods, i: int, cand: npt.NDArray[np.intp]) -> npt.NDArray[np.float64]:
+def random_fit(
+    c: FillCluster, pods: Pods, i: int, cand: npt.NDArray[np.intp]
+) -> npt.NDArray[np.float64]:
     return np.zeros(len(cand), dtype=np.float64)
 
 
-POLICIES: dict[str, Score] = {"random": random_fit, "best-fit": best_fit}
+class Fragmentation:
+    """gpucarve's placement for this experiment: the choice that strands the least GPU capacity
+    for the mix of requests the trace shows (fragmentation gradient descent, Weng et al.).
+
+    For a request type `t` a node's free GPU capacity is stranded where `t` cannot use it: GPUs
+    with less free than a share request needs, partly used GPUs for whole-GPU requests, free GPUs
+    of a node with fewer than `k` of them for k-GPU requests, and all of it when the node lacks
+    the CPU `t` needs. Weighted by how often each type appears. Types are sorted by CPU so that
+    "the types this node's CPU cannot host" is a prefix: every term is a table lookup and a
+    candidate's cost a handful of array operations. Ties go to best fit.
+    """
+
+    CPU_BUCKET = 1000  # milli-CPU: request types are grouped to this granularity
+
+    def __init__(self, pods: Pods) -> None:
+        self.gpu_choice: npt.NDArray[np.intp] | None = None  # per candidate, for share pods
+        gpu = pods.num_gpu > 0
+        total = max(1, int(gpu.sum()))
+        cpu = -(-pods.cpu[gpu] // self.CPU_BUCKET) * self.CPU_BUCKET
+        keys = np.stack([cpu, pods.num_gpu[gpu], pods.gpu_milli[gpu]], axis=1)
+        types, counts = np.unique(keys, axis=0, return_counts=True)
+        order = np.argsort(-types[:, 0], kind="stable")  # most CPU first
+        types, counts = types[order], counts[order]
+        self.cpu_desc = types[:, 0]
+        f = np.arange(MILLI + 1, dtype=np.float64)
+        t_count = len(types)
+        # prefix tables over types 0..j-1: GPU cost per free value, need-more per free count
+        cost = np.zeros((t_count + 1, MILLI + 2), dtype=np.float64)
+        need = np.zeros((t_count + 1, MAX_GPUS + 1), dtype=np.float64)
+        weight = np.zeros(t_count + 1, dtype=np.float64)
+        for j, ((_, n, m), count) in enumerate(zip(types, counts, strict=True)):
+            share = count / total
+            row = np.zeros(MILLI + 2)
+            if m < MILLI:
+                row[: MILLI + 1] = share * f * (f < m)
+                more = np.zeros(MAX_GPUS + 1)
+            else:
+                row[: MILLI + 1] = share * f * ((f > 0) & (f < MILLI))
+                more = share * (np.arange(MAX_GPUS + 1) < n)
+            cost[j + 1] = cost[j] + row
+            need[j + 1] = need[j] + more
+            weight[j + 1] = weight[j] + share
+        self.cost, self.need, self.weight = cost, need, weight
+
+    def frag(self, rows: IntArray, cpu_left: IntArray) -> npt.NDArray[np.float64]:
+        """Stranded capacity of nodes (rows of per-GPU free milli, -1: no GPU) that have
+        `cpu_left` milli-CPU free; both may carry extra leading dimensions."""
+        # types sorted by CPU descending: those needing more than is left form a prefix
+        j = np.searchsorted(-self.cpu_desc, -cpu_left, side="left")
+        idx = np.where(rows >= 0, rows, MILLI + 1)
+        full = (rows == MILLI).sum(axis=-1)
+        free = np.where(rows > 0, rows, 0).sum(axis=-1)
+        last = len(self.weight) - 1
+        gpu_all = self.cost[last][idx].sum(axis=-1) + self.need[last][full] * MILLI * full
+        lack = self.cost[j[..., None], idx].sum(axis=-1) + self.need[j, full] * MILLI * full
+        # types the CPU cannot host strand everything free; the rest strand what they cannot use
+        return np.asarray(gpu_all - lack + self.weight[j] * free, dtype=np.float64)
+
+    def __call__(
+        self, c: FillCluster, pods: Pods, i: int, cand: npt.NDArray[np.intp]
+    ) -> npt.NDArray[np.float64]:
+        rows = c.left[cand]
+        cpu_before = c.cpu[cand]
+        cpu_after = cpu_before - pods.cpu[i]
+        before = self.frag(rows, cpu_before)
+        n, m = int(pods.num_gpu[i]), int(pods.gpu_milli[i])
+        self.gpu_choice = None
+        if n == 0:
+            after = self.frag(rows, cpu_after)
+        elif m < MILLI:
+            # every GPU the share pod fits on is an option; keep each node's best
+            options = np.repeat(rows[:, None, :], MAX_GPUS, axis=1)
+            idx = np.arange(MAX_GPUS)
+            options[:, idx, idx] -= m
+            fits = rows >= m
+            opt = self.frag(options, np.repeat(cpu_after[:, None], MAX_GPUS, axis=1))
+            # among equally good GPUs, the fullest (best fit inside the node)
+            opt = np.where(fits, opt + 1e-9 * rows, np.inf)
+            self.gpu_choice = np.argmin(opt, axis=1)
+            after = opt.min(axis=1)
+        else:
+            after_rows = rows.copy()
+            full = rows == MILLI
+            take = np.cumsum(full, axis=1) <= n
+            after_rows[full & take] = 0
+            after = self.frag(after_rows, cpu_after)
+        delta = after - before
+        # lower fragmentation first, then best fit (scaled to stay a tie-breaker)
+        return np.asarray(-delta + 1e-6 * best_fit(c, pods, i, cand), dtype=np.float64)
+
+
+def dot_product(
+    c: FillCluster, pods: Pods, i: int, cand: npt.NDArray[np.intp]
+) -> npt.NDArray[np.float64]:
+    """The node whose free (CPU, GPU) vector best aligns with the request (Tetris)."""
+    req = np.asarray(
+        [pods.cpu[i] / MAX_SPEC_CPU, pods.num_gpu[i] * pods.gpu_milli[i] / MAX_SPEC_GPU]
+    )
+    free = np.stack([c.cpu[cand] / MAX_SPEC_CPU, c.gpu_left()[cand] / MAX_SPEC_GPU], axis=1)
+    return np.asarray(free @ req, dtype=np.float64)
+
+
+def gpu_packing(
+    c: FillCluster, pods: Pods, i: int, cand: npt.NDArray[np.intp]
+) -> npt.NDArray[np.float64]:
+    """Partly used GPUs first, then partly used nodes, then idle nodes."""
+    rows = c.left[cand]
+    m = int(pods.gpu_milli[i])
+    partly_gpu = ((rows > 0) & (rows < MILLI) & (rows >= m)).any(axis=1)
+    partly_node = ((rows >= 0) & (rows < MILLI)).any(axis=1)
+    share = pods.num_gpu[i] == 1 and m < MILLI
+    return np.asarray(2.0 * (partly_gpu & share) + 1.0 * partly_node, dtype=np.float64)
+
+
+def gpu_clustering(
+    c: FillCluster, pods: Pods, i: int, cand: npt.NDArray[np.intp]
+) -> npt.NDArray[np.float64]:
+    """Nodes already hosting pods of the same GPU share first."""
+    return np.asarray(c.same_share(int(pods.gpu_milli[i]))[cand], dtype=np.float64)
+
+
+POLICIES: dict[str, Score] = {
+    "random": random_fit,
+    "dot-product": dot_product,
+    "gpu-clustering": gpu_clustering,
+    "gpu-packing": gpu_packing,
+    "best-fit": best_fit,
+}
 
 
 @dataclass(frozen=True)
@@ -223,7 +382,7 @@ class FillRun:
 
 
 def run_fill(nodes: Nodes, pods: Pods, policy: str, seed: int) -> FillRun:
-    score = POLICIES[policy]
+    score = Fragmentation(pods) if policy == "gpucarve" else POLICIES[policy]
     capacity = nodes.gpu_capacity
     order = arrival_order(pods, capacity, seed)
     tie_rng = np.random.default_rng(seed)
@@ -243,8 +402,11 @@ def run_fill(nodes: Nodes, pods: Pods, policy: str, seed: int) -> FillRun:
             continue
         s = score(cluster, pods, i, cand)
         best = np.flatnonzero(s >= s.max() - 1e-12)
-        node = int(cand[best[int(tie_rng.integers(len(best)))]])
-        cluster.place(pods, i, node, tie_rng if policy == "random" else None)
+        pick = int(best[int(tie_rng.integers(len(best)))])
+        node = int(cand[pick])
+        choice = getattr(score, "gpu_choice", None)
+        gpu = int(choice[pick]) if choice is not None else None
+        cluster.place(pods, i, node, tie_rng if policy == "random" else None, gpu)
         allocated += req
     for m in marks:
         ratio_at[m] = 100 * allocated / capacity

@@ -51,11 +51,7 @@ class Ceilings:
     def _largest_group(self, mode: TopologyMode, flavor: str) -> int:
         key = (mode, flavor)
         if key not in self._group_max:
-            groups = self.ws.groups.get(mode)
-            if groups is None:
-                from gpucarve.engine.placement import Placer  # the grouping lives there
-
-                groups = Placer(self.ws, self.ws.policy.scheduling.scoring, 1).groups(mode) or []
+            groups = self.ws.groups_for(mode) or []
             self._group_max[key] = max(
                 (sum(self.ws.total.get((flavor, n), 0) for n in g) for g in groups), default=0
             )

@@ -103,8 +103,8 @@ class Cycle:
             self._flavor_cache[key] = hit
         return hit
 
-    def _slices(self, ps_gpu: object, f: Flavor) -> int:
-        return slices_per_pod(ps_gpu, f, self.ws.flavors[f.name].gpu_memory)  # type: ignore[arg-type]
+    def _slices(self, gpu: GpuRequest, f: Flavor) -> int:
+        return slices_per_pod(gpu, f, self.ws.flavors[f.name].gpu_memory)
 
     def _shapes(self) -> dict[str, Counter[int]]:
         """Pods per (flavor, slices per pod) among pending and running work."""
@@ -196,7 +196,7 @@ class Cycle:
             if flavors:
                 f = flavors[0]
                 demand[f.name] += self.needs_of(ps, f).slices * ps.min_count
-        groups = self.placer.groups(head.topology)
+        groups = self.ws.groups_for(head.topology)
         ws = self.ws
         for flavor, need in sorted(demand.items()):
             index = ws.index[flavor]

@@ -199,32 +199,12 @@ class Placer:
         return out
 
     # -------------------------------------------------------------- gangs
-    def groups(self, topology: TopologyMode) -> list[list[int]] | None:
-        if topology is TopologyMode.NONE:
-            return None
-        cached = self.ws.groups.get(topology)
-        if cached is not None:
-            return cached
-        by: dict[str, list[int]] = {}
-        for node in self.ws.nodes:
-            if topology is TopologyMode.NODE:
-                key = node.name
-            elif topology is TopologyMode.NVLINK:
-                key = node.nvlink
-            else:
-                key = node.rack
-            if key:
-                by.setdefault(key, []).append(node.idx)
-        groups = [by[k] for k in sorted(by)]
-        self.ws.groups[topology] = groups
-        return groups
-
     def place_gang(
         self, w: Workload, plan: list[tuple[PodNeeds, int, int]]
     ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
         """`plan`: (needs, pods wanted, pods required) per pod set."""
         self.current = w
-        groups = self.groups(w.topology)
+        groups = self.ws.groups_for(w.topology)
         if groups is None:
             return self._place_in(w, plan, None)
         demand: Counter[str] = Counter()

@@ -15,21 +15,12 @@ priority preemption only goes from higher to lower priority inside one queue.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
-from gpucarve.engine.decisions import Cause
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.working import Working
 
 MAX_VICTIMS = 64
-
-
-@dataclass(frozen=True, slots=True)
-class Victim:
-    running: RunningWorkload
-    cause: Cause
-    message: str
 
 
 Attempt = Callable[[], list[PodAssignment] | None]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from gpucarve.core.policy import Flavor, SliceKind
 from gpucarve.core.requests import SHARED_KINDS, charge_milli, gpu_memory_of
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import PodAssignment, PodSet, RunningWorkload
+from gpucarve.core.workload import PodAssignment, PodSet, RunningWorkload, TopologyMode
 
 UNLIMITED = 1 << 62
 
@@ -158,7 +158,7 @@ class Working:
         self.running_version = 0
         for rw in snapshot.running:
             self._base_running(rw, +1)
-        self.groups: dict[str, list[list[int]]] = {}
+        self._groups: dict[TopologyMode, list[list[int]]] = {}
         self.log: list[Callable[[], None]] = []
         # Bumped whenever capacity is given back, so cached "does not fit" answers expire.
         self.release_epoch = 0
@@ -168,6 +168,26 @@ class Working:
         by_name = {ps.name: ps for ps in rw.workload.pod_sets}
         for pod in rw.pods:
             yield pod, by_name[pod.pod_set]
+
+    def groups_for(self, topology: TopologyMode) -> list[list[int]] | None:
+        """Node indices per node, NVLink domain or rack (by label value, sorted); None when
+        the workload has no topology constraint. Labels do not change, so this is computed once."""
+        if topology is TopologyMode.NONE:
+            return None
+        cached = self._groups.get(topology)
+        if cached is None:
+            by: dict[str, list[int]] = {}
+            for node in self.nodes:
+                if topology is TopologyMode.NODE:
+                    key = node.name
+                elif topology is TopologyMode.NVLINK:
+                    key = node.nvlink
+                else:
+                    key = node.rack
+                if key:
+                    by.setdefault(key, []).append(node.idx)
+            cached = self._groups[topology] = [by[k] for k in sorted(by)]
+        return cached
 
     # ------------------------------------------------------------------ counting
     def _count(self, node: NodeState, flavor: str) -> int:

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from gpucarve.cli.common import CatalogOption, catalog_or_exit, policy_or_exit
+from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.output import Exit, console, print_problems, print_problems_json
 from gpucarve.config.policy_build import load_policy
 from gpucarve.config.policy_model import policy_json_schema
@@ -41,9 +41,9 @@ def validate(
 
     Exit 0 when valid (warnings allowed), 2 when it has errors.
     """
-    catalog_or_exit(catalog)
     out = console()
     try:
+        # catalog files are read here too: their errors are reported like the policy's
         loaded = load_policy(file, catalog or [])
     except InvalidInput as exc:
         if output is Format.json:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpucarve.core.cluster import build_cluster
+from gpucarve.core.policy import Policy
 from gpucarve.core.requests import charge_milli, gpu_memory_of
 from gpucarve.core.workload import GpuKind, Workload
 from gpucarve.sim.runner import SimResult
@@ -34,6 +36,36 @@ def is_dev(w: Workload) -> bool:
     return any(ps.gpu.kind in (GpuKind.SHARED, GpuKind.FRACTION) for ps in w.pod_sets)
 
 
+@dataclass(frozen=True)
+class SliceBook:
+    """Per slice of a policy's cluster: its pool and flavor; per flavor: what one slice is
+    worth in GPUs (its charge) and in SMs; per pool: those summed."""
+
+    slices: dict[str, tuple[str, str]]
+    gpu: dict[str, float]
+    sm: dict[str, int]
+    pool_gpus: dict[str, float]
+    pool_sms: dict[str, float]
+
+
+def slice_book(policy: Policy) -> SliceBook:
+    cluster = build_cluster(policy)
+    pool_of_node = {n.name: n.pool for n in cluster.nodes}
+    gpu = {
+        f: charge_milli(fl, gpu_memory_of(policy, fl)) / 1000 for f, fl in policy.flavors.items()
+    }
+    sm = {f: fl.sm_count for f, fl in policy.flavors.items()}
+    slices: dict[str, tuple[str, str]] = {}
+    pool_gpus: defaultdict[str, float] = defaultdict(float)
+    pool_sms: defaultdict[str, float] = defaultdict(float)
+    for sid, s in cluster.slices.items():
+        pool = pool_of_node[s.node]
+        slices[sid] = (pool, s.flavor)
+        pool_gpus[pool] += gpu[s.flavor]
+        pool_sms[pool] += sm[s.flavor]
+    return SliceBook(slices, gpu, sm, dict(pool_gpus), dict(pool_sms))
+
+
 def summarize(
     result: SimResult,
     utilisation: Mapping[str, float] | None = None,
@@ -46,23 +78,14 @@ def summarize(
     fractions; a baseline that turned them into whole GPUs must pass the original set)."""
     policy = result.policy
     util = utilisation or {}
-    slices: dict[str, tuple[str, str]] = {}
-    cluster = build_cluster(policy)
-    pool_of_node = {n.name: n.pool for n in cluster.nodes}
-    charge = {f: charge_milli(fl, gpu_memory_of(policy, fl)) for f, fl in policy.flavors.items()}
-    sm = {f: fl.sm_count for f, fl in policy.flavors.items()}
-    for sid, s in cluster.slices.items():
-        slices[sid] = (pool_of_node[s.node], s.flavor)
+    book = slice_book(policy)
+    slices, sm = book.slices, book.sm
+    pool_capacity, pool_sms = book.pool_gpus, book.pool_sms
     if window is None:
         window = (min((w.submit_time for w in result.submitted.values()), default=0), result.end)
     w_start, w_end = window
     span = max(1, w_end - w_start)
 
-    pool_capacity: defaultdict[str, float] = defaultdict(float)  # GPU-equivalents
-    pool_sms: defaultdict[str, float] = defaultdict(float)
-    for pool, flavor in slices.values():
-        pool_capacity[pool] += charge[flavor] / 1000
-        pool_sms[pool] += sm[flavor]
     prices = {p.name: p.price_per_gpu_hour for p in policy.pools}
 
     held: defaultdict[str, float] = defaultdict(float)  # pool -> GPU-seconds allocated
@@ -77,7 +100,7 @@ def summarize(
         for pod in iv.pods:
             for sid in pod.slice_ids:
                 pool, flavor = slices[sid]
-                gpu = charge[flavor] / 1000
+                gpu = book.gpu[flavor]
                 held[pool] += gpu * seconds
                 if iv.outcome != "incomplete":  # a part-placed gang holds its GPUs idle
                     busy_sm[pool] += sm[flavor] * util.get(iv.workload, 60.0) / 100 * seconds
@@ -166,17 +189,9 @@ def timelines(result: SimResult, window: tuple[int, int], samples: int = 120) ->
     """Series for the report: per pool the allocated share and per queue the GPU-equivalents
     held, at `samples` evenly spaced instants of the window; and every workload's wait."""
     policy = result.policy
-    cluster = build_cluster(policy)
-    pool_of_node = {n.name: n.pool for n in cluster.nodes}
-    charge = {
-        f: charge_milli(fl, gpu_memory_of(policy, fl)) / 1000 for f, fl in policy.flavors.items()
-    }
-    capacity: defaultdict[str, float] = defaultdict(float)
-    slice_info: dict[str, tuple[str, float]] = {}
-    for sid, s in cluster.slices.items():
-        pool = pool_of_node[s.node]
-        capacity[pool] += charge[s.flavor]
-        slice_info[sid] = (pool, charge[s.flavor])
+    book = slice_book(policy)
+    capacity, charge = book.pool_gpus, book.gpu
+    slice_info = {sid: (pool, charge[flavor]) for sid, (pool, flavor) in book.slices.items()}
     start, end = window
     step = max(1, (end - start) // samples)
     times = list(range(start, end + 1, step))

@@ -15,11 +15,10 @@ The steps, for each pending workload in order:
 5. Preempt: evict lower-priority workloads of the same queue.
 6. Otherwise the workload stays pending with the reason of the stage that refused it.
 
-Queueing is best-effort FIFO with aging: a head that cannot be admitted lets work behind it
-through until it has waited ``scheduling.maxHeadWaitSeconds``; after that it holds its queue and
-the flavors it needs against newer or lower-priority work until it is admitted (strict FIFO
-holds at once). So a large head is not starved by small work, nor does it idle its queue
-forever.
+Queueing is best-effort FIFO with aging (`queueing`): a head that cannot be admitted lets work
+behind it through until it has waited ``scheduling.maxHeadWaitSeconds``; then it holds its queue
+for the flavors it needs and reserves the nodes most likely to hold it, while other work
+backfills the rest. Scheduling without gangs, for baselines, is `podwise`.
 """
 
 from __future__ import annotations
@@ -29,11 +28,11 @@ import itertools
 from collections import Counter, deque
 from collections.abc import Sequence
 
-from gpucarve.core.policy import Flavor, QueueingStrategy
+from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import GpuRequest, PodAssignment, PodSet, RunningWorkload, Workload
-from gpucarve.engine import podwise
+from gpucarve.engine import podwise, queueing
 from gpucarve.engine.ceilings import Ceilings
 from gpucarve.engine.decisions import (
     Admission,
@@ -139,7 +138,7 @@ class Cycle:
             _, _, _, name = heapq.heappop(heap)
             items = by_queue[name]
             w = items.popleft()
-            behind = self._behind(w)
+            behind = queueing.behind(self, w)
             if behind is not None:
                 self.pending.append(Pending(w.id, w.queue, behind))
             else:
@@ -151,8 +150,8 @@ class Cycle:
                 if not outcome.admitted:
                     assert outcome.reason is not None
                     self.pending.append(Pending(w.id, w.queue, outcome.reason, outcome.tried))
-                    if self._holds_queue(w, outcome.reason):
-                        self._hold(w, outcome.reason)
+                    if queueing.holds_queue(self, w, outcome.reason):
+                        queueing.hold(self, w, outcome.reason)
             if items:
                 heapq.heappush(heap, self._key(name, items[0]))
         stats = CycleStats(
@@ -168,71 +167,6 @@ class Cycle:
 
     def _key(self, queue: str, head: Workload) -> tuple[int, int, int, str]:
         return (self.quotas.fair_share(queue), -head.priority, head.submit_time, queue)
-
-    def _holds_queue(self, w: Workload, reason: PendingReason) -> bool:
-        if reason.stage not in (Stage.QUOTA, Stage.PLACEMENT, Stage.PREEMPTION):
-            return False
-        if self.cfg.queueing is QueueingStrategy.STRICT_FIFO:
-            return True
-        return self.now - w.submit_time >= self.cfg.max_head_wait_s
-
-    def _hold(self, head: Workload, reason: PendingReason) -> None:
-        """The head holds its queue's later work for the flavors it needs (work for other
-        flavors goes on: a starving training gang does not stop the team's notebooks) and,
-        when it failed on placement, those flavors against newer or lower work of any queue."""
-        for flavors in self.flavors_for(head):
-            for f in flavors:
-                self.queue_holds.setdefault((head.queue, f.name), head)
-        if reason.stage is Stage.PLACEMENT:
-            self._reserve(head)
-
-    def _reserve(self, head: Workload) -> None:
-        """Reserve, for a starving head that found no room, the nodes most likely to hold it
-        first: for a topology constraint the group with the most free capacity, otherwise the
-        emptiest nodes until their size covers the gang. Other work may still use every other
-        node of the flavor (backfill), so one big gang no longer drains a whole pool."""
-        demand: Counter[str] = Counter()
-        for ps, flavors in zip(head.pod_sets, self.flavors_for(head), strict=True):
-            if flavors:
-                f = flavors[0]
-                demand[f.name] += self.needs_of(ps, f).slices * ps.min_count
-        groups = self.ws.groups_for(head.topology)
-        ws = self.ws
-        for flavor, need in sorted(demand.items()):
-            index = ws.index[flavor]
-            if groups is not None:
-                scored = [
-                    (sum(index.count.get(n, 0) for n in g), -i, g) for i, g in enumerate(groups)
-                ]
-                nodes = max(scored)[2] if scored else []
-            else:
-                holders = [n for (f, n) in ws.total if f == flavor]
-                holders.sort(key=lambda n: (-index.count.get(n, 0), n))
-                nodes, size = [], 0
-                for n in holders:
-                    if size >= need:
-                        break
-                    nodes.append(n)
-                    size += ws.total[(flavor, n)]
-            for n in nodes:
-                self.placer.reserved.setdefault(n, head)
-
-    def _behind(self, w: Workload) -> PendingReason | None:
-        if not self.queue_holds:
-            return None
-        for flavors in self.flavors_for(w):
-            for f in flavors:
-                head = self.queue_holds.get((w.queue, f.name))
-                if head is not None:
-                    waited = self.now - head.submit_time
-                    return PendingReason(
-                        Stage.QUEUEING,
-                        "fifo",
-                        f"behind {head.id}, which holds queue {head.queue} for {f.name} "
-                        f"(waiting {waited}s)",
-                        f.name,
-                    )
-        return None
 
     # ------------------------------------------------------------------ admission
     def _admit(self, w: Workload) -> Outcome:

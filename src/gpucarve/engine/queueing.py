@@ -1,0 +1,85 @@
+"""Queue order under pressure: strict heads, and the nodes a starving head reserves.
+
+A head that cannot be admitted holds its queue for the flavors it needs once it has waited
+`scheduling.maxHeadWaitSeconds` (at once under strict FIFO); on a placement failure it also
+reserves the nodes most likely to hold it first, which newer or lower-priority work may not use.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from gpucarve.core.policy import QueueingStrategy
+from gpucarve.core.workload import Workload
+from gpucarve.engine.decisions import PendingReason, Stage
+
+if TYPE_CHECKING:
+    from gpucarve.engine.cycle import Cycle
+
+
+def holds_queue(c: Cycle, w: Workload, reason: PendingReason) -> bool:
+    if reason.stage not in (Stage.QUOTA, Stage.PLACEMENT, Stage.PREEMPTION):
+        return False
+    if c.cfg.queueing is QueueingStrategy.STRICT_FIFO:
+        return True
+    return c.now - w.submit_time >= c.cfg.max_head_wait_s
+
+
+def hold(c: Cycle, head: Workload, reason: PendingReason) -> None:
+    """The head holds its queue's later work for the flavors it needs (work for other
+    flavors goes on: a starving training gang does not stop the team's notebooks) and,
+    when it failed on placement, those flavors against newer or lower work of any queue."""
+    for flavors in c.flavors_for(head):
+        for f in flavors:
+            c.queue_holds.setdefault((head.queue, f.name), head)
+    if reason.stage is Stage.PLACEMENT:
+        reserve(c, head)
+
+
+def reserve(c: Cycle, head: Workload) -> None:
+    """Reserve, for a starving head that found no room, the nodes most likely to hold it
+    first: for a topology constraint the group with the most free capacity, otherwise the
+    emptiest nodes until their size covers the gang. Other work may still use every other
+    node of the flavor (backfill), so one big gang no longer drains a whole pool."""
+    demand: Counter[str] = Counter()
+    for ps, flavors in zip(head.pod_sets, c.flavors_for(head), strict=True):
+        if flavors:
+            f = flavors[0]
+            demand[f.name] += c.needs_of(ps, f).slices * ps.min_count
+    groups = c.ws.groups_for(head.topology)
+    ws = c.ws
+    for flavor, need in sorted(demand.items()):
+        index = ws.index[flavor]
+        if groups is not None:
+            scored = [(sum(index.count.get(n, 0) for n in g), -i, g) for i, g in enumerate(groups)]
+            nodes = max(scored)[2] if scored else []
+        else:
+            holders = [n for (f, n) in ws.total if f == flavor]
+            holders.sort(key=lambda n: (-index.count.get(n, 0), n))
+            nodes, size = [], 0
+            for n in holders:
+                if size >= need:
+                    break
+                nodes.append(n)
+                size += ws.total[(flavor, n)]
+        for n in nodes:
+            c.placer.reserved.setdefault(n, head)
+
+
+def behind(c: Cycle, w: Workload) -> PendingReason | None:
+    if not c.queue_holds:
+        return None
+    for flavors in c.flavors_for(w):
+        for f in flavors:
+            head = c.queue_holds.get((w.queue, f.name))
+            if head is not None:
+                waited = c.now - head.submit_time
+                return PendingReason(
+                    Stage.QUEUEING,
+                    "fifo",
+                    f"behind {head.id}, which holds queue {head.queue} for {f.name} "
+                    f"(waiting {waited}s)",
+                    f.name,
+                )
+    return None

@@ -25,8 +25,6 @@ class Ceilings:
     def __init__(self, ws: Working, quotas: Quotas) -> None:
         self.ws = ws
         self.quotas = quotas
-        self._group_max: dict[tuple[TopologyMode, str], int] = {}
-        self._node_max: dict[str, int] = {}
 
     def _reach(self, queue: str, flavor: str) -> int:
         """The most slices of `flavor` the queue could ever hold."""
@@ -42,20 +40,21 @@ class Ceilings:
         return lim.nominal + max(0, borrow)
 
     def _largest_node(self, flavor: str) -> int:
-        if flavor not in self._node_max:
-            self._node_max[flavor] = max(
-                (t for (f, _), t in self.ws.total.items() if f == flavor), default=0
-            )
-        return self._node_max[flavor]
+        return self._largest_group(TopologyMode.NODE, flavor)
 
     def _largest_group(self, mode: TopologyMode, flavor: str) -> int:
         key = (mode, flavor)
-        if key not in self._group_max:
-            groups = self.ws.groups_for(mode) or []
-            self._group_max[key] = max(
-                (sum(self.ws.total.get((flavor, n), 0) for n in g) for g in groups), default=0
-            )
-        return self._group_max[key]
+        cache = self.ws.largest
+        if key not in cache:
+            total = self.ws.total
+            if mode is TopologyMode.NODE:
+                cache[key] = max((t for (f, _), t in total.items() if f == flavor), default=0)
+            else:
+                groups = self.ws.groups_for(mode) or []
+                cache[key] = max(
+                    (sum(total.get((flavor, n), 0) for n in g) for g in groups), default=0
+                )
+        return cache[key]
 
     def never_fits(self, w: Workload, combo: Sequence[Flavor | None]) -> PendingReason | None:
         demand: Counter[str] = Counter()

@@ -117,10 +117,9 @@ class Cycle:
                     if size is None:
                         size = sizes[key] = self._slices(ps.gpu, f)
                     counts[(f.name, size)] += ps.count
-        for rw in self.snapshot.running:
-            for pod in rw.pods:
-                if pod.flavor is not None:
-                    counts[(pod.flavor, len(pod.slice_ids))] += 1
+        for shape, n in sorted(self.ws.running_shapes.items()):
+            if n:
+                counts[shape] += n
         return shapes_from((f, size, n) for (f, size), n in counts.items())
 
     # ------------------------------------------------------------------ ordering

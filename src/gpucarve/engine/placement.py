@@ -211,11 +211,7 @@ class Placer:
         for needs, _, need_min in plan:
             if needs.flavor is not None:
                 demand[needs.flavor] += needs.slices * need_min
-        fitting = []
-        for g in groups:
-            room = {f: sum(self.ws.index[f].count.get(n, 0) for n in g) for f in demand}
-            if all(room[f] >= d for f, d in demand.items()):
-                fitting.append((sum(room.values()), g))
+        fitting = self._fitting_groups(w.topology, groups, demand)
         unit = {
             TopologyMode.NODE: "node",
             TopologyMode.NVLINK: "NVLink domain",
@@ -226,10 +222,7 @@ class Placer:
                 Stage.PLACEMENT, "topology", f"no node carries a {unit} label", None
             )
         if not fitting:
-            best = max(
-                (sum(self.ws.index[f].count.get(n, 0) for n in g for f in demand), len(g))
-                for g in groups
-            )
+            best = self._most_free(w.topology, groups, demand)
             wanted = ", ".join(f"{d} {f}" for f, d in sorted(demand.items()))
             return None, PendingReason(
                 Stage.PLACEMENT,
@@ -244,6 +237,52 @@ class Placer:
             if placed is not None:
                 return placed, None
         return None, reason
+
+    def _fitting_groups(
+        self, mode: TopologyMode, groups: list[list[int]], demand: Counter[str]
+    ) -> list[tuple[int, list[int]]]:
+        """(free slices, group) for the groups with room for `demand`."""
+        counts = {f: self._room_by_node(f) for f in demand}
+        fitting: list[tuple[int, list[int]]] = []
+        if mode is TopologyMode.NODE and demand:
+            # One node per group: walk only the nodes that hold the scarcest flavor.
+            first = min(sorted(demand), key=lambda f: len(counts[f]))
+            for n, free in counts[first].items():
+                if free < demand[first]:
+                    continue
+                here = [counts[f].get(n, 0) for f in demand]
+                if all(r >= d for r, d in zip(here, demand.values(), strict=True)):
+                    fitting.append((sum(here), [n]))
+            return fitting
+        for g in groups:
+            room = {f: sum(counts[f].get(n, 0) for n in g) for f in demand}
+            if all(room[f] >= d for f, d in demand.items()):
+                fitting.append((sum(room.values()), g))
+        return fitting
+
+    def _room_by_node(self, flavor: str) -> dict[int, int]:
+        """Free slices of `flavor` per node. The index counts what one pod can get, which for a
+        shared flavor is the freest GPU; a gang of several pods may use every GPU, so count
+        them all (placement still checks each pod on its one GPU)."""
+        ws = self.ws
+        count = ws.index[flavor].count
+        if not ws.flavors[flavor].shared:
+            return count
+        return {
+            n: sum(len(g.free) for g in ws.nodes[n].gpus.get(flavor, ())) if c else 0
+            for n, c in count.items()
+        }
+
+    def _most_free(
+        self, mode: TopologyMode, groups: list[list[int]], demand: Counter[str]
+    ) -> tuple[int, int]:
+        counts = [self._room_by_node(f) for f in demand]
+        if mode is TopologyMode.NODE and len(counts) == 1:
+            return max(counts[0].values(), default=0), 1
+        if mode is TopologyMode.NODE:
+            nodes = {n for c in counts for n in c}
+            return max(((sum(c.get(n, 0) for c in counts), 1) for n in nodes), default=(0, 1))
+        return max((sum(c.get(n, 0) for n in g for c in counts), len(g)) for g in groups)
 
     def _place_in(
         self, w: Workload, plan: list[tuple[PodNeeds, int, int]], group: list[int] | None

@@ -11,7 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from gpucarve.core.policy import QueueingStrategy
-from gpucarve.core.workload import Workload
+from gpucarve.core.workload import TopologyMode, Workload
 from gpucarve.engine.decisions import PendingReason, Stage
 
 if TYPE_CHECKING:
@@ -51,7 +51,11 @@ def reserve(c: Cycle, head: Workload) -> None:
     ws = c.ws
     for flavor, need in sorted(demand.items()):
         index = ws.index[flavor]
-        if groups is not None:
+        if head.topology is TopologyMode.NODE:
+            # one node per group: the node with the most free, lowest index on ties
+            best = max(((free, -n) for n, free in index.count.items()), default=None)
+            nodes = [] if best is None else [-best[1]]
+        elif groups is not None:
             scored = [(sum(index.count.get(n, 0) for n in g), -i, g) for i, g in enumerate(groups)]
             nodes = max(scored)[2] if scored else []
         else:

@@ -111,6 +111,9 @@ class Working:
         self.nodes: list[NodeState] = []
         self.node_index: dict[str, int] = {}
         self.total: dict[tuple[str, int], int] = {}
+        # Most slices of a flavor one node / topology group holds (totals never change while
+        # this working state lives): filled on demand by the ceilings.
+        self.largest: dict[tuple[TopologyMode, str], int] = {}
         # Slices in use per (node, GPU), all flavors together.
         self.gpu_used: dict[tuple[int, int], int] = {}
         self.index: dict[str, FlavorIndex] = {f: FlavorIndex() for f in policy.flavors}
@@ -154,6 +157,8 @@ class Working:
             for fname in node.gpus:
                 self.index[fname].set(i, self._count(node, fname))
         self.usage: dict[tuple[str, str], int] = {}
+        # Running pods per (flavor, slices per pod), for the fragmentation score's demand mix.
+        self.running_shapes: dict[tuple[str, int], int] = {}
         self.running: dict[str, RunningWorkload] = {}
         self.running_version = 0
         for rw in snapshot.running:
@@ -262,6 +267,8 @@ class Working:
             if pod.flavor is not None:
                 key = (rw.workload.queue, pod.flavor)
                 self.usage[key] = self.usage.get(key, 0) + sign * len(pod.slice_ids)
+                shape = (pod.flavor, len(pod.slice_ids))
+                self.running_shapes[shape] = self.running_shapes.get(shape, 0) + sign
 
     # ------------------------------------------------------------------ changes
     def take(self, gs: GpuSlots, n: int, shared_mem: int) -> list[int]:

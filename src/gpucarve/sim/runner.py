@@ -38,6 +38,10 @@ class Kind(IntEnum):
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     tick_s: int = 60
+    # While cycles change nothing and no event comes, the retry interval doubles up to this:
+    # time alone only matters through the engine's wait thresholds (minimum runtime before
+    # preemption, head starvation), which this bounds how late it can notice.
+    idle_tick_max_s: int = 900
     horizon_s: int | None = None  # stop here even if work remains (None: run until done)
     max_cycles: int = 1_000_000
 
@@ -133,14 +137,17 @@ class Simulator:
         now = 0
         cycles = 0
         tick_at: int | None = None
+        tick_gap = self.config.tick_s
         while self.events and cycles < self.config.max_cycles:
             now = self.events[0][0]
             if self.config.horizon_s is not None and now > self.config.horizon_s:
                 now = self.config.horizon_s
                 break
             arrivals: list[Workload] = []
+            moved = False  # did anything but a tick happen at this time?
             while self.events and self.events[0][0] == now:
                 _, kind, _, payload = heapq.heappop(self.events)
+                moved = moved or kind != Kind.TICK
                 if kind == Kind.ARRIVAL:
                     arrivals.append(by_id[payload])
                     arrivals_left -= 1
@@ -166,8 +173,12 @@ class Simulator:
                 # Nothing runs, nothing arrives and nothing moved: part-placed gangs wait on
                 # each other for good (a deadlock that gang scheduling prevents).
                 break
+            if moved or not stalled:
+                tick_gap = self.config.tick_s
+            elif tick_at is None:
+                tick_gap = min(2 * tick_gap, max(self.config.tick_s, self.config.idle_tick_max_s))
             if (self.snapshot.pending or self.holding) and tick_at is None:
-                tick_at = now + self.config.tick_s
+                tick_at = now + tick_gap
                 self._push(tick_at, Kind.TICK, "")
             if not self.snapshot.running and not arrivals_left:
                 # Nothing runs and nothing will arrive: what still waits never fits.

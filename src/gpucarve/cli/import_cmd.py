@@ -1,0 +1,92 @@
+"""`gpucarve import`: bring other tools' files into gpucarve's formats."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from rich.text import Text
+
+from gpucarve.cli.common import CatalogOption, catalog_or_exit, fail
+from gpucarve.cli.output import Exit, console, print_problems
+from gpucarve.core.problems import InvalidInput
+from gpucarve.sim.alibaba import import_trace
+
+app = typer.Typer(help="Import other tools' files.", no_args_is_help=True)
+
+
+def _model_map(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        code, sep, model = item.partition("=")
+        if not sep or not code or not model:
+            console(stderr=True).print(
+                Text(f"--model-map {item!r}: write CODE=MODEL, e.g. G2=V100-32GB", style="red")
+            )
+            raise typer.Exit(Exit.INVALID)
+        out[code] = model
+    return out
+
+
+@app.command("alibaba")
+def alibaba(
+    nodes: Annotated[Path, typer.Option("--nodes", help="Node list CSV of the trace.")],
+    pods: Annotated[Path, typer.Option("--pods", help="Pod list CSV of the trace.")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for the files written.")] = Path(
+        "out/alibaba"
+    ),
+    replicas: Annotated[
+        int,
+        typer.Option(help="Time-slicing replicas per GPU: the granularity of a GPU share.", min=1),
+    ] = 10,
+    model_map: Annotated[
+        list[str] | None,
+        typer.Option("--model-map", help="CODE=MODEL: the catalog model for a trace model code."),
+    ] = None,
+    lenient: Annotated[
+        bool, typer.Option("--lenient", help="Skip bad rows (and count them) instead of stopping.")
+    ] = False,
+    catalog: CatalogOption = None,
+) -> None:
+    """Turn the Alibaba GPU-sharing trace (node list + pod list) into a policy, a catalog
+    extension and a workload trace that `gpucarve simulate` replays."""
+    cat = catalog_or_exit(catalog)
+    try:
+        imported = import_trace(nodes, pods, cat, replicas, _model_map(model_map or []), lenient)
+    except InvalidInput as exc:
+        fail(exc)
+    out.mkdir(parents=True, exist_ok=True)
+    policy_path, trace_path = out / "policy.yaml", out / "workloads.jsonl"
+    policy_path.write_text(yaml.safe_dump(imported.policy, sort_keys=False))
+    with trace_path.open("w", encoding="utf-8") as fh:
+        for doc in imported.workloads:
+            fh.write(json.dumps(doc, sort_keys=True) + "\n")
+    catalogs = [str(c) for c in catalog or []]
+    if imported.catalog is not None:
+        catalog_path = out / "catalog.yaml"
+        catalog_path.write_text(yaml.safe_dump(imported.catalog, sort_keys=False))
+        catalogs.append(str(catalog_path))
+    err = console(stderr=True)
+    if imported.problems:
+        print_problems(str(pods), imported.problems[:10], err)
+        err.print(
+            Text(
+                f"skipped {imported.skipped_nodes} node row(s), {imported.skipped_pods} pod row(s)",
+                style="yellow",
+            )
+        )
+    for note in imported.notes:
+        err.print(Text(f"note: {note}", style="yellow"))
+    pools = imported.policy["pools"]
+    out_console = console()
+    out_console.print(
+        f"{sum(p['nodes'] for p in pools)} nodes in {len(pools)} pools, "
+        f"{len(imported.workloads)} workloads -> {policy_path}, {trace_path}"
+    )
+    extra = "".join(f" --catalog {c}" for c in catalogs)
+    out_console.print(
+        Text(f"gpucarve simulate --policy {policy_path} --trace {trace_path}{extra}", style="bold")
+    )

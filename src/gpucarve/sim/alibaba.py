@@ -1,0 +1,427 @@
+"""Import the Alibaba GPU-sharing trace (cluster-trace-gpu-v2023) for `gpucarve simulate`.
+
+The trace is a node list and a pod list (columns in docs/simulator.md). It becomes three
+documents a user can read, edit and replay:
+
+- a policy: one time-slicing pool per node shape (model, GPUs, CPU, memory), because every
+  node of the trace hosts both fractional and whole-GPU pods; `replicas` sets the granularity
+  (10: a pod's `gpu_milli` is rounded up to a tenth of a GPU). One queue owns all of it; the
+  trace's QoS classes become priority classes (LS and Guaranteed: not preemptible, Burstable,
+  BE: preemptible), since the trace names no teams;
+- a catalog extension for the trace's models gpucarve does not know (P100, and the anonymised
+  G2 / G3, whose assumed specs the file says; `--model-map G2=<catalog model>` replaces them);
+- a workload trace in gpucarve's JSONL format: a fractional pod asks for `gpu_milli` as a
+  fraction annotation; a k-GPU pod becomes a gang of k pods of one whole GPU each (fraction
+  1000 takes every replica of one GPU) on one node, each with a k-th of its CPU and memory;
+  `gpu_spec` becomes a required node affinity on the model label; submit time = creation
+  time (from the first pod), duration = deletion time - scheduled time (creation time for
+  pods the trace left pending).
+
+Rows that cannot be used are errors naming their line, or skipped and counted when `lenient`.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpucarve.core.catalog import Catalog, UnknownModel
+from gpucarve.core.problems import InvalidInput, Problem
+
+MILLI = 1000
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+MODEL_LABEL = "alibaba.com/gpu-model"
+NAMESPACE = "alibaba"
+QUEUE = "alibaba"
+
+# The trace's model codes that name a model of gpucarve's catalog.
+KNOWN_MODELS = {"T4": "T4", "A10": "A10", "V100M16": "V100-16GB", "V100M32": "V100-32GB"}
+
+# Models the catalog lacks, written to the catalog extension. P100 is a public spec; G2 and G3
+# are anonymised by the trace, so their entries are assumptions and say so.
+EXTRA_MODELS: dict[str, dict[str, Any]] = {
+    "P100": {
+        "id": "P100-16GB",
+        "flavorPrefix": "p100",
+        "architecture": "pascal",
+        "computeCapability": "6.0",
+        "memoryGB": 16,
+        "memoryMiB": 16280,
+        "smCount": 56,
+        "source": "NVIDIA Tesla P100 16 GB datasheet",
+    },
+    "G2": {
+        "id": "alibaba-G2",
+        "flavorPrefix": "alibaba-g2",
+        "architecture": "unknown",
+        "computeCapability": "7.0",
+        "memoryGB": 32,
+        "memoryMiB": 32510,
+        "memoryEstimated": True,
+        "smCount": 80,
+        "source": "anonymised in the Alibaba trace: specs ASSUMED (V100-32GB-like); "
+        "use --model-map G2=<model> to choose",
+    },
+    "G3": {
+        "id": "alibaba-G3",
+        "flavorPrefix": "alibaba-g3",
+        "architecture": "unknown",
+        "computeCapability": "8.0",
+        "memoryGB": 40,
+        "memoryMiB": 40537,
+        "memoryEstimated": True,
+        "smCount": 108,
+        "source": "anonymised in the Alibaba trace: specs ASSUMED (A100-40GB-like); "
+        "use --model-map G3=<model> to choose",
+    },
+}
+
+QOS_PRIORITY = {
+    "LS": "latency-sensitive",
+    "Guaranteed": "latency-sensitive",
+    "Burstable": "burstable",
+}
+QOS_DEFAULT = "best-effort"
+PRIORITY_CLASSES = [
+    {
+        "name": "latency-sensitive",
+        "value": 1000,
+        "preemptible": False,
+        "description": "Trace QoS LS and Guaranteed.",
+    },
+    {
+        "name": "burstable",
+        "value": 500,
+        "preemptible": True,
+        "description": "Trace QoS Burstable.",
+    },
+    {
+        "name": "best-effort",
+        "value": 0,
+        "preemptible": True,
+        "default": True,
+        "description": "Trace QoS BE (and rows with no QoS).",
+    },
+]
+
+
+@dataclass(frozen=True)
+class TraceNode:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    model: str
+
+
+@dataclass(frozen=True)
+class TracePod:
+    name: str
+    line: int
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    gpu_spec: tuple[str, ...]
+    qos: str
+    creation: int
+    duration: int
+
+
+@dataclass
+class Imported:
+    policy: dict[str, Any]
+    catalog: dict[str, Any] | None
+    workloads: list[dict[str, Any]]
+    skipped_nodes: int = 0
+    skipped_pods: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class _Rows:
+    """Line-numbered CSV rows with one error policy (raise, or skip and count)."""
+
+    def __init__(self, path: Path, required: tuple[str, ...], lenient: bool) -> None:
+        self.source = str(path)
+        self.lenient = lenient
+        self.skipped = 0
+        self.problems: list[Problem] = []
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InvalidInput(
+                self.source, [Problem((), "file-not-found", "no such file", "check the path")]
+            ) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidInput(
+                self.source,
+                [Problem((), "file-unreadable", f"cannot read: {exc}", "pass the trace's CSV")],
+            ) from None
+        self.reader = csv.DictReader(text.splitlines())
+        missing = [c for c in required if c not in (self.reader.fieldnames or [])]
+        if missing:
+            raise InvalidInput(
+                self.source,
+                [
+                    Problem(
+                        (),
+                        "bad-header",
+                        f"the header lacks {', '.join(missing)}",
+                        f"the trace's columns start {','.join(required)}",
+                        line=1,
+                    )
+                ],
+            )
+
+    def bad(self, line: int, message: str, fix: str) -> None:
+        problem = Problem((f"line {line}",), "bad-row", message, fix, line=line)
+        if not self.lenient:
+            raise InvalidInput(self.source, [problem])
+        self.skipped += 1
+        self.problems.append(problem)
+
+
+def _whole(row: dict[str, str], key: str) -> int:
+    value = (row.get(key) or "").strip()
+    if not value.isdigit():
+        raise ValueError(f"{key} is {value!r}, not a whole number ≥ 0")
+    return int(value)
+
+
+def read_nodes(path: str | Path, lenient: bool = False) -> tuple[list[TraceNode], _Rows]:
+    rows = _Rows(Path(path), NODE_COLUMNS, lenient)
+    out: list[TraceNode] = []
+    seen: set[str] = set()
+    for row in rows.reader:
+        line = rows.reader.line_num
+        try:
+            cpu, mem, gpus = (_whole(row, k) for k in ("cpu_milli", "memory_mib", "gpu"))
+        except ValueError as exc:
+            rows.bad(line, str(exc), "write a whole number")
+            continue
+        name, model = (row.get("sn") or "").strip(), (row.get("model") or "").strip()
+        if not name or name in seen:
+            rows.bad(line, f"node name {name!r} is empty or repeated", "give each node a name")
+            continue
+        if gpus == 0:
+            continue  # a CPU-only node: no GPU pool to model
+        if not model or cpu < 1000 or mem < 1024:
+            rows.bad(
+                line,
+                f"node {name}: a GPU node needs a model, ≥ 1 CPU and ≥ 1 GiB",
+                "fill in model, cpu_milli and memory_mib",
+            )
+            continue
+        seen.add(name)
+        out.append(TraceNode(name, cpu, mem, gpus, model))
+    return out, rows
+
+
+def read_pods(path: str | Path, lenient: bool = False) -> tuple[list[TracePod], _Rows]:
+    rows = _Rows(Path(path), POD_COLUMNS, lenient)
+    has_times = "creation_time" in (rows.reader.fieldnames or [])
+    out: list[TracePod] = []
+    seen: set[str] = set()
+    for row in rows.reader:
+        line = rows.reader.line_num
+        name = (row.get("name") or "").strip()
+        try:
+            cpu, mem, n, m = (
+                _whole(row, k) for k in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+            )
+            created = _whole(row, "creation_time") if has_times else 0
+            deleted = _whole(row, "deletion_time") if has_times else None
+            started_raw = (row.get("scheduled_time") or "").strip()
+            started = _whole(row, "scheduled_time") if started_raw else created
+        except ValueError as exc:
+            rows.bad(line, f"pod {name or '?'}: {exc}", "write a whole number")
+            continue
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name) or name in seen:
+            rows.bad(line, f"pod name {name!r} is empty, repeated or not a DNS name", "rename it")
+            continue
+        if m > MILLI or (n > 1 and m != MILLI) or (n > 0 and m == 0) or (n == 0 and m > 0):
+            rows.bad(
+                line,
+                f"pod {name}: num_gpu {n} with gpu_milli {m} is not a valid request",
+                "a share is num_gpu 1 with gpu_milli 1..999; k whole GPUs have gpu_milli 1000",
+            )
+            continue
+        if deleted is None:
+            rows.bad(line, f"pod {name}: no deletion_time", "the pod list needs its times")
+            continue
+        if deleted < started:
+            rows.bad(line, f"pod {name}: deleted before it started", "check the times")
+            continue
+        seen.add(name)
+        spec = tuple(sorted(x for x in (row.get("gpu_spec") or "").split("|") if x))
+        qos = (row.get("qos") or "").strip()
+        out.append(TracePod(name, line, cpu, mem, n, m, spec, qos, created, deleted - started))
+    return out, rows
+
+
+def _model_ids(
+    codes: set[str], catalog: Catalog, model_map: dict[str, str]
+) -> tuple[dict[str, str], list[dict[str, Any]], list[Problem]]:
+    """Catalog model per trace code, the catalog entries to write, and problems."""
+    ids: dict[str, str] = {}
+    extra: list[dict[str, Any]] = []
+    problems: list[Problem] = []
+    for code in sorted(codes):
+        wanted = model_map.get(code) or KNOWN_MODELS.get(code)
+        if wanted is not None:
+            try:
+                ids[code] = catalog.lookup(wanted).id
+            except UnknownModel as exc:
+                problems.append(
+                    Problem(
+                        ("--model-map", code),
+                        "unknown-model",
+                        str(exc),
+                        "name a model from `gpucarve catalog list`",
+                    )
+                )
+            continue
+        if code in EXTRA_MODELS:
+            entry = EXTRA_MODELS[code]
+            ids[code] = str(entry["id"])
+            extra.append(entry)
+            continue
+        problems.append(
+            Problem(
+                ("model",),
+                "unknown-model",
+                f"the trace's GPU model {code!r} is not one gpucarve knows",
+                f"pass --model-map {code}=<model from `gpucarve catalog list`>",
+            )
+        )
+    return ids, extra, problems
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+
+
+def import_trace(
+    nodes_path: str | Path,
+    pods_path: str | Path,
+    catalog: Catalog,
+    replicas: int = 10,
+    model_map: dict[str, str] | None = None,
+    lenient: bool = False,
+) -> Imported:
+    nodes, node_rows = read_nodes(nodes_path, lenient)
+    pods, pod_rows = read_pods(pods_path, lenient)
+    if not nodes:
+        raise InvalidInput(
+            str(nodes_path),
+            [Problem((), "no-gpu-nodes", "no GPU node in the node list", "pass the GPU node list")],
+        )
+    ids, extra, problems = _model_ids({n.model for n in nodes}, catalog, model_map or {})
+    if problems:
+        raise InvalidInput(str(nodes_path), problems)
+    shapes = Counter((n.model, n.gpus, n.cpu_milli, n.memory_mib) for n in nodes)
+    pools: list[dict[str, Any]] = []
+    largest: dict[str, tuple[int, int, int]] = {}  # model -> most GPUs, CPU, memory of a node
+    per_flavor: Counter[str] = Counter()
+    for (code, gpus, cpu, mem), count in sorted(shapes.items()):
+        pool_name = _slug(f"{code}-{gpus}g-{cpu // 1000}c-{mem // 1024}gi")
+        prefix = f"ali-{_slug(code)}"
+        pools.append(
+            {
+                "name": pool_name,
+                "gpuModel": ids[code],
+                "nodes": count,
+                "gpusPerNode": gpus,
+                "cpusPerNode": max(1, cpu // 1000),
+                "memoryGiBPerNode": max(1, mem // 1024),
+                "sharing": "time-slicing",
+                "replicas": replicas,
+                "flavorPrefix": prefix,
+                "nodeLabels": {MODEL_LABEL: code, "gpucarve.io/pool": pool_name},
+            }
+        )
+        per_flavor[f"{prefix}-shared"] += count * gpus * replicas
+        best = largest.get(code, (0, 0, 0))
+        largest[code] = max(best, (gpus, cpu, mem))
+    policy: dict[str, Any] = {
+        "apiVersion": "gpucarve.io/v1alpha1",
+        "kind": "Policy",
+        "metadata": {
+            "name": "alibaba-trace",
+            "description": "Imported from the Alibaba GPU-sharing trace (gpucarve import alibaba).",
+        },
+        "pools": pools,
+        "queues": [
+            {
+                "name": QUEUE,
+                "namespaces": [NAMESPACE],
+                "quota": {f: {"nominal": q} for f, q in sorted(per_flavor.items())},
+                "priorityClasses": [p["name"] for p in PRIORITY_CLASSES],
+            }
+        ],
+        "priorityClasses": PRIORITY_CLASSES,
+    }
+    out = Imported(policy, None, [])
+    if extra:
+        out.catalog = {
+            "apiVersion": "gpucarve.io/v1alpha1",
+            "kind": "GpuCatalog",
+            "models": extra,
+        }
+        for code, entry in EXTRA_MODELS.items():
+            if entry in extra and entry.get("memoryEstimated"):
+                out.notes.append(f"model {code}: {entry['source']}")
+    t0 = min((p.creation for p in pods), default=0)
+    unplaceable = 0
+    for p in pods:
+        doc = _workload(p, t0)
+        if p.num_gpu and not _fits_somewhere(p, nodes):
+            unplaceable += 1
+        out.workloads.append(doc)
+    if unplaceable:
+        out.notes.append(f"{unplaceable} pod(s) fit no node of the list; they will stay pending")
+    out.skipped_nodes, out.skipped_pods = node_rows.skipped, pod_rows.skipped
+    out.problems = node_rows.problems + pod_rows.problems
+    return out
+
+
+def _fits_somewhere(p: TracePod, nodes: list[TraceNode]) -> bool:
+    return any(
+        n.gpus >= p.num_gpu
+        and n.cpu_milli >= p.cpu_milli
+        and n.memory_mib >= p.memory_mib
+        and (not p.gpu_spec or n.model in p.gpu_spec)
+        for n in nodes
+    )
+
+
+def _workload(p: TracePod, t0: int) -> dict[str, Any]:
+    # A k-GPU pod is k pods of one GPU: each takes a k-th of its CPU and memory (rounded up).
+    parts = max(1, p.num_gpu)
+    requests: dict[str, str] = {}
+    if p.cpu_milli:
+        requests["cpu"] = f"{-(-p.cpu_milli // parts)}m"
+    if p.memory_mib:
+        requests["memory"] = f"{-(-p.memory_mib // parts)}Mi"
+    pod_set: dict[str, Any] = {"count": max(1, p.num_gpu), "resources": {"requests": requests}}
+    if p.num_gpu:
+        pod_set["annotations"] = {"gpucarve.io/gpu-fraction": str(p.gpu_milli)}
+    if p.gpu_spec:
+        pod_set["affinity"] = [{"key": MODEL_LABEL, "operator": "In", "values": list(p.gpu_spec)}]
+    doc: dict[str, Any] = {
+        "name": p.name,
+        "namespace": NAMESPACE,
+        "priorityClass": QOS_PRIORITY.get(p.qos, QOS_DEFAULT),
+        "submitTime": p.creation - t0,
+        "duration": max(1, p.duration),
+        "podSets": [pod_set],
+    }
+    if p.num_gpu > 1:
+        doc["topology"] = "node"
+    return doc

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXAMPLE ?= examples/three-teams.yaml
 
-.PHONY: demo test lint typecheck layers unit venv clean
+.PHONY: demo test lint typecheck layers unit venv clean testenv
 
 $(STAMP): pyproject.toml
 	rm -rf $(VENV)
@@ -37,7 +37,12 @@ typecheck: $(STAMP)
 layers: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP)
+## Real etcd, kube-apiserver and kwok for the integration tests, built from their Go modules
+## once per user (minutes the first time; cached outside the clone).
+testenv:
+	tools/testenv.sh >/dev/null
+
+unit: $(STAMP) testenv
 	$(BIN)/pytest
 
 clean:

@@ -1,0 +1,267 @@
+"""A real, local Kubernetes control plane: etcd, kube-apiserver and kwok (fake kubelets).
+
+Used by the integration tests and by `gpucarve dev-cluster`. Everything listens on 127.0.0.1
+on free ports, keeps its state in one folder, authenticates with static tokens (RBAC on) and is
+stopped by PID. The binaries come from `tools/testenv.sh`, which builds them from their Go
+modules once per user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ADMIN_USER = "gpucarve-admin"
+SCHEDULER_USER = "gpucarve-scheduler"
+BINARIES = ("etcd", "kube-apiserver", "kwok", "kwok-stages.yaml")
+
+
+class StackError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def find_binaries(bin_dir: str | Path | None = None) -> Path:
+    """The folder holding etcd, kube-apiserver and kwok: `bin_dir`, $GPUCARVE_TESTENV_BIN, or
+    what `tools/testenv.sh` prints (it builds them when missing)."""
+    candidates: list[Path] = []
+    if bin_dir is not None:
+        candidates.append(Path(bin_dir))
+    if env := os.environ.get("GPUCARVE_TESTENV_BIN"):
+        candidates.append(Path(env))
+    for c in candidates:
+        if all((c / b).is_file() for b in BINARIES):
+            return c
+    script = Path(__file__).resolve().parents[3] / "tools" / "testenv.sh"
+    if not script.is_file():
+        raise StackError(
+            "etcd, kube-apiserver and kwok not found: set GPUCARVE_TESTENV_BIN to their folder "
+            "or run tools/testenv.sh from a gpucarve checkout"
+        )
+    out = subprocess.run([str(script)], check=True, capture_output=True, text=True)
+    found = Path(out.stdout.strip().splitlines()[-1])
+    if not all((found / b).is_file() for b in BINARIES):
+        raise StackError(f"tools/testenv.sh did not produce {', '.join(BINARIES)} in {found}")
+    return found
+
+
+@dataclass
+class LocalStack:
+    """etcd + kube-apiserver (+ kwok) in `workdir`; `start()` then `stop()` (or `with`)."""
+
+    bin_dir: Path
+    workdir: Path
+    with_kwok: bool = True
+    api_port: int = 0
+    tokens: dict[str, str] = field(default_factory=dict)  # user -> bearer token
+    _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    def kubeconfig(self, user: str = ADMIN_USER) -> Path:
+        return self.workdir / f"kubeconfig-{user}"
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, timeout_s: float = 60.0) -> LocalStack:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._wait_ready(timeout_s)
+            if self.with_kwok:
+                self._start_kwok()
+                time.sleep(0.5)
+                if (proc := self._procs["kwok"]).poll() is not None:
+                    raise StackError(f"kwok exited with {proc.returncode}: {self.log_tail('kwok')}")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for name in ("kwok", "kube-apiserver", "etcd"):
+            proc = self._procs.pop(name, None)
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self._procs.items()}
+
+    # ------------------------------------------------------------------ pieces
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = (self.workdir / f"{name}.log").open("ab")
+        self._procs[name] = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+
+    def _start_etcd(self) -> None:
+        client, peer, metrics = free_port(), free_port(), free_port()
+        self._etcd = f"http://127.0.0.1:{client}"
+        data = self.workdir / "etcd"
+        self._spawn(
+            "etcd",
+            [
+                str(self.bin_dir / "etcd"),
+                "--data-dir",
+                str(data),
+                "--listen-client-urls",
+                self._etcd,
+                "--advertise-client-urls",
+                self._etcd,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer}",
+                "--listen-metrics-urls",
+                f"http://127.0.0.1:{metrics}",
+                "--unsafe-no-fsync",
+            ],
+        )
+
+    def _start_apiserver(self) -> None:
+        self.api_port = self.api_port or free_port()
+        certs = self.workdir / "certs"
+        certs.mkdir(exist_ok=True)
+        key = certs / "sa.key"
+        if not key.exists():
+            if shutil.which("openssl") is None:
+                raise StackError("openssl is needed to make the service-account key")
+            subprocess.run(
+                ["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True
+            )
+            subprocess.run(
+                ["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(certs / "sa.pub")],
+                check=True,
+                capture_output=True,
+            )
+        for user in (ADMIN_USER, SCHEDULER_USER):
+            self.tokens.setdefault(user, secrets.token_hex(16))
+        # token,user,uid,"groups": the admin is a cluster admin; the scheduler gets RBAC later
+        lines = [
+            f'{self.tokens[ADMIN_USER]},{ADMIN_USER},1,"system:masters"',
+            f"{self.tokens[SCHEDULER_USER]},{SCHEDULER_USER},2",
+        ]
+        (self.workdir / "tokens.csv").write_text("\n".join(lines) + "\n")
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bin_dir / "kube-apiserver"),
+                f"--etcd-servers={self._etcd}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.api_port}",
+                f"--cert-dir={certs}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                f"--service-account-key-file={certs / 'sa.pub'}",
+                f"--service-account-signing-key-file={key}",
+                "--service-account-issuer=https://gpucarve.local",
+                f"--token-auth-file={self.workdir / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                "--endpoint-reconciler-type=none",
+                # no controller-manager runs, so no ServiceAccount is ever created for pods
+                "--disable-admission-plugins=ServiceAccount",
+            ],
+        )
+        for user in (ADMIN_USER, SCHEDULER_USER):
+            self._write_kubeconfig(user)
+
+    def _write_kubeconfig(self, user: str) -> None:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "gpucarve-local",
+                    "cluster": {"server": self.server, "insecure-skip-tls-verify": True},
+                }
+            ],
+            "users": [{"name": user, "user": {"token": self.tokens[user]}}],
+            "contexts": [{"name": user, "context": {"cluster": "gpucarve-local", "user": user}}],
+            "current-context": user,
+        }
+        path = self.kubeconfig(user)
+        path.write_text(json.dumps(config, indent=2))
+        path.chmod(0o600)
+
+    def _start_kwok(self) -> None:
+        self._spawn(
+            "kwok",
+            [
+                str(self.bin_dir / "kwok"),
+                f"--kubeconfig={self.kubeconfig(ADMIN_USER)}",
+                f"--config={self.bin_dir / 'kwok-stages.yaml'}",
+                "--manage-all-nodes=true",
+                f"--server-address=127.0.0.1:{free_port()}",
+            ],
+        )
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        request = urllib.request.Request(
+            self.server + "/readyz",
+            headers={"Authorization": f"Bearer {self.tokens[ADMIN_USER]}"},
+        )
+        deadline = time.monotonic() + timeout_s
+        last = ""
+        while time.monotonic() < deadline:
+            for name, proc in self._procs.items():
+                if proc.poll() is not None:
+                    raise StackError(f"{name} exited with {proc.returncode}: {self.log_tail(name)}")
+            with (
+                contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError),
+                urllib.request.urlopen(request, context=ctx, timeout=2) as reply,
+            ):
+                if reply.status == 200:
+                    return
+                last = f"status {reply.status}"
+            time.sleep(0.2)
+        raise StackError(f"kube-apiserver not ready after {timeout_s:.0f} s ({last})")
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        path = self.workdir / f"{name}.log"
+        if not path.exists():
+            return "(no log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def running(workdir: Path, bin_dir: Path | None = None, kwok: bool = True) -> Iterator[LocalStack]:
+    stack = LocalStack(find_binaries(bin_dir), workdir, with_kwok=kwok)
+    with stack:
+        yield stack

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes components the integration tests run: kube-apiserver (from the
+# k8s.io/kubernetes module through a wrapper module, because that module's own go.mod points its
+# staging modules at local paths), etcd (go.etcd.io/etcd/server/v3) and kwok (fake kubelets).
+# Binaries are cached per user, outside the clone, so a fresh checkout reuses them.
+# Usage: tools/testenv.sh            build what is missing, print the bin folder
+set -euo pipefail
+
+K8S_VERSION="${GPUCARVE_K8S_VERSION:-v1.36.3}"
+ETCD_VERSION="${GPUCARVE_ETCD_VERSION:-v3.6.16}"
+KWOK_VERSION="${GPUCARVE_KWOK_VERSION:-v0.8.0}"
+CACHE="${GPUCARVE_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpucarve/testenv}"
+BIN="$CACHE/bin-$K8S_VERSION-$ETCD_VERSION-$KWOK_VERSION"
+mkdir -p "$BIN"
+export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
+export CGO_ENABLED=0
+
+log() { echo "testenv: $*" >&2; }
+
+build_apiserver() {
+  local work="$CACHE/wrap-$K8S_VERSION"
+  local minor="${K8S_VERSION#v1.}"          # 36.3
+  local staging="v0.$minor"                 # v0.36.3
+  mkdir -p "$work"
+  cd "$work"
+  if [ ! -f go.mod ]; then
+    go mod init gpucarve.local/testenv >/dev/null 2>&1
+  fi
+  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >"$work/kube.json"
+  local gomod
+  gomod="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["GoMod"])' "$work/kube.json")"
+  # Every staging module the release replaces with a local path gets its published v0.Y.Z tag.
+  local mods
+  mods="$(grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk '{print $1}' | sort -u)"
+  if [ -z "$mods" ]; then
+    log "no staging replaces found in $gomod"; exit 1
+  fi
+  go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
+  for m in $mods; do
+    go mod edit -replace="$m=$m@$staging"
+  done
+  cat >tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+GO
+  go mod tidy >/dev/null
+  go build -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
+}
+
+# A module whose go.mod carries replace directives cannot be `go install`ed; building it from a
+# wrapper module that requires it lets the published versions of its siblings be used instead.
+build_wrapped() {  # name module version package
+  local work="$CACHE/wrap-$1-$3"
+  mkdir -p "$work"
+  cd "$work"
+  [ -f go.mod ] || go mod init "gpucarve.local/testenv-$1" >/dev/null 2>&1
+  go mod edit -require="$2@$3"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$4" >tools.go
+  go mod tidy >/dev/null
+  go build -o "$BIN/$1.tmp" "$4"
+  mv "$BIN/$1.tmp" "$BIN/$1"
+}
+
+build_etcd() { build_wrapped etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3; }
+
+build_kwok() { build_wrapped kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok; }
+
+# kwok does nothing without stages; kwokctl passes the ones the kwok module ships. Use the same:
+# nodes turn Ready and keep a heartbeat, pods run and complete after the delay their
+# `pod-complete.stage.kwok.x-k8s.io/delay` annotation asks for.
+kwok_stages() {
+  local src
+  src="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
+  [ -d "$src" ] || (cd "$CACHE/wrap-kwok-$KWOK_VERSION" && go mod download sigs.k8s.io/kwok)
+  local out="$BIN/kwok-stages.yaml.tmp"
+  : >"$out"
+  for f in "$src"/node/fast/*.yaml "$src"/node/heartbeat/*.yaml "$src"/pod/general/*.yaml; do
+    case "$(basename "$f")" in kustomization.yaml) continue ;; esac
+    printf -- '---\n' >>"$out"
+    cat "$f" >>"$out"
+  done
+  mv "$out" "$BIN/kwok-stages.yaml"
+}
+
+[ -x "$BIN/etcd" ] || { log "building etcd $ETCD_VERSION"; (build_etcd); }
+[ -x "$BIN/kwok" ] || { log "building kwok $KWOK_VERSION"; (build_kwok); }
+[ -f "$BIN/kwok-stages.yaml" ] || kwok_stages
+[ -x "$BIN/kube-apiserver" ] || { log "building kube-apiserver $K8S_VERSION (minutes on a cold cache)"; (build_apiserver); }
+echo "$BIN"

@@ -9,7 +9,15 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucarve import __version__
-from gpucarve.cli import bench_cmd, import_cmd, mig_cmd, plan_cmd, policy_cmd, simulate_cmd
+from gpucarve.cli import (
+    bench_cmd,
+    devcluster_cmd,
+    import_cmd,
+    mig_cmd,
+    plan_cmd,
+    policy_cmd,
+    simulate_cmd,
+)
 from gpucarve.cli.common import CatalogOption, catalog_or_exit, model_or_exit
 from gpucarve.cli.output import console
 
@@ -28,6 +36,7 @@ app.add_typer(policy_cmd.cluster_app, name="cluster")
 app.add_typer(mig_cmd.app, name="mig")
 app.add_typer(bench_cmd.app, name="bench")
 app.add_typer(import_cmd.app, name="import")
+app.add_typer(devcluster_cmd.app, name="dev-cluster")
 
 catalog_app = typer.Typer(help="The GPU catalog.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")

@@ -119,6 +119,13 @@ class LocalStack:
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self._procs.items()}
 
+    def detach(self) -> dict[str, int]:
+        """Leave the processes running past this object (`stop()` no longer touches them);
+        returns their PIDs, by which the caller stops them later."""
+        pids = self.pids()
+        self._procs.clear()
+        return pids
+
     # ------------------------------------------------------------------ pieces
     def _spawn(self, name: str, args: list[str]) -> None:
         log = (self.workdir / f"{name}.log").open("ab")

@@ -1,0 +1,127 @@
+"""`gpucarve dev-cluster`: a real local control plane with fake GPU nodes from a policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from gpucarve.cli.common import CatalogOption, policy_or_exit
+from gpucarve.cli.output import Exit, console
+from gpucarve.kube.nodes import node_manifests
+from gpucarve.kube.stack import ADMIN_USER, LocalStack, StackError, find_binaries
+
+app = typer.Typer(
+    help="A local Kubernetes control plane with fake GPU nodes.", no_args_is_help=True
+)
+
+DirOption = Annotated[
+    Path, typer.Option("--dir", help="Where the cluster keeps its state, logs and kubeconfigs.")
+]
+DEFAULT_DIR = Path(".gpucarve/dev-cluster")
+
+
+def _post(stack: LocalStack, path: str, body: dict[str, Any]) -> None:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    req = urllib.request.Request(
+        stack.server + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={
+            "Authorization": f"Bearer {stack.tokens[ADMIN_USER]}",
+            "Content-Type": "application/json",
+        },
+    )
+    try:
+        urllib.request.urlopen(req, context=ctx, timeout=10).close()
+    except urllib.error.HTTPError as err:
+        if err.code != 409:  # already there
+            raise StackError(f"POST {path}: {err.code} {err.read()[:300]!r}") from None
+
+
+@app.command("up")
+def up(
+    policy: Annotated[Path, typer.Option("--policy", help="Policy YAML whose pools to fake.")],
+    state: DirOption = DEFAULT_DIR,
+    catalog: CatalogOption = None,
+) -> None:
+    """Start etcd, kube-apiserver and kwok on loopback and create the policy's nodes (GPU
+    capacity, allocatable and GPU Feature Discovery labels). Prints the kubeconfig to use."""
+    loaded = policy_or_exit(policy, catalog)
+    err = console(stderr=True)
+    if (state / "pids.json").exists():
+        err.print(Text(f"a dev cluster already runs from {state}", style="red"))
+        err.print(Text(f"fix: gpucarve dev-cluster down --dir {state}"))
+        raise typer.Exit(Exit.INVALID)
+    try:
+        stack = LocalStack(find_binaries(), state.resolve()).start()
+    except StackError as exc:
+        err.print(Text(f"could not start the dev cluster: {exc}", style="red"))
+        raise typer.Exit(Exit.INVALID) from None
+    try:
+        nodes = node_manifests(loaded.policy)
+        for m in nodes:
+            _post(stack, "/api/v1/nodes", m)
+    except StackError as exc:
+        stack.stop()
+        err.print(Text(str(exc), style="red"))
+        raise typer.Exit(Exit.INVALID) from None
+    # Leave the processes running: `down` stops them by PID.
+    (state / "pids.json").write_text(json.dumps(stack.detach(), sort_keys=True))
+    out = console()
+    out.print(f"dev cluster up: {stack.server}, {len(nodes)} fake GPU nodes from {policy}")
+    out.print(Text(f"export KUBECONFIG={stack.kubeconfig()}", style="bold"))
+    out.print(f"stop it with: gpucarve dev-cluster down --dir {state}")
+
+
+def _gone(pid: int) -> bool:
+    """Whether the process has exited (reaping it when it is our own child)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return True
+    except ChildProcessError:
+        pass  # not our child: `up` ran in another process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@app.command("down")
+def down(state: DirOption = DEFAULT_DIR) -> None:
+    """Stop the dev cluster started from `--dir` (by PID) and keep its logs."""
+    pid_file = state / "pids.json"
+    if not pid_file.exists():
+        console(stderr=True).print(Text(f"no dev cluster runs from {state}", style="yellow"))
+        raise typer.Exit(Exit.INVALID)
+    pids: dict[str, int] = json.loads(pid_file.read_text())
+    for name in ("kwok", "kube-apiserver", "etcd"):
+        pid = pids.get(name)
+        if pid is None:
+            continue
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        for _ in range(100):
+            if _gone(pid):
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            _gone(pid)
+    pid_file.unlink()
+    console().print(f"dev cluster in {state} stopped")

@@ -42,6 +42,10 @@ class SimConfig:
     # time alone only matters through the engine's wait thresholds (minimum runtime before
     # preemption, head starvation), which this bounds how late it can notice.
     idle_tick_max_s: int = 900
+    # 0: a cycle at every instant something happens; N: one cycle per N-second period (events
+    # inside a period wait for its end, as with a scheduler that runs on a timer). Completions
+    # still happen at their own time.
+    batch_s: int = 0
     horizon_s: int | None = None  # stop here even if work remains (None: run until done)
     max_cycles: int = 1_000_000
 
@@ -143,10 +147,15 @@ class Simulator:
             if self.config.horizon_s is not None and now > self.config.horizon_s:
                 now = self.config.horizon_s
                 break
+            if self.config.batch_s:
+                # the scheduler runs a cycle per period: events inside it wait for its end
+                now = -(-now // self.config.batch_s) * self.config.batch_s
+                if self.config.horizon_s is not None:
+                    now = min(now, self.config.horizon_s)
             arrivals: list[Workload] = []
-            moved = False  # did anything but a tick happen at this time?
-            while self.events and self.events[0][0] == now:
-                _, kind, _, payload = heapq.heappop(self.events)
+            moved = False  # did anything but a tick happen since the last cycle?
+            while self.events and self.events[0][0] <= now:
+                at, kind, _, payload = heapq.heappop(self.events)
                 moved = moved or kind != Kind.TICK
                 if kind == Kind.ARRIVAL:
                     arrivals.append(by_id[payload])
@@ -155,8 +164,8 @@ class Simulator:
                     wid, _, version = payload.rpartition("#")
                     job = self.jobs.get(wid)
                     if job is not None and job.version == int(version):
-                        self._complete(wid, now)
-                elif tick_at == now:
+                        self._complete(wid, at)
+                elif tick_at == at:
                     tick_at = None
             if arrivals:
                 s = self.snapshot

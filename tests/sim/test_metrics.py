@@ -69,3 +69,33 @@ def test_percentile_nearest_rank() -> None:
     assert percentile([5.0], 95) == 5.0
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
     assert percentile([float(i) for i in range(1, 101)], 95) == 95.0
+
+
+def test_fragmentation_counts_free_gpus_no_waiting_pod_can_use() -> None:
+    # Two 4-GPU nodes. A 3-GPU job runs on each for an hour; a 2-GPU job waits all that hour:
+    # each node has 1 GPU free, less than the 2 the waiting pod needs, so 2 of 8 GPUs are
+    # stranded while the 3-GPU jobs run, then the 2-GPU job runs on a free node and nothing
+    # waits: 2 GPU × 3600 s over a 7200 s window of 8 GPUs = 12.5 %.
+    p = policy(
+        pools=[pool("h", "H100-SXM5-80GB", 2, 4)],
+        queues=[queue("r", {"h100-full": {"nominal": 8}})],
+    )
+    ws = [
+        workload(p, "a", "r", gpus=3, duration=3600),
+        workload(p, "b", "r", gpus=3, duration=3600),
+        workload(p, "c", "r", gpus=2, duration=3600, submit=1),
+    ]
+    result = Simulator(p, ws).run()
+    s = summarize(result, window=(0, 7200))
+    assert s["fragmentation"] == pytest.approx(2 * 3600 / (8 * 7200), abs=0.002)
+    assert s["pools"]["h"]["fragmentation"] == s["fragmentation"]
+
+
+def test_idle_capacity_with_nothing_waiting_is_not_fragmentation() -> None:
+    p = policy(
+        pools=[pool("h", "H100-SXM5-80GB", 2, 4)],
+        queues=[queue("r", {"h100-full": {"nominal": 8}})],
+    )
+    s = summarize(Simulator(p, [workload(p, "a", "r", gpus=3, duration=3600)]).run())
+    assert s["allocation"] == pytest.approx(3 / 8)
+    assert s["fragmentation"] == 0.0

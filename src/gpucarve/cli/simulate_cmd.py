@@ -41,6 +41,7 @@ ROWS: list[tuple[str, Any]] = [
     ("never started", lambda s: str(s["never_started"])),
     ("GPU allocation (time-weighted)", lambda s: _pct(s["allocation"])),
     ("SM-weighted utilisation", lambda s: _pct(s["sm_utilisation"])),
+    ("fragmentation (free, unusable by what waits)", lambda s: _pct(s["fragmentation"])),
     ("wait p50", lambda s: _hours(s["wait_p50_s"])),
     ("wait p95", lambda s: _hours(s["wait_p95_s"])),
     ("wait max", lambda s: _hours(s["wait_max_s"])),

@@ -82,7 +82,7 @@ class LocalStack:
         return self.workdir / f"kubeconfig-{user}"
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, timeout_s: float = 60.0) -> LocalStack:
+    def start(self, timeout_s: float = 120.0) -> LocalStack:
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             self._start_etcd()

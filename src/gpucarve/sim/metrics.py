@@ -133,9 +133,13 @@ def summarize(
         if w.id in result.first_start and w.id not in evicted and w.id not in result.held_incomplete
     ]
 
+    stranded = stranded_gpu_seconds(result, w_start, w_end)
     pools = {
         p: {
             "gpus": round(pool_capacity[p], 3),
+            "fragmentation": round(stranded.get(p, 0.0) / (pool_capacity[p] * span), 4)
+            if pool_capacity[p]
+            else 0.0,
             "allocation": round(held[p] / (pool_capacity[p] * span), 4)
             if pool_capacity[p]
             else 0.0,
@@ -175,6 +179,9 @@ def summarize(
         "wait_max_s": max(waits["all"], default=0.0),
         "dev_time_to_first_gpu_p50_s": percentile(dev_waits, 50),
         "dev_time_to_first_gpu_p95_s": percentile(dev_waits, 95),
+        "fragmentation": round(sum(stranded.values()) / (total_cap * span), 4)
+        if total_cap
+        else 0.0,
         "gang_first_try_success": round(len(gang_ok) / len(gangs), 4) if gangs else 1.0,
         "gangs": len(gangs),
         "gpu_hours_held_by_incomplete_gangs": round(incomplete_gpu_s / HOUR, 2),
@@ -183,6 +190,19 @@ def summarize(
         "pools": pools,
         "teams": teams,
     }
+
+
+def stranded_gpu_seconds(result: SimResult, start: int, end: int) -> dict[str, float]:
+    """GPU-seconds stranded per pool over [start, end): each fragmentation sample holds until
+    the next one (the last until `end`)."""
+    out: defaultdict[str, float] = defaultdict(float)
+    samples = result.fragmentation
+    for i, (t, per_pool) in enumerate(samples):
+        until = samples[i + 1][0] if i + 1 < len(samples) else end
+        seconds = max(0, min(until, end) - max(t, start))
+        for pool, milli in per_pool.items():
+            out[pool] += milli / 1000 * seconds
+    return dict(out)
 
 
 def timelines(result: SimResult, window: tuple[int, int], samples: int = 120) -> dict[str, Any]:

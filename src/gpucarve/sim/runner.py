@@ -25,8 +25,12 @@ from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine import CycleResult, Engine
 from gpucarve.engine.apply import apply, finish
 from gpucarve.sim import slowdown
+from gpucarve.sim.fragmentation import FragmentationProbe
 
 DEFAULT_UTILISATION = 60.0  # percent of a GPU a job keeps busy alone, when the trace says nothing
+
+
+EXACT_SLICES = 20_000
 
 
 class Kind(IntEnum):
@@ -46,6 +50,9 @@ class SimConfig:
     # inside a period wait for its end, as with a scheduler that runs on a timer). Completions
     # still happen at their own time.
     batch_s: int = 0
+    # Above EXACT_SLICES slices, fragmentation is sampled at most this often (and ~2,000 times
+    # over the arrivals at most).
+    fragmentation_sample_s: int = 600
     horizon_s: int | None = None  # stop here even if work remains (None: run until done)
     max_cycles: int = 1_000_000
 
@@ -84,6 +91,8 @@ class SimResult:
     cycles: int = 0
     never_started: list[str] = field(default_factory=list)
     held_incomplete: set[str] = field(default_factory=set)  # gangs that held GPUs part-placed
+    # (time, stranded milli-GPU per pool) samples; see sim/fragmentation.py
+    fragmentation: list[tuple[int, dict[str, float]]] = field(default_factory=list)
 
 
 ProgressHook = Callable[[int, int], None]
@@ -121,6 +130,17 @@ class Simulator:
         self.holding: dict[str, int] = {}  # partly placed gangs (no-gang scheduling) -> since
         self.gpu_jobs: dict[str, set[str]] = {}  # shared GPU id -> workloads on it
         self.result = SimResult(policy, 0)
+        self.probe = FragmentationProbe(policy)
+        span = (
+            self.workloads[-1].submit_time - self.workloads[0].submit_time if self.workloads else 0
+        )
+        # Exact (a sample at every change) on clusters of up to EXACT_SLICES slices; larger
+        # ones are sampled at most every `fragmentation_sample_s` and ~2,000 times in all.
+        self.sample_s = (
+            0
+            if len(self.snapshot.cluster.slices) <= EXACT_SLICES
+            else max(config.fragmentation_sample_s, span // 2000)
+        )
         self.shared = {
             sid: s.node + "/gpu" + str(s.gpu)
             for sid, s in self.snapshot.cluster.slices.items()
@@ -142,6 +162,7 @@ class Simulator:
         cycles = 0
         tick_at: int | None = None
         tick_gap = self.config.tick_s
+        next_sample = 0
         while self.events and cycles < self.config.max_cycles:
             now = self.events[0][0]
             if self.config.horizon_s is not None and now > self.config.horizon_s:
@@ -178,6 +199,13 @@ class Simulator:
                 stalled = not result.admissions and not result.evictions
                 if progress is not None:
                     progress(now, len(self.result.completed))
+            if (moved or not stalled) and now >= next_sample:
+                # after the cycle: what is free and what still waits for it (it only changes
+                # when something happened, so sampling then is exact)
+                self.result.fragmentation.append(
+                    (now, self.probe.sample(self.snapshot.cluster, self.snapshot.pending))
+                )
+                next_sample = now + self.sample_s
             if stalled and not self.jobs and not arrivals_left:
                 # Nothing runs, nothing arrives and nothing moved: part-placed gangs wait on
                 # each other for good (a deadlock that gang scheduling prevents).

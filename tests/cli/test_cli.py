@@ -310,3 +310,11 @@ def test_bench_fill_json_shape_and_bad_input(tmp_path: Path) -> None:
         "bench", "fill", "--nodes", str(tmp_path / "none.csv"), "--pods", str(tmp_path / "none.csv")
     )
     assert code == 2 and "no such file" in err
+
+
+def test_simulate_says_how_it_compares_with_the_case_study(tmp_path: Path) -> None:
+    code, out, _ = run("simulate", "--days", "0.3", "--seed", "3", "--out", str(tmp_path))
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "Against the case study" in flat and "points from their 72.0%" in flat
+    assert "Against the case study" in (tmp_path / "report.html").read_text()

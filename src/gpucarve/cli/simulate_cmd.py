@@ -92,6 +92,31 @@ def _tables(results: dict[str, dict[str, Any]]) -> list[Table]:
     return [overall, pools, teams]
 
 
+# The published case study the three-team example follows: exclusive GPUs -> MIG, time-slicing,
+# Kueue quotas and gang scheduling.
+CASE_STUDY = {"utilisation": (0.35, 0.72), "first_try": (0.62, 0.94), "dev_first_gpu_s": (900, 30)}
+
+
+def case_study_line(results: dict[str, dict[str, Any]]) -> str:
+    """How this run's kube-default -> gpucarve compares with the case study's before -> after."""
+    base, ours = results["kube-default"], results["gpucarve"]
+    u0, u1 = CASE_STUDY["utilisation"]
+    f0, f1 = CASE_STUDY["first_try"]
+    d0, d1 = CASE_STUDY["dev_first_gpu_s"]
+    util_gain = ours["sm_utilisation"] / base["sm_utilisation"] if base["sm_utilisation"] else 0.0
+    first = ours["gang_first_try_success"]
+    dev = ours["dev_time_to_first_gpu_p95_s"]
+    return (
+        f"Against the case study ({_pct(u0)} -> {_pct(u1)} utilisation, first-try "
+        f"{_pct(f0)} -> {_pct(f1)}, dev first GPU {_hours(d0)} -> {_hours(d1)}): "
+        f"utilisation x{util_gain:.2f} here vs x{u1 / u0:.2f} there "
+        f"({_pct(ours['sm_utilisation'])}, {(ours['sm_utilisation'] - u1) * 100:+.1f} points "
+        f"from their {_pct(u1)}); first-try {_pct(first)}, {(first - f1) * 100:+.1f} points from "
+        f"their {_pct(f1)}; dev first GPU p95 {_hours(dev)}, {dev - d1:+.0f} s from their "
+        f"{_hours(d1)}."
+    )
+
+
 def _verdict(results: dict[str, dict[str, Any]]) -> str:
     base, ours = results["kube-default"], results["gpucarve"]
     return (
@@ -192,6 +217,8 @@ def simulate(
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         verdict = _verdict(results) if {"kube-default", "gpucarve"} <= set(results) else ""
+        if verdict and trace_file is None:
+            verdict += ". " + case_study_line(results)
         rows = [(label, [fmt(results[n]) for n in names]) for label, fmt in ROWS]
         page = report.render(
             f"gpucarve simulation: {loaded.policy.name}, "
@@ -219,3 +246,5 @@ def simulate(
         c.print(table)
     if "kube-default" in results and "gpucarve" in results:
         c.print(Text(_verdict(results)))
+        if trace_file is None:
+            c.print(Text(case_study_line(results)))

@@ -99,3 +99,26 @@ def test_idle_capacity_with_nothing_waiting_is_not_fragmentation() -> None:
     s = summarize(Simulator(p, [workload(p, "a", "r", gpus=3, duration=3600)]).run())
     assert s["allocation"] == pytest.approx(3 / 8)
     assert s["fragmentation"] == 0.0
+
+
+def test_gpu_busy_reads_like_dcgm_utilisation() -> None:
+    # two 60 % jobs time-share one GPU: the GPU is fully busy while both run (capped at 100 %)
+    # though only 2 of its 8 replicas are allocated
+    p = policy(
+        pools=[pool("d", "L40S", 1, 1, "time-slicing", replicas=8)],
+        queues=[queue("q", {"l40s-shared": {"nominal": 8}})],
+    )
+    ws = [
+        workload(p, "a", "q", shared=1, duration=3600),
+        workload(p, "b", "q", shared=1, duration=3600),
+    ]
+    s = summarize(Simulator(p, ws).run(), {"q/a": 60.0, "q/b": 60.0})
+    assert s["gpu_busy"] == 1.0
+    assert s["allocation"] == pytest.approx(2 / 8)
+    # one 40 % job on one of two whole GPUs
+    p = policy(
+        pools=[pool("h", "H100-SXM5-80GB", 1, 2)],
+        queues=[queue("r", {"h100-full": {"nominal": 2}})],
+    )
+    s = summarize(Simulator(p, [workload(p, "x", "r", gpus=1, duration=600)]).run(), {"r/x": 40.0})
+    assert s["gpu_busy"] == pytest.approx(0.2)

@@ -40,6 +40,7 @@ ROWS: list[tuple[str, Any]] = [
     ("workloads completed", lambda s: f"{s['completed']} of {s['workloads']}"),
     ("never started", lambda s: str(s["never_started"])),
     ("GPU allocation (time-weighted)", lambda s: _pct(s["allocation"])),
+    ("GPU busy (as DCGM's GPU utilisation)", lambda s: _pct(s["gpu_busy"])),
     ("SM-weighted utilisation", lambda s: _pct(s["sm_utilisation"])),
     ("fragmentation (free, unusable by what waits)", lambda s: _pct(s["fragmentation"])),
     ("wait p50", lambda s: _hours(s["wait_p50_s"])),
@@ -103,14 +104,14 @@ def case_study_line(results: dict[str, dict[str, Any]]) -> str:
     u0, u1 = CASE_STUDY["utilisation"]
     f0, f1 = CASE_STUDY["first_try"]
     d0, d1 = CASE_STUDY["dev_first_gpu_s"]
-    util_gain = ours["sm_utilisation"] / base["sm_utilisation"] if base["sm_utilisation"] else 0.0
+    util_gain = ours["gpu_busy"] / base["gpu_busy"] if base["gpu_busy"] else 0.0
     first = ours["gang_first_try_success"]
     dev = ours["dev_time_to_first_gpu_p95_s"]
     return (
         f"Against the case study ({_pct(u0)} -> {_pct(u1)} utilisation, first-try "
         f"{_pct(f0)} -> {_pct(f1)}, dev first GPU {_hours(d0)} -> {_hours(d1)}): "
-        f"utilisation x{util_gain:.2f} here vs x{u1 / u0:.2f} there "
-        f"({_pct(ours['sm_utilisation'])}, {(ours['sm_utilisation'] - u1) * 100:+.1f} points "
+        f"GPU busy x{util_gain:.2f} here vs utilisation x{u1 / u0:.2f} there "
+        f"({_pct(ours['gpu_busy'])}, {(ours['gpu_busy'] - u1) * 100:+.1f} points "
         f"from their {_pct(u1)}); first-try {_pct(first)}, {(first - f1) * 100:+.1f} points from "
         f"their {_pct(f1)}; dev first GPU p95 {_hours(dev)}, {dev - d1:+.0f} s from their "
         f"{_hours(d1)}."

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucarve.core.cluster import build_cluster
-from gpucarve.core.policy import Policy
+from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.requests import charge_milli, gpu_memory_of
 from gpucarve.core.workload import GpuKind, Workload
 from gpucarve.sim.runner import SimResult
@@ -134,9 +134,14 @@ def summarize(
     ]
 
     stranded = stranded_gpu_seconds(result, w_start, w_end)
+    gpu_busy = gpu_busy_seconds(result, util, w_start, w_end)
+    physical = {p.name: p.gpus for p in policy.pools}
     pools = {
         p: {
             "gpus": round(pool_capacity[p], 3),
+            "gpu_busy": round(gpu_busy.get(p, 0.0) / (physical[p] * span), 4)
+            if physical.get(p)
+            else 0.0,
             "fragmentation": round(stranded.get(p, 0.0) / (pool_capacity[p] * span), 4)
             if pool_capacity[p]
             else 0.0,
@@ -179,6 +184,9 @@ def summarize(
         "wait_max_s": max(waits["all"], default=0.0),
         "dev_time_to_first_gpu_p50_s": percentile(dev_waits, 50),
         "dev_time_to_first_gpu_p95_s": percentile(dev_waits, 95),
+        "gpu_busy": round(sum(gpu_busy.values()) / (sum(physical.values()) * span), 4)
+        if physical
+        else 0.0,
         "fragmentation": round(sum(stranded.values()) / (total_cap * span), 4)
         if total_cap
         else 0.0,
@@ -203,6 +211,46 @@ def stranded_gpu_seconds(result: SimResult, start: int, end: int) -> dict[str, f
         for pool, milli in per_pool.items():
             out[pool] += milli / 1000 * seconds
     return dict(out)
+
+
+def gpu_busy_seconds(
+    result: SimResult, util: Mapping[str, float], start: int, end: int
+) -> dict[str, float]:
+    """GPU-seconds busy per pool over [start, end), the way DCGM's GPU utilisation reads a GPU:
+    a whole GPU is as busy as its job; a MIG instance adds its job's busy fraction times its
+    compute share; jobs time-sharing one GPU add up, capped at fully busy. A job counts once
+    per GPU however many replicas it holds there; part-placed gangs keep their GPUs idle."""
+    cluster = build_cluster(result.policy)
+    pool_of = {n.name: n.pool for n in cluster.nodes}
+    events: defaultdict[tuple[str, int], list[tuple[int, float]]] = defaultdict(list)
+    for iv in result.intervals:
+        if iv.outcome == "incomplete":
+            continue
+        s, e = max(iv.start, start), min(iv.end, end)
+        if e <= s:
+            continue
+        u = util.get(iv.workload, 60.0) / 100
+        weight: dict[tuple[str, int], float] = {}
+        for pod in iv.pods:
+            for sid in pod.slice_ids:
+                sl = cluster.slices[sid]
+                key = (sl.node, sl.gpu)
+                if sl.kind is SliceKind.MIG:
+                    weight[key] = weight.get(key, 0.0) + sl.compute_milli / 1000
+                else:  # a whole GPU, or this job's share of a time-sliced one: counted once
+                    weight[key] = 1.0
+        for key, w in weight.items():
+            events[key].append((s, u * w))
+            events[key].append((e, -u * w))
+    busy: defaultdict[str, float] = defaultdict(float)
+    for (node, _), evs in events.items():
+        evs.sort()
+        level, last = 0.0, evs[0][0]
+        for t, delta in evs:
+            busy[pool_of[node]] += min(1.0, max(0.0, level)) * (t - last)
+            level += delta
+            last = t
+    return dict(busy)
 
 
 def timelines(result: SimResult, window: tuple[int, int], samples: int = 120) -> dict[str, Any]:

@@ -32,13 +32,13 @@ def queue(name: str, **spec: Any) -> dict[str, Any]:
 
 
 def test_a_valid_queue_is_stored_with_defaults_and_status(crds: None, admin: Api) -> None:
-    q = queue("research", cohort="company", quota={"h100-full": {"nominal": 16}})
+    q = queue("crd-valid", cohort="company", quota={"h100-full": {"nominal": 16}})
     created = admin.create("/apis/gpucarve.io/v1alpha1/queues", q)
     assert created["spec"]["weight"] == 1  # the schema's default
     created["status"] = {"admittedWorkloads": 2, "pendingWorkloads": 1, "usage": {"h100-full": 8}}
-    status, body = admin.call("PUT", "/apis/gpucarve.io/v1alpha1/queues/research/status", created)
+    status, body = admin.call("PUT", "/apis/gpucarve.io/v1alpha1/queues/crd-valid/status", created)
     assert status == 200, body
-    assert admin.get("/apis/gpucarve.io/v1alpha1/queues/research")["status"]["usage"] == {
+    assert admin.get("/apis/gpucarve.io/v1alpha1/queues/crd-valid")["status"]["usage"] == {
         "h100-full": 8
     }
 

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from gpucarve import __version__
 from gpucarve.cli import (
+    apply_cmd,
     bench_cmd,
     devcluster_cmd,
     import_cmd,
@@ -31,6 +32,8 @@ app = typer.Typer(
 app.command("validate")(policy_cmd.validate)
 app.command("plan")(plan_cmd.plan)
 app.command("simulate")(simulate_cmd.simulate)
+app.command("apply")(apply_cmd.apply)
+app.command("queues")(apply_cmd.queues)
 app.add_typer(policy_cmd.policy_app, name="policy")
 app.add_typer(policy_cmd.cluster_app, name="cluster")
 app.add_typer(mig_cmd.app, name="mig")

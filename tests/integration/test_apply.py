@@ -1,0 +1,59 @@
+"""`gpucarve apply` puts the policy's queues and priority classes on a real API server;
+`gpucarve queues` reads them back; applying again changes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpucarve.cli.main import app
+from gpucarve.kube.stack import ADMIN_USER, LocalStack
+from tests.integration.api import Api
+
+pytestmark = pytest.mark.integration
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+
+
+def test_apply_then_read_back(stack: LocalStack, admin: Api) -> None:
+    runner = CliRunner()
+    kubeconfig = str(stack.kubeconfig(ADMIN_USER))
+    args = ["apply", "--policy", str(EXAMPLE), "--kubeconfig", kubeconfig]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "Queue/research applied" in r.output
+    research = admin.get("/apis/gpucarve.io/v1alpha1/queues/research")
+    assert research["spec"]["cohort"] == "company"
+    assert research["spec"]["weight"] == 2
+    assert research["spec"]["quota"]["h100-full"] == {"nominal": 16, "borrowingLimit": 10}
+    data_science = admin.get("/apis/gpucarve.io/v1alpha1/queues/data-science")
+    assert data_science["spec"]["quota"]["h100-full"] == {
+        "nominal": 6,
+        "borrowingLimit": 0,
+        "lendingLimit": 0,
+    }
+    critical = admin.get("/apis/scheduling.k8s.io/v1/priorityclasses/production-critical")
+    assert critical["value"] == 100000
+    assert critical["metadata"]["labels"]["gpucarve.io/preemptible"] == "false"
+    version = research["metadata"]["resourceVersion"]
+
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0, again.output
+    after = admin.get("/apis/gpucarve.io/v1alpha1/queues/research")
+    assert after["metadata"]["resourceVersion"] == version  # nothing changed
+
+    listed = runner.invoke(app, ["queues", "--kubeconfig", kubeconfig])
+    assert listed.exit_code == 0, listed.output
+    flat = " ".join(listed.output.split())
+    for name in ("research", "production", "data-science"):
+        assert name in flat
+
+
+def test_apply_to_an_unreachable_cluster_says_so(tmp_path: Path, stack: LocalStack) -> None:
+    config = stack.kubeconfig(ADMIN_USER).read_text().replace(stack.server, "https://127.0.0.1:1")
+    path = tmp_path / "kubeconfig"
+    path.write_text(config)
+    r = CliRunner().invoke(app, ["apply", "--policy", str(EXAMPLE), "--kubeconfig", str(path)])
+    assert r.exit_code == 2
+    assert "cannot reach" in r.output

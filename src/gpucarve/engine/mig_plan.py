@@ -1,0 +1,150 @@
+"""MIG repartitioning plans: new layouts that serve more of the queued demand.
+
+One GPU is planned exactly: a model has few valid layouts (77 for an A100-80GB without media
+extensions), so every layout that keeps the instances in use where they are is tried, each with
+the placement of its free instances that keeps most of the current free ones. The best serves
+the most weighted demand, then changes the fewest instances, then keeps the most memory slices
+free for later. A pool is planned greedily, one GPU at a time in a fixed order, each against
+the demand the pool does not serve yet: fast, deterministic, and exact per GPU.
+
+First part of the dynamic-MIG work: the planner is pure and tested against brute force; the
+engine, simulator and MIG manager hand-off come next.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpucarve.core.catalog import MigGeometry
+from gpucarve.core.mig import Instance, all_placements, enumerate_layouts, occupancy
+
+PLACEMENTS_PER_LAYOUT = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPlan:
+    gpu: str
+    layout: tuple[Instance, ...]  # the whole new layout, in-use instances included
+    created: tuple[Instance, ...]
+    destroyed: tuple[Instance, ...]
+    serves: tuple[tuple[str, int], ...]  # free instances per profile that meet demand
+    value: float
+    reason: str
+
+    @property
+    def changes(self) -> int:
+        return len(self.created) + len(self.destroyed)
+
+
+def _value(free: Counter[str], demand: Mapping[str, int], weight: Mapping[str, float]) -> float:
+    return sum(weight.get(p, 1.0) * min(n, demand.get(p, 0)) for p, n in free.items())
+
+
+def plan_gpu(
+    geom: MigGeometry,
+    gpu: str,
+    current: Sequence[Instance],
+    in_use: Sequence[Instance],
+    demand: Mapping[str, int],
+    weight: Mapping[str, float] | None = None,
+    media: bool = False,
+) -> GpuPlan:
+    """The best layout for one GPU (possibly its current one) given pending `demand`
+    (instances wanted per profile) and each profile's `weight` (priority; default 1)."""
+    w = weight or {}
+    kept = tuple(sorted(in_use))
+    kept_counts = Counter(i.profile for i in kept)
+    now_free = tuple(sorted(set(current) - set(kept)))
+    now_value = _value(Counter(i.profile for i in now_free), demand, w)
+    best_key: tuple[float, int, int, str] | None = None
+    best: tuple[tuple[Instance, ...], Counter[str]] | None = None
+    for key in enumerate_layouts(geom, media):
+        counts = Counter(dict(key))
+        counts.subtract(kept_counts)
+        if any(n < 0 for n in counts.values()):
+            continue  # would not keep an instance in use
+        rest = {p: n for p, n in counts.items() if n > 0}
+        placements = all_placements(geom, rest, kept, PLACEMENTS_PER_LAYOUT)
+        if not placements:
+            continue
+        mine = set(now_free)
+        place = max(placements, key=lambda pl: (len(mine & set(pl)), [(-i.start) for i in pl]))
+        free = Counter(i.profile for i in place)
+        changes = len(mine - set(place)) + len(set(place) - mine)
+        spare = geom.memory_slices - bin(occupancy(geom, (*kept, *place))).count("1")
+        value = _value(free, demand, w)
+        rank = (value, -changes, spare, repr(sorted(place)))
+        if best_key is None or rank > best_key:
+            best_key, best = rank, (place, free)
+    if best is None or best_key is None or best_key[0] <= now_value:
+        return GpuPlan(
+            gpu,
+            tuple(sorted(current)),
+            (),
+            (),
+            _serves(Counter(i.profile for i in now_free), demand),
+            now_value,
+            "no layout keeping the instances in use serves more of the demand",
+        )
+    place, free = best
+    created = tuple(sorted(set(place) - set(now_free)))
+    destroyed = tuple(sorted(set(now_free) - set(place)))
+    served = _serves(free, demand)
+    gained = ", ".join(f"{n} × {p}" for p, n in served)
+    return GpuPlan(
+        gpu,
+        tuple(sorted((*kept, *place))),
+        created,
+        destroyed,
+        served,
+        best_key[0],
+        f"serves {gained or 'nothing'} (was {now_value:g}, now {best_key[0]:g}), "
+        f"{len(created) + len(destroyed)} instance change(s)",
+    )
+
+
+def _serves(free: Counter[str], demand: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    return tuple((p, min(n, demand.get(p, 0))) for p, n in sorted(free.items()) if demand.get(p, 0))
+
+
+@dataclass(frozen=True, slots=True)
+class PoolGpu:
+    gpu: str
+    geom: MigGeometry
+    current: tuple[Instance, ...]
+    in_use: tuple[Instance, ...]
+
+
+def plan_pool(
+    gpus: Sequence[PoolGpu],
+    demand: Mapping[str, int],
+    weight: Mapping[str, float] | None = None,
+    max_changed_gpus: int | None = None,
+) -> tuple[list[GpuPlan], dict[str, int]]:
+    """Plans for the GPUs worth changing, and the demand left unserved (per profile).
+
+    Each GPU in name order is planned against the demand the free instances of all the other
+    GPUs (as planned so far) do not meet, and kept only if it changes something."""
+    w = weight or {}
+    want = Counter({p: n for p, n in demand.items() if n > 0})
+    supply: Counter[str] = Counter()
+    for g in gpus:
+        supply.update(i.profile for i in set(g.current) - set(g.in_use))
+    plans: list[GpuPlan] = []
+    for g in sorted(gpus, key=lambda g: g.gpu):
+        if max_changed_gpus is not None and len(plans) >= max_changed_gpus:
+            break
+        mine = Counter(i.profile for i in set(g.current) - set(g.in_use))
+        others = supply - mine
+        local = want - others
+        if not local:
+            continue
+        plan = plan_gpu(g.geom, g.gpu, g.current, g.in_use, local, w)
+        if not plan.created and not plan.destroyed:
+            continue
+        plans.append(plan)
+        supply = others + Counter(i.profile for i in set(plan.layout) - set(g.in_use))
+    left = want - supply
+    return plans, {p: n for p, n in sorted(left.items()) if n > 0}

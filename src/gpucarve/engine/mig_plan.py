@@ -13,6 +13,7 @@ engine, simulator and MIG manager hand-off come next.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -55,27 +56,13 @@ def plan_gpu(
     (instances wanted per profile) and each profile's `weight` (priority; default 1)."""
     w = weight or {}
     kept = tuple(sorted(in_use))
-    kept_counts = Counter(i.profile for i in kept)
     now_free = tuple(sorted(set(current) - set(kept)))
     now_value = _value(Counter(i.profile for i in now_free), demand, w)
     best_key: tuple[float, int, int, str] | None = None
     best: tuple[tuple[Instance, ...], Counter[str]] | None = None
-    for key in enumerate_layouts(geom, media):
-        counts = Counter(dict(key))
-        counts.subtract(kept_counts)
-        if any(n < 0 for n in counts.values()):
-            continue  # would not keep an instance in use
-        rest = {p: n for p, n in counts.items() if n > 0}
-        placements = all_placements(geom, rest, kept, PLACEMENTS_PER_LAYOUT)
-        if not placements:
-            continue
-        mine = set(now_free)
-        place = max(placements, key=lambda pl: (len(mine & set(pl)), [(-i.start) for i in pl]))
-        free = Counter(i.profile for i in place)
-        changes = len(mine - set(place)) + len(set(place) - mine)
-        spare = geom.memory_slices - bin(occupancy(geom, (*kept, *place))).count("1")
+    for place, free, changes, spare, tie in _options(geom, now_free, kept, media):
         value = _value(free, demand, w)
-        rank = (value, -changes, spare, repr(sorted(place)))
+        rank = (value, -changes, spare, tie)
         if best_key is None or rank > best_key:
             best_key, best = rank, (place, free)
     if best is None or best_key is None or best_key[0] <= now_value:
@@ -103,6 +90,33 @@ def plan_gpu(
         f"serves {gained or 'nothing'} (was {now_value:g}, now {best_key[0]:g}), "
         f"{len(created) + len(destroyed)} instance change(s)",
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _options(
+    geom: MigGeometry, now_free: tuple[Instance, ...], kept: tuple[Instance, ...], media: bool
+) -> tuple[tuple[tuple[Instance, ...], Counter[str], int, int, str], ...]:
+    """Per layout that keeps `kept`: the placement of its free instances closest to
+    `now_free`, their profiles, the instance changes, the memory slices left, a tie-break.
+    Depends only on the GPU's state, so GPUs in the same state share it."""
+    kept_counts = Counter(i.profile for i in kept)
+    mine = set(now_free)
+    out = []
+    for key in enumerate_layouts(geom, media):
+        counts = Counter(dict(key))
+        counts.subtract(kept_counts)
+        if any(n < 0 for n in counts.values()):
+            continue  # would not keep an instance in use
+        rest = {p: n for p, n in counts.items() if n > 0}
+        placements = all_placements(geom, rest, kept, PLACEMENTS_PER_LAYOUT)
+        if not placements:
+            continue
+        place = max(placements, key=lambda pl: (len(mine & set(pl)), [(-i.start) for i in pl]))
+        changes = len(mine - set(place)) + len(set(place) - mine)
+        spare = geom.memory_slices - bin(occupancy(geom, (*kept, *place))).count("1")
+        free = Counter(i.profile for i in place)
+        out.append((place, free, changes, spare, repr(sorted(place))))
+    return tuple(out)
 
 
 def _serves(free: Counter[str], demand: Mapping[str, int]) -> tuple[tuple[str, int], ...]:

@@ -4,8 +4,9 @@
 
 Each GPU starts in a random maximal layout with a random half of its instances in use; the
 demand asks for a random mix of profiles, about a third of the pool's instances. Prints the
-pool plan's wall time (first run, and best of the next two, when the per-state layout
-options are cached as they are in a long-running scheduler), GPUs changed and demand left, and the one-GPU plan time.
+pool plan's wall time (first run, and best of the next two, when the per-state layout options
+are cached as they are in a long-running scheduler), GPUs changed and demand left, and the
+one-GPU plan time.
 """
 
 from __future__ import annotations

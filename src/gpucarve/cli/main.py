@@ -17,6 +17,7 @@ from gpucarve.cli import (
     mig_cmd,
     plan_cmd,
     policy_cmd,
+    render_cmd,
     simulate_cmd,
 )
 from gpucarve.cli.common import CatalogOption, catalog_or_exit, model_or_exit
@@ -40,6 +41,7 @@ app.add_typer(mig_cmd.app, name="mig")
 app.add_typer(bench_cmd.app, name="bench")
 app.add_typer(import_cmd.app, name="import")
 app.add_typer(devcluster_cmd.app, name="dev-cluster")
+app.add_typer(render_cmd.app, name="render")
 
 catalog_app = typer.Typer(help="The GPU catalog.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")

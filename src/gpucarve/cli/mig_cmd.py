@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.table import Table
 from rich.text import Text
 
-from gpucarve.cli.common import CatalogOption, catalog_or_exit, model_or_exit
+from gpucarve.cli.common import CatalogOption, catalog_or_exit, fail, model_or_exit
 from gpucarve.cli.output import Exit, console
+from gpucarve.config.migparted_import import import_mig_config
 from gpucarve.core import mig
+from gpucarve.core.problems import InvalidInput
 
 app = typer.Typer(
     help="MIG geometry: valid layouts of a GPU model, and checks.", no_args_is_help=True
@@ -133,3 +137,32 @@ def check(
     for key in mig.closest_layouts(geom, counts):
         out.print(Text(f"  {mig.describe_layout(key)}"))
     raise typer.Exit(Exit.NO)
+
+
+@app.command("import")
+def import_config(
+    file: Annotated[Path, typer.Argument(help="A mig-parted configuration file (version: v1).")],
+    config: Annotated[
+        str | None, typer.Option("--config", help="Which of its mig-configs (needed if several).")
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="GPU model for entries without a device-filter."),
+    ] = None,
+    catalog: CatalogOption = None,
+) -> None:
+    """Read a mig-parted configuration into the `mig:` block of a policy pool, per GPU model
+    (every layout checked against the model's MIG geometry)."""
+    cat = catalog_or_exit(catalog)
+    gpu = model_or_exit(cat, model) if model is not None else None
+    try:
+        blocks = import_mig_config(file, cat, config, gpu)
+    except InvalidInput as exc:
+        fail(exc)
+    if not blocks:
+        msg = "no MIG-enabled entry in that configuration"
+        console(stderr=True).print(Text(msg, style="yellow"))
+        raise typer.Exit(Exit.NO)
+    for model_id, block in sorted(blocks.items()):
+        typer.echo(f"# pools of {model_id}:")
+        typer.echo(yaml.safe_dump({"sharing": "mig", "mig": block}, sort_keys=False), nl=False)

@@ -1,0 +1,147 @@
+"""Pending pods as gpucarve workloads: the scheduler's view of what waits.
+
+Pods that name a pod group (`gpucarve.io/pod-group`, or the coscheduling plugin's
+`scheduling.x-k8s.io/pod-group`) form one workload per group, needing the group's `minMember`
+(from its PodGroup) pods at once; other pods are one workload each. Pods of a group with the
+same resources, selectors, tolerations and annotations share a pod set. The queue comes from
+`gpucarve.io/queue` or Kueue's `kueue.x-k8s.io/queue-name` label, else from the namespace; the
+priority class from `spec.priorityClassName`. Submit time is the creation time in seconds
+since `epoch` (the scheduler's injected clock origin), so decisions never read a wall clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from gpucarve.config.workload_spec import build_workload
+from gpucarve.core.policy import Policy
+from gpucarve.core.problems import Problem
+from gpucarve.core.quantity import parse_quantity
+from gpucarve.core.workload import Workload
+
+GROUP_LABELS = ("gpucarve.io/pod-group", "scheduling.x-k8s.io/pod-group")
+QUEUE_LABELS = ("gpucarve.io/queue", "kueue.x-k8s.io/queue-name")
+KEPT_ANNOTATIONS = ("gpucarve.io/gpu-fraction", "gpucarve.io/gpu-memory")
+
+
+@dataclass(frozen=True)
+class PendingGroup:
+    workload: Workload | None
+    pods: tuple[str, ...]  # namespace/name of the pods in it
+    problems: tuple[Problem, ...]
+
+
+def _group_of(pod: Mapping[str, Any]) -> str | None:
+    labels = pod["metadata"].get("labels") or {}
+    for key in GROUP_LABELS:
+        if labels.get(key):
+            return str(labels[key])
+    return None
+
+
+def _seconds(stamp: str, epoch: datetime) -> int:
+    return max(0, int((datetime.fromisoformat(stamp) - epoch).total_seconds()))
+
+
+def _resources(spec: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Requests and limits summed over the containers. A value that is not a quantity is
+    passed through as written, so the workload check names it."""
+    out: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
+    for kind in ("requests", "limits"):
+        seen: dict[str, list[str]] = {}
+        for c in spec.get("containers") or []:
+            for name, value in ((c.get("resources") or {}).get(kind) or {}).items():
+                seen.setdefault(name, []).append(str(value))
+        for name, values in seen.items():
+            if len(values) == 1:
+                out[kind][name] = values[0]
+                continue
+            try:
+                total = sum((parse_quantity(v) for v in values), Fraction(0))
+            except ValueError:
+                out[kind][name] = values[0]
+                continue
+            out[kind][name] = (
+                str(total.numerator) if total.denominator == 1 else f"{math.ceil(total * 1000)}m"
+            )
+    return out
+
+
+def _affinity(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return []
+    # one term is ANDed expressions; several terms are ORed, which a pod set cannot say: the
+    # first term is kept and the scheduler reports the rest
+    return [
+        {"key": e["key"], "operator": e["operator"], "values": list(e.get("values") or [])}
+        for e in terms[0].get("matchExpressions") or []
+    ]
+
+
+def _template(pod: Mapping[str, Any]) -> dict[str, Any]:
+    spec = pod.get("spec") or {}
+    annotations = pod["metadata"].get("annotations") or {}
+    return {
+        "resources": _resources(spec),
+        "annotations": {k: v for k, v in annotations.items() if k in KEPT_ANNOTATIONS},
+        "nodeSelector": dict(spec.get("nodeSelector") or {}),
+        "affinity": _affinity(spec),
+        "tolerations": [
+            {k: t[k] for k in ("key", "operator", "value", "effect") if k in t}
+            for t in spec.get("tolerations") or []
+        ],
+    }
+
+
+def pending_workloads(
+    pods: Sequence[Mapping[str, Any]],
+    policy: Policy,
+    epoch: datetime,
+    min_members: Mapping[tuple[str, str], int] | None = None,
+) -> list[PendingGroup]:
+    """Workloads of the pending pods (in namespace/name order of their groups)."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        meta = pod["metadata"]
+        group = _group_of(pod)
+        key = (meta["namespace"], group if group is not None else meta["name"])
+        groups.setdefault(key, []).append(pod)
+    out: list[PendingGroup] = []
+    for (namespace, name), members in sorted(groups.items()):
+        members = sorted(members, key=lambda p: p["metadata"]["name"])
+        first = members[0]
+        labels = first["metadata"].get("labels") or {}
+        sets: dict[str, dict[str, Any]] = {}
+        for pod in members:
+            template = _template(pod)
+            sig = json.dumps(template, sort_keys=True)
+            if sig not in sets:
+                sets[sig] = {"name": f"set-{len(sets)}", "count": 0, **template}
+            sets[sig]["count"] += 1
+        pod_sets = list(sets.values())
+        wanted = (min_members or {}).get((namespace, name))
+        if _group_of(first) is not None and wanted is not None and len(pod_sets) == 1:
+            pod_sets[0]["minCount"] = min(wanted, pod_sets[0]["count"])
+        doc: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "labels": {k: v for k, v in labels.items() if k in QUEUE_LABELS},
+            "submitTime": min(_seconds(p["metadata"]["creationTimestamp"], epoch) for p in members),
+            "podSets": pod_sets,
+        }
+        if priority := (first.get("spec") or {}).get("priorityClassName"):
+            doc["priorityClass"] = priority
+        workload, problems = build_workload(doc, policy, (f"{namespace}/{name}",))
+        pod_ids = tuple(f"{namespace}/{p['metadata']['name']}" for p in members)
+        out.append(PendingGroup(workload, pod_ids, tuple(problems)))
+    return out

@@ -1,0 +1,83 @@
+"""Pending pods become workloads: pod groups (gpucarve's and coscheduling's labels) as gangs,
+Kueue's queue label honoured, resources summed over containers, times from the clock origin."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpucarve.config.policy_build import load_policy
+from gpucarve.core.workload import GpuKind
+from gpucarve.kube.pods import pending_workloads
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+EPOCH = datetime(2026, 11, 29, tzinfo=UTC)
+
+
+def pod(
+    name: str,
+    namespace: str,
+    limits: dict[str, str],
+    labels: dict[str, str] | None = None,
+    created: str = "2026-11-29T00:01:00Z",
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels or {},
+            "creationTimestamp": created,
+        },
+        "spec": {
+            "containers": [{"name": "main", "resources": {"limits": limits}}],
+            **spec,
+        },
+    }
+
+
+def test_a_pod_group_is_one_gang_with_its_min_member() -> None:
+    policy = load_policy(EXAMPLE).policy
+    pods = [
+        pod(f"w-{i}", "research", {"nvidia.com/gpu": "8"},
+            {"scheduling.x-k8s.io/pod-group": "pretrain"}, created=f"2026-11-29T00:0{i}:00Z",
+            priorityClassName="training")
+        for i in range(3)
+    ]  # fmt: skip
+    (group,) = pending_workloads(pods, policy, EPOCH, {("research", "pretrain"): 2})
+    w = group.workload
+    assert w is not None, group.problems
+    assert w.id == "research/pretrain" and w.queue == "research"
+    assert w.submit_time == 0
+    (ps,) = w.pod_sets
+    assert (ps.count, ps.min_count, ps.gpu.kind, ps.gpu.count) == (3, 2, GpuKind.WHOLE, 8)
+    assert group.pods == ("research/w-0", "research/w-1", "research/w-2")
+
+
+def test_single_pods_queue_labels_and_summed_containers() -> None:
+    policy = load_policy(EXAMPLE).policy
+    nb = pod("nb", "notebooks", {"nvidia.com/gpu.shared": "1"},
+             {"kueue.x-k8s.io/queue-name": "data-science"})  # fmt: skip
+    nb["spec"]["containers"].append(
+        {"name": "side", "resources": {"requests": {"cpu": "500m"}, "limits": {}}}
+    )
+    nb["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1500m"}
+    srv = pod("srv", "serving", {"nvidia.com/mig-3g.40gb": "1"},
+              nodeSelector={"gpucarve.io/pool": "production"})  # fmt: skip
+    groups = pending_workloads([srv, nb], policy, EPOCH)
+    assert [g.workload.id for g in groups if g.workload] == ["notebooks/nb", "serving/srv"]
+    nbw, srvw = (g.workload for g in groups)
+    assert nbw is not None and srvw is not None
+    assert nbw.queue == "data-science" and nbw.submit_time == 60
+    assert nbw.pod_sets[0].cpu_milli == 2000  # 1500m + 500m
+    assert srvw.queue == "production"  # by namespace
+    assert srvw.pod_sets[0].gpu.profile == "3g.40gb"
+
+
+def test_bad_pods_come_back_with_problems_not_exceptions() -> None:
+    policy = load_policy(EXAMPLE).policy
+    bad = pod("x", "nowhere", {"nvidia.com/gpu": "1"})
+    (group,) = pending_workloads([bad], policy, EPOCH)
+    assert group.workload is None
+    assert any(p.code == "no-queue" for p in group.problems)

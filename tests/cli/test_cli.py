@@ -318,3 +318,13 @@ def test_simulate_says_how_it_compares_with_the_case_study(tmp_path: Path) -> No
     flat = " ".join(out.split())
     assert "Against the case study" in flat and "points from their 72.0%" in flat
     assert "Against the case study" in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.parametrize("content", [None, "", "apiVersion: v1\nkind: Config\n"])
+def test_queues_with_an_unusable_kubeconfig_says_so(tmp_path: Path, content: str | None) -> None:
+    path = tmp_path / "kc"
+    if content is not None:
+        path.write_text(content)
+    code, _, err = run("queues", "--kubeconfig", str(path))
+    assert code == 2
+    assert "cannot use the kubeconfig" in err and "fix:" in err

@@ -25,8 +25,12 @@ KubeconfigOption = Annotated[
 def _client(kubeconfig: Path | None) -> Client:
     try:
         return Client.from_kubeconfig(kubeconfig)
-    except (OSError, KeyError, StopIteration, yaml.YAMLError) as exc:
-        console(stderr=True).print(Text(f"cannot use the kubeconfig: {exc!r}", style="red"))
+    except (OSError, KeyError, StopIteration, TypeError, AttributeError, yaml.YAMLError) as exc:
+        where = kubeconfig or "$KUBECONFIG / ~/.kube/config"
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else "not a usable kubeconfig"
+        err = console(stderr=True)
+        err.print(Text(f"cannot use the kubeconfig {where}: {reason} ({exc})", style="red"))
+        err.print(Text("fix: pass --kubeconfig with a file that has a current context"))
         raise typer.Exit(Exit.INVALID) from None
 
 

@@ -56,8 +56,18 @@ def find_binaries(bin_dir: str | Path | None = None) -> Path:
             "etcd, kube-apiserver and kwok not found: set GPUCARVE_TESTENV_BIN to their folder "
             "or run tools/testenv.sh from a gpucarve checkout"
         )
-    out = subprocess.run([str(script)], check=True, capture_output=True, text=True)
-    found = Path(out.stdout.strip().splitlines()[-1])
+    try:
+        out = subprocess.run([str(script)], check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        tail = getattr(exc, "stderr", "") or ""
+        raise StackError(
+            f"tools/testenv.sh could not build the components ({exc}): {tail[-600:]}; "
+            "it needs Go 1.26 and the Go module proxy"
+        ) from None
+    lines = out.stdout.strip().splitlines()
+    if not lines:
+        raise StackError("tools/testenv.sh printed no bin folder")
+    found = Path(lines[-1])
     if not all((found / b).is_file() for b in BINARIES):
         raise StackError(f"tools/testenv.sh did not produce {', '.join(BINARIES)} in {found}")
     return found

@@ -12,13 +12,15 @@ one-GPU plan time.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from figures import print_figures
 
 from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.core.mig import maximal_layouts, place
@@ -68,11 +70,7 @@ def main() -> None:
         "demand_left": sum(left.values()),
         "one_gpu_plan_ms": round(1000 * sum(one) / len(one), 2),
     }
-    if args.json:
-        print(json.dumps(figures, sort_keys=True))
-    else:
-        for k, v in figures.items():
-            print(f"{k:>16}: {v}")
+    print_figures(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,9 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from figures import print_figures
 
 from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.config.policy_build import build_policy
@@ -95,11 +97,7 @@ def main() -> None:
         "cycles_per_s": round(cycles / wall, 1) if wall else None,
         "batch_s": args.batch,
     }
-    if args.json:
-        print(json.dumps(figures, sort_keys=True))
-    else:
-        for key, value in figures.items():
-            print(f"{key:>12}: {value}")
+    print_figures(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -328,3 +328,17 @@ def test_queues_with_an_unusable_kubeconfig_says_so(tmp_path: Path, content: str
     code, _, err = run("queues", "--kubeconfig", str(path))
     assert code == 2
     assert "cannot use the kubeconfig" in err and "fix:" in err
+
+
+def test_new_commands_answer_bad_paths_without_a_traceback(tmp_path: Path) -> None:
+    code, _, err = run("mig", "import", str(tmp_path))
+    assert code == 2 and "file-unreadable" in err and "Traceback" not in err
+    state = tmp_path / "dc"
+    state.mkdir()
+    (state / "pids.json").write_text("{")
+    code, _, err = run("dev-cluster", "down", "--dir", str(state))
+    assert code == 2 and "not the PID file" in err and "fix:" in err
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    code, _, err = run("dev-cluster", "up", "--policy", THREE, "--dir", str(afile))
+    assert code == 2 and "is a file, not a folder" in err

@@ -64,9 +64,13 @@ def up(
         err.print(Text(f"a dev cluster already runs from {state}", style="red"))
         err.print(Text(f"fix: gpucarve dev-cluster down --dir {state}"))
         raise typer.Exit(Exit.INVALID)
+    if state.exists() and not state.is_dir():
+        err.print(Text(f"--dir {state} is a file, not a folder", style="red"))
+        err.print(Text("fix: pass a folder (it is created when missing)"))
+        raise typer.Exit(Exit.INVALID)
     try:
         stack = LocalStack(find_binaries(), state.resolve()).start()
-    except StackError as exc:
+    except (StackError, OSError) as exc:
         err.print(Text(f"could not start the dev cluster: {exc}", style="red"))
         raise typer.Exit(Exit.INVALID) from None
     try:
@@ -107,7 +111,16 @@ def down(state: DirOption = DEFAULT_DIR) -> None:
     if not pid_file.exists():
         console(stderr=True).print(Text(f"no dev cluster runs from {state}", style="yellow"))
         raise typer.Exit(Exit.INVALID)
-    pids: dict[str, int] = json.loads(pid_file.read_text())
+    try:
+        loaded = json.loads(pid_file.read_text())
+    except (OSError, ValueError) as exc:
+        loaded = exc
+    if not isinstance(loaded, dict) or not all(isinstance(v, int) for v in loaded.values()):
+        err = console(stderr=True)
+        err.print(Text(f"{pid_file} is not the PID file `up` wrote ({loaded})", style="red"))
+        err.print(Text("fix: stop the processes by hand (see the *.log files), then remove it"))
+        raise typer.Exit(Exit.INVALID)
+    pids: dict[str, int] = loaded
     for name in ("kwok", "kube-apiserver", "etcd"):
         pid = pids.get(name)
         if pid is None:

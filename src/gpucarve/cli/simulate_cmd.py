@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -58,6 +59,28 @@ ROWS: list[tuple[str, Any]] = [
 ]
 
 
+def _per_policy(
+    results: dict[str, dict[str, Any]],
+    title: str,
+    label: str,
+    key: str,
+    fmt: Callable[[dict[str, Any]], str],
+) -> Table:
+    """One row per pool or queue (`key`), one column per policy ("-" where it has none)."""
+    names = list(results)
+    table = Table(title=title)
+    table.add_column(label)
+    for n in names:
+        table.add_column(n, justify="right")
+    for row in results[names[-1]][key]:
+        cells = []
+        for n in names:
+            entry = results[n][key].get(row)
+            cells.append("-" if entry is None else fmt(entry))
+        table.add_row(row, *cells)
+    return table
+
+
 def _tables(results: dict[str, dict[str, Any]]) -> list[Table]:
     names = list(results)
     overall = Table(title="Cluster, over the arrival window")
@@ -66,30 +89,20 @@ def _tables(results: dict[str, dict[str, Any]]) -> list[Table]:
         overall.add_column(n, justify="right")
     for label, fmt in ROWS:
         overall.add_row(label, *(fmt(results[n]) for n in names))
-    pools = Table(title="Pools: allocation / SM utilisation")
-    pools.add_column("pool")
-    for n in names:
-        pools.add_column(n, justify="right")
-    for pool in results[names[-1]]["pools"]:
-        cells = []
-        for n in names:
-            p = results[n]["pools"].get(pool)
-            cells.append(
-                "-" if p is None else f"{_pct(p['allocation'])} / {_pct(p['sm_utilisation'])}"
-            )
-        pools.add_row(pool, *cells)
-    teams = Table(title="Teams: wait p95 / GPU-hours / cost (USD)")
-    teams.add_column("queue")
-    for n in names:
-        teams.add_column(n, justify="right")
-    for team in results[names[-1]]["teams"]:
-        cells = []
-        for n in names:
-            t = results[n]["teams"][team]
-            cells.append(
-                f"{_hours(t['wait_p95_s'])} / {t['gpu_hours']:,.0f} / {t['cost_usd']:,.0f}"
-            )
-        teams.add_row(team, *cells)
+    pools = _per_policy(
+        results,
+        "Pools: allocation / SM utilisation",
+        "pool",
+        "pools",
+        lambda p: f"{_pct(p['allocation'])} / {_pct(p['sm_utilisation'])}",
+    )
+    teams = _per_policy(
+        results,
+        "Teams: wait p95 / GPU-hours / cost (USD)",
+        "queue",
+        "teams",
+        lambda t: f"{_hours(t['wait_p95_s'])} / {t['gpu_hours']:,.0f} / {t['cost_usd']:,.0f}",
+    )
     return [overall, pools, teams]
 
 

@@ -43,6 +43,11 @@ def import_mig_config(
         ) from None
     except yaml.YAMLError as exc:
         raise InvalidInput(source, [_problem((), "bad-yaml", str(exc), "fix the YAML")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(
+            source,
+            [_problem((), "file-unreadable", f"cannot read: {exc}", "pass a mig-parted YAML file")],
+        ) from None
     if (
         not isinstance(doc, dict)
         or doc.get("version") != "v1"

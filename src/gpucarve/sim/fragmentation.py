@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpucarve.core.cluster import ClusterState, build_cluster
+from gpucarve.core.cluster import ClusterState
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.requests import candidate_flavors, charge_milli, gpu_memory_of, slices_per_pod
 from gpucarve.core.workload import Workload
 
 
 class FragmentationProbe:
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, cluster: ClusterState) -> None:
+        """`cluster`: the policy's cluster (its nodes and slices; allocations are ignored)."""
         self.policy = policy
-        cluster = build_cluster(policy)
         pool_of = {n.name: n.pool for n in cluster.nodes}
         self.charge = {
             f: charge_milli(fl, gpu_memory_of(policy, fl)) for f, fl in policy.flavors.items()

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpucarve.core.cluster import build_cluster
+from gpucarve.core.cluster import ClusterState, build_cluster
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.requests import charge_milli, gpu_memory_of
 from gpucarve.core.workload import GpuKind, Workload
@@ -46,6 +46,7 @@ class SliceBook:
     sm: dict[str, int]
     pool_gpus: dict[str, float]
     pool_sms: dict[str, float]
+    cluster: ClusterState
 
 
 def slice_book(policy: Policy) -> SliceBook:
@@ -63,7 +64,7 @@ def slice_book(policy: Policy) -> SliceBook:
         slices[sid] = (pool, s.flavor)
         pool_gpus[pool] += gpu[s.flavor]
         pool_sms[pool] += sm[s.flavor]
-    return SliceBook(slices, gpu, sm, dict(pool_gpus), dict(pool_sms))
+    return SliceBook(slices, gpu, sm, dict(pool_gpus), dict(pool_sms), cluster)
 
 
 def summarize(
@@ -134,7 +135,7 @@ def summarize(
     ]
 
     stranded = stranded_gpu_seconds(result, w_start, w_end)
-    gpu_busy = gpu_busy_seconds(result, util, w_start, w_end)
+    gpu_busy = gpu_busy_seconds(result, util, w_start, w_end, book)
     physical = {p.name: p.gpus for p in policy.pools}
     pools = {
         p: {
@@ -214,13 +215,13 @@ def stranded_gpu_seconds(result: SimResult, start: int, end: int) -> dict[str, f
 
 
 def gpu_busy_seconds(
-    result: SimResult, util: Mapping[str, float], start: int, end: int
+    result: SimResult, util: Mapping[str, float], start: int, end: int, book: SliceBook
 ) -> dict[str, float]:
     """GPU-seconds busy per pool over [start, end), the way DCGM's GPU utilisation reads a GPU:
     a whole GPU is as busy as its job; a MIG instance adds its job's busy fraction times its
     compute share; jobs time-sharing one GPU add up, capped at fully busy. A job counts once
     per GPU however many replicas it holds there; part-placed gangs keep their GPUs idle."""
-    cluster = build_cluster(result.policy)
+    cluster = book.cluster
     pool_of = {n.name: n.pool for n in cluster.nodes}
     events: defaultdict[tuple[str, int], list[tuple[int, float]]] = defaultdict(list)
     for iv in result.intervals:

@@ -130,7 +130,7 @@ class Simulator:
         self.holding: dict[str, int] = {}  # partly placed gangs (no-gang scheduling) -> since
         self.gpu_jobs: dict[str, set[str]] = {}  # shared GPU id -> workloads on it
         self.result = SimResult(policy, 0)
-        self.probe = FragmentationProbe(policy)
+        self.probe = FragmentationProbe(policy, self.snapshot.cluster)
         span = (
             self.workloads[-1].submit_time - self.workloads[0].submit_time if self.workloads else 0
         )

@@ -38,7 +38,7 @@ def _established(client: Client, name: str, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
     while time.monotonic() < deadline:
-        conds = client.get(path).get("status", {}).get("conditions", [])
+        conds = (client.get(path).get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
             return
         time.sleep(0.2)

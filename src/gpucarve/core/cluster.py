@@ -235,44 +235,66 @@ def _gpu_slices(pool: Pool, node: str, g: int, layout: tuple[Instance, ...]) -> 
     ]
 
 
+def pool_node(
+    policy: Policy,
+    pool: Pool,
+    name: str,
+    index: int,
+    *,
+    labels: tuple[tuple[str, str], ...] | None = None,
+    taints: tuple[Taint, ...] | None = None,
+    cpu_milli: int | None = None,
+    memory_mib: int | None = None,
+) -> tuple[Node, list[Slice]]:
+    """One node of `pool` with its GPUs and slices. A driver that knows the real node (the
+    Kubernetes scheduler) passes its labels, taints and allocatable CPU and memory; otherwise
+    they come from the policy."""
+    gpus = []
+    node_slices: list[Slice] = []
+    for g in range(pool.gpus_per_node):
+        layout = pool.mig_layouts[g] if pool.sharing is SharingMode.MIG else ()
+        gpu_slices = _gpu_slices(pool, name, g, layout)
+        node_slices.extend(gpu_slices)
+        gpus.append(
+            Gpu(
+                name,
+                g,
+                pool.model.id,
+                pool.model.memory_mib,
+                layout,
+                tuple(s.id for s in gpu_slices),
+            )
+        )
+    node = Node(
+        name=name,
+        pool=pool.name,
+        labels=_node_labels(pool, policy, index) if labels is None else labels,
+        taints=pool.taints if taints is None else taints,
+        cpu_milli=pool.cpu_milli_per_node if cpu_milli is None else cpu_milli,
+        memory_mib=pool.memory_mib_per_node if memory_mib is None else memory_mib,
+        gpus=tuple(gpus),
+    )
+    return node, node_slices
+
+
+def check_layouts(pool: Pool) -> None:
+    if pool.sharing is SharingMode.MIG:
+        geom = pool.model.mig
+        assert geom is not None
+        for layout in pool.mig_layouts:
+            problems = mig.placement_problems(geom, layout)
+            assert not problems, problems
+
+
 def build_cluster(policy: Policy) -> ClusterState:
     """The empty cluster a policy describes: node `<pool>-<i>`, GPU `<node>/gpu<j>`."""
     nodes: list[Node] = []
     slices: dict[str, Slice] = {}
     for pool in policy.pools:
-        if pool.sharing is SharingMode.MIG:
-            geom = pool.model.mig
-            assert geom is not None
-            for layout in pool.mig_layouts:
-                problems = mig.placement_problems(geom, layout)
-                assert not problems, problems
+        check_layouts(pool)
         for i in range(pool.nodes):
-            name = f"{pool.name}-{i}"
-            gpus = []
-            for g in range(pool.gpus_per_node):
-                layout = pool.mig_layouts[g] if pool.sharing is SharingMode.MIG else ()
-                gpu_slices = _gpu_slices(pool, name, g, layout)
-                for s in gpu_slices:
-                    slices[s.id] = s
-                gpus.append(
-                    Gpu(
-                        name,
-                        g,
-                        pool.model.id,
-                        pool.model.memory_mib,
-                        layout,
-                        tuple(s.id for s in gpu_slices),
-                    )
-                )
-            nodes.append(
-                Node(
-                    name=name,
-                    pool=pool.name,
-                    labels=_node_labels(pool, policy, i),
-                    taints=pool.taints,
-                    cpu_milli=pool.cpu_milli_per_node,
-                    memory_mib=pool.memory_mib_per_node,
-                    gpus=tuple(gpus),
-                )
-            )
+            node, node_slices = pool_node(policy, pool, f"{pool.name}-{i}", i)
+            for s in node_slices:
+                slices[s.id] = s
+            nodes.append(node)
     return ClusterState(tuple(nodes), MappingProxyType(slices))

@@ -1,22 +1,29 @@
 """A small Kubernetes REST client: kubeconfig (token or client certificate), JSON calls,
-server-side apply. Enough for `gpucarve apply`; errors say which call failed and why."""
+server-side apply, watches. Each thread keeps its own keep-alive connection (the scheduler binds
+from a pool of threads); 5xx, 429 and dropped connections are retried with backoff. Errors say
+which call failed and why."""
 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import ssl
 import tempfile
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 FIELD_MANAGER = "gpucarve"
+RETRIES = 4
+BACKOFF_S = 0.2
 
 
 class ApiError(RuntimeError):
@@ -30,6 +37,8 @@ class Client:
     server: str
     context: ssl.SSLContext
     headers: dict[str, str]
+    timeout_s: float = 30.0
+    _local: threading.local = field(default_factory=threading.local, repr=False)
 
     @classmethod
     def from_kubeconfig(cls, path: str | Path | None = None) -> Client:
@@ -60,31 +69,74 @@ class Client:
                 context.load_cert_chain(cert, key)
         return cls(cluster["server"].rstrip("/"), context, headers)
 
+    def _connect(self, timeout_s: float) -> http.client.HTTPConnection:
+        url = urllib.parse.urlsplit(self.server)
+        host, port = url.hostname or "localhost", url.port
+        if url.scheme == "https":
+            return http.client.HTTPSConnection(host, port, timeout=timeout_s, context=self.context)
+        return http.client.HTTPConnection(host, port, timeout=timeout_s)
+
+    def _send(
+        self, method: str, path: str, data: bytes | None, content_type: str
+    ) -> tuple[int, bytes]:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect(self.timeout_s)
+        headers = {**self.headers, "Content-Type": content_type, "Accept": "application/json"}
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            reply = conn.getresponse()
+            return reply.status, reply.read()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            self._local.conn = None
+            raise
+
     def call(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
     ) -> Any:
         data = None
         if body is not None:
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-        req = urllib.request.Request(
-            self.server + path,
-            data=data,
-            method=method,
-            headers={**self.headers, "Content-Type": content_type, "Accept": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(req, context=self.context, timeout=30) as reply:
-                raw = reply.read()
-        except urllib.error.HTTPError as err:
-            raw = err.read()
+        for attempt in range(RETRIES + 1):
+            last = attempt == RETRIES
             try:
-                message = json.loads(raw).get("message", "")
-            except ValueError:
-                message = raw[:300].decode(errors="replace")
-            raise ApiError(method, path, err.code, message) from None
-        except urllib.error.URLError as err:
-            raise ApiError(method, path, 0, f"cannot reach {self.server}: {err.reason}") from None
-        return json.loads(raw) if raw else None
+                status, raw = self._send(method, path, data, content_type)
+            except (OSError, http.client.HTTPException) as err:
+                if last:
+                    raise ApiError(method, path, 0, f"cannot reach {self.server}: {err}") from None
+                time.sleep(BACKOFF_S * 2**attempt)
+                continue
+            if (status >= 500 or status == 429) and not last:
+                time.sleep(BACKOFF_S * 2**attempt)
+                continue
+            if status >= 400:
+                raise ApiError(method, path, status, _message(raw))
+            return json.loads(raw) if raw else None
+        raise AssertionError("unreachable")
+
+    def watch(self, path: str, resource_version: str, timeout_s: int = 60) -> Iterator[Any]:
+        """Watch events after `resource_version`, one dict per event, until the server ends
+        the watch (after about `timeout_s`). A refused watch raises ApiError with its status
+        (410 when the version is too old: relist)."""
+        sep = "&" if "?" in path else "?"
+        query = (
+            f"{path}{sep}watch=1&allowWatchBookmarks=true&timeoutSeconds={timeout_s}"
+            f"&resourceVersion={resource_version}"
+        )
+        conn = self._connect(timeout_s + 30)
+        try:
+            conn.request("GET", query, headers={**self.headers, "Accept": "application/json"})
+            reply = conn.getresponse()
+            if reply.status >= 400:
+                raise ApiError("WATCH", path, reply.status, _message(reply.read()))
+            for line in reply:
+                if line.strip():
+                    yield json.loads(line)
+        except (OSError, http.client.HTTPException) as err:
+            raise ApiError("WATCH", path, 0, f"watch dropped: {err}") from None
+        finally:
+            conn.close()
 
     def get(self, path: str) -> Any:
         return self.call("GET", path)
@@ -97,6 +149,13 @@ class Client:
             obj,
             "application/apply-patch+yaml",
         )
+
+
+def _message(raw: bytes) -> str:
+    try:
+        return str(json.loads(raw).get("message", ""))
+    except (ValueError, AttributeError):
+        return raw[:300].decode(errors="replace")
 
 
 def object_path(obj: dict[str, Any]) -> str:

@@ -209,8 +209,10 @@ class LocalStack:
                 f"--token-auth-file={self.workdir / 'tokens.csv'}",
                 "--authorization-mode=RBAC",
                 "--endpoint-reconciler-type=none",
-                # no controller-manager runs, so no ServiceAccount is ever created for pods
-                "--disable-admission-plugins=ServiceAccount",
+                # No controller-manager runs: no ServiceAccount is ever created for pods, and
+                # no node lifecycle controller would lift the not-ready taint that
+                # TaintNodesByCondition puts on every new node once kwok makes it Ready.
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             ],
         )
         for user in (ADMIN_USER, SCHEDULER_USER):

@@ -222,12 +222,16 @@ class Working:
         assert not self.log, "sync inside a cycle"
         before, after = old.cluster.allocations, new.cluster.allocations
         touched: set[tuple[int, str]] = set()
-        for sid, a in before.items():
-            if after.get(sid) is not a:
-                self._base_slice(sid, a.memory_mib, +1, touched)
-        for sid, b in after.items():
-            if before.get(sid) is not b:
-                self._base_slice(sid, b.memory_mib, -1, touched)
+        # Identity first (the simulator keeps unchanged values), then equality (the Kubernetes
+        # scheduler rebuilds equal values from the API objects every cycle).
+        for sid, gone in before.items():
+            was_there = after.get(sid)
+            if was_there is not gone and was_there != gone:
+                self._base_slice(sid, gone.memory_mib, +1, touched)
+        for sid, came in after.items():
+            had = before.get(sid)
+            if had is not came and had != came:
+                self._base_slice(sid, came.memory_mib, -1, touched)
         for node_idx, flavor in touched:
             self.recount(self.nodes[node_idx], flavor)
         if touched:
@@ -235,10 +239,12 @@ class Working:
         was = {rw.workload.id: rw for rw in old.running}
         now = {rw.workload.id: rw for rw in new.running}
         for wid, rw in was.items():
-            if now.get(wid) is not rw:
+            other = now.get(wid)
+            if other is not rw and other != rw:
                 self._base_running(rw, -1)
         for wid, rw in now.items():
-            if was.get(wid) is not rw:
+            other = was.get(wid)
+            if other is not rw and other != rw:
                 self._base_running(rw, +1)
 
     def _base_slice(self, sid: str, memory: int, sign: int, touched: set[tuple[int, str]]) -> None:

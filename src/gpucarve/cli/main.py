@@ -18,6 +18,7 @@ from gpucarve.cli import (
     plan_cmd,
     policy_cmd,
     render_cmd,
+    scheduler_cmd,
     simulate_cmd,
 )
 from gpucarve.cli.common import CatalogOption, catalog_or_exit, model_or_exit
@@ -35,6 +36,7 @@ app.command("plan")(plan_cmd.plan)
 app.command("simulate")(simulate_cmd.simulate)
 app.command("apply")(apply_cmd.apply)
 app.command("queues")(apply_cmd.queues)
+app.command("scheduler")(scheduler_cmd.scheduler)
 app.add_typer(policy_cmd.policy_app, name="policy")
 app.add_typer(policy_cmd.cluster_app, name="cluster")
 app.add_typer(mig_cmd.app, name="mig")

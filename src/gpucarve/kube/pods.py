@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 from typing import Any
@@ -23,11 +23,32 @@ from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem
 from gpucarve.core.quantity import parse_quantity
-from gpucarve.core.workload import Workload
+from gpucarve.core.workload import RunningWorkload, Workload
 
 GROUP_LABELS = ("gpucarve.io/pod-group", "scheduling.x-k8s.io/pod-group")
 QUEUE_LABELS = ("gpucarve.io/queue", "kueue.x-k8s.io/queue-name")
 KEPT_ANNOTATIONS = ("gpucarve.io/gpu-fraction", "gpucarve.io/gpu-memory")
+
+
+CACHE_LIMIT = 100_000
+
+
+@dataclass
+class WorkloadCache:
+    """Groups already built, by the exact versions of their pods, and workloads already
+    validated, by their document (a new pod version that changes nothing the workload reads,
+    such as its status, is not validated again)."""
+
+    by_pods: dict[tuple[object, ...], PendingGroup] = field(default_factory=dict)
+    by_doc: dict[str, tuple[Workload | None, list[Problem]]] = field(default_factory=dict)
+    running: dict[tuple[object, ...], tuple[RunningWorkload, object, object]] = field(
+        default_factory=dict
+    )
+
+    def trim(self) -> None:
+        for d in (self.by_pods, self.by_doc, self.running):
+            if len(d) > CACHE_LIMIT:
+                d.clear()
 
 
 @dataclass(frozen=True)
@@ -35,6 +56,8 @@ class PendingGroup:
     workload: Workload | None
     pods: tuple[str, ...]  # namespace/name of the pods in it
     problems: tuple[Problem, ...]
+    # The pods of each pod set, in pod-set order: the engine's pod `<set>-<i>` is sets[k][i].
+    sets: tuple[tuple[str, ...], ...] = ()
 
 
 def _group_of(pod: Mapping[str, Any]) -> str | None:
@@ -43,6 +66,13 @@ def _group_of(pod: Mapping[str, Any]) -> str | None:
         if labels.get(key):
             return str(labels[key])
     return None
+
+
+def group_key(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, group) of a pod: its pod group, or the pod itself when it has none."""
+    meta = pod["metadata"]
+    group = _group_of(pod)
+    return meta["namespace"], group if group is not None else meta["name"]
 
 
 def _seconds(stamp: str, epoch: datetime) -> int:
@@ -108,28 +138,42 @@ def pending_workloads(
     policy: Policy,
     epoch: datetime,
     min_members: Mapping[tuple[str, str], int] | None = None,
+    cache: WorkloadCache | None = None,
 ) -> list[PendingGroup]:
-    """Workloads of the pending pods (in namespace/name order of their groups)."""
+    """Workloads of the pending pods (in namespace/name order of their groups). A scheduler
+    that builds them every cycle passes a `cache`: an unchanged group is validated once."""
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for pod in pods:
-        meta = pod["metadata"]
-        group = _group_of(pod)
-        key = (meta["namespace"], group if group is not None else meta["name"])
-        groups.setdefault(key, []).append(pod)
+        groups.setdefault(group_key(pod), []).append(pod)
     out: list[PendingGroup] = []
+    if cache is not None:
+        cache.trim()
     for (namespace, name), members in sorted(groups.items()):
         members = sorted(members, key=lambda p: p["metadata"]["name"])
+        wanted = (min_members or {}).get((namespace, name))
+        versions = tuple(
+            (p["metadata"]["name"], p["metadata"].get("resourceVersion")) for p in members
+        )
+        exact = None
+        if cache is not None and all(v for _, v in versions):
+            exact = (namespace, name, wanted, versions)
+            hit = cache.by_pods.get(exact)
+            if hit is not None:
+                out.append(hit)
+                continue
         first = members[0]
         labels = first["metadata"].get("labels") or {}
         sets: dict[str, dict[str, Any]] = {}
+        set_pods: dict[str, list[str]] = {}
         for pod in members:
             template = _template(pod)
             sig = json.dumps(template, sort_keys=True)
             if sig not in sets:
                 sets[sig] = {"name": f"set-{len(sets)}", "count": 0, **template}
+                set_pods[sig] = []
             sets[sig]["count"] += 1
+            set_pods[sig].append(f"{namespace}/{pod['metadata']['name']}")
         pod_sets = list(sets.values())
-        wanted = (min_members or {}).get((namespace, name))
         if _group_of(first) is not None and wanted is not None and len(pod_sets) == 1:
             pod_sets[0]["minCount"] = min(wanted, pod_sets[0]["count"])
         doc: dict[str, Any] = {
@@ -141,7 +185,19 @@ def pending_workloads(
         }
         if priority := (first.get("spec") or {}).get("priorityClassName"):
             doc["priorityClass"] = priority
-        workload, problems = build_workload(doc, policy, (f"{namespace}/{name}",))
+        built = None
+        if cache is not None:
+            sig = json.dumps(doc, sort_keys=True)
+            built = cache.by_doc.get(sig)
+        if built is None:
+            built = build_workload(doc, policy, (f"{namespace}/{name}",))
+            if cache is not None:
+                cache.by_doc[sig] = built
+        workload, problems = built
         pod_ids = tuple(f"{namespace}/{p['metadata']['name']}" for p in members)
-        out.append(PendingGroup(workload, pod_ids, tuple(problems)))
+        by_set = tuple(tuple(set_pods[sig]) for sig in sets)
+        group = PendingGroup(workload, pod_ids, tuple(problems), by_set)
+        if cache is not None and exact is not None:
+            cache.by_pods[exact] = group
+        out.append(group)
     return out

@@ -1,0 +1,88 @@
+"""`gpucarve scheduler`: schedule pods with `schedulerName: gpucarve` on a real cluster."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpucarve.cli.apply_cmd import KubeconfigOption, _client
+from gpucarve.cli.common import CatalogOption, policy_or_exit
+from gpucarve.kube.client import ApiError
+from gpucarve.kube.leader import LeaderElector
+from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
+
+log = logging.getLogger("gpucarve.scheduler")
+
+
+def scheduler(
+    policy: Annotated[Path, typer.Option("--policy", help="The policy YAML to schedule by.")],
+    kubeconfig: KubeconfigOption = None,
+    name: Annotated[
+        str, typer.Option("--name", help="The schedulerName of the pods to schedule.")
+    ] = "gpucarve",
+    leader_elect: Annotated[
+        bool,
+        typer.Option(
+            "--leader-elect/--no-leader-elect",
+            help="Take a Lease first, so only one replica schedules.",
+        ),
+    ] = True,
+    lease_namespace: Annotated[
+        str, typer.Option("--lease-namespace", help="Namespace of the Lease.")
+    ] = "kube-system",
+    lease_duration: Annotated[
+        int, typer.Option("--lease-duration", min=2, help="Seconds a lease lasts unrenewed.")
+    ] = 15,
+    identity: Annotated[
+        str | None,
+        typer.Option("--identity", help="This replica's name in the Lease (default host_pid)."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every cycle.")] = False,
+    catalog: CatalogOption = None,
+) -> None:
+    """Run the gpucarve scheduler: bind pending pods by the policy's quotas, gangs and
+    placement, say why the others wait, and preempt through the Eviction API. Stops on
+    SIGTERM or Ctrl-C (giving the Lease up)."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    loaded = policy_or_exit(policy, catalog)
+    client = _client(kubeconfig)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    elector = None
+    if leader_elect:
+        who = identity or f"{socket.gethostname()}_{os.getpid()}"
+        elector = LeaderElector(
+            client,
+            lease_namespace,
+            f"{name}-scheduler",
+            who,
+            duration_s=lease_duration,
+            renew_s=max(1.0, lease_duration / 5),
+        )
+        log.info("%s waiting for the lease %s/%s-scheduler", who, lease_namespace, name)
+        if not elector.acquire(stop):
+            return
+        elector.keep_renewing(stop)
+    sched = Scheduler(client, loaded.policy, SchedulerConfig(name=name))
+    try:
+        sched.run(stop, elector)
+    except ApiError as err:
+        log.error("%s", err)
+        raise typer.Exit(1) from None
+    finally:
+        sched.stop()
+        if elector is not None and stop.is_set():
+            elector.release()
+    if elector is not None and not stop.is_set():
+        raise typer.Exit(1)  # lost the lease: exit so the supervisor restarts us as standby

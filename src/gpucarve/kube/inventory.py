@@ -1,0 +1,183 @@
+"""The cluster the engine sees, built from the API server's Node objects.
+
+A node belongs to the pool its `gpucarve.io/pool` label names, else to the pool whose
+`nodeLabels` it carries. Its GPUs are what the pool says; the node must agree: the GPU Feature
+Discovery product label must be the pool's model, and allocatable must carry exactly the
+device-plugin resources the pool's sharing mode publishes (a MIG layout other than the policy's
+shows up as other `nvidia.com/mig-*` counts). A node that disagrees is reported and kept out of
+new placements (tainted `gpucarve.io/mismatch`), but the pods already on it still count. A
+cordoned or NotReady node is kept the same way, so its running pods keep their slices.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from gpucarve.core.cluster import ClusterState, Node, Slice, check_layouts, pool_node
+from gpucarve.core.policy import Policy, Pool, Taint
+from gpucarve.core.quantity import QuantityError, parse_quantity
+
+POOL_LABEL = "gpucarve.io/pool"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+MISMATCH_TAINT = Taint("gpucarve.io/mismatch", "", "NoSchedule")
+UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+NOT_READY_TAINT = Taint("node.kubernetes.io/not-ready", "", "NoSchedule")
+GPU_PREFIX = "nvidia.com/"
+
+
+@dataclass(frozen=True)
+class NodeProblem:
+    node: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"node {self.node}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    cluster: ClusterState
+    problems: tuple[NodeProblem, ...]
+    # The device-plugin resource of each flavor, for pods bound without gpucarve's annotation.
+    resource_of: Mapping[str, str]
+
+
+def _pool_of(node: Mapping[str, Any], policy: Policy) -> Pool | str | None:
+    labels = node["metadata"].get("labels") or {}
+    named = labels.get(POOL_LABEL)
+    if named is not None:
+        for pool in policy.pools:
+            if pool.name == named:
+                return pool
+        return f"label {POOL_LABEL}={named} names no pool of the policy"
+    for pool in policy.pools:
+        if pool.node_labels and all(labels.get(k) == v for k, v in pool.node_labels):
+            return pool
+    return None
+
+
+def expected_resources(policy: Policy, pool: Pool) -> Counter[str]:
+    """Device-plugin resources one node of `pool` publishes."""
+    _, node_slices = pool_node(policy, pool, "x", 0)
+    return Counter(policy.flavors[s.flavor].resource_name for s in node_slices)
+
+
+def _quantity(value: Any, scale: int) -> int | None:
+    try:
+        return int(parse_quantity(str(value)) * scale)
+    except QuantityError:
+        return None
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def _mismatches(
+    node: Mapping[str, Any], pool: Pool, expected: Counter[str], allocatable: Mapping[str, Any]
+) -> list[str]:
+    out: list[str] = []
+    labels = node["metadata"].get("labels") or {}
+    product = labels.get(PRODUCT_LABEL)
+    m = pool.model
+    if product is not None and product not in (m.id, *m.aliases, *m.gfd_products):
+        out.append(
+            f"{PRODUCT_LABEL}={product} but pool {pool.name} is {m.id}; move the node to a "
+            f"pool of that model or fix the pool's gpuModel"
+        )
+    seen = {k: _quantity(v, 1) for k, v in allocatable.items() if str(k).startswith(GPU_PREFIX)}
+    for name in sorted(set(seen) | set(expected)):
+        have, want = seen.get(name) or 0, expected.get(name, 0)
+        if have != want:
+            out.append(
+                f"allocatable {name} is {have}, pool {pool.name} expects {want} "
+                f"({pool.sharing} layout of the policy); fix the node's device plugin or "
+                f"MIG configuration, or the pool"
+            )
+    return out
+
+
+def node_key(node: Mapping[str, Any]) -> str:
+    """What of a Node the inventory depends on: heartbeats that change nothing else keep it."""
+    meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+    return json.dumps(
+        [
+            meta["name"],
+            meta.get("labels") or {},
+            spec.get("taints") or [],
+            bool(spec.get("unschedulable")),
+            status.get("allocatable") or {},
+            _ready(node),
+        ],
+        sort_keys=True,
+    )
+
+
+def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inventory:
+    expected = {p.name: expected_resources(policy, p) for p in policy.pools}
+    for pool in policy.pools:
+        check_layouts(pool)
+    built: list[Node] = []
+    slices: dict[str, Slice] = {}
+    problems: list[NodeProblem] = []
+    index: Counter[str] = Counter()
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name = node["metadata"]["name"]
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        found = _pool_of(node, policy)
+        if not isinstance(found, Pool):
+            gpus = sorted(k for k in allocatable if str(k).startswith(GPU_PREFIX))
+            if isinstance(found, str) or gpus:
+                why = found if isinstance(found, str) else f"publishes {', '.join(gpus)}"
+                problems.append(
+                    NodeProblem(
+                        name,
+                        f"{why} but belongs to no pool; label it {POOL_LABEL}=<pool> "
+                        "or add the pool to the policy (not used)",
+                    )
+                )
+            continue
+        pool = found
+        bad = _mismatches(node, pool, expected[pool.name], allocatable)
+        problems.extend(NodeProblem(name, f"{msg} (no new pods placed)") for msg in bad)
+        spec = node.get("spec") or {}
+        taints = [
+            Taint(str(t["key"]), str(t.get("value") or ""), str(t["effect"]))
+            for t in spec.get("taints") or []
+        ]
+        extra = []
+        if bad:
+            extra.append(MISMATCH_TAINT)
+        if spec.get("unschedulable"):
+            extra.append(UNSCHEDULABLE_TAINT)
+        if not _ready(node):
+            extra.append(NOT_READY_TAINT)
+        taints += [t for t in extra if all(t.key != have.key for have in taints)]
+        labels = node["metadata"].get("labels") or {}
+        cpu = _quantity(allocatable["cpu"], 1000) if "cpu" in allocatable else None
+        mem = _quantity(allocatable["memory"], 1) if "memory" in allocatable else None
+        built_node, node_slices = pool_node(
+            policy,
+            pool,
+            name,
+            index[pool.name],
+            labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+            taints=tuple(taints),
+            cpu_milli=cpu,
+            memory_mib=None if mem is None else mem // (1024 * 1024),
+        )
+        index[pool.name] += 1
+        built.append(built_node)
+        for s in node_slices:
+            slices[s.id] = s
+    resource_of = {name: f.resource_name for name, f in policy.flavors.items()}
+    cluster = ClusterState(tuple(built), MappingProxyType(slices))
+    return Inventory(cluster, tuple(problems), MappingProxyType(resource_of))

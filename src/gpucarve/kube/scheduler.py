@@ -1,0 +1,346 @@
+"""The gpucarve scheduler on a real API server: informers, the engine's cycle, then actions.
+
+Each cycle rebuilds the snapshot from the informers' caches (`view.build_view`), runs the same
+`Engine.run_cycle` as the simulator, and acts on the result:
+
+1. evictions first, through the Eviction API (PodDisruptionBudgets are honoured: a refused
+   eviction is reported and retried next cycle); the workload that asked for them waits, out of
+   the snapshot, until its victims are gone, so a slow exit never evicts more pods;
+2. bindings through the pods/binding subresource, in parallel, each carrying the device-level
+   choice as the `gpucarve.io/assignment` annotation; bindings made but not yet seen through the
+   watch are kept as *assumed*, so the next cycle never hands their slices out again;
+3. every pending pod gets `PodScheduled=False` with the engine's reason and a
+   `FailedScheduling` Event, written only when the reason changes (best effort, in the
+   background: a lost status write costs a stale message, never a wrong binding).
+
+A bind that fails with 409 (already bound: a previous scheduler's work) or 404 (the pod was
+deleted meanwhile) drops the assumption; the watch then shows the truth.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gpucarve.core.policy import Policy
+from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.engine import Engine
+from gpucarve.kube.client import ApiError, Client
+from gpucarve.kube.crds import GROUP, VERSION
+from gpucarve.kube.informer import Informer
+from gpucarve.kube.inventory import Inventory, build_inventory, node_key
+from gpucarve.kube.leader import LeaderElector
+from gpucarve.kube.pods import WorkloadCache
+from gpucarve.kube.view import ASSIGNMENT, Assigned, View, build_view
+
+log = logging.getLogger("gpucarve.scheduler")
+COMPONENT = "gpucarve-scheduler"
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    name: str = "gpucarve"  # the pods' spec.schedulerName
+    interval_s: float = 2.0  # cycle at least this often (aging, retries) while pods wait
+    settle_s: float = 0.05  # let a burst of changes arrive before a cycle
+    bind_workers: int = 16
+
+
+@dataclass
+class CycleReport:
+    now: int
+    bound: int = 0  # bindings started (they finish in the background)
+    evicted: int = 0
+    pending: int = 0
+
+
+def _micro(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _split(pod: str) -> tuple[str, str]:
+    ns, _, name = pod.partition("/")
+    return ns, name
+
+
+class Scheduler:
+    def __init__(
+        self,
+        client: Client,
+        policy: Policy,
+        config: SchedulerConfig = SchedulerConfig(),
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.client = client
+        self.policy = policy
+        self.cfg = config
+        self.clock = clock
+        # Decisions count seconds from here: pods created before start all count as time 0.
+        self.epoch = clock()
+        self._wake = threading.Event()
+        self.pods = Informer(client, "/api/v1/pods", self._wake.set)
+        self.nodes = Informer(client, "/api/v1/nodes", self._wake.set)
+        self.groups = Informer(client, f"/apis/{GROUP}/{VERSION}/podgroups", self._wake.set)
+        self.use_groups = True
+        self.workloads = WorkloadCache()
+        self.engine = Engine()
+        self.assumed: dict[str, Assigned] = {}
+        self.failed_binds: list[str] = []
+        self._lock = threading.Lock()
+        self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
+        self.reported: dict[str, str] = {}  # pod -> last message written to its condition
+        self.node_problems: set[str] = set()
+        self._inventory: tuple[tuple[str, ...], Inventory] | None = None
+        self._binds = ThreadPoolExecutor(config.bind_workers, thread_name_prefix="bind")
+        self._side = ThreadPoolExecutor(2, thread_name_prefix="status")
+        self.cycles = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def _informers(self) -> list[Informer]:
+        return [self.nodes, self.pods] + ([self.groups] if self.use_groups else [])
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        try:
+            self.client.get(self.groups.path + "?limit=1")
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            # Without the CRD, pod groups are still gangs: of all their pods.
+            log.warning("the PodGroup CRD is not installed (run gpucarve apply): minMember unread")
+            self.use_groups = False
+        for inf in self._informers():
+            inf.start()
+        for inf in self._informers():
+            if not inf.wait_synced(timeout_s):
+                raise ApiError("LIST", inf.path, 0, f"no list within {timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        for inf in self._informers():
+            inf.stop()
+        self._binds.shutdown(wait=True)
+        self._side.shutdown(wait=True)
+
+    def run(self, stop: threading.Event, elector: LeaderElector | None = None) -> None:
+        """Cycle until `stop` is set or the lease is lost."""
+        self.start()
+        while not stop.is_set():
+            self._wake.wait(self.cfg.interval_s)
+            self._wake.clear()
+            if stop.wait(self.cfg.settle_s):
+                break
+            if elector is not None and not elector.is_leader():
+                log.error("not the leader any more: stopping")
+                break
+            try:
+                self.cycle()
+            except ApiError as err:
+                log.warning("cycle failed: %s; retrying", err)
+
+    # ------------------------------------------------------------------ one cycle
+    def inventory(self) -> Inventory:
+        nodes = self.nodes.items()
+        key = tuple(sorted(node_key(n) for n in nodes))
+        if self._inventory is None or self._inventory[0] != key:
+            inv = build_inventory(self.policy, nodes)
+            self._inventory = (key, inv)
+            for p in inv.problems:
+                if str(p) not in self.node_problems:
+                    log.warning("%s", p)
+            self.node_problems = {str(p) for p in inv.problems}
+        return self._inventory[1]
+
+    def view(self) -> View:
+        with self._lock:
+            for pod_key in list(self.assumed):
+                pod = self.pods.get(pod_key)
+                if pod is None or (pod.get("spec") or {}).get("nodeName"):
+                    del self.assumed[pod_key]
+            assumed = dict(self.assumed)
+        mins = {}
+        for g in self.groups.items() if self.use_groups else []:
+            meta = g["metadata"]
+            mins[(meta["namespace"], meta["name"])] = int((g.get("spec") or {}).get("minMember", 1))
+        return build_view(
+            self.policy,
+            self.inventory(),
+            self.pods.items(),
+            self.cfg.name,
+            self.epoch,
+            mins,
+            assumed,
+            self.workloads,
+        )
+
+    def cycle(self) -> CycleReport:
+        view = self.view()
+        for w in view.warnings:
+            log.warning("%s", w)
+        snapshot = view.snapshot
+        waiting = self._still_awaiting(view)
+        if waiting:
+            kept = tuple(w for w in snapshot.pending if w.id not in waiting)
+            snapshot = type(snapshot)(snapshot.policy, snapshot.cluster, snapshot.running, kept)
+        now = int((self.clock() - self.epoch).total_seconds())
+        result = self.engine.run_cycle(snapshot, now)
+        self.cycles += 1
+        report = CycleReport(now)
+        self._evict(view, result, report)
+        self._bind(view, result, report)
+        self._report_pending(view, result, waiting, report)
+        if result.admissions or result.evictions:
+            log.info(
+                "cycle %d: %d pods bound, %d workloads evicted, %d pending",
+                self.cycles,
+                report.bound,
+                report.evicted,
+                report.pending,
+            )
+        return report
+
+    def _still_awaiting(self, view: View) -> dict[str, frozenset[str]]:
+        present = set(view.running_pods)
+        self.awaiting = {
+            w: still for w, victims in self.awaiting.items() if (still := victims & present)
+        }
+        return self.awaiting
+
+    def _evict(self, view: View, result: CycleResult, report: CycleReport) -> None:
+        for a in result.admissions:
+            if a.after_evictions:
+                self.awaiting[a.workload] = frozenset(a.after_evictions)
+        for e in result.evictions:
+            report.evicted += 1
+            for pod in view.running_pods.get(e.workload, ()):
+                ns, name = _split(pod)
+                body = {
+                    "apiVersion": "policy/v1",
+                    "kind": "Eviction",
+                    "metadata": {"name": name, "namespace": ns},
+                }
+                try:
+                    self.client.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/eviction", body)
+                except ApiError as err:
+                    if err.status != 404:
+                        log.warning("eviction of %s refused: %s", pod, err)
+                    continue
+                self._event(pod, "Normal", "Preempted", e.message)
+
+    def _bind(self, view: View, result: CycleResult, report: CycleReport) -> None:
+        jobs: list[tuple[str, Assigned]] = []
+        for a in result.admissions:
+            if a.after_evictions:
+                continue  # bound once the victims are gone
+            for p in a.pods:
+                pod = view.pod_of(a.workload, p.pod)
+                assigned = Assigned(p.node, p.slice_ids, p.shared_memory_mib)
+                with self._lock:
+                    self.assumed[pod] = assigned
+                jobs.append((pod, assigned))
+        # Bindings run in the background while the next cycle is computed: until the watch
+        # shows a pod bound (or its binding fails) it stays assumed, so nothing is given twice.
+        for pod, assigned in jobs:
+            self._binds.submit(self._bind_and_settle, pod, assigned)
+        report.bound = len(jobs)
+        for pod, _ in jobs:
+            self.reported.pop(pod, None)
+
+    def _bind_and_settle(self, pod: str, assigned: Assigned) -> None:
+        error = self._bind_one(pod, assigned)
+        if error is None:
+            return
+        with self._lock:
+            self.failed_binds.append(f"{pod}: {error}")
+            self.assumed.pop(pod, None)
+        log.warning("binding %s to %s failed: %s", pod, assigned.node, error)
+        self._wake.set()
+
+    def _bind_one(self, pod: str, a: Assigned) -> str | None:
+        ns, name = _split(pod)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "annotations": {ASSIGNMENT: a.annotation()},
+            },
+            "target": {"apiVersion": "v1", "kind": "Node", "name": a.node},
+        }
+        try:
+            self.client.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", body)
+        except ApiError as err:
+            return str(err)
+        return None
+
+    def _report_pending(
+        self,
+        view: View,
+        result: CycleResult,
+        waiting: dict[str, frozenset[str]],
+        report: CycleReport,
+    ) -> None:
+        messages: dict[str, str] = dict(view.invalid)
+        for p in result.pending:
+            for pods in view.pending_sets.get(p.workload, ()):
+                for pod in pods:
+                    messages[pod] = str(p.reason)
+        for w, victims in waiting.items():
+            msg = f"preemption/waiting: for {', '.join(sorted(victims))} to exit"
+            for pods in view.pending_sets.get(w, ()):
+                for pod in pods:
+                    messages[pod] = msg
+        report.pending = len(messages)
+        for pod, msg in sorted(messages.items()):
+            if self.reported.get(pod) != msg:
+                self.reported[pod] = msg
+                self._side.submit(self._write_pending, pod, msg)
+        for pod in [p for p in self.reported if p not in messages]:
+            del self.reported[pod]
+
+    def _write_pending(self, pod: str, message: str) -> None:
+        ns, name = _split(pod)
+        cond = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastTransitionTime": _micro(self.clock()).split(".")[0] + "Z",
+        }
+        try:
+            self.client.call(
+                "PATCH",
+                f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                {"status": {"conditions": [cond]}},
+                "application/strategic-merge-patch+json",
+            )
+        except ApiError as err:
+            if err.status != 404:
+                log.warning("condition of %s not written: %s", pod, err)
+            return
+        self._event(pod, "Warning", "FailedScheduling", message)
+
+    def _event(self, pod: str, kind: str, reason: str, message: str) -> None:
+        ns, name = _split(pod)
+        stamp = _micro(self.clock()).split(".")[0] + "Z"
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": ns},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns},
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self.client.call("POST", f"/api/v1/namespaces/{ns}/events", body)
+        except ApiError as err:
+            log.debug("event for %s not written: %s", pod, err)

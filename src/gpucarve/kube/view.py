@@ -1,0 +1,315 @@
+"""The scheduler's snapshot, rebuilt from the API server's objects before every cycle.
+
+Nothing lives only in the scheduler's memory: a restarted scheduler builds the same view. Bound
+pods of gpucarve (spec.nodeName set) are running workloads; the slices each holds come from the
+`gpucarve.io/assignment` annotation written at binding. Pods that hold GPUs without it (bound by
+another scheduler, or by hand) take the first free slices of the resource they request on their
+node, so capacity is never promised twice. A gang whose pods were bound in part before a crash
+runs with those pods; the rest wait as `<group>+rest`, needing what the group's minimum still
+lacks. `assumed` holds bindings this process made that the watch has not shown yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from gpucarve.core.cluster import Allocation, ClusterState
+from gpucarve.core.policy import Policy, SliceKind
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import PodAssignment, PodSet, RunningWorkload, Workload
+from gpucarve.kube.inventory import Inventory
+from gpucarve.kube.pods import WorkloadCache, group_key, pending_workloads
+
+ASSIGNMENT = "gpucarve.io/assignment"
+REST = "+rest"
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """Where a pod was bound: its node, slices and the memory promised on a shared GPU."""
+
+    node: str
+    slices: tuple[str, ...]
+    shared_memory_mib: int = 0
+
+    def annotation(self) -> str:
+        return json.dumps(
+            {"slices": list(self.slices), "sharedMemoryMiB": self.shared_memory_mib},
+            separators=(",", ":"),
+        )
+
+
+@dataclass
+class View:
+    snapshot: Snapshot
+    # workload id -> the real pods (namespace/name) of each pod set, as the engine numbers them
+    pending_sets: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    # workload id -> its bound pods, for evictions
+    running_pods: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # pod -> why it can never be scheduled as it is (bad request, unknown queue…)
+    invalid: dict[str, str] = field(default_factory=dict)
+    # problems found while rebuilding (a slice claimed twice…): logged by the scheduler
+    warnings: list[str] = field(default_factory=list)
+
+    def pod_of(self, workload: str, engine_pod: str) -> str:
+        """The real pod behind the engine's `<workload>/<set>-<i>`."""
+        set_name, _, index = engine_pod[len(workload) + 1 :].rpartition("-")
+        k = int(set_name.removeprefix("set-"))
+        return self.pending_sets[workload][k][int(index)]
+
+
+def key(pod: Mapping[str, Any]) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+_PARSED: dict[tuple[str, str], Assigned | None] = {}
+
+
+def _assigned(pod: Mapping[str, Any]) -> Assigned | None:
+    raw = (pod["metadata"].get("annotations") or {}).get(ASSIGNMENT)
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not raw or not node:
+        return None
+    memo = (str(node), str(raw))
+    if memo in _PARSED:
+        return _PARSED[memo]
+    if len(_PARSED) > 200_000:
+        _PARSED.clear()
+    _PARSED[memo] = parsed = _parse_assigned(*memo)
+    return parsed
+
+
+def _parse_assigned(node: str, raw: str) -> Assigned | None:
+    try:
+        doc = json.loads(raw)
+        return Assigned(
+            str(node), tuple(str(s) for s in doc["slices"]), int(doc.get("sharedMemoryMiB", 0))
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for name, value in ((c.get("resources") or {}).get("limits") or {}).items():
+            if str(name).startswith("nvidia.com/"):
+                try:
+                    out[name] = out.get(name, 0) + int(value)
+                except (TypeError, ValueError):
+                    continue
+    return out
+
+
+class _Builder:
+    def __init__(self, inventory: Inventory, policy: Policy) -> None:
+        self.inv = inventory
+        self.policy = policy
+        self.cluster = inventory.cluster
+        self.allocs: dict[str, Allocation] = {}
+        self.promised: dict[str, int] = {}  # GPU id -> MiB promised on shared GPUs
+        self.warnings: list[str] = []
+
+    def claim(self, owner: str, a: Assigned) -> bool:
+        """Allocate the pod's slices; False (and a warning) if any is unknown or taken."""
+        for sid in a.slices:
+            s = self.cluster.slices.get(sid)
+            if s is None or s.node != a.node:
+                self.warnings.append(f"{owner} claims {sid}, not a slice of node {a.node}")
+                return False
+            if sid in self.allocs:
+                held = self.allocs[sid].owner
+                self.warnings.append(f"{owner} and {held} both claim {sid}")
+                return False
+        for sid in a.slices:
+            s = self.cluster.slices[sid]
+            mem = s.memory_mib
+            if s.kind in (SliceKind.TIME_SLICE, SliceKind.MPS) and a.shared_memory_mib:
+                mem = a.shared_memory_mib // len(a.slices)
+            self.allocs[sid] = Allocation(sid, owner, s.compute_milli, mem)
+        return True
+
+    def fallback(self, owner: str, pod: Mapping[str, Any]) -> Assigned | None:
+        """First free slices on the pod's node for each GPU resource it requests."""
+        node_name = pod["spec"]["nodeName"]
+        try:
+            node = self.cluster.node(node_name)
+        except KeyError:
+            return None
+        wanted = _requests(pod)
+        if not wanted:
+            return Assigned(node_name, ())
+        chosen: list[str] = []
+        for resource, n in sorted(wanted.items()):
+            free = [
+                sid
+                for gpu in node.gpus
+                for sid in gpu.slice_ids
+                if sid not in self.allocs
+                and sid not in chosen
+                and self.inv.resource_of[self.cluster.slices[sid].flavor] == resource
+            ]
+            if len(free) < n:
+                self.warnings.append(
+                    f"{owner} on {node_name} uses {n} {resource}, only {len(free)} left free"
+                )
+            chosen += free[:n]
+        a = Assigned(node_name, tuple(chosen))
+        return a if self.claim(owner, a) else None
+
+
+def build_view(
+    policy: Policy,
+    inventory: Inventory,
+    pods: Sequence[Mapping[str, Any]],
+    scheduler_name: str,
+    epoch: datetime,
+    min_members: Mapping[tuple[str, str], int],
+    assumed: Mapping[str, Assigned] | None = None,
+    cache: WorkloadCache | None = None,
+) -> View:
+    assumed = assumed or {}
+    b = _Builder(inventory, policy)
+    view_invalid: dict[str, str] = {}
+    ours_bound: list[tuple[Mapping[str, Any], Assigned | None]] = []
+    ours_pending: list[Mapping[str, Any]] = []
+    foreign: list[Mapping[str, Any]] = []
+    for pod in sorted(pods, key=key):
+        spec = pod.get("spec") or {}
+        if (pod.get("status") or {}).get("phase") in TERMINAL:
+            continue
+        mine = spec.get("schedulerName") == scheduler_name
+        k = key(pod)
+        if spec.get("nodeName"):
+            if mine:
+                ours_bound.append((pod, _assigned(pod)))
+            else:
+                foreign.append(pod)
+        elif k in assumed:
+            bound = {**pod, "spec": {**spec, "nodeName": assumed[k].node}}
+            ours_bound.append((bound, assumed[k]))
+        elif mine and not pod["metadata"].get("deletionTimestamp"):
+            ours_pending.append(pod)
+
+    # Running workloads first, their pods' slices as annotated (or the first free ones).
+    running: list[RunningWorkload] = []
+    running_pods: dict[str, tuple[str, ...]] = {}
+    bound_count: dict[tuple[str, str], int] = {}
+    groups = pending_workloads([p for p, _ in ours_bound], policy, epoch, cache=cache)
+    by_key = {key(p): (p, a) for p, a in ours_bound}
+    for g in groups:
+        if g.workload is None:
+            for pod_key in g.pods:
+                pod, a = by_key[pod_key]
+                if a is None or not b.claim(pod_key, a):
+                    b.fallback(pod_key, pod)
+            continue
+        w = g.workload
+        claims: list[tuple[str, Mapping[str, Any], Assigned | None]] = []
+        for pod_key in g.pods:
+            pod, a = by_key[pod_key]
+            if a is not None and not b.claim(pod_key, a):
+                a = None
+            claims.append((pod_key, pod, a))
+        terminating = any(pod["metadata"].get("deletionTimestamp") for _, pod, _ in claims)
+        start = min(_started(pod, epoch) for _, pod, _ in claims)
+        # An unchanged workload (same group object, same claims) gets the same RunningWorkload
+        # object, so the engine skips it when it brings its indexed cluster up to date. The
+        # value keeps the keyed objects alive, so their ids cannot be reused meanwhile.
+        memo = (id(g), start, terminating, tuple(id(a) for _, _, a in claims))
+        hit = cache.running.get(memo) if cache is not None and all(a for *_, a in claims) else None
+        if hit is not None:
+            running.append(hit[0])
+            running_pods[w.id] = g.pods
+            bound_count[group_key(by_key[g.pods[0]][0])] = len(g.pods)
+            continue
+        placed: list[PodAssignment] = []
+        set_of = {
+            pod_key: ps.name
+            for ps, members in zip(w.pod_sets, g.sets, strict=True)
+            for pod_key in members
+        }
+        for pod_key, pod, a in claims:
+            if a is None:
+                a = b.fallback(pod_key, pod)
+            if a is None:
+                continue
+            flavors = {b.cluster.slices[s].flavor for s in a.slices}
+            flavor = flavors.pop() if len(flavors) == 1 else None
+            placed.append(
+                PodAssignment(
+                    pod_key, set_of[pod_key], a.node, a.slices, flavor, a.shared_memory_mib
+                )
+            )
+        rw = RunningWorkload(w, tuple(placed), start, terminating)
+        if cache is not None and all(a for *_, a in claims):
+            cache.running[memo] = (rw, g, tuple(a for *_, a in claims))
+        running.append(rw)
+        running_pods[w.id] = g.pods
+        bound_count[group_key(by_key[g.pods[0]][0])] = len(g.pods)
+    for pod in foreign:
+        b.fallback(f"foreign:{key(pod)}", pod)
+
+    # Pending groups; those with pods already bound wait as `<group>+rest` for the remainder.
+    wanted = dict(min_members)
+    for gk, n in bound_count.items():
+        if gk in wanted:
+            wanted[gk] = max(1, wanted[gk] - n)
+    # A gang whose pods are not all created yet waits for them (never admitted in part).
+    waiting: dict[tuple[str, str], list[str]] = {}
+    for p in ours_pending:
+        waiting.setdefault(group_key(p), []).append(key(p))
+    short = {
+        gk: names
+        for gk, names in waiting.items()
+        if gk in min_members and len(names) + bound_count.get(gk, 0) < min_members[gk]
+    }
+    for (ns, group), names in short.items():
+        have = len(names) + bound_count.get((ns, group), 0)
+        for pod_key in names:
+            view_invalid[pod_key] = (
+                f"gang/min-member: pod group {ns}/{group} has {have} of its "
+                f"{min_members[(ns, group)]} pods (minMember); waiting for the rest"
+            )
+    ours_pending = [p for p in ours_pending if group_key(p) not in short]
+    pending: list[Workload] = []
+    pending_sets: dict[str, tuple[tuple[str, ...], ...]] = {}
+    for g in pending_workloads(ours_pending, policy, epoch, wanted, cache):
+        if g.workload is None:
+            why = "; ".join(str(p) for p in g.problems)
+            for pod_key in g.pods:
+                view_invalid[pod_key] = why
+            continue
+        w = g.workload
+        if group_key_of(w) in bound_count:
+            w = _rest(w, wanted.get(group_key_of(w)))
+        pending.append(w)
+        pending_sets[w.id] = g.sets
+    cluster = ClusterState(b.cluster.nodes, b.cluster.slices, MappingProxyType(b.allocs))
+    snapshot = Snapshot(policy, cluster, tuple(running), tuple(pending))
+    return View(snapshot, pending_sets, running_pods, view_invalid, b.warnings)
+
+
+def group_key_of(w: Workload) -> tuple[str, str]:
+    namespace, _, name = w.id.partition("/")
+    return namespace, name
+
+
+def _rest(w: Workload, minimum: int | None) -> Workload:
+    sets: list[PodSet] = []
+    for ps in w.pod_sets:
+        m = ps.count if minimum is None or len(w.pod_sets) > 1 else min(minimum, ps.count)
+        sets.append(dataclasses.replace(ps, min_count=m))
+    return dataclasses.replace(w, id=w.id + REST, pod_sets=tuple(sets))
+
+
+def _started(pod: Mapping[str, Any], epoch: datetime) -> int:
+    stamp = (pod.get("status") or {}).get("startTime") or pod["metadata"]["creationTimestamp"]
+    return max(0, int((datetime.fromisoformat(stamp) - epoch).total_seconds()))

@@ -1,0 +1,86 @@
+"""Pods, pod groups and clean-up for the scheduler's integration tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.integration.api import Api
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def pod(
+    namespace: str,
+    name: str,
+    resource: str,
+    count: int = 1,
+    *,
+    group: str | None = None,
+    priority_class: str | None = None,
+    scheduler: str = "gpucarve",
+    cpu: str = "1",
+) -> dict[str, Any]:
+    labels = {"app": "t"}
+    if group is not None:
+        labels["scheduling.x-k8s.io/pod-group"] = group
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "tolerations": [GPU_TOLERATION],
+        "containers": [
+            {
+                "name": "main",
+                "image": "fake",
+                "resources": {
+                    "requests": {"cpu": cpu, resource: str(count)},
+                    "limits": {resource: str(count)},
+                },
+            }
+        ],
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": spec,
+    }
+
+
+def create_pod(api: Api, manifest: dict[str, Any]) -> None:
+    api.create(f"/api/v1/namespaces/{manifest['metadata']['namespace']}/pods", manifest)
+
+
+def pod_group(api: Api, namespace: str, name: str, min_member: int) -> None:
+    api.create(
+        f"/apis/gpucarve.io/v1alpha1/namespaces/{namespace}/podgroups",
+        {
+            "apiVersion": "gpucarve.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"minMember": min_member},
+        },
+    )
+
+
+def pods_in(api: Api, namespace: str) -> dict[str, dict[str, Any]]:
+    items = api.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def node_of(p: dict[str, Any]) -> str | None:
+    return (p.get("spec") or {}).get("nodeName")
+
+
+def condition(p: dict[str, Any], kind: str = "PodScheduled") -> dict[str, Any] | None:
+    for c in (p.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return dict(c)
+    return None
+
+
+def delete_all(api: Api, namespaces: list[str]) -> None:
+    """Force-delete every pod (grace 0: gone at once, no kubelet to wait for)."""
+    for ns in namespaces:
+        for name in pods_in(api, ns):
+            api.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}?gracePeriodSeconds=0")

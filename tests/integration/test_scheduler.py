@@ -1,0 +1,207 @@
+"""The gpucarve scheduler on a real API server with kwok nodes from the three-team example:
+pods land on the right pools and slices, gangs bind all at once, a queue over quota says why,
+reclaim evicts a borrower through the Eviction API."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpucarve.cli.main import app
+from gpucarve.config.policy_build import load_policy
+from gpucarve.kube.client import Client
+from gpucarve.kube.nodes import node_manifests
+from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
+from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from tests.integration.api import Api, wait_for
+from tests.integration.kube_pods import (
+    condition,
+    create_pod,
+    delete_all,
+    node_of,
+    pod,
+    pod_group,
+    pods_in,
+)
+
+pytestmark = pytest.mark.integration
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+NAMESPACES = ["research", "production", "serving", "data-science", "notebooks"]
+
+
+@pytest.fixture(scope="module")
+def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example, with no minimum runtime before reclaim (the tests cannot wait 5 min)."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc.setdefault("scheduling", {})["minRuntimeSeconds"] = 0
+    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, policy_file: Path
+) -> Iterator[tuple[LocalStack, Api]]:
+    """A stack of its own (the tests fill its GPUs), with the example's nodes and queues."""
+    policy = load_policy(policy_file, []).policy
+    with LocalStack(find_binaries(), tmp_path_factory.mktemp("sched")) as stack:
+        api = Api(stack.server, stack.tokens[ADMIN_USER])
+        for ns in NAMESPACES:
+            api.create(
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+            )
+        for m in node_manifests(policy):
+            api.create("/api/v1/nodes", m)
+        args = ["apply", "--policy", str(policy_file), "--kubeconfig", str(stack.kubeconfig())]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        yield stack, api
+
+
+@pytest.fixture
+def scheduler(cluster: tuple[LocalStack, Api], policy_file: Path) -> Iterator[Scheduler]:
+    stack, api = cluster
+    policy = load_policy(policy_file, []).policy
+    sched = Scheduler(
+        Client.from_kubeconfig(stack.kubeconfig()), policy, SchedulerConfig(interval_s=0.5)
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=sched.run, args=(stop,), daemon=True)
+    thread.start()
+    yield sched
+    stop.set()
+    thread.join(10)
+    sched.stop()
+    delete_all(api, NAMESPACES)
+    wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")
+
+
+def _assignment(p: dict[str, Any]) -> dict[str, Any]:
+    raw = p["metadata"]["annotations"]["gpucarve.io/assignment"]
+    return dict(json.loads(raw))
+
+
+def _bound(api: Api, ns: str, names: list[str]) -> dict[str, dict[str, Any]] | None:
+    pods = pods_in(api, ns)
+    if all(node_of(pods.get(n) or {}) for n in names):
+        return pods
+    return None
+
+
+def test_pods_land_on_their_pools_and_slices(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    create_pod(api, pod("production", "inference", "nvidia.com/mig-3g.40gb"))
+    create_pod(api, pod("production", "small", "nvidia.com/mig-1g.10gb"))
+    create_pod(api, pod("research", "train", "nvidia.com/gpu", 8))
+    create_pod(api, pod("notebooks", "notebook", "nvidia.com/gpu.shared"))
+    prod = wait_for(lambda: _bound(api, "production", ["inference", "small"]), what="bound")
+    research = wait_for(lambda: _bound(api, "research", ["train"]), what="bound")
+    notebooks = wait_for(lambda: _bound(api, "notebooks", ["notebook"]), what="bound")
+
+    inference = prod["inference"]
+    assert node_of(inference).startswith("production-")
+    (slice_id,) = _assignment(inference)["slices"]
+    assert slice_id.startswith(node_of(inference) + "/gpu") and "/3g.40gb@" in slice_id
+    (small,) = _assignment(prod["small"])["slices"]
+    assert "/1g.10gb@" in small
+    train = research["train"]
+    assert node_of(train).startswith("training-")
+    assert len(_assignment(train)["slices"]) == 8
+    assert node_of(notebooks["notebook"]).startswith("dev-")
+    assert condition(inference) == condition(inference) and condition(inference)["status"] == "True"
+
+
+def test_a_gang_waits_whole_then_binds_at_once(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    # production and data-science each hold most of one of the four training nodes.
+    create_pod(api, pod("production", "hold", "nvidia.com/gpu", 8))
+    create_pod(api, pod("data-science", "hold", "nvidia.com/gpu", 6))
+    wait_for(lambda: _bound(api, "production", ["hold"]), what="holder bound")
+    wait_for(lambda: _bound(api, "data-science", ["hold"]), what="holder bound")
+    # Three pods of 6 GPUs need three nodes with 6 free: only two have.
+    pod_group(api, "research", "gang", 3)
+    names = [f"gang-{i}" for i in range(3)]
+    for n in names:
+        create_pod(api, pod("research", n, "nvidia.com/gpu", 6, group="gang"))
+
+    def all_say_why() -> bool:
+        pods = pods_in(api, "research")
+        conds = [condition(pods[n]) for n in names]
+        return all(c is not None and c["status"] == "False" for c in conds)
+
+    wait_for(all_say_why, what="the gang's pods to say why they wait")
+    pods = pods_in(api, "research")
+    assert not any(node_of(pods[n]) for n in names)
+    message = condition(pods["gang-0"])["message"]
+    assert message.startswith("placement/") and "3 pods" in message, message
+    events = api.get("/api/v1/namespaces/research/events")["items"]
+    assert any(
+        e["reason"] == "FailedScheduling" and e["involvedObject"]["name"] == "gang-0"
+        for e in events
+    )
+
+    api.call("DELETE", "/api/v1/namespaces/data-science/pods/hold?gracePeriodSeconds=0")
+    seen: list[int] = []
+
+    def gang_bound() -> bool:
+        pods = pods_in(api, "research")
+        seen.append(sum(1 for n in names if node_of(pods[n])))
+        return seen[-1] == 3
+
+    wait_for(gang_bound, what="the whole gang bound")
+    assert set(seen) <= {0, 3}, f"the gang was bound in part: {seen}"
+    nodes = {node_of(pods_in(api, "research")[n]) for n in names}
+    assert len(nodes) == 3
+
+
+def test_a_queue_over_quota_waits_and_says_why(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    # data-science may hold 6 H100s and borrow none.
+    create_pod(api, pod("data-science", "first", "nvidia.com/gpu", 4))
+    wait_for(lambda: _bound(api, "data-science", ["first"]), what="first bound")
+    create_pod(api, pod("data-science", "second", "nvidia.com/gpu", 4))
+
+    def says_quota() -> str | None:
+        c = condition(pods_in(api, "data-science")["second"])
+        return c["message"] if c and c["status"] == "False" else None
+
+    message = wait_for(says_quota, what="the quota reason")
+    assert message.startswith("quota/")
+    assert "data-science" in message
+    assert not node_of(pods_in(api, "data-science")["second"])
+
+
+def test_reclaim_evicts_a_borrower_through_the_api(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    # research borrows 8 H100s beyond its 16; data-science fills the rest.
+    research = [f"r-{i}" for i in range(3)]
+    for n in research:
+        create_pod(api, pod("research", n, "nvidia.com/gpu", 8))
+    create_pod(api, pod("data-science", "ds", "nvidia.com/gpu", 6))
+    wait_for(lambda: _bound(api, "research", research), what="research bound")
+    wait_for(lambda: _bound(api, "data-science", ["ds"]), what="data-science bound")
+    # production asks for 8 of its own nominal 10: the cohort must give them back.
+    create_pod(api, pod("production", "own", "nvidia.com/gpu", 8))
+    wait_for(lambda: _bound(api, "production", ["own"]), what="production bound")
+    left = pods_in(api, "research")
+    assert len(left) == 2, sorted(left)
+    events = api.get("/api/v1/namespaces/research/events")["items"]
+    preempted = [e for e in events if e["reason"] == "Preempted"]
+    assert preempted and "reclaimed by queue production" in preempted[0]["message"]

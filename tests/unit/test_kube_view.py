@@ -1,0 +1,165 @@
+"""The scheduler's view rebuilt from API objects: nodes that disagree with the policy are
+reported and kept out, bound pods hold the slices their annotation names (or the first free
+ones), nothing is allocated twice, and a gang bound in part before a crash waits as `+rest`."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpucarve.config.policy_build import load_policy
+from gpucarve.engine.engine import run_cycle
+from gpucarve.kube.inventory import MISMATCH_TAINT, build_inventory
+from gpucarve.kube.nodes import node_manifests
+from gpucarve.kube.view import ASSIGNMENT, build_view
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+EPOCH = datetime(2026, 11, 29, tzinfo=UTC)
+POLICY = load_policy(EXAMPLE, []).policy
+TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def ready_nodes() -> list[dict[str, Any]]:
+    out = []
+    for m in node_manifests(POLICY):
+        m = copy.deepcopy(m)
+        m["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        out.append(m)
+    return out
+
+
+def pod(
+    name: str,
+    ns: str,
+    limits: dict[str, str],
+    node: str | None = None,
+    slices: list[str] | None = None,
+    group: str | None = None,
+    scheduler: str = "gpucarve",
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": ns,
+        "creationTimestamp": "2026-11-29T00:00:10Z",
+        "labels": {"scheduling.x-k8s.io/pod-group": group} if group else {},
+        "annotations": {},
+    }
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "tolerations": TOLERATE,
+        "containers": [{"name": "c", "resources": {"limits": limits}}],
+    }
+    if node:
+        spec["nodeName"] = node
+    if slices is not None:
+        meta["annotations"][ASSIGNMENT] = json.dumps({"slices": slices})
+    return {"metadata": meta, "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
+
+
+def test_nodes_that_disagree_with_the_policy_are_reported_and_kept_out() -> None:
+    nodes = ready_nodes()
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    # production-1 carved differently: seven 1g.10gb per GPU instead of the policy's layout
+    alloc = by_name["production-1"]["status"]["allocatable"]
+    for k in [k for k in alloc if k.startswith("nvidia.com/mig-")]:
+        del alloc[k]
+    alloc["nvidia.com/mig-1g.10gb"] = "14"
+    by_name["training-3"]["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB"
+    by_name["dev-5"]["metadata"]["labels"]["gpucarve.io/pool"] = "nosuch"
+    stray = copy.deepcopy(by_name["dev-4"])
+    stray["metadata"]["name"] = "stray"
+    del stray["metadata"]["labels"]["gpucarve.io/pool"]
+    nodes.append(stray)
+    inv = build_inventory(POLICY, nodes)
+    text = "\n".join(map(str, inv.problems))
+    assert (
+        "node production-1: allocatable nvidia.com/mig-1g.10gb is 14, pool production expects 4"
+        in text
+    )
+    assert "node training-3: nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB but pool training" in text
+    assert "node dev-5: label gpucarve.io/pool=nosuch names no pool" in text
+    assert "node stray: publishes nvidia.com/gpu.shared but belongs to no pool" in text
+    names = [n.name for n in inv.cluster.nodes]
+    assert "dev-5" not in names and "stray" not in names
+    assert MISMATCH_TAINT in inv.cluster.node("production-1").taints
+    assert MISMATCH_TAINT not in inv.cluster.node("production-0").taints
+    # the engine places nothing on a mismatched node
+    # four pods within their queues' nominal quota, each needing a whole training node
+    pending = [
+        pod("r0", "research", {"nvidia.com/gpu": "8"}),
+        pod("r1", "research", {"nvidia.com/gpu": "8"}),
+        pod("p0", "production", {"nvidia.com/gpu": "8"}),
+        pod("d0", "data-science", {"nvidia.com/gpu": "6"}),
+    ]
+    view = build_view(POLICY, inv, pending, "gpucarve", EPOCH, {})
+    result = run_cycle(view.snapshot, 10)
+    used = {p.node for a in result.admissions for p in a.pods}
+    assert used == {"training-0", "training-1", "training-2"}
+    (waiting,) = result.pending
+    assert waiting.reason.stage == "placement"
+
+
+def test_bound_pods_hold_their_slices_and_nothing_is_given_twice() -> None:
+    inv = build_inventory(POLICY, ready_nodes())
+    pods = [
+        pod("a", "production", {"nvidia.com/mig-3g.40gb": "1"}, "production-0",
+            ["production-0/gpu0/3g.40gb@4"]),
+        # no annotation (bound by hand): the first free 3g.40gb of its node
+        pod("b", "production", {"nvidia.com/mig-3g.40gb": "1"}, "production-0"),
+        # another scheduler's pod still holds its GPUs
+        pod("c", "default", {"nvidia.com/mig-3g.40gb": "1"}, "production-1",
+            scheduler="default-scheduler"),
+        # claims a slice already held: reported, and given the next free one
+        pod("d", "production", {"nvidia.com/mig-1g.10gb": "1"}, "production-0",
+            ["production-0/gpu0/3g.40gb@4"]),
+    ]  # fmt: skip
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {})
+    allocs = view.snapshot.cluster.allocations
+    assert allocs["production-0/gpu0/3g.40gb@4"].owner == "production/a"
+    assert allocs["production-0/gpu1/3g.40gb@4"].owner == "production/b"
+    assert allocs["production-1/gpu0/3g.40gb@4"].owner == "foreign:default/c"
+    d = [s for s, a in allocs.items() if a.owner == "production/d"]
+    assert len(d) == 1 and "/1g.10gb@" in d[0]
+    assert any("both claim production-0/gpu0/3g.40gb@4" in w for w in view.warnings)
+    assert view.snapshot.check() == []
+    assert {rw.workload.id for rw in view.snapshot.running} == {
+        "production/a",
+        "production/b",
+        "production/d",
+    }
+
+
+def test_a_gang_bound_in_part_waits_for_the_rest_only() -> None:
+    inv = build_inventory(POLICY, ready_nodes())
+    pods = [
+        pod("g-0", "research", {"nvidia.com/gpu": "8"}, "training-0",
+            [f"training-0/gpu{i}" for i in range(8)], group="g"),
+        pod("g-1", "research", {"nvidia.com/gpu": "8"}, group="g"),
+        pod("g-2", "research", {"nvidia.com/gpu": "8"}, group="g"),
+    ]  # fmt: skip
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): 3})
+    (running,) = view.snapshot.running
+    assert running.workload.id == "research/g" and len(running.pods) == 1
+    (rest,) = view.snapshot.pending
+    assert rest.id == "research/g+rest"
+    assert rest.pod_sets[0].count == 2 and rest.pod_sets[0].min_count == 2
+    result = run_cycle(view.snapshot, 10)
+    (admission,) = result.admissions
+    bound = sorted(view.pod_of(admission.workload, p.pod) for p in admission.pods)
+    assert bound == ["research/g-1", "research/g-2"]
+    assert all(p.node != "training-0" for p in admission.pods)
+
+
+def test_a_gang_short_of_its_min_member_waits_for_its_pods() -> None:
+    inv = build_inventory(POLICY, ready_nodes())
+    pods = [pod("g-0", "research", {"nvidia.com/gpu": "8"}, group="g")]
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): 3})
+    assert view.snapshot.pending == ()
+    assert "has 1 of its 3 pods" in view.invalid["research/g-0"]
+    pods += [pod(f"g-{i}", "research", {"nvidia.com/gpu": "8"}, group="g") for i in (1, 2)]
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): 3})
+    (gang,) = view.snapshot.pending
+    assert gang.pod_sets[0].min_count == 3 and not view.invalid

@@ -185,6 +185,15 @@ def test_a_queue_over_quota_waits_and_says_why(
     assert "data-science" in message
     assert not node_of(pods_in(api, "data-science")["second"])
 
+    def queue_status() -> dict[str, Any] | None:
+        status = api.get("/apis/gpucarve.io/v1alpha1/queues/data-science").get("status")
+        return status if status and status.get("pendingWorkloads") == 1 else None
+
+    status = wait_for(queue_status, what="the queue's status")
+    assert status["admittedWorkloads"] == 1
+    assert status["usage"] == {"h100-full": 4}
+    assert status["borrowed"] == {}
+
 
 def test_reclaim_evicts_a_borrower_through_the_api(
     cluster: tuple[LocalStack, Api], scheduler: Scheduler

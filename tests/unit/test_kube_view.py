@@ -69,6 +69,7 @@ def test_nodes_that_disagree_with_the_policy_are_reported_and_kept_out() -> None
     alloc["nvidia.com/mig-1g.10gb"] = "14"
     by_name["training-3"]["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB"
     by_name["dev-5"]["metadata"]["labels"]["gpucarve.io/pool"] = "nosuch"
+    by_name["dev-2"]["metadata"]["labels"]["nvidia.com/gpu.replicas"] = "4"
     stray = copy.deepcopy(by_name["dev-4"])
     stray["metadata"]["name"] = "stray"
     del stray["metadata"]["labels"]["gpucarve.io/pool"]
@@ -81,6 +82,10 @@ def test_nodes_that_disagree_with_the_policy_are_reported_and_kept_out() -> None
     )
     assert "node training-3: nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB but pool training" in text
     assert "node dev-5: label gpucarve.io/pool=nosuch names no pool" in text
+    assert (
+        "node dev-2: GPU Feature Discovery says nvidia.com/gpu.replicas=4, pool dev expects 8"
+        in text
+    )
     assert "node stray: publishes nvidia.com/gpu.shared but belongs to no pool" in text
     names = [n.name for n in inv.cluster.nodes]
     assert "dev-5" not in names and "stray" not in names

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpucarve.core.cluster import ClusterState, Node, Slice, check_layouts, pool_node
-from gpucarve.core.policy import Policy, Pool, Taint
+from gpucarve.core.policy import Policy, Pool, SharingMode, Taint
 from gpucarve.core.quantity import QuantityError, parse_quantity
 
 POOL_LABEL = "gpucarve.io/pool"
@@ -93,6 +93,19 @@ def _mismatches(
             f"{PRODUCT_LABEL}={product} but pool {pool.name} is {m.id}; move the node to a "
             f"pool of that model or fix the pool's gpuModel"
         )
+    said = {
+        "nvidia.com/gpu.count": pool.gpus_per_node,
+        "nvidia.com/gpu.memory": m.memory_mib,
+    }
+    if pool.sharing is not SharingMode.MIG:
+        said["nvidia.com/gpu.replicas"] = pool.replicas
+    for label, want in said.items():
+        have = labels.get(label)
+        if have is not None and str(have) != str(want):
+            out.append(
+                f"GPU Feature Discovery says {label}={have}, pool {pool.name} expects {want}; "
+                f"fix the pool or move the node"
+            )
     seen = {k: _quantity(v, 1) for k, v in allocatable.items() if str(k).startswith(GPU_PREFIX)}
     for name in sorted(set(seen) | set(expected)):
         have, want = seen.get(name) or 0, expected.get(name, 0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -94,6 +95,7 @@ class Scheduler:
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.reported: dict[str, str] = {}  # pod -> last message written to its condition
         self.node_problems: set[str] = set()
+        self.queue_status: dict[str, dict[str, Any]] = {}
         self._inventory: tuple[tuple[str, ...], Inventory] | None = None
         self._binds = ThreadPoolExecutor(config.bind_workers, thread_name_prefix="bind")
         self._side = ThreadPoolExecutor(2, thread_name_prefix="status")
@@ -191,6 +193,7 @@ class Scheduler:
         self._evict(view, result, report)
         self._bind(view, result, report)
         self._report_pending(view, result, waiting, report)
+        self._queue_status(view, result, waiting)
         if result.admissions or result.evictions:
             log.info(
                 "cycle %d: %d pods bound, %d workloads evicted, %d pending",
@@ -200,6 +203,64 @@ class Scheduler:
                 report.pending,
             )
         return report
+
+    def _queue_status(
+        self, view: View, result: CycleResult, waiting: dict[str, frozenset[str]]
+    ) -> None:
+        """Queue objects' status: workloads admitted and pending, slices used and borrowed."""
+        admitted: Counter[str] = Counter()
+        pending: Counter[str] = Counter()
+        usage: dict[str, Counter[str]] = {q.name: Counter() for q in self.policy.queues}
+        evicted = set(result.evicted_ids())
+        for rw in view.snapshot.running:
+            if rw.workload.id in evicted:
+                continue
+            admitted[rw.workload.queue] += 1
+            for p in rw.pods:
+                if p.flavor is not None:
+                    usage[rw.workload.queue][p.flavor] += len(p.slice_ids)
+        for a in result.admissions:
+            admitted[a.queue] += 1
+            for flavor, n in a.charged:
+                usage[a.queue][flavor] += n
+        for pend in result.pending:
+            pending[pend.queue] += 1
+        for w in view.snapshot.pending:
+            if w.id in waiting:
+                pending[w.queue] += 1
+        for q in self.policy.queues:
+            used = usage[q.name]
+            borrowed = {}
+            for flavor, n in used.items():
+                quota = q.quota(flavor)
+                over = n - (quota.nominal if quota is not None else 0)
+                if over > 0:
+                    borrowed[flavor] = over
+            status = {
+                "admittedWorkloads": admitted[q.name],
+                "pendingWorkloads": pending[q.name],
+                "usage": dict(sorted(used.items())),
+                "borrowed": dict(sorted(borrowed.items())),
+            }
+            if self.queue_status.get(q.name) != status:
+                self.queue_status[q.name] = status
+                self._side.submit(self._write_queue_status, q.name, status)
+
+    def _write_queue_status(self, name: str, status: dict[str, Any]) -> None:
+        try:
+            # A JSON patch replaces the whole status: a merge patch would keep flavors that
+            # are no longer in use.
+            self.client.call(
+                "PATCH",
+                f"/apis/{GROUP}/{VERSION}/queues/{name}/status",
+                [{"op": "add", "path": "/status", "value": status}],
+                "application/json-patch+json",
+            )
+        except ApiError as err:
+            if err.status == 404:
+                return  # the Queue object was never applied: nothing to write to
+            log.warning("status of queue %s not written: %s", name, err)
+            self.queue_status.pop(name, None)  # retried next cycle
 
     def _still_awaiting(self, view: View) -> dict[str, frozenset[str]]:
         present = set(view.running_pods)

@@ -18,7 +18,7 @@ from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
 from gpucarve.kube.client import Client
 from gpucarve.kube.nodes import node_manifests
-from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
+from gpucarve.kube.scheduler import CycleReport, Scheduler, SchedulerConfig
 from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import (
@@ -214,3 +214,29 @@ def test_reclaim_evicts_a_borrower_through_the_api(
     events = api.get("/api/v1/namespaces/research/events")["items"]
     preempted = [e for e in events if e["reason"] == "Preempted"]
     assert preempted and "reclaimed by queue production" in preempted[0]["message"]
+
+
+def test_a_pod_deleted_while_being_scheduled_is_let_go(
+    cluster: tuple[LocalStack, Api], policy_file: Path
+) -> None:
+    stack, api = cluster
+    sched = Scheduler(
+        Client.from_kubeconfig(stack.kubeconfig()), load_policy(policy_file, []).policy
+    )
+    sched.start()
+    try:
+        create_pod(api, pod("notebooks", "gone", "nvidia.com/gpu.shared"))
+        wait_for(lambda: sched.pods.get("notebooks/gone"), what="the pod in the cache")
+        view = sched.view()
+        result = sched.engine.run_cycle(view.snapshot, 0)
+        assert [a.workload for a in result.admissions] == ["notebooks/gone"]
+        # deleted between the decision and the binding
+        api.call("DELETE", "/api/v1/namespaces/notebooks/pods/gone?gracePeriodSeconds=0")
+        sched._bind(view, result, CycleReport(0))
+        wait_for(lambda: sched.failed_binds, what="the failed binding")
+        assert "notebooks/gone" in sched.failed_binds[0] and "404" in sched.failed_binds[0]
+        wait_for(lambda: sched.pods.get("notebooks/gone") is None, what="the deletion seen")
+        assert "notebooks/gone" not in sched.assumed
+        assert sched.cycle().bound == 0  # the next cycle goes on without it
+    finally:
+        sched.stop()

@@ -84,6 +84,16 @@ class ClusterState:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_node_index", {n.name: n for n in self.nodes})
 
+    def with_allocations(self, allocations: Mapping[str, Allocation]) -> ClusterState:
+        """The same nodes and slices with other allocations (the caller keeps the invariants,
+        as `apply` does); the node index is shared, not rebuilt."""
+        new = object.__new__(ClusterState)
+        object.__setattr__(new, "nodes", self.nodes)
+        object.__setattr__(new, "slices", self.slices)
+        object.__setattr__(new, "allocations", allocations)
+        object.__setattr__(new, "_node_index", self._node_index)
+        return new
+
     def node(self, name: str) -> Node:
         return self._node_index[name]
 

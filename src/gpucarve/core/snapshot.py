@@ -7,11 +7,54 @@ allocated to that pod); `Snapshot.check()` says where they do not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
-from gpucarve.core.cluster import ClusterState
+from gpucarve.core.cluster import Allocation, ClusterState
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import RunningWorkload, Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One change between two snapshots: allocations removed and added, running workloads
+    stopped and started (a workload that gained pods is stopped and started again)."""
+
+    freed: tuple[Allocation, ...] = ()
+    taken: tuple[Allocation, ...] = ()
+    stopped: tuple[RunningWorkload, ...] = ()
+    started: tuple[RunningWorkload, ...] = ()
+
+
+class Delta:
+    """How a snapshot was derived from its parent (held weakly): one step, and the parent's
+    own delta. A driver that derives each snapshot from the last (the simulator) records them,
+    so the engine brings its indexed cluster up to date from the snapshot it saw last in
+    proportion to what changed, not to the cluster's size. The engine cuts the chain behind the
+    snapshot it adopts (`forget_earlier`), so the history does not pile up."""
+
+    __slots__ = ("earlier", "parent", "step")
+
+    def __init__(self, parent: Snapshot, step: Step | None, earlier: Delta | None) -> None:
+        self.parent = weakref.ref(parent)
+        self.step = step
+        self.earlier = earlier
+
+    def steps_since(self, base: Snapshot) -> list[Step] | None:
+        """The steps from `base` to this snapshot, oldest first; None if it is no ancestor."""
+        out: list[Step] = []
+        d: Delta | None = self
+        while d is not None:
+            if d.step is not None:
+                out.append(d.step)
+            if d.parent() is base:
+                out.reverse()
+                return out
+            d = d.earlier
+        return None
+
+    def forget_earlier(self) -> None:
+        self.earlier = None
 
 
 @dataclass(frozen=True)
@@ -20,6 +63,11 @@ class Snapshot:
     cluster: ClusterState
     running: tuple[RunningWorkload, ...] = ()
     pending: tuple[Workload, ...] = ()
+    delta: Delta | None = field(default=None, compare=False, repr=False)
+
+    def delta_with(self, step: Step | None = None) -> Delta:
+        """The delta of a snapshot derived from this one by `step` (none: same cluster)."""
+        return Delta(self, step, self.delta)
 
     def check(self) -> list[str]:
         out = self.cluster.invariant_violations()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from gpucarve.core.cluster import Allocation, ClusterState
-from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.cluster import Allocation
+from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.engine.decisions import CycleResult
 
@@ -21,12 +21,17 @@ def apply(snapshot: Snapshot, result: CycleResult, requeue: bool = True) -> Snap
     running = {rw.workload.id: rw for rw in snapshot.running}
     pending = {w.id: w for w in snapshot.pending}
     evicted: list[Workload] = []
+    freed: list[Allocation] = []
+    taken: list[Allocation] = []
+    stopped: list[RunningWorkload] = []
+    started: list[RunningWorkload] = []
     for ev in result.evictions:
         rw = running.pop(ev.workload)
         for pod in rw.pods:
             for sid in pod.slice_ids:
-                del allocations[sid]
+                freed.append(allocations.pop(sid))
         evicted.append(rw.workload)
+        stopped.append(rw)
     for adm in result.admissions:
         earlier = running.get(adm.workload)
         w = earlier.workload if earlier is not None else pending.pop(adm.workload)
@@ -39,21 +44,25 @@ def apply(snapshot: Snapshot, result: CycleResult, requeue: bool = True) -> Snap
                     # A pod's replicas share one GPU: its declared memory is booked once, on
                     # the first replica, so the GPU's total stays exact.
                     mem = pod.shared_memory_mib if i == 0 else 0
-                allocations[sid] = Allocation(sid, pod.pod, s.compute_milli, mem)
+                allocations[sid] = a = Allocation(sid, pod.pod, s.compute_milli, mem)
+                taken.append(a)
         if earlier is not None:
             # More pods of a workload placed pod by pod (scheduling without gangs).
             running[w.id] = RunningWorkload(w, (*earlier.pods, *adm.pods), earlier.start_time)
+            stopped.append(earlier)
         else:
             running[w.id] = RunningWorkload(w, adm.pods, result.now)
+        started.append(running[w.id])
     if requeue:
         for w in evicted:
             pending[w.id] = w
-    new_cluster = ClusterState(cluster.nodes, cluster.slices, MappingProxyType(allocations))
+    step = Step(tuple(freed), tuple(taken), tuple(stopped), tuple(started))
     return Snapshot(
         snapshot.policy,
-        new_cluster,
+        cluster.with_allocations(MappingProxyType(allocations)),
         tuple(running[k] for k in sorted(running)),
         tuple(pending[k] for k in sorted(pending)),
+        snapshot.delta_with(step),
     )
 
 
@@ -62,17 +71,21 @@ def finish(snapshot: Snapshot, *workload_ids: str) -> Snapshot:
     done = set(workload_ids)
     allocations = dict(snapshot.cluster.allocations)
     running = []
+    freed: list[Allocation] = []
+    stopped: list[RunningWorkload] = []
     for rw in snapshot.running:
         if rw.workload.id not in done:
             running.append(rw)
             continue
         done.discard(rw.workload.id)
+        stopped.append(rw)
         for pod in rw.pods:
             for sid in pod.slice_ids:
-                del allocations[sid]
+                freed.append(allocations.pop(sid))
     if done:
         raise KeyError(f"not running: {', '.join(sorted(done))}")
-    cluster = ClusterState(
-        snapshot.cluster.nodes, snapshot.cluster.slices, MappingProxyType(allocations)
+    cluster = snapshot.cluster.with_allocations(MappingProxyType(allocations))
+    step = Step(freed=tuple(freed), stopped=tuple(stopped))
+    return Snapshot(
+        snapshot.policy, cluster, tuple(running), snapshot.pending, snapshot.delta_with(step)
     )
-    return Snapshot(snapshot.policy, cluster, tuple(running), snapshot.pending)

@@ -43,7 +43,14 @@ class Engine:
         ):
             ws = Working(snapshot)
         elif base is not snapshot:
-            ws.sync(base, snapshot)
+            delta = snapshot.delta
+            steps = delta.steps_since(base) if delta is not None else None
+            if steps is not None:
+                ws.apply_steps(steps)
+            else:
+                ws.sync(base, snapshot)
+        if snapshot.delta is not None:
+            snapshot.delta.forget_earlier()
         self._ws, self._base = ws, snapshot
         return ws
 

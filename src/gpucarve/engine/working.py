@@ -9,12 +9,12 @@ for a pod does not scan the cluster.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from gpucarve.core.policy import Flavor, SliceKind
 from gpucarve.core.requests import SHARED_KINDS, charge_milli, gpu_memory_of
-from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import PodAssignment, PodSet, RunningWorkload, TopologyMode
 
 UNLIMITED = 1 << 62
@@ -246,6 +246,25 @@ class Working:
             other = was.get(wid)
             if other is not rw and other != rw:
                 self._base_running(rw, +1)
+
+    def apply_steps(self, steps: Sequence[Step]) -> None:
+        """Follow a snapshot's recorded delta: the same state `sync` reaches, in proportion
+        to what changed."""
+        assert not self.log, "sync inside a cycle"
+        touched: set[tuple[int, str]] = set()
+        for step in steps:
+            for a in step.freed:
+                self._base_slice(a.slice_id, a.memory_mib, +1, touched)
+            for a in step.taken:
+                self._base_slice(a.slice_id, a.memory_mib, -1, touched)
+            for rw in step.stopped:
+                self._base_running(rw, -1)
+            for rw in step.started:
+                self._base_running(rw, +1)
+        for node_idx, flavor in touched:
+            self.recount(self.nodes[node_idx], flavor)
+        if touched:
+            self.release_epoch += 1
 
     def _base_slice(self, sid: str, memory: int, sign: int, touched: set[tuple[int, str]]) -> None:
         o = bisect.bisect_left(self.slice_ids, sid)

@@ -130,6 +130,11 @@ class Simulator:
         self.holding: dict[str, int] = {}  # partly placed gangs (no-gang scheduling) -> since
         self.gpu_jobs: dict[str, set[str]] = {}  # shared GPU id -> workloads on it
         self.result = SimResult(policy, 0)
+        # Running workloads by id, kept in step with the snapshot (which is a sorted tuple).
+        self.live: dict[str, RunningWorkload] = {}
+        # Completed but not yet released from the snapshot: released together before the next
+        # cycle or sample, the only readers of the snapshot (one O(running) pass, not one each).
+        self.finished: list[str] = []
         self.probe = FragmentationProbe(policy, self.snapshot.cluster)
         span = (
             self.workloads[-1].submit_time - self.workloads[0].submit_time if self.workloads else 0
@@ -188,9 +193,12 @@ class Simulator:
                         self._complete(wid, at)
                 elif tick_at == at:
                     tick_at = None
+            self._flush()
             if arrivals:
                 s = self.snapshot
-                self.snapshot = Snapshot(s.policy, s.cluster, s.running, (*s.pending, *arrivals))
+                self.snapshot = Snapshot(
+                    s.policy, s.cluster, s.running, (*s.pending, *arrivals), s.delta_with()
+                )
             stalled = False
             if self.snapshot.pending or self.holding:
                 result = self.engine.run_cycle(self.snapshot, now)
@@ -220,6 +228,7 @@ class Simulator:
             if not self.snapshot.running and not arrivals_left:
                 # Nothing runs and nothing will arrive: what still waits never fits.
                 break
+        self._flush()
         self.result.end = now
         self.result.cycles = cycles
         for wid, job in sorted(self.jobs.items()):
@@ -258,7 +267,7 @@ class Simulator:
         job.since = now
 
     def _reschedule(self, wids: set[str], now: int) -> None:
-        running = {rw.workload.id: rw for rw in self.snapshot.running}
+        running = self.live
         for wid in sorted(wids):
             job = self.jobs.get(wid)
             if job is None:
@@ -279,7 +288,7 @@ class Simulator:
 
     # ------------------------------------------------------------------ changes
     def _apply(self, result: CycleResult, now: int) -> None:
-        running = {rw.workload.id: rw for rw in self.snapshot.running}
+        running = self.live
         touched: set[str] = set()
         for ev in result.evictions:
             rw = running[ev.workload]
@@ -290,9 +299,15 @@ class Simulator:
             job = self.jobs.pop(ev.workload)
             self._close(ev.workload, job, now, "evicted")
             self.result.evictions.append((now, ev.workload, ev.by, str(ev.cause)))
-        before = running
+        before = dict(running)
         self.snapshot = apply(self.snapshot, result)
-        after = {rw.workload.id: rw for rw in self.snapshot.running}
+        assert self.snapshot.delta is not None and self.snapshot.delta.step is not None
+        step = self.snapshot.delta.step
+        for rw in step.stopped:
+            del self.live[rw.workload.id]
+        for rw in step.started:
+            self.live[rw.workload.id] = rw
+        after = self.live
         for adm in result.admissions:
             wid = adm.workload
             if wid in self.jobs:
@@ -319,18 +334,24 @@ class Simulator:
         self._reschedule(touched, now)
 
     def _complete(self, wid: str, now: int) -> None:
-        rw = next(r for r in self.snapshot.running if r.workload.id == wid)
+        rw = self.live[wid]
         gpus = self._gpus_of(rw.pods)
         for g in gpus:
             self.gpu_jobs[g].discard(wid)
         job = self.jobs.pop(wid)
         self._close(wid, job, now, "completed")
         self.result.completed[wid] = now
-        self.snapshot = finish(self.snapshot, wid)
+        del self.live[wid]
+        self.finished.append(wid)
         self._reschedule(self._neighbours(gpus), now)
 
+    def _flush(self) -> None:
+        if self.finished:
+            self.snapshot = finish(self.snapshot, *self.finished)
+            self.finished = []
+
     def _close(self, wid: str, job: _Job, now: int, outcome: str) -> None:
-        rw = next(r for r in self.snapshot.running if r.workload.id == wid)
+        rw = self.live[wid]
         self.result.intervals.append(
             Interval(wid, job.workload.queue, job.start, now, rw.pods, outcome)
         )

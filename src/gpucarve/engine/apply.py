@@ -3,28 +3,36 @@
 The simulator uses this to advance; tests use it to build clusters with running work. Evicted
 workloads return to pending (keeping their submit time) unless `requeue` is false; victims are
 released before the admissions that waited for them take their slices.
+
+`apply_in` and `finish_in` do the same on a driver's own mutable maps and return the `Step`
+(what changed), for a driver that keeps its state between cycles and derives each snapshot
+from it; `apply` and `finish` wrap them for immutable snapshots.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
 
-from gpucarve.core.cluster import Allocation
+from gpucarve.core.cluster import Allocation, Slice
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.engine.decisions import CycleResult
 
 
-def apply(snapshot: Snapshot, result: CycleResult, requeue: bool = True) -> Snapshot:
-    cluster = snapshot.cluster
-    allocations = dict(cluster.allocations)
-    running = {rw.workload.id: rw for rw in snapshot.running}
-    pending = {w.id: w for w in snapshot.pending}
-    evicted: list[Workload] = []
+def apply_in(
+    slices: Mapping[str, Slice],
+    allocations: dict[str, Allocation],
+    running: dict[str, RunningWorkload],
+    pending: dict[str, Workload],
+    result: CycleResult,
+    requeue: bool = True,
+) -> Step:
     freed: list[Allocation] = []
     taken: list[Allocation] = []
     stopped: list[RunningWorkload] = []
     started: list[RunningWorkload] = []
+    evicted: list[Workload] = []
     for ev in result.evictions:
         rw = running.pop(ev.workload)
         for pod in rw.pods:
@@ -37,7 +45,7 @@ def apply(snapshot: Snapshot, result: CycleResult, requeue: bool = True) -> Snap
         w = earlier.workload if earlier is not None else pending.pop(adm.workload)
         for pod in adm.pods:
             for i, sid in enumerate(pod.slice_ids):
-                s = cluster.slices[sid]
+                s = slices[sid]
                 assert sid not in allocations, f"{sid} allocated twice"
                 mem = s.memory_mib
                 if pod.shared_memory_mib:
@@ -56,36 +64,61 @@ def apply(snapshot: Snapshot, result: CycleResult, requeue: bool = True) -> Snap
     if requeue:
         for w in evicted:
             pending[w.id] = w
-    step = Step(tuple(freed), tuple(taken), tuple(stopped), tuple(started))
-    return Snapshot(
-        snapshot.policy,
-        cluster.with_allocations(MappingProxyType(allocations)),
-        tuple(running[k] for k in sorted(running)),
-        tuple(pending[k] for k in sorted(pending)),
-        snapshot.delta_with(step),
-    )
+    return Step(tuple(freed), tuple(taken), tuple(stopped), tuple(started))
 
 
-def finish(snapshot: Snapshot, *workload_ids: str) -> Snapshot:
-    """The snapshot after running workloads completed and released their slices."""
-    done = set(workload_ids)
-    allocations = dict(snapshot.cluster.allocations)
-    running = []
+def finish_in(
+    allocations: dict[str, Allocation],
+    running: dict[str, RunningWorkload],
+    workload_ids: tuple[str, ...],
+) -> Step:
+    missing = sorted(w for w in set(workload_ids) if w not in running)
+    if missing:
+        raise KeyError(f"not running: {', '.join(missing)}")
     freed: list[Allocation] = []
     stopped: list[RunningWorkload] = []
-    for rw in snapshot.running:
-        if rw.workload.id not in done:
-            running.append(rw)
-            continue
-        done.discard(rw.workload.id)
+    for wid in dict.fromkeys(workload_ids):
+        rw = running.pop(wid)
         stopped.append(rw)
         for pod in rw.pods:
             for sid in pod.slice_ids:
                 freed.append(allocations.pop(sid))
-    if done:
-        raise KeyError(f"not running: {', '.join(sorted(done))}")
-    cluster = snapshot.cluster.with_allocations(MappingProxyType(allocations))
-    step = Step(freed=tuple(freed), stopped=tuple(stopped))
+    return Step(freed=tuple(freed), stopped=tuple(stopped))
+
+
+def derive(
+    snapshot: Snapshot,
+    allocations: Mapping[str, Allocation],
+    running: Mapping[str, RunningWorkload] | tuple[RunningWorkload, ...],
+    pending: Mapping[str, Workload] | tuple[Workload, ...],
+    step: Step,
+) -> Snapshot:
+    """The snapshot after `step`, from the driver's maps (copied: the snapshot stays fixed).
+    Maps are sorted by id; tuples (already in id order) are kept as they are."""
+    if not isinstance(pending, tuple):
+        pending = tuple(w for _, w in sorted(pending.items()))
+    if not isinstance(running, tuple):
+        running = tuple(rw for _, rw in sorted(running.items()))
     return Snapshot(
-        snapshot.policy, cluster, tuple(running), snapshot.pending, snapshot.delta_with(step)
+        snapshot.policy,
+        snapshot.cluster.with_allocations(MappingProxyType(dict(allocations))),
+        running,
+        pending,
+        snapshot.delta_with(step),
     )
+
+
+def apply(snapshot: Snapshot, result: CycleResult, requeue: bool = True) -> Snapshot:
+    allocations = dict(snapshot.cluster.allocations)
+    running = {rw.workload.id: rw for rw in snapshot.running}
+    pending = {w.id: w for w in snapshot.pending}
+    step = apply_in(snapshot.cluster.slices, allocations, running, pending, result, requeue)
+    return derive(snapshot, allocations, running, pending, step)
+
+
+def finish(snapshot: Snapshot, *workload_ids: str) -> Snapshot:
+    """The snapshot after running workloads completed and released their slices."""
+    allocations = dict(snapshot.cluster.allocations)
+    running = {rw.workload.id: rw for rw in snapshot.running}
+    step = finish_in(allocations, running, workload_ids)
+    return derive(snapshot, allocations, running, snapshot.pending, step)

@@ -13,17 +13,18 @@ its inputs.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from gpucarve.core.cluster import build_cluster
+from gpucarve.core.cluster import Allocation, build_cluster
 from gpucarve.core.policy import Policy, SliceKind
-from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine import CycleResult, Engine
-from gpucarve.engine.apply import apply, finish
+from gpucarve.engine.apply import apply_in, derive, finish_in
 from gpucarve.sim import slowdown
 from gpucarve.sim.fragmentation import FragmentationProbe
 
@@ -130,8 +131,15 @@ class Simulator:
         self.holding: dict[str, int] = {}  # partly placed gangs (no-gang scheduling) -> since
         self.gpu_jobs: dict[str, set[str]] = {}  # shared GPU id -> workloads on it
         self.result = SimResult(policy, 0)
-        # Running workloads by id, kept in step with the snapshot (which is a sorted tuple).
+        # The simulator's own state, from which each snapshot is derived (engine.apply's
+        # `*_in` functions change them and say what changed): allocations, running workloads
+        # by id, pending workloads by id.
+        self.allocs: dict[str, Allocation] = {}
         self.live: dict[str, RunningWorkload] = {}
+        self.queue: dict[str, Workload] = {}
+        # The running workloads in id order, as the snapshot lists them, kept by bisection.
+        self.run_ids: list[str] = []
+        self.run_list: list[RunningWorkload] = []
         # Completed but not yet released from the snapshot: released together before the next
         # cycle or sample, the only readers of the snapshot (one O(running) pass, not one each).
         self.finished: list[str] = []
@@ -195,6 +203,8 @@ class Simulator:
                     tick_at = None
             self._flush()
             if arrivals:
+                for w in arrivals:
+                    self.queue[w.id] = w
                 s = self.snapshot
                 self.snapshot = Snapshot(
                     s.policy, s.cluster, s.running, (*s.pending, *arrivals), s.delta_with()
@@ -300,13 +310,10 @@ class Simulator:
             self._close(ev.workload, job, now, "evicted")
             self.result.evictions.append((now, ev.workload, ev.by, str(ev.cause)))
         before = dict(running)
-        self.snapshot = apply(self.snapshot, result)
-        assert self.snapshot.delta is not None and self.snapshot.delta.step is not None
-        step = self.snapshot.delta.step
-        for rw in step.stopped:
-            del self.live[rw.workload.id]
-        for rw in step.started:
-            self.live[rw.workload.id] = rw
+        slices = self.snapshot.cluster.slices
+        step = apply_in(slices, self.allocs, self.live, self.queue, result)
+        self._follow(step)
+        self.snapshot = derive(self.snapshot, self.allocs, tuple(self.run_list), self.queue, step)
         after = self.live
         for adm in result.admissions:
             wid = adm.workload
@@ -341,13 +348,25 @@ class Simulator:
         job = self.jobs.pop(wid)
         self._close(wid, job, now, "completed")
         self.result.completed[wid] = now
-        del self.live[wid]
         self.finished.append(wid)
         self._reschedule(self._neighbours(gpus), now)
 
+    def _follow(self, step: Step) -> None:
+        for rw in step.stopped:
+            i = bisect.bisect_left(self.run_ids, rw.workload.id)
+            del self.run_ids[i]
+            del self.run_list[i]
+        for rw in step.started:
+            i = bisect.bisect_left(self.run_ids, rw.workload.id)
+            self.run_ids.insert(i, rw.workload.id)
+            self.run_list.insert(i, rw)
+
     def _flush(self) -> None:
         if self.finished:
-            self.snapshot = finish(self.snapshot, *self.finished)
+            step = finish_in(self.allocs, self.live, tuple(self.finished))
+            self._follow(step)
+            s = self.snapshot
+            self.snapshot = derive(s, self.allocs, tuple(self.run_list), s.pending, step)
             self.finished = []
 
     def _close(self, wid: str, job: _Job, now: int, outcome: str) -> None:

@@ -30,6 +30,9 @@ ALLOWED = {
     "re",
     "types",
     "typing",
+    # snapshots hold their parent weakly (core/snapshot.py Delta): whether it still lives only
+    # picks the faster of two ways to the same engine state, never a decision
+    "weakref",
 }
 FORBIDDEN_EXAMPLES = {
     "time",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -150,6 +151,15 @@ def simulate(
     days: Annotated[
         float, typer.Option(help="Days of arrivals to generate.", min=0.01, max=60)
     ] = 2.0,
+    load: Annotated[
+        float,
+        typer.Option(
+            "--load",
+            help="Multiply the synthetic teams' arrival rates (what if demand grows?).",
+            min=0.1,
+            max=20,
+        ),
+    ] = 1.0,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write results.json and report.html here.")
     ] = Path("out"),
@@ -192,7 +202,14 @@ def simulate(
                     Text(f"{trace_file}: skipped {loaded_trace.skipped} bad rows", style="yellow")
                 )
         else:
-            trace = generate(loaded.policy, three_teams(days), seed)
+            scenario = three_teams(days)
+            if load != 1.0:
+                teams = tuple(
+                    dataclasses.replace(t, arrivals_per_hour=t.arrivals_per_hour * load)
+                    for t in scenario.teams
+                )
+                scenario = dataclasses.replace(scenario, teams=teams)
+            trace = generate(loaded.policy, scenario, seed)
             workloads, utilisation = trace.workloads, trace.utilisation
     except InvalidInput as exc:
         fail(exc)
@@ -227,6 +244,8 @@ def simulate(
         doc["trace"] = str(trace_file)
     else:
         doc.update(seed=seed, days=days)
+        if load != 1.0:
+            doc["load"] = load
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")

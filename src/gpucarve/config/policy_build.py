@@ -69,6 +69,12 @@ def _flavors(
                 continue
             flavors[flavor.name] = flavor
             owner.setdefault(flavor.name, pool.name)
+            if pool.mig_dynamic is not None and pool.model.mig is not None and flavor.profile:
+                # a dynamic pool can carve every GPU into as many of a profile as fit
+                most = next(
+                    p.max_instances for p in pool.model.mig.profiles if p.name == flavor.profile
+                )
+                per_node = most * pool.gpus_per_node
             capacity[flavor.name] = capacity.get(flavor.name, 0) + per_node * pool.nodes
     return flavors, capacity, problems
 

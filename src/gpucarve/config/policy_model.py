@@ -49,7 +49,22 @@ class MigGpuLayout(_Strict):
     )
 
 
+class MigDynamicSpec(_Strict):
+    enabled: bool = Field(default=True, description="Repartition this pool's GPUs on demand.")
+    minSecondsBetweenChanges: int = Field(
+        default=600, ge=0, le=7 * 86400, description="No GPU is repartitioned again sooner."
+    )
+    maxGpusPerCycle: int = Field(
+        default=8, ge=1, le=10_000, description="GPUs one scheduling cycle may repartition."
+    )
+
+
 class MigSpec(_Strict):
+    dynamic: MigDynamicSpec | None = Field(
+        default=None,
+        description="Dynamic MIG: the layout is where each GPU starts; gpucarve repartitions "
+        "GPUs (keeping instances in use) when queued work needs other profiles.",
+    )
     layout: dict[str, int] | None = Field(
         default=None, description="One layout for every GPU of the pool: profile -> count."
     )

@@ -11,7 +11,7 @@ from gpucarve.config.policy_model import PoolSpec
 from gpucarve.core import mig
 from gpucarve.core.catalog import AmbiguousModel, Catalog, GpuModel, MigGeometry, UnknownModel
 from gpucarve.core.mig import Instance
-from gpucarve.core.policy import Pool, SharingMode, Taint, Topology
+from gpucarve.core.policy import MigDynamic, Pool, SharingMode, Taint, Topology
 from gpucarve.core.problems import Path, Problem
 
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
@@ -295,8 +295,16 @@ def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | Non
         ),
         cpu_milli_per_node=spec.cpusPerNode * 1000 if spec.cpusPerNode else None,
         memory_mib_per_node=spec.memoryGiBPerNode * 1024 if spec.memoryGiBPerNode else None,
+        mig_dynamic=_dynamic(spec),
     )
     return pool, []
+
+
+def _dynamic(spec: PoolSpec) -> MigDynamic | None:
+    d = spec.mig.dynamic if spec.mig is not None else None
+    if d is None or not d.enabled:
+        return None
+    return MigDynamic(d.minSecondsBetweenChanges, d.maxGpusPerCycle)
 
 
 def layout_counts(layout: tuple[Instance, ...]) -> Counter[str]:

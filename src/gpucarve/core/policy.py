@@ -86,6 +86,12 @@ class Topology:
 
 
 @dataclass(frozen=True, slots=True)
+class MigDynamic:
+    min_interval_s: int
+    max_gpus_per_cycle: int
+
+
+@dataclass(frozen=True, slots=True)
 class Pool:
     name: str
     model: GpuModel
@@ -102,6 +108,8 @@ class Pool:
     price_per_gpu_hour: float | None
     cpu_milli_per_node: int | None
     memory_mib_per_node: int | None
+    # Set when the pool's MIG layouts may be changed on demand (see engine.repartition).
+    mig_dynamic: MigDynamic | None = None
 
     @property
     def gpus(self) -> int:

@@ -8,7 +8,9 @@ allocated to that pod); `Snapshot.check()` says where they do not.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from gpucarve.core.cluster import Allocation, ClusterState
 from gpucarve.core.policy import Policy
@@ -64,6 +66,9 @@ class Snapshot:
     running: tuple[RunningWorkload, ...] = ()
     pending: tuple[Workload, ...] = ()
     delta: Delta | None = field(default=None, compare=False, repr=False)
+    # When each GPU (`node/gpuN`) last had its MIG layout changed, for dynamic MIG's minimum
+    # interval between changes; GPUs never changed are absent.
+    mig_changed_at: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def delta_with(self, step: Step | None = None) -> Delta:
         """The delta of a snapshot derived from this one by `step` (none: same cluster)."""

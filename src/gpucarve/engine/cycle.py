@@ -32,7 +32,7 @@ from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import GpuRequest, PodAssignment, PodSet, RunningWorkload, Workload
-from gpucarve.engine import podwise, queueing
+from gpucarve.engine import podwise, queueing, repartition
 from gpucarve.engine.ceilings import Ceilings
 from gpucarve.engine.decisions import (
     Admission,
@@ -89,6 +89,9 @@ class Cycle:
     # ------------------------------------------------------------------ setup
     def flavors_for(self, w: Workload) -> list[list[Flavor]]:
         return [self._flavors_of(w.queue, ps.gpu) for ps in w.pod_sets]
+
+    def flavors_for_set(self, w: Workload, ps: PodSet) -> list[Flavor]:
+        return self._flavors_of(w.queue, ps.gpu)
 
     def _flavors_of(self, queue: str, gpu: GpuRequest) -> list[Flavor]:
         key = (queue, gpu)
@@ -153,6 +156,7 @@ class Cycle:
                         queueing.hold(self, w, outcome.reason)
             if items:
                 heapq.heappush(heap, self._key(name, items[0]))
+        repartitions, unserved = repartition.plan(self)
         stats = CycleStats(
             attempted=attempted,
             admitted=len(self.admissions),
@@ -161,7 +165,13 @@ class Cycle:
             pending=len(self.pending),
         )
         return CycleResult(
-            self.now, tuple(self.admissions), tuple(self.evictions), tuple(self.pending), stats
+            self.now,
+            tuple(self.admissions),
+            tuple(self.evictions),
+            tuple(self.pending),
+            stats,
+            repartitions,
+            unserved,
         )
 
     def _key(self, queue: str, head: Workload) -> tuple[int, int, int, str]:

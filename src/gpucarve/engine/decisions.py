@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gpucarve.core.mig import Instance
 from gpucarve.core.workload import PodAssignment
 
 
@@ -55,6 +56,24 @@ class Eviction:
 
 
 @dataclass(frozen=True, slots=True)
+class Repartition:
+    """A new MIG layout for one GPU (dynamic MIG): the instances in use stay where they are;
+    `destroyed` free instances make way for `created` ones. The driver reconfigures the GPU
+    (unavailable meanwhile) and the queued work that asked for it is placed afterwards."""
+
+    node: str
+    gpu: int
+    layout: tuple[Instance, ...]
+    created: tuple[Instance, ...]
+    destroyed: tuple[Instance, ...]
+    reason: str
+
+    @property
+    def gpu_id(self) -> str:
+        return f"{self.node}/gpu{self.gpu}"
+
+
+@dataclass(frozen=True, slots=True)
 class Pending:
     workload: str
     queue: str
@@ -79,6 +98,9 @@ class CycleResult:
     evictions: tuple[Eviction, ...] = ()
     pending: tuple[Pending, ...] = ()
     stats: CycleStats = field(default_factory=CycleStats)
+    repartitions: tuple[Repartition, ...] = ()
+    # MIG instances per profile still wanted after the repartitions (dynamic pools only)
+    mig_unserved: tuple[tuple[str, int], ...] = ()
 
     def pending_reason(self, workload: str) -> PendingReason | None:
         for p in self.pending:

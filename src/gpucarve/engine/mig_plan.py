@@ -7,8 +7,8 @@ the most weighted demand, then changes the fewest instances, then keeps the most
 free for later. A pool is planned greedily, one GPU at a time in a fixed order, each against
 the demand the pool does not serve yet: fast, deterministic, and exact per GPU.
 
-First part of the dynamic-MIG work: the planner is pure and tested against brute force; the
-engine, simulator and MIG manager hand-off come next.
+`allowed` limits the profiles a plan may create to those a pool has flavors (quota units) for.
+The engine's cycle calls it through `engine.repartition`.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def plan_gpu(
     demand: Mapping[str, int],
     weight: Mapping[str, float] | None = None,
     media: bool = False,
+    allowed: frozenset[str] | None = None,
 ) -> GpuPlan:
     """The best layout for one GPU (possibly its current one) given pending `demand`
     (instances wanted per profile) and each profile's `weight` (priority; default 1)."""
@@ -60,7 +61,7 @@ def plan_gpu(
     now_value = _value(Counter(i.profile for i in now_free), demand, w)
     best_key: tuple[float, int, int, str] | None = None
     best: tuple[tuple[Instance, ...], Counter[str]] | None = None
-    for place, free, changes, spare, tie in _options(geom, now_free, kept, media):
+    for place, free, changes, spare, tie in _options(geom, now_free, kept, media, allowed):
         value = _value(free, demand, w)
         rank = (value, -changes, spare, tie)
         if best_key is None or rank > best_key:
@@ -94,7 +95,11 @@ def plan_gpu(
 
 @functools.lru_cache(maxsize=4096)
 def _options(
-    geom: MigGeometry, now_free: tuple[Instance, ...], kept: tuple[Instance, ...], media: bool
+    geom: MigGeometry,
+    now_free: tuple[Instance, ...],
+    kept: tuple[Instance, ...],
+    media: bool,
+    allowed: frozenset[str] | None = None,
 ) -> tuple[tuple[tuple[Instance, ...], Counter[str], int, int, str], ...]:
     """Per layout that keeps `kept`: the placement of its free instances closest to
     `now_free`, their profiles, the instance changes, the memory slices left, a tie-break.
@@ -103,6 +108,8 @@ def _options(
     mine = set(now_free)
     out = []
     for key in enumerate_layouts(geom, media):
+        if allowed is not None and any(p not in allowed for p, _ in key):
+            continue
         counts = Counter(dict(key))
         counts.subtract(kept_counts)
         if any(n < 0 for n in counts.values()):
@@ -136,6 +143,7 @@ def plan_pool(
     demand: Mapping[str, int],
     weight: Mapping[str, float] | None = None,
     max_changed_gpus: int | None = None,
+    allowed: frozenset[str] | None = None,
 ) -> tuple[list[GpuPlan], dict[str, int]]:
     """Plans for the GPUs worth changing, and the demand left unserved (per profile).
 
@@ -155,7 +163,7 @@ def plan_pool(
         local = want - others
         if not local:
             continue
-        plan = plan_gpu(g.geom, g.gpu, g.current, g.in_use, local, w)
+        plan = plan_gpu(g.geom, g.gpu, g.current, g.in_use, local, w, allowed=allowed)
         if not plan.created and not plan.destroyed:
             continue
         plans.append(plan)

@@ -9,12 +9,12 @@ invariant: no slice held twice, and no GPU's memory promised beyond what it has.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from gpucarve.core import mig
 from gpucarve.core.mig import Instance
-from gpucarve.core.policy import Policy, Pool, SharingMode, SliceKind, Taint
+from gpucarve.core.policy import Flavor, Policy, Pool, SharingMode, SliceKind, Taint
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,11 @@ class Allocation:
     owner: str
     compute_milli: int
     memory_mib: int
+
+
+# Owner of the new instances of a GPU whose MIG layout is being changed: they exist in the
+# plan but are not usable until the reconfiguration is done.
+RECONFIGURING = "mig-reconfigure:"
 
 
 class AllocationError(ValueError):
@@ -209,24 +214,26 @@ def _node_labels(pool: Pool, policy: Policy, index: int) -> tuple[tuple[str, str
     return tuple(sorted(labels.items()))
 
 
+def _mig_slice(by_name: Mapping[str, Flavor], node: str, g: int, inst: Instance) -> Slice:
+    f = by_name[inst.profile]
+    return Slice(
+        id=f"{node}/gpu{g}/{inst.profile}@{inst.start}",
+        node=node,
+        gpu=g,
+        kind=SliceKind.MIG,
+        flavor=f.name,
+        compute_milli=f.compute_milli,
+        memory_mib=f.memory_mib,
+        profile=inst.profile,
+        start=inst.start,
+    )
+
+
 def _gpu_slices(pool: Pool, node: str, g: int, layout: tuple[Instance, ...]) -> list[Slice]:
     by_name = {f.profile or "": f for f in pool.flavors()}
     prefix = f"{node}/gpu{g}"
     if pool.sharing is SharingMode.MIG:
-        return [
-            Slice(
-                id=f"{prefix}/{inst.profile}@{inst.start}",
-                node=node,
-                gpu=g,
-                kind=SliceKind.MIG,
-                flavor=by_name[inst.profile].name,
-                compute_milli=by_name[inst.profile].compute_milli,
-                memory_mib=by_name[inst.profile].memory_mib,
-                profile=inst.profile,
-                start=inst.start,
-            )
-            for inst in layout
-        ]
+        return [_mig_slice(by_name, node, g, inst) for inst in layout]
     flavor = by_name[""]
     if pool.sharing is SharingMode.EXCLUSIVE:
         return [Slice(prefix, node, g, SliceKind.WHOLE, flavor.name, 1000, pool.model.memory_mib)]
@@ -308,3 +315,56 @@ def build_cluster(policy: Policy) -> ClusterState:
                 slices[s.id] = s
             nodes.append(node)
     return ClusterState(tuple(nodes), MappingProxyType(slices))
+
+
+def potential_mig_slices(policy: Policy, cluster: ClusterState) -> dict[str, Slice]:
+    """Every MIG slice a dynamic pool's GPUs could have (each profile the pool has a flavor
+    for, at each of its starts), for drivers and metrics that must know slices a repartition
+    creates. Includes the current ones."""
+    out = dict(cluster.slices)
+    pools = {p.name: p for p in policy.pools if p.mig_dynamic is not None and p.model.mig}
+    for node in cluster.nodes:
+        pool = pools.get(node.pool)
+        if pool is None:
+            continue
+        assert pool.model.mig is not None
+        by_name = {f.profile: f for f in pool.flavors() if f.profile}
+        for g in node.gpus:
+            for prof in pool.model.mig.profiles:
+                if prof.name in by_name:
+                    for start in prof.starts:
+                        sl = _mig_slice(by_name, node.name, g.index, Instance(start, prof.name))
+                        out.setdefault(sl.id, sl)
+    return out
+
+
+def relayout(
+    policy: Policy, cluster: ClusterState, layouts: Mapping[str, tuple[Instance, ...]]
+) -> ClusterState:
+    """The cluster with new MIG layouts for some GPUs (by `node/gpuN`). Allocations move along
+    unchanged: the caller keeps the instances in use (engine.repartition does)."""
+    pools = {p.name: p for p in policy.pools}
+    nodes = []
+    slices = dict(cluster.slices)
+    for node in cluster.nodes:
+        if not any(g.id in layouts for g in node.gpus):
+            nodes.append(node)
+            continue
+        by_name = {f.profile or "": f for f in pools[node.pool].flavors()}
+        gpus = []
+        for g in node.gpus:
+            layout = layouts.get(g.id)
+            if layout is None:
+                gpus.append(g)
+                continue
+            for sid in g.slice_ids:
+                del slices[sid]
+            new = [_mig_slice(by_name, node.name, g.index, inst) for inst in layout]
+            for sl in new:
+                slices[sl.id] = sl
+            gpus.append(replace(g, mig_layout=tuple(layout), slice_ids=tuple(s.id for s in new)))
+        nodes.append(replace(node, gpus=tuple(gpus)))
+    for sid, a in cluster.allocations.items():
+        if sid not in slices:
+            raise AllocationError(f"a new layout drops {sid}, held by {a.owner}")
+    return ClusterState(tuple(nodes), MappingProxyType(slices), cluster.allocations)

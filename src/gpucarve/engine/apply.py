@@ -105,6 +105,7 @@ def derive(
         running,
         pending,
         snapshot.delta_with(step),
+        snapshot.mig_changed_at,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from gpucarve.core.cluster import RECONFIGURING
 from gpucarve.core.policy import SliceKind
 from gpucarve.engine.decisions import Repartition, Stage
 from gpucarve.engine.mig_plan import PoolGpu, plan_pool
@@ -49,7 +50,15 @@ def plan(c: Cycle) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int], ...]
                 demand[pool_name][f.profile] += ps.min_count
                 top[pool_name][f.profile] = max(top[pool_name][f.profile], w.priority + 1)
                 break
-    used = set(c.snapshot.cluster.allocations)
+    allocations = c.snapshot.cluster.allocations
+    used = set(allocations)
+    # GPUs being reconfigured are left alone, and what they are creating counts as served
+    coming: dict[str, Counter[str]] = {}
+    for sid, alloc in allocations.items():
+        if alloc.owner.startswith(RECONFIGURING):
+            sl = c.snapshot.cluster.slices[sid]
+            gid = f"{sl.node}/gpu{sl.gpu}"
+            coming.setdefault(gid, Counter())[sl.profile or ""] += 1
     for a in c.admissions:
         for pod in a.pods:
             used.update(pod.slice_ids)
@@ -58,6 +67,11 @@ def plan(c: Cycle) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int], ...]
     unserved: Counter[str] = Counter()
     for name, pool in sorted(dynamic.items()):
         want = demand[name]
+        for node in cluster.nodes:
+            if node.pool == name:
+                for g in node.gpus:
+                    want.subtract(coming.get(g.id, Counter()))
+        want = +want
         if not want:
             continue
         assert pool.mig_dynamic is not None and pool.model.mig is not None
@@ -68,6 +82,8 @@ def plan(c: Cycle) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int], ...]
             if node.pool != name:
                 continue
             for g in node.gpus:
+                if g.id in coming:
+                    continue
                 changed = c.snapshot.mig_changed_at.get(g.id)
                 if changed is not None and c.now - changed < pool.mig_dynamic.min_interval_s:
                     continue

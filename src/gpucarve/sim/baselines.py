@@ -69,7 +69,7 @@ def _pod_by_pod(policy: Policy) -> SchedulingConfig:
 
 def kube_default(policy: Policy) -> Policy:
     pools = [
-        replace(p, sharing=SharingMode.EXCLUSIVE, replicas=1, mig_layouts=())
+        replace(p, sharing=SharingMode.EXCLUSIVE, replicas=1, mig_layouts=(), mig_dynamic=None)
         if p.sharing is not SharingMode.EXCLUSIVE
         else p
         for p in policy.pools
@@ -93,7 +93,9 @@ def static_quota(policy: Policy) -> Policy:
         replace(q, cohort=None, quotas=tuple(Quota(x.flavor, x.nominal) for x in q.quotas))
         for q in policy.queues
     ]
-    return _with(policy, policy.pools, queues, _pod_by_pod(policy))
+    # static layouts too: repartitioning on demand is gpucarve's
+    pools = [replace(p, mig_dynamic=None) for p in policy.pools]
+    return _with(policy, pools, queues, _pod_by_pod(policy))
 
 
 def whole_gpus(workloads: Sequence[Workload]) -> list[Workload]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpucarve.core.cluster import ClusterState, build_cluster
+from gpucarve.core.cluster import ClusterState, Slice, build_cluster, potential_mig_slices
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.requests import charge_milli, gpu_memory_of
 from gpucarve.core.workload import GpuKind, Workload
@@ -47,6 +47,8 @@ class SliceBook:
     pool_gpus: dict[str, float]
     pool_sms: dict[str, float]
     cluster: ClusterState
+    # every slice a pod may hold, including those dynamic MIG can create
+    lookup: dict[str, Slice]
 
 
 def slice_book(policy: Policy) -> SliceBook:
@@ -64,7 +66,10 @@ def slice_book(policy: Policy) -> SliceBook:
         slices[sid] = (pool, s.flavor)
         pool_gpus[pool] += gpu[s.flavor]
         pool_sms[pool] += sm[s.flavor]
-    return SliceBook(slices, gpu, sm, dict(pool_gpus), dict(pool_sms), cluster)
+    lookup = potential_mig_slices(policy, cluster)
+    for sid, s in lookup.items():
+        slices.setdefault(sid, (pool_of_node[s.node], s.flavor))
+    return SliceBook(slices, gpu, sm, dict(pool_gpus), dict(pool_sms), cluster, lookup)
 
 
 def summarize(
@@ -234,7 +239,7 @@ def gpu_busy_seconds(
         weight: dict[tuple[str, int], float] = {}
         for pod in iv.pods:
             for sid in pod.slice_ids:
-                sl = cluster.slices[sid]
+                sl = book.lookup[sid]
                 key = (sl.node, sl.gpu)
                 if sl.kind is SliceKind.MIG:
                     weight[key] = weight.get(key, 0.0) + sl.compute_milli / 1000

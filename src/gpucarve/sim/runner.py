@@ -18,8 +18,9 @@ import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from types import MappingProxyType
 
-from gpucarve.core.cluster import Allocation, build_cluster
+from gpucarve.core.cluster import RECONFIGURING, Allocation, build_cluster, relayout
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
@@ -36,8 +37,9 @@ EXACT_SLICES = 20_000
 
 class Kind(IntEnum):
     COMPLETION = 0
-    ARRIVAL = 1
-    TICK = 2
+    RECONFIGURED = 1  # a repartitioned MIG GPU's new instances are ready
+    ARRIVAL = 2
+    TICK = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,9 @@ class SimConfig:
     # over the arrivals at most).
     fragmentation_sample_s: int = 600
     horizon_s: int | None = None  # stop here even if work remains (None: run until done)
+    # Dynamic MIG: a repartitioned GPU's new instances are unavailable this long (the MIG
+    # manager creates them; NVIDIA's tools take tens of seconds to minutes per GPU).
+    mig_reconfigure_s: int = 60
     max_cycles: int = 1_000_000
 
 
@@ -94,6 +99,7 @@ class SimResult:
     held_incomplete: set[str] = field(default_factory=set)  # gangs that held GPUs part-placed
     # (time, stranded milli-GPU per pool) samples; see sim/fragmentation.py
     fragmentation: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    repartitions: list[tuple[int, str, str]] = field(default_factory=list)  # t, GPU, reason
 
 
 ProgressHook = Callable[[int, int], None]
@@ -140,6 +146,7 @@ class Simulator:
         # The running workloads in id order, as the snapshot lists them, kept by bisection.
         self.run_ids: list[str] = []
         self.run_list: list[RunningWorkload] = []
+        self.reconfiguring: dict[str, list[str]] = {}  # MIG GPU -> new slices not ready yet
         # Completed but not yet released from the snapshot: released together before the next
         # cycle or sample, the only readers of the snapshot (one O(running) pass, not one each).
         self.finished: list[str] = []
@@ -194,6 +201,8 @@ class Simulator:
                 if kind == Kind.ARRIVAL:
                     arrivals.append(by_id[payload])
                     arrivals_left -= 1
+                elif kind == Kind.RECONFIGURED:
+                    self._reconfigured(payload)
                 elif kind == Kind.COMPLETION:
                     wid, _, version = payload.rpartition("#")
                     job = self.jobs.get(wid)
@@ -207,7 +216,12 @@ class Simulator:
                     self.queue[w.id] = w
                 s = self.snapshot
                 self.snapshot = Snapshot(
-                    s.policy, s.cluster, s.running, (*s.pending, *arrivals), s.delta_with()
+                    s.policy,
+                    s.cluster,
+                    s.running,
+                    (*s.pending, *arrivals),
+                    s.delta_with(),
+                    s.mig_changed_at,
                 )
             stalled = False
             if self.snapshot.pending or self.holding:
@@ -339,6 +353,44 @@ class Simulator:
                 self.gpu_jobs.setdefault(g, set()).add(wid)
             touched |= self._neighbours(gpus) | {wid}
         self._reschedule(touched, now)
+        if result.repartitions:
+            self._repartition(result, now)
+
+    def _repartition(self, result: CycleResult, now: int) -> None:
+        """New MIG layouts: destroyed instances go at once, created ones are held by the
+        reconfiguration until it is done."""
+        layouts = {r.gpu_id: r.layout for r in result.repartitions}
+        cluster = relayout(self.policy, self.snapshot.cluster, layouts)
+        changed = dict(self.snapshot.mig_changed_at)
+        for r in result.repartitions:
+            changed[r.gpu_id] = now
+            owner = f"{RECONFIGURING}{r.gpu_id}"
+            held = []
+            for inst in r.created:
+                sid = f"{r.gpu_id}/{inst.profile}@{inst.start}"
+                sl = cluster.slices[sid]
+                self.allocs[sid] = Allocation(sid, owner, sl.compute_milli, sl.memory_mib)
+                held.append(sid)
+            self.reconfiguring[r.gpu_id] = held
+            self.result.repartitions.append((now, r.gpu_id, r.reason))
+            self._push(now + self.config.mig_reconfigure_s, Kind.RECONFIGURED, r.gpu_id)
+        s = self.snapshot
+        # new nodes and slices: the engine rebuilds its view (no delta)
+        self.snapshot = Snapshot(
+            s.policy,
+            cluster.with_allocations(MappingProxyType(dict(self.allocs))),
+            s.running,
+            s.pending,
+            None,
+            MappingProxyType(changed),
+        )
+        self.probe = FragmentationProbe(self.policy, cluster)
+
+    def _reconfigured(self, gpu: str) -> None:
+        freed = tuple(self.allocs.pop(sid) for sid in self.reconfiguring.pop(gpu, []))
+        if freed:
+            s = self.snapshot
+            self.snapshot = derive(s, self.allocs, s.running, s.pending, Step(freed=freed))
 
     def _complete(self, wid: str, now: int) -> None:
         rw = self.live[wid]

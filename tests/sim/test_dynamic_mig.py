@@ -1,0 +1,67 @@
+"""Dynamic MIG in the simulator: a repartition takes the configured time, during which the new
+instances are not used; the queued work starts once they are ready; metrics see the new
+slices; the baselines keep their layouts static."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucarve.sim.baselines import static_quota
+from gpucarve.sim.metrics import summarize
+from gpucarve.sim.runner import SimConfig, Simulator
+from tests.engine.builders import policy, pool, queue, workload
+
+
+def _policy(dynamic: bool) -> Any:
+    mig: dict[str, Any] = {"layout": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}}
+    if dynamic:
+        mig["dynamic"] = {"minSecondsBetweenChanges": 0}
+    return policy(
+        pools=[pool("inf", "A100-80GB", 1, 1, "mig", mig=mig)],
+        queues=[
+            queue(
+                "team",
+                {
+                    "a100-mig-3g.40gb": {"nominal": 1},
+                    "a100-mig-2g.20gb": {"nominal": 1},
+                    "a100-mig-1g.10gb": {"nominal": 7 if dynamic else 2},
+                },
+            )
+        ],
+    )
+
+
+def _run(dynamic: bool, reconfigure_s: int = 90) -> tuple[Any, Any]:
+    p = _policy(dynamic)
+    ws = [workload(p, f"s{i}", "team", mig="1g.10gb", submit=0, duration=3600) for i in range(5)]
+    sim = Simulator(p, ws, config=SimConfig(mig_reconfigure_s=reconfigure_s))
+    return p, sim.run()
+
+
+def test_a_repartition_takes_its_time_then_the_queue_runs() -> None:
+    _, result = _run(True)
+    assert [r[:2] for r in result.repartitions] == [(0, "inf-0/gpu0")]
+    assert result.first_start["team/s0"] == 0 and result.first_start["team/s1"] == 0
+    # the three that waited start when the new 1g.10gb instances are ready, not before
+    assert sorted(result.first_start[f"team/s{i}"] for i in (2, 3, 4)) == [90, 90, 90]
+    assert len(result.completed) == 5
+    held = {sid for iv in result.intervals for pod in iv.pods for sid in pod.slice_ids}
+    assert len(held) == 5 and all("/1g.10gb@" in sid for sid in held)
+    summary = summarize(result)
+    assert summary["completed"] == 5
+
+
+def test_the_reconfiguration_time_is_configurable() -> None:
+    _, result = _run(True, reconfigure_s=30)
+    assert max(result.first_start.values()) == 30
+
+
+def test_static_layouts_wait_for_instances_to_free() -> None:
+    _, result = _run(False)
+    assert result.repartitions == []
+    assert sorted(result.first_start.values()) == [0, 0, 3600, 3600, 7200]
+
+
+def test_static_quota_baseline_drops_dynamic_mig() -> None:
+    p = _policy(True)
+    assert static_quota(p).pools[0].mig_dynamic is None

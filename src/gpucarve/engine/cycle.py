@@ -53,6 +53,7 @@ from gpucarve.engine.working import Working
 
 MAX_FLAVOR_COMBOS = 16
 PREEMPTION_SEARCHES_PER_QUEUE = 4
+MEMO_LIMIT = 200_000
 
 Plan = list[tuple[PodNeeds, int, int]]
 
@@ -84,11 +85,22 @@ class Cycle:
         self.withdrawn: set[str] = set()
         self.preemptor.fresh = self.fresh
         self._flavor_cache: dict[tuple[str, GpuRequest], list[Flavor]] = {}
+        for memo in (ws.flavor_memo, ws.shape_memo):
+            if len(memo) > MEMO_LIMIT:
+                memo.clear()  # a long-lived scheduler sees workloads come and go
+        self._shares: dict[str, tuple[int, int]] = {}  # queue -> (usage version, fair share)
+        # (queue, flavor, head) -> why work behind that head waits, this cycle
+        self.behind_reasons: dict[tuple[str, str, str], PendingReason] = {}
         self.placer.shapes = self._shapes()
 
     # ------------------------------------------------------------------ setup
     def flavors_for(self, w: Workload) -> list[list[Flavor]]:
-        return [self._flavors_of(w.queue, ps.gpu) for ps in w.pod_sets]
+        memo = self.ws.flavor_memo.get(w.id)
+        if memo is not None and memo[0] is w:
+            return memo[1]
+        out = [self._flavors_of(w.queue, ps.gpu) for ps in w.pod_sets]
+        self.ws.flavor_memo[w.id] = (w, out)
+        return out
 
     def flavors_for_set(self, w: Workload, ps: PodSet) -> list[Flavor]:
         return self._flavors_of(w.queue, ps.gpu)
@@ -111,15 +123,17 @@ class Cycle:
     def _shapes(self) -> dict[str, Counter[int]]:
         """Pods per (flavor, slices per pod) among pending and running work."""
         counts: Counter[tuple[str, int]] = Counter()
-        sizes: dict[tuple[str, GpuRequest], int] = {}
+        memo = self.ws.shape_memo
         for w in self.snapshot.pending:
-            for ps in w.pod_sets:
-                for f in self._flavors_of(w.queue, ps.gpu):
-                    key = (f.name, ps.gpu)
-                    size = sizes.get(key)
-                    if size is None:
-                        size = sizes[key] = self._slices(ps.gpu, f)
-                    counts[(f.name, size)] += ps.count
+            hit = memo.get(w.id)
+            if hit is None or hit[0] is not w:
+                mine: list[tuple[tuple[str, int], int]] = []
+                for ps, flavors in zip(w.pod_sets, self.flavors_for(w), strict=True):
+                    for f in flavors:
+                        mine.append(((f.name, self._slices(ps.gpu, f)), ps.count))
+                hit = memo[w.id] = (w, mine)
+            for shape, n in hit[1]:
+                counts[shape] += n
         for shape, n in sorted(self.ws.running_shapes.items()):
             if n:
                 counts[shape] += n
@@ -175,7 +189,10 @@ class Cycle:
         )
 
     def _key(self, queue: str, head: Workload) -> tuple[int, int, int, str]:
-        return (self.quotas.fair_share(queue), -head.priority, head.submit_time, queue)
+        cached = self._shares.get(queue)
+        if cached is None or cached[0] != self.ws.usage_version:
+            cached = self._shares[queue] = (self.ws.usage_version, self.quotas.fair_share(queue))
+        return (cached[1], -head.priority, head.submit_time, queue)
 
     # ------------------------------------------------------------------ admission
     def _admit(self, w: Workload) -> Outcome:

@@ -78,12 +78,16 @@ def behind(c: Cycle, w: Workload) -> PendingReason | None:
         for f in flavors:
             head = c.queue_holds.get((w.queue, f.name))
             if head is not None:
-                waited = c.now - head.submit_time
-                return PendingReason(
-                    Stage.QUEUEING,
-                    "fifo",
-                    f"behind {head.id}, which holds queue {head.queue} for {f.name} "
-                    f"(waiting {waited}s)",
-                    f.name,
-                )
+                key = (w.queue, f.name, head.id)
+                reason = c.behind_reasons.get(key)
+                if reason is None:
+                    waited = c.now - head.submit_time
+                    reason = c.behind_reasons[key] = PendingReason(
+                        Stage.QUEUEING,
+                        "fifo",
+                        f"behind {head.id}, which holds queue {head.queue} for {f.name} "
+                        f"(waiting {waited}s)",
+                        f.name,
+                    )
+                return reason
     return None

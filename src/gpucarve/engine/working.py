@@ -157,6 +157,14 @@ class Working:
             for fname in node.gpus:
                 self.index[fname].set(i, self._count(node, fname))
         self.usage: dict[tuple[str, str], int] = {}
+        # Bumped on every change of `usage` (and its undo): caches of derived values (a
+        # queue's fair share) compare it.
+        self.usage_version = 0
+        # workload id -> (the workload, its candidate flavors per pod set): flavors depend only
+        # on the policy and the workload, so they are kept across cycles for the same object.
+        self.flavor_memo: dict[str, tuple[object, list[list[Flavor]]]] = {}
+        # workload id -> (the workload, pods per (flavor, slices per pod)), likewise
+        self.shape_memo: dict[str, tuple[object, list[tuple[tuple[str, int], int]]]] = {}
         # Running pods per (flavor, slices per pod), for the fragmentation score's demand mix.
         self.running_shapes: dict[tuple[str, int], int] = {}
         self.running: dict[str, RunningWorkload] = {}
@@ -292,6 +300,7 @@ class Working:
             if pod.flavor is not None:
                 key = (rw.workload.queue, pod.flavor)
                 self.usage[key] = self.usage.get(key, 0) + sign * len(pod.slice_ids)
+                self.usage_version += 1
                 shape = (pod.flavor, len(pod.slice_ids))
                 self.running_shapes[shape] = self.running_shapes.get(shape, 0) + sign
 
@@ -362,9 +371,11 @@ class Working:
     def adjust_usage(self, queue: str, flavor: str, delta: int) -> None:
         key = (queue, flavor)
         self.usage[key] = self.usage.get(key, 0) + delta
+        self.usage_version += 1
 
         def undo() -> None:
             self.usage[key] -= delta
+            self.usage_version += 1
 
         self.log.append(undo)
 

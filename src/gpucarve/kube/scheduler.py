@@ -96,6 +96,7 @@ class Scheduler:
         self.reported: dict[str, str] = {}  # pod -> last message written to its condition
         self.node_problems: set[str] = set()
         self.queue_status: dict[str, dict[str, Any]] = {}
+        self.mig_plans: dict[str, object] = {}
         self._inventory: tuple[tuple[str, ...], Inventory] | None = None
         self._binds = ThreadPoolExecutor(config.bind_workers, thread_name_prefix="bind")
         self._side = ThreadPoolExecutor(2, thread_name_prefix="status")
@@ -194,6 +195,18 @@ class Scheduler:
         self._bind(view, result, report)
         self._report_pending(view, result, waiting, report)
         self._queue_status(view, result, waiting)
+        for r in result.repartitions:
+            # Handing layouts to the GPU Operator's MIG manager is not built yet: say what the
+            # engine would do, once per plan.
+            if self.mig_plans.get(r.gpu_id) != r.layout:
+                self.mig_plans[r.gpu_id] = r.layout
+                log.info(
+                    "dynamic MIG: %s would become %s (%s); not applied: the MIG manager "
+                    "hand-off is not implemented",
+                    r.gpu_id,
+                    "+".join(i.describe() for i in r.layout),
+                    r.reason,
+                )
         if result.admissions or result.evictions:
             log.info(
                 "cycle %d: %d pods bound, %d workloads evicted, %d pending",

@@ -138,6 +138,21 @@ def test_reclaim_evicts_borrowed_work_for_a_queue_below_nominal() -> None:
     assert "research/r3" in [w.id for w in s.pending]  # requeued
 
 
+def test_reclaim_held_back_by_the_minimum_runtime_says_so() -> None:
+    p = two_team_policy(minRuntimeSeconds=600)
+    s = snapshot(p, [workload(p, f"r{i}", "research", gpus=8, submit=i) for i in range(4)])
+    _, s = cycle(s)
+    result, s = cycle(submit(s, workload(p, "serve", "production", gpus=8, submit=100)), 200)
+    assert result.evictions == () and result.admitted_ids() == []
+    (waiting,) = result.pending
+    assert waiting.reason.stage == "quota"
+    assert "reclaims from borrowing queues once their work is preemptible and has run 600s" in (
+        waiting.reason.message
+    )
+    result, _ = cycle(s, 700)
+    assert result.admitted_ids() == ["production/serve"]
+
+
 def test_priority_preemption_within_a_queue_and_never_non_preemptible() -> None:
     p = policy(
         pools=[pool("train", "H100-SXM5-80GB", 2, 8)],

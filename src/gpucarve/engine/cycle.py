@@ -317,10 +317,17 @@ class Cycle:
                 ]
             plan = [(n, c, m) for n, c, m in zip(needs, counts, minimum, strict=True)]
             return plan, demand_of(counts), None
+        message = verdict.message
+        if verdict.reclaimable and self.cfg.preemption:
+            # Within its nominal quota: say why reclaim has not made room (yet).
+            message += (
+                "; within its nominal quota, it reclaims from borrowing queues once their work "
+                f"is preemptible and has run {self.cfg.min_runtime_s}s"
+            )
         return (
             None,
             {},
-            PendingReason(Stage.QUOTA, "capacity-quota", verdict.message, verdict.flavor),
+            PendingReason(Stage.QUOTA, "capacity-quota", message, verdict.flavor),
         )
 
     @staticmethod

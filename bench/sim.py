@@ -2,7 +2,7 @@
 
     python bench/sim.py [--scale 55] [--days 7] [--seed 1] [--policy gpucarve] [--batch 10] [--json]
 
-The example's pools and quotas are multiplied by `--scale` (55: 990 nodes, 4,400 GPUs) and so
+The example's pools and quotas are multiplied by `--scale` (55: 990 nodes, 2,970 GPUs) and so
 are its teams' arrival rates, so load per GPU stays the example's; `--days` of arrivals (7 at
 scale 55: about 100,000 workloads). Prints workloads, nodes, engine cycles and wall-clock
 seconds for the run (generation excluded), and cycles per second. `--batch N` runs one engine

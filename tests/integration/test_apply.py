@@ -57,3 +57,22 @@ def test_apply_to_an_unreachable_cluster_says_so(tmp_path: Path, stack: LocalSta
     r = CliRunner().invoke(app, ["apply", "--policy", str(EXAMPLE), "--kubeconfig", str(path)])
     assert r.exit_code == 2
     assert "cannot reach" in r.output
+
+
+def test_the_scheduler_against_an_unreachable_cluster_says_so(
+    tmp_path: Path, stack: LocalStack
+) -> None:
+    config = stack.kubeconfig(ADMIN_USER).read_text().replace(stack.server, "https://127.0.0.1:1")
+    path = tmp_path / "kubeconfig"
+    path.write_text(config)
+    args = ["scheduler", "--policy", str(EXAMPLE), "--kubeconfig", str(path)]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert "cannot reach" in r.output and "fix: pass --kubeconfig" in r.output
+
+
+def test_the_scheduler_with_a_missing_kubeconfig_says_so(tmp_path: Path) -> None:
+    args = ["scheduler", "--policy", str(EXAMPLE), "--kubeconfig", str(tmp_path / "nope")]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert "no such file" in r.output

@@ -22,7 +22,7 @@ KubeconfigOption = Annotated[
 ]
 
 
-def _client(kubeconfig: Path | None) -> Client:
+def client_or_exit(kubeconfig: Path | None) -> Client:
     try:
         return Client.from_kubeconfig(kubeconfig)
     except (OSError, KeyError, StopIteration, TypeError, AttributeError, yaml.YAMLError) as exc:
@@ -60,7 +60,7 @@ def apply(
     if dry_run:
         typer.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
         return
-    client = _client(kubeconfig)
+    client = client_or_exit(kubeconfig)
     out = console()
     try:
         for obj in objects:
@@ -76,7 +76,7 @@ def apply(
 def queues(kubeconfig: KubeconfigOption = None) -> None:
     """List the cluster's gpucarve Queues: quota per flavor and, once the scheduler runs,
     usage and pending work."""
-    client = _client(kubeconfig)
+    client = client_or_exit(kubeconfig)
     try:
         items = client.get(f"/apis/{GROUP}/{VERSION}/queues")["items"]
     except ApiError as exc:

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
-from gpucarve.cli.apply_cmd import KubeconfigOption, _client
+from gpucarve.cli.apply_cmd import KubeconfigOption, client_or_exit
 from gpucarve.cli.common import CatalogOption, policy_or_exit
+from gpucarve.cli.output import Exit, console
 from gpucarve.kube.client import ApiError
 from gpucarve.kube.leader import LeaderElector
 from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
@@ -55,7 +57,14 @@ def scheduler(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     loaded = policy_or_exit(policy, catalog)
-    client = _client(kubeconfig)
+    client = client_or_exit(kubeconfig)
+    try:
+        client.get("/version")
+    except ApiError as exc:
+        err = console(stderr=True)
+        err.print(Text(str(exc), style="red"))
+        err.print(Text("fix: pass --kubeconfig for a cluster that is up (its current context)"))
+        raise typer.Exit(Exit.INVALID) from None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

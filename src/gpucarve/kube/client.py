@@ -16,6 +16,7 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,16 @@ class Client:
             obj,
             "application/apply-patch+yaml",
         )
+
+
+def micro_time(t: datetime) -> str:
+    """Kubernetes MicroTime (Lease times)."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def rfc3339(t: datetime) -> str:
+    """Kubernetes Time, whole seconds (conditions, events)."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _message(raw: bytes) -> str:

@@ -18,13 +18,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucarve.kube.client import ApiError, Client
+from gpucarve.kube.client import ApiError, Client, micro_time
 
 log = logging.getLogger("gpucarve.leader")
-
-
-def _micro(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -68,8 +64,8 @@ class LeaderElector:
         spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self.duration_s,
-            "acquireTime": _micro(now),
-            "renewTime": _micro(now),
+            "acquireTime": micro_time(now),
+            "renewTime": micro_time(now),
             "leaseTransitions": 0,
         }
         try:

@@ -75,7 +75,8 @@ def group_key(pod: Mapping[str, Any]) -> tuple[str, str]:
     return meta["namespace"], group if group is not None else meta["name"]
 
 
-def _seconds(stamp: str, epoch: datetime) -> int:
+def seconds_since(stamp: str, epoch: datetime) -> int:
+    """An API timestamp as whole seconds after the scheduler's clock origin (0 if before)."""
     return max(0, int((datetime.fromisoformat(stamp) - epoch).total_seconds()))
 
 
@@ -180,7 +181,9 @@ def pending_workloads(
             "name": name,
             "namespace": namespace,
             "labels": {k: v for k, v in labels.items() if k in QUEUE_LABELS},
-            "submitTime": min(_seconds(p["metadata"]["creationTimestamp"], epoch) for p in members),
+            "submitTime": min(
+                seconds_since(p["metadata"]["creationTimestamp"], epoch) for p in members
+            ),
             "podSets": pod_sets,
         }
         if priority := (first.get("spec") or {}).get("priorityClassName"):

@@ -19,9 +19,9 @@ deleted meanwhile) drops the assumption; the watch then shows the truth.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,12 +31,13 @@ from typing import Any
 from gpucarve.core.policy import Policy
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.engine import Engine
-from gpucarve.kube.client import ApiError, Client
+from gpucarve.kube.client import ApiError, Client, rfc3339
 from gpucarve.kube.crds import GROUP, VERSION
 from gpucarve.kube.informer import Informer
 from gpucarve.kube.inventory import Inventory, build_inventory, node_key
 from gpucarve.kube.leader import LeaderElector
 from gpucarve.kube.pods import WorkloadCache
+from gpucarve.kube.queue_status import queue_statuses
 from gpucarve.kube.view import ASSIGNMENT, Assigned, View, build_view
 
 log = logging.getLogger("gpucarve.scheduler")
@@ -57,10 +58,6 @@ class CycleReport:
     bound: int = 0  # bindings started (they finish in the background)
     evicted: int = 0
     pending: int = 0
-
-
-def _micro(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _split(pod: str) -> tuple[str, str]:
@@ -186,7 +183,7 @@ class Scheduler:
         waiting = self._still_awaiting(view)
         if waiting:
             kept = tuple(w for w in snapshot.pending if w.id not in waiting)
-            snapshot = type(snapshot)(snapshot.policy, snapshot.cluster, snapshot.running, kept)
+            snapshot = dataclasses.replace(snapshot, pending=kept)
         now = int((self.clock() - self.epoch).total_seconds())
         result = self.engine.run_cycle(snapshot, now)
         self.cycles += 1
@@ -220,44 +217,13 @@ class Scheduler:
     def _queue_status(
         self, view: View, result: CycleResult, waiting: dict[str, frozenset[str]]
     ) -> None:
-        """Queue objects' status: workloads admitted and pending, slices used and borrowed."""
-        admitted: Counter[str] = Counter()
-        pending: Counter[str] = Counter()
-        usage: dict[str, Counter[str]] = {q.name: Counter() for q in self.policy.queues}
-        evicted = set(result.evicted_ids())
-        for rw in view.snapshot.running:
-            if rw.workload.id in evicted:
-                continue
-            admitted[rw.workload.queue] += 1
-            for p in rw.pods:
-                if p.flavor is not None:
-                    usage[rw.workload.queue][p.flavor] += len(p.slice_ids)
-        for a in result.admissions:
-            admitted[a.queue] += 1
-            for flavor, n in a.charged:
-                usage[a.queue][flavor] += n
-        for pend in result.pending:
-            pending[pend.queue] += 1
-        for w in view.snapshot.pending:
-            if w.id in waiting:
-                pending[w.queue] += 1
-        for q in self.policy.queues:
-            used = usage[q.name]
-            borrowed = {}
-            for flavor, n in used.items():
-                quota = q.quota(flavor)
-                over = n - (quota.nominal if quota is not None else 0)
-                if over > 0:
-                    borrowed[flavor] = over
-            status = {
-                "admittedWorkloads": admitted[q.name],
-                "pendingWorkloads": pending[q.name],
-                "usage": dict(sorted(used.items())),
-                "borrowed": dict(sorted(borrowed.items())),
-            }
-            if self.queue_status.get(q.name) != status:
-                self.queue_status[q.name] = status
-                self._side.submit(self._write_queue_status, q.name, status)
+        waiting_ids = [w for w in view.snapshot.pending if w.id in waiting]
+        for name, status in queue_statuses(
+            self.policy, view.snapshot.running, result, waiting_ids
+        ).items():
+            if self.queue_status.get(name) != status:
+                self.queue_status[name] = status
+                self._side.submit(self._write_queue_status, name, status)
 
     def _write_queue_status(self, name: str, status: dict[str, Any]) -> None:
         try:
@@ -382,7 +348,7 @@ class Scheduler:
             "status": "False",
             "reason": "Unschedulable",
             "message": message,
-            "lastTransitionTime": _micro(self.clock()).split(".")[0] + "Z",
+            "lastTransitionTime": rfc3339(self.clock()),
         }
         try:
             self.client.call(
@@ -399,7 +365,7 @@ class Scheduler:
 
     def _event(self, pod: str, kind: str, reason: str, message: str) -> None:
         ns, name = _split(pod)
-        stamp = _micro(self.clock()).split(".")[0] + "Z"
+        stamp = rfc3339(self.clock())
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",

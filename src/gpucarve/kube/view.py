@@ -24,7 +24,7 @@ from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import PodAssignment, PodSet, RunningWorkload, Workload
 from gpucarve.kube.inventory import Inventory
-from gpucarve.kube.pods import WorkloadCache, group_key, pending_workloads
+from gpucarve.kube.pods import WorkloadCache, group_key, pending_workloads, seconds_since
 
 ASSIGNMENT = "gpucarve.io/assignment"
 REST = "+rest"
@@ -312,4 +312,4 @@ def _rest(w: Workload, minimum: int | None) -> Workload:
 
 def _started(pod: Mapping[str, Any], epoch: datetime) -> int:
     stamp = (pod.get("status") or {}).get("startTime") or pod["metadata"]["creationTimestamp"]
-    return max(0, int((datetime.fromisoformat(stamp) - epoch).total_seconds()))
+    return seconds_since(stamp, epoch)

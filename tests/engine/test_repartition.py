@@ -10,6 +10,7 @@ from typing import Any
 from gpucarve.core.mig import Instance
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine import run_cycle
+from gpucarve.engine.mig_plan import PoolGpu, plan_pool
 from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
 
 LAYOUT = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
@@ -82,8 +83,12 @@ def test_only_profiles_with_flavors_are_created() -> None:
     # both fit as the GPU is: nothing to change
     result = run_cycle(s, 100)
     assert len(result.admissions) == 2 and not result.repartitions
-    allowed = {"3g.40gb", "2g.20gb", "1g.10gb"}
-    s = submit(s, *(workload(p, f"m{i}", "team", mig="2g.20gb") for i in range(2)))
-    for rep in run_cycle(s, 100).repartitions:
-        assert {i.profile for i in rep.layout} <= allowed
-        assert all(isinstance(i, Instance) for i in rep.created)
+    # the planner creates a profile only when the pool may (has a flavor for it)
+    pool_ = p.pools[0]
+    assert pool_.model.mig is not None
+    free_3g = PoolGpu("g", pool_.model.mig, (Instance(0, "3g.40gb"),), ())
+    plans, left = plan_pool([free_3g], {"1g.10gb": 3}, allowed=frozenset({"3g.40gb"}))
+    assert plans == [] and left == {"1g.10gb": 3}
+    plans, left = plan_pool([free_3g], {"1g.10gb": 3}, allowed=frozenset({"3g.40gb", "1g.10gb"}))
+    (plan,) = plans
+    assert {i.profile for i in plan.layout} <= {"3g.40gb", "1g.10gb"} and left == {}

@@ -7,8 +7,8 @@ cycle runs at every instant where something happened, and every `tick` seconds w
 pending (minimum runtimes and head waits expire with time alone).
 
 Events at one instant are ordered by (time, kind, sequence number): completions before
-arrivals before ticks, then in the order they were scheduled, so a run is a pure function of
-its inputs.
+MIG reconfigurations before arrivals before ticks, then in the order they were scheduled, so a
+run is a pure function of its inputs.
 """
 
 from __future__ import annotations
@@ -323,7 +323,8 @@ class Simulator:
             job = self.jobs.pop(ev.workload)
             self._close(ev.workload, job, now, "evicted")
             self.result.evictions.append((now, ev.workload, ev.by, str(ev.cause)))
-        before = dict(running)
+        # part-placed gangs' pods as they were, for the interval they held GPUs idle
+        held_pods = {wid: running[wid].pods for wid in self.holding}
         slices = self.snapshot.cluster.slices
         step = apply_in(slices, self.allocs, self.live, self.queue, result)
         self._follow(step)
@@ -339,7 +340,7 @@ class Simulator:
             if held is not None:
                 # close the stretch in which part of the gang held GPUs without running
                 self.result.intervals.append(
-                    Interval(wid, w.queue, held, now, before[wid].pods, "incomplete")
+                    Interval(wid, w.queue, held, now, held_pods[wid], "incomplete")
                 )
                 self.result.held_incomplete.add(wid)
             if not _complete(rw):

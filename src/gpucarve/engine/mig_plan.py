@@ -58,14 +58,12 @@ def plan_gpu(
     w = weight or {}
     kept = tuple(sorted(in_use))
     now_free = tuple(sorted(set(current) - set(kept)))
-    now_value = _value(Counter(i.profile for i in now_free), demand, w)
-    best_key: tuple[float, int, int, str] | None = None
-    best: tuple[tuple[Instance, ...], Counter[str]] | None = None
-    for place, free, changes, spare, tie in _options(geom, now_free, kept, media, allowed):
-        value = _value(free, demand, w)
-        rank = (value, -changes, spare, tie)
-        if best_key is None or rank > best_key:
-            best_key, best = rank, (place, free)
+    # A GPU holds at most `memory_slices` instances of a profile, so demand beyond that cannot
+    # change the choice: capping it lets GPUs in the same state share one evaluation.
+    cap = geom.memory_slices
+    local = tuple(sorted((p, min(n, cap)) for p, n in demand.items() if n > 0))
+    weights = tuple(w.get(p, 1.0) for p, _ in local)
+    now_value, best_key, best = _choose(geom, now_free, kept, media, allowed, local, weights)
     if best is None or best_key is None or best_key[0] <= now_value:
         return GpuPlan(
             gpu,
@@ -77,6 +75,19 @@ def plan_gpu(
             "no layout keeping the instances in use serves more of the demand",
         )
     place, free = best
+    return changed_plan(gpu, kept, now_free, place, free, demand, now_value, best_key[0])
+
+
+def changed_plan(
+    gpu: str,
+    kept: tuple[Instance, ...],
+    now_free: tuple[Instance, ...],
+    place: tuple[Instance, ...],
+    free: Counter[str],
+    demand: Mapping[str, int],
+    now_value: float,
+    value: float,
+) -> GpuPlan:
     created = tuple(sorted(set(place) - set(now_free)))
     destroyed = tuple(sorted(set(now_free) - set(place)))
     served = _serves(free, demand)
@@ -87,14 +98,43 @@ def plan_gpu(
         created,
         destroyed,
         served,
-        best_key[0],
-        f"serves {gained or 'nothing'} (was {now_value:g}, now {best_key[0]:g}), "
+        value,
+        f"serves {gained or 'nothing'} (was {now_value:g}, now {value:g}), "
         f"{len(created) + len(destroyed)} instance change(s)",
     )
 
 
+@functools.lru_cache(maxsize=16384)
+def _choose(
+    geom: MigGeometry,
+    now_free: tuple[Instance, ...],
+    kept: tuple[Instance, ...],
+    media: bool,
+    allowed: frozenset[str] | None,
+    local: tuple[tuple[str, int], ...],
+    weights: tuple[float, ...],
+) -> tuple[
+    float,
+    tuple[float, int, int, str] | None,
+    tuple[tuple[Instance, ...], Counter[str]] | None,
+]:
+    """The current value and the best option (rank, placement, free profiles) of one GPU
+    state against capped demand."""
+    demand = dict(local)
+    w = {p: x for (p, _), x in zip(local, weights, strict=True)}
+    now_value = _value(Counter(i.profile for i in now_free), demand, w)
+    best_key: tuple[float, int, int, str] | None = None
+    best: tuple[tuple[Instance, ...], Counter[str]] | None = None
+    for place, free, changes, spare, tie in options(geom, now_free, kept, media, allowed):
+        value = _value(free, demand, w)
+        rank = (value, -changes, spare, tie)
+        if best_key is None or rank > best_key:
+            best_key, best = rank, (place, free)
+    return now_value, best_key, best
+
+
 @functools.lru_cache(maxsize=4096)
-def _options(
+def options(
     geom: MigGeometry,
     now_free: tuple[Instance, ...],
     kept: tuple[Instance, ...],
@@ -136,37 +176,3 @@ class PoolGpu:
     geom: MigGeometry
     current: tuple[Instance, ...]
     in_use: tuple[Instance, ...]
-
-
-def plan_pool(
-    gpus: Sequence[PoolGpu],
-    demand: Mapping[str, int],
-    weight: Mapping[str, float] | None = None,
-    max_changed_gpus: int | None = None,
-    allowed: frozenset[str] | None = None,
-) -> tuple[list[GpuPlan], dict[str, int]]:
-    """Plans for the GPUs worth changing, and the demand left unserved (per profile).
-
-    Each GPU in name order is planned against the demand the free instances of all the other
-    GPUs (as planned so far) do not meet, and kept only if it changes something."""
-    w = weight or {}
-    want = Counter({p: n for p, n in demand.items() if n > 0})
-    supply: Counter[str] = Counter()
-    for g in gpus:
-        supply.update(i.profile for i in set(g.current) - set(g.in_use))
-    plans: list[GpuPlan] = []
-    for g in sorted(gpus, key=lambda g: g.gpu):
-        if max_changed_gpus is not None and len(plans) >= max_changed_gpus:
-            break
-        mine = Counter(i.profile for i in set(g.current) - set(g.in_use))
-        others = supply - mine
-        local = want - others
-        if not local:
-            continue
-        plan = plan_gpu(g.geom, g.gpu, g.current, g.in_use, local, w, allowed=allowed)
-        if not plan.created and not plan.destroyed:
-            continue
-        plans.append(plan)
-        supply = others + Counter(i.profile for i in set(plan.layout) - set(g.in_use))
-    left = want - supply
-    return plans, {p: n for p, n in sorted(left.items()) if n > 0}

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from gpucarve.core.cluster import RECONFIGURING
 from gpucarve.core.policy import SliceKind
 from gpucarve.engine.decisions import Repartition, Stage
-from gpucarve.engine.mig_plan import PoolGpu, plan_pool
+from gpucarve.engine.mig_plan import PoolGpu
+from gpucarve.engine.mig_pool import plan_pool
 
 if TYPE_CHECKING:
     from gpucarve.engine.cycle import Cycle

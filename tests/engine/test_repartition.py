@@ -93,3 +93,73 @@ def test_only_profiles_with_flavors_are_created() -> None:
     plans, left = plan_pool([free_3g], {"1g.10gb": 3}, allowed=frozenset({"3g.40gb", "1g.10gb"}))
     (plan,) = plans
     assert {i.profile for i in plan.layout} <= {"3g.40gb", "1g.10gb"} and left == {}
+
+
+CLASSES = [
+    {"name": "high", "value": 100, "preemptible": True},
+    {"name": "low", "value": 0, "preemptible": True, "default": True},
+]
+
+
+def _preemption_policy(dynamic: dict[str, Any] | None) -> Any:
+    mig: dict[str, Any] = {"layout": LAYOUT}
+    if dynamic is not None:
+        mig["dynamic"] = dynamic
+    return policy(
+        pools=[pool("inf", "A100-80GB", 1, 1, "mig", mig=mig)],
+        queues=[
+            queue(
+                "team",
+                {
+                    "a100-mig-3g.40gb": {"nominal": 2 if dynamic is not None else 1},
+                    "a100-mig-2g.20gb": {"nominal": 3 if dynamic is not None else 1},
+                    "a100-mig-1g.10gb": {"nominal": 7 if dynamic is not None else 2},
+                },
+            )
+        ],
+        priorityClasses=CLASSES,
+        scheduling={"minRuntimeSeconds": 0},
+    )
+
+
+def _high_wants_two_small(p: Any, *, fill_free: bool) -> Any:
+    s = _two_small_running(p)  # both 1g.10gb instances taken by low-priority work
+    if fill_free:
+        s = submit(
+            s,
+            workload(p, "low-3g", "team", mig="3g.40gb", submit=1),
+            workload(p, "low-2g", "team", mig="2g.20gb", submit=1),
+        )
+        _, s = cycle(s, 10)
+        assert len(s.running) == 4
+    return submit(
+        s, *(workload(p, f"urgent{i}", "team", mig="1g.10gb", priority="high", submit=20)
+             for i in range(2))
+    )  # fmt: skip
+
+
+def test_a_repartition_comes_before_preemption() -> None:
+    """High-priority work for two 1g.10gb instances, both held by low-priority work: a static
+    pool evicts; a dynamic one reshapes the free 3g/2g instead and nobody is evicted."""
+    static = _high_wants_two_small(_policy_static := _preemption_policy(None), fill_free=False)
+    result = run_cycle(static, 100)
+    assert len(result.evictions) == 2 and not result.repartitions
+    assert _policy_static.pools[0].mig_dynamic is None
+
+    p = _preemption_policy({"minSecondsBetweenChanges": 0})
+    result = run_cycle(_high_wants_two_small(p, fill_free=False), 100)
+    assert result.evictions == () and not result.admissions
+    (rep,) = result.repartitions
+    assert sum(1 for i in rep.created if i.profile == "1g.10gb") >= 2
+    reasons = {x.workload: x.reason for x in result.pending}
+    for i in range(2):
+        reason = reasons[f"team/urgent{i}"]
+        assert reason.plugin == "mig-repartition" and "instead of preempting" in reason.message
+
+
+def test_preemption_goes_ahead_when_no_repartition_can_serve() -> None:
+    """Every instance of the GPU is in use: nothing to reshape, so the low work is evicted."""
+    p = _preemption_policy({"minSecondsBetweenChanges": 0})
+    result = run_cycle(_high_wants_two_small(p, fill_free=True), 100)
+    assert sorted(e.workload for e in result.evictions) == ["team/s0", "team/s1"]
+    assert not result.repartitions

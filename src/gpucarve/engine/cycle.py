@@ -69,6 +69,7 @@ class Cycle:
         self.placer = Placer(self.ws, self.cfg.scoring, self.cfg.candidates_per_pod)
         self.ceilings = Ceilings(self.ws, self.quotas)
         self.preemptor = Preemptor(self.ws, self.quotas, now, self.cfg.min_runtime_s)
+        self.reshaper = repartition.Reshaper(self)
         self.admissions: list[Admission] = []
         self.evictions: list[Eviction] = []
         self.pending: list[Pending] = []
@@ -205,7 +206,10 @@ class Cycle:
             if cached is not None and cached[0] == self.ws.release_epoch:
                 return cached[1]
         outcome = self._try(w)
-        if key is not None and not outcome.admitted:
+        # (A promise of new MIG instances counts each workload's own pods: never reused.)
+        reason = outcome.reason
+        promise = reason is not None and reason.plugin == repartition.PLUGIN
+        if key is not None and not outcome.admitted and not promise:
             self.failed[key] = (self.ws.release_epoch, outcome)
         return outcome
 
@@ -235,6 +239,7 @@ class Cycle:
             return Outcome(False, first, tuple(r for r in impossible if r is not None))
         combos = [c for c, r in zip(combos, impossible, strict=True) if r is None]
         tried: list[PendingReason] = []
+        unplaced: list[Sequence[Flavor | None]] = []
         for combo in combos:
             plan, _, reason = self._plan(w, combo)
             if reason is not None:
@@ -247,6 +252,13 @@ class Cycle:
                 return Outcome(True)
             assert reason is not None
             tried.append(reason)
+            unplaced.append(combo)
+        if self.cfg.preemption and unplaced:
+            # Least disruptive first: MIG instances a repartition creates this cycle come
+            # before evicting anyone.
+            waiting = self.reshaper.absorbs(w, unplaced)
+            if waiting is not None:
+                return Outcome(False, waiting, (waiting, *tried))
         if self.cfg.preemption:
             for combo in combos:
                 full_plan, demand, _ = self._plan(w, combo, ignore_quota=True)

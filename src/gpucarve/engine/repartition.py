@@ -8,21 +8,30 @@ minimum interval; the instances in use (including this cycle's admissions) are k
 are. `mig_plan.plan_pool` picks the GPUs and layouts (exact per GPU, greedy over the pool,
 fewest changes first), at most `maxGpusPerCycle` GPUs per pool. No preemption is involved: a
 repartition only reshapes free instances, so it is always the less disruptive action.
+
+It also comes before preemption: a workload that would evict others for MIG instances first
+asks `Reshaper.absorbs` whether this cycle's repartition can create them (beyond the free ones
+that did not fit it, the ones being created and those promised to earlier workloads of the
+cycle). If so it waits for them, with that reason, and nobody is evicted.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpucarve.core.cluster import RECONFIGURING
-from gpucarve.core.policy import SliceKind
-from gpucarve.engine.decisions import Repartition, Stage
+from gpucarve.core.policy import Flavor, Pool, SliceKind
+from gpucarve.core.workload import Workload
+from gpucarve.engine.decisions import PendingReason, Repartition, Stage
 from gpucarve.engine.mig_plan import PoolGpu
 from gpucarve.engine.mig_pool import plan_pool
 
 if TYPE_CHECKING:
     from gpucarve.engine.cycle import Cycle
+
+PLUGIN = "mig-repartition"
 
 
 def plan(c: Cycle) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int], ...]]:
@@ -51,52 +60,23 @@ def plan(c: Cycle) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int], ...]
                 demand[pool_name][f.profile] += ps.min_count
                 top[pool_name][f.profile] = max(top[pool_name][f.profile], w.priority + 1)
                 break
-    allocations = c.snapshot.cluster.allocations
-    used = set(allocations)
-    # GPUs being reconfigured are left alone, and what they are creating counts as served
-    coming: dict[str, Counter[str]] = {}
-    for sid, alloc in allocations.items():
-        if alloc.owner.startswith(RECONFIGURING):
-            sl = c.snapshot.cluster.slices[sid]
-            gid = f"{sl.node}/gpu{sl.gpu}"
-            coming.setdefault(gid, Counter())[sl.profile or ""] += 1
-    for a in c.admissions:
-        for pod in a.pods:
-            used.update(pod.slice_ids)
-    cluster = c.snapshot.cluster
+    used, coming = _in_use(c)
     out: list[Repartition] = []
     unserved: Counter[str] = Counter()
     for name, pool in sorted(dynamic.items()):
-        want = demand[name]
-        for node in cluster.nodes:
-            if node.pool == name:
-                for g in node.gpus:
-                    want.subtract(coming.get(g.id, Counter()))
-        want = +want
+        if not demand[name]:
+            continue
+        assert pool.mig_dynamic is not None
+        gpus, arriving = _eligible(c, name, pool, used, coming)
+        want = _beyond_free(gpus, demand[name], arriving)
         if not want:
             continue
-        assert pool.mig_dynamic is not None and pool.model.mig is not None
-        geom = pool.model.mig
         allowed = frozenset(f.profile for f in pool.flavors() if f.profile)
-        gpus = []
-        for node in cluster.nodes:
-            if node.pool != name:
-                continue
-            for g in node.gpus:
-                if g.id in coming:
-                    continue
-                changed = c.snapshot.mig_changed_at.get(g.id)
-                if changed is not None and c.now - changed < pool.mig_dynamic.min_interval_s:
-                    continue
-                in_use = tuple(i for i in g.mig_layout if f"{g.id}/{i.profile}@{i.start}" in used)
-                gpus.append(PoolGpu(g.id, geom, g.mig_layout, in_use))
         # Higher priorities weigh more: ranks, so that one priority class never needs a
         # specific numeric scale to win.
         ranks = {v: i + 1 for i, v in enumerate(sorted(set(top[name].values())))}
         weight = {p: float(ranks[v]) for p, v in top[name].items()}
-        plans, left = plan_pool(
-            gpus, dict(want), weight, pool.mig_dynamic.max_gpus_per_cycle, allowed
-        )
+        plans, left = plan_pool(gpus, want, weight, pool.mig_dynamic.max_gpus_per_cycle, allowed)
         for gp in plans:
             node_name, _, index = gp.gpu.rpartition("/gpu")
             out.append(
@@ -104,3 +84,111 @@ def plan(c: Cycle) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int], ...]
             )
         unserved.update(left)
     return tuple(out), tuple(sorted(unserved.items()))
+
+
+class Reshaper:
+    """Promises of this cycle's repartition to workloads that would otherwise preempt."""
+
+    def __init__(self, c: Cycle) -> None:
+        self.c = c
+        self.dynamic = {p.name: p for p in c.policy.pools if p.mig_dynamic is not None}
+        self.pool_of = {
+            f.name: pool.name for pool in self.dynamic.values() for f in pool.flavors() if f.profile
+        }
+        self.promised: dict[str, Counter[str]] = {}
+
+    def absorbs(
+        self, w: Workload, combos: Sequence[Sequence[Flavor | None]]
+    ) -> PendingReason | None:
+        if not self.dynamic:
+            return None
+        for combo in combos:
+            need: dict[str, Counter[str]] = {}
+            for ps, f in zip(w.pod_sets, combo, strict=True):
+                if f is None or f.kind is not SliceKind.MIG or f.profile is None:
+                    continue
+                pool_name = self.pool_of.get(f.name)
+                if pool_name is None:
+                    need = {}  # a pod set on a static pool: a repartition cannot serve it all
+                    break
+                need.setdefault(pool_name, Counter())[f.profile] += ps.count
+            if need and all(self._fits(name, n) for name, n in need.items()):
+                for name, n in need.items():
+                    self.promised.setdefault(name, Counter()).update(n)
+                what = ", ".join(
+                    f"{k} × {p} in pool {name}"
+                    for name, n in sorted(need.items())
+                    for p, k in sorted(n.items())
+                )
+                return PendingReason(
+                    Stage.PLACEMENT,
+                    PLUGIN,
+                    f"no free MIG instance fits it; this cycle repartitions GPUs to create {what} "
+                    "instead of preempting",
+                )
+        return None
+
+    def _fits(self, name: str, need: Counter[str]) -> bool:
+        pool = self.dynamic[name]
+        assert pool.mig_dynamic is not None
+        used, coming = _in_use(self.c)
+        gpus, arriving = _eligible(self.c, name, pool, used, coming)
+        want = _beyond_free(gpus, need + self.promised.get(name, Counter()), arriving)
+        if not want:
+            return True
+        allowed = frozenset(f.profile for f in pool.flavors() if f.profile)
+        _, left = plan_pool(gpus, want, None, pool.mig_dynamic.max_gpus_per_cycle, allowed)
+        return not left
+
+
+def _in_use(c: Cycle) -> tuple[set[str], dict[str, Counter[str]]]:
+    """Slice ids in use (this cycle's admissions included), and per GPU being reconfigured
+    the instances it is creating."""
+    allocations = c.snapshot.cluster.allocations
+    used = set(allocations)
+    coming: dict[str, Counter[str]] = {}
+    for sid, alloc in allocations.items():
+        if alloc.owner.startswith(RECONFIGURING):
+            sl = c.snapshot.cluster.slices[sid]
+            coming.setdefault(f"{sl.node}/gpu{sl.gpu}", Counter())[sl.profile or ""] += 1
+    for a in c.admissions:
+        for pod in a.pods:
+            used.update(pod.slice_ids)
+    return used, coming
+
+
+def _eligible(
+    c: Cycle, name: str, pool: Pool, used: set[str], coming: dict[str, Counter[str]]
+) -> tuple[list[PoolGpu], Counter[str]]:
+    """The pool's GPUs a plan may change (not being reconfigured, not changed within the
+    minimum interval), and the instances its GPUs being reconfigured are creating."""
+    assert pool.mig_dynamic is not None and pool.model.mig is not None
+    geom = pool.model.mig
+    gpus: list[PoolGpu] = []
+    arriving: Counter[str] = Counter()
+    for node in c.snapshot.cluster.nodes:
+        if node.pool != name:
+            continue
+        for g in node.gpus:
+            if g.id in coming:
+                arriving.update(coming[g.id])
+                continue
+            changed = c.snapshot.mig_changed_at.get(g.id)
+            if changed is not None and c.now - changed < pool.mig_dynamic.min_interval_s:
+                continue
+            in_use = tuple(i for i in g.mig_layout if f"{g.id}/{i.profile}@{i.start}" in used)
+            gpus.append(PoolGpu(g.id, geom, g.mig_layout, in_use))
+    return gpus, arriving
+
+
+def _beyond_free(
+    gpus: Sequence[PoolGpu], demand: Counter[str], arriving: Counter[str]
+) -> dict[str, int]:
+    """What a plan must offer: the waiting work was refused at placement, so the free instances
+    of its profiles did not fit it and it needs as many again beyond them, less what GPUs
+    being reconfigured are creating."""
+    free: Counter[str] = Counter()
+    for g in gpus:
+        free.update(i.profile for i in set(g.current) - set(g.in_use))
+    want = Counter({p: n + free[p] - arriving[p] for p, n in demand.items()})
+    return {p: n for p, n in sorted(want.items()) if n > 0}

@@ -163,3 +163,19 @@ def test_preemption_goes_ahead_when_no_repartition_can_serve() -> None:
     result = run_cycle(_high_wants_two_small(p, fill_free=True), 100)
     assert sorted(e.workload for e in result.evictions) == ["team/s0", "team/s1"]
     assert not result.repartitions
+
+
+def test_a_profile_the_layout_lacks_is_no_ceiling_in_a_dynamic_pool() -> None:
+    """`dynamic.profiles` offers 1g.10gb on GPUs carved as one 7g.80gb: work for it waits at
+    placement (so the repartition sees it) instead of being refused as never fitting."""
+    mig = {"layout": {"7g.80gb": 1}, "dynamic": {"minSecondsBetweenChanges": 0,
+                                                 "profiles": ["1g.10gb"]}}  # fmt: skip
+    p = policy(
+        pools=[pool("inf", "A100-80GB", 1, 1, "mig", mig=mig)],
+        queues=[queue("team", {"a100-mig-1g.10gb": {"nominal": 7}})],
+    )
+    result = run_cycle(snapshot(p, [workload(p, "small", "team", mig="1g.10gb")]), 0)
+    (pending,) = result.pending
+    assert pending.reason.stage.value == "placement"
+    (rep,) = result.repartitions
+    assert any(i.profile == "1g.10gb" for i in rep.created)

@@ -65,3 +65,30 @@ def test_static_layouts_wait_for_instances_to_free() -> None:
 def test_static_quota_baseline_drops_dynamic_mig() -> None:
     p = _policy(True)
     assert static_quota(p).pools[0].mig_dynamic is None
+
+
+def test_work_for_a_profile_missing_from_the_layout_waits_out_the_minimum_interval() -> None:
+    """The GPU starts as one 7g.80gb; `dynamic.profiles` lets it be carved into 1g.10gb. A
+    1g job reshapes it at 0; a 7g job arriving later needs it whole again, but the GPU may not
+    change before 600 s: with nothing else running or arriving the run must go on until then
+    (it used to stop, and the 7g job was reported as never fitting the 1g layout)."""
+    p = policy(
+        pools=[
+            pool(
+                "inf", "A100-80GB", 1, 1, "mig",
+                mig={"layout": {"7g.80gb": 1},
+                     "dynamic": {"minSecondsBetweenChanges": 600, "profiles": ["1g.10gb"]}},
+            )
+        ],
+        queues=[queue("team", {"a100-mig-7g.80gb": {"nominal": 1},
+                               "a100-mig-1g.10gb": {"nominal": 7}})],
+    )  # fmt: skip
+    ws = [
+        workload(p, "small", "team", mig="1g.10gb", submit=0, duration=100),
+        workload(p, "whole", "team", mig="7g.80gb", submit=50, duration=100),
+    ]
+    result = Simulator(p, ws, config=SimConfig(mig_reconfigure_s=60)).run()
+    assert result.first_start["team/small"] == 60
+    assert [r[:2] for r in result.repartitions] == [(0, "inf-0/gpu0"), (600, "inf-0/gpu0")]
+    assert result.first_start["team/whole"] == 660
+    assert sorted(result.completed) == ["team/small", "team/whole"]

@@ -57,6 +57,11 @@ class MigDynamicSpec(_Strict):
     maxGpusPerCycle: int = Field(
         default=8, ge=1, le=10_000, description="GPUs one scheduling cycle may repartition."
     )
+    profiles: list[str] | None = Field(
+        default=None,
+        description="Profiles the pool's GPUs may be carved into (each gets a flavor); "
+        "default: those of its layouts.",
+    )
 
 
 class MigSpec(_Strict):

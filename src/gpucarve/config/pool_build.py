@@ -276,6 +276,7 @@ def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | Non
         else:
             layouts, probs = _mig_layouts(spec, model, path)
             problems.extend(probs)
+            problems.extend(_dynamic_problems(spec, model, path))
     if problems:
         return None, problems
     pool = Pool(
@@ -304,7 +305,28 @@ def _dynamic(spec: PoolSpec) -> MigDynamic | None:
     d = spec.mig.dynamic if spec.mig is not None else None
     if d is None or not d.enabled:
         return None
-    return MigDynamic(d.minSecondsBetweenChanges, d.maxGpusPerCycle)
+    return MigDynamic(d.minSecondsBetweenChanges, d.maxGpusPerCycle, tuple(d.profiles or ()))
+
+
+def _dynamic_problems(spec: PoolSpec, model: GpuModel, path: Path) -> list[Problem]:
+    d = spec.mig.dynamic if spec.mig is not None else None
+    if d is None or not d.profiles:
+        return []
+    assert model.mig is not None
+    known = [p.name for p in model.mig.profiles if not p.media_extensions]
+    out = []
+    for j, name in enumerate(d.profiles):
+        if name not in known:
+            out.append(
+                Problem(
+                    (*path, "mig", "dynamic", "profiles", j),
+                    "unknown-mig-profile",
+                    f"{model.id} has no MIG profile {name!r} a repartition can create "
+                    "(media-extension profiles are only carved statically)",
+                    f"use one of {', '.join(known)}",
+                )
+            )
+    return out
 
 
 def layout_counts(layout: tuple[Instance, ...]) -> Counter[str]:

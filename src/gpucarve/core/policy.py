@@ -89,6 +89,8 @@ class Topology:
 class MigDynamic:
     min_interval_s: int
     max_gpus_per_cycle: int
+    # profiles the GPUs may be carved into beyond those of the layouts
+    profiles: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +134,9 @@ class Pool:
             for layout in self.mig_layouts:
                 for inst in layout:
                     per[inst.profile] = per.get(inst.profile, 0) + 1
+            if self.mig_dynamic is not None:
+                for name in self.mig_dynamic.profiles:
+                    per.setdefault(name, 0)  # none yet: a repartition creates them
             out = []
             for prof in m.mig.profiles:
                 if prof.name not in per:

@@ -46,15 +46,32 @@ class Ceilings:
         key = (mode, flavor)
         cache = self.ws.largest
         if key not in cache:
-            total = self.ws.total
+            counts = self._per_node(flavor)
             if mode is TopologyMode.NODE:
-                cache[key] = max((t for (f, _), t in total.items() if f == flavor), default=0)
+                cache[key] = max(counts.values(), default=0)
             else:
                 groups = self.ws.groups_for(mode) or []
-                cache[key] = max(
-                    (sum(total.get((flavor, n), 0) for n in g) for g in groups), default=0
-                )
+                cache[key] = max((sum(counts.get(n, 0) for n in g) for g in groups), default=0)
         return cache[key]
+
+    def _per_node(self, flavor: str) -> dict[int, int]:
+        """Slices of `flavor` each node holds, or could hold once repartitioned: a dynamic MIG
+        pool's GPUs can each be carved into the most instances of the profile that fit, so
+        the layout of the moment is no ceiling."""
+        out = {n: t for (f, n), t in self.ws.total.items() if f == flavor}
+        profile = self.ws.flavors[flavor].flavor.profile
+        if profile is None:
+            return out
+        for pool in self.ws.policy.pools:
+            if pool.mig_dynamic is None or pool.model.mig is None:
+                continue
+            if flavor not in {f.name for f in pool.flavors()}:
+                continue
+            most = next(p.max_instances for p in pool.model.mig.profiles if p.name == profile)
+            for node in self.ws.nodes:
+                if node.pool == pool.name:
+                    out[node.idx] = max(out.get(node.idx, 0), most * pool.gpus_per_node)
+        return out
 
     def never_fits(self, w: Workload, combo: Sequence[Flavor | None]) -> PendingReason | None:
         demand: Counter[str] = Counter()

@@ -73,9 +73,13 @@ def plan(c: Cycle) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int], ...]
             continue
         allowed = frozenset(f.profile for f in pool.flavors() if f.profile)
         # Higher priorities weigh more: ranks, so that one priority class never needs a
-        # specific numeric scale to win.
+        # specific numeric scale to win. Within a rank an instance weighs its compute slices:
+        # counted per instance, seven small ones would always beat the whole-GPU one that
+        # waits beside them, and large work would starve.
+        assert pool.model.mig is not None
+        size = {p.name: p.compute_slices for p in pool.model.mig.profiles}
         ranks = {v: i + 1 for i, v in enumerate(sorted(set(top[name].values())))}
-        weight = {p: float(ranks[v]) for p, v in top[name].items()}
+        weight = {p: float(ranks[v] * size[p]) for p, v in top[name].items()}
         plans, left = plan_pool(gpus, want, weight, pool.mig_dynamic.max_gpus_per_cycle, allowed)
         for gp in plans:
             node_name, _, index = gp.gpu.rpartition("/gpu")

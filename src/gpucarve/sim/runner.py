@@ -224,13 +224,17 @@ class Simulator:
                     s.mig_changed_at,
                 )
             stalled = False
+            mig_later = False
             if self.snapshot.pending or self.holding:
                 result = self.engine.run_cycle(self.snapshot, now)
                 cycles += 1
                 self._apply(result, now)
-                stalled = not result.admissions and not result.evictions
+                stalled = not (result.admissions or result.evictions or result.repartitions)
+                mig_later = self._mig_may_change(result, now)
                 if progress is not None:
                     progress(now, len(self.result.completed))
+            # a GPU being reconfigured will free its new instances
+            mig_later = mig_later or bool(self.reconfiguring)
             if (moved or not stalled) and now >= next_sample:
                 # after the cycle: what is free and what still waits for it (it only changes
                 # when something happened, so sampling then is exact)
@@ -238,7 +242,7 @@ class Simulator:
                     (now, self.probe.sample(self.snapshot.cluster, self.snapshot.pending))
                 )
                 next_sample = now + self.sample_s
-            if stalled and not self.jobs and not arrivals_left:
+            if stalled and not self.jobs and not arrivals_left and not mig_later:
                 # Nothing runs, nothing arrives and nothing moved: part-placed gangs wait on
                 # each other for good (a deadlock that gang scheduling prevents).
                 break
@@ -249,8 +253,9 @@ class Simulator:
             if (self.snapshot.pending or self.holding) and tick_at is None:
                 tick_at = now + tick_gap
                 self._push(tick_at, Kind.TICK, "")
-            if not self.snapshot.running and not arrivals_left:
-                # Nothing runs and nothing will arrive: what still waits never fits.
+            if not self.snapshot.running and not arrivals_left and not mig_later:
+                # Nothing runs, nothing will arrive and no MIG layout can still change: what
+                # still waits never fits.
                 break
         self._flush()
         self.result.end = now
@@ -356,6 +361,21 @@ class Simulator:
         self._reschedule(touched, now)
         if result.repartitions:
             self._repartition(result, now)
+
+    def _mig_may_change(self, result: CycleResult, now: int) -> bool:
+        """MIG work waits unserved while a dynamic pool's GPU is held back by its minimum
+        interval: a later cycle may still repartition it."""
+        if not result.mig_unserved:
+            return False
+        intervals = {
+            p.name: p.mig_dynamic.min_interval_s for p in self.policy.pools if p.mig_dynamic
+        }
+        pools = {n.name: n.pool for n in self.snapshot.cluster.nodes}
+        for gpu, at in self.snapshot.mig_changed_at.items():
+            interval = intervals.get(pools.get(gpu.rpartition("/")[0], ""))
+            if interval is not None and now - at < interval:
+                return True
+        return False
 
     def _repartition(self, result: CycleResult, now: int) -> None:
         """New MIG layouts: destroyed instances go at once, created ones are held by the

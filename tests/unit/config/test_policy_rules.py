@@ -237,3 +237,21 @@ def test_non_mapping_documents(catalog: Catalog, bad: Any) -> None:
     with pytest.raises(InvalidInput) as exc:
         build_policy(bad, catalog)
     assert exc.value.problems
+
+
+def test_dynamic_mig_profiles_add_flavors_and_unknown_ones_are_named(catalog: Catalog) -> None:
+    d = doc()
+    d["pools"][1]["mig"]["dynamic"] = {"profiles": ["1g.10gb", "7g.80gb"]}
+    pool = build_policy(d, catalog).policy.pools[1]
+    assert {f.profile for f in pool.flavors()} == {"1g.10gb", "3g.40gb", "7g.80gb"}
+    # capacity: every GPU carved into as many of the profile as fit (7 × 1g.10gb per GPU)
+    assert build_policy(d, catalog).policy.capacity["a100-mig-1g.10gb"] == 4 * 7
+    d["pools"][1]["mig"]["dynamic"] = {"profiles": ["1g.10gb", "5g.50gb", "1g.10gb+me"]}
+    assert problems(d, catalog) == [
+        ("unknown-mig-profile", "pools[1].mig.dynamic.profiles[1]"),
+        ("unknown-mig-profile", "pools[1].mig.dynamic.profiles[2]"),
+    ]
+    # without `dynamic` a static pool offers only what its layout carves
+    assert {f.profile for f in build_policy(doc(), catalog).policy.pools[1].flavors()} == {
+        "3g.40gb"
+    }

@@ -186,12 +186,15 @@ def active_gpus(result: SimResult, window: tuple[int, int]) -> float:
     """Time-weighted mean of GPUs with at least one instance in use."""
     events: list[tuple[int, str, int]] = []
     for iv in result.intervals:
+        start, end = max(iv.start, window[0]), min(iv.end, window[1])
+        if start >= end:
+            continue
         for pod in iv.pods:
             for sid in pod.slice_ids:
                 gpu = sid.rsplit("/", 1)[0]
-                events.append((max(iv.start, window[0]), gpu, 1))
-                events.append((min(iv.end, window[1]), gpu, -1))
-    events.sort()
+                events.append((start, gpu, 1))
+                events.append((end, gpu, -1))
+    events.sort(key=lambda e: (e[0], e[2]))  # ends before starts at the same time
     held: Counter[str] = Counter()
     area = 0.0
     last = window[0]

@@ -4,9 +4,11 @@ minimum interval, not in static pools, and only into profiles the pool has flavo
 
 from __future__ import annotations
 
+import dataclasses
 from types import MappingProxyType
 from typing import Any
 
+from gpucarve.core.cluster import Allocation
 from gpucarve.core.mig import Instance
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine import run_cycle
@@ -179,3 +181,31 @@ def test_a_profile_the_layout_lacks_is_no_ceiling_in_a_dynamic_pool() -> None:
     assert pending.reason.stage.value == "placement"
     (rep,) = result.repartitions
     assert any(i.profile == "1g.10gb" for i in rep.created)
+
+
+def test_a_starving_head_reserves_its_flavor_on_a_node_not_the_whole_node() -> None:
+    """A 1g.10gb head that waited past maxHeadWaitSeconds reserves the node for 1g.10gb; newer
+    work for the node's free 4g.40gb instance still runs (it used to be refused 'by
+    reservation', which on a one-node MIG pool stopped every other profile)."""
+    p = policy(
+        pools=[pool("inf", "A100-80GB", 1, 1, "mig",
+                    mig={"layout": {"4g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}})],
+        queues=[queue("team", {"a100-mig-4g.40gb": {"nominal": 1},
+                               "a100-mig-2g.20gb": {"nominal": 1},
+                               "a100-mig-1g.10gb": {"nominal": 1}})],
+        scheduling={"maxHeadWaitSeconds": 0},
+    )  # fmt: skip
+    s = snapshot(p)
+    # the only 1g.10gb instance is held by a pod gpucarve does not manage (no quota charged)
+    sid = next(sid for sid in s.cluster.slices if "/1g.10gb@" in sid)
+    held = Allocation(sid, "foreign/pod", 0, 0)
+    s = dataclasses.replace(s, cluster=s.cluster.with_allocations({sid: held}))
+    s = submit(
+        s,
+        workload(p, "head", "team", mig="1g.10gb", submit=10),
+        workload(p, "newer", "team", mig="4g.40gb", submit=20),
+    )
+    result = run_cycle(s, 100)
+    assert result.admitted_ids() == ["team/newer"]
+    (pending,) = result.pending
+    assert pending.workload == "team/head" and pending.reason.stage.value == "placement"

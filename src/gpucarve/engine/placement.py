@@ -47,7 +47,8 @@ class Placer:
         # fragmentation score.
         self.shapes: dict[str, Counter[int]] = {}
         # node -> the starving workload it is kept for; `current` is the workload being placed
-        self.reserved: dict[int, Workload] = {}
+        # (node, flavor) -> the starving head that holds it (see queueing.reserve)
+        self.reserved: dict[tuple[int, str], Workload] = {}
         self.current: Workload | None = None
 
     # -------------------------------------------------------------- filters
@@ -66,7 +67,7 @@ class Placer:
         self, needs: PodNeeds, node: NodeState, rej: Rejections
     ) -> GpuSlots | bool | None:
         why = self._static_reject(needs, node)
-        if why is None and self.reserved and self._kept_from(node):
+        if why is None and self.reserved and self._kept_from(node, needs.flavor):
             why = "reservation"
         if why is None and not plugins.cpu_memory(needs, node):
             why = "cpu-memory"
@@ -81,8 +82,10 @@ class Placer:
             return False
         return True
 
-    def _kept_from(self, node: NodeState) -> bool:
-        holder = self.reserved.get(node.idx)
+    def _kept_from(self, node: NodeState, flavor: str | None) -> bool:
+        if flavor is None:
+            return False
+        holder = self.reserved.get((node.idx, flavor))
         w = self.current
         if holder is None or w is None or holder.id == w.id:
             return False

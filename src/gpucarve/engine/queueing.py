@@ -2,7 +2,9 @@
 
 A head that cannot be admitted holds its queue for the flavors it needs once it has waited
 `scheduling.maxHeadWaitSeconds` (at once under strict FIFO); on a placement failure it also
-reserves the nodes most likely to hold it first, which newer or lower-priority work may not use.
+reserves, on the nodes most likely to hold it first, the flavors it needs: newer or
+lower-priority work may not take them there. Other flavors of those nodes stay open (a MIG node
+reserved for a waiting 1g.10gb pod still runs 4g.40gb work on its other instances).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def reserve(c: Cycle, head: Workload) -> None:
                 nodes.append(n)
                 size += ws.total[(flavor, n)]
         for n in nodes:
-            c.placer.reserved.setdefault(n, head)
+            c.placer.reserved.setdefault((n, flavor), head)
 
 
 def behind(c: Cycle, w: Workload) -> PendingReason | None:

@@ -46,7 +46,7 @@ def _two_small_running(p: Any) -> Snapshot:
 
 
 def test_queued_small_instances_reshape_free_ones_and_keep_those_in_use() -> None:
-    p = _policy({"minSecondsBetweenChanges": 600})
+    p = _policy({"minSecondsBetweenChanges": 600, "granularity": "instance"})
     s = _two_small_running(p)
     held = {sid for rw in s.running for pod in rw.pods for sid in pod.slice_ids}
     s = submit(s, *(workload(p, f"more{i}", "team", mig="1g.10gb") for i in range(3)))
@@ -78,7 +78,7 @@ def test_static_pools_are_never_repartitioned() -> None:
 
 
 def test_only_profiles_with_flavors_are_created() -> None:
-    p = _policy({})
+    p = _policy({"granularity": "instance"})
     s = _two_small_running(p)
     s = submit(
         s, workload(p, "big", "team", mig="3g.40gb"), workload(p, "mid", "team", mig="2g.20gb")
@@ -148,7 +148,7 @@ def test_a_repartition_comes_before_preemption() -> None:
     assert len(result.evictions) == 2 and not result.repartitions
     assert _policy_static.pools[0].mig_dynamic is None
 
-    p = _preemption_policy({"minSecondsBetweenChanges": 0})
+    p = _preemption_policy({"minSecondsBetweenChanges": 0, "granularity": "instance"})
     result = run_cycle(_high_wants_two_small(p, fill_free=False), 100)
     assert result.evictions == () and not result.admissions
     (rep,) = result.repartitions
@@ -161,7 +161,7 @@ def test_a_repartition_comes_before_preemption() -> None:
 
 def test_preemption_goes_ahead_when_no_repartition_can_serve() -> None:
     """Every instance of the GPU is in use: nothing to reshape, so the low work is evicted."""
-    p = _preemption_policy({"minSecondsBetweenChanges": 0})
+    p = _preemption_policy({"minSecondsBetweenChanges": 0, "granularity": "instance"})
     result = run_cycle(_high_wants_two_small(p, fill_free=True), 100)
     assert sorted(e.workload for e in result.evictions) == ["team/s0", "team/s1"]
     assert not result.repartitions
@@ -209,3 +209,19 @@ def test_a_starving_head_reserves_its_flavor_on_a_node_not_the_whole_node() -> N
     assert result.admitted_ids() == ["team/newer"]
     (pending,) = result.pending
     assert pending.workload == "team/head" and pending.reason.stage.value == "placement"
+
+
+def test_whole_gpu_granularity_changes_only_gpus_with_nothing_in_use() -> None:
+    """By default (what the GPU Operator's MIG manager can do: mig-parted recreates every
+    instance of a GPU it changes) the GPU whose two 1g.10gb instances are in use keeps its
+    layout although a reshape of its free 3g/2g would serve the queue, which granularity
+    `instance` does."""
+    p = _policy({"minSecondsBetweenChanges": 0})
+    s = _two_small_running(p)
+    s = submit(s, *(workload(p, f"more{i}", "team", mig="1g.10gb") for i in range(3)))
+    result = run_cycle(s, 100)
+    assert not result.repartitions and result.mig_unserved == (("1g.10gb", 3),)
+    p = _policy({"minSecondsBetweenChanges": 0, "granularity": "instance"})
+    s = _two_small_running(p)
+    s = submit(s, *(workload(p, f"more{i}", "team", mig="1g.10gb") for i in range(3)))
+    assert run_cycle(s, 100).repartitions

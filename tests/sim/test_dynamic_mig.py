@@ -15,7 +15,7 @@ from tests.engine.builders import policy, pool, queue, workload
 def _policy(dynamic: bool) -> Any:
     mig: dict[str, Any] = {"layout": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}}
     if dynamic:
-        mig["dynamic"] = {"minSecondsBetweenChanges": 0}
+        mig["dynamic"] = {"minSecondsBetweenChanges": 0, "granularity": "instance"}
     return policy(
         pools=[pool("inf", "A100-80GB", 1, 1, "mig", mig=mig)],
         queues=[

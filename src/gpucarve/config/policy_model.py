@@ -62,6 +62,13 @@ class MigDynamicSpec(_Strict):
         description="Profiles the pool's GPUs may be carved into (each gets a flavor); "
         "default: those of its layouts.",
     )
+    granularity: Literal["gpu", "instance"] = Field(
+        default="gpu",
+        description="gpu: only a GPU none of whose instances is in use is repartitioned (what "
+        "the GPU Operator's MIG manager can do: mig-parted recreates every instance of a GPU "
+        "it changes); instance: instances in use stay in place while free ones are reshaped "
+        "(needs a node agent creating single GPU instances; simulator only).",
+    )
 
 
 class MigSpec(_Strict):

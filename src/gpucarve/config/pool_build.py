@@ -305,7 +305,12 @@ def _dynamic(spec: PoolSpec) -> MigDynamic | None:
     d = spec.mig.dynamic if spec.mig is not None else None
     if d is None or not d.enabled:
         return None
-    return MigDynamic(d.minSecondsBetweenChanges, d.maxGpusPerCycle, tuple(d.profiles or ()))
+    return MigDynamic(
+        d.minSecondsBetweenChanges,
+        d.maxGpusPerCycle,
+        tuple(d.profiles or ()),
+        keep_in_use=d.granularity == "instance",
+    )
 
 
 def _dynamic_problems(spec: PoolSpec, model: GpuModel, path: Path) -> list[Problem]:

@@ -91,6 +91,9 @@ class MigDynamic:
     max_gpus_per_cycle: int
     # profiles the GPUs may be carved into beyond those of the layouts
     profiles: tuple[str, ...] = ()
+    # False: only GPUs with no instance in use change (whole-GPU reconfiguration, as the
+    # GPU Operator's MIG manager does); True: instances in use are kept in place
+    keep_in_use: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -181,6 +181,8 @@ def _eligible(
             if changed is not None and c.now - changed < pool.mig_dynamic.min_interval_s:
                 continue
             in_use = tuple(i for i in g.mig_layout if f"{g.id}/{i.profile}@{i.start}" in used)
+            if in_use and not pool.mig_dynamic.keep_in_use:
+                continue  # whole-GPU reconfiguration: it waits until its work is done
             gpus.append(PoolGpu(g.id, geom, g.mig_layout, in_use))
     return gpus, arriving
 

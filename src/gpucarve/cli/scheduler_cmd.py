@@ -18,6 +18,7 @@ from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.output import Exit, console
 from gpucarve.kube.client import ApiError
 from gpucarve.kube.leader import LeaderElector
+from gpucarve.kube.mig_handoff import HandoffConfig
 from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
 
 log = logging.getLogger("gpucarve.scheduler")
@@ -46,6 +47,28 @@ def scheduler(
         str | None,
         typer.Option("--identity", help="This replica's name in the Lease (default host_pid)."),
     ] = None,
+    mig_config_map: Annotated[
+        str,
+        typer.Option(
+            "--mig-config-map",
+            help="NAMESPACE/NAME of the mig-parted ConfigMap the GPU Operator's MIG manager "
+            "reads (ClusterPolicy spec.migManager.config.name); dynamic MIG adds its "
+            "configurations there.",
+        ),
+    ] = "gpu-operator/gpucarve-mig-parted-config",
+    mig_propagation: Annotated[
+        float,
+        typer.Option(
+            "--mig-propagation",
+            min=0,
+            help="Seconds between writing a MIG configuration and switching a node's "
+            "nvidia.com/mig.config label (the kubelet refreshes mounted ConfigMaps late).",
+        ),
+    ] = 60.0,
+    mig_timeout: Annotated[
+        float,
+        typer.Option("--mig-timeout", min=1, help="Seconds a MIG change may take."),
+    ] = 900.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every cycle.")] = False,
     catalog: CatalogOption = None,
 ) -> None:
@@ -57,11 +80,28 @@ def scheduler(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     loaded = policy_or_exit(policy, catalog)
+    err = console(stderr=True)
+    for i, pool in enumerate(loaded.policy.pools):
+        if pool.mig_dynamic is not None and pool.mig_dynamic.keep_in_use:
+            err.print(
+                Text(
+                    f"{policy}: pools[{i}].mig.dynamic.granularity: pool {pool.name} asks for "
+                    "`instance`, which keeps instances in use while their GPU changes; the GPU "
+                    "Operator's MIG manager recreates every instance of a GPU it changes",
+                    style="red",
+                )
+            )
+            err.print(Text("fix: use `granularity: gpu` (the default) on Kubernetes"))
+            raise typer.Exit(Exit.INVALID)
+    namespace, _, cm_name = mig_config_map.partition("/")
+    if not namespace or not cm_name:
+        err.print(Text(f"--mig-config-map {mig_config_map!r} is not NAMESPACE/NAME", style="red"))
+        err.print(Text("fix: e.g. --mig-config-map gpu-operator/gpucarve-mig-parted-config"))
+        raise typer.Exit(Exit.INVALID)
     client = client_or_exit(kubeconfig)
     try:
         client.get("/version")
     except ApiError as exc:
-        err = console(stderr=True)
         err.print(Text(str(exc), style="red"))
         err.print(Text("fix: pass --kubeconfig for a cluster that is up (its current context)"))
         raise typer.Exit(Exit.INVALID) from None
@@ -83,7 +123,8 @@ def scheduler(
         if not elector.acquire(stop):
             return
         elector.keep_renewing(stop)
-    sched = Scheduler(client, loaded.policy, SchedulerConfig(name=name))
+    mig = HandoffConfig(namespace, cm_name, mig_propagation, mig_timeout)
+    sched = Scheduler(client, loaded.policy, SchedulerConfig(name=name, mig=mig))
     try:
         sched.run(stop, elector)
     except ApiError as err:

@@ -8,7 +8,7 @@ invariant: no slice held twice, and no GPU's memory promised beyond what it has.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -262,14 +262,16 @@ def pool_node(
     taints: tuple[Taint, ...] | None = None,
     cpu_milli: int | None = None,
     memory_mib: int | None = None,
+    mig_layouts: Sequence[tuple[Instance, ...]] | None = None,
 ) -> tuple[Node, list[Slice]]:
     """One node of `pool` with its GPUs and slices. A driver that knows the real node (the
-    Kubernetes scheduler) passes its labels, taints and allocatable CPU and memory; otherwise
-    they come from the policy."""
+    Kubernetes scheduler) passes its labels, taints and allocatable CPU and memory, and for a
+    dynamic MIG pool the layouts its GPUs have now; otherwise they come from the policy."""
     gpus = []
     node_slices: list[Slice] = []
+    layouts = pool.mig_layouts if mig_layouts is None else mig_layouts
     for g in range(pool.gpus_per_node):
-        layout = pool.mig_layouts[g] if pool.sharing is SharingMode.MIG else ()
+        layout = layouts[g] if pool.sharing is SharingMode.MIG else ()
         gpu_slices = _gpu_slices(pool, name, g, layout)
         node_slices.extend(gpu_slices)
         gpus.append(

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from gpucarve.core.cluster import ClusterState, Node, Slice, check_layouts, pool_node
 from gpucarve.core.policy import Policy, Pool, SharingMode, Taint
 from gpucarve.core.quantity import QuantityError, parse_quantity
+from gpucarve.kube.mig_layout import Change, NodeLayout, node_change, node_layout
 
 POOL_LABEL = "gpucarve.io/pool"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -45,6 +46,11 @@ class Inventory:
     problems: tuple[NodeProblem, ...]
     # The device-plugin resource of each flavor, for pods bound without gpucarve's annotation.
     resource_of: Mapping[str, str]
+    # Dynamic MIG: each node's layout (by node), the changes in flight (by node), and when
+    # each GPU (`node/gpuN`) last changed (RFC 3339).
+    layouts: Mapping[str, NodeLayout] = field(default_factory=dict)
+    changes: Mapping[str, Change] = field(default_factory=dict)
+    mig_changed_at: Mapping[str, str] = field(default_factory=dict)
 
 
 def _pool_of(node: Mapping[str, Any], policy: Policy) -> Pool | str | None:
@@ -138,6 +144,7 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
     expected = {p.name: expected_resources(policy, p) for p in policy.pools}
     for pool in policy.pools:
         check_layouts(pool)
+    mig = _Mig()
     built: list[Node] = []
     slices: dict[str, Slice] = {}
     problems: list[NodeProblem] = []
@@ -159,7 +166,17 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
                 )
             continue
         pool = found
-        bad = _mismatches(node, pool, expected[pool.name], allocatable)
+        meta = node["metadata"]
+        layouts = None
+        change = None
+        want = expected[pool.name]
+        if pool.mig_dynamic is not None:
+            layouts, change, want, unusable = _dynamic_layout(policy, pool, name, meta, mig)
+            if unusable:
+                problems.append(NodeProblem(name, f"{unusable} (no new pods placed)"))
+                want = expected[pool.name]
+        # A node being reconfigured publishes whatever its paused device plugin last said.
+        bad = [] if change is not None else _mismatches(node, pool, want, allocatable)
         problems.extend(NodeProblem(name, f"{msg} (no new pods placed)") for msg in bad)
         spec = node.get("spec") or {}
         taints = [
@@ -167,7 +184,7 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
             for t in spec.get("taints") or []
         ]
         extra = []
-        if bad:
+        if bad or (pool.mig_dynamic is not None and layouts is None):
             extra.append(MISMATCH_TAINT)
         if spec.get("unschedulable"):
             extra.append(UNSCHEDULABLE_TAINT)
@@ -186,6 +203,7 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
             taints=tuple(taints),
             cpu_milli=cpu,
             memory_mib=None if mem is None else mem // (1024 * 1024),
+            mig_layouts=layouts,
         )
         index[pool.name] += 1
         built.append(built_node)
@@ -193,4 +211,43 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
             slices[s.id] = s
     resource_of = {name: f.resource_name for name, f in policy.flavors.items()}
     cluster = ClusterState(tuple(built), MappingProxyType(slices))
-    return Inventory(cluster, tuple(problems), MappingProxyType(resource_of))
+    return Inventory(
+        cluster,
+        tuple(problems),
+        MappingProxyType(resource_of),
+        MappingProxyType(mig.layouts),
+        MappingProxyType(mig.changes),
+        MappingProxyType(mig.changed_at),
+    )
+
+
+@dataclass
+class _Mig:
+    layouts: dict[str, NodeLayout] = field(default_factory=dict)
+    changes: dict[str, Change] = field(default_factory=dict)
+    changed_at: dict[str, str] = field(default_factory=dict)
+
+
+def _dynamic_layout(
+    policy: Policy, pool: Pool, name: str, meta: Mapping[str, Any], mig: _Mig
+) -> tuple[Any, Change | None, Counter[str], str | None]:
+    """A dynamic MIG node's layouts (None: unusable), its change in flight, the resources it
+    must publish, and a problem to report."""
+    annotations = meta.get("annotations") or {}
+    try:
+        change = node_change(annotations, pool)
+        current = node_layout(annotations, pool)
+    except ValueError as err:
+        return None, None, Counter(), f"{err}; remove the annotation to start from the policy"
+    mig.layouts[name] = current
+    for g, at in current.changed_at.items():
+        mig.changed_at[f"{name}/gpu{g}"] = at
+    layouts = current.layouts
+    if change is not None:
+        mig.changes[name] = change
+        for g in change.gpus:
+            mig.changed_at[f"{name}/gpu{g}"] = change.started
+        layouts = change.layouts
+    _, node_slices = pool_node(policy, pool, name, 0, mig_layouts=layouts)
+    want = Counter(policy.flavors[s.flavor].resource_name for s in node_slices)
+    return layouts, change, want, None

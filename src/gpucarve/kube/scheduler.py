@@ -24,10 +24,11 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from gpucarve.core.cluster import RECONFIGURING
 from gpucarve.core.policy import Policy
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.engine import Engine
@@ -36,6 +37,7 @@ from gpucarve.kube.crds import GROUP, VERSION
 from gpucarve.kube.informer import Informer
 from gpucarve.kube.inventory import Inventory, build_inventory, node_key
 from gpucarve.kube.leader import LeaderElector
+from gpucarve.kube.mig_handoff import HandoffConfig, MigHandoff
 from gpucarve.kube.pods import WorkloadCache
 from gpucarve.kube.queue_status import queue_statuses
 from gpucarve.kube.view import ASSIGNMENT, Assigned, View, build_view
@@ -50,6 +52,7 @@ class SchedulerConfig:
     interval_s: float = 2.0  # cycle at least this often (aging, retries) while pods wait
     settle_s: float = 0.05  # let a burst of changes arrive before a cycle
     bind_workers: int = 16
+    mig: HandoffConfig = field(default_factory=HandoffConfig)
 
 
 @dataclass
@@ -93,7 +96,8 @@ class Scheduler:
         self.reported: dict[str, str] = {}  # pod -> last message written to its condition
         self.node_problems: set[str] = set()
         self.queue_status: dict[str, dict[str, Any]] = {}
-        self.mig_plans: dict[str, object] = {}
+        self.mig = MigHandoff(client, policy, config.mig, clock)
+        self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
         self._inventory: tuple[tuple[str, ...], Inventory] | None = None
         self._binds = ThreadPoolExecutor(config.bind_workers, thread_name_prefix="bind")
         self._side = ThreadPoolExecutor(2, thread_name_prefix="status")
@@ -176,6 +180,9 @@ class Scheduler:
         )
 
     def cycle(self) -> CycleReport:
+        if self.dynamic_mig:
+            inv = self.inventory()
+            self.mig.advance(self._nodes_by_name(), inv.layouts, inv.changes)
         view = self.view()
         for w in view.warnings:
             log.warning("%s", w)
@@ -192,18 +199,8 @@ class Scheduler:
         self._bind(view, result, report)
         self._report_pending(view, result, waiting, report)
         self._queue_status(view, result, waiting)
-        for r in result.repartitions:
-            # Handing layouts to the GPU Operator's MIG manager is not built yet: say what the
-            # engine would do, once per plan.
-            if self.mig_plans.get(r.gpu_id) != r.layout:
-                self.mig_plans[r.gpu_id] = r.layout
-                log.info(
-                    "dynamic MIG: %s would become %s (%s); not applied: the MIG manager "
-                    "hand-off is not implemented",
-                    r.gpu_id,
-                    "+".join(i.describe() for i in r.layout),
-                    r.reason,
-                )
+        if self.dynamic_mig:
+            self._repartition(view, result)
         if result.admissions or result.evictions:
             log.info(
                 "cycle %d: %d pods bound, %d workloads evicted, %d pending",
@@ -213,6 +210,35 @@ class Scheduler:
                 report.pending,
             )
         return report
+
+    def _nodes_by_name(self) -> dict[str, dict[str, Any]]:
+        return {n["metadata"]["name"]: n for n in self.nodes.items()}
+
+    def _repartition(self, view: View, result: CycleResult) -> None:
+        """Hand the cycle's repartitions to the MIG manager (kube/mig_handoff.py). GPUs with a
+        slice held (by a pod, bound or assumed) are never changed, and a node that gets
+        bindings this cycle waits for the next one: its device plugin must be up when the
+        kubelet admits them."""
+        cluster = view.snapshot.cluster
+        busy = {
+            f"{cluster.slices[sid].node}/gpu{cluster.slices[sid].gpu}"
+            for sid, a in cluster.allocations.items()
+            if not a.owner.startswith(RECONFIGURING)
+        }
+        with self._lock:
+            for assigned in self.assumed.values():
+                busy.update(
+                    f"{cluster.slices[s].node}/gpu{cluster.slices[s].gpu}"
+                    for s in assigned.slices
+                    if s in cluster.slices
+                )
+        binding = {p.node for a in result.admissions for p in a.pods}
+        reps = [r for r in result.repartitions if r.node not in binding]
+        if not reps:
+            return
+        inv = self.inventory()
+        pools = {n.name: n.pool for n in cluster.nodes}
+        self.mig.begin(self._nodes_by_name(), pools, inv.layouts, inv.changes, busy, reps)
 
     def _queue_status(
         self, view: View, result: CycleResult, waiting: dict[str, frozenset[str]]

@@ -19,7 +19,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from gpucarve.core.cluster import Allocation, ClusterState
+from gpucarve.core.cluster import RECONFIGURING, Allocation, ClusterState
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import PodAssignment, PodSet, RunningWorkload, Workload
@@ -292,9 +292,34 @@ def build_view(
             w = _rest(w, wanted.get(group_key_of(w)))
         pending.append(w)
         pending_sets[w.id] = g.sets
+    _reconfiguring(inventory, b)
     cluster = ClusterState(b.cluster.nodes, b.cluster.slices, MappingProxyType(b.allocs))
-    snapshot = Snapshot(policy, cluster, tuple(running), tuple(pending))
+    changed = {
+        gpu: int((datetime.fromisoformat(at) - epoch).total_seconds())
+        for gpu, at in inventory.mig_changed_at.items()
+    }
+    snapshot = Snapshot(
+        policy,
+        cluster,
+        tuple(running),
+        tuple(pending),
+        mig_changed_at=MappingProxyType(changed),
+    )
     return View(snapshot, pending_sets, running_pods, view_invalid, b.warnings)
+
+
+def _reconfiguring(inventory: Inventory, b: _Builder) -> None:
+    """The instances a MIG change in flight is creating are held by it (as in the simulator),
+    so the engine neither places on them nor plans those GPUs again, and counts them as
+    arriving supply."""
+    for node, change in inventory.changes.items():
+        for g in change.gpus:
+            gpu = f"{node}/gpu{g}"
+            for sid, s in b.cluster.slices.items():
+                if s.node == node and s.gpu == g and sid not in b.allocs:
+                    b.allocs[sid] = Allocation(
+                        sid, f"{RECONFIGURING}{gpu}", s.compute_milli, s.memory_mib
+                    )
 
 
 def group_key_of(w: Workload) -> tuple[str, str]:

@@ -1,0 +1,197 @@
+"""Dynamic MIG on a real API server: the scheduler hands a repartition to a stand-in of the GPU
+Operator's MIG manager (tests/integration/mig_manager.py) through the mig-parted ConfigMap and
+the `nvidia.com/mig.config` label; each step of the sequence is checked on the objects."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpucarve.cli.main import app
+from gpucarve.config.policy_build import load_policy
+from gpucarve.kube.client import Client
+from gpucarve.kube.mig_handoff import HandoffConfig
+from gpucarve.kube.nodes import node_manifests
+from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
+from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from tests.integration.api import Api, wait_for
+from tests.integration.kube_pods import condition, create_pod, node_of, pod, pods_in
+from tests.integration.mig_manager import MigManagerStandIn
+
+pytestmark = pytest.mark.integration
+CM_NS, CM_NAME = "gpu-operator", "gpucarve-mig-parted-config"
+NODE = "inf-0"
+
+POLICY: dict[str, Any] = {
+    "apiVersion": "gpucarve.io/v1alpha1",
+    "kind": "Policy",
+    "metadata": {"name": "dynamic-mig"},
+    "pools": [
+        {
+            "name": "inf",
+            "gpuModel": "A100-80GB",
+            "nodes": 1,
+            "gpusPerNode": 2,
+            "sharing": "mig",
+            "mig": {
+                "layout": {"7g.80gb": 1},
+                "dynamic": {"minSecondsBetweenChanges": 600, "profiles": ["1g.10gb"]},
+            },
+        }
+    ],
+    "queues": [
+        {
+            "name": "serving",
+            "namespaces": ["serving"],
+            "quota": {"a100-mig-7g.80gb": {"nominal": 2}, "a100-mig-1g.10gb": {"nominal": 14}},
+        }
+    ],
+}
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[tuple[LocalStack, Api, Path]]:
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(POLICY))
+    policy = load_policy(path, []).policy
+    with LocalStack(find_binaries(), tmp_path / "stack") as st:
+        api = Api(st.server, st.tokens[ADMIN_USER])
+        for ns in ("serving", CM_NS):
+            api.create(
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+            )
+        for m in node_manifests(policy):
+            api.create("/api/v1/nodes", m)
+        args = ["apply", "--policy", str(path), "--kubeconfig", str(st.kubeconfig())]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        yield st, api, path
+
+
+@contextmanager
+def _run(
+    st: LocalStack, api: Api, path: Path, fail: bool
+) -> Iterator[tuple[Scheduler, MigManagerStandIn]]:
+    policy = load_policy(path, []).policy
+    manager = MigManagerStandIn(api, CM_NS, CM_NAME, {NODE: [{"7g.80gb": 1}] * 2}, fail=fail)
+    manager.start()
+    mig = HandoffConfig(CM_NS, CM_NAME, propagation_s=0.5, timeout_s=60)
+    sched = Scheduler(
+        Client.from_kubeconfig(st.kubeconfig()), policy, SchedulerConfig(interval_s=0.3, mig=mig)
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=sched.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield sched, manager
+    finally:
+        stop.set()
+        manager.stop.set()
+        thread.join(10)
+        sched.stop()
+
+
+def _node(api: Api) -> dict[str, Any]:
+    return dict(api.get(f"/api/v1/nodes/{NODE}"))
+
+
+def _gpu_of(p: dict[str, Any]) -> set[int]:
+    slices = json.loads(p["metadata"]["annotations"]["gpucarve.io/assignment"])["slices"]
+    return {int(s.split("/")[1].removeprefix("gpu")) for s in slices}
+
+
+def _events(api: Api, reason: str) -> list[dict[str, Any]]:
+    items = api.get("/api/v1/namespaces/default/events")["items"]
+    return [e for e in items if e["reason"] == reason and e["involvedObject"]["name"] == NODE]
+
+
+def test_an_idle_gpu_is_repartitioned_through_the_mig_manager_protocol(
+    stack: tuple[LocalStack, Api, Path],
+) -> None:
+    st, api, path = stack
+    with _run(st, api, path, fail=False) as (_, manager):
+        create_pod(api, pod("serving", "big", "nvidia.com/mig-7g.80gb"))
+        big = wait_for(lambda: node_of(pods_in(api, "serving").get("big") or {}), what="bound")
+        assert big == NODE
+        big_gpu = _gpu_of(pods_in(api, "serving")["big"])
+        for i in range(3):
+            create_pod(api, pod("serving", f"small{i}", "nvidia.com/mig-1g.10gb"))
+
+        def small_bound() -> dict[str, dict[str, Any]] | None:
+            pods = pods_in(api, "serving")
+            ok = all(node_of(pods.get(f"small{i}") or {}) for i in range(3))
+            return pods if ok else None
+
+        pods = wait_for(small_bound, timeout_s=60, what="small pods bound after the change")
+
+        # The MIG manager acted once: on the idle GPU, with the node cordoned, while only the
+        # 7g pod (on the other GPU) was on the node.
+        (done,) = manager.applied
+        assert done.state == "success" and done.cordoned
+        assert done.pods_on_node == ["serving/big"]
+        (changed,) = done.changed_gpus
+        assert {changed} != big_gpu
+        for i in range(3):
+            assert _gpu_of(pods[f"small{i}"]) == {changed}
+        assert not pods["big"]["metadata"].get("deletionTimestamp"), "the 7g pod was disturbed"
+
+        # The configuration: per GPU, the changed one 1g.10gb instances, the other as it was.
+        cm = api.get(f"/api/v1/namespaces/{CM_NS}/configmaps/{CM_NAME}")
+        configs = yaml.safe_load(cm["data"]["config.yaml"])["mig-configs"]
+        node = wait_for(
+            lambda: (
+                (n := _node(api))["metadata"]["annotations"].get("gpucarve.io/mig-layout") and n
+            ),
+            what="layout recorded",
+        )
+        labels, annotations = node["metadata"]["labels"], node["metadata"]["annotations"]
+        entries = configs[labels["nvidia.com/mig.config"]]
+        by_gpu = {e["devices"][0]: e["mig-devices"] for e in entries}
+        assert set(by_gpu[changed]) == {"1g.10gb"} and by_gpu[changed]["1g.10gb"] >= 3
+        assert by_gpu[1 - changed] == {"7g.80gb": 1}
+        assert labels["nvidia.com/mig.config.state"] == "success"
+        assert "gpucarve.io/mig-change" not in annotations
+        assert not node["spec"].get("unschedulable"), "the node was left cordoned"
+        layout = json.loads(annotations["gpucarve.io/mig-layout"])
+        made = by_gpu[changed]["1g.10gb"]
+        assert len(layout["layout"][str(changed)]) == made
+        assert node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == str(made)
+        assert _events(api, "MIGReconfigured")
+
+
+def test_a_failed_change_is_cleaned_up_and_not_retried_within_the_interval(
+    stack: tuple[LocalStack, Api, Path],
+) -> None:
+    st, api, path = stack
+    with _run(st, api, path, fail=True) as (_, manager):
+        for i in range(2):
+            create_pod(api, pod("serving", f"small{i}", "nvidia.com/mig-1g.10gb"))
+        wait_for(lambda: _events(api, "MIGReconfigureFailed"), timeout_s=60, what="failure")
+
+        def cleaned() -> dict[str, Any] | None:
+            n = _node(api)
+            busy = "gpucarve.io/mig-change" in n["metadata"].get("annotations", {})
+            return None if busy or n["spec"].get("unschedulable") else n
+
+        node = wait_for(cleaned, what="clean-up")
+        assert [a.state for a in manager.applied] == ["failed"]
+        assert "nvidia.com/mig-1g.10gb" not in node["status"]["allocatable"]
+        # the failed try counts as a change: no second one within minSecondsBetweenChanges
+        layout = json.loads(node["metadata"]["annotations"]["gpucarve.io/mig-layout"])
+        assert layout["changedAt"], "the failed GPUs' time of change was not recorded"
+        pods = pods_in(api, "serving")
+        assert not any(node_of(p) for p in pods.values())
+        reason = wait_for(lambda: condition(pods_in(api, "serving")["small0"]), what="reason")
+        assert reason["status"] == "False"
+        time.sleep(2)
+        assert len(manager.applied) == 1

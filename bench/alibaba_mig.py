@@ -1,7 +1,8 @@
 """Static MIG layouts against dynamic MIG on a MIG workload derived from the Alibaba trace.
 
     python bench/alibaba_mig.py [--pods PODS.csv] [--model A100-80GB] [--nodes 2]
-                                [--days 7] [--speedup 1] [--reconfigure 60] [--json]
+                                [--days 7] [--speedup 1] [--reconfigure 60]
+                                [--granularity gpu|instance] [--json]
 
 The trace (`../shared/traces/alibaba-gpu-v2023/`, see docs/simulator.md for where to get it)
 has no MIG. Its single-GPU pods become MIG workloads: a pod asking for `gpu_milli` of one GPU
@@ -99,7 +100,9 @@ def workloads(
     return out, left_out
 
 
-def policy_doc(model: str, nodes: int, per_gpu: list[dict[str, int]], dynamic: bool) -> Any:
+def policy_doc(
+    model: str, nodes: int, per_gpu: list[dict[str, int]], dynamic: bool, granularity: str = "gpu"
+) -> Any:
     flavor = packaged_catalog().lookup(model).flavor_prefix
     profiles = sorted({p for layout in per_gpu for p in layout})
     geom = packaged_catalog().lookup(model).mig
@@ -113,6 +116,7 @@ def policy_doc(model: str, nodes: int, per_gpu: list[dict[str, int]], dynamic: b
             "minSecondsBetweenChanges": 600,
             "maxGpusPerCycle": 8,
             "profiles": profiles,
+            "granularity": granularity,
         }
     most = {p.name: p.max_instances for p in geom.profiles}
 
@@ -243,6 +247,7 @@ def main() -> None:
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--speedup", type=float, default=1.0)
     ap.add_argument("--reconfigure", type=int, default=60)
+    ap.add_argument("--granularity", choices=["gpu", "instance"], default="gpu")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     catalog = packaged_catalog()
@@ -268,7 +273,7 @@ def main() -> None:
     window = (0, end)
     for name, dynamic in (("static", False), ("dynamic", True)):
         # every node carries the same per-GPU layouts, one per GPU index
-        doc = policy_doc(args.model, args.nodes, layouts, dynamic)
+        doc = policy_doc(args.model, args.nodes, layouts, dynamic, args.granularity)
         policy = build_policy(doc, catalog).policy
         ws_p, _ = workloads(pods, geom, policy, args.days, args.speedup)
         sim = Simulator(policy, ws_p, None, SimConfig(mig_reconfigure_s=args.reconfigure))

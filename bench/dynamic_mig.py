@@ -1,6 +1,7 @@
 """Static MIG layouts against dynamic MIG on the three-team example.
 
-    python bench/dynamic_mig.py [--days 2] [--seed 42] [--load 1.0] [--reconfigure 60] [--json]
+    python bench/dynamic_mig.py [--days 2] [--seed 42] [--load 1.0] [--reconfigure 60]
+                                [--granularity gpu|instance] [--json]
 
 Runs the example's synthetic trace under the gpucarve policy twice: as written (every A100 of
 the production pool carved 3g.40gb + 2g.20gb + 2 × 1g.10gb, for good) and with
@@ -50,6 +51,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--load", type=float, default=1.0)
     ap.add_argument("--reconfigure", type=int, default=60)
+    ap.add_argument("--granularity", choices=["gpu", "instance"], default="gpu")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
@@ -61,7 +63,11 @@ def main() -> None:
     dyn = copy.deepcopy(doc)
     for p in dyn["pools"]:
         if p["name"] == POOL:
-            p["mig"]["dynamic"] = {"minSecondsBetweenChanges": 600, "maxGpusPerCycle": 4}
+            p["mig"]["dynamic"] = {
+                "minSecondsBetweenChanges": 600,
+                "maxGpusPerCycle": 4,
+                "granularity": args.granularity,
+            }
     # The example's MIG quotas bind before its layout does (production may hold 4 of the 32
     # 1g.10gb): in both runs production's nominal quota is all the pool can hold of each
     # profile (as laid out, or at most per GPU when dynamic) and the other teams borrow it,

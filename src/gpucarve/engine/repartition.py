@@ -21,7 +21,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.cluster import RECONFIGURING
+from gpucarve.core.mig import Instance, place
 from gpucarve.core.policy import Flavor, Pool, SliceKind
 from gpucarve.core.workload import Workload
 from gpucarve.engine.decisions import PendingReason, Repartition, Stage
@@ -81,13 +83,39 @@ def plan(c: Cycle) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int], ...]
         ranks = {v: i + 1 for i, v in enumerate(sorted(set(top[name].values())))}
         weight = {p: float(ranks[v] * size[p]) for p, v in top[name].items()}
         plans, left = plan_pool(gpus, want, weight, pool.mig_dynamic.max_gpus_per_cycle, allowed)
+        current = {g.gpu: g.current for g in gpus}
+        # room left goes to the pool's usual mix first (its own layout, larger instances
+        # first), then to more of what the queue asks for
+        usual = {i.profile for layout in pool.mig_layouts for i in layout}
+        order = sorted(usual, key=lambda p: (-size[p], p))
+        order += [p for p, _ in sorted(weight.items(), key=lambda kv: (-kv[1], kv[0]))]
         for gp in plans:
             node_name, _, index = gp.gpu.rpartition("/gpu")
-            out.append(
-                Repartition(node_name, int(index), gp.layout, gp.created, gp.destroyed, gp.reason)
-            )
+            layout, created, destroyed = gp.layout, gp.created, gp.destroyed
+            if not pool.mig_dynamic.keep_in_use:
+                layout = _filled(pool.model.mig, layout, order, allowed)
+                created = tuple(sorted(set(layout) - set(current[gp.gpu])))
+                destroyed = tuple(sorted(set(current[gp.gpu]) - set(layout)))
+            out.append(Repartition(node_name, int(index), layout, created, destroyed, gp.reason))
         unserved.update(left)
     return tuple(out), tuple(sorted(unserved.items()))
+
+
+def _filled(
+    geom: MigGeometry, layout: tuple[Instance, ...], order: Sequence[str], allowed: frozenset[str]
+) -> tuple[Instance, ...]:
+    """A whole-GPU change recreates every instance anyway, and the GPU cannot change again
+    until all its work is gone: room the plan leaves is filled in `order`."""
+    out = list(layout)
+    for profile in order:
+        if profile not in allowed:
+            continue
+        while True:
+            placed = place(geom, {profile: 1}, out)
+            if placed.instances is None:
+                break
+            out.extend(placed.instances)
+    return tuple(sorted(out))
 
 
 class Reshaper:

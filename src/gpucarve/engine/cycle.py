@@ -158,6 +158,11 @@ class Cycle:
             behind = queueing.behind(self, w)
             if behind is not None:
                 self.pending.append(Pending(w.id, w.queue, behind))
+                # Work behind a hold changes nothing, so the order in which it is visited does
+                # not matter: the rest of this queue behind holds is taken here, off the heap.
+                while items and (more := queueing.behind(self, items[0])) is not None:
+                    nxt = items.popleft()
+                    self.pending.append(Pending(nxt.id, nxt.queue, more))
             else:
                 attempted += 1
                 outcome = self._admit(w)

@@ -19,7 +19,7 @@ from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, 
 LAYOUT = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
 
 
-def _policy(dynamic: dict[str, Any] | None) -> Any:
+def _policy(dynamic: dict[str, Any] | None, **extra: Any) -> Any:
     mig: dict[str, Any] = {"layout": LAYOUT}
     if dynamic is not None:
         mig["dynamic"] = dynamic
@@ -35,6 +35,7 @@ def _policy(dynamic: dict[str, Any] | None) -> Any:
                 },
             )
         ],
+        **extra,
     )
 
 
@@ -104,24 +105,7 @@ CLASSES = [
 
 
 def _preemption_policy(dynamic: dict[str, Any] | None) -> Any:
-    mig: dict[str, Any] = {"layout": LAYOUT}
-    if dynamic is not None:
-        mig["dynamic"] = dynamic
-    return policy(
-        pools=[pool("inf", "A100-80GB", 1, 1, "mig", mig=mig)],
-        queues=[
-            queue(
-                "team",
-                {
-                    "a100-mig-3g.40gb": {"nominal": 2 if dynamic is not None else 1},
-                    "a100-mig-2g.20gb": {"nominal": 3 if dynamic is not None else 1},
-                    "a100-mig-1g.10gb": {"nominal": 7 if dynamic is not None else 2},
-                },
-            )
-        ],
-        priorityClasses=CLASSES,
-        scheduling={"minRuntimeSeconds": 0},
-    )
+    return _policy(dynamic, priorityClasses=CLASSES, scheduling={"minRuntimeSeconds": 0})
 
 
 def _high_wants_two_small(p: Any, *, fill_free: bool) -> Any:

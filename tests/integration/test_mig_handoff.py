@@ -23,6 +23,7 @@ from gpucarve.kube.mig_handoff import HandoffConfig
 from gpucarve.kube.nodes import node_manifests
 from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
 from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from tests.dynamic_mig_policy import dynamic_mig_doc
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import condition, create_pod, node_of, pod, pods_in
 from tests.integration.mig_manager import MigManagerStandIn
@@ -31,31 +32,7 @@ pytestmark = pytest.mark.integration
 CM_NS, CM_NAME = "gpu-operator", "gpucarve-mig-parted-config"
 NODE = "inf-0"
 
-POLICY: dict[str, Any] = {
-    "apiVersion": "gpucarve.io/v1alpha1",
-    "kind": "Policy",
-    "metadata": {"name": "dynamic-mig"},
-    "pools": [
-        {
-            "name": "inf",
-            "gpuModel": "A100-80GB",
-            "nodes": 1,
-            "gpusPerNode": 2,
-            "sharing": "mig",
-            "mig": {
-                "layout": {"7g.80gb": 1},
-                "dynamic": {"minSecondsBetweenChanges": 600, "profiles": ["1g.10gb"]},
-            },
-        }
-    ],
-    "queues": [
-        {
-            "name": "serving",
-            "namespaces": ["serving"],
-            "quota": {"a100-mig-7g.80gb": {"nominal": 2}, "a100-mig-1g.10gb": {"nominal": 14}},
-        }
-    ],
-}
+POLICY = dynamic_mig_doc()
 
 
 @pytest.fixture

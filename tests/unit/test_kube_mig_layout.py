@@ -27,29 +27,9 @@ from gpucarve.kube.mig_layout import (
 )
 from gpucarve.kube.nodes import node_manifests
 from gpucarve.kube.view import build_view
+from tests.dynamic_mig_policy import dynamic_mig_doc
 
-DOC: dict[str, Any] = {
-    "apiVersion": "gpucarve.io/v1alpha1",
-    "kind": "Policy",
-    "metadata": {"name": "t"},
-    "pools": [
-        {
-            "name": "inf",
-            "gpuModel": "A100-80GB",
-            "nodes": 1,
-            "gpusPerNode": 2,
-            "sharing": "mig",
-            "mig": {"layout": {"7g.80gb": 1}, "dynamic": {"profiles": ["1g.10gb"]}},
-        }
-    ],
-    "queues": [
-        {
-            "name": "q",
-            "namespaces": ["q"],
-            "quota": {"a100-mig-7g.80gb": {"nominal": 2}, "a100-mig-1g.10gb": {"nominal": 14}},
-        }
-    ],
-}
+DOC = dynamic_mig_doc()
 POLICY = build_policy(DOC, packaged_catalog()).policy
 POOL = POLICY.pools[0]
 SEVEN = tuple(Instance(s, "1g.10gb") for s in range(7))

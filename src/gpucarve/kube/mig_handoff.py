@@ -46,6 +46,7 @@ import yaml
 from gpucarve.core.policy import Policy, Pool
 from gpucarve.engine.decisions import Repartition
 from gpucarve.kube.client import ApiError, Client, rfc3339
+from gpucarve.kube.events import post_event
 from gpucarve.kube.mig_layout import (
     CHANGE_ANNOTATION,
     CONFIG_LABEL,
@@ -59,7 +60,6 @@ from gpucarve.kube.mig_layout import (
 
 log = logging.getLogger("gpucarve.mig")
 CONFIG_KEY = "config.yaml"
-COMPONENT = "gpucarve-scheduler"
 
 
 @dataclass(frozen=True)
@@ -280,25 +280,8 @@ class MigHandoff:
 
     def _event(self, node: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
         name = node["metadata"]["name"]
-        stamp = rfc3339(self.clock())
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": "default"},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": name},
-            "type": kind,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            self.client.call("POST", "/api/v1/namespaces/default/events", body)
-        except ApiError as err:
-            log.debug("event for node %s not written: %s", name, err)
+        involved = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": name}
+        post_event(self.client, involved, kind, reason, message, self.clock())
 
 
 def _switch(config: str) -> dict[str, str | None]:

@@ -34,6 +34,7 @@ from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.engine import Engine
 from gpucarve.kube.client import ApiError, Client, rfc3339
 from gpucarve.kube.crds import GROUP, VERSION
+from gpucarve.kube.events import post_event
 from gpucarve.kube.informer import Informer
 from gpucarve.kube.inventory import Inventory, build_inventory, node_key
 from gpucarve.kube.leader import LeaderElector
@@ -43,7 +44,6 @@ from gpucarve.kube.queue_status import queue_statuses
 from gpucarve.kube.view import ASSIGNMENT, Assigned, View, build_view
 
 log = logging.getLogger("gpucarve.scheduler")
-COMPONENT = "gpucarve-scheduler"
 
 
 @dataclass(frozen=True)
@@ -391,22 +391,5 @@ class Scheduler:
 
     def _event(self, pod: str, kind: str, reason: str, message: str) -> None:
         ns, name = _split(pod)
-        stamp = rfc3339(self.clock())
-        body: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": ns},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns},
-            "type": kind,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            self.client.call("POST", f"/api/v1/namespaces/{ns}/events", body)
-        except ApiError as err:
-            log.debug("event for %s not written: %s", pod, err)
+        involved = {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}
+        post_event(self.client, involved, kind, reason, message, self.clock())

@@ -47,6 +47,9 @@ class MigManagerStandIn:
     stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> threading.Thread:
+        # As the real one does for each node it manages: report its configuration applied.
+        for name in self.gpus:
+            self._labels(name, {STATE: "success"})
         thread = threading.Thread(target=self._run, daemon=True)
         thread.start()
         return thread

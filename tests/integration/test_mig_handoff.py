@@ -57,11 +57,12 @@ def stack(tmp_path: Path) -> Iterator[tuple[LocalStack, Api, Path]]:
 
 @contextmanager
 def _run(
-    st: LocalStack, api: Api, path: Path, fail: bool
+    st: LocalStack, api: Api, path: Path, fail: bool, manager_runs: bool = True
 ) -> Iterator[tuple[Scheduler, MigManagerStandIn]]:
     policy = load_policy(path, []).policy
     manager = MigManagerStandIn(api, CM_NS, CM_NAME, {NODE: [{"7g.80gb": 1}] * 2}, fail=fail)
-    manager.start()
+    if manager_runs:
+        manager.start()
     mig = HandoffConfig(CM_NS, CM_NAME, propagation_s=0.5, timeout_s=60)
     sched = Scheduler(
         Client.from_kubeconfig(st.kubeconfig()), policy, SchedulerConfig(interval_s=0.3, mig=mig)
@@ -172,3 +173,24 @@ def test_a_failed_change_is_cleaned_up_and_not_retried_within_the_interval(
         assert reason["status"] == "False"
         time.sleep(2)
         assert len(manager.applied) == 1
+
+
+def test_a_node_without_a_mig_manager_is_never_cordoned_for_a_change(
+    stack: tuple[LocalStack, Api, Path],
+) -> None:
+    """No `nvidia.com/mig.config.state` on the node: nothing there would apply a change, so
+    the scheduler neither writes a configuration nor cordons the node; the work says why it
+    waits."""
+    st, api, path = stack
+    with _run(st, api, path, fail=False, manager_runs=False) as (sched, _):
+        create_pod(api, pod("serving", "small", "nvidia.com/mig-1g.10gb"))
+        reason = wait_for(lambda: condition(pods_in(api, "serving")["small"]), what="reason")
+        assert reason["status"] == "False"
+        deadline = sched.cycles + 5
+        wait_for(lambda: sched.cycles >= deadline, what="cycles")
+        node = _node(api)
+        assert not node["spec"].get("unschedulable")
+        assert "gpucarve.io/mig-change" not in node["metadata"].get("annotations", {})
+        status, _ = api.call("GET", f"/api/v1/namespaces/{CM_NS}/configmaps/{CM_NAME}")
+        assert status == 404
+        assert NODE in sched.mig.unmanaged

@@ -83,6 +83,7 @@ class MigHandoff:
         self.cfg = config
         self.clock = clock
         self.pools = {p.name: p for p in policy.pools}
+        self.unmanaged: set[str] = set()  # nodes reported as having no MIG manager
 
     # ------------------------------------------------------------------ starting
     def begin(
@@ -105,6 +106,20 @@ class MigHandoff:
             node = nodes.get(name)
             pool = self.pools.get(node_pool.get(name, ""))
             if node is None or pool is None or name in in_flight or name not in current:
+                continue
+            if STATE_LABEL not in (node["metadata"].get("labels") or {}):
+                # No MIG manager has ever reported on this node: a change would keep it
+                # cordoned until the timeout for nothing.
+                if name not in self.unmanaged:
+                    self.unmanaged.add(name)
+                    log.warning(
+                        "dynamic MIG: %s has no %s label, so no MIG manager runs there; "
+                        "its GPUs are not repartitioned (deploy the GPU Operator with its MIG "
+                        "manager, or turn mig.dynamic off for pool %s)",
+                        name,
+                        STATE_LABEL,
+                        pool.name,
+                    )
                 continue
             held = sorted(r.gpu_id for r in reps if r.gpu_id in busy_gpus)
             if held:

@@ -49,7 +49,7 @@ class MigManagerStandIn:
     def start(self) -> threading.Thread:
         # As the real one does for each node it manages: report its configuration applied.
         for name in self.gpus:
-            self._labels(name, {STATE: "success"})
+            self.set_labels(name, {STATE: "success"})
         thread = threading.Thread(target=self._run, daemon=True)
         thread.start()
         return thread
@@ -62,7 +62,7 @@ class MigManagerStandIn:
                 if want is not None and labels.get(STATE) not in ("success", "failed"):
                     self._apply(node, want)
 
-    def _labels(self, name: str, labels: dict[str, str | None]) -> None:
+    def set_labels(self, name: str, labels: dict[str, str | None]) -> None:
         status, reply = self.api.call(
             "PATCH",
             f"/api/v1/nodes/{name}",
@@ -73,7 +73,7 @@ class MigManagerStandIn:
 
     def _apply(self, node: dict[str, Any], want: str) -> None:
         name = node["metadata"]["name"]
-        self._labels(name, {STATE: "pending", DEPLOY: "paused-for-mig-change"})
+        self.set_labels(name, {STATE: "pending", DEPLOY: "paused-for-mig-change"})
         entries = self._config(want)
         now = self.gpus.setdefault(name, [])
         new = [dict(c) for c in now]
@@ -101,7 +101,7 @@ class MigManagerStandIn:
         if state == "success":
             self.gpus[name] = new
             self._publish(name, now, new)
-        self._labels(name, {STATE: state, DEPLOY: "true"})
+        self.set_labels(name, {STATE: state, DEPLOY: "true"})
 
     def _config(self, want: str) -> list[dict[str, Any]] | None:
         path = f"/api/v1/namespaces/{self.namespace}/configmaps/{self.config_map}"

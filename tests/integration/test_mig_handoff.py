@@ -194,3 +194,42 @@ def test_a_node_without_a_mig_manager_is_never_cordoned_for_a_change(
         status, _ = api.call("GET", f"/api/v1/namespaces/{CM_NS}/configmaps/{CM_NAME}")
         assert status == 404
         assert NODE in sched.mig.unmanaged
+
+
+def test_a_restarted_scheduler_finishes_a_change_in_flight(
+    stack: tuple[LocalStack, Api, Path],
+) -> None:
+    """The scheduler starts a change and stops before the MIG manager answers; the change is
+    recorded on the node, so a new scheduler (as after a crash or a Lease handover) carries it
+    through: the node ends uncordoned with the new layout and the pods bound."""
+    st, api, path = stack
+    manager = MigManagerStandIn(api, CM_NS, CM_NAME, {NODE: [{"7g.80gb": 1}] * 2})
+    for name in manager.gpus:  # the node is managed, but the manager is slow to act
+        manager.set_labels(name, {"nvidia.com/mig.config.state": "success"})
+    with _run(st, api, path, fail=False, manager_runs=False):
+        create_pod(api, pod("serving", "small", "nvidia.com/mig-1g.10gb"))
+
+        def cordoned_for_change() -> dict[str, Any] | None:
+            n = _node(api)
+            labelled = n["metadata"]["labels"].get("nvidia.com/mig.config", "")
+            mid = "gpucarve.io/mig-change" in n["metadata"].get("annotations", {})
+            return n if mid and labelled.startswith("gpucarve-inf-") else None
+
+        node = wait_for(cordoned_for_change, timeout_s=60, what="a change in flight")
+        assert node["spec"].get("unschedulable")
+    # the first scheduler is gone; the MIG manager gets to it now, and a new scheduler starts
+    with _run(st, api, path, fail=False):
+        small = wait_for(
+            lambda: node_of(pods_in(api, "serving").get("small") or {}),
+            timeout_s=60,
+            what="bound by the second scheduler",
+        )
+        assert small == NODE
+
+        def finished() -> dict[str, Any] | None:
+            n = _node(api)
+            mid = "gpucarve.io/mig-change" in n["metadata"].get("annotations", {})
+            return None if mid or n["spec"].get("unschedulable") else n
+
+        node = wait_for(finished, what="the change finished")
+        assert "gpucarve.io/mig-layout" in node["metadata"]["annotations"]

@@ -53,20 +53,21 @@ class Preemptor:
         self.quotas = quotas
         self.now = now
         self.min_runtime = min_runtime
-        self._by_queue: dict[str, list[RunningWorkload]] = {}
+        self._by_queue: dict[str, tuple[int, list[RunningWorkload]]] = {}
         self.fresh: Mapping[str, object] = {}
-        self._indexed_version = -1
 
     def _running_of(self, queue: str) -> list[RunningWorkload]:
-        """Eligible running workloads of a queue (re-indexed when the running set changes)."""
-        if self._indexed_version != self.ws.running_version:
-            by: dict[str, list[RunningWorkload]] = {}
-            for rw in self.ws.running.values():
-                if self._eligible(rw):
-                    by.setdefault(rw.workload.queue, []).append(rw)
-            self._by_queue = by
-            self._indexed_version = self.ws.running_version
-        return self._by_queue.get(queue, [])
+        """Eligible running workloads of a queue (re-listed when that queue's running set
+        changes)."""
+        version = self.ws.queue_version.get(queue, 0)
+        hit = self._by_queue.get(queue)
+        if hit is None or hit[0] != version:
+            mine = self.ws.running_by_queue.get(queue, {})
+            hit = self._by_queue[queue] = (
+                version,
+                [rw for rw in mine.values() if self._eligible(rw)],
+            )
+        return hit[1]
 
     def _eligible(self, rw: RunningWorkload) -> bool:
         w = rw.workload

@@ -169,6 +169,9 @@ class Working:
         self.running_shapes: dict[tuple[str, int], int] = {}
         self.running: dict[str, RunningWorkload] = {}
         self.running_version = 0
+        # the same by queue, with a version per queue: preemption scans one queue's work
+        self.running_by_queue: dict[str, dict[str, RunningWorkload]] = {}
+        self.queue_version: dict[str, int] = {}
         for rw in snapshot.running:
             self._base_running(rw, +1)
         self._groups: dict[TopologyMode, list[list[int]]] = {}
@@ -287,12 +290,20 @@ class Working:
             gs.mem_free += sign * memory
         touched.add((gs.node, gs.flavor))
 
-    def _base_running(self, rw: RunningWorkload, sign: int) -> None:
-        self.running_version += 1
-        if sign > 0:
-            self.running[rw.workload.id] = rw
+    def _set_running(self, wid: str, queue: str, rw: RunningWorkload | None) -> None:
+        """The one place `running` changes (with its index by queue and the versions)."""
+        by = self.running_by_queue.setdefault(queue, {})
+        if rw is None:
+            del self.running[wid]
+            del by[wid]
         else:
-            del self.running[rw.workload.id]
+            self.running[wid] = rw
+            by[wid] = rw
+        self.running_version += 1
+        self.queue_version[queue] = self.queue_version.get(queue, 0) + 1
+
+    def _base_running(self, rw: RunningWorkload, sign: int) -> None:
+        self._set_running(rw.workload.id, rw.workload.queue, rw if sign > 0 else None)
         for pod, ps in self._pods_with_sets(rw):
             holder = self.nodes[self.node_index[pod.node]]
             holder.cpu_free -= sign * ps.cpu_milli
@@ -380,29 +391,16 @@ class Working:
         self.log.append(undo)
 
     def add_running(self, rw: RunningWorkload) -> None:
-        wid = rw.workload.id
+        wid, queue = rw.workload.id, rw.workload.queue
         before = self.running.get(wid)
-        self.running[wid] = rw
-        self.running_version += 1
-
-        def undo() -> None:
-            if before is None:
-                del self.running[wid]
-            else:
-                self.running[wid] = before
-            self.running_version += 1
-
-        self.log.append(undo)
+        self._set_running(wid, queue, rw)
+        self.log.append(lambda: self._set_running(wid, queue, before))
 
     def remove_running(self, workload_id: str) -> RunningWorkload:
-        rw = self.running.pop(workload_id)
-        self.running_version += 1
-
-        def undo() -> None:
-            self.running[workload_id] = rw
-            self.running_version += 1
-
-        self.log.append(undo)
+        rw = self.running[workload_id]
+        queue = rw.workload.queue
+        self._set_running(workload_id, queue, None)
+        self.log.append(lambda: self._set_running(workload_id, queue, rw))
         return rw
 
     def ordinals(self, slice_ids: tuple[str, ...]) -> list[int]:

@@ -47,9 +47,12 @@ class MigManagerStandIn:
     stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> threading.Thread:
-        # As the real one does for each node it manages: report its configuration applied.
+        # As the real one does for each node it manages: report its configuration applied
+        # (a node with a state already is in the middle of something: left as it is).
         for name in self.gpus:
-            self.set_labels(name, {STATE: "success"})
+            labels = self.api.get(f"/api/v1/nodes/{name}")["metadata"].get("labels") or {}
+            if STATE not in labels and CONFIG not in labels:
+                self.set_labels(name, {STATE: "success"})
         thread = threading.Thread(target=self._run, daemon=True)
         thread.start()
         return thread

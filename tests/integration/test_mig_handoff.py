@@ -233,3 +233,37 @@ def test_a_restarted_scheduler_finishes_a_change_in_flight(
 
         node = wait_for(finished, what="the change finished")
         assert "gpucarve.io/mig-layout" in node["metadata"]["annotations"]
+
+
+def test_a_cordoned_node_is_not_repartitioned_until_uncordoned(
+    stack: tuple[LocalStack, Api, Path],
+) -> None:
+    """An administrator's cordon: new instances there would serve nobody, so nothing changes
+    (the pod says why it waits); once uncordoned, the change runs and the pod binds."""
+    st, api, path = stack
+
+    def cordon(value: bool | None) -> None:
+        status, reply = api.call(
+            "PATCH",
+            f"/api/v1/nodes/{NODE}",
+            {"spec": {"unschedulable": value}},
+            "application/merge-patch+json",
+        )
+        assert status == 200, reply
+
+    cordon(True)
+    with _run(st, api, path, fail=False) as (sched, manager):
+        create_pod(api, pod("serving", "small", "nvidia.com/mig-1g.10gb"))
+        wait_for(lambda: condition(pods_in(api, "serving")["small"]), what="a reason")
+        later = sched.cycles + 5
+        wait_for(lambda: sched.cycles >= later, what="cycles")
+        assert manager.applied == []
+        assert "gpucarve.io/mig-change" not in _node(api)["metadata"].get("annotations", {})
+        cordon(None)
+        bound = wait_for(
+            lambda: node_of(pods_in(api, "serving").get("small") or {}),
+            timeout_s=60,
+            what="bound once uncordoned",
+        )
+        assert bound == NODE
+        assert [a.state for a in manager.applied] == ["success"]

@@ -15,7 +15,7 @@ from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.config.policy_build import build_policy
 from gpucarve.core.cluster import RECONFIGURING
 from gpucarve.core.mig import Instance
-from gpucarve.kube.inventory import MISMATCH_TAINT, build_inventory
+from gpucarve.kube.inventory import MISMATCH_TAINT, build_inventory, node_key
 from gpucarve.kube.mig_layout import (
     CHANGE_ANNOTATION,
     LAYOUT_ANNOTATION,
@@ -103,3 +103,14 @@ def test_a_change_in_flight_holds_its_new_instances_and_counts_as_a_change() -> 
     assert held == {f"{RECONFIGURING}inf-0/gpu0"}
     assert sum(1 for sid in view.snapshot.cluster.allocations if "/gpu0/" in sid) == 7
     assert view.snapshot.mig_changed_at == {"inf-0/gpu0": 60}
+
+
+def test_the_inventory_is_rebuilt_when_a_mig_record_changes() -> None:
+    """The inventory is cached by what of a node it depends on: the MIG records are part of it
+    (a change started on a node an administrator had cordoned changes nothing else)."""
+    change = Change("c", (SEVEN, WHOLE), (0,), "2026-11-29T00:01:00Z", False, "why")
+    plain = _node({}, {"nvidia.com/mig-7g.80gb": "2"})
+    changing = _node({CHANGE_ANNOTATION: change.to_json()}, {"nvidia.com/mig-7g.80gb": "2"})
+    assert node_key(plain) != node_key(changing)
+    other = dict(plain, metadata={**plain["metadata"], "annotations": {"unrelated": "x"}})
+    assert node_key(plain) == node_key(other)

@@ -74,6 +74,14 @@ class Allocation:
 # plan but are not usable until the reconfiguration is done.
 RECONFIGURING = "mig-reconfigure:"
 
+# Taints a driver puts on nodes that take no new pods at all (cordoned, not ready, disagreeing
+# with their pool): the engine places nothing there and does not repartition their GPUs.
+UNAVAILABLE_TAINTS = (
+    "node.kubernetes.io/unschedulable",
+    "node.kubernetes.io/not-ready",
+    "gpucarve.io/mismatch",
+)
+
 
 class AllocationError(ValueError):
     """An allocation that would break an invariant of the cluster model (a caller's bug)."""

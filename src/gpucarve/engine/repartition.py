@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpucarve.core.catalog import MigGeometry
-from gpucarve.core.cluster import RECONFIGURING
+from gpucarve.core.cluster import RECONFIGURING, UNAVAILABLE_TAINTS
 from gpucarve.core.mig import Instance, place
 from gpucarve.core.policy import Flavor, Pool, SliceKind
 from gpucarve.core.workload import Workload
@@ -201,9 +201,14 @@ def _eligible(
     for node in c.snapshot.cluster.nodes:
         if node.pool != name:
             continue
+        # new instances on a node that takes no pods would serve nobody (a node gpucarve
+        # cordoned for a change still counts what that change is creating)
+        unavailable = any(t.key in UNAVAILABLE_TAINTS for t in node.taints)
         for g in node.gpus:
             if g.id in coming:
                 arriving.update(coming[g.id])
+                continue
+            if unavailable:
                 continue
             changed = c.snapshot.mig_changed_at.get(g.id)
             if changed is not None and c.now - changed < pool.mig_dynamic.min_interval_s:

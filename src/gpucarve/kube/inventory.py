@@ -18,16 +18,30 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from gpucarve.core.cluster import ClusterState, Node, Slice, check_layouts, pool_node
+from gpucarve.core.cluster import (
+    UNAVAILABLE_TAINTS,
+    ClusterState,
+    Node,
+    Slice,
+    check_layouts,
+    pool_node,
+)
 from gpucarve.core.policy import Policy, Pool, SharingMode, Taint
 from gpucarve.core.quantity import QuantityError, parse_quantity
-from gpucarve.kube.mig_layout import Change, NodeLayout, node_change, node_layout
+from gpucarve.kube.mig_layout import (
+    CHANGE_ANNOTATION,
+    LAYOUT_ANNOTATION,
+    Change,
+    NodeLayout,
+    node_change,
+    node_layout,
+)
 
 POOL_LABEL = "gpucarve.io/pool"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
-MISMATCH_TAINT = Taint("gpucarve.io/mismatch", "", "NoSchedule")
-UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
-NOT_READY_TAINT = Taint("node.kubernetes.io/not-ready", "", "NoSchedule")
+UNSCHEDULABLE_TAINT, NOT_READY_TAINT, MISMATCH_TAINT = (
+    Taint(key, "", "NoSchedule") for key in UNAVAILABLE_TAINTS
+)
 GPU_PREFIX = "nvidia.com/"
 
 
@@ -127,10 +141,12 @@ def _mismatches(
 def node_key(node: Mapping[str, Any]) -> str:
     """What of a Node the inventory depends on: heartbeats that change nothing else keep it."""
     meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+    annotations = meta.get("annotations") or {}
     return json.dumps(
         [
             meta["name"],
             meta.get("labels") or {},
+            [annotations.get(LAYOUT_ANNOTATION), annotations.get(CHANGE_ANNOTATION)],
             spec.get("taints") or [],
             bool(spec.get("unschedulable")),
             status.get("allocatable") or {},

@@ -48,7 +48,8 @@ from gpucarve.engine.mig_plan import PoolGpu
 from gpucarve.engine.mig_pool import plan_pool
 from gpucarve.sim.alibaba_csv import TracePod, read_pods
 from gpucarve.sim.metrics import percentile, summarize
-from gpucarve.sim.runner import SimConfig, SimResult, Simulator
+from gpucarve.sim.records import SimConfig, SimResult
+from gpucarve.sim.runner import Simulator
 
 TRACE = Path(__file__).resolve().parents[2] / "shared/traces/alibaba-gpu-v2023"
 ACCEPT_S = 300

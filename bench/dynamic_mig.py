@@ -34,7 +34,8 @@ from gpucarve.config.policy_build import build_policy
 from gpucarve.core.policy import Pool
 from gpucarve.core.workload import GpuKind
 from gpucarve.sim.metrics import percentile, summarize
-from gpucarve.sim.runner import SimConfig, Simulator
+from gpucarve.sim.records import SimConfig
+from gpucarve.sim.runner import Simulator
 from gpucarve.sim.synthetic import DAY, generate, three_teams
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "three-teams.yaml"

@@ -29,7 +29,8 @@ from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.config.policy_build import build_policy
 from gpucarve.core.policy import Policy
 from gpucarve.sim.baselines import POLICIES
-from gpucarve.sim.runner import SimConfig, Simulator
+from gpucarve.sim.records import SimConfig
+from gpucarve.sim.runner import Simulator
 from gpucarve.sim.synthetic import Scenario, generate, three_teams
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "three-teams.yaml"

@@ -8,7 +8,8 @@ from typing import Any
 
 from gpucarve.sim.baselines import static_quota
 from gpucarve.sim.metrics import summarize
-from gpucarve.sim.runner import SimConfig, Simulator
+from gpucarve.sim.records import SimConfig
+from gpucarve.sim.runner import Simulator
 from tests.engine.builders import policy, pool, queue, workload
 
 

@@ -17,7 +17,7 @@ from gpucarve.core.cluster import ClusterState, Slice, build_cluster, potential_
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.requests import charge_milli, gpu_memory_of
 from gpucarve.core.workload import GpuKind, Workload
-from gpucarve.sim.runner import SimResult
+from gpucarve.sim.records import SimResult
 
 HOUR = 3600.0
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 from types import MappingProxyType
 
@@ -28,6 +28,7 @@ from gpucarve.engine import CycleResult, Engine
 from gpucarve.engine.apply import apply_in, derive, finish_in
 from gpucarve.sim import slowdown
 from gpucarve.sim.fragmentation import FragmentationProbe
+from gpucarve.sim.records import Interval, SimConfig, SimResult
 
 DEFAULT_UTILISATION = 60.0  # percent of a GPU a job keeps busy alone, when the trace says nothing
 
@@ -42,27 +43,6 @@ class Kind(IntEnum):
     TICK = 3
 
 
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    tick_s: int = 60
-    # While cycles change nothing and no event comes, the retry interval doubles up to this:
-    # time alone only matters through the engine's wait thresholds (minimum runtime before
-    # preemption, head starvation), which this bounds how late it can notice.
-    idle_tick_max_s: int = 900
-    # 0: a cycle at every instant something happens; N: one cycle per N-second period (events
-    # inside a period wait for its end, as with a scheduler that runs on a timer). Completions
-    # still happen at their own time.
-    batch_s: int = 0
-    # Above EXACT_SLICES slices, fragmentation is sampled at most this often (and ~2,000 times
-    # over the arrivals at most).
-    fragmentation_sample_s: int = 600
-    horizon_s: int | None = None  # stop here even if work remains (None: run until done)
-    # Dynamic MIG: a repartitioned GPU's new instances are unavailable this long (the MIG
-    # manager creates them; NVIDIA's tools take tens of seconds to minutes per GPU).
-    mig_reconfigure_s: int = 60
-    max_cycles: int = 1_000_000
-
-
 @dataclass(slots=True)
 class _Job:
     workload: Workload
@@ -71,35 +51,6 @@ class _Job:
     since: int = 0  # when `remaining` was last brought up to date
     version: int = 0  # bumps invalidate scheduled completions
     start: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Interval:
-    """One uninterrupted run of a workload, for metrics."""
-
-    workload: str
-    queue: str
-    start: int
-    end: int
-    pods: tuple[PodAssignment, ...]
-    outcome: str  # "completed" | "evicted" | "cut" (still running at the horizon)
-
-
-@dataclass
-class SimResult:
-    policy: Policy
-    end: int
-    submitted: dict[str, Workload] = field(default_factory=dict)
-    intervals: list[Interval] = field(default_factory=list)
-    first_start: dict[str, int] = field(default_factory=dict)
-    completed: dict[str, int] = field(default_factory=dict)
-    evictions: list[tuple[int, str, str, str]] = field(default_factory=list)  # t, victim, by, cause
-    cycles: int = 0
-    never_started: list[str] = field(default_factory=list)
-    held_incomplete: set[str] = field(default_factory=set)  # gangs that held GPUs part-placed
-    # (time, stranded milli-GPU per pool) samples; see sim/fragmentation.py
-    fragmentation: list[tuple[int, dict[str, float]]] = field(default_factory=list)
-    repartitions: list[tuple[int, str, str]] = field(default_factory=list)  # t, GPU, reason
 
 
 ProgressHook = Callable[[int, int], None]
@@ -119,8 +70,9 @@ class Simulator:
         policy: Policy,
         workloads: Sequence[Workload],
         utilisation: Mapping[str, float] | None = None,
-        config: SimConfig = SimConfig(),
+        config: SimConfig | None = None,
     ) -> None:
+        config = config or SimConfig()
         missing = [w.id for w in workloads if w.duration is None]
         if missing:
             raise ValueError(f"workloads without a duration cannot be simulated: {missing[:5]}")

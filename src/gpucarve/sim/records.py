@@ -1,0 +1,59 @@
+"""What a simulation takes and gives: its settings and its record (runs of workloads, starts,
+completions, evictions, fragmentation samples, repartitions), read by `metrics` and `report`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpucarve.core.policy import Policy
+from gpucarve.core.workload import PodAssignment, Workload
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    tick_s: int = 60
+    # While cycles change nothing and no event comes, the retry interval doubles up to this:
+    # time alone only matters through the engine's wait thresholds (minimum runtime before
+    # preemption, head starvation), which this bounds how late it can notice.
+    idle_tick_max_s: int = 900
+    # 0: a cycle at every instant something happens; N: one cycle per N-second period (events
+    # inside a period wait for its end, as with a scheduler that runs on a timer). Completions
+    # still happen at their own time.
+    batch_s: int = 0
+    # Above EXACT_SLICES slices, fragmentation is sampled at most this often (and ~2,000 times
+    # over the arrivals at most).
+    fragmentation_sample_s: int = 600
+    horizon_s: int | None = None  # stop here even if work remains (None: run until done)
+    # Dynamic MIG: a repartitioned GPU's new instances are unavailable this long (the MIG
+    # manager creates them; NVIDIA's tools take tens of seconds to minutes per GPU).
+    mig_reconfigure_s: int = 60
+    max_cycles: int = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One uninterrupted run of a workload, for metrics."""
+
+    workload: str
+    queue: str
+    start: int
+    end: int
+    pods: tuple[PodAssignment, ...]
+    outcome: str  # "completed" | "evicted" | "cut" (still running at the horizon)
+
+
+@dataclass
+class SimResult:
+    policy: Policy
+    end: int
+    submitted: dict[str, Workload] = field(default_factory=dict)
+    intervals: list[Interval] = field(default_factory=list)
+    first_start: dict[str, int] = field(default_factory=dict)
+    completed: dict[str, int] = field(default_factory=dict)
+    evictions: list[tuple[int, str, str, str]] = field(default_factory=list)  # t, victim, by, cause
+    cycles: int = 0
+    never_started: list[str] = field(default_factory=list)
+    held_incomplete: set[str] = field(default_factory=set)  # gangs that held GPUs part-placed
+    # (time, stranded milli-GPU per pool) samples; see sim/fragmentation.py
+    fragmentation: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    repartitions: list[tuple[int, str, str]] = field(default_factory=list)  # t, GPU, reason

@@ -10,15 +10,19 @@ The steps, for each pending workload in order:
 2. Validate against the queue: a flavor it has quota for must serve every pod set.
 3. Allocate: for each flavor choice, check quota (nominal, then borrowing through the cohort),
    then place the whole gang on the working state under a checkpoint; commit or roll back.
-4. Reclaim: if the queue stays within nominal but its cohort lent the room out, evict
-   borrowed workloads of other queues.
-5. Preempt: evict lower-priority workloads of the same queue.
-6. Otherwise the workload stays pending with the reason of the stage that refused it.
+4. Repartition: MIG instances a dynamic pool's repartition can create this cycle come before
+   evicting anyone (`repartition.Reshaper`); the workload waits for them.
+5. Reclaim: if the queue stays within nominal but its cohort lent the room out, evict
+   borrowed workloads of other queues (`evict`).
+6. Preempt: evict lower-priority workloads of the same queue.
+7. Otherwise the workload stays pending with the reason of the stage that refused it.
+
+After the queue: dynamic MIG pools are planned for what placement refused (`repartition`).
 
 Queueing is best-effort FIFO with aging (`queueing`): a head that cannot be admitted lets work
 behind it through until it has waited ``scheduling.maxHeadWaitSeconds``; then it holds its queue
-for the flavors it needs and reserves the nodes most likely to hold it, while other work
-backfills the rest. Scheduling without gangs, for baselines, is `podwise`.
+for the flavors it needs and reserves those flavors on the nodes most likely to hold it, while
+other work backfills the rest. Scheduling without gangs, for baselines, is `podwise`.
 """
 
 from __future__ import annotations
@@ -32,11 +36,10 @@ from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import GpuRequest, PodAssignment, PodSet, RunningWorkload, Workload
-from gpucarve.engine import podwise, queueing, repartition
+from gpucarve.engine import evict, podwise, queueing, repartition
 from gpucarve.engine.ceilings import Ceilings
 from gpucarve.engine.decisions import (
     Admission,
-    Cause,
     CycleResult,
     CycleStats,
     Eviction,
@@ -52,7 +55,6 @@ from gpucarve.engine.quota import Quotas
 from gpucarve.engine.working import Working
 
 MAX_FLAVOR_COMBOS = 16
-PREEMPTION_SEARCHES_PER_QUEUE = 4
 MEMO_LIMIT = 200_000
 
 Plan = list[tuple[PodNeeds, int, int]]
@@ -267,7 +269,7 @@ class Cycle:
         if self.cfg.preemption:
             for combo in combos:
                 full_plan, demand, _ = self._plan(w, combo, ignore_quota=True)
-                if full_plan is not None and self._preempt(w, full_plan, demand):
+                if full_plan is not None and evict.preempt(self, w, full_plan, demand):
                     return Outcome(True)
         return Outcome(False, self._best_reason(tried), tuple(tried))
 
@@ -348,7 +350,7 @@ class Cycle:
         )
 
     @staticmethod
-    def _signature(w: Workload, plan: Plan) -> tuple[object, ...]:
+    def signature(w: Workload, plan: Plan) -> tuple[object, ...]:
         """The shape of a gang: two workloads with the same shape fit in the same places."""
         return (
             w.topology,
@@ -373,7 +375,7 @@ class Cycle:
     def _place(
         self, w: Workload, plan: Plan
     ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
-        sig = self._signature(w, plan)
+        sig = self.signature(w, plan)
         cached = self.no_room.get(sig)
         if cached is not None and cached[0] == self.ws.release_epoch:
             return None, cached[1]
@@ -420,59 +422,3 @@ class Cycle:
             start = self.ws.running[w.id].start_time
         self.ws.add_running(RunningWorkload(w, (*pods_before, *placed), start))
         self.fresh[w.id] = admission
-
-    def _preempt(self, w: Workload, plan: Plan, demand: dict[str, int]) -> bool:
-        pre = self.preemptor
-        # A shape that found no victims finds none again until capacity is given back.
-        key = (w.queue, w.priority, self._signature(w, plan))
-        if self.no_victims.get(key) == self.ws.release_epoch:
-            return False
-        # Like Kueue, which considers only queue heads, bound the victim searches per queue
-        # and cycle: the rest wait for the next cycle, when these evictions have settled.
-        if self.searches[w.queue] >= PREEMPTION_SEARCHES_PER_QUEUE:
-            return False
-        self.searches[w.queue] += 1
-        attempt = lambda: self.placer.place_gang(w, plan)[0]  # noqa: E731
-        sets = (
-            (Cause.RECLAIM, pre.reclaim_candidates(w, demand)),
-            (Cause.PREEMPT, pre.preempt_candidates(w, demand)),
-        )
-        for cause, candidates in sets:
-            if not candidates:
-                continue
-            found = pre.find(w, demand, candidates, attempt)
-            if found is None:
-                continue
-            placed, victims = found
-            for rw in victims:
-                v = rw.workload
-                if v.id in self.fresh:
-                    self._withdraw(v, w)
-                    continue
-                if cause is Cause.RECLAIM:
-                    flavors = sorted({p.flavor for p in rw.pods if p.flavor in demand})
-                    msg = (
-                        f"reclaimed by queue {w.queue} for {w.id}: queue {v.queue} was borrowing "
-                        + ", ".join(flavors)
-                    )
-                else:
-                    msg = f"preempted by {w.id} (priority {w.priority} > {v.priority})"
-                self.evictions.append(Eviction(v.id, v.queue, cause, w.id, msg))
-            evicted = [rw.workload.id for rw in victims if rw.workload.id not in self.withdrawn]
-            self.record(w, placed, Stage.PREEMPTION, evicted)
-            return True
-        self.no_victims[key] = self.ws.release_epoch
-        return False
-
-    def _withdraw(self, victim: Workload, by: Workload) -> None:
-        """Take back an admission made earlier in this cycle (its pods never started)."""
-        admission = self.fresh.pop(victim.id)
-        self.admissions.remove(admission)
-        self.pods_placed -= len(admission.pods)
-        self.withdrawn.add(victim.id)
-        reason = PendingReason(
-            Stage.PREEMPTION,
-            "reclaim",
-            f"admission withdrawn: queue {by.queue} reclaimed its quota for {by.id}",
-        )
-        self.pending.append(Pending(victim.id, victim.queue, reason))

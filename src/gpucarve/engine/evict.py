@@ -1,0 +1,76 @@
+"""Making room by eviction inside a cycle: reclaim (a queue within its nominal quota takes back
+what its cohort lent out) and priority preemption, after placement and a repartition could not
+serve a workload. Victims are chosen by `preemption.Preemptor`; an admission made earlier in
+the same cycle is withdrawn rather than evicted (its pods never started)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpucarve.core.workload import Workload
+from gpucarve.engine.decisions import Cause, Eviction, Pending, PendingReason, Stage
+
+if TYPE_CHECKING:
+    from gpucarve.engine.cycle import Cycle, Plan
+
+PREEMPTION_SEARCHES_PER_QUEUE = 4
+
+
+def preempt(c: Cycle, w: Workload, plan: Plan, demand: dict[str, int]) -> bool:
+    """Reclaim, then priority preemption, for `w` on `plan`: evict the fewest victims that let
+    the gang place (an admission of this cycle is withdrawn instead)."""
+    pre = c.preemptor
+    # A shape that found no victims finds none again until capacity is given back.
+    key = (w.queue, w.priority, c.signature(w, plan))
+    if c.no_victims.get(key) == c.ws.release_epoch:
+        return False
+    # Like Kueue, which considers only queue heads, bound the victim searches per queue
+    # and cycle: the rest wait for the next cycle, when these evictions have settled.
+    if c.searches[w.queue] >= PREEMPTION_SEARCHES_PER_QUEUE:
+        return False
+    c.searches[w.queue] += 1
+    attempt = lambda: c.placer.place_gang(w, plan)[0]  # noqa: E731
+    sets = (
+        (Cause.RECLAIM, pre.reclaim_candidates(w, demand)),
+        (Cause.PREEMPT, pre.preempt_candidates(w, demand)),
+    )
+    for cause, candidates in sets:
+        if not candidates:
+            continue
+        found = pre.find(w, demand, candidates, attempt)
+        if found is None:
+            continue
+        placed, victims = found
+        for rw in victims:
+            v = rw.workload
+            if v.id in c.fresh:
+                withdraw(c, v, w)
+                continue
+            if cause is Cause.RECLAIM:
+                flavors = sorted({p.flavor for p in rw.pods if p.flavor in demand})
+                msg = (
+                    f"reclaimed by queue {w.queue} for {w.id}: queue {v.queue} was borrowing "
+                    + ", ".join(flavors)
+                )
+            else:
+                msg = f"preempted by {w.id} (priority {w.priority} > {v.priority})"
+            c.evictions.append(Eviction(v.id, v.queue, cause, w.id, msg))
+        evicted = [rw.workload.id for rw in victims if rw.workload.id not in c.withdrawn]
+        c.record(w, placed, Stage.PREEMPTION, evicted)
+        return True
+    c.no_victims[key] = c.ws.release_epoch
+    return False
+
+
+def withdraw(c: Cycle, victim: Workload, by: Workload) -> None:
+    """Take back an admission made earlier in this cycle (its pods never started)."""
+    admission = c.fresh.pop(victim.id)
+    c.admissions.remove(admission)
+    c.pods_placed -= len(admission.pods)
+    c.withdrawn.add(victim.id)
+    reason = PendingReason(
+        Stage.PREEMPTION,
+        "reclaim",
+        f"admission withdrawn: queue {by.queue} reclaimed its quota for {by.id}",
+    )
+    c.pending.append(Pending(victim.id, victim.queue, reason))

@@ -41,7 +41,7 @@ from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.config.policy_build import build_policy
 from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.catalog import MigGeometry
-from gpucarve.core.mig import place
+from gpucarve.core.mig import place, profiles_by_size, smallest_profile_for
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import Workload
 from gpucarve.engine.mig_plan import PoolGpu
@@ -54,20 +54,6 @@ from gpucarve.sim.runner import Simulator
 TRACE = Path(__file__).resolve().parents[2] / "shared/traces/alibaba-gpu-v2023"
 ACCEPT_S = 300
 DAY = 86_400
-
-
-def profiles_by_size(geom: MigGeometry) -> list[tuple[int, str]]:
-    """(compute slices, name), smallest first; media-extension variants left out."""
-    plain = [p for p in geom.profiles if not p.media_extensions]
-    ordered = sorted(plain, key=lambda p: (p.compute_slices, p.memory_slices, p.name))
-    return [(p.compute_slices, p.name) for p in ordered]
-
-
-def profile_for(milli: int, geom: MigGeometry) -> str:
-    for compute, name in profiles_by_size(geom):
-        if milli * geom.compute_slices <= compute * 1000:
-            return name
-    raise AssertionError("the whole-GPU profile holds every share")
 
 
 def workloads(
@@ -86,7 +72,7 @@ def workloads(
         if not 0 <= p.creation - t0 < days * DAY:
             left_out["arrived outside the window"] += 1
             continue
-        profile = profile_for(p.gpu_milli, geom)
+        profile = smallest_profile_for(p.gpu_milli, geom)
         doc: dict[str, Any] = {
             "name": p.name,
             "namespace": "alibaba",

@@ -361,3 +361,23 @@ def closest_layouts(geom: MigGeometry, counts: Counts, n: int = 3) -> tuple[Layo
         return (-kept_comp, -kept_mem, removed, added, _sort_key(key, profile_order(geom)))
 
     return tuple(sorted(maximal_layouts(geom, media), key=rank)[:n])
+
+
+def profiles_by_size(geom: MigGeometry) -> list[tuple[int, str]]:
+    """(compute slices, name) of the profiles without media extensions, smallest first (then
+    by memory: 1g.10gb before 1g.20gb)."""
+    plain = [p for p in geom.profiles if not p.media_extensions]
+    ordered = sorted(plain, key=lambda p: (p.compute_slices, p.memory_slices, p.name))
+    return [(p.compute_slices, p.name) for p in ordered]
+
+
+def smallest_profile_for(milli: int, geom: MigGeometry) -> str:
+    """The smallest profile whose compute share of the GPU holds `milli` thousandths of it
+    (on an A100-80GB: up to 142 -> 1g.10gb, 285 -> 2g.20gb, 428 -> 3g.40gb, 571 -> 4g.40gb,
+    above -> 7g.80gb, since no 5g or 6g profile exists)."""
+    if not 0 < milli <= 1000:
+        raise ValueError(f"a GPU share is 1..1000 milli, not {milli}")
+    for compute, name in profiles_by_size(geom):
+        if milli * geom.compute_slices <= compute * 1000:
+            return name
+    raise ValueError(f"no profile holds {milli} milli")  # unreachable: the whole-GPU one does

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.core import mig
 from gpucarve.core.catalog import Catalog, MigGeometry
-from gpucarve.core.mig import Instance
+from gpucarve.core.mig import Instance, smallest_profile_for
 
 
 def geom(catalog: Catalog, model: str) -> MigGeometry:
@@ -240,3 +241,17 @@ def test_fitting_profiles_are_exactly_the_extensions(
         for s in p.starts:
             ok = not mig.placement_problems(g, [*placed.instances, Instance(s, p.name)])
             assert ok == (s in fits.get(p.name, ())), (key, p.name, s)
+
+
+@pytest.mark.parametrize("model", ["A100-80GB", "H100-SXM5-80GB"])
+def test_the_smallest_profile_holding_a_gpu_share(model: str) -> None:
+    geom = packaged_catalog().lookup(model).mig
+    assert geom is not None
+    cases = {
+        1: "1g.10gb", 142: "1g.10gb", 143: "2g.20gb", 285: "2g.20gb", 286: "3g.40gb",
+        428: "3g.40gb", 429: "4g.40gb", 571: "4g.40gb", 572: "7g.80gb", 1000: "7g.80gb",
+    }  # fmt: skip
+    for milli, profile in cases.items():
+        assert smallest_profile_for(milli, geom) == profile, milli
+    with pytest.raises(ValueError, match=r"1\.\.1000"):
+        smallest_profile_for(0, geom)

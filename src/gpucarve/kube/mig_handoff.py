@@ -95,9 +95,9 @@ class MigHandoff:
         busy_gpus: set[str],
         repartitions: Sequence[Repartition],
     ) -> list[str]:
-        """Start a change on each node the cycle repartitioned (not one already changing,
-        nor one with a GPU of the change held, nor one in `busy_gpus`' nodes bound to this
-        cycle: see the scheduler); the nodes started."""
+        """Start a change on each node the cycle repartitioned, except a node already
+        changing, one no MIG manager reports on, or one where a GPU to change is in
+        `busy_gpus` (held by a bound or assumed pod); the nodes started."""
         by_node: dict[str, list[Repartition]] = {}
         for r in repartitions:
             by_node.setdefault(r.node, []).append(r)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.mig import Instance, occupancy
-from gpucarve.engine.mig_plan import GpuPlan, PoolGpu, changed_plan, options
+from gpucarve.engine.mig_plan import GpuPlan, PoolGpu, changed_plan, options, served_value
 
 MAX_STATES = 20_000
 
@@ -155,10 +155,17 @@ def plan_node(
         o = opts[k]
         if o.place is None or o.changes == 0:
             continue
-        now_value = _value(Counter(i.profile for i in now_free), demand, w)
+        now_value = served_value(Counter(i.profile for i in now_free), demand, w)
         out.append(
             changed_plan(
-                g.gpu, kept, now_free, o.place, o.free, demand, now_value, _value(o.free, demand, w)
+                g.gpu,
+                kept,
+                now_free,
+                o.place,
+                o.free,
+                demand,
+                now_value,
+                served_value(o.free, demand, w),
             )
         )
     return out
@@ -184,7 +191,3 @@ def node_optimum(
             for o in opts
         }
     return max(sum(w.get(p, 1.0) * n for p, n in zip(profiles, s, strict=True)) for s in states)
-
-
-def _value(free: Counter[str], demand: Mapping[str, int], w: Mapping[str, float]) -> float:
-    return sum(w.get(p, 1.0) * min(n, demand.get(p, 0)) for p, n in free.items())

@@ -39,7 +39,10 @@ class GpuPlan:
         return len(self.created) + len(self.destroyed)
 
 
-def _value(free: Counter[str], demand: Mapping[str, int], weight: Mapping[str, float]) -> float:
+def served_value(
+    free: Counter[str], demand: Mapping[str, int], weight: Mapping[str, float]
+) -> float:
+    """Weighted demand that free instances (per profile) meet."""
     return sum(weight.get(p, 1.0) * min(n, demand.get(p, 0)) for p, n in free.items())
 
 
@@ -122,11 +125,11 @@ def _choose(
     state against capped demand."""
     demand = dict(local)
     w = {p: x for (p, _), x in zip(local, weights, strict=True)}
-    now_value = _value(Counter(i.profile for i in now_free), demand, w)
+    now_value = served_value(Counter(i.profile for i in now_free), demand, w)
     best_key: tuple[float, int, int, str] | None = None
     best: tuple[tuple[Instance, ...], Counter[str]] | None = None
     for place, free, changes, spare, tie in options(geom, now_free, kept, media, allowed):
-        value = _value(free, demand, w)
+        value = served_value(free, demand, w)
         rank = (value, -changes, spare, tie)
         if best_key is None or rank > best_key:
             best_key, best = rank, (place, free)

@@ -219,6 +219,10 @@ class Scheduler:
         slice held (by a pod, bound or assumed) are never changed, and a node that gets
         bindings this cycle waits for the next one: its device plugin must be up when the
         kubelet admits them."""
+        binding = {p.node for a in result.admissions for p in a.pods}
+        reps = [r for r in result.repartitions if r.node not in binding]
+        if not reps:
+            return  # the common case: nothing to hand over, nothing to look up
         cluster = view.snapshot.cluster
         busy = {
             f"{cluster.slices[sid].node}/gpu{cluster.slices[sid].gpu}"
@@ -232,10 +236,6 @@ class Scheduler:
                     for s in assigned.slices
                     if s in cluster.slices
                 )
-        binding = {p.node for a in result.admissions for p in a.pods}
-        reps = [r for r in result.repartitions if r.node not in binding]
-        if not reps:
-            return
         inv = self.inventory()
         pools = {n.name: n.pool for n in cluster.nodes}
         self.mig.begin(self._nodes_by_name(), pools, inv.layouts, inv.changes, busy, reps)

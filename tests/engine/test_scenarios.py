@@ -443,6 +443,41 @@ def test_best_effort_fifo_lets_small_work_pass_a_blocked_head_until_it_starves()
     )
 
 
+def test_a_starving_head_beyond_its_nominal_quota_does_not_hold_its_queue() -> None:
+    # r's nominal is one node; its gang needs two, so one must be borrowed from o, which uses
+    # part of it. Holding r's queue would idle r's own node and gain nothing.
+    p = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 2, 8)],
+        cohorts=[{"name": "all"}],
+        queues=[
+            queue("r", {"h100-full": {"nominal": 8}}, cohort="all"),
+            queue("o", {"h100-full": {"nominal": 8}}, cohort="all"),
+        ],
+        scheduling={"maxHeadWaitSeconds": 100, **NO_MIN_RUNTIME},
+    )
+    s = snapshot(p, [workload(p, "other", "o", gpus=4)])
+    _, s = cycle(s)
+    big = workload(p, "big", "r", gpus=8, pods=2, submit=0)
+    small = workload(p, "small", "r", gpus=4, submit=10)
+    result, s = cycle(submit(s, big, small), now=5000)
+    assert result.admitted_ids() == ["r/small"]
+    reason = result.pending_reason("r/big")
+    assert reason is not None and reason.stage is Stage.QUOTA
+    # within nominal, the same wait holds the queue (as before)
+    p2 = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 2, 8)],
+        queues=[queue("r", {"h100-full": {"nominal": 16}})],
+        scheduling={"maxHeadWaitSeconds": 100, **NO_MIN_RUNTIME},
+    )
+    s2 = snapshot(p2, [workload(p2, "running", "r", gpus=4)])
+    _, s2 = cycle(s2)
+    big2 = workload(p2, "big", "r", gpus=8, pods=2, submit=0)
+    result, _ = cycle(submit(s2, big2, workload(p2, "small", "r", gpus=4, submit=10)), now=5000)
+    assert result.admitted_ids() == []
+    reason = result.pending_reason("r/small")
+    assert reason is not None and "behind r/big" in reason.message
+
+
 def test_strict_fifo_holds_the_queue_at_once() -> None:
     p = policy(
         pools=[pool("train", "H100-SXM5-80GB", 1, 8)],

@@ -25,7 +25,22 @@ def holds_queue(c: Cycle, w: Workload, reason: PendingReason) -> bool:
         return False
     if c.cfg.queueing is QueueingStrategy.STRICT_FIFO:
         return True
-    return c.now - w.submit_time >= c.cfg.max_head_wait_s
+    return c.now - w.submit_time >= c.cfg.max_head_wait_s and within_nominal(c, w)
+
+
+def within_nominal(c: Cycle, w: Workload) -> bool:
+    """Whether the workload fits its queue's nominal quota on its first flavor choice. Only
+    such a head may hold its queue: beyond nominal it runs on what the cohort happens to lend,
+    which may never all be idle at once, and holding would idle the queue's own guaranteed
+    quota meanwhile (and lend it out, pushing the borrowed room further away)."""
+    for ps, flavors in zip(w.pod_sets, c.flavors_for(w), strict=True):
+        if not flavors:
+            continue
+        f = flavors[0]
+        need = c.needs_of(ps, f).slices * ps.min_count
+        if need > c.quotas.nominal(w.queue, f.name):
+            return False
+    return True
 
 
 def hold(c: Cycle, head: Workload, reason: PendingReason) -> None:

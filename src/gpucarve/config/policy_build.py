@@ -235,6 +235,23 @@ def _cross_checks(
                     f"lower the nominal quotas to a total ≤ {capacity[flavor]}, or add capacity",
                 )
             )
+        elif total < capacity[flavor]:
+            # Borrowing draws on other queues' unused nominal quota only: slices outside every
+            # nominal quota are never admitted to, which silently caps utilisation.
+            out.append(
+                Problem(
+                    ("queues",),
+                    "quota-leaves-capacity-idle",
+                    f"nominal quotas for {flavor} add up to {total} of the {capacity[flavor]} "
+                    f"slices the pools hold: {capacity[flavor] - total} can never be used"
+                    if asked
+                    else f"no queue has quota for {flavor}: its {capacity[flavor]} slices can "
+                    "never be used",
+                    f"give the {capacity[flavor] - total} slices to a queue's nominal quota (a "
+                    "cohort lends what its owner does not use)",
+                    Severity.WARNING,
+                )
+            )
     members: dict[str, list[str]] = {c.name: [] for c in spec.cohorts}
     for q in spec.queues:
         if q.cohort in members:

@@ -190,10 +190,28 @@ def test_two_default_priority_classes(catalog: Catalog) -> None:
 
 def test_lonely_cohort_is_a_warning_not_an_error(catalog: Catalog) -> None:
     d = doc(cohorts=[{"name": "all"}, {"name": "empty"}])
+    d["queues"][0]["quota"]["a100-mig-3g.40gb"] = {"nominal": 8}
     loaded = build_policy(d, catalog)
     assert [(w.code, w.location, w.severity) for w in loaded.warnings] == [
         ("lonely-cohort", "cohorts[1]", Severity.WARNING)
     ]
+
+
+def test_capacity_outside_every_nominal_quota_is_a_warning(catalog: Catalog) -> None:
+    d = doc()
+    d["queues"][1]["quota"]["h100-full"] = {"nominal": 4}
+    loaded = build_policy(d, catalog)
+    found = {w.code: w.message for w in loaded.warnings}
+    assert set(found) == {"quota-leaves-capacity-idle"}
+    messages = sorted(w.message for w in loaded.warnings)
+    assert messages == [
+        "no queue has quota for a100-mig-3g.40gb: its 8 slices can never be used",
+        "nominal quotas for h100-full add up to 12 of the 16 slices the pools hold: "
+        "4 can never be used",
+    ]
+    d["queues"][1]["quota"]["h100-full"] = {"nominal": 8}
+    d["queues"][1]["quota"]["a100-mig-3g.40gb"] = {"nominal": 8}
+    assert build_policy(d, catalog).warnings == ()
 
 
 def test_flavor_prefix_separates_pools(catalog: Catalog) -> None:

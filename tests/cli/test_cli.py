@@ -141,7 +141,7 @@ def test_cluster_summary() -> None:
         "4 × 8 = 32",
         "a100-mig-3g.40gb",
         "time-slicing ×8",
-        "12/16",
+        "16/16",
         "18 nodes, 54 GPUs, 144 slices",
         "$/hour",
     ):
@@ -222,11 +222,11 @@ def test_plan_places_the_example_workloads_and_explains_the_rest() -> None:
     assert {"research/llm-pretrain", "serving/ranker", "production/embeddings"} <= admitted
     pending = {p["workload"]: p for p in doc["pending"]}
     assert pending["research/llm-finetune"]["stage"] == "quota"
-    assert "borrowing limit 10" in pending["research/llm-finetune"]["message"]
+    assert "cohort company has 8 to lend" in pending["research/llm-finetune"]["message"]
     assert pending["research/big-sweep"]["stage"] == "validation"
-    assert "queue research can never hold more than 26" in pending["research/big-sweep"]["message"]
+    assert "queue research can never hold more than 32" in pending["research/big-sweep"]["message"]
     code, out, _ = run("plan", THREE, workloads)
-    assert code == 0 and "Pending: 3 workloads" in out
+    assert code == 0 and "Pending: 2 workloads" in out
 
 
 def test_plan_bad_workloads_exit_2(tmp_path: Path) -> None:

@@ -171,28 +171,29 @@ def test_a_queue_over_quota_waits_and_says_why(
     cluster: tuple[LocalStack, Api], scheduler: Scheduler
 ) -> None:
     _, api = cluster
-    # data-science may hold 6 H100s and borrow none.
-    create_pod(api, pod("data-science", "first", "nvidia.com/gpu", 4))
-    wait_for(lambda: _bound(api, "data-science", ["first"]), what="first bound")
-    create_pod(api, pod("data-science", "second", "nvidia.com/gpu", 4))
+    # data-science may hold 6 H100s and borrow 10 more: 8 + 8 + 4 is over that.
+    for name in ("first", "second"):
+        create_pod(api, pod("data-science", name, "nvidia.com/gpu", 8))
+    wait_for(lambda: _bound(api, "data-science", ["first", "second"]), what="two bound")
+    create_pod(api, pod("data-science", "third", "nvidia.com/gpu", 4))
 
     def says_quota() -> str | None:
-        c = condition(pods_in(api, "data-science")["second"])
+        c = condition(pods_in(api, "data-science")["third"])
         return c["message"] if c and c["status"] == "False" else None
 
     message = wait_for(says_quota, what="the quota reason")
     assert message.startswith("quota/")
-    assert "data-science" in message
-    assert not node_of(pods_in(api, "data-science")["second"])
+    assert "data-science" in message and "borrowing limit 10" in message
+    assert not node_of(pods_in(api, "data-science")["third"])
 
     def queue_status() -> dict[str, Any] | None:
         status = api.get("/apis/gpucarve.io/v1alpha1/queues/data-science").get("status")
         return status if status and status.get("pendingWorkloads") == 1 else None
 
     status = wait_for(queue_status, what="the queue's status")
-    assert status["admittedWorkloads"] == 1
-    assert status["usage"] == {"h100-full": 4}
-    assert status["borrowed"] == {}
+    assert status["admittedWorkloads"] == 2
+    assert status["usage"] == {"h100-full": 16}
+    assert status["borrowed"] == {"h100-full": 10}
 
 
 def test_reclaim_evicts_a_borrower_through_the_api(

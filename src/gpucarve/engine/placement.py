@@ -257,11 +257,29 @@ class Placer:
                 if all(r >= d for r, d in zip(here, demand.values(), strict=True)):
                     fitting.append((sum(here), [n]))
             return fitting
-        for g in groups:
-            room = {f: sum(counts[f].get(n, 0) for n in g) for f in demand}
-            if all(room[f] >= d for f, d in demand.items()):
-                fitting.append((sum(room.values()), g))
-        return fitting
+        if any(d <= 0 for d in demand.values()):
+            for g in groups:
+                room = {f: sum(counts[f].get(n, 0) for n in g) for f in demand}
+                if all(room[f] >= d for f, d in demand.items()):
+                    fitting.append((sum(room.values()), g))
+            return fitting
+        # Add up only the nodes with room (few, on a busy cluster) instead of walking every
+        # group's nodes for every gang that asks.
+        position = self.ws.group_positions(mode)
+        totals: dict[int, int] | None = None
+        for f in sorted(demand):
+            per: dict[int, int] = {}
+            for n, free in counts[f].items():
+                gi = position.get(n) if free else None
+                if gi is not None:
+                    per[gi] = per.get(gi, 0) + free
+            need = demand[f]
+            if totals is None:
+                totals = {gi: r for gi, r in per.items() if r >= need}
+            else:
+                totals = {gi: t + per[gi] for gi, t in totals.items() if per.get(gi, 0) >= need}
+        found = totals or {}
+        return [(found[gi], groups[gi]) for gi in sorted(found)]
 
     def _room_by_node(self, flavor: str) -> dict[int, int]:
         """Free slices of `flavor` per node. The index counts what one pod can get, which for a

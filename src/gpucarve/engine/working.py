@@ -175,6 +175,7 @@ class Working:
         for rw in snapshot.running:
             self._base_running(rw, +1)
         self._groups: dict[TopologyMode, list[list[int]]] = {}
+        self._group_pos: dict[TopologyMode, dict[int, int]] = {}
         self.log: list[Callable[[], None]] = []
         # Bumped whenever capacity is given back, so cached "does not fit" answers expire.
         self.release_epoch = 0
@@ -203,6 +204,14 @@ class Working:
                 if key:
                     by.setdefault(key, []).append(node.idx)
             cached = self._groups[topology] = [by[k] for k in sorted(by)]
+        return cached
+
+    def group_positions(self, topology: TopologyMode) -> dict[int, int]:
+        """Node index -> position of its group in `groups_for(topology)`."""
+        cached = self._group_pos.get(topology)
+        if cached is None:
+            groups = self.groups_for(topology) or []
+            cached = self._group_pos[topology] = {n: i for i, g in enumerate(groups) for n in g}
         return cached
 
     # ------------------------------------------------------------------ counting

@@ -129,6 +129,18 @@ class Preemptor:
         and the workload placed, or untouched when there is no solution."""
         ws = self.ws
         cp = ws.checkpoint()
+        # First, whether evicting every candidate would make room: one placement, where a
+        # search that fails (most do, on a busy cluster) would try one per victim.
+        for rw in candidates[:MAX_VICTIMS]:
+            evict(ws, rw)
+        possible = (
+            self.quotas.check(w.queue, demand).fits
+            and self._room_may_fit(demand)
+            and attempt() is not None
+        )
+        ws.rollback(cp)
+        if not possible:
+            return None
         chosen: list[RunningWorkload] = []
         flavors = set(demand)
         found = False

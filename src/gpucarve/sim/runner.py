@@ -98,6 +98,9 @@ class Simulator:
         # The running workloads in id order, as the snapshot lists them, kept by bisection.
         self.run_ids: list[str] = []
         self.run_list: list[RunningWorkload] = []
+        # The same for pending workloads: no sort of the whole queue per cycle.
+        self.pend_ids: list[str] = []
+        self.pend_list: list[Workload] = []
         self.reconfiguring: dict[str, list[str]] = {}  # MIG GPU -> new slices not ready yet
         # Completed but not yet released from the snapshot: released together before the next
         # cycle or sample, the only readers of the snapshot (one O(running) pass, not one each).
@@ -166,12 +169,13 @@ class Simulator:
             if arrivals:
                 for w in arrivals:
                     self.queue[w.id] = w
+                    self._pend_add(w)
                 s = self.snapshot
                 self.snapshot = Snapshot(
                     s.policy,
                     s.cluster,
                     s.running,
-                    (*s.pending, *arrivals),
+                    tuple(self.pend_list),
                     s.delta_with(),
                     s.mig_changed_at,
                 )
@@ -283,9 +287,18 @@ class Simulator:
         # part-placed gangs' pods as they were, for the interval they held GPUs idle
         held_pods = {wid: running[wid].pods for wid in self.holding}
         slices = self.snapshot.cluster.slices
+        leaving = [adm.workload for adm in result.admissions if adm.workload in self.queue]
         step = apply_in(slices, self.allocs, self.live, self.queue, result)
         self._follow(step)
-        self.snapshot = derive(self.snapshot, self.allocs, tuple(self.run_list), self.queue, step)
+        for wid in leaving:
+            i = bisect.bisect_left(self.pend_ids, wid)
+            del self.pend_ids[i]
+            del self.pend_list[i]
+        for ev in result.evictions:
+            self._pend_add(self.queue[ev.workload])
+        self.snapshot = derive(
+            self.snapshot, self.allocs, tuple(self.run_list), tuple(self.pend_list), step
+        )
         after = self.live
         for adm in result.admissions:
             wid = adm.workload
@@ -385,6 +398,11 @@ class Simulator:
             i = bisect.bisect_left(self.run_ids, rw.workload.id)
             self.run_ids.insert(i, rw.workload.id)
             self.run_list.insert(i, rw)
+
+    def _pend_add(self, w: Workload) -> None:
+        i = bisect.bisect_left(self.pend_ids, w.id)
+        self.pend_ids.insert(i, w.id)
+        self.pend_list.insert(i, w)
 
     def _flush(self) -> None:
         if self.finished:

@@ -263,16 +263,9 @@ class Placer:
                 if all(room[f] >= d for f, d in demand.items()):
                     fitting.append((sum(room.values()), g))
             return fitting
-        # Add up only the nodes with room (few, on a busy cluster) instead of walking every
-        # group's nodes for every gang that asks.
-        position = self.ws.group_positions(mode)
         totals: dict[int, int] | None = None
         for f in sorted(demand):
-            per: dict[int, int] = {}
-            for n, free in counts[f].items():
-                gi = position.get(n) if free else None
-                if gi is not None:
-                    per[gi] = per.get(gi, 0) + free
+            per = self._room_by_group(mode, counts[f])
             need = demand[f]
             if totals is None:
                 totals = {gi: r for gi, r in per.items() if r >= need}
@@ -280,6 +273,18 @@ class Placer:
                 totals = {gi: t + per[gi] for gi, t in totals.items() if per.get(gi, 0) >= need}
         found = totals or {}
         return [(found[gi], groups[gi]) for gi in sorted(found)]
+
+    def _room_by_group(self, mode: TopologyMode, room: dict[int, int]) -> dict[int, int]:
+        """Free slices per group position (groups with none left out). Adds up only the nodes
+        with room (few, on a busy cluster) instead of walking every group's nodes for every
+        gang that asks."""
+        position = self.ws.group_positions(mode)
+        per: dict[int, int] = {}
+        for n, free in room.items():
+            gi = position.get(n) if free else None
+            if gi is not None:
+                per[gi] = per.get(gi, 0) + free
+        return per
 
     def _room_by_node(self, flavor: str) -> dict[int, int]:
         """Free slices of `flavor` per node. The index counts what one pod can get, which for a
@@ -303,7 +308,14 @@ class Placer:
         if mode is TopologyMode.NODE:
             nodes = {n for c in counts for n in c}
             return max(((sum(c.get(n, 0) for c in counts), 1) for n in nodes), default=(0, 1))
-        return max((sum(c.get(n, 0) for n in g for c in counts), len(g)) for g in groups)
+        total: dict[int, int] = {}
+        for c in counts:
+            for gi, r in self._room_by_group(mode, c).items():
+                total[gi] = total.get(gi, 0) + r
+        if not total:
+            return 0, max(len(g) for g in groups)
+        gi = max(total, key=lambda i: (total[i], len(groups[i]), -i))
+        return total[gi], len(groups[gi])
 
     def _place_in(
         self, w: Workload, plan: list[tuple[PodNeeds, int, int]], group: list[int] | None

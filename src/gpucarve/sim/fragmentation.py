@@ -15,12 +15,16 @@ from collections.abc import Sequence
 from gpucarve.core.cluster import ClusterState
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.requests import candidate_flavors, charge_milli, gpu_memory_of, slices_per_pod
+from gpucarve.core.snapshot import Step
 from gpucarve.core.workload import Workload
 
 
 class FragmentationProbe:
+    """Keeps each group's free slices up to date from the steps the driver applies
+    (`follow`), so a sample walks the groups, not every slice."""
+
     def __init__(self, policy: Policy, cluster: ClusterState) -> None:
-        """`cluster`: the policy's cluster (its nodes and slices; allocations are ignored)."""
+        """`cluster`: the policy's cluster, with what is allocated in it now."""
         self.policy = policy
         pool_of = {n.name: n.pool for n in cluster.nodes}
         self.charge = {
@@ -32,8 +36,19 @@ class FragmentationProbe:
             shared = s.kind in (SliceKind.TIME_SLICE, SliceKind.MPS)
             where = f"{s.node}/{s.gpu}" if shared else s.node
             groups.setdefault((pool_of[s.node], s.flavor, where), []).append(sid)
-        self.groups = [(pool, flavor, tuple(ids)) for (pool, flavor, _), ids in groups.items()]
+        self.groups = [(pool, flavor) for (pool, flavor, _) in groups]
+        self.group_of = {sid: i for i, ids in enumerate(groups.values()) for sid in ids}
+        self.free = [len(ids) for ids in groups.values()]
+        for sid in cluster.allocations:
+            self.free[self.group_of[sid]] -= 1
         self._need: dict[str, dict[str, int]] = {}  # workload id -> flavor -> fewest slices
+
+    def follow(self, step: Step) -> None:
+        """Allocations freed and taken since the last step."""
+        for a in step.freed:
+            self.free[self.group_of[a.slice_id]] += 1
+        for a in step.taken:
+            self.free[self.group_of[a.slice_id]] -= 1
 
     def _needs(self, w: Workload) -> dict[str, int]:
         hit = self._need.get(w.id)
@@ -46,7 +61,7 @@ class FragmentationProbe:
             self._need[w.id] = hit
         return hit
 
-    def sample(self, cluster: ClusterState, pending: Sequence[Workload]) -> dict[str, float]:
+    def sample(self, pending: Sequence[Workload]) -> dict[str, float]:
         """Stranded milli-GPU per pool (pools with none are left out)."""
         need: dict[str, int] = {}
         for w in pending:
@@ -55,12 +70,8 @@ class FragmentationProbe:
         out: dict[str, float] = {}
         if not need:
             return out
-        allocated = cluster.allocations
-        for pool, flavor, ids in self.groups:
+        for (pool, flavor), free in zip(self.groups, self.free, strict=True):
             smallest = need.get(flavor)
-            if smallest is None:
-                continue
-            free = sum(1 for sid in ids if sid not in allocated)
-            if 0 < free < smallest:
+            if smallest is not None and 0 < free < smallest:
                 out[pool] = out.get(pool, 0.0) + free * self.charge[flavor]
         return out

@@ -194,9 +194,7 @@ class Simulator:
             if (moved or not stalled) and now >= next_sample:
                 # after the cycle: what is free and what still waits for it (it only changes
                 # when something happened, so sampling then is exact)
-                self.result.fragmentation.append(
-                    (now, self.probe.sample(self.snapshot.cluster, self.snapshot.pending))
-                )
+                self.result.fragmentation.append((now, self.probe.sample(self.snapshot.pending)))
                 next_sample = now + self.sample_s
             if stalled and not self.jobs and not arrivals_left and not mig_later:
                 # Nothing runs, nothing arrives and nothing moved: part-placed gangs wait on
@@ -299,6 +297,7 @@ class Simulator:
         self.snapshot = derive(
             self.snapshot, self.allocs, tuple(self.run_list), tuple(self.pend_list), step
         )
+        self.probe.follow(step)
         after = self.live
         for adm in result.admissions:
             wid = adm.workload
@@ -370,13 +369,15 @@ class Simulator:
             None,
             MappingProxyType(changed),
         )
-        self.probe = FragmentationProbe(self.policy, cluster)
+        self.probe = FragmentationProbe(self.policy, self.snapshot.cluster)
 
     def _reconfigured(self, gpu: str) -> None:
         freed = tuple(self.allocs.pop(sid) for sid in self.reconfiguring.pop(gpu, []))
         if freed:
             s = self.snapshot
-            self.snapshot = derive(s, self.allocs, s.running, s.pending, Step(freed=freed))
+            step = Step(freed=freed)
+            self.snapshot = derive(s, self.allocs, s.running, s.pending, step)
+            self.probe.follow(step)
 
     def _complete(self, wid: str, now: int) -> None:
         rw = self.live[wid]
@@ -410,6 +411,7 @@ class Simulator:
             self._follow(step)
             s = self.snapshot
             self.snapshot = derive(s, self.allocs, tuple(self.run_list), s.pending, step)
+            self.probe.follow(step)
             self.finished = []
 
     def _close(self, wid: str, job: _Job, now: int, outcome: str) -> None:

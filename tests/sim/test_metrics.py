@@ -122,3 +122,35 @@ def test_gpu_busy_reads_like_dcgm_utilisation() -> None:
     )
     s = summarize(Simulator(p, [workload(p, "x", "r", gpus=1, duration=600)]).run(), {"r/x": 40.0})
     assert s["gpu_busy"] == pytest.approx(0.2)
+
+
+def test_gpu_busy_in_use_reads_over_the_gpus_pods_hold() -> None:
+    # One 40 % job on one of two whole GPUs: busy 20 % of the pool, 40 % of what it uses.
+    p = policy(
+        pools=[pool("h", "H100-SXM5-80GB", 1, 2)],
+        queues=[queue("r", {"h100-full": {"nominal": 2}})],
+    )
+    s = summarize(Simulator(p, [workload(p, "x", "r", gpus=1, duration=600)]).run(), {"r/x": 40.0})
+    assert s["gpu_busy_in_use"] == pytest.approx(0.4)
+    # Two 30 % jobs on 2 of 8 replicas of one GPU: the GPU is in use (whole) and 60 % busy,
+    # however few of its replicas are allocated.
+    p = policy(
+        pools=[pool("d", "L40S", 1, 1, "time-slicing", replicas=8)],
+        queues=[queue("q", {"l40s-shared": {"nominal": 8}})],
+    )
+    ws = [
+        workload(p, "a", "q", shared=1, duration=3600),
+        workload(p, "b", "q", shared=1, duration=3600),
+    ]
+    s = summarize(Simulator(p, ws).run(), {"q/a": 30.0, "q/b": 30.0})
+    assert s["gpu_busy_in_use"] == pytest.approx(0.6)
+    # A 3g.40gb at 70 % on an A100: in use its compute share (428 milli), busy 0.7 of that.
+    p = policy(
+        pools=[pool("m", "A100-80GB", 1, 1, "mig", mig={"layout": {"3g.40gb": 2}})],
+        queues=[queue("q", {"a100-mig-3g.40gb": {"nominal": 2}})],
+    )
+    s = summarize(
+        Simulator(p, [workload(p, "x", "q", mig="3g.40gb", duration=600)]).run(), {"q/x": 70.0}
+    )
+    assert s["gpu_busy"] == pytest.approx(0.7 * 0.428, abs=1e-4)
+    assert s["gpu_busy_in_use"] == pytest.approx(0.7)

@@ -140,7 +140,7 @@ def summarize(
     ]
 
     stranded = stranded_gpu_seconds(result, w_start, w_end)
-    gpu_busy = gpu_busy_seconds(result, util, w_start, w_end, book)
+    gpu_busy, gpu_in_use = gpu_seconds(result, util, w_start, w_end, book)
     physical = {p.name: p.gpus for p in policy.pools}
     pools = {
         p: {
@@ -193,6 +193,11 @@ def summarize(
         "gpu_busy": round(sum(gpu_busy.values()) / (sum(physical.values()) * span), 4)
         if physical
         else 0.0,
+        # Busy over the GPUs pods hold: what per-pod DCGM dashboards show, and the waste
+        # sharing removes (idle notebooks on whole GPUs, part-placed gangs holding theirs).
+        "gpu_busy_in_use": round(sum(gpu_busy.values()) / sum(gpu_in_use.values()), 4)
+        if sum(gpu_in_use.values())
+        else 0.0,
         "fragmentation": round(sum(stranded.values()) / (total_cap * span), 4)
         if total_cap
         else 0.0,
@@ -222,41 +227,61 @@ def stranded_gpu_seconds(result: SimResult, start: int, end: int) -> dict[str, f
 def gpu_busy_seconds(
     result: SimResult, util: Mapping[str, float], start: int, end: int, book: SliceBook
 ) -> dict[str, float]:
-    """GPU-seconds busy per pool over [start, end), the way DCGM's GPU utilisation reads a GPU:
-    a whole GPU is as busy as its job; a MIG instance adds its job's busy fraction times its
-    compute share; jobs time-sharing one GPU add up, capped at fully busy. A job counts once
-    per GPU however many replicas it holds there; part-placed gangs keep their GPUs idle."""
+    """GPU-seconds busy per pool over [start, end); see `gpu_seconds`."""
+    return gpu_seconds(result, util, start, end, book)[0]
+
+
+def gpu_seconds(
+    result: SimResult, util: Mapping[str, float], start: int, end: int, book: SliceBook
+) -> tuple[dict[str, float], dict[str, float]]:
+    """GPU-seconds busy and in use per pool over [start, end), the way DCGM reads GPUs.
+
+    Busy: a whole GPU is as busy as its job; a MIG instance adds its job's busy fraction times
+    its compute share; jobs time-sharing one GPU add up, capped at fully busy. A job counts
+    once per GPU however many replicas it holds there; part-placed gangs keep their GPUs idle.
+    In use: what pods hold, in the same units: a whole GPU, or a time-shared GPU with any job
+    on it, counts 1; a MIG instance its compute share. Busy over in use is what dashboards
+    that read DCGM per pod show, and is at most 1."""
     cluster = book.cluster
     pool_of = {n.name: n.pool for n in cluster.nodes}
-    events: defaultdict[tuple[str, int], list[tuple[int, float]]] = defaultdict(list)
+    # per GPU: (time, busy delta, MIG share delta, jobs delta)
+    events: defaultdict[tuple[str, int], list[tuple[int, float, float, int]]] = defaultdict(list)
+    mig: set[tuple[str, int]] = set()
     for iv in result.intervals:
-        if iv.outcome == "incomplete":
-            continue
         s, e = max(iv.start, start), min(iv.end, end)
         if e <= s:
             continue
-        u = util.get(iv.workload, 60.0) / 100
+        idle = iv.outcome == "incomplete"
+        u = 0.0 if idle else util.get(iv.workload, 60.0) / 100
         weight: dict[tuple[str, int], float] = {}
         for pod in iv.pods:
             for sid in pod.slice_ids:
                 sl = book.lookup[sid]
                 key = (sl.node, sl.gpu)
                 if sl.kind is SliceKind.MIG:
+                    mig.add(key)
                     weight[key] = weight.get(key, 0.0) + sl.compute_milli / 1000
                 else:  # a whole GPU, or this job's share of a time-sliced one: counted once
                     weight[key] = 1.0
         for key, w in weight.items():
-            events[key].append((s, u * w))
-            events[key].append((e, -u * w))
+            share = w if key in mig else 0.0
+            events[key].append((s, u * w, share, 1))
+            events[key].append((e, -u * w, -share, -1))
     busy: defaultdict[str, float] = defaultdict(float)
-    for (node, _), evs in events.items():
+    in_use: defaultdict[str, float] = defaultdict(float)
+    for key, evs in events.items():
         evs.sort()
-        level, last = 0.0, evs[0][0]
-        for t, delta in evs:
-            busy[pool_of[node]] += min(1.0, max(0.0, level)) * (t - last)
-            level += delta
+        pool = pool_of[key[0]]
+        level, share, jobs, last = 0.0, 0.0, 0, evs[0][0]
+        for t, d_busy, d_share, d_jobs in evs:
+            busy[pool] += min(1.0, max(0.0, level)) * (t - last)
+            used = share if key in mig else (1.0 if jobs > 0 else 0.0)
+            in_use[pool] += min(1.0, max(0.0, used)) * (t - last)
+            level += d_busy
+            share += d_share
+            jobs += d_jobs
             last = t
-    return dict(busy)
+    return dict(busy), dict(in_use)
 
 
 def timelines(result: SimResult, window: tuple[int, int], samples: int = 120) -> dict[str, Any]:

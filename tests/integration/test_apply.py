@@ -26,13 +26,11 @@ def test_apply_then_read_back(stack: LocalStack, admin: Api) -> None:
     research = admin.get("/apis/gpucarve.io/v1alpha1/queues/research")
     assert research["spec"]["cohort"] == "company"
     assert research["spec"]["weight"] == 2
-    assert research["spec"]["quota"]["h100-full"] == {"nominal": 16, "borrowingLimit": 10}
+    assert research["spec"]["quota"]["h100-full"] == {"nominal": 16, "borrowingLimit": 16}
     data_science = admin.get("/apis/gpucarve.io/v1alpha1/queues/data-science")
-    assert data_science["spec"]["quota"]["h100-full"] == {
-        "nominal": 6,
-        "borrowingLimit": 0,
-        "lendingLimit": 0,
-    }
+    assert data_science["spec"]["quota"]["h100-full"] == {"nominal": 6, "borrowingLimit": 10}
+    production = admin.get("/apis/gpucarve.io/v1alpha1/queues/production")
+    assert production["spec"]["quota"]["h100-full"] == {"nominal": 10, "lendingLimit": 10}
     critical = admin.get("/apis/scheduling.k8s.io/v1/priorityclasses/production-critical")
     assert critical["value"] == 100000
     assert critical["metadata"]["labels"]["gpucarve.io/preemptible"] == "false"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from gpucarve.sim import slowdown
+from gpucarve.sim.fragmentation import FragmentationProbe
+from gpucarve.sim.records import SimConfig
 from gpucarve.sim.runner import Simulator
 from tests.engine.builders import policy, pool, queue, workload
 
@@ -118,3 +120,44 @@ def test_same_inputs_same_run() -> None:
     assert repr(Simulator(p, ws, util).run().intervals) == repr(
         Simulator(p, ws, util).run().intervals
     )
+
+
+def test_fragmentation_probe_follows_every_allocation_change() -> None:
+    # The probe keeps free slices per group from the steps the run applies; stopped at a
+    # horizon with work running, evicted, requeued and time-shared, it must agree with a
+    # probe built afresh from the allocations.
+    p = policy(
+        pools=[
+            pool("h", "H100-SXM5-80GB", 2, 4),
+            pool("d", "L40S", 1, 2, "time-slicing", replicas=4),
+            pool("m", "A100-80GB", 1, 2, "mig", mig={"layout": {"3g.40gb": 2}}),
+        ],
+        queues=[
+            queue(
+                "r",
+                {
+                    "h100-full": {"nominal": 8},
+                    "l40s-shared": {"nominal": 8},
+                    "a100-mig-3g.40gb": {"nominal": 4},
+                },
+            )
+        ],
+        priorityClasses=[
+            {"name": "lo", "value": 0, "preemptible": True, "default": True},
+            {"name": "hi", "value": 1, "preemptible": True},
+        ],
+        scheduling={"minRuntimeSeconds": 0},
+    )
+    ws = [
+        workload(p, f"g{i}", "r", gpus=1 + i % 3, duration=600 + 97 * i, submit=31 * i)
+        for i in range(12)
+    ]
+    ws += [workload(p, f"s{i}", "r", shared=1, duration=900, submit=50 * i) for i in range(10)]
+    ws += [workload(p, f"m{i}", "r", mig="3g.40gb", duration=700, submit=40 * i) for i in range(6)]
+    ws.append(workload(p, "hi", "r", gpus=4, duration=300, submit=200, priority="hi"))
+    sim = Simulator(p, ws, config=SimConfig(horizon_s=1500))
+    result = sim.run()
+    assert result.evictions and result.completed and sim.snapshot.running
+    fresh = FragmentationProbe(p, sim.snapshot.cluster)
+    assert sim.probe.free == fresh.free
+    assert sum(fresh.free) < len(sim.snapshot.cluster.slices)

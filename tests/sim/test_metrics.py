@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gpucarve.sim.metrics import percentile, summarize
@@ -101,9 +103,8 @@ def test_idle_capacity_with_nothing_waiting_is_not_fragmentation() -> None:
     assert s["fragmentation"] == 0.0
 
 
-def test_gpu_busy_reads_like_dcgm_utilisation() -> None:
-    # two 60 % jobs time-share one GPU: the GPU is fully busy while both run (capped at 100 %)
-    # though only 2 of its 8 replicas are allocated
+def _two_time_shared_jobs(util: float) -> dict[str, Any]:
+    """Two jobs on 2 of the 8 replicas of one L40S for an hour."""
     p = policy(
         pools=[pool("d", "L40S", 1, 1, "time-slicing", replicas=8)],
         queues=[queue("q", {"l40s-shared": {"nominal": 8}})],
@@ -112,38 +113,35 @@ def test_gpu_busy_reads_like_dcgm_utilisation() -> None:
         workload(p, "a", "q", shared=1, duration=3600),
         workload(p, "b", "q", shared=1, duration=3600),
     ]
-    s = summarize(Simulator(p, ws).run(), {"q/a": 60.0, "q/b": 60.0})
-    assert s["gpu_busy"] == 1.0
-    assert s["allocation"] == pytest.approx(2 / 8)
-    # one 40 % job on one of two whole GPUs
+    return summarize(Simulator(p, ws).run(), {"q/a": util, "q/b": util})
+
+
+def _one_job_on_one_of_two_gpus(util: float) -> dict[str, Any]:
     p = policy(
         pools=[pool("h", "H100-SXM5-80GB", 1, 2)],
         queues=[queue("r", {"h100-full": {"nominal": 2}})],
     )
-    s = summarize(Simulator(p, [workload(p, "x", "r", gpus=1, duration=600)]).run(), {"r/x": 40.0})
-    assert s["gpu_busy"] == pytest.approx(0.2)
+    return summarize(
+        Simulator(p, [workload(p, "x", "r", gpus=1, duration=600)]).run(), {"r/x": util}
+    )
+
+
+def test_gpu_busy_reads_like_dcgm_utilisation() -> None:
+    # two 60 % jobs time-share one GPU: the GPU is fully busy while both run (capped at 100 %)
+    # though only 2 of its 8 replicas are allocated
+    s = _two_time_shared_jobs(60.0)
+    assert s["gpu_busy"] == 1.0
+    assert s["allocation"] == pytest.approx(2 / 8)
+    # one 40 % job on one of two whole GPUs
+    assert _one_job_on_one_of_two_gpus(40.0)["gpu_busy"] == pytest.approx(0.2)
 
 
 def test_gpu_busy_in_use_reads_over_the_gpus_pods_hold() -> None:
     # One 40 % job on one of two whole GPUs: busy 20 % of the pool, 40 % of what it uses.
-    p = policy(
-        pools=[pool("h", "H100-SXM5-80GB", 1, 2)],
-        queues=[queue("r", {"h100-full": {"nominal": 2}})],
-    )
-    s = summarize(Simulator(p, [workload(p, "x", "r", gpus=1, duration=600)]).run(), {"r/x": 40.0})
-    assert s["gpu_busy_in_use"] == pytest.approx(0.4)
+    assert _one_job_on_one_of_two_gpus(40.0)["gpu_busy_in_use"] == pytest.approx(0.4)
     # Two 30 % jobs on 2 of 8 replicas of one GPU: the GPU is in use (whole) and 60 % busy,
     # however few of its replicas are allocated.
-    p = policy(
-        pools=[pool("d", "L40S", 1, 1, "time-slicing", replicas=8)],
-        queues=[queue("q", {"l40s-shared": {"nominal": 8}})],
-    )
-    ws = [
-        workload(p, "a", "q", shared=1, duration=3600),
-        workload(p, "b", "q", shared=1, duration=3600),
-    ]
-    s = summarize(Simulator(p, ws).run(), {"q/a": 30.0, "q/b": 30.0})
-    assert s["gpu_busy_in_use"] == pytest.approx(0.6)
+    assert _two_time_shared_jobs(30.0)["gpu_busy_in_use"] == pytest.approx(0.6)
     # A 3g.40gb at 70 % on an A100: in use its compute share (428 milli), busy 0.7 of that.
     p = policy(
         pools=[pool("m", "A100-80GB", 1, 1, "mig", mig={"layout": {"3g.40gb": 2}})],

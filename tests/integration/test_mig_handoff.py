@@ -5,7 +5,6 @@ the `nvidia.com/mig.config` label; each step of the sequence is checked on the o
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,19 +13,17 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
 from gpucarve.kube.client import Client
 from gpucarve.kube.mig_handoff import HandoffConfig
-from gpucarve.kube.nodes import node_manifests
 from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
 from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.dynamic_mig_policy import dynamic_mig_doc
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import condition, create_pod, node_of, pod, pods_in
 from tests.integration.mig_manager import MigManagerStandIn
+from tests.integration.stack_setup import populate, running
 
 pytestmark = pytest.mark.integration
 CM_NS, CM_NAME = "gpu-operator", "gpucarve-mig-parted-config"
@@ -39,19 +36,9 @@ POLICY = dynamic_mig_doc()
 def stack(tmp_path: Path) -> Iterator[tuple[LocalStack, Api, Path]]:
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(POLICY))
-    policy = load_policy(path, []).policy
     with LocalStack(find_binaries(), tmp_path / "stack") as st:
         api = Api(st.server, st.tokens[ADMIN_USER])
-        for ns in ("serving", CM_NS):
-            api.create(
-                "/api/v1/namespaces",
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
-            )
-        for m in node_manifests(policy):
-            api.create("/api/v1/nodes", m)
-        args = ["apply", "--policy", str(path), "--kubeconfig", str(st.kubeconfig())]
-        result = CliRunner().invoke(app, args)
-        assert result.exit_code == 0, result.output
+        populate(st, api, path, ("serving", CM_NS))
         yield st, api, path
 
 
@@ -67,16 +54,11 @@ def _run(
     sched = Scheduler(
         Client.from_kubeconfig(st.kubeconfig()), policy, SchedulerConfig(interval_s=0.3, mig=mig)
     )
-    stop = threading.Event()
-    thread = threading.Thread(target=sched.run, args=(stop,), daemon=True)
-    thread.start()
     try:
-        yield sched, manager
+        with running(sched):
+            yield sched, manager
     finally:
-        stop.set()
         manager.stop.set()
-        thread.join(10)
-        sched.stop()
 
 
 def _node(api: Api) -> dict[str, Any]:

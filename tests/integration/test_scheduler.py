@@ -5,19 +5,15 @@ reclaim evicts a borrower through the Eviction API."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
 from gpucarve.kube.client import Client
-from gpucarve.kube.nodes import node_manifests
 from gpucarve.kube.scheduler import CycleReport, Scheduler, SchedulerConfig
 from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
@@ -30,6 +26,7 @@ from tests.integration.kube_pods import (
     pod_group,
     pods_in,
 )
+from tests.integration.stack_setup import populate, running
 
 pytestmark = pytest.mark.integration
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
@@ -51,19 +48,9 @@ def cluster(
     tmp_path_factory: pytest.TempPathFactory, policy_file: Path
 ) -> Iterator[tuple[LocalStack, Api]]:
     """A stack of its own (the tests fill its GPUs), with the example's nodes and queues."""
-    policy = load_policy(policy_file, []).policy
     with LocalStack(find_binaries(), tmp_path_factory.mktemp("sched")) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
-        for ns in NAMESPACES:
-            api.create(
-                "/api/v1/namespaces",
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
-            )
-        for m in node_manifests(policy):
-            api.create("/api/v1/nodes", m)
-        args = ["apply", "--policy", str(policy_file), "--kubeconfig", str(stack.kubeconfig())]
-        result = CliRunner().invoke(app, args)
-        assert result.exit_code == 0, result.output
+        populate(stack, api, policy_file, NAMESPACES)
         yield stack, api
 
 
@@ -74,13 +61,8 @@ def scheduler(cluster: tuple[LocalStack, Api], policy_file: Path) -> Iterator[Sc
     sched = Scheduler(
         Client.from_kubeconfig(stack.kubeconfig()), policy, SchedulerConfig(interval_s=0.5)
     )
-    stop = threading.Event()
-    thread = threading.Thread(target=sched.run, args=(stop,), daemon=True)
-    thread.start()
-    yield sched
-    stop.set()
-    thread.join(10)
-    sched.stop()
+    with running(sched):
+        yield sched
     delete_all(api, NAMESPACES)
     wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")
 

@@ -7,9 +7,8 @@ from collections import Counter
 
 import pytest
 
-from gpucarve.core.policy import ScoringWeights
 from gpucarve.core.workload import TopologyMode
-from gpucarve.engine.placement import Placer
+from gpucarve.engine.groups import fitting, most_free
 from gpucarve.engine.working import Working
 from tests.engine.builders import policy, pool, queue, snapshot
 
@@ -41,7 +40,6 @@ def test_fitting_groups_match_a_walk_over_every_group(seed: int) -> None:
                 if k:
                     ws.take(g, k, 0)
             ws.recount(node, flavor)
-    placer = Placer(ws, ScoringWeights(), 16)
     groups = ws.groups_for(TopologyMode.RACK)
     assert groups is not None
     for demand in (
@@ -56,6 +54,6 @@ def test_fitting_groups_match_a_walk_over_every_group(seed: int) -> None:
             for r, g in zip(rooms, groups, strict=True)
             if all(r[f] >= d for f, d in demand.items())
         ]
-        assert placer._fitting_groups(TopologyMode.RACK, groups, demand) == expected
+        assert fitting(ws, TopologyMode.RACK, groups, demand) == expected
         best = max((sum(r.values()), len(g)) for r, g in zip(rooms, groups, strict=True))
-        assert placer._most_free(TopologyMode.RACK, groups, demand) == best
+        assert most_free(ws, TopologyMode.RACK, groups, demand) == best

@@ -15,6 +15,7 @@ from gpucarve.core import mig
 from gpucarve.core.mig import Instance
 from gpucarve.core.policy import ScoringWeights, SliceKind
 from gpucarve.core.workload import PodAssignment, TopologyMode, Workload
+from gpucarve.engine import groups as topology_groups
 from gpucarve.engine import plugins
 from gpucarve.engine.decisions import PendingReason, Stage
 from gpucarve.engine.plugins import PodNeeds
@@ -214,7 +215,7 @@ class Placer:
         for needs, _, need_min in plan:
             if needs.flavor is not None:
                 demand[needs.flavor] += needs.slices * need_min
-        fitting = self._fitting_groups(w.topology, groups, demand)
+        fitting = topology_groups.fitting(self.ws, w.topology, groups, demand)
         unit = {
             TopologyMode.NODE: "node",
             TopologyMode.NVLINK: "NVLink domain",
@@ -225,7 +226,7 @@ class Placer:
                 Stage.PLACEMENT, "topology", f"no node carries a {unit} label", None
             )
         if not fitting:
-            best = self._most_free(w.topology, groups, demand)
+            best = topology_groups.most_free(self.ws, w.topology, groups, demand)
             wanted = ", ".join(f"{d} {f}" for f, d in sorted(demand.items()))
             return None, PendingReason(
                 Stage.PLACEMENT,
@@ -240,82 +241,6 @@ class Placer:
             if placed is not None:
                 return placed, None
         return None, reason
-
-    def _fitting_groups(
-        self, mode: TopologyMode, groups: list[list[int]], demand: Counter[str]
-    ) -> list[tuple[int, list[int]]]:
-        """(free slices, group) for the groups with room for `demand`."""
-        counts = {f: self._room_by_node(f) for f in demand}
-        fitting: list[tuple[int, list[int]]] = []
-        if mode is TopologyMode.NODE and demand:
-            # One node per group: walk only the nodes that hold the scarcest flavor.
-            first = min(sorted(demand), key=lambda f: len(counts[f]))
-            for n, free in counts[first].items():
-                if free < demand[first]:
-                    continue
-                here = [counts[f].get(n, 0) for f in demand]
-                if all(r >= d for r, d in zip(here, demand.values(), strict=True)):
-                    fitting.append((sum(here), [n]))
-            return fitting
-        if any(d <= 0 for d in demand.values()):
-            for g in groups:
-                room = {f: sum(counts[f].get(n, 0) for n in g) for f in demand}
-                if all(room[f] >= d for f, d in demand.items()):
-                    fitting.append((sum(room.values()), g))
-            return fitting
-        totals: dict[int, int] | None = None
-        for f in sorted(demand):
-            per = self._room_by_group(mode, counts[f])
-            need = demand[f]
-            if totals is None:
-                totals = {gi: r for gi, r in per.items() if r >= need}
-            else:
-                totals = {gi: t + per[gi] for gi, t in totals.items() if per.get(gi, 0) >= need}
-        found = totals or {}
-        return [(found[gi], groups[gi]) for gi in sorted(found)]
-
-    def _room_by_group(self, mode: TopologyMode, room: dict[int, int]) -> dict[int, int]:
-        """Free slices per group position (groups with none left out). Adds up only the nodes
-        with room (few, on a busy cluster) instead of walking every group's nodes for every
-        gang that asks."""
-        position = self.ws.group_positions(mode)
-        per: dict[int, int] = {}
-        for n, free in room.items():
-            gi = position.get(n) if free else None
-            if gi is not None:
-                per[gi] = per.get(gi, 0) + free
-        return per
-
-    def _room_by_node(self, flavor: str) -> dict[int, int]:
-        """Free slices of `flavor` per node. The index counts what one pod can get, which for a
-        shared flavor is the freest GPU; a gang of several pods may use every GPU, so count
-        them all (placement still checks each pod on its one GPU)."""
-        ws = self.ws
-        count = ws.index[flavor].count
-        if not ws.flavors[flavor].shared:
-            return count
-        return {
-            n: sum(len(g.free) for g in ws.nodes[n].gpus.get(flavor, ())) if c else 0
-            for n, c in count.items()
-        }
-
-    def _most_free(
-        self, mode: TopologyMode, groups: list[list[int]], demand: Counter[str]
-    ) -> tuple[int, int]:
-        counts = [self._room_by_node(f) for f in demand]
-        if mode is TopologyMode.NODE and len(counts) == 1:
-            return max(counts[0].values(), default=0), 1
-        if mode is TopologyMode.NODE:
-            nodes = {n for c in counts for n in c}
-            return max(((sum(c.get(n, 0) for c in counts), 1) for n in nodes), default=(0, 1))
-        total: dict[int, int] = {}
-        for c in counts:
-            for gi, r in self._room_by_group(mode, c).items():
-                total[gi] = total.get(gi, 0) + r
-        if not total:
-            return 0, max(len(g) for g in groups)
-        gi = max(total, key=lambda i: (total[i], len(groups[i]), -i))
-        return total[gi], len(groups[gi])
 
     def _place_in(
         self, w: Workload, plan: list[tuple[PodNeeds, int, int]], group: list[int] | None

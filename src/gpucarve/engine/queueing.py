@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from gpucarve.core.policy import QueueingStrategy
 from gpucarve.core.workload import TopologyMode, Workload
+from gpucarve.engine import groups as topology_groups
 from gpucarve.engine.decisions import PendingReason, Stage
 
 if TYPE_CHECKING:
@@ -73,8 +74,9 @@ def reserve(c: Cycle, head: Workload) -> None:
             best = max(((free, -n) for n, free in index.count.items()), default=None)
             nodes = [] if best is None else [-best[1]]
         elif groups is not None:
-            scored = [(sum(index.count.get(n, 0) for n in g), -i, g) for i, g in enumerate(groups)]
-            nodes = max(scored)[2] if scored else []
+            room = topology_groups.room_by_group(ws, head.topology, index.count)
+            most = max(room, key=lambda i: (room[i], -i), default=0)
+            nodes = groups[most] if groups else []
         else:
             holders = [n for (f, n) in ws.total if f == flavor]
             holders.sort(key=lambda n: (-index.count.get(n, 0), n))

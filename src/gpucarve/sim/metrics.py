@@ -224,13 +224,6 @@ def stranded_gpu_seconds(result: SimResult, start: int, end: int) -> dict[str, f
     return dict(out)
 
 
-def gpu_busy_seconds(
-    result: SimResult, util: Mapping[str, float], start: int, end: int, book: SliceBook
-) -> dict[str, float]:
-    """GPU-seconds busy per pool over [start, end); see `gpu_seconds`."""
-    return gpu_seconds(result, util, start, end, book)[0]
-
-
 def gpu_seconds(
     result: SimResult, util: Mapping[str, float], start: int, end: int, book: SliceBook
 ) -> tuple[dict[str, float], dict[str, float]]:

@@ -11,6 +11,7 @@ cordoned or NotReady node is kept the same way, so its running pods keep their s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -182,15 +183,32 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
                 )
             continue
         pool = found
-        meta = node["metadata"]
         layouts = None
         change = None
-        want = expected[pool.name]
         if pool.mig_dynamic is not None:
-            layouts, change, want, unusable = _dynamic_layout(policy, pool, name, meta, mig)
+            layouts, change, unusable = _dynamic_layout(pool, name, node["metadata"], mig)
             if unusable:
                 problems.append(NodeProblem(name, f"{unusable} (no new pods placed)"))
-                want = expected[pool.name]
+        labels = node["metadata"].get("labels") or {}
+        cpu = _quantity(allocatable["cpu"], 1000) if "cpu" in allocatable else None
+        mem = _quantity(allocatable["memory"], 1) if "memory" in allocatable else None
+        built_node, node_slices = pool_node(
+            policy,
+            pool,
+            name,
+            index[pool.name],
+            labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+            cpu_milli=cpu,
+            memory_mib=None if mem is None else mem // (1024 * 1024),
+            mig_layouts=layouts,
+        )
+        # What the node must publish: its pool's usual resources, or for a dynamic MIG node
+        # those of the layouts it has (or is being given).
+        want = (
+            expected[pool.name]
+            if layouts is None
+            else Counter(policy.flavors[s.flavor].resource_name for s in node_slices)
+        )
         # A node being reconfigured publishes whatever its paused device plugin last said.
         bad = [] if change is not None else _mismatches(node, pool, want, allocatable)
         problems.extend(NodeProblem(name, f"{msg} (no new pods placed)") for msg in bad)
@@ -207,20 +225,7 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
         if not _ready(node):
             extra.append(NOT_READY_TAINT)
         taints += [t for t in extra if all(t.key != have.key for have in taints)]
-        labels = node["metadata"].get("labels") or {}
-        cpu = _quantity(allocatable["cpu"], 1000) if "cpu" in allocatable else None
-        mem = _quantity(allocatable["memory"], 1) if "memory" in allocatable else None
-        built_node, node_slices = pool_node(
-            policy,
-            pool,
-            name,
-            index[pool.name],
-            labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
-            taints=tuple(taints),
-            cpu_milli=cpu,
-            memory_mib=None if mem is None else mem // (1024 * 1024),
-            mig_layouts=layouts,
-        )
+        built_node = dataclasses.replace(built_node, taints=tuple(taints))
         index[pool.name] += 1
         built.append(built_node)
         for s in node_slices:
@@ -245,16 +250,16 @@ class _Mig:
 
 
 def _dynamic_layout(
-    policy: Policy, pool: Pool, name: str, meta: Mapping[str, Any], mig: _Mig
-) -> tuple[Any, Change | None, Counter[str], str | None]:
-    """A dynamic MIG node's layouts (None: unusable), its change in flight, the resources it
-    must publish, and a problem to report."""
+    pool: Pool, name: str, meta: Mapping[str, Any], mig: _Mig
+) -> tuple[Any, Change | None, str | None]:
+    """A dynamic MIG node's layouts (None: unusable), its change in flight, and a problem to
+    report."""
     annotations = meta.get("annotations") or {}
     try:
         change = node_change(annotations, pool)
         current = node_layout(annotations, pool)
     except ValueError as err:
-        return None, None, Counter(), f"{err}; remove the annotation to start from the policy"
+        return None, None, f"{err}; remove the annotation to start from the policy"
     mig.layouts[name] = current
     for g, at in current.changed_at.items():
         mig.changed_at[f"{name}/gpu{g}"] = at
@@ -264,6 +269,4 @@ def _dynamic_layout(
         for g in change.gpus:
             mig.changed_at[f"{name}/gpu{g}"] = change.started
         layouts = change.layouts
-    _, node_slices = pool_node(policy, pool, name, 0, mig_layouts=layouts)
-    want = Counter(policy.flavors[s.flavor].resource_name for s in node_slices)
-    return layouts, change, want, None
+    return layouts, change, None

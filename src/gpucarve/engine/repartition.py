@@ -18,7 +18,7 @@ cycle). If so it waits for them, with that reason, and nobody is evicted.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gpucarve.core.catalog import MigGeometry
@@ -128,6 +128,8 @@ class Reshaper:
             f.name: pool.name for pool in self.dynamic.values() for f in pool.flavors() if f.profile
         }
         self.promised: dict[str, Counter[str]] = {}
+        # the GPUs being reconfigured, found once per cycle however many workloads ask
+        self._coming: dict[str, Counter[str]] | None = None
 
     def absorbs(
         self, w: Workload, combos: Sequence[Sequence[Flavor | None]]
@@ -163,7 +165,9 @@ class Reshaper:
     def _fits(self, name: str, need: Counter[str]) -> bool:
         pool = self.dynamic[name]
         assert pool.mig_dynamic is not None
-        used, coming = _in_use(self.c)
+        if self._coming is None:
+            self._coming = _coming(self.c)
+        used, coming = _in_use(self.c, self._coming)
         gpus, arriving = _eligible(self.c, name, pool, used, coming)
         want = _beyond_free(gpus, need + self.promised.get(name, Counter()), arriving)
         if not want:
@@ -173,24 +177,39 @@ class Reshaper:
         return not left
 
 
-def _in_use(c: Cycle) -> tuple[set[str], dict[str, Counter[str]]]:
-    """Slice ids in use (this cycle's admissions included), and per GPU being reconfigured
-    the instances it is creating."""
-    allocations = c.snapshot.cluster.allocations
-    used = set(allocations)
-    coming: dict[str, Counter[str]] = {}
-    for sid, alloc in allocations.items():
+def _in_use(
+    c: Cycle, coming: dict[str, Counter[str]] | None = None
+) -> tuple[Container[str], dict[str, Counter[str]]]:
+    """Slice ids in use (the snapshot's allocations and this cycle's admissions), and per GPU
+    being reconfigured the instances it is creating (`_coming`, passed when known)."""
+    admitted = {sid for a in c.admissions for pod in a.pods for sid in pod.slice_ids}
+    used = _InUse(admitted, c.snapshot.cluster.allocations)
+    return used, _coming(c) if coming is None else coming
+
+
+class _InUse(Container[str]):
+    """The snapshot's allocations and this cycle's admissions, without copying the first."""
+
+    def __init__(self, admitted: set[str], allocated: Mapping[str, object]) -> None:
+        self.admitted = admitted
+        self.allocated = allocated
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self.admitted or sid in self.allocated
+
+
+def _coming(c: Cycle) -> dict[str, Counter[str]]:
+    """Per GPU being reconfigured, the instances it is creating (fixed for the cycle)."""
+    out: dict[str, Counter[str]] = {}
+    for sid, alloc in c.snapshot.cluster.allocations.items():
         if alloc.owner.startswith(RECONFIGURING):
             sl = c.snapshot.cluster.slices[sid]
-            coming.setdefault(f"{sl.node}/gpu{sl.gpu}", Counter())[sl.profile or ""] += 1
-    for a in c.admissions:
-        for pod in a.pods:
-            used.update(pod.slice_ids)
-    return used, coming
+            out.setdefault(f"{sl.node}/gpu{sl.gpu}", Counter())[sl.profile or ""] += 1
+    return out
 
 
 def _eligible(
-    c: Cycle, name: str, pool: Pool, used: set[str], coming: dict[str, Counter[str]]
+    c: Cycle, name: str, pool: Pool, used: Container[str], coming: dict[str, Counter[str]]
 ) -> tuple[list[PoolGpu], Counter[str]]:
     """The pool's GPUs a plan may change (not being reconfigured, not changed within the
     minimum interval), and the instances its GPUs being reconfigured are creating."""

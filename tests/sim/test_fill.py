@@ -89,7 +89,7 @@ def test_published_baselines_are_reproduced(policy: str) -> None:
 @pytest.mark.parametrize(
     ("name", "text", "needle"),
     [
-        ("n.csv", "sn,cpu_milli\n", "missing column"),
+        ("n.csv", "sn,cpu_milli\n", "lacks"),
         ("n.csv", NODES_HEAD + "a,8000,1000,9,T4\n", "more than 8 GPUs"),
         ("n.csv", NODES_HEAD + "a,lots,1000,2,T4\n", "cpu_milli is 'lots'"),
     ],

@@ -14,6 +14,7 @@ from rich.text import Text
 from gpucarve.cli.common import fail
 from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput
+from gpucarve.core.quantity import QuantityError, whole_number
 from gpucarve.sim.fill import MARKS, POLICIES, load_nodes, load_pods, run_fill
 
 app = typer.Typer(help="Benchmarks that reproduce published experiments.", no_args_is_help=True)
@@ -21,15 +22,23 @@ app = typer.Typer(help="Benchmarks that reproduce published experiments.", no_ar
 ALL = [*POLICIES, "gpucarve"]
 
 
+MAX_SEEDS = 1_000  # each seed is a whole run; more says nothing the std of 1,000 does not
+
+
 def _seeds(text: str) -> list[int]:
+    """`42-51` or `1,2,5`; ValueError names the part that is wrong."""
     seeds: list[int] = []
     for part in text.split(","):
         lo, _, hi = part.partition("-")
-        if not lo.strip().isdigit() or (hi and not hi.strip().isdigit()):
-            raise ValueError(part)
-        a, b = int(lo), int(hi or lo)
+        try:
+            a = whole_number(lo, "a seed", 2**32 - 1)
+            b = whole_number(hi, "a seed", 2**32 - 1) if hi else a
+        except QuantityError:
+            raise ValueError(f"{part.strip()!r} is not a seed or range like 42-51") from None
         if b < a:
-            raise ValueError(part)
+            raise ValueError(f"{part.strip()!r} runs backwards; write the lower seed first")
+        if len(seeds) + b - a + 1 > MAX_SEEDS:
+            raise ValueError(f"more than {MAX_SEEDS:,} seeds; each seed is a whole run")
         seeds.extend(range(a, b + 1))
     return seeds
 
@@ -61,7 +70,7 @@ def fill(
     try:
         seed_list = _seeds(seeds)
     except ValueError as exc:
-        err.print(Text(f"--seeds: {exc.args[0]!r} is not a seed or range like 42-51", style="red"))
+        err.print(Text(f"--seeds: {exc}", style="red"))
         raise typer.Exit(Exit.INVALID) from None
     if unknown:
         err.print(Text(f"unknown policy {', '.join(unknown)}; use {', '.join(ALL)}", style="red"))
@@ -81,7 +90,7 @@ def fill(
                 "std": round(statistics.pstdev(values), 2),
             }
     if as_json:
-        typer.echo(json.dumps(out, sort_keys=False))
+        typer.echo(json.dumps(out, sort_keys=False, allow_nan=False))
         return
     table = Table(
         title=f"GPU allocation ratio (%) by arrived demand, mean ± std over {len(seed_list)} seeds"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -54,3 +55,25 @@ def policy_or_exit(path: Path, catalog: list[Path] | None) -> LoadedPolicy:
         return load_policy(path, catalog or [])
     except InvalidInput as exc:
         fail(exc)
+
+
+def out_dir_or_exit(path: Path, option: str) -> Path:
+    """Make sure `path` is a folder gpucarve can write into, before any work is done (a
+    simulation must not run for minutes and then fail to save its results)."""
+    err = console(stderr=True)
+    problem = ""
+    if path.exists() and not path.is_dir():
+        problem = "is a file, not a folder"
+    else:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            problem = f"cannot be created: {exc.strerror or exc}"
+        else:
+            if not os.access(path, os.W_OK | os.X_OK):
+                problem = "is not writable"
+    if problem:
+        err.print(Text(f"{option} {path}: {problem}", style="red"))
+        err.print(Text(f"fix: pass a folder you can write to with {option}"))
+        raise typer.Exit(Exit.INVALID)
+    return path

@@ -10,8 +10,9 @@ import typer
 import yaml
 from rich.text import Text
 
-from gpucarve.cli.common import CatalogOption, catalog_or_exit, fail
+from gpucarve.cli.common import CatalogOption, catalog_or_exit, fail, out_dir_or_exit
 from gpucarve.cli.output import Exit, console, print_problems
+from gpucarve.config.policy_build import load_policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.sim.alibaba import import_trace
 
@@ -54,11 +55,11 @@ def alibaba(
     """Turn the Alibaba GPU-sharing trace (node list + pod list) into a policy, a catalog
     extension and a workload trace that `gpucarve simulate` replays."""
     cat = catalog_or_exit(catalog)
+    out_dir_or_exit(out, "--out")
     try:
         imported = import_trace(nodes, pods, cat, replicas, _model_map(model_map or []), lenient)
     except InvalidInput as exc:
         fail(exc)
-    out.mkdir(parents=True, exist_ok=True)
     policy_path, trace_path = out / "policy.yaml", out / "workloads.jsonl"
     policy_path.write_text(yaml.safe_dump(imported.policy, sort_keys=False))
     with trace_path.open("w", encoding="utf-8") as fh:
@@ -80,6 +81,18 @@ def alibaba(
         )
     for note in imported.notes:
         err.print(Text(f"note: {note}", style="yellow"))
+    try:  # what is written must be what `simulate` then accepts
+        load_policy(policy_path, [Path(c) for c in catalogs])
+    except InvalidInput as exc:
+        print_problems(exc.source, exc.problems, err)
+        err.print(
+            Text(
+                "the imported policy does not validate; fix: correct the node list's rows "
+                "named above, or map the trace's models with --model-map",
+                style="red",
+            )
+        )
+        raise typer.Exit(Exit.INVALID) from None
     pools = imported.policy["pools"]
     out_console = console()
     out_console.print(

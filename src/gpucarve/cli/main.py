@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Annotated
 
 import typer
@@ -22,7 +24,7 @@ from gpucarve.cli import (
     simulate_cmd,
 )
 from gpucarve.cli.common import CatalogOption, catalog_or_exit, model_or_exit
-from gpucarve.cli.output import console
+from gpucarve.cli.output import Exit, console
 
 app = typer.Typer(
     name="gpucarve",
@@ -150,5 +152,22 @@ def _root(
         raise typer.Exit(0)
 
 
+BUG_REPORT = (
+    "this is a bug in gpucarve, not in your input: please report it with the command line and "
+    "the files it read (GPUCARVE_DEBUG=1 prints the traceback)"
+)
+
+
 def run() -> None:
-    app()
+    """The console script: bad input exits 2 with its problems (the commands do that); anything
+    else that escapes is gpucarve's own failure, one line and exit 3, never a traceback."""
+    try:
+        app()
+    except Exception as exc:
+        if os.environ.get("GPUCARVE_DEBUG"):
+            raise
+        what = f"{type(exc).__name__}: {exc}"
+        if len(what) > 300:
+            what = what[:297] + "..."
+        print(f"gpucarve: internal error ({what}); {BUG_REPORT}", file=sys.stderr)
+        sys.exit(Exit.BUG)

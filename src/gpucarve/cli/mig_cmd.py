@@ -159,10 +159,6 @@ def import_config(
         blocks = import_mig_config(file, cat, config, gpu)
     except InvalidInput as exc:
         fail(exc)
-    if not blocks:
-        msg = "no MIG-enabled entry in that configuration"
-        console(stderr=True).print(Text(msg, style="yellow"))
-        raise typer.Exit(Exit.NO)
     for model_id, block in sorted(blocks.items()):
         typer.echo(f"# pools of {model_id}:")
         typer.echo(yaml.safe_dump({"sharing": "mig", "mig": block}, sort_keys=False), nl=False)

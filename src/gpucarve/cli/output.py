@@ -17,6 +17,7 @@ class Exit(IntEnum):
     OK = 0
     NO = 1  # a question answered "no" (e.g. `mig check` of a layout that does not fit)
     INVALID = 2  # bad input: the file, model or arguments
+    BUG = 3  # gpucarve itself failed: an internal error, reported as a bug
 
 
 def console(stderr: bool = False) -> Console:
@@ -49,8 +50,11 @@ def print_problems(source: str, problems: Sequence[Problem], out: Console) -> No
         head = Text()
         style = "bold red" if p.severity is Severity.ERROR else "bold yellow"
         head.append(f"{p.severity}: ", style=style)
-        head.append(p.location, style="bold")
-        if p.line is not None:
+        where = p.location
+        if p.line is not None and where == "(document)":
+            where = f"line {p.line}"
+        head.append(where, style="bold")
+        if p.line is not None and not where.startswith(f"line {p.line}"):
             head.append(f" (line {p.line})")
         head.append(f" [{p.code}]", style="dim")
         out.print(head)

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from gpucarve.cli.common import CatalogOption, fail, policy_or_exit
+from gpucarve.cli.common import CatalogOption, fail, out_dir_or_exit, policy_or_exit
 from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput
 from gpucarve.sim import report
@@ -192,6 +192,8 @@ def simulate(
     GPU, gang first-try success, GPU-hours held by incomplete gangs, preemptions and cost per
     team."""
     loaded = policy_or_exit(policy, catalog)
+    if out is not None:
+        out_dir_or_exit(out, "--out")
     names = policies or list(POLICIES)
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
@@ -253,8 +255,9 @@ def simulate(
         if load != 1.0:
             doc["load"] = load
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        (out / "results.json").write_text(
+            json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+        )
         verdict = _verdict(results) if {"kube-default", "gpucarve"} <= set(results) else ""
         if verdict and trace_file is None:
             verdict += ". " + case_study_line(results)
@@ -278,7 +281,7 @@ def simulate(
         )
         (out / "report.html").write_text(page)
     if as_json:
-        typer.echo(json.dumps(doc, indent=2, sort_keys=True))
+        typer.echo(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
         return
     c = console()
     for table in _tables(results):

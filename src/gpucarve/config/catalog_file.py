@@ -26,28 +26,33 @@ API_VERSION = "gpucarve.io/v1alpha1"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
+# Every MIG GPU so far (A30, A100, H100, H200, GH200, B200) has at most 8 memory and 8 compute
+# slices; the layout search is exponential in them, so a catalog may not go beyond.
+MAX_MIG_SLICES = 8
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class ProfileSpec(_Strict):
     name: str = Field(pattern=r"^(\d+c\.)?\d+g\.\d+gb(\+me)?$")
     profileId: int | None = None
-    computeSlices: int = Field(ge=1, le=16)
-    memorySlices: int = Field(ge=1, le=16)
-    memoryMiB: int = Field(ge=1)
+    computeSlices: int = Field(ge=1, le=MAX_MIG_SLICES)
+    memorySlices: int = Field(ge=1, le=MAX_MIG_SLICES)
+    memoryMiB: int = Field(ge=1, le=2**30)
     memoryEstimated: bool = False
-    smCount: int | None = Field(default=None, ge=1)
-    maxInstances: int = Field(ge=1, le=16)
-    starts: list[int] = Field(min_length=1)
+    smCount: int | None = Field(default=None, ge=1, le=100_000)
+    maxInstances: int = Field(ge=1, le=MAX_MIG_SLICES)
+    starts: list[int] = Field(min_length=1, max_length=MAX_MIG_SLICES)
     placementsVerified: bool = False
 
 
 class MigSpec(_Strict):
-    memorySlices: int = Field(ge=1, le=16)
-    computeSlices: int = Field(ge=1, le=16)
-    smCount: int | None = Field(default=None, ge=1)
-    profiles: list[ProfileSpec] = Field(min_length=1)
+    memorySlices: int = Field(ge=1, le=MAX_MIG_SLICES)
+    computeSlices: int = Field(ge=1, le=MAX_MIG_SLICES)
+    smCount: int | None = Field(default=None, ge=1, le=100_000)
+    profiles: list[ProfileSpec] = Field(min_length=1, max_length=32)
 
 
 class ModelSpec(_Strict):
@@ -59,12 +64,12 @@ class ModelSpec(_Strict):
     pciDeviceIds: list[str] = []
     architecture: str
     computeCapability: str = Field(pattern=r"^\d+\.\d+$")
-    memoryGB: int = Field(ge=1)
-    memoryMiB: int = Field(ge=1)
+    memoryGB: int = Field(ge=1, le=2**20)
+    memoryMiB: int = Field(ge=1, le=2**30)
     memoryEstimated: bool = False
-    smCount: int = Field(ge=1)
+    smCount: int = Field(ge=1, le=100_000)
     nvlink: bool = False
-    pricePerGpuHour: float | None = Field(default=None, ge=0)
+    pricePerGpuHour: float | None = Field(default=None, ge=0, le=10_000)
     priceNote: str = ""
     mig: MigSpec | None = None
     source: str = ""
@@ -73,7 +78,7 @@ class ModelSpec(_Strict):
 class CatalogFile(_Strict):
     apiVersion: Literal["gpucarve.io/v1alpha1"]
     kind: Literal["GpuCatalog"]
-    models: list[dict[str, Any]]
+    models: list[dict[str, Any]] = Field(max_length=1000)
 
 
 def _check_geometry(spec: MigSpec, path: tuple[str | int, ...]) -> list[Problem]:

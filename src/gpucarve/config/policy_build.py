@@ -285,6 +285,7 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
             pools.append((i, pool))
     flavors, capacity, probs = _flavors(pools)
     problems.extend(probs)
+    problems.extend(_size_checks(pools))
     if len(pools) == len(spec.pools):
         # Quota checks need every pool's flavors; with a broken pool they would mislead.
         problems.extend(_cross_checks(spec, flavors, capacity))
@@ -306,6 +307,38 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
         scheduling=_scheduling(spec),
     )
     return LoadedPolicy(policy, tuple(problems))
+
+
+# The largest GPU clusters that exist hold some 200,000 GPUs; everything downstream (cluster
+# model, simulator, scheduler view) is linear in slices, so both are bounded up front.
+MAX_GPUS = 200_000
+MAX_CLUSTER_SLICES = 2_000_000
+
+
+def _size_checks(pools: list[tuple[int, Pool]]) -> list[Problem]:
+    gpus = sum(p.gpus for _, p in pools)
+    slices = sum(p.nodes * sum(n for _, n in p.flavor_slices_per_node()) for _, p in pools)
+    if gpus > MAX_GPUS:
+        return [
+            Problem(
+                ("pools",),
+                "cluster-too-large",
+                f"the pools hold {gpus:,} GPUs, more than the {MAX_GPUS:,} of the largest "
+                "clusters that exist",
+                "check `nodes` and `gpusPerNode`; model one part of a larger fleet per policy",
+            )
+        ]
+    if slices > MAX_CLUSTER_SLICES:
+        return [
+            Problem(
+                ("pools",),
+                "cluster-too-large",
+                f"the pools hold {slices:,} slices (GPUs × replicas or MIG instances), more "
+                f"than {MAX_CLUSTER_SLICES:,}",
+                "use fewer time-slicing replicas or nodes",
+            )
+        ]
+    return []
 
 
 def _scheduling(spec: PolicySpec) -> SchedulingConfig:

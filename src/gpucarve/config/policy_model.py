@@ -7,7 +7,7 @@ Schema printed by `gpucarve policy schema` is generated from these classes.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,14 +15,28 @@ API_VERSION = "gpucarve.io/v1alpha1"
 
 _NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
+# Real-world bounds, checked before anything is built: the largest GPU clusters that exist
+# hold some 200,000 GPUs in nodes of at most 16; a slice count is bounded by the cluster.
+MAX_NODES_PER_POOL = 25_000
+MAX_GPUS_PER_NODE = 16
+MAX_SLICES = 10_000_000
+# A 1 % share is the finest any GPU-sharing tool offers (HAMi's gpucores, MPS's thread
+# percentage); more replicas only multiply the slices to track.
+MAX_TIME_SLICING_REPLICAS = 100
+
+Namespace = Annotated[str, Field(pattern=_NAME, max_length=63)]
+SliceCount = Annotated[int, Field(ge=0, le=MAX_SLICES)]
+InstanceCount = Annotated[int, Field(ge=0, le=64)]
+GpuIndex = Annotated[int, Field(ge=0, le=MAX_GPUS_PER_NODE - 1)]
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class Metadata(_Strict):
     name: str = Field(pattern=_NAME, max_length=63, description="Policy name (DNS label).")
-    description: str = ""
+    description: str = Field(default="", max_length=4096)
 
 
 class TaintSpec(_Strict):
@@ -33,18 +47,26 @@ class TaintSpec(_Strict):
 
 class TopologySpec(_Strict):
     nodesPerRack: int | None = Field(
-        default=None, ge=1, description="Consecutive nodes that share a rack label value."
+        default=None,
+        ge=1,
+        le=MAX_NODES_PER_POOL,
+        description="Consecutive nodes that share a rack label value.",
     )
     nodesPerNvlinkDomain: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_NODES_PER_POOL,
         description="Consecutive nodes that share an NVLink domain (1: NVLink inside a node).",
     )
 
 
 class MigGpuLayout(_Strict):
-    gpus: list[int] = Field(min_length=1, description="GPU indices on each node (0-based).")
-    layout: dict[str, int] = Field(
+    gpus: list[GpuIndex] = Field(
+        min_length=1,
+        max_length=MAX_GPUS_PER_NODE,
+        description="GPU indices on each node (0-based).",
+    )
+    layout: dict[str, InstanceCount] = Field(
         min_length=1, description="Profile counts, as mig-parted's mig-devices: {3g.40gb: 2}."
     )
 
@@ -59,6 +81,7 @@ class MigDynamicSpec(_Strict):
     )
     profiles: list[str] | None = Field(
         default=None,
+        max_length=64,
         description="Profiles the pool's GPUs may be carved into (each gets a flavor); "
         "default: those of its layouts.",
     )
@@ -77,11 +100,13 @@ class MigSpec(_Strict):
         description="Dynamic MIG: the layout is where each GPU starts; gpucarve repartitions "
         "GPUs (keeping instances in use) when queued work needs other profiles.",
     )
-    layout: dict[str, int] | None = Field(
+    layout: dict[str, InstanceCount] | None = Field(
         default=None, description="One layout for every GPU of the pool: profile -> count."
     )
     perGpu: list[MigGpuLayout] | None = Field(
-        default=None, description="Layouts per GPU index; every GPU index exactly once."
+        default=None,
+        max_length=MAX_GPUS_PER_NODE,
+        description="Layouts per GPU index; every GPU index exactly once.",
     )
 
 
@@ -90,17 +115,19 @@ class PoolSpec(_Strict):
     gpuModel: str = Field(
         min_length=1, description="Catalog id, alias or GFD product label, e.g. A100-80GB."
     )
-    nodes: int = Field(ge=1, le=100_000)
-    gpusPerNode: int = Field(ge=1, le=64)
+    nodes: int = Field(ge=1, le=MAX_NODES_PER_POOL)
+    gpusPerNode: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
     sharing: Literal["exclusive", "mig", "time-slicing", "mps"]
     replicas: int | None = Field(
-        default=None, description="Replicas per GPU for time-slicing (≥ 2) and mps (2..48)."
+        default=None,
+        le=MAX_TIME_SLICING_REPLICAS,
+        description="Replicas per GPU for time-slicing (2..100) and mps (2..48).",
     )
     mig: MigSpec | None = None
-    cpusPerNode: int | None = Field(default=None, ge=1)
-    memoryGiBPerNode: int | None = Field(default=None, ge=1)
-    nodeLabels: dict[str, str] = {}
-    taints: list[TaintSpec] = []
+    cpusPerNode: int | None = Field(default=None, ge=1, le=4096)
+    memoryGiBPerNode: int | None = Field(default=None, ge=1, le=65_536)
+    nodeLabels: dict[str, str] = Field(default={}, max_length=256)
+    taints: list[TaintSpec] = Field(default=[], max_length=64)
     topology: TopologySpec = TopologySpec()
     pricePerGpuHour: float | None = Field(
         default=None, ge=0, description="Overrides the catalog's indicative USD price."
@@ -114,22 +141,32 @@ class PoolSpec(_Strict):
 
 
 class QuotaSpec(_Strict):
-    nominal: int = Field(ge=0, description="Slices of the flavor guaranteed to the queue.")
+    nominal: int = Field(
+        ge=0, le=MAX_SLICES, description="Slices of the flavor guaranteed to the queue."
+    )
     borrowingLimit: int | None = Field(
-        default=None, ge=0, description="Most slices borrowed from the cohort (absent: no limit)."
+        default=None,
+        ge=0,
+        le=MAX_SLICES,
+        description="Most slices borrowed from the cohort (absent: no limit).",
     )
     lendingLimit: int | None = Field(
-        default=None, ge=0, description="Most unused nominal slices lent (absent: all of them)."
+        default=None,
+        ge=0,
+        le=MAX_SLICES,
+        description="Most unused nominal slices lent (absent: all of them).",
     )
 
 
 class QueueSpec(_Strict):
     name: str = Field(pattern=_NAME, max_length=63)
-    namespaces: list[str] = Field(min_length=1)
+    namespaces: list[Namespace] = Field(
+        min_length=1, max_length=1000, description="Namespaces (DNS labels) whose pods use it."
+    )
     cohort: str | None = None
     weight: float = Field(default=1.0, gt=0, le=1000, description="Fair-share weight.")
     quota: dict[str, QuotaSpec] = Field(description="Flavor name -> quota.")
-    maxPerWorkload: dict[str, int] = Field(
+    maxPerWorkload: dict[str, SliceCount] = Field(
         default={}, description="Flavor name -> most slices one workload may request."
     )
     priorityClasses: list[str] = Field(
@@ -139,7 +176,7 @@ class QueueSpec(_Strict):
 
 class CohortSpec(_Strict):
     name: str = Field(pattern=_NAME, max_length=63)
-    description: str = ""
+    description: str = Field(default="", max_length=4096)
 
 
 class PriorityClassSpec(_Strict):
@@ -147,7 +184,7 @@ class PriorityClassSpec(_Strict):
     value: int = Field(ge=-2_147_483_648, le=1_000_000_000)
     preemptible: bool
     default: bool = False
-    description: str = ""
+    description: str = Field(default="", max_length=4096)
 
 
 class TopologyKeysSpec(_Strict):
@@ -198,10 +235,10 @@ class PolicySpec(_Strict):
     kind: Literal["Policy"]
     metadata: Metadata
     topologyKeys: TopologyKeysSpec = TopologyKeysSpec()
-    pools: list[PoolSpec] = Field(min_length=1)
-    cohorts: list[CohortSpec] = []
-    queues: list[QueueSpec] = []
-    priorityClasses: list[PriorityClassSpec] = []
+    pools: list[PoolSpec] = Field(min_length=1, max_length=1000)
+    cohorts: list[CohortSpec] = Field(default=[], max_length=1000)
+    queues: list[QueueSpec] = Field(default=[], max_length=10_000)
+    priorityClasses: list[PriorityClassSpec] = Field(default=[], max_length=1000)
     scheduling: SchedulingSpec = SchedulingSpec()
 
 

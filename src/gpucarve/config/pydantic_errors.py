@@ -39,6 +39,24 @@ _TYPE_NAMES = {
 }
 
 
+# Patterns users meet often, said in words (pattern -> what it is, the fix).
+_PATTERN_NAMES = {
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$": (
+        "a DNS label",
+        "use lowercase letters, digits and '-', starting and ending with a letter or digit "
+        "(Kubernetes names namespaces and queues so)",
+    ),
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$": (
+        "a DNS subdomain name",
+        "use lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+    ),
+    r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$": (
+        "a label value",
+        "use letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
+    ),
+}
+
+
 def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
@@ -183,12 +201,25 @@ def problems_from(exc: ValidationError, root: type[BaseModel], prefix: Path = ()
                 )
             )
         elif typ == "string_pattern_mismatch":
+            pattern = str(ctx.get("pattern", ""))
+            what = _PATTERN_NAMES.get(pattern)
             out.append(
                 Problem(
                     path,
                     "bad-format",
-                    f"{_kind(value)} does not have the expected format",
-                    f"match the pattern {ctx.get('pattern', '')}",
+                    f"{_kind(value)} is not {what[0]}"
+                    if what
+                    else f"{_kind(value)} does not have the expected format",
+                    what[1] if what else f"match the pattern {pattern}",
+                )
+            )
+        elif typ == "finite_number":
+            out.append(
+                Problem(
+                    path,
+                    "not-finite",
+                    f"must be a finite number, got {_kind(value)}",
+                    "write a number such as 1 or 2.5 (not .nan or .inf)",
                 )
             )
         elif typ == "value_error":

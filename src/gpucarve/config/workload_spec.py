@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucarve.config.pydantic_errors import problems_from
 from gpucarve.core.policy import Policy
-from gpucarve.core.problems import InvalidInput, Path, Problem
-from gpucarve.core.quantity import QuantityError, cpu_milli, memory_mib, whole_count
+from gpucarve.core.problems import InvalidInput, Path, Problem, format_path
+from gpucarve.core.quantity import QuantityError, cpu_milli, memory_mib, whole_count, whole_number
 from gpucarve.core.requests import candidate_flavors, gpu_memory_of, slices_per_pod
 from gpucarve.core.workload import (
     FRACTION_ANNOTATION,
@@ -61,7 +61,7 @@ class TolerationSpec(_Strict):
 class PodSetSpec(_Strict):
     name: str = Field(default="main", pattern=_NAME, max_length=63)
     count: int = Field(default=1, ge=1, le=100_000)
-    minCount: int | None = Field(default=None, ge=1)
+    minCount: int | None = Field(default=None, ge=1, le=100_000)
     resources: ResourcesSpec = ResourcesSpec()
     annotations: dict[str, str] = {}
     nodeSelector: dict[str, str] = {}
@@ -75,8 +75,8 @@ class WorkloadSpec(_Strict):
     queue: str | None = None
     labels: dict[str, str] = {}
     priorityClass: str | None = None
-    submitTime: int = Field(default=0, ge=0)
-    duration: int | None = Field(default=None, ge=1)
+    submitTime: int = Field(default=0, ge=0, le=10**10)  # seconds: three centuries
+    duration: int | None = Field(default=None, ge=1, le=10**9)
     topology: Literal["none", "node", "nvlink", "rack"] = "none"
     podSets: list[PodSetSpec] = Field(min_length=1, max_length=8)
 
@@ -96,6 +96,14 @@ def _resource_to_request(name: str, count: int) -> GpuRequest:
     if profile.endswith(".me"):
         profile = profile[: -len(".me")] + "+me"
     return GpuRequest(GpuKind.MIG, count, profile=profile)
+
+
+def _annotation_number(raw: str, maximum: int) -> int:
+    """The annotation's whole number, or 0 (refused by the caller) if it is not one."""
+    try:
+        return whole_number(raw, "the annotation", maximum)
+    except QuantityError:
+        return 0
 
 
 def _gpu_request(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[GpuRequest, list[Problem]]:
@@ -154,7 +162,8 @@ def _gpu_request(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[GpuRequest
         milli, mem = 0, 0
         apath = (*path, "annotations")
         if frac_raw is not None:
-            if not frac_raw.isdigit() or not 1 <= int(frac_raw) <= 1000:
+            milli = _annotation_number(frac_raw, 1000)
+            if not 1 <= milli <= 1000:
                 problems.append(
                     Problem(
                         (*apath, FRACTION_ANNOTATION),
@@ -163,10 +172,10 @@ def _gpu_request(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[GpuRequest
                         'write e.g. "500" for half a GPU (whole GPUs: request nvidia.com/gpu)',
                     )
                 )
-            else:
-                milli = int(frac_raw)
+                milli = 0
         if mem_raw is not None:
-            if not mem_raw.isdigit() or int(mem_raw) < 1:
+            mem = _annotation_number(mem_raw, 10**12)
+            if mem < 1:
                 problems.append(
                     Problem(
                         (*apath, MEMORY_ANNOTATION),
@@ -175,8 +184,8 @@ def _gpu_request(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[GpuRequest
                         'write e.g. "20480" for 20 GiB',
                     )
                 )
+                mem = 0
             else:
-                mem = int(mem_raw)
                 largest = max((p.model.memory_mib for p in policy.pools), default=0)
                 if mem > largest:
                     problems.append(
@@ -410,18 +419,22 @@ def build_workloads(
     """Build a list of workloads; raise `InvalidInput` with every problem if any is bad."""
     out: list[Workload] = []
     problems: list[Problem] = []
-    ids: set[str] = set()
+    ids: dict[str, int] = {}
     for i, item in enumerate(items):
         w, probs = build_workload(item, policy, (*prefix, i))
         problems += probs
         if w is not None:
             if w.id in ids:
+                first = format_path((*prefix, ids[w.id]))
                 problems.append(
                     Problem(
-                        (i, "name"), "duplicate-workload", f"workload {w.id} twice", "rename one"
+                        (*prefix, i, "name"),
+                        "duplicate-workload",
+                        f"workload {w.id} appears twice (first as {first})",
+                        "give each workload of a namespace its own name",
                     )
                 )
-            ids.add(w.id)
+            ids.setdefault(w.id, i)
             out.append(w)
     if problems:
         raise InvalidInput(source, problems)

@@ -13,9 +13,95 @@ from typing import Any
 
 import yaml
 
+from gpucarve.config.textfile import POLICY_MAX_BYTES, line_at, read_text
 from gpucarve.core.problems import InvalidInput, Path, Problem
 
-MAX_BYTES = 16 * 1024 * 1024
+# An anchor may be reused, but a few hundred bytes of aliases must not expand into gigabytes
+# (the "billion laughs"), and nesting must stay far from Python's recursion limit. Policies
+# nest about 8 levels and use a handful of aliases, if any.
+MAX_DEPTH = 64
+MAX_ALIASES = 1_000
+MAX_EXPANSION = 100_000  # nodes that aliases may add beyond those written out
+
+
+class _Refused(Exception):
+    def __init__(self, code: str, message: str, fix: str, mark: Any) -> None:
+        super().__init__(message)
+        self.code, self.message, self.fix, self.mark = code, message, fix, mark
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with a depth limit, an alias budget and no alias inside its own
+    anchor (PyYAML builds a cyclic object from `&m {self: *m}`)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self._depth = 0
+        self._aliases = 0
+        self._open: list[str] = []
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
+            self._aliases += 1
+            if event.anchor in self._open:
+                raise _Refused(
+                    "yaml-alias-cycle",
+                    f"alias *{event.anchor} is used inside its own anchor &{event.anchor}",
+                    "write the value out: a document cannot contain itself",
+                    event.start_mark,
+                )
+            if self._aliases > MAX_ALIASES:
+                raise _Refused(
+                    "yaml-too-many-aliases",
+                    f"more than {MAX_ALIASES} aliases (*name)",
+                    "write the values out instead of repeating aliases",
+                    event.start_mark,
+                )
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise _Refused(
+                "yaml-too-deep",
+                f"nested more than {MAX_DEPTH} levels deep",
+                "flatten the document; a policy nests about 8 levels",
+                event.start_mark,
+            )
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            self._open.append(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            if anchor is not None:
+                self._open.pop()
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _expansion(root: yaml.Node) -> int:
+    """How many nodes the aliases add: the document's size with every alias expanded, less
+    the nodes written out. Sizes are memoised per node, so a bomb is measured, not expanded."""
+    sizes: dict[int, int] = {}
+    order: list[yaml.Node] = []
+    stack = [root]
+    while stack:  # post-order without recursion
+        node = stack.pop()
+        if id(node) in sizes:
+            continue
+        sizes[id(node)] = 0
+        order.append(node)
+        stack.extend(_children(node))
+    for node in reversed(order):
+        sizes[id(node)] = 1 + sum(sizes[id(c)] for c in _children(node))
+    return sizes[id(root)] - len(order)
 
 
 @dataclass(frozen=True)
@@ -37,22 +123,60 @@ def _problem(message: str, fix: str, code: str = "yaml-syntax") -> Problem:
     return Problem((), code, message, fix)
 
 
-def parse_yaml(text: str, source: str) -> YamlDocument:
+def _compose(text: str, source: str) -> tuple[_Loader, list[yaml.Node]]:
     try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        loader = _Loader(text)
+        nodes: list[yaml.Node] = []
+        while loader.check_node():
+            node = loader.get_node()
+            if node is not None:
+                nodes.append(node)
+    except _Refused as exc:
+        where = f"line {exc.mark.line + 1}, column {exc.mark.column + 1}: " if exc.mark else ""
+        line = exc.mark.line + 1 if exc.mark else None
+        raise InvalidInput(
+            source, [Problem((), exc.code, where + exc.message, exc.fix, line=line)]
+        ) from None
+    except yaml.reader.ReaderError as exc:  # a control character, found before parsing
+        line, col = line_at(text, exc.position)
+        raise InvalidInput(
+            source,
+            [
+                Problem(
+                    (),
+                    "yaml-syntax",
+                    f"line {line}, column {col}: character U+{exc.character:04X} is not allowed "
+                    "in YAML",
+                    "remove it, or write it as an escape in a double-quoted string",
+                    line=line,
+                )
+            ],
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         what = exc.problem or str(exc)
         raise InvalidInput(
             source,
-            [_problem(f"{where}malformed YAML: {what}", "fix the YAML syntax at that position")],
+            [
+                Problem(
+                    (),
+                    "yaml-syntax",
+                    f"{where}malformed YAML: {what}",
+                    "fix the YAML syntax at that position",
+                    line=mark.line + 1 if mark else None,
+                )
+            ],
         ) from None
     except yaml.YAMLError as exc:
         raise InvalidInput(
             source, [_problem(f"malformed YAML: {exc}", "fix the YAML syntax")]
         ) from None
-    nodes = [n for n in nodes if n is not None]
+    return loader, nodes
+
+
+def parse_yaml(text: str, source: str) -> YamlDocument:
+    loader, nodes = _compose(text, source)
     if not nodes:
         raise InvalidInput(
             source, [_problem("the file is empty", "write a YAML document", code="empty-document")]
@@ -68,15 +192,30 @@ def parse_yaml(text: str, source: str) -> YamlDocument:
                 )
             ],
         )
+    added = _expansion(nodes[0])
+    if added > MAX_EXPANSION:
+        raise InvalidInput(
+            source,
+            [
+                _problem(
+                    f"aliases (*name) expand the document by {added:,} values, more than "
+                    f"{MAX_EXPANSION:,}",
+                    "write the values out, or reuse fewer anchors inside anchors",
+                    code="yaml-alias-expansion",
+                )
+            ],
+        )
     lines: dict[Path, int] = {}
     problems: list[Problem] = []
     _walk(nodes[0], (), lines, problems)
     if problems:
         raise InvalidInput(source, problems)
     try:
-        data = yaml.safe_load(text)
+        data = loader.construct_document(nodes[0])
     except yaml.YAMLError as exc:  # e.g. a bad timestamp or an unhashable key
         raise InvalidInput(source, [_problem(f"malformed YAML: {exc}", "fix the value")]) from None
+    finally:
+        loader.dispose()
     return YamlDocument(source, data, lines)
 
 
@@ -114,41 +253,5 @@ def _walk(node: yaml.Node, path: Path, lines: dict[Path, int], problems: list[Pr
             _walk(item, (*path, i), lines, problems)
 
 
-def read_yaml(path: str | FsPath) -> YamlDocument:
-    p = FsPath(path)
-    source = str(path)
-    try:
-        if p.is_dir():
-            raise InvalidInput(
-                source,
-                [_problem("is a directory", "pass a YAML file", code="not-a-file")],
-            )
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise InvalidInput(
-            source, [_problem("no such file", "check the path", code="file-not-found")]
-        ) from None
-    except OSError as exc:
-        raise InvalidInput(
-            source,
-            [_problem(f"cannot read: {exc.strerror}", "check the path", code="file-unreadable")],
-        ) from None
-    if len(raw) > MAX_BYTES:
-        raise InvalidInput(
-            source,
-            [_problem("file larger than 16 MiB", "pass a policy file", code="file-too-large")],
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(
-            source,
-            [
-                _problem(
-                    f"not UTF-8 text (byte {exc.start})",
-                    "save the file as UTF-8",
-                    code="not-utf8",
-                )
-            ],
-        ) from None
-    return parse_yaml(text, source)
+def read_yaml(path: str | FsPath, what: str = "a YAML file") -> YamlDocument:
+    return parse_yaml(read_text(path, what, POLICY_MAX_BYTES), str(path))

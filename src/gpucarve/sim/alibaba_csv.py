@@ -6,12 +6,14 @@ caller asks for lenient reading. See `gpucarve.sim.alibaba` for what the rows be
 
 from __future__ import annotations
 
-import csv
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpucarve.config.csv_rows import CsvRow, read_csv
 from gpucarve.core.problems import InvalidInput, Problem
+from gpucarve.core.quantity import whole_number
 
 MILLI = 1000
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -41,6 +43,11 @@ class TracePod:
     duration: int
 
 
+# The trace's largest node has 96 CPUs and 8 GPUs; far above that is a broken row.
+MAX_CELL = 10**12
+MAX_GPUS_PER_NODE = 16
+
+
 class _Rows:
     """Line-numbered CSV rows with one error policy (raise, or skip and count)."""
 
@@ -49,65 +56,52 @@ class _Rows:
         self.lenient = lenient
         self.skipped = 0
         self.problems: list[Problem] = []
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InvalidInput(
-                self.source, [Problem((), "file-not-found", "no such file", "check the path")]
-            ) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidInput(
-                self.source,
-                [Problem((), "file-unreadable", f"cannot read: {exc}", "pass the trace's CSV")],
-            ) from None
-        self.reader = csv.DictReader(text.splitlines())
-        missing = [c for c in required if c not in (self.reader.fieldnames or [])]
-        if missing:
-            raise InvalidInput(
-                self.source,
-                [
-                    Problem(
-                        (),
-                        "bad-header",
-                        f"the header lacks {', '.join(missing)}",
-                        f"the trace's columns start {','.join(required)}",
-                        line=1,
-                    )
-                ],
-            )
+        self.header, self.rows = read_csv(self.source, "the trace's CSV", required)
+
+    def good(self) -> Iterator[CsvRow]:
+        """The rows whose shape is right; the others are refused or skipped and counted."""
+        for row in self.rows:
+            if row.problem is None:
+                yield row
+            else:
+                self.bad(row.line, row.problem.message, row.problem.fix)
 
     def bad(self, line: int, message: str, fix: str) -> None:
-        problem = Problem((f"line {line}",), "bad-row", message, fix, line=line)
+        problem = Problem((), "bad-row", message, fix, line=line)
         if not self.lenient:
             raise InvalidInput(self.source, [problem])
         self.skipped += 1
         self.problems.append(problem)
 
 
-def _whole(row: dict[str, str], key: str) -> int:
-    value = (row.get(key) or "").strip()
-    if not value.isdigit():
-        raise ValueError(f"{key} is {value!r}, not a whole number ≥ 0")
-    return int(value)
+def _whole(row: CsvRow, key: str) -> int:
+    return whole_number(row.get(key), key, MAX_CELL)
 
 
 def read_nodes(path: str | Path, lenient: bool = False) -> tuple[list[TraceNode], _Rows]:
     rows = _Rows(Path(path), NODE_COLUMNS, lenient)
     out: list[TraceNode] = []
     seen: set[str] = set()
-    for row in rows.reader:
-        line = rows.reader.line_num
+    for row in rows.good():
+        line = row.line
         try:
             cpu, mem, gpus = (_whole(row, k) for k in ("cpu_milli", "memory_mib", "gpu"))
         except ValueError as exc:
             rows.bad(line, str(exc), "write a whole number")
             continue
-        name, model = (row.get("sn") or "").strip(), (row.get("model") or "").strip()
+        name, model = row.get("sn"), row.get("model")
         if not name or name in seen:
             rows.bad(line, f"node name {name!r} is empty or repeated", "give each node a name")
             continue
         if gpus == 0:
             continue  # a CPU-only node: no GPU pool to model
+        if gpus > MAX_GPUS_PER_NODE:
+            rows.bad(
+                line,
+                f"node {name}: {gpus} GPUs; no server holds more than {MAX_GPUS_PER_NODE}",
+                "fix the gpu cell",
+            )
+            continue
         if not model or cpu < 1000 or mem < 1024:
             rows.bad(
                 line,
@@ -122,20 +116,19 @@ def read_nodes(path: str | Path, lenient: bool = False) -> tuple[list[TraceNode]
 
 def read_pods(path: str | Path, lenient: bool = False) -> tuple[list[TracePod], _Rows]:
     rows = _Rows(Path(path), POD_COLUMNS, lenient)
-    has_times = "creation_time" in (rows.reader.fieldnames or [])
+    has_times = "creation_time" in rows.header
     out: list[TracePod] = []
     seen: set[str] = set()
-    for row in rows.reader:
-        line = rows.reader.line_num
-        name = (row.get("name") or "").strip()
+    for row in rows.good():
+        line = row.line
+        name = row.get("name")
         try:
             cpu, mem, n, m = (
                 _whole(row, k) for k in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
             )
             created = _whole(row, "creation_time") if has_times else 0
             deleted = _whole(row, "deletion_time") if has_times else None
-            started_raw = (row.get("scheduled_time") or "").strip()
-            started = _whole(row, "scheduled_time") if started_raw else created
+            started = _whole(row, "scheduled_time") if row.get("scheduled_time") else created
         except ValueError as exc:
             rows.bad(line, f"pod {name or '?'}: {exc}", "write a whole number")
             continue
@@ -156,7 +149,7 @@ def read_pods(path: str | Path, lenient: bool = False) -> tuple[list[TracePod], 
             rows.bad(line, f"pod {name}: deleted before it started", "check the times")
             continue
         seen.add(name)
-        spec = tuple(sorted(x for x in (row.get("gpu_spec") or "").split("|") if x))
-        qos = (row.get("qos") or "").strip()
+        spec = tuple(sorted(x for x in row.get("gpu_spec").split("|") if x))
+        qos = row.get("qos")
         out.append(TracePod(name, line, cpu, mem, n, m, spec, qos, created, deleted - started))
     return out, rows

@@ -15,7 +15,6 @@ Vectorised with NumPy: one placement scores every node at once.
 
 from __future__ import annotations
 
-import csv
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,13 +23,16 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from gpucarve.config.csv_rows import CsvRow, read_csv
 from gpucarve.core.problems import InvalidInput, Problem
+from gpucarve.core.quantity import whole_number
 
 MILLI = 1000
 MAX_GPUS = 8
 MAX_SPEC_CPU = 128_000  # the published simulator's normalisation constants
 MAX_SPEC_GPU = 8_000
 MARKS = (90, 95, 100, 130)
+MAX_CELL = 10**9  # far above the trace's largest node (96 CPUs, 768 GiB); int64 stays exact
 
 IntArray = npt.NDArray[np.int64]
 
@@ -67,40 +69,26 @@ def _bad(source: str, line: int, message: str) -> InvalidInput:
     )
 
 
-def _read(path: Path, required: Sequence[str]) -> list[dict[str, str]]:
-    source = str(path)
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in required if c not in (reader.fieldnames or [])]
-            if missing:
-                raise InvalidInput(
-                    source,
-                    [
-                        Problem(
-                            (),
-                            "bad-header",
-                            f"missing column(s) {', '.join(missing)}",
-                            f"columns: {', '.join(required)}",
-                            line=1,
-                        )
-                    ],
-                )
-            return [dict(r, _line=str(reader.line_num)) for r in reader]
-    except FileNotFoundError:
-        raise InvalidInput(
-            source, [Problem((), "file-not-found", "no such file", "check the path")]
-        ) from None
+def _read(path: Path, required: Sequence[str]) -> list[CsvRow]:
+    _, rows = read_csv(str(path), "the trace's CSV", required)
+    for row in rows:
+        if row.problem is not None:
+            raise InvalidInput(str(path), [row.problem])
+    return rows
 
 
-def _ints(rows: list[dict[str, str]], key: str, source: str) -> IntArray:
+def _ints(rows: list[CsvRow], key: str, source: str) -> IntArray:
     out = []
     for r in rows:
-        value = (r.get(key) or "").strip()
-        if not value.isdigit():
-            raise _bad(source, int(r["_line"]), f"{key} is {value!r}, not a whole number ≥ 0")
-        out.append(int(value))
+        try:
+            out.append(whole_number(r.get(key), key, MAX_CELL))
+        except ValueError as exc:
+            raise _bad(source, r.line, str(exc)) from None
     return np.asarray(out, dtype=np.int64)
+
+
+def _none_left(source: str, message: str, fix: str) -> InvalidInput:
+    return InvalidInput(source, [Problem((), "nothing-to-fill", message, fix)])
 
 
 def load_nodes(path: str | Path) -> Nodes:
@@ -108,14 +96,16 @@ def load_nodes(path: str | Path) -> Nodes:
     rows = _read(p, ("sn", "cpu_milli", "memory_mib", "gpu", "model"))
     gpus = _ints(rows, "gpu", str(p))
     if (gpus > MAX_GPUS).any():
-        line = int(rows[int(np.argmax(gpus > MAX_GPUS))]["_line"])
+        line = rows[int(np.argmax(gpus > MAX_GPUS))].line
         raise _bad(str(p), line, f"more than {MAX_GPUS} GPUs on a node")
+    if int(gpus.sum()) == 0:
+        raise _none_left(str(p), "no node with a GPU", "pass the trace's GPU node list")
     return Nodes(
-        tuple(r["sn"] for r in rows),
+        tuple(r.get("sn") for r in rows),
         _ints(rows, "cpu_milli", str(p)),
         _ints(rows, "memory_mib", str(p)),
         gpus,
-        tuple(r["model"] for r in rows),
+        tuple(r.get("model") for r in rows),
     )
 
 
@@ -126,14 +116,16 @@ def load_pods(path: str | Path) -> Pods:
     milli = _ints(rows, "gpu_milli", str(p))
     for r, n, m in zip(rows, num_gpu, milli, strict=True):
         if m > MILLI or (n > 1 and m != MILLI) or (n > 0 and m == 0):
-            raise _bad(
-                str(p), int(r["_line"]), f"num_gpu {n} with gpu_milli {m} is not a valid request"
-            )
-    spec = tuple(frozenset(x for x in (r.get("gpu_spec") or "").split("|") if x) for r in rows)
-    order = sorted(range(len(rows)), key=lambda i: rows[i]["name"])
+            raise _bad(str(p), r.line, f"num_gpu {n} with gpu_milli {m} is not a valid request")
+    if not int((num_gpu * milli).sum()):
+        raise _none_left(
+            str(p), "no pod asks for a GPU", "pass a pod list with GPU pods (num_gpu ≥ 1)"
+        )
+    spec = tuple(frozenset(x for x in r.get("gpu_spec").split("|") if x) for r in rows)
+    order = sorted(range(len(rows)), key=lambda i: rows[i].get("name"))
     pick = np.asarray(order, dtype=np.int64)
     return Pods(
-        tuple(rows[i]["name"] for i in order),
+        tuple(rows[i].get("name") for i in order),
         _ints(rows, "cpu_milli", str(p))[pick],
         _ints(rows, "memory_mib", str(p))[pick],
         num_gpu[pick],
@@ -146,6 +138,8 @@ def arrival_order(pods: Pods, capacity: int, seed: int, inflation: float = 1.3) 
     """Shuffle with the seed, then append pods drawn with replacement until the next draw would
     push the total GPU request over `inflation` x capacity (compared, like the published code,
     using the drawn pod's per-GPU milli)."""
+    if not capacity or not int(pods.request().sum()):
+        raise ValueError("the fill needs GPUs and pods that ask for them")  # loaders refuse both
     rng = random.Random(seed)
     order = list(range(len(pods.names)))
     rng.shuffle(order)

@@ -17,16 +17,18 @@ A bad row is an error naming its line; with `lenient=True` it is skipped and cou
 
 from __future__ import annotations
 
-import csv
-import io
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpucarve.config.csv_rows import read_csv, row_problem
+from gpucarve.config.textfile import TRACE_MAX_BYTES, read_text
 from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
+from gpucarve.core.quantity import whole_number
 from gpucarve.core.workload import Workload
 
 CSV_COLUMNS = (
@@ -34,6 +36,9 @@ CSV_COLUMNS = (
     "gpus", "mig_profile", "shared", "gpu_fraction", "gpu_memory", "cpu", "memory", "topology",
     "utilisation",
 )  # fmt: skip
+
+
+DEFAULT_UTILISATION = 60.0  # percent, for a workload whose trace says nothing
 
 
 @dataclass
@@ -44,17 +49,39 @@ class LoadedTrace:
     problems: list[Problem] = field(default_factory=list)  # of skipped rows, in lenient mode
 
 
+# Bounds that keep arithmetic sane; the workload schema then checks each field's own range.
+MAX_CELL_NUMBER = 10**12
+MAX_JSONL_LINE = 1024 * 1024
+MAX_JSON_DIGITS = 24
+
+
 def _row_problem(line: int, message: str, fix: str, code: str = "bad-row") -> Problem:
-    return Problem((f"line {line}",), code, message, fix, line=line)
+    return row_problem(line, message, fix, code)
 
 
 def _int(row: dict[str, str], key: str) -> int | None:
     value = (row.get(key) or "").strip()
     if not value:
         return None
-    if not value.lstrip("-").isdigit():
-        raise ValueError(f"{key} is {value!r}, not a whole number")
-    return int(value)
+    return whole_number(value, key, MAX_CELL_NUMBER)
+
+
+def utilisation_of(raw: object) -> float | None:
+    """A job's GPU utilisation alone, in percent (0-100); ValueError names what is wrong."""
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, str):
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ValueError(f"utilisation is {raw[:24]!r}, not a number") from None
+    elif isinstance(raw, int | float) and not isinstance(raw, bool):
+        value = float(raw)
+    else:
+        raise ValueError(f"utilisation is {raw!r}, not a number")
+    if not math.isfinite(value) or not 0 <= value <= 100:
+        raise ValueError(f"utilisation is {value}, not a percentage 0-100")
+    return value
 
 
 def csv_row_to_doc(row: dict[str, str]) -> tuple[dict[str, Any], float | None]:
@@ -97,13 +124,17 @@ def csv_row_to_doc(row: dict[str, str]) -> tuple[dict[str, Any], float | None]:
             doc[target] = value
     if (duration := _int(row, "duration")) is not None:
         doc["duration"] = duration
-    util_raw = (row.get("utilisation") or "").strip()
-    util = float(util_raw) if util_raw else None
-    return doc, util
+    return doc, utilisation_of(row.get("utilisation"))
 
 
 def _accept(
-    out: LoadedTrace, doc: Any, util: Any, line: int, policy: Policy, source: str, lenient: bool
+    out: LoadedTrace,
+    doc: Any,
+    util: float | None,
+    line: int,
+    policy: Policy,
+    source: str,
+    lenient: bool,
 ) -> None:
     w, problems = build_workload(doc, policy, (f"line {line}",))
     if w is not None and w.duration is None:
@@ -120,89 +151,88 @@ def _accept(
         out.problems.extend(lined)
         return
     out.workloads.append(w)
-    out.utilisation[w.id] = float(util) if isinstance(util, int | float) else 60.0
+    out.utilisation[w.id] = DEFAULT_UTILISATION if util is None else util
+
+
+def _skip_or_raise(out: LoadedTrace, problem: Problem, source: str, lenient: bool) -> None:
+    if not lenient:
+        raise InvalidInput(source, [problem])
+    out.skipped += 1
+    out.problems.append(problem)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_DIGITS:
+        raise ValueError(f"the number {text[:12]}… has more than {MAX_JSON_DIGITS} digits")
+    return int(text)
+
+
+def _json_line(raw: str) -> Any:
+    """One JSONL line; ValueError says what is wrong in words a user can act on."""
+    if len(raw) > MAX_JSONL_LINE:
+        raise ValueError(f"the line is longer than {MAX_JSONL_LINE // 1024} KiB")
+    try:
+        return json.loads(raw, parse_constant=_refuse_constant, parse_int=_bounded_int)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError("nested too deeply to be a workload") from None
+
+
+def _load_csv(path: str | Path, policy: Policy, lenient: bool, out: LoadedTrace) -> None:
+    source = str(path)
+    _, rows = read_csv(
+        source, "a gpucarve CSV trace", ("name", "namespace", "duration"), CSV_COLUMNS
+    )
+    for row in rows:
+        if row.problem is not None:
+            _skip_or_raise(out, row.problem, source, lenient)
+            continue
+        try:
+            doc, util = csv_row_to_doc(row.cells)
+        except ValueError as exc:
+            _skip_or_raise(out, _row_problem(row.line, str(exc), "fix the cell"), source, lenient)
+            continue
+        _accept(out, doc, util, row.line, policy, source, lenient)
+
+
+def _load_jsonl(path: str | Path, policy: Policy, lenient: bool, out: LoadedTrace) -> None:
+    source = str(path)
+    text = read_text(path, "a gpucarve JSONL trace", TRACE_MAX_BYTES)
+    for line, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            doc = _json_line(raw)
+            util = utilisation_of(doc.pop("utilisation", None)) if isinstance(doc, dict) else None
+        except ValueError as exc:
+            fix = "one JSON object per line, utilisation a percentage 0-100"
+            _skip_or_raise(out, _row_problem(line, str(exc), fix), source, lenient)
+            continue
+        _accept(out, doc, util, line, policy, source, lenient)
 
 
 def load_trace(path: str | Path, policy: Policy, lenient: bool = False) -> LoadedTrace:
-    p = Path(path)
     source = str(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidInput(
-            source, [Problem((), "file-not-found", "no such file", "check the path")]
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(
-            source,
-            [Problem((), "file-unreadable", f"cannot read: {exc}", "pass a UTF-8 trace file")],
-        ) from None
     out = LoadedTrace()
-    if p.suffix.lower() == ".csv":
-        reader = csv.DictReader(io.StringIO(text))
-        missing = [
-            c for c in ("name", "namespace", "duration") if c not in (reader.fieldnames or [])
-        ]
-        if missing:
-            raise InvalidInput(
-                source,
-                [
-                    Problem(
-                        (),
-                        "bad-header",
-                        f"the CSV header lacks {', '.join(missing)}",
-                        "columns: " + ",".join(CSV_COLUMNS),
-                        line=1,
-                    )
-                ],
-            )
-        unknown = [c for c in reader.fieldnames or [] if c not in CSV_COLUMNS]
-        if unknown:
-            raise InvalidInput(
-                source,
-                [
-                    Problem(
-                        (),
-                        "bad-header",
-                        f"unknown column(s) {', '.join(unknown)}",
-                        "columns: " + ",".join(CSV_COLUMNS),
-                        line=1,
-                    )
-                ],
-            )
-        for row in reader:
-            line = reader.line_num
-            try:
-                doc, util = csv_row_to_doc(row)
-            except ValueError as exc:
-                problem = _row_problem(line, str(exc), "fix the cell")
-                if not lenient:
-                    raise InvalidInput(source, [problem]) from None
-                out.skipped += 1
-                out.problems.append(problem)
-                continue
-            _accept(out, doc, util, line, policy, source, lenient)
+    if Path(path).suffix.lower() == ".csv":
+        _load_csv(path, policy, lenient, out)
     else:
-        for line, raw in enumerate(text.splitlines(), 1):
-            if not raw.strip():
-                continue
-            try:
-                doc = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                problem = _row_problem(
-                    line, f"not JSON: {exc.msg} (column {exc.colno})", "one JSON object per line"
-                )
-                if not lenient:
-                    raise InvalidInput(source, [problem]) from None
-                out.skipped += 1
-                out.problems.append(problem)
-                continue
-            util = doc.pop("utilisation", None) if isinstance(doc, dict) else None
-            _accept(out, doc, util, line, policy, source, lenient)
+        _load_jsonl(path, policy, lenient, out)
     if not out.workloads:
-        raise InvalidInput(
-            source,
-            [Problem((), "empty-trace", "no usable workload in the trace", "check the file")],
-        )
+        if out.problems:
+            first = out.problems[0]
+            message = (
+                f"no usable workload: all {out.skipped} rows were skipped; the first, "
+                f"line {first.line}: {first.message}"
+            )
+            fix = first.fix
+        else:
+            message, fix = "no workload in the trace", "add one workload per row or line"
+        raise InvalidInput(source, [Problem((), "empty-trace", message, fix)])
     out.workloads.sort(key=lambda w: (w.submit_time, w.id))
     return out

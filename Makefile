@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-EXAMPLE ?= examples/three-teams.yaml
+EXAMPLE ?= src/gpucarve/data/examples/three-teams.yaml
 
 .PHONY: demo test lint typecheck layers unit venv clean testenv
 

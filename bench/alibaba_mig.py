@@ -4,13 +4,13 @@
                                 [--days 7] [--speedup 1] [--reconfigure 60]
                                 [--granularity gpu|instance] [--json]
 
-The trace (`../shared/traces/alibaba-gpu-v2023/`, see docs/simulator.md for where to get it)
-has no MIG. Its single-GPU pods become MIG workloads: a pod asking for `gpu_milli` of one GPU
-gets the smallest profile (by compute slices, then memory) whose compute share of the GPU
-holds it: on an A100-80GB or H100-80GB, up to 142 milli -> 1g.10gb, 285 -> 2g.20gb,
-428 -> 3g.40gb, 571 -> 4g.40gb, above (no 5g or 6g profile exists) and whole GPUs -> 7g.80gb.
-Multi-GPU and CPU-only pods are left out (counted). Arrival = creation time, duration =
-deletion - scheduled time, as the importer; `--days` of arrivals from the first percentile of
+The trace (`$GPUCARVE_TRACES/alibaba-gpu-v2023/`, default `../shared/traces`; the README says
+where to get it) has no MIG. Its single-GPU pods become MIG workloads: a pod asking for
+`gpu_milli` of one GPU gets the smallest profile (by compute slices, then memory) whose compute
+share of the GPU holds it: on an A100-80GB or H100-80GB, up to 142 milli -> 1g.10gb, 285 ->
+2g.20gb, 428 -> 3g.40gb, 571 -> 4g.40gb, above (no 5g or 6g profile exists) and whole GPUs ->
+7g.80gb. Multi-GPU and CPU-only pods are left out (counted). Arrival = creation time, duration
+= deletion - scheduled time, as the importer; `--days` of arrivals from the first percentile of
 arrival times (the trace's first 115 days hold a handful of pods), brought closer by
 `--speedup` (durations unchanged) for more contention.
 
@@ -27,6 +27,7 @@ waits (slices wasted on the wrong shapes) and repartitions.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -51,7 +52,8 @@ from gpucarve.sim.metrics import percentile, summarize
 from gpucarve.sim.records import SimConfig, SimResult
 from gpucarve.sim.runner import Simulator
 
-TRACE = Path(__file__).resolve().parents[2] / "shared/traces/alibaba-gpu-v2023"
+TRACES = os.environ.get("GPUCARVE_TRACES") or Path(__file__).resolve().parents[2] / "shared/traces"
+TRACE = Path(TRACES) / "alibaba-gpu-v2023"
 ACCEPT_S = 300
 DAY = 86_400
 

@@ -38,7 +38,7 @@ from gpucarve.sim.records import SimConfig
 from gpucarve.sim.runner import Simulator
 from gpucarve.sim.synthetic import DAY, generate, three_teams
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "three-teams.yaml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "src/gpucarve/data/examples/three-teams.yaml"
 POOL = "production"
 
 

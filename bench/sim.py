@@ -33,7 +33,7 @@ from gpucarve.sim.records import SimConfig
 from gpucarve.sim.runner import Simulator
 from gpucarve.sim.synthetic import Scenario, generate, three_teams
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "three-teams.yaml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "src/gpucarve/data/examples/three-teams.yaml"
 
 
 def scaled_policy(scale: int) -> Policy:

@@ -17,6 +17,19 @@ export CGO_ENABLED=0
 
 log() { echo "testenv: $*" >&2; }
 
+# Two clones building at once must neither race on the same temporary file nor both spend
+# 20 minutes: one holds the lock and builds, the other waits and then finds the binaries.
+# Each binary is written under a unique temporary name and renamed into place (atomic).
+if command -v flock >/dev/null 2>&1 && [ -z "${GPUCARVE_TESTENV_LOCKED:-}" ]; then
+  exec 9>"$CACHE/.build.lock"
+  if ! flock -n 9; then
+    log "another build holds $CACHE/.build.lock; waiting for it"
+    flock 9
+  fi
+  export GPUCARVE_TESTENV_LOCKED=1
+fi
+tmp_for() { mktemp "$BIN/.$1.XXXXXX"; }
+
 build_apiserver() {
   local work="$CACHE/wrap-$K8S_VERSION"
   local minor="${K8S_VERSION#v1.}"          # 36.3
@@ -47,8 +60,11 @@ package tools
 import _ "k8s.io/kubernetes/cmd/kube-apiserver"
 GO
   go mod tidy >/dev/null
-  go build -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-  mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
+  local tmp
+  tmp="$(tmp_for kube-apiserver)"
+  go build -o "$tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  chmod 0755 "$tmp"
+  mv -f "$tmp" "$BIN/kube-apiserver"
 }
 
 # A module whose go.mod carries replace directives cannot be `go install`ed; building it from a
@@ -61,8 +77,11 @@ build_wrapped() {  # name module version package
   go mod edit -require="$2@$3"
   printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$4" >tools.go
   go mod tidy >/dev/null
-  go build -o "$BIN/$1.tmp" "$4"
-  mv "$BIN/$1.tmp" "$BIN/$1"
+  local tmp
+  tmp="$(tmp_for "$1")"
+  go build -o "$tmp" "$4"
+  chmod 0755 "$tmp"
+  mv -f "$tmp" "$BIN/$1"
 }
 
 build_etcd() { build_wrapped etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3; }
@@ -76,14 +95,16 @@ kwok_stages() {
   local src
   src="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
   [ -d "$src" ] || (cd "$CACHE/wrap-kwok-$KWOK_VERSION" && go mod download sigs.k8s.io/kwok)
-  local out="$BIN/kwok-stages.yaml.tmp"
+  local out
+  out="$(tmp_for kwok-stages.yaml)"
   : >"$out"
   for f in "$src"/node/fast/*.yaml "$src"/node/heartbeat/*.yaml "$src"/pod/general/*.yaml; do
     case "$(basename "$f")" in kustomization.yaml) continue ;; esac
     printf -- '---\n' >>"$out"
     cat "$f" >>"$out"
   done
-  mv "$out" "$BIN/kwok-stages.yaml"
+  chmod 0644 "$out"
+  mv -f "$out" "$BIN/kwok-stages.yaml"
 }
 
 [ -x "$BIN/etcd" ] || { log "building etcd $ETCD_VERSION"; (build_etcd); }

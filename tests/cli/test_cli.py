@@ -13,10 +13,11 @@ from typer.testing import CliRunner
 from gpucarve.cli.main import app
 from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.core import mig
-from tests.paths import EXAMPLES
+from tests.paths import BUILTIN, EXAMPLES
+from tests.paths import trace as public_trace
 
 runner = CliRunner()
-THREE = str(EXAMPLES / "three-teams.yaml")
+THREE = str(BUILTIN / "three-teams.yaml")
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -82,7 +83,8 @@ def test_mig_layouts_table() -> None:
 def test_validate_example_ok() -> None:
     code, out, _ = run("validate", THREE)
     assert code == 0
-    assert "valid policy 'three-teams': 3 pools, 54 GPUs, 5 flavors, 3 queues" in out
+    flat = " ".join(out.split())
+    assert "valid policy 'three-teams': 3 pools, 54 GPUs, 5 flavors, 3 queues" in flat
 
 
 def test_every_invalid_example_exits_2_naming_the_field() -> None:
@@ -214,7 +216,7 @@ def test_console_script_runs() -> None:
 
 
 def test_plan_places_the_example_workloads_and_explains_the_rest() -> None:
-    workloads = str(EXAMPLES / "three-teams-workloads.yaml")
+    workloads = str(BUILTIN / "three-teams-workloads.yaml")
     code, out, _ = run("plan", THREE, workloads, "--json")
     assert code == 0
     doc = json.loads(out)
@@ -272,7 +274,7 @@ def test_simulate_bad_policy_exits_2() -> None:
 
 
 def test_simulate_a_trace_file_and_bad_trace(tmp_path: Path) -> None:
-    trace = str(EXAMPLES / "traces" / "three-teams-small.csv")
+    trace = str(BUILTIN / "traces" / "three-teams-small.csv")
     code, out, _ = run("simulate", "--trace", trace, "--json", "--out", str(tmp_path))
     assert code == 0
     doc = json.loads(out)
@@ -286,9 +288,7 @@ def test_simulate_a_trace_file_and_bad_trace(tmp_path: Path) -> None:
 
 
 def test_bench_fill_json_shape_and_bad_input(tmp_path: Path) -> None:
-    from tests.paths import SHARED
-
-    trace = SHARED / "traces" / "alibaba-gpu-v2023"
+    trace = public_trace("alibaba-gpu-v2023")
     args = [
         "bench",
         "fill",

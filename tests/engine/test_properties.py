@@ -19,8 +19,9 @@ from gpucarve.core import mig
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
-from gpucarve.engine import Cause, Engine, run_cycle
+from gpucarve.engine import Engine, run_cycle
 from gpucarve.engine.apply import apply, finish
+from gpucarve.engine.invariants import step_violations
 from tests.engine.builders import policy, pool, snapshot, workload
 
 CLASSES = [
@@ -128,80 +129,7 @@ def random_workload(draw: st.DrawFn, p: Policy, i: int, t: int) -> Workload:
 
 
 def check_step(before: Snapshot, result: Any, after: Snapshot) -> None:
-    p = before.policy
-    assert after.check() == []
-    # quota
-    usage: Counter[tuple[str, str]] = Counter()
-    for rw in after.running:
-        for pod in rw.pods:
-            if pod.flavor:
-                usage[(rw.workload.queue, pod.flavor)] += len(pod.slice_ids)
-    pool_used: Counter[tuple[str, str]] = Counter()
-    pool_size: Counter[tuple[str, str]] = Counter()
-    for q in p.queues:
-        for quota in q.quotas:
-            used = usage[(q.name, quota.flavor)]
-            lendable = quota.nominal if quota.lending_limit is None else quota.lending_limit
-            if q.cohort is None:
-                assert used <= quota.nominal
-                continue
-            if quota.borrowing_limit is not None:
-                assert used <= quota.nominal + quota.borrowing_limit
-            pool_used[(q.cohort, quota.flavor)] += max(0, used - (quota.nominal - lendable))
-            pool_size[(q.cohort, quota.flavor)] += lendable
-    for key, used in pool_used.items():
-        assert used <= pool_size[key]
-    # gangs
-    pending = {w.id: w for w in before.pending}
-    for adm in result.admissions:
-        w = pending[adm.workload]
-        per = Counter(pod.pod_set for pod in adm.pods)
-        for ps in w.pod_sets:
-            assert ps.min_count <= per[ps.name] <= ps.count
-    # evictions
-    was_running = {rw.workload.id: rw for rw in before.running}
-    by_id = {**{w.id: w for w in before.pending}, **{k: v.workload for k, v in was_running.items()}}
-    before_usage: Counter[tuple[str, str]] = Counter()
-    for rw in before.running:
-        for pod in rw.pods:
-            if pod.flavor:
-                before_usage[(rw.workload.queue, pod.flavor)] += len(pod.slice_ids)
-    for ev in result.evictions:
-        victim = was_running[ev.workload]
-        assert victim.workload.preemptible
-        assert result.now - victim.start_time >= p.scheduling.min_runtime_s
-        winner = by_id[ev.by]
-        if ev.cause is Cause.PREEMPT:
-            assert winner.queue == victim.workload.queue
-            assert winner.priority > victim.workload.priority
-        else:
-            assert winner.queue != victim.workload.queue
-            vq = p.queue(victim.workload.queue)
-            assert vq.cohort is not None and vq.cohort == p.queue(winner.queue).cohort
-            flavors = {pod.flavor for pod in victim.pods if pod.flavor}
-            nominal = {f: q.nominal for f in flavors if (q := vq.quota(f)) is not None}
-            # borrowing when it was evicted: its usage before the cycle plus what the cycle
-            # admitted for it before the admission that reclaimed
-            at = next(i for i, a in enumerate(result.admissions) if a.workload == ev.by)
-            usage_then = Counter(before_usage)
-            for a in result.admissions[:at]:
-                if a.queue == vq.name:
-                    for f, n in a.charged:
-                        usage_then[(vq.name, f)] += n
-            withdrawn = any(
-                pd.workload.startswith(vq.name + "/") and "admission withdrawn" in pd.reason.message
-                for pd in result.pending
-            )
-            # (an admission of that queue that reclaim later withdrew is not in the result)
-            assert withdrawn or any(
-                usage_then[(vq.name, f)] > nominal.get(f, 0) for f in flavors
-            ), (
-                ev,
-                {f: before_usage[(vq.name, f)] for f in flavors},
-                nominal,
-                [(a.workload, a.charged, a.after_evictions) for a in result.admissions],
-                [(p.workload, str(p.reason)) for p in result.pending],
-            )
+    assert step_violations(before, result, after) == []
 
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

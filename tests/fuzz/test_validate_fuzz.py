@@ -17,10 +17,10 @@ from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.config.policy_build import build_policy
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.problems import InvalidInput
-from tests.paths import EXAMPLES
+from tests.paths import BUILTIN
 
 runner = CliRunner()
-EXAMPLE = yaml.safe_load((EXAMPLES / "three-teams.yaml").read_text())
+EXAMPLE = yaml.safe_load((BUILTIN / "three-teams.yaml").read_text())
 KEYS = [
     "name",
     "pools",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
-from tests.paths import EXAMPLES
+from tests.paths import BUILTIN
 
 GOLDEN = Path(__file__).parent / "simulate-three-teams-seed7-0.5d.json"
 
@@ -21,7 +21,7 @@ def test_simulate_results_match_golden(tmp_path: Path) -> None:
     args = [
         "simulate",
         "--policy",
-        str(EXAMPLES / "three-teams.yaml"),
+        str(BUILTIN / "three-teams.yaml"),
         "--seed",
         "7",
         "--days",

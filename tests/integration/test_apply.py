@@ -13,7 +13,14 @@ from gpucarve.kube.stack import ADMIN_USER, LocalStack
 from tests.integration.api import Api
 
 pytestmark = pytest.mark.integration
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "src"
+    / "gpucarve"
+    / "data"
+    / "examples"
+    / "three-teams.yaml"
+)
 
 
 def test_apply_then_read_back(stack: LocalStack, admin: Api) -> None:

@@ -13,7 +13,14 @@ from gpucarve.cli.main import app
 from tests.integration.api import Api, wait_for
 
 pytestmark = pytest.mark.integration
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "src"
+    / "gpucarve"
+    / "data"
+    / "examples"
+    / "three-teams.yaml"
+)
 
 
 def test_up_creates_ready_gpu_nodes_and_down_stops_it(tmp_path: Path) -> None:

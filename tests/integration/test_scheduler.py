@@ -29,7 +29,14 @@ from tests.integration.kube_pods import (
 from tests.integration.stack_setup import populate, running
 
 pytestmark = pytest.mark.integration
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "src"
+    / "gpucarve"
+    / "data"
+    / "examples"
+    / "three-teams.yaml"
+)
 NAMESPACES = ["research", "production", "serving", "data-science", "notebooks"]
 
 
@@ -59,7 +66,9 @@ def scheduler(cluster: tuple[LocalStack, Api], policy_file: Path) -> Iterator[Sc
     stack, api = cluster
     policy = load_policy(policy_file, []).policy
     sched = Scheduler(
-        Client.from_kubeconfig(stack.kubeconfig()), policy, SchedulerConfig(interval_s=0.5)
+        Client.from_kubeconfig(stack.kubeconfig()),
+        policy,
+        SchedulerConfig(interval_s=0.5, check_invariants=True),
     )
     with running(sched):
         yield sched

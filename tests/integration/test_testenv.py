@@ -14,7 +14,14 @@ from gpucarve.kube.stack import SCHEDULER_USER, LocalStack
 from tests.integration.api import Api, wait_for
 
 pytestmark = pytest.mark.integration
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "src"
+    / "gpucarve"
+    / "data"
+    / "examples"
+    / "three-teams.yaml"
+)
 
 
 def _ready(node: dict[str, object]) -> bool:

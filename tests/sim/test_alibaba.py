@@ -13,7 +13,7 @@ from gpucarve.cli.main import app
 from gpucarve.config.catalog_file import load_catalog
 from gpucarve.core.problems import InvalidInput
 from gpucarve.sim.alibaba import import_trace
-from tests.paths import SHARED
+from tests.paths import trace as public_trace
 
 NODES = (
     "sn,cpu_milli,memory_mib,gpu,model\n"
@@ -146,7 +146,7 @@ def test_cli_rejects_a_bad_model_map(tmp_path: Path) -> None:
 
 
 def test_the_shared_trace_imports_whole() -> None:
-    trace = SHARED / "traces" / "alibaba-gpu-v2023"
+    trace = public_trace("alibaba-gpu-v2023")
     imported = import_trace(
         trace / "openb_node_list_all_node.csv",
         trace / "openb_pod_list_gpushare40.csv",

@@ -11,9 +11,9 @@ from gpucarve.sim.baselines import kube_default, static_quota, whole_gpus
 from gpucarve.sim.metrics import summarize
 from gpucarve.sim.runner import Simulator
 from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
-from tests.paths import EXAMPLES
+from tests.paths import BUILTIN
 
-THREE = load_policy(EXAMPLES / "three-teams.yaml").policy
+THREE = load_policy(BUILTIN / "three-teams.yaml").policy
 
 
 def test_kube_default_is_whole_gpus_without_quota_or_gangs() -> None:

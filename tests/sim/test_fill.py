@@ -18,9 +18,9 @@ from gpucarve.sim.fill import (
     load_pods,
     run_fill,
 )
-from tests.paths import SHARED
+from tests.paths import trace
 
-TRACE = SHARED / "traces" / "alibaba-gpu-v2023"
+ALIBABA = "alibaba-gpu-v2023"
 NODES_HEAD = "sn,cpu_milli,memory_mib,gpu,model\n"
 PODS_HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
 
@@ -67,8 +67,8 @@ def test_fragmentation_prefers_the_choice_that_strands_least(tmp_path: Path) -> 
 
 
 def test_arrival_order_is_seeded_and_inflated(tmp_path: Path) -> None:
-    nodes = load_nodes(TRACE / "openb_node_list_gpu_node.csv")
-    pods = load_pods(TRACE / "openb_pod_list_gpushare40.csv")
+    nodes = load_nodes(trace(ALIBABA, "openb_node_list_gpu_node.csv"))
+    pods = load_pods(trace(ALIBABA, "openb_pod_list_gpushare40.csv"))
     a, b = arrival_order(pods, nodes.gpu_capacity, 42), arrival_order(pods, nodes.gpu_capacity, 42)
     assert a == b and a != arrival_order(pods, nodes.gpu_capacity, 43)
     requested = sum(int(pods.num_gpu[i] * pods.gpu_milli[i]) for i in a)
@@ -80,8 +80,8 @@ PUBLISHED_100 = {"random": 84.86, "best-fit": 91.44}  # gpushare40, arrived 100 
 
 @pytest.mark.parametrize("policy", sorted(PUBLISHED_100))
 def test_published_baselines_are_reproduced(policy: str) -> None:
-    nodes = load_nodes(TRACE / "openb_node_list_gpu_node.csv")
-    pods = load_pods(TRACE / "openb_pod_list_gpushare40.csv")
+    nodes = load_nodes(trace(ALIBABA, "openb_node_list_gpu_node.csv"))
+    pods = load_pods(trace(ALIBABA, "openb_pod_list_gpushare40.csv"))
     mean = statistics.fmean(run_fill(nodes, pods, policy, s).ratio_at[100] for s in range(42, 52))
     assert abs(mean - PUBLISHED_100[policy]) < 0.5, mean
 

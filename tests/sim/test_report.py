@@ -14,7 +14,7 @@ from gpucarve.sim.metrics import timelines
 from gpucarve.sim.report import cdf, line_chart
 from gpucarve.sim.runner import Simulator
 from tests.engine.builders import policy, pool, queue, workload
-from tests.paths import EXAMPLES
+from tests.paths import BUILTIN
 
 VOID = {"meta", "br", "img", "input", "link", "hr"}
 
@@ -47,7 +47,7 @@ def test_report_is_valid_html_with_plots(tmp_path: Path) -> None:
     args = [
         "simulate",
         "--policy",
-        str(EXAMPLES / "three-teams.yaml"),
+        str(BUILTIN / "three-teams.yaml"),
         "--days",
         "0.4",
         "--out",

@@ -7,19 +7,17 @@ import csv
 import pytest
 
 from gpucarve.sim import slowdown
-from tests.paths import SHARED
-
-LUCID = SHARED / "traces" / "lucid-colocation"
+from tests.paths import trace
 
 
 def lucid_points() -> list[tuple[float, float]]:
-    with (LUCID / "single_data.csv").open() as fh:
+    with trace("lucid-colocation", "single_data.csv").open() as fh:
         util = {
             (r["model"], r["dataset"], r["batchsize"], r["amp"]): float(r["gpu_util"])
             for r in csv.DictReader(fh)
         }
     points = []
-    with (LUCID / "colocate_info.csv").open() as fh:
+    with trace("lucid-colocation", "colocate_info.csv").open() as fh:
         for r in csv.DictReader(fh):
             u = util[(r["model1"], r["dataset1"], r["batchsize1"], r["amp1"])]
             u += util[(r["model2"], r["dataset2"], r["batchsize2"], r["amp2"])]

@@ -10,21 +10,21 @@ from gpucarve.config.policy_build import load_policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.workload import GpuKind
 from gpucarve.sim.trace_io import CSV_COLUMNS, load_trace
-from tests.paths import EXAMPLES
+from tests.paths import BUILTIN
 
-POLICY = load_policy(EXAMPLES / "three-teams.yaml").policy
+POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
 HEADER = ",".join(CSV_COLUMNS) + "\n"
 
 
 def test_example_traces_load() -> None:
-    csv_trace = load_trace(EXAMPLES / "traces" / "three-teams-small.csv", POLICY)
+    csv_trace = load_trace(BUILTIN / "traces" / "three-teams-small.csv", POLICY)
     assert len(csv_trace.workloads) == 7
     kinds = {w.id: w.pod_sets[0].gpu.kind for w in csv_trace.workloads}
     assert kinds["serving/ranker"] is GpuKind.MIG
     assert kinds["notebooks/nb-alice"] is GpuKind.FRACTION
     assert kinds["notebooks/nb-bob"] is GpuKind.SHARED
     assert csv_trace.utilisation["research/pretrain"] == 95.0
-    jsonl = load_trace(EXAMPLES / "traces" / "three-teams-small.jsonl", POLICY)
+    jsonl = load_trace(BUILTIN / "traces" / "three-teams-small.jsonl", POLICY)
     assert [w.id for w in jsonl.workloads] == [
         "research/pretrain",
         "serving/ranker",

@@ -7,7 +7,14 @@ from pathlib import Path
 from gpucarve.config.policy_build import load_policy
 from gpucarve.kube.nodes import KWOK_ANNOTATION, node_manifests
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "src"
+    / "gpucarve"
+    / "data"
+    / "examples"
+    / "three-teams.yaml"
+)
 
 
 def test_every_slice_of_the_policy_is_advertised_once() -> None:

@@ -11,7 +11,14 @@ from gpucarve.config.policy_build import load_policy
 from gpucarve.core.workload import GpuKind
 from gpucarve.kube.pods import pending_workloads
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "src"
+    / "gpucarve"
+    / "data"
+    / "examples"
+    / "three-teams.yaml"
+)
 EPOCH = datetime(2026, 11, 29, tzinfo=UTC)
 
 

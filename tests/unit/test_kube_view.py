@@ -16,7 +16,14 @@ from gpucarve.kube.inventory import MISMATCH_TAINT, build_inventory
 from gpucarve.kube.nodes import node_manifests
 from gpucarve.kube.view import ASSIGNMENT, build_view
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "src"
+    / "gpucarve"
+    / "data"
+    / "examples"
+    / "three-teams.yaml"
+)
 EPOCH = datetime(2026, 11, 29, tzinfo=UTC)
 POLICY = load_policy(EXAMPLE, []).policy
 TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]

@@ -13,7 +13,14 @@ from gpucarve.config.policy_build import load_policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.render.migparted import mig_parted_config
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "src"
+    / "gpucarve"
+    / "data"
+    / "examples"
+    / "three-teams.yaml"
+)
 A100_80 = ["0x20B210DE", "0x20B510DE"]
 A100_40 = ["0x20B010DE"]
 

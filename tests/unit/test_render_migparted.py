@@ -14,7 +14,14 @@ from gpucarve.config.policy_build import build_policy, load_policy
 from gpucarve.core.mig import place
 from gpucarve.render.migparted import mig_parted_config
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "three-teams.yaml"
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "src"
+    / "gpucarve"
+    / "data"
+    / "examples"
+    / "three-teams.yaml"
+)
 
 
 def test_example_renders_one_config_per_mig_capable_pool() -> None:

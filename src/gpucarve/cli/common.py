@@ -11,6 +11,7 @@ from rich.text import Text
 
 from gpucarve.cli.output import Exit, console, print_problems
 from gpucarve.config.catalog_file import load_catalog
+from gpucarve.config.examples import POLICY, example_path
 from gpucarve.config.policy_build import LoadedPolicy, load_policy
 from gpucarve.core.catalog import AmbiguousModel, Catalog, GpuModel, UnknownModel
 from gpucarve.core.problems import InvalidInput
@@ -48,6 +49,26 @@ def model_or_exit(catalog: Catalog, name: str) -> GpuModel:
         hint = f"did you mean {' or '.join(exc.suggestions)}? " if exc.suggestions else ""
         err.print(Text(f"fix: {hint}`gpucarve catalog list` shows every model"))
     raise typer.Exit(Exit.INVALID)
+
+
+OptionalPolicyFile = Annotated[
+    Path | None,
+    typer.Argument(
+        help="Policy YAML file (default: the built-in three-team example).", show_default=False
+    ),
+]
+
+
+def policy_file(path: Path | None) -> Path:
+    """The user's policy, or the built-in example (said on stderr, so output stays clean)."""
+    if path is not None:
+        return path
+    console(stderr=True).print(
+        Text(
+            "using the built-in example policy; `gpucarve init` writes it out to edit", style="dim"
+        )
+    )
+    return example_path(POLICY)
 
 
 def policy_or_exit(path: Path, catalog: list[Path] | None) -> LoadedPolicy:

@@ -16,6 +16,7 @@ from gpucarve.cli import (
     bench_cmd,
     devcluster_cmd,
     import_cmd,
+    init_cmd,
     mig_cmd,
     plan_cmd,
     policy_cmd,
@@ -33,6 +34,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.command("init")(init_cmd.init)
 app.command("validate")(policy_cmd.validate)
 app.command("plan")(plan_cmd.plan)
 app.command("simulate")(simulate_cmd.simulate)

@@ -12,8 +12,15 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from gpucarve.cli.common import CatalogOption, fail, policy_or_exit
-from gpucarve.cli.output import console
+from gpucarve.cli.common import (
+    CatalogOption,
+    OptionalPolicyFile,
+    fail,
+    policy_file,
+    policy_or_exit,
+)
+from gpucarve.cli.output import Exit, console
+from gpucarve.config.examples import WORKLOADS, example_path
 from gpucarve.config.workload_spec import build_workloads
 from gpucarve.config.yaml_source import read_yaml
 from gpucarve.core.cluster import build_cluster
@@ -73,20 +80,31 @@ def _as_json(result: CycleResult) -> str:
 
 
 def plan(
-    policy: Annotated[Path, typer.Argument(help="Policy YAML file.", show_default=False)],
+    policy: OptionalPolicyFile = None,
     workloads: Annotated[
-        Path,
-        typer.Argument(help="Workloads YAML file (a list, or `workloads:`).", show_default=False),
-    ],
+        Path | None,
+        typer.Argument(
+            help="Workloads YAML file (a list, or `workloads:`); default: the built-in "
+            "example's, with the built-in policy.",
+            show_default=False,
+        ),
+    ] = None,
     now: Annotated[int, typer.Option(help="Clock for the cycle, in seconds.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     catalog: CatalogOption = None,
 ) -> None:
     """Admit and place WORKLOADS on the empty cluster of POLICY in one cycle; say why each
     workload that stays pending does."""
-    loaded = policy_or_exit(policy, catalog)
+    if workloads is None:
+        if policy is not None:
+            console(stderr=True).print(
+                Text(f"plan {policy}: which workloads? fix: pass a WORKLOADS file", style="red")
+            )
+            raise typer.Exit(Exit.INVALID)
+        workloads = example_path(WORKLOADS)
+    loaded = policy_or_exit(policy_file(policy), catalog)
     try:
-        doc = read_yaml(workloads)
+        doc = read_yaml(workloads, "a workloads YAML file")
         items, prefix = _items(doc.data, doc.source)
         try:
             ws = build_workloads(items, loaded.policy, doc.source, prefix)

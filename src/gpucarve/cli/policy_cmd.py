@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from gpucarve.cli.common import CatalogOption, policy_or_exit
+from gpucarve.cli.common import CatalogOption, OptionalPolicyFile, policy_file, policy_or_exit
 from gpucarve.cli.output import Exit, console, print_problems, print_problems_json
 from gpucarve.config.policy_build import load_policy
 from gpucarve.config.policy_model import policy_json_schema
@@ -24,8 +23,6 @@ HOURS_PER_MONTH = 730
 policy_app = typer.Typer(help="The policy file format.", no_args_is_help=True)
 cluster_app = typer.Typer(help="The cluster a policy describes.", no_args_is_help=True)
 
-PolicyFile = Annotated[Path, typer.Argument(help="Policy YAML file.", show_default=False)]
-
 
 class Format(StrEnum):
     text = "text"
@@ -33,7 +30,7 @@ class Format(StrEnum):
 
 
 def validate(
-    file: PolicyFile,
+    file: OptionalPolicyFile = None,
     catalog: CatalogOption = None,
     output: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.text,
 ) -> None:
@@ -42,6 +39,7 @@ def validate(
     Exit 0 when valid (warnings allowed), 2 when it has errors.
     """
     out = console()
+    file = policy_file(file)
     try:
         # catalog files are read here too: their errors are reported like the policy's
         loaded = load_policy(file, catalog or [])
@@ -88,9 +86,9 @@ def _money(v: float | None) -> str:
 
 
 @cluster_app.command("summary")
-def summary(file: PolicyFile, catalog: CatalogOption = None) -> None:
+def summary(file: OptionalPolicyFile = None, catalog: CatalogOption = None) -> None:
     """Print the pools, GPUs, slices per flavor and hourly price of a policy's cluster."""
-    loaded = policy_or_exit(file, catalog)
+    loaded = policy_or_exit(policy_file(file), catalog)
     p = loaded.policy
     state = build_cluster(p)
     out = console()

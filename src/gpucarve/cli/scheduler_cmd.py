@@ -70,6 +70,14 @@ def scheduler(
         typer.Option("--mig-timeout", min=1, help="Seconds a MIG change may take."),
     ] = 900.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every cycle.")] = False,
+    check_invariants: Annotated[
+        bool,
+        typer.Option(
+            "--check-invariants",
+            help="Debug mode: check every rule on each cycle's decisions before acting; stop "
+            "at the first broken one instead of binding.",
+        ),
+    ] = False,
     catalog: CatalogOption = None,
 ) -> None:
     """Run the gpucarve scheduler: bind pending pods by the policy's quotas, gangs and
@@ -124,7 +132,8 @@ def scheduler(
             return
         elector.keep_renewing(stop)
     mig = HandoffConfig(namespace, cm_name, mig_propagation, mig_timeout)
-    sched = Scheduler(client, loaded.policy, SchedulerConfig(name=name, mig=mig))
+    cfg = SchedulerConfig(name=name, mig=mig, check_invariants=check_invariants)
+    sched = Scheduler(client, loaded.policy, cfg)
     try:
         sched.run(stop, elector)
     except ApiError as err:

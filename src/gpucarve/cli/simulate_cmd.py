@@ -13,17 +13,23 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from gpucarve.cli.common import CatalogOption, fail, out_dir_or_exit, policy_or_exit
+from gpucarve.cli.common import (
+    CatalogOption,
+    fail,
+    out_dir_or_exit,
+    policy_file,
+    policy_or_exit,
+)
 from gpucarve.cli.output import Exit, console
-from gpucarve.core.problems import InvalidInput
+from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.sim import report
 from gpucarve.sim.baselines import POLICIES
 from gpucarve.sim.metrics import is_dev, summarize, timelines
+from gpucarve.sim.policy_scenario import is_three_teams, scenario_for
+from gpucarve.sim.records import SimConfig
 from gpucarve.sim.runner import Simulator
-from gpucarve.sim.synthetic import DAY, generate, three_teams
+from gpucarve.sim.synthetic import DAY, generate
 from gpucarve.sim.trace_io import load_trace
-
-DEFAULT_POLICY = Path("examples/three-teams.yaml")
 
 
 def _hours(seconds: float) -> str:
@@ -152,7 +158,10 @@ def _verdict(results: dict[str, dict[str, Any]]) -> str:
 
 
 def simulate(
-    policy: Annotated[Path, typer.Option("--policy", help="Policy YAML file.")] = DEFAULT_POLICY,
+    policy: Annotated[
+        Path | None,
+        typer.Option("--policy", help="Policy YAML file (default: the built-in example)."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic trace.")] = 42,
     days: Annotated[
         float, typer.Option(help="Days of arrivals to generate.", min=0.01, max=60)
@@ -185,13 +194,21 @@ def simulate(
         list[str] | None,
         typer.Option("--compare", help="Policies to run: kube-default, static-quota, gpucarve."),
     ] = None,
+    check_invariants: Annotated[
+        bool,
+        typer.Option(
+            "--check-invariants",
+            help="After every cycle check every rule (no slice twice, quotas and cohort limits, "
+            "whole gangs, evictions only as allowed, shared memory); stop at the first broken.",
+        ),
+    ] = False,
     catalog: CatalogOption = None,
 ) -> None:
     """Replay a seeded three-team synthetic workload on POLICY under kube-default,
     static-quota and gpucarve, and compare allocation, SM utilisation, waits, dev time to first
     GPU, gang first-try success, GPU-hours held by incomplete gangs, preemptions and cost per
     team."""
-    loaded = policy_or_exit(policy, catalog)
+    loaded = policy_or_exit(policy_file(policy), catalog)
     if out is not None:
         out_dir_or_exit(out, "--out")
     names = policies or list(POLICIES)
@@ -201,6 +218,7 @@ def simulate(
             Text(f"unknown policy {', '.join(unknown)}; use {', '.join(POLICIES)}", style="red")
         )
         raise typer.Exit(Exit.INVALID)
+    case_study = False
     try:
         if trace_file is not None:
             loaded_trace = load_trace(trace_file, loaded.policy, lenient)
@@ -210,7 +228,20 @@ def simulate(
                     Text(f"{trace_file}: skipped {loaded_trace.skipped} bad rows", style="yellow")
                 )
         else:
-            scenario = three_teams(days)
+            scenario = scenario_for(loaded.policy, days)
+            case_study = is_three_teams(scenario)
+            if not scenario.teams:
+                raise InvalidInput(
+                    str(policy or "the policy"),
+                    [
+                        Problem(
+                            ("queues",),
+                            "nothing-to-simulate",
+                            "no queue has nominal quota, so no synthetic work can be made",
+                            "add queues with quota, or replay a trace with --trace",
+                        )
+                    ],
+                )
             if load != 1.0:
                 teams = tuple(
                     dataclasses.replace(t, arrivals_per_hour=t.arrivals_per_hour * load)
@@ -219,6 +250,18 @@ def simulate(
                 scenario = dataclasses.replace(scenario, teams=teams)
             trace = generate(loaded.policy, scenario, seed)
             workloads, utilisation = trace.workloads, trace.utilisation
+            if not workloads:
+                raise InvalidInput(
+                    str(policy or "the policy"),
+                    [
+                        Problem(
+                            (),
+                            "nothing-to-simulate",
+                            f"{days:g} days of the synthetic scenario hold no arrival",
+                            "simulate more --days, or a higher --load",
+                        )
+                    ],
+                )
     except InvalidInput as exc:
         fail(exc)
     err = console(stderr=True)
@@ -231,7 +274,8 @@ def simulate(
     series: dict[str, dict[str, Any]] = {}
     for name in names:
         make_policy, make_workloads = POLICIES[name]
-        sim = Simulator(make_policy(loaded.policy), make_workloads(workloads), utilisation)
+        config = SimConfig(check_invariants=check_invariants)
+        sim = Simulator(make_policy(loaded.policy), make_workloads(workloads), utilisation, config)
         with Progress(
             TextColumn(f"simulating {name}"),
             BarColumn(),
@@ -259,7 +303,7 @@ def simulate(
             json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
         )
         verdict = _verdict(results) if {"kube-default", "gpucarve"} <= set(results) else ""
-        if verdict and trace_file is None:
+        if verdict and case_study:
             verdict += ". " + case_study_line(results)
         rows = [(label, [fmt(results[n]) for n in names]) for label, fmt in ROWS]
         page = report.render(
@@ -288,5 +332,5 @@ def simulate(
         c.print(table)
     if "kube-default" in results and "gpucarve" in results:
         c.print(Text(_verdict(results)))
-        if trace_file is None:
+        if case_study:
             c.print(Text(case_study_line(results)))

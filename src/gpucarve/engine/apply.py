@@ -18,6 +18,7 @@ from gpucarve.core.cluster import Allocation, Slice
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.invariants import InvariantViolation
 
 
 def apply_in(
@@ -46,7 +47,10 @@ def apply_in(
         for pod in adm.pods:
             for i, sid in enumerate(pod.slice_ids):
                 s = slices[sid]
-                assert sid not in allocations, f"{sid} allocated twice"
+                if sid in allocations:  # a real check: `assert` is gone under python -O
+                    raise InvariantViolation(
+                        f"{sid} allocated twice: to {allocations[sid].owner} and to {pod.pod}"
+                    )
                 mem = s.memory_mib
                 if pod.shared_memory_mib:
                     # A pod's replicas share one GPU: its declared memory is booked once, on

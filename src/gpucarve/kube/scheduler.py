@@ -30,8 +30,10 @@ from typing import Any
 
 from gpucarve.core.cluster import RECONFIGURING
 from gpucarve.core.policy import Policy
+from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.engine import Engine
+from gpucarve.engine.invariants import check_step
 from gpucarve.kube.client import ApiError, Client, rfc3339
 from gpucarve.kube.crds import GROUP, VERSION
 from gpucarve.kube.events import post_event
@@ -53,6 +55,9 @@ class SchedulerConfig:
     settle_s: float = 0.05  # let a burst of changes arrive before a cycle
     bind_workers: int = 16
     mig: HandoffConfig = field(default_factory=HandoffConfig)
+    # Debug mode: check every rule on each cycle's decisions before acting on any of them
+    # (engine.invariants); a broken rule stops the scheduler instead of binding.
+    check_invariants: bool = False
 
 
 @dataclass
@@ -194,6 +199,8 @@ class Scheduler:
         now = int((self.clock() - self.epoch).total_seconds())
         result = self.engine.run_cycle(snapshot, now)
         self.cycles += 1
+        if self.cfg.check_invariants:
+            check_step(snapshot, result, apply(snapshot, result))
         report = CycleReport(now)
         self._evict(view, result, report)
         self._bind(view, result, report)

@@ -28,6 +28,9 @@ class SimConfig:
     # manager creates them; NVIDIA's tools take tens of seconds to minutes per GPU).
     mig_reconfigure_s: int = 60
     max_cycles: int = 1_000_000
+    # After every cycle, check every rule (engine.invariants) and stop at the first broken one:
+    # costs a walk over the cluster per cycle, so it is for CI and debugging.
+    check_invariants: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine import CycleResult, Engine
 from gpucarve.engine.apply import apply_in, derive, finish_in
+from gpucarve.engine.invariants import check_step
 from gpucarve.sim import slowdown
 from gpucarve.sim.fragmentation import FragmentationProbe
 from gpucarve.sim.records import Interval, SimConfig, SimResult
@@ -182,9 +183,12 @@ class Simulator:
             stalled = False
             mig_later = False
             if self.snapshot.pending or self.holding:
-                result = self.engine.run_cycle(self.snapshot, now)
+                before = self.snapshot
+                result = self.engine.run_cycle(before, now)
                 cycles += 1
                 self._apply(result, now)
+                if self.config.check_invariants:
+                    check_step(before, result, self.snapshot)
                 stalled = not (result.admissions or result.evictions or result.repartitions)
                 mig_later = self._mig_may_change(result, now)
                 if progress is not None:

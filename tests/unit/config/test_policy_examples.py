@@ -12,7 +12,7 @@ import pytest
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.policy import SharingMode
 from gpucarve.core.problems import InvalidInput, Severity
-from tests.paths import EXAMPLES
+from tests.paths import BUILTIN, EXAMPLES
 
 INVALID = sorted((EXAMPLES / "invalid").glob("*.yaml"))
 
@@ -26,7 +26,7 @@ def expectation(path: Path) -> dict[str, str]:
 
 
 def test_three_teams_example_is_valid() -> None:
-    loaded = load_policy(EXAMPLES / "three-teams.yaml")
+    loaded = load_policy(BUILTIN / "three-teams.yaml")
     p = loaded.policy
     assert loaded.warnings == ()
     assert [pool.name for pool in p.pools] == ["training", "production", "dev"]

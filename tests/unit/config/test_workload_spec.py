@@ -11,9 +11,9 @@ from gpucarve.config.policy_build import load_policy
 from gpucarve.config.workload_spec import build_workload, build_workloads
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.workload import GpuKind
-from tests.paths import EXAMPLES
+from tests.paths import BUILTIN
 
-POLICY = load_policy(EXAMPLES / "three-teams.yaml").policy
+POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
 
 BASE: dict[str, Any] = {
     "name": "job",

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.cluster import AllocationError, ClusterState, build_cluster
 from gpucarve.core.policy import SliceKind
-from tests.paths import EXAMPLES
+from tests.paths import BUILTIN
 
 
 @pytest.fixture(scope="module")
 def state() -> ClusterState:
-    return build_cluster(load_policy(EXAMPLES / "three-teams.yaml").policy)
+    return build_cluster(load_policy(BUILTIN / "three-teams.yaml").policy)
 
 
 def test_nodes_gpus_and_slices(state: ClusterState) -> None:

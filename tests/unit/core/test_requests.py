@@ -8,9 +8,9 @@ from gpucarve.config.policy_build import load_policy
 from gpucarve.core.quantity import QuantityError, cpu_milli, memory_mib, whole_count
 from gpucarve.core.requests import candidate_flavors, charge_milli, gpu_memory_of, slices_per_pod
 from gpucarve.core.workload import GpuKind, GpuRequest
-from tests.paths import EXAMPLES
+from tests.paths import BUILTIN
 
-POLICY = load_policy(EXAMPLES / "three-teams.yaml").policy
+POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
 
 
 def charge(flavor: str) -> int:

@@ -1,0 +1,153 @@
+"""What must hold after every cycle, as a check drivers run (not only tests).
+
+`step_violations(before, result, after)` lists, in words, every broken rule: a slice held
+twice or by the wrong pod, shared memory beyond a GPU's, a queue beyond its nominal quota plus
+borrowing limit, a cohort lending more than its members own, a gang admitted with fewer pods
+than its minimum, an eviction of work that is not preemptible, too young, or not the victim
+the rule allows (same queue and lower priority for preemption; another queue of the cohort
+that borrows, for reclaim). `gpucarve simulate --check-invariants` and the scheduler's debug
+mode call it after each cycle and stop at the first violation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from gpucarve.core.policy import Policy
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.engine.decisions import Cause, CycleResult
+
+
+class InvariantViolation(RuntimeError):
+    """The engine or a driver broke a rule it must keep: a bug, never the user's input."""
+
+
+def _usage(s: Snapshot) -> Counter[tuple[str, str]]:
+    usage: Counter[tuple[str, str]] = Counter()
+    for rw in s.running:
+        for pod in rw.pods:
+            if pod.flavor:
+                usage[(rw.workload.queue, pod.flavor)] += len(pod.slice_ids)
+    return usage
+
+
+def _quota(p: Policy, after: Snapshot) -> list[str]:
+    out: list[str] = []
+    usage = _usage(after)
+    lent: Counter[tuple[str, str]] = Counter()
+    lendable: Counter[tuple[str, str]] = Counter()
+    for q in p.queues:
+        for quota in q.quotas:
+            used = usage[(q.name, quota.flavor)]
+            can_lend = quota.nominal if quota.lending_limit is None else quota.lending_limit
+            if q.cohort is None:
+                if used > quota.nominal:
+                    out.append(
+                        f"queue {q.name} uses {used} {quota.flavor}, nominal {quota.nominal}"
+                    )
+                continue
+            limit = quota.borrowing_limit
+            if limit is not None and used > quota.nominal + limit:
+                out.append(
+                    f"queue {q.name} uses {used} {quota.flavor}, beyond nominal "
+                    f"{quota.nominal} + borrowing limit {limit}"
+                )
+            lent[(q.cohort, quota.flavor)] += max(0, used - (quota.nominal - can_lend))
+            lendable[(q.cohort, quota.flavor)] += can_lend
+    for (cohort, flavor), used in sorted(lent.items()):
+        if used > lendable[(cohort, flavor)]:
+            out.append(
+                f"cohort {cohort} lends {used} {flavor}, its queues lend only "
+                f"{lendable[(cohort, flavor)]}"
+            )
+    return out
+
+
+def _gangs(before: Snapshot, result: CycleResult) -> list[str]:
+    if not before.policy.scheduling.gang:
+        return []  # without gangs, pods are placed one by one on purpose (baselines)
+    out: list[str] = []
+    pending = {w.id: w for w in before.pending}
+    for adm in result.admissions:
+        w = pending.get(adm.workload)
+        if w is None:
+            out.append(f"{adm.workload} admitted but it was not pending")
+            continue
+        per = Counter(pod.pod_set for pod in adm.pods)
+        for ps in w.pod_sets:
+            if not ps.min_count <= per[ps.name] <= ps.count:
+                out.append(
+                    f"{w.id} admitted with {per[ps.name]} pods of {ps.name}, "
+                    f"needs {ps.min_count}..{ps.count}"
+                )
+    return out
+
+
+def _borrowed_when_evicted(
+    before: Snapshot, result: CycleResult, queue: str, flavors: set[str], by: str
+) -> bool:
+    """Did `queue` use more than its nominal quota of one of `flavors` when the admission of
+    `by` reclaimed from it? Its usage before the cycle plus what the cycle admitted for it
+    before that admission."""
+    q = before.policy.queue(queue)
+    usage = _usage(before)
+    at = next((i for i, a in enumerate(result.admissions) if a.workload == by), 0)
+    for a in result.admissions[:at]:
+        if a.queue == queue:
+            for f, n in a.charged:
+                usage[(queue, f)] += n
+    nominal = {f: quota.nominal for f in flavors if (quota := q.quota(f)) is not None}
+    return any(usage[(queue, f)] > nominal.get(f, 0) for f in flavors)
+
+
+def _evictions(before: Snapshot, result: CycleResult) -> list[str]:
+    p = before.policy
+    out: list[str] = []
+    was_running = {rw.workload.id: rw for rw in before.running}
+    by_id = {w.id: w for w in before.pending}
+    by_id.update((k, rw.workload) for k, rw in was_running.items())
+    for ev in result.evictions:
+        victim = was_running.get(ev.workload)
+        winner = by_id.get(ev.by)
+        if victim is None or winner is None:
+            out.append(f"eviction of {ev.workload} by {ev.by}: one of them is unknown")
+            continue
+        w = victim.workload
+        if not w.preemptible:
+            out.append(f"{w.id} evicted but it is not preemptible")
+        if result.now - victim.start_time < p.scheduling.min_runtime_s:
+            out.append(f"{w.id} evicted after {result.now - victim.start_time} s, too young")
+        if ev.cause is Cause.PREEMPT:
+            if winner.queue != w.queue or winner.priority <= w.priority:
+                out.append(f"{w.id} preempted by {winner.id}, not a higher priority of its queue")
+            continue
+        vq, wq = p.queue(w.queue), p.queue(winner.queue)
+        if winner.queue == w.queue or vq.cohort is None or vq.cohort != wq.cohort:
+            out.append(f"{w.id} reclaimed by {winner.id}, not another queue of its cohort")
+            continue
+        flavors = {pod.flavor for pod in victim.pods if pod.flavor}
+        withdrawn = any(
+            pd.workload.startswith(vq.name + "/") and "admission withdrawn" in pd.reason.message
+            for pd in result.pending
+        )  # an admission of that queue that reclaim later withdrew is not in the result
+        if not withdrawn and not _borrowed_when_evicted(before, result, vq.name, flavors, ev.by):
+            out.append(f"{w.id} reclaimed by {winner.id} although {vq.name} did not borrow")
+    return out
+
+
+def step_violations(before: Snapshot, result: CycleResult, after: Snapshot) -> list[str]:
+    """Every rule the cycle from `before` to `after` broke; empty when all hold."""
+    return [
+        *after.check(),
+        *_quota(before.policy, after),
+        *_gangs(before, result),
+        *_evictions(before, result),
+    ]
+
+
+def check_step(before: Snapshot, result: CycleResult, after: Snapshot) -> None:
+    """Raise `InvariantViolation` naming the time and every broken rule."""
+    broken = step_violations(before, result, after)
+    if broken:
+        shown = "; ".join(broken[:5]) + (f"; and {len(broken) - 5} more" if len(broken) > 5 else "")
+        raise InvariantViolation(f"cycle at t={result.now}: {shown}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gpucarve.config.catalog_file import packaged_catalog
@@ -23,6 +23,7 @@ from gpucarve.engine import Engine, run_cycle
 from gpucarve.engine.apply import apply, finish
 from gpucarve.engine.invariants import step_violations
 from tests.engine.builders import policy, pool, snapshot, workload
+from tests.fuzz.budget import fuzz_settings
 
 CLASSES = [
     {"name": "p0", "value": 0, "preemptible": True, "default": True},
@@ -35,17 +36,18 @@ LAYOUTS = mig.maximal_layouts(A100)
 
 
 @st.composite
-def clusters(draw: st.DrawFn, cohort: bool | None = None) -> Policy:
+def clusters(draw: st.DrawFn, cohort: bool | None = None, big: bool = False) -> Policy:
+    """A random policy; `big`: tens of nodes per pool instead of one to three."""
     pools: list[dict[str, Any]] = []
     if draw(st.booleans()):
-        nodes = draw(st.integers(1, 3))
+        nodes = draw(st.integers(8, 40) if big else st.integers(1, 3))
         pools.append(
             pool(
                 "h",
                 "H100-SXM5-80GB",
                 nodes,
                 draw(st.sampled_from([2, 4, 8])),
-                topology={"nodesPerRack": min(2, nodes), "nodesPerNvlinkDomain": 1},
+                topology={"nodesPerRack": min(4 if big else 2, nodes), "nodesPerNvlinkDomain": 1},
             )
         )
     if draw(st.booleans()):
@@ -54,7 +56,7 @@ def clusters(draw: st.DrawFn, cohort: bool | None = None) -> Policy:
             pool(
                 "m",
                 "A100-80GB",
-                draw(st.integers(1, 2)),
+                draw(st.integers(4, 16) if big else st.integers(1, 2)),
                 draw(st.integers(1, 2)),
                 "mig",
                 mig={"layout": layout},
@@ -65,7 +67,7 @@ def clusters(draw: st.DrawFn, cohort: bool | None = None) -> Policy:
             pool(
                 "s",
                 "L40S",
-                draw(st.integers(1, 2)),
+                draw(st.integers(4, 12) if big else st.integers(1, 2)),
                 1,
                 "time-slicing",
                 replicas=draw(st.integers(2, 8)),
@@ -103,12 +105,12 @@ def clusters(draw: st.DrawFn, cohort: bool | None = None) -> Policy:
     )
 
 
-def random_workload(draw: st.DrawFn, p: Policy, i: int, t: int) -> Workload:
+def random_workload(draw: st.DrawFn, p: Policy, i: int, t: int, max_pods: int = 3) -> Workload:
     kinds = []
     for f in p.flavors.values():
         kinds.append(f.kind.value if f.kind.value != "mig" else f"mig:{f.profile}")
     kind = draw(st.sampled_from(sorted(set(kinds))))
-    pods = draw(st.integers(1, 3))
+    pods = draw(st.integers(1, max_pods))
     kw: dict[str, Any] = {
         "pods": pods,
         "min_pods": draw(st.integers(1, pods)),
@@ -132,7 +134,7 @@ def check_step(before: Snapshot, result: Any, after: Snapshot) -> None:
     assert step_violations(before, result, after) == []
 
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = fuzz_settings(60)
 
 
 @SETTINGS
@@ -212,3 +214,25 @@ def test_reclaim_in_a_cohort_keeps_every_invariant(data: st.DataObject) -> None:
         after = apply(s, result)
         check_step(s, result, after)
         s = after
+
+
+@fuzz_settings(12)
+@given(data=st.data())
+def test_random_streams_on_clusters_of_tens_of_nodes(data: st.DataObject) -> None:
+    p = data.draw(clusters(big=True))
+    engine = Engine()
+    s = snapshot(p)
+    n = 0
+    for step in range(data.draw(st.integers(2, 5))):
+        now = step * 200
+        count = data.draw(st.integers(0, 20))
+        new = [random_workload(data.draw, p, n + i, now, max_pods=8) for i in range(count)]
+        n += len(new)
+        s = Snapshot(p, s.cluster, s.running, (*s.pending, *new), s.delta_with())
+        result = engine.run_cycle(s, now)
+        after = apply(s, result)
+        check_step(s, result, after)
+        s = after
+        for rw in list(s.running):
+            if data.draw(st.integers(0, 2)) == 0:
+                s = finish(s, rw.workload.id)

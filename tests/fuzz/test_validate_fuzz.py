@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -17,6 +17,7 @@ from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.config.policy_build import build_policy
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.problems import InvalidInput
+from tests.fuzz.budget import fuzz_settings
 from tests.paths import BUILTIN
 
 runner = CliRunner()
@@ -60,9 +61,7 @@ values = st.recursive(
     max_leaves=12,
 )
 
-FUZZ = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+FUZZ = fuzz_settings(150)
 
 
 def check(tmp_path: Path, text: str) -> None:

@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, policy_or_exit
-from gpucarve.cli.output import Exit, console
+from gpucarve.cli.output import Exit, console, print_problems
+from gpucarve.core.problems import InvalidInput
 from gpucarve.kube.client import ApiError, Client, object_path
 from gpucarve.kube.crds import GROUP, VERSION, crd_manifests
 from gpucarve.kube.objects import policy_objects, queue_summary
@@ -25,6 +26,12 @@ KubeconfigOption = Annotated[
 def client_or_exit(kubeconfig: Path | None) -> Client:
     try:
         return Client.from_kubeconfig(kubeconfig)
+    except InvalidInput as exc:
+        err = console(stderr=True)
+        print_problems(exc.source, exc.problems, err)
+        err.print(Text(f"cannot use the kubeconfig {exc.source}: it is not YAML gpucarve reads"))
+        err.print(Text("fix: pass --kubeconfig with a file that has a current context"))
+        raise typer.Exit(Exit.INVALID) from None
     except (OSError, KeyError, StopIteration, TypeError, AttributeError, yaml.YAMLError) as exc:
         where = kubeconfig or "$KUBECONFIG / ~/.kube/config"
         reason = "no such file" if isinstance(exc, FileNotFoundError) else "not a usable kubeconfig"

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
+from gpucarve.config.yaml_source import read_yaml
 
 FIELD_MANAGER = "gpucarve"
 RETRIES = 4
@@ -44,7 +44,8 @@ class Client:
     @classmethod
     def from_kubeconfig(cls, path: str | Path | None = None) -> Client:
         path = Path(path or os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config")
-        doc = yaml.safe_load(path.read_text())
+        # the same guarded reader as policies: no alias bombs, no endless nesting
+        doc = read_yaml(path, "a kubeconfig").data
         ctx_name = doc.get("current-context")
         ctx = next(c["context"] for c in doc["contexts"] if c["name"] == ctx_name)
         cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == ctx["cluster"])

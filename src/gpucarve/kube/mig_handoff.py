@@ -43,7 +43,9 @@ from typing import Any
 
 import yaml
 
+from gpucarve.config.yaml_source import parse_yaml
 from gpucarve.core.policy import Policy, Pool
+from gpucarve.core.problems import InvalidInput
 from gpucarve.engine.decisions import Repartition
 from gpucarve.kube.client import ApiError, Client, rfc3339
 from gpucarve.kube.events import post_event
@@ -183,7 +185,11 @@ class MigHandoff:
         if cm is not None:
             raw = (cm.get("data") or {}).get(CONFIG_KEY)
             if raw:
-                loaded = yaml.safe_load(raw)
+                try:
+                    loaded = parse_yaml(raw, path).data
+                except InvalidInput as exc:
+                    log.warning("%s: unreadable, rewritten: %s", path, exc.problems[0].message)
+                    loaded = None
                 if isinstance(loaded, dict):
                     doc = loaded
             if (doc.get("mig-configs") or {}).get(config) == entries:

@@ -342,3 +342,12 @@ def test_new_commands_answer_bad_paths_without_a_traceback(tmp_path: Path) -> No
     afile.write_text("")
     code, _, err = run("dev-cluster", "up", "--policy", THREE, "--dir", str(afile))
     assert code == 2 and "is a file, not a folder" in err
+
+
+def test_simulate_with_every_rule_checked_after_every_cycle(tmp_path: Path) -> None:
+    code, _, _ = run("simulate", "--days", "0.5", "--check-invariants", "--out", str(tmp_path))
+    assert code == 0
+    code, _, _ = run("simulate", "--days", "0.5", "--out", str(tmp_path / "plain"))
+    assert code == 0
+    checked = json.loads((tmp_path / "results.json").read_text())
+    assert checked == json.loads((tmp_path / "plain" / "results.json").read_text())

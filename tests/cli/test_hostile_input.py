@@ -509,3 +509,10 @@ def test_simulate_works_on_any_valid_policy(tmp_path: Path) -> None:
     assert rc == 0, err
     doc = json.loads((tmp_path / "o" / "results.json").read_text())
     assert doc["results"]["gpucarve"]["workloads"] > 0
+
+
+def test_import_alibaba_refuses_a_pod_list_without_pods(tmp_path: Path) -> None:
+    nodes = write(tmp_path, "n.csv", NODES_HEAD + "a,32000,65536,2,T4\n")
+    pods = write(tmp_path, "p.csv", PODS_HEAD)
+    rc, err = invoke("import", "alibaba", "--nodes", nodes, "--pods", pods, "--out", str(tmp_path))
+    assert rc == 2 and "[no-pods]" in err and "nothing to replay" in err

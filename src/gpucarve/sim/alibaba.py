@@ -175,6 +175,19 @@ def import_trace(
             str(nodes_path),
             [Problem((), "no-gpu-nodes", "no GPU node in the node list", "pass the GPU node list")],
         )
+    if not pods:
+        skipped = f" ({pod_rows.skipped} rows skipped)" if pod_rows.skipped else ""
+        raise InvalidInput(
+            str(pods_path),
+            [
+                Problem(
+                    (),
+                    "no-pods",
+                    f"no pod in the pod list{skipped}: there is nothing to replay",
+                    "pass the trace's pod list (openb_pod_list_*.csv)",
+                )
+            ],
+        )
     ids, extra, problems = _model_ids({n.model for n in nodes}, catalog, model_map or {})
     if problems:
         raise InvalidInput(str(nodes_path), problems)

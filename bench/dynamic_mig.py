@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import print_figures
 
 from gpucarve.config.catalog_file import packaged_catalog
+from gpucarve.config.examples import POLICY, example_path
 from gpucarve.config.policy_build import build_policy
 from gpucarve.core.policy import Pool
 from gpucarve.core.workload import GpuKind
@@ -38,7 +39,7 @@ from gpucarve.sim.records import SimConfig
 from gpucarve.sim.runner import Simulator
 from gpucarve.sim.synthetic import DAY, generate, three_teams
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "src/gpucarve/data/examples/three-teams.yaml"
+EXAMPLE = example_path(POLICY)
 POOL = "production"
 
 

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import print_figures
 
 from gpucarve.config.catalog_file import packaged_catalog
+from gpucarve.config.examples import POLICY, example_path
 from gpucarve.config.policy_build import build_policy
 from gpucarve.core.policy import Policy
 from gpucarve.sim.baselines import POLICIES
@@ -33,7 +34,7 @@ from gpucarve.sim.records import SimConfig
 from gpucarve.sim.runner import Simulator
 from gpucarve.sim.synthetic import Scenario, generate, three_teams
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "src/gpucarve/data/examples/three-teams.yaml"
+EXAMPLE = example_path(POLICY)
 
 
 def scaled_policy(scale: int) -> Policy:

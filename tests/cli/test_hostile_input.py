@@ -37,6 +37,12 @@ def alias_bomb(levels: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fill(tmp: Path, nodes: str, pods: str) -> list[str]:
+    """`bench fill` over a node list and a pod list given as rows."""
+    n, p = write(tmp, "n.csv", NODES_HEAD + nodes), write(tmp, "p.csv", PODS_HEAD + pods)
+    return ["bench", "fill", "--seeds", "1", "--nodes", n, "--pods", p]
+
+
 def write(tmp: Path, name: str, text: str | bytes) -> str:
     p = tmp / name
     if isinstance(text, bytes):
@@ -177,16 +183,7 @@ NUMBER_CASES: dict[str, tuple[Callable[[Path], list[str]], str, int | None]] = {
         2,
     ),
     "superscript in a node list": (
-        lambda t: [
-            "bench",
-            "fill",
-            "--seeds",
-            "1",
-            "--nodes",
-            write(t, "n.csv", NODES_HEAD + "a,6400²,1000,2,T4\n"),
-            "--pods",
-            write(t, "p.csv", PODS_HEAD + "p,100,100,1,1000,\n"),
-        ],
+        lambda t: fill(t, "a,6400²,1000,2,T4\n", "p,100,100,1,1000,\n"),
         "bad-row",
         2,
     ),
@@ -282,30 +279,12 @@ FILE_CASES: dict[str, tuple[Callable[[Path], list[str]], str, int | None]] = {
         1,
     ),
     "header-only node list": (
-        lambda t: [
-            "bench",
-            "fill",
-            "--seeds",
-            "1",
-            "--nodes",
-            write(t, "n.csv", NODES_HEAD),
-            "--pods",
-            write(t, "p.csv", PODS_HEAD + "p,100,100,1,1000,\n"),
-        ],
+        lambda t: fill(t, "", "p,100,100,1,1000,\n"),
         "nothing-to-fill",
         None,
     ),
     "a pod list with no GPU pod": (
-        lambda t: [
-            "bench",
-            "fill",
-            "--seeds",
-            "1",
-            "--nodes",
-            write(t, "n.csv", NODES_HEAD + "a,8000,1000,2,T4\n"),
-            "--pods",
-            write(t, "p.csv", PODS_HEAD + "p,100,100,0,0,\n"),
-        ],
+        lambda t: fill(t, "a,8000,1000,2,T4\n", "p,100,100,0,0,\n"),
         "nothing-to-fill",
         None,
     ),

@@ -11,16 +11,10 @@ from typer.testing import CliRunner
 from gpucarve.cli.main import app
 from gpucarve.kube.stack import ADMIN_USER, LocalStack
 from tests.integration.api import Api
+from tests.paths import BUILTIN
 
 pytestmark = pytest.mark.integration
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / "src"
-    / "gpucarve"
-    / "data"
-    / "examples"
-    / "three-teams.yaml"
-)
+EXAMPLE = BUILTIN / "three-teams.yaml"
 
 
 def test_apply_then_read_back(stack: LocalStack, admin: Api) -> None:

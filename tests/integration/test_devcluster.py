@@ -11,16 +11,10 @@ from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
 from tests.integration.api import Api, wait_for
+from tests.paths import BUILTIN
 
 pytestmark = pytest.mark.integration
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / "src"
-    / "gpucarve"
-    / "data"
-    / "examples"
-    / "three-teams.yaml"
-)
+EXAMPLE = BUILTIN / "three-teams.yaml"
 
 
 def test_up_creates_ready_gpu_nodes_and_down_stops_it(tmp_path: Path) -> None:

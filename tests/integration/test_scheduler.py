@@ -27,16 +27,10 @@ from tests.integration.kube_pods import (
     pods_in,
 )
 from tests.integration.stack_setup import populate, running
+from tests.paths import BUILTIN
 
 pytestmark = pytest.mark.integration
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / "src"
-    / "gpucarve"
-    / "data"
-    / "examples"
-    / "three-teams.yaml"
-)
+EXAMPLE = BUILTIN / "three-teams.yaml"
 NAMESPACES = ["research", "production", "serving", "data-science", "notebooks"]
 
 

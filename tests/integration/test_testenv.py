@@ -12,16 +12,10 @@ from gpucarve.config.policy_build import load_policy
 from gpucarve.kube.nodes import node_manifests
 from gpucarve.kube.stack import SCHEDULER_USER, LocalStack
 from tests.integration.api import Api, wait_for
+from tests.paths import BUILTIN
 
 pytestmark = pytest.mark.integration
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / "src"
-    / "gpucarve"
-    / "data"
-    / "examples"
-    / "three-teams.yaml"
-)
+EXAMPLE = BUILTIN / "three-teams.yaml"
 
 
 def _ready(node: dict[str, object]) -> bool:

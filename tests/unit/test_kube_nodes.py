@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpucarve.config.policy_build import load_policy
 from gpucarve.kube.nodes import KWOK_ANNOTATION, node_manifests
+from tests.paths import BUILTIN
 
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / "src"
-    / "gpucarve"
-    / "data"
-    / "examples"
-    / "three-teams.yaml"
-)
+EXAMPLE = BUILTIN / "three-teams.yaml"
 
 
 def test_every_slice_of_the_policy_is_advertised_once() -> None:

@@ -4,21 +4,14 @@ Kueue's queue label honoured, resources summed over containers, times from the c
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.workload import GpuKind
 from gpucarve.kube.pods import pending_workloads
+from tests.paths import BUILTIN
 
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / "src"
-    / "gpucarve"
-    / "data"
-    / "examples"
-    / "three-teams.yaml"
-)
+EXAMPLE = BUILTIN / "three-teams.yaml"
 EPOCH = datetime(2026, 11, 29, tzinfo=UTC)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from gpucarve.config.policy_build import load_policy
@@ -15,15 +14,9 @@ from gpucarve.engine.engine import run_cycle
 from gpucarve.kube.inventory import MISMATCH_TAINT, build_inventory
 from gpucarve.kube.nodes import node_manifests
 from gpucarve.kube.view import ASSIGNMENT, build_view
+from tests.paths import BUILTIN
 
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / "src"
-    / "gpucarve"
-    / "data"
-    / "examples"
-    / "three-teams.yaml"
-)
+EXAMPLE = BUILTIN / "three-teams.yaml"
 EPOCH = datetime(2026, 11, 29, tzinfo=UTC)
 POLICY = load_policy(EXAMPLE, []).policy
 TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]

@@ -12,15 +12,9 @@ from gpucarve.config.migparted_import import import_mig_config
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.render.migparted import mig_parted_config
+from tests.paths import BUILTIN
 
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / "src"
-    / "gpucarve"
-    / "data"
-    / "examples"
-    / "three-teams.yaml"
-)
+EXAMPLE = BUILTIN / "three-teams.yaml"
 A100_80 = ["0x20B210DE", "0x20B510DE"]
 A100_40 = ["0x20B010DE"]
 

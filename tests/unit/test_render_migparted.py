@@ -3,8 +3,6 @@ configuration per pool on a MIG-capable model, layouts that place on the GPU."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
 from typer.testing import CliRunner
 
@@ -13,15 +11,9 @@ from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.config.policy_build import build_policy, load_policy
 from gpucarve.core.mig import place
 from gpucarve.render.migparted import mig_parted_config
+from tests.paths import BUILTIN
 
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / "src"
-    / "gpucarve"
-    / "data"
-    / "examples"
-    / "three-teams.yaml"
-)
+EXAMPLE = BUILTIN / "three-teams.yaml"
 
 
 def test_example_renders_one_config_per_mig_capable_pool() -> None:

@@ -495,3 +495,36 @@ def test_import_alibaba_refuses_a_pod_list_without_pods(tmp_path: Path) -> None:
     pods = write(tmp_path, "p.csv", PODS_HEAD)
     rc, err = invoke("import", "alibaba", "--nodes", nodes, "--pods", pods, "--out", str(tmp_path))
     assert rc == 2 and "[no-pods]" in err and "nothing to replay" in err
+
+
+MANY_PROFILES = (
+    BIG_CATALOG.replace(
+        "memorySlices: 16\n    computeSlices: 16", "memorySlices: 8\n    computeSlices: 8"
+    ).split("    profiles:\n")[0]
+    + "    profiles:\n"
+    + "".join(
+        f"    - {{name: 1g.{i}gb, computeSlices: 1, memorySlices: 1, memoryMiB: {i * 100}, "
+        "maxInstances: 8, starts: [0, 1, 2, 3, 4, 5, 6, 7]}\n"
+        for i in range(1, 17)
+    )
+)
+
+
+def test_a_geometry_too_large_to_search_says_so(tmp_path: Path) -> None:
+    """16 one-slice profiles with 8 starts each: 17^8 placements. Listing stops at the
+    search budget; validation and checks still work, without examples."""
+    cat = write(tmp_path, "c.yaml", MANY_PROFILES)
+    rc, err = invoke("mig", "layouts", "BIG", "--catalog", cat)
+    assert rc == 2 and "too many profiles and starts" in err and "fix:" in err
+    rc, _ = invoke("mig", "check", "BIG", "9x1g.1gb", "--catalog", cat)
+    assert rc == 1
+    pool = (
+        "apiVersion: gpucarve.io/v1alpha1\nkind: Policy\nmetadata: {name: t}\npools:\n"
+        "- {name: p, gpuModel: BIG, nodes: 1, gpusPerNode: 1, sharing: mig, "
+        "mig: {layout: {1g.1gb: 9}%s}}\n"
+    )
+    rc, err = invoke("validate", write(tmp_path, "p.yaml", pool % ""), "--catalog", cat)
+    assert rc == 2 and "[mig-layout-invalid]" in err and "fit the GPU's memory" in err
+    dynamic = pool.replace("1g.1gb: 9", "1g.1gb: 8") % ", dynamic: {}"
+    rc, err = invoke("validate", write(tmp_path, "d.yaml", dynamic), "--catalog", cat)
+    assert rc == 2 and "[mig-geometry-too-large]" in err

@@ -46,7 +46,12 @@ def layouts(
     if geom is None:
         console(stderr=True).print(Text(f"{gpu.id} does not support MIG", style="red"))
         raise typer.Exit(Exit.INVALID)
-    keys = mig.maximal_layouts(geom, media) if maximal else mig.enumerate_layouts(geom, media)
+    try:
+        keys = mig.maximal_layouts(geom, media) if maximal else mig.enumerate_layouts(geom, media)
+    except mig.LayoutSearchTooLarge as exc:
+        console(stderr=True).print(Text(f"{gpu.id}: {exc}", style="red"))
+        console(stderr=True).print(Text("fix: check single layouts with `gpucarve mig check`"))
+        raise typer.Exit(Exit.INVALID) from None
     out = console()
     if count:
         out.print(len(keys))
@@ -133,8 +138,13 @@ def check(
     out.print(Text(f"invalid: {layout} does not fit on one {gpu.id}", style="red"))
     for reason in result.reasons:
         out.print(Text(f"  - {reason}"))
-    out.print(Text("closest valid layouts:"))
-    for key in mig.closest_layouts(geom, counts):
+    try:
+        closest = mig.closest_layouts(geom, counts)
+    except mig.LayoutSearchTooLarge:
+        closest = ()  # a catalog geometry too large to search for neighbours
+    if closest:
+        out.print(Text("closest valid layouts:"))
+    for key in closest:
         out.print(Text(f"  {mig.describe_layout(key)}"))
     raise typer.Exit(Exit.NO)
 

@@ -52,7 +52,7 @@ class MigSpec(_Strict):
     memorySlices: int = Field(ge=1, le=MAX_MIG_SLICES)
     computeSlices: int = Field(ge=1, le=MAX_MIG_SLICES)
     smCount: int | None = Field(default=None, ge=1, le=100_000)
-    profiles: list[ProfileSpec] = Field(min_length=1, max_length=32)
+    profiles: list[ProfileSpec] = Field(min_length=1, max_length=16)
 
 
 class ModelSpec(_Strict):

@@ -103,15 +103,18 @@ def _layout(
     result = mig.place(geom, counts)
     if result.instances is not None:
         return result.instances, []
-    closest = mig.closest_layouts(geom, counts)
-    suggestions = " or ".join(f"{{{mig.describe_layout(k)}}}" for k in closest)
+    try:
+        closest = mig.closest_layouts(geom, counts)
+        suggestions = "e.g. " + " or ".join(f"{{{mig.describe_layout(k)}}}" for k in closest)
+    except mig.LayoutSearchTooLarge:  # a catalog geometry too large to search: no examples
+        suggestions = "one whose instances fit the GPU's memory and compute slices"
     layout = mig.describe_layout(counts, geom)
     return None, [
         Problem(
             path,
             "mig-layout-invalid",
             f"{layout} does not fit on one {model.id}: " + "; ".join(result.reasons),
-            f"use a valid layout, e.g. {suggestions} "
+            f"use a valid layout, {suggestions} "
             f"(`gpucarve mig layouts {model.id}` lists them all)",
         )
     ]
@@ -315,9 +318,23 @@ def _dynamic(spec: PoolSpec) -> MigDynamic | None:
 
 def _dynamic_problems(spec: PoolSpec, model: GpuModel, path: Path) -> list[Problem]:
     d = spec.mig.dynamic if spec.mig is not None else None
-    if d is None or not d.profiles:
+    if d is None:
         return []
     assert model.mig is not None
+    try:  # the repartition planner searches every layout of the model
+        mig.enumerate_layouts(model.mig)
+    except mig.LayoutSearchTooLarge as exc:
+        return [
+            Problem(
+                (*path, "mig", "dynamic"),
+                "mig-geometry-too-large",
+                f"{model.id}: {exc}",
+                "use dynamic MIG only with a catalog geometry like NVIDIA's (8 memory slices, "
+                "a profile per size)",
+            )
+        ]
+    if not d.profiles:
+        return []
     known = [p.name for p in model.mig.profiles if not p.media_extensions]
     out = []
     for j, name in enumerate(d.profiles):

@@ -114,8 +114,7 @@ def _layout(
             path,
             "mig-layout-invalid",
             f"{layout} does not fit on one {model.id}: " + "; ".join(result.reasons),
-            f"use a valid layout, {suggestions} "
-            f"(`gpucarve mig layouts {model.id}` lists them all)",
+            f"use a valid layout, {suggestions} (`gpucarve mig layouts {model.id}` lists them all)",
         )
     ]
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components the integration tests run: kube-apiserver (from the
 # k8s.io/kubernetes module through a wrapper module, because that module's own go.mod points its
-# staging modules at local paths), etcd (go.etcd.io/etcd/server/v3) and kwok (fake kubelets).
+# staging modules at local paths), etcd (go.etcd.io/etcd/server/v3), kwok (fake kubelets) and
+# helm (helm.sh/helm/v3, for the chart tests).
 # Binaries are cached per user, outside the clone, so a fresh checkout reuses them.
 # Usage: tools/testenv.sh            build what is missing, print the bin folder
 set -euo pipefail
@@ -9,6 +10,7 @@ set -euo pipefail
 K8S_VERSION="${GPUCARVE_K8S_VERSION:-v1.36.3}"
 ETCD_VERSION="${GPUCARVE_ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${GPUCARVE_KWOK_VERSION:-v0.8.0}"
+HELM_VERSION="${GPUCARVE_HELM_VERSION:-v3.22.0}"
 CACHE="${GPUCARVE_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpucarve/testenv}"
 BIN="$CACHE/bin-$K8S_VERSION-$ETCD_VERSION-$KWOK_VERSION"
 mkdir -p "$BIN"
@@ -88,6 +90,8 @@ build_etcd() { build_wrapped etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.e
 
 build_kwok() { build_wrapped kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok; }
 
+build_helm() { build_wrapped helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm; }
+
 # kwok does nothing without stages; kwokctl passes the ones the kwok module ships. Use the same:
 # nodes turn Ready and keep a heartbeat, pods run and complete after the delay their
 # `pod-complete.stage.kwok.x-k8s.io/delay` annotation asks for.
@@ -111,4 +115,5 @@ kwok_stages() {
 [ -x "$BIN/kwok" ] || { log "building kwok $KWOK_VERSION"; (build_kwok); }
 [ -f "$BIN/kwok-stages.yaml" ] || kwok_stages
 [ -x "$BIN/kube-apiserver" ] || { log "building kube-apiserver $K8S_VERSION (minutes on a cold cache)"; (build_apiserver); }
+[ -x "$BIN/helm" ] || { log "building helm $HELM_VERSION"; (build_helm); }
 echo "$BIN"

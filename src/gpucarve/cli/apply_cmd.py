@@ -9,36 +9,18 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.table import Table
-from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, policy_or_exit
-from gpucarve.cli.output import Exit, console, print_problems
-from gpucarve.core.problems import InvalidInput
+from gpucarve.cli.kube_options import (
+    ContextOption,
+    KubeconfigOption,
+    api_error_exit,
+    client_or_exit,
+)
+from gpucarve.cli.output import console
 from gpucarve.kube.client import ApiError, Client, object_path
 from gpucarve.kube.crds import GROUP, VERSION, crd_manifests
 from gpucarve.kube.objects import policy_objects, queue_summary
-
-KubeconfigOption = Annotated[
-    Path | None, typer.Option("--kubeconfig", help="Kubeconfig (default: $KUBECONFIG).")
-]
-
-
-def client_or_exit(kubeconfig: Path | None) -> Client:
-    try:
-        return Client.from_kubeconfig(kubeconfig)
-    except InvalidInput as exc:
-        err = console(stderr=True)
-        print_problems(exc.source, exc.problems, err)
-        err.print(Text(f"cannot use the kubeconfig {exc.source}: it is not YAML gpucarve reads"))
-        err.print(Text("fix: pass --kubeconfig with a file that has a current context"))
-        raise typer.Exit(Exit.INVALID) from None
-    except (OSError, KeyError, StopIteration, TypeError, AttributeError, yaml.YAMLError) as exc:
-        where = kubeconfig or "$KUBECONFIG / ~/.kube/config"
-        reason = "no such file" if isinstance(exc, FileNotFoundError) else "not a usable kubeconfig"
-        err = console(stderr=True)
-        err.print(Text(f"cannot use the kubeconfig {where}: {reason} ({exc})", style="red"))
-        err.print(Text("fix: pass --kubeconfig with a file that has a current context"))
-        raise typer.Exit(Exit.INVALID) from None
 
 
 def _established(client: Client, name: str, timeout_s: float = 30) -> None:
@@ -55,6 +37,7 @@ def _established(client: Client, name: str, timeout_s: float = 30) -> None:
 def apply(
     policy: Annotated[Path, typer.Option("--policy", help="Policy YAML file.")],
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the objects instead of applying them.")
     ] = False,
@@ -67,7 +50,7 @@ def apply(
     if dry_run:
         typer.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
         return
-    client = client_or_exit(kubeconfig)
+    client = client_or_exit(kubeconfig, context)
     out = console()
     try:
         for obj in objects:
@@ -76,19 +59,17 @@ def apply(
                 _established(client, obj["metadata"]["name"])
             out.print(f"{obj['kind']}/{obj['metadata']['name']} applied")
     except ApiError as exc:
-        console(stderr=True).print(Text(str(exc), style="red"))
-        raise typer.Exit(Exit.INVALID) from None
+        api_error_exit(exc)
 
 
-def queues(kubeconfig: KubeconfigOption = None) -> None:
+def queues(kubeconfig: KubeconfigOption = None, context: ContextOption = None) -> None:
     """List the cluster's gpucarve Queues: quota per flavor and, once the scheduler runs,
     usage and pending work."""
-    client = client_or_exit(kubeconfig)
+    client = client_or_exit(kubeconfig, context)
     try:
         items = client.get(f"/apis/{GROUP}/{VERSION}/queues")["items"]
     except ApiError as exc:
-        console(stderr=True).print(Text(str(exc), style="red"))
-        raise typer.Exit(Exit.INVALID) from None
+        api_error_exit(exc)
     table = Table(title=f"{len(items)} queues")
     for col in ("queue", "cohort", "weight", "quota (nominal)", "usage", "pending"):
         table.add_column(col)

@@ -13,8 +13,8 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gpucarve.cli.apply_cmd import KubeconfigOption, client_or_exit
 from gpucarve.cli.common import CatalogOption, policy_or_exit
+from gpucarve.cli.kube_options import ContextOption, KubeconfigOption, client_or_exit
 from gpucarve.cli.output import Exit, console
 from gpucarve.kube.client import ApiError
 from gpucarve.kube.leader import LeaderElector
@@ -27,6 +27,7 @@ log = logging.getLogger("gpucarve.scheduler")
 def scheduler(
     policy: Annotated[Path, typer.Option("--policy", help="The policy YAML to schedule by.")],
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     name: Annotated[
         str, typer.Option("--name", help="The schedulerName of the pods to schedule.")
     ] = "gpucarve",
@@ -106,7 +107,7 @@ def scheduler(
         err.print(Text(f"--mig-config-map {mig_config_map!r} is not NAMESPACE/NAME", style="red"))
         err.print(Text("fix: e.g. --mig-config-map gpu-operator/gpucarve-mig-parted-config"))
         raise typer.Exit(Exit.INVALID)
-    client = client_or_exit(kubeconfig)
+    client = client_or_exit(kubeconfig, context)
     try:
         client.get("/version")
     except ApiError as exc:

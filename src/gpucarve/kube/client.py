@@ -5,12 +5,9 @@ which call failed and why."""
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
-import os
 import ssl
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -20,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpucarve.config.yaml_source import read_yaml
+from gpucarve.kube.auth import Credentials, load_credentials
 
 FIELD_MANAGER = "gpucarve"
 RETRIES = 4
@@ -39,37 +36,22 @@ class Client:
     context: ssl.SSLContext
     headers: dict[str, str]
     timeout_s: float = 30.0
+    credentials: Credentials | None = None  # a token that renews (exec plugins, rotation)
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
     @classmethod
-    def from_kubeconfig(cls, path: str | Path | None = None) -> Client:
-        path = Path(path or os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config")
-        # the same guarded reader as policies: no alias bombs, no endless nesting
-        doc = read_yaml(path, "a kubeconfig").data
-        ctx_name = doc.get("current-context")
-        ctx = next(c["context"] for c in doc["contexts"] if c["name"] == ctx_name)
-        cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == ctx["cluster"])
-        user = next(u["user"] for u in doc["users"] if u["name"] == ctx["user"])
-        context = ssl.create_default_context()
-        if cluster.get("insecure-skip-tls-verify"):
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        elif "certificate-authority-data" in cluster:
-            context.load_verify_locations(
-                cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
-            )
-        elif "certificate-authority" in cluster:
-            context.load_verify_locations(cafile=cluster["certificate-authority"])
-        headers = {}
-        if "token" in user:
-            headers["Authorization"] = f"Bearer {user['token']}"
-        if "client-certificate-data" in user:
-            with tempfile.TemporaryDirectory() as d:
-                cert, key = Path(d) / "c.pem", Path(d) / "k.pem"
-                cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
-                key.write_bytes(base64.b64decode(user["client-key-data"]))
-                context.load_cert_chain(cert, key)
-        return cls(cluster["server"].rstrip("/"), context, headers)
+    def from_kubeconfig(cls, path: str | Path | None = None, context: str | None = None) -> Client:
+        """The configuration kubectl would use (see `kube.auth`); `ConfigProblem` if unusable."""
+        creds = load_credentials(path, context)
+        return cls(creds.server, creds.ssl_context, {}, credentials=creds)
+
+    def _headers(self, extra: dict[str, str]) -> dict[str, str]:
+        headers = {**self.headers, **extra}
+        if self.credentials is not None:
+            token = self.credentials.authorization()
+            if token:
+                headers["Authorization"] = token
+        return headers
 
     def _connect(self, timeout_s: float) -> http.client.HTTPConnection:
         url = urllib.parse.urlsplit(self.server)
@@ -84,7 +66,7 @@ class Client:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._local.conn = self._connect(self.timeout_s)
-        headers = {**self.headers, "Content-Type": content_type, "Accept": "application/json"}
+        headers = self._headers({"Content-Type": content_type, "Accept": "application/json"})
         try:
             conn.request(method, path, body=data, headers=headers)
             reply = conn.getresponse()
@@ -100,6 +82,7 @@ class Client:
         data = None
         if body is not None:
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        renewed = False
         for attempt in range(RETRIES + 1):
             last = attempt == RETRIES
             try:
@@ -111,6 +94,10 @@ class Client:
                 continue
             if (status >= 500 or status == 429) and not last:
                 time.sleep(BACKOFF_S * 2**attempt)
+                continue
+            if status == 401 and self.credentials is not None and not renewed:
+                renewed = True  # an expired or rotated token: load it again, once
+                self.credentials.renew()
                 continue
             if status >= 400:
                 raise ApiError(method, path, status, _message(raw))
@@ -128,7 +115,7 @@ class Client:
         )
         conn = self._connect(timeout_s + 30)
         try:
-            conn.request("GET", query, headers={**self.headers, "Accept": "application/json"})
+            conn.request("GET", query, headers=self._headers({"Accept": "application/json"}))
             reply = conn.getresponse()
             if reply.status >= 400:
                 raise ApiError("WATCH", path, reply.status, _message(reply.read()))

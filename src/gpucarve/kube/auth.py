@@ -18,6 +18,7 @@ import logging
 import os
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from gpucarve.config.yaml_source import read_yaml
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_KUBECONFIG = Path("~/.kube/config")
+RECHECK_S = 1.0  # how often a token's expiry is looked at
 
 
 class ConfigProblem(Exception):
@@ -59,20 +61,30 @@ class Credentials:
     _config: Any
     _reload: Callable[[], Any]
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _token: str | None = None
+    _checked: float = float("-inf")
 
     def authorization(self) -> str | None:
+        """The Authorization header. The library's hook (expiry check, token-file re-read)
+        runs at most once a second: every binding calls this, from many threads."""
+        now = time.monotonic()
+        if now - self._checked < RECHECK_S:
+            return self._token
         with self._lock:
             hook = getattr(self._config, "refresh_api_key_hook", None)
             if hook is not None:
                 hook(self._config)
             token = self._config.api_key.get("BearerToken")
-        return str(token) if token else None
+            self._token = str(token) if token else None
+            self._checked = now
+        return self._token
 
     def renew(self) -> None:
         """After a 401: load again (run the exec plugin, read the token file) whatever the
         expiry says."""
         with self._lock:
             self._config = self._reload()
+            self._checked = float("-inf")
 
 
 def _ssl_context(config: Any) -> ssl.SSLContext:

@@ -7,6 +7,8 @@ import os
 import signal
 import socket
 import threading
+from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -16,12 +18,27 @@ from rich.text import Text
 from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.kube_options import ContextOption, KubeconfigOption, client_or_exit
 from gpucarve.cli.output import Exit, console
-from gpucarve.kube.client import ApiError
+from gpucarve.core.problems import InvalidInput, errors
+from gpucarve.kube.client import ApiError, Client
+from gpucarve.kube.events import post_event
+from gpucarve.kube.health import Health, ProbeServer
 from gpucarve.kube.leader import LeaderElector
 from gpucarve.kube.mig_handoff import HandoffConfig
+from gpucarve.kube.policy_reload import PolicyReloader
 from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
 
 log = logging.getLogger("gpucarve.scheduler")
+
+
+def _policy_refused(client: Client, config_map: str | None, exc: InvalidInput) -> None:
+    """A changed policy that does not validate: logged, and an Event on its ConfigMap."""
+    lines = [f"{p.location}: {p.message} (fix: {p.fix})" for p in errors(exc.problems)]
+    message = f"policy {exc.source} refused, the previous one stays: " + "; ".join(lines)
+    log.error("%s", message)
+    if config_map and "/" in config_map:
+        ns, _, name = config_map.partition("/")
+        involved = {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "namespace": ns}
+        post_event(client, involved, "Warning", "PolicyInvalid", message, datetime.now(UTC))
 
 
 def scheduler(
@@ -71,6 +88,34 @@ def scheduler(
         typer.Option("--mig-timeout", min=1, help="Seconds a MIG change may take."),
     ] = 900.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every cycle.")] = False,
+    health_port: Annotated[
+        int,
+        typer.Option(
+            "--health-port",
+            min=0,
+            max=65535,
+            help="Serve /healthz and /readyz on this port (0: not at all).",
+        ),
+    ] = 0,
+    health_host: Annotated[
+        str, typer.Option("--health-host", help="Address the probes listen on.")
+    ] = "0.0.0.0",
+    reload_policy: Annotated[
+        bool,
+        typer.Option(
+            "--reload-policy/--no-reload-policy",
+            help="Follow the policy file: a new valid policy is used from the next cycle, an "
+            "invalid one is reported and the old one kept.",
+        ),
+    ] = True,
+    policy_config_map: Annotated[
+        str | None,
+        typer.Option(
+            "--policy-config-map",
+            help="NAMESPACE/NAME of the ConfigMap the policy file is mounted from: invalid "
+            "policies are reported as Warning Events on it.",
+        ),
+    ] = None,
     check_invariants: Annotated[
         bool,
         typer.Option(
@@ -117,6 +162,17 @@ def scheduler(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    health = Health(leader=None if not leader_elect else False)
+    health.beat()
+    probes = None
+    if health_port:
+        probes = ProbeServer(health, health_host, health_port)
+        try:
+            probes.start()
+        except OSError as exc:
+            err.print(Text(f"--health-port {health_port}: {exc}", style="red"))
+            err.print(Text("fix: pick a free port"))
+            raise typer.Exit(Exit.INVALID) from None
     elector = None
     if leader_elect:
         who = identity or f"{socket.gethostname()}_{os.getpid()}"
@@ -129,12 +185,18 @@ def scheduler(
             renew_s=max(1.0, lease_duration / 5),
         )
         log.info("%s waiting for the lease %s/%s-scheduler", who, lease_namespace, name)
-        if not elector.acquire(stop):
+        if not elector.acquire(stop, on_try=health.beat):
             return
+        health.leader = True
         elector.keep_renewing(stop)
     mig = HandoffConfig(namespace, cm_name, mig_propagation, mig_timeout)
     cfg = SchedulerConfig(name=name, mig=mig, check_invariants=check_invariants)
-    sched = Scheduler(client, loaded.policy, cfg)
+    reloader = None
+    if reload_policy:
+        reloader = PolicyReloader(
+            policy, catalog or [], partial(_policy_refused, client, policy_config_map)
+        )
+    sched = Scheduler(client, loaded.policy, cfg, health=health, reloader=reloader)
     try:
         sched.run(stop, elector)
     except ApiError as err:
@@ -142,6 +204,8 @@ def scheduler(
         raise typer.Exit(1) from None
     finally:
         sched.stop()
+        if probes is not None:
+            probes.stop()
         if elector is not None and stop.is_set():
             elector.release()
     if elector is not None and not stop.is_set():

@@ -103,9 +103,17 @@ class LeaderElector:
         self._renewed_at = started
         return True
 
-    def acquire(self, stop: threading.Event, retry_s: float = 1.0) -> bool:
-        """Block until leader (True) or `stop` is set (False)."""
+    def acquire(
+        self,
+        stop: threading.Event,
+        retry_s: float = 1.0,
+        on_try: Callable[[], None] | None = None,
+    ) -> bool:
+        """Block until leader (True) or `stop` is set (False); `on_try` runs before each
+        attempt (a standby's liveness)."""
         while not stop.is_set():
+            if on_try is not None:
+                on_try()
             try:
                 if self.try_acquire():
                     log.info("%s is the leader (lease %s)", self.identity, self.name)

@@ -34,15 +34,16 @@ from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.engine import Engine
 from gpucarve.engine.invariants import check_step
-from gpucarve.kube.client import ApiError, Client, rfc3339
+from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.crds import GROUP, VERSION
-from gpucarve.kube.events import post_event
+from gpucarve.kube.health import Health
 from gpucarve.kube.informer import Informer
 from gpucarve.kube.inventory import Inventory, build_inventory, node_key
 from gpucarve.kube.leader import LeaderElector
 from gpucarve.kube.mig_handoff import HandoffConfig, MigHandoff
 from gpucarve.kube.pods import WorkloadCache
-from gpucarve.kube.queue_status import queue_statuses
+from gpucarve.kube.policy_reload import PolicyReloader
+from gpucarve.kube.reporter import Reporter
 from gpucarve.kube.view import ASSIGNMENT, Assigned, View, build_view
 
 log = logging.getLogger("gpucarve.scheduler")
@@ -80,8 +81,12 @@ class Scheduler:
         policy: Policy,
         config: SchedulerConfig = SchedulerConfig(),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        health: Health | None = None,
+        reloader: PolicyReloader | None = None,
     ) -> None:
         self.client = client
+        self.health = health
+        self.reloader = reloader
         self.policy = policy
         self.cfg = config
         self.clock = clock
@@ -98,14 +103,12 @@ class Scheduler:
         self.failed_binds: list[str] = []
         self._lock = threading.Lock()
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
-        self.reported: dict[str, str] = {}  # pod -> last message written to its condition
         self.node_problems: set[str] = set()
-        self.queue_status: dict[str, dict[str, Any]] = {}
         self.mig = MigHandoff(client, policy, config.mig, clock)
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
         self._inventory: tuple[tuple[str, ...], Inventory] | None = None
         self._binds = ThreadPoolExecutor(config.bind_workers, thread_name_prefix="bind")
-        self._side = ThreadPoolExecutor(2, thread_name_prefix="status")
+        self.reporter = Reporter(client, clock)
         self.cycles = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -131,12 +134,16 @@ class Scheduler:
         for inf in self._informers():
             inf.stop()
         self._binds.shutdown(wait=True)
-        self._side.shutdown(wait=True)
+        self.reporter.shutdown()
 
     def run(self, stop: threading.Event, elector: LeaderElector | None = None) -> None:
         """Cycle until `stop` is set or the lease is lost."""
         self.start()
+        if self.health is not None:
+            self.health.synced = True
         while not stop.is_set():
+            if self.health is not None:
+                self.health.beat()
             self._wake.wait(self.cfg.interval_s)
             self._wake.clear()
             if stop.wait(self.cfg.settle_s):
@@ -144,10 +151,29 @@ class Scheduler:
             if elector is not None and not elector.is_leader():
                 log.error("not the leader any more: stopping")
                 break
+            if self.reloader is not None and (new := self.reloader.poll()) is not None:
+                self.set_policy(new)
             try:
                 self.cycle()
             except ApiError as err:
                 log.warning("cycle failed: %s; retrying", err)
+
+    def set_policy(self, policy: Policy) -> None:
+        """Schedule by `policy` from the next cycle on. Everything derived from the old one
+        goes (engine state, validated workloads, the inventory, MIG hand-off settings); what
+        runs stays bound: pods of a queue or pool the new policy lacks keep their GPUs and are
+        reported (`orphans`)."""
+        log.info(
+            "policy %s loaded: %d pools, %d queues", policy.name, len(policy.pools),
+            len(policy.queues),
+        )  # fmt: skip
+        self.policy = policy
+        self.engine = Engine()
+        self.workloads = WorkloadCache()
+        self._inventory = None
+        self.mig = MigHandoff(self.client, policy, self.cfg.mig, self.clock)
+        self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
+        self.reporter.reset()
 
     # ------------------------------------------------------------------ one cycle
     def inventory(self) -> Inventory:
@@ -191,6 +217,7 @@ class Scheduler:
         view = self.view()
         for w in view.warnings:
             log.warning("%s", w)
+        self.reporter.orphans(view)
         snapshot = view.snapshot
         waiting = self._still_awaiting(view)
         if waiting:
@@ -204,8 +231,8 @@ class Scheduler:
         report = CycleReport(now)
         self._evict(view, result, report)
         self._bind(view, result, report)
-        self._report_pending(view, result, waiting, report)
-        self._queue_status(view, result, waiting)
+        report.pending = self.reporter.pending(view, result, waiting)
+        self.reporter.queues(self.policy, view, result, waiting)
         if self.dynamic_mig:
             self._repartition(view, result)
         if result.admissions or result.evictions:
@@ -247,33 +274,6 @@ class Scheduler:
         pools = {n.name: n.pool for n in cluster.nodes}
         self.mig.begin(self._nodes_by_name(), pools, inv.layouts, inv.changes, busy, reps)
 
-    def _queue_status(
-        self, view: View, result: CycleResult, waiting: dict[str, frozenset[str]]
-    ) -> None:
-        waiting_ids = [w for w in view.snapshot.pending if w.id in waiting]
-        for name, status in queue_statuses(
-            self.policy, view.snapshot.running, result, waiting_ids
-        ).items():
-            if self.queue_status.get(name) != status:
-                self.queue_status[name] = status
-                self._side.submit(self._write_queue_status, name, status)
-
-    def _write_queue_status(self, name: str, status: dict[str, Any]) -> None:
-        try:
-            # A JSON patch replaces the whole status: a merge patch would keep flavors that
-            # are no longer in use.
-            self.client.call(
-                "PATCH",
-                f"/apis/{GROUP}/{VERSION}/queues/{name}/status",
-                [{"op": "add", "path": "/status", "value": status}],
-                "application/json-patch+json",
-            )
-        except ApiError as err:
-            if err.status == 404:
-                return  # the Queue object was never applied: nothing to write to
-            log.warning("status of queue %s not written: %s", name, err)
-            self.queue_status.pop(name, None)  # retried next cycle
-
     def _still_awaiting(self, view: View) -> dict[str, frozenset[str]]:
         present = set(view.running_pods)
         self.awaiting = {
@@ -300,7 +300,7 @@ class Scheduler:
                     if err.status != 404:
                         log.warning("eviction of %s refused: %s", pod, err)
                     continue
-                self._event(pod, "Normal", "Preempted", e.message)
+                self.reporter.event(pod, "Normal", "Preempted", e.message)
 
     def _bind(self, view: View, result: CycleResult, report: CycleReport) -> None:
         jobs: list[tuple[str, Assigned]] = []
@@ -319,7 +319,7 @@ class Scheduler:
             self._binds.submit(self._bind_and_settle, pod, assigned)
         report.bound = len(jobs)
         for pod, _ in jobs:
-            self.reported.pop(pod, None)
+            self.reporter.bound(pod)
 
     def _bind_and_settle(self, pod: str, assigned: Assigned) -> None:
         error = self._bind_one(pod, assigned)
@@ -348,55 +348,3 @@ class Scheduler:
         except ApiError as err:
             return str(err)
         return None
-
-    def _report_pending(
-        self,
-        view: View,
-        result: CycleResult,
-        waiting: dict[str, frozenset[str]],
-        report: CycleReport,
-    ) -> None:
-        messages: dict[str, str] = dict(view.invalid)
-        for p in result.pending:
-            for pods in view.pending_sets.get(p.workload, ()):
-                for pod in pods:
-                    messages[pod] = str(p.reason)
-        for w, victims in waiting.items():
-            msg = f"preemption/waiting: for {', '.join(sorted(victims))} to exit"
-            for pods in view.pending_sets.get(w, ()):
-                for pod in pods:
-                    messages[pod] = msg
-        report.pending = len(messages)
-        for pod, msg in sorted(messages.items()):
-            if self.reported.get(pod) != msg:
-                self.reported[pod] = msg
-                self._side.submit(self._write_pending, pod, msg)
-        for pod in [p for p in self.reported if p not in messages]:
-            del self.reported[pod]
-
-    def _write_pending(self, pod: str, message: str) -> None:
-        ns, name = _split(pod)
-        cond = {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": "Unschedulable",
-            "message": message,
-            "lastTransitionTime": rfc3339(self.clock()),
-        }
-        try:
-            self.client.call(
-                "PATCH",
-                f"/api/v1/namespaces/{ns}/pods/{name}/status",
-                {"status": {"conditions": [cond]}},
-                "application/strategic-merge-patch+json",
-            )
-        except ApiError as err:
-            if err.status != 404:
-                log.warning("condition of %s not written: %s", pod, err)
-            return
-        self._event(pod, "Warning", "FailedScheduling", message)
-
-    def _event(self, pod: str, kind: str, reason: str, message: str) -> None:
-        ns, name = _split(pod)
-        involved = {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}
-        post_event(self.client, involved, kind, reason, message, self.clock())

@@ -57,6 +57,9 @@ class View:
     invalid: dict[str, str] = field(default_factory=dict)
     # problems found while rebuilding (a slice claimed twice…): logged by the scheduler
     warnings: list[str] = field(default_factory=list)
+    # bound pod -> why it is no workload of the policy (its queue or pool went away with a
+    # policy change): it keeps its GPUs, the engine neither counts nor evicts it
+    orphans: dict[str, str] = field(default_factory=dict)
 
     def pod_of(self, workload: str, engine_pod: str) -> str:
         """The real pod behind the engine's `<workload>/<set>-<i>`."""
@@ -204,9 +207,12 @@ def build_view(
     bound_count: dict[tuple[str, str], int] = {}
     groups = pending_workloads([p for p, _ in ours_bound], policy, epoch, cache=cache)
     by_key = {key(p): (p, a) for p, a in ours_bound}
+    orphans: dict[str, str] = {}
     for g in groups:
         if g.workload is None:
+            why = "; ".join(p.message for p in g.problems) or "no workload of the policy"
             for pod_key in g.pods:
+                orphans[pod_key] = why
                 pod, a = by_key[pod_key]
                 if a is None or not b.claim(pod_key, a):
                     b.fallback(pod_key, pod)
@@ -305,7 +311,7 @@ def build_view(
         tuple(pending),
         mig_changed_at=MappingProxyType(changed),
     )
-    return View(snapshot, pending_sets, running_pods, view_invalid, b.warnings)
+    return View(snapshot, pending_sets, running_pods, view_invalid, b.warnings, orphans)
 
 
 def _reconfiguring(inventory: Inventory, b: _Builder) -> None:

@@ -1,0 +1,80 @@
+"""The scheduler's probes, served over HTTP for the kubelet.
+
+`/healthz` answers 200 while the process's loop is alive: the scheduler's cycle loop, or a
+standby's attempts at the lease, beat within `stale_after_s`; a hung loop gets the pod
+restarted. `/readyz` answers 200 once this replica can do its job: a leader (or a replica
+without leader election) whose informers have listed everything, or a standby waiting for the
+lease (it is ready to take over, and a rollout must not wait for it to lead). The body says
+which (`{"leader": ..., "synced": ...}`) for `kubectl describe` and humans.
+
+Served by Starlette on uvicorn in a thread of the scheduler process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+
+@dataclass
+class Health:
+    stale_after_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    leader: bool | None = None  # None: no leader election
+    synced: bool = False
+    _beat: float = field(default=float("-inf"))
+
+    def beat(self) -> None:
+        self._beat = self.clock()
+
+    def alive(self) -> bool:
+        return self.clock() - self._beat <= self.stale_after_s
+
+    def ready(self) -> bool:
+        if self.leader is False:
+            return True  # a standby is ready to take over
+        return self.synced
+
+    def state(self) -> dict[str, object]:
+        return {"alive": self.alive(), "ready": self.ready(), "leader": self.leader,
+                "synced": self.synced}  # fmt: skip
+
+
+def app(health: Health) -> Starlette:
+    async def healthz(_: Request) -> JSONResponse:
+        return JSONResponse(health.state(), status_code=200 if health.alive() else 503)
+
+    async def readyz(_: Request) -> JSONResponse:
+        ok = health.alive() and health.ready()
+        return JSONResponse(health.state(), status_code=200 if ok else 503)
+
+    return Starlette(routes=[Route("/healthz", healthz), Route("/readyz", readyz)])
+
+
+class ProbeServer:
+    """uvicorn serving `app(health)` on host:port from a daemon thread."""
+
+    def __init__(self, health: Health, host: str, port: int) -> None:
+        config = uvicorn.Config(app(health), host=host, port=port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="probes", daemon=True)
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started and time.monotonic() < deadline:
+            if not self.thread.is_alive():
+                raise OSError("the probe server could not start (is the port taken?)")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=5)

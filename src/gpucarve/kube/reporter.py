@@ -1,0 +1,145 @@
+"""What the scheduler tells users, written beside its decisions and never in their way: why
+each pod waits (its PodScheduled condition and a FailedScheduling Event, written when the
+reason changes), each Queue's status, and pods left running outside the policy. Writes go
+through a small pool of threads; a lost write costs a message, never a decision."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+from gpucarve.core.policy import Policy
+from gpucarve.engine.decisions import CycleResult
+from gpucarve.kube.client import ApiError, Client, rfc3339
+from gpucarve.kube.crds import GROUP, VERSION
+from gpucarve.kube.events import post_event
+from gpucarve.kube.queue_status import queue_statuses
+from gpucarve.kube.view import View
+
+log = logging.getLogger("gpucarve.scheduler")
+
+
+def _split(pod: str) -> tuple[str, str]:
+    ns, _, name = pod.partition("/")
+    return ns, name
+
+
+class Reporter:
+    def __init__(self, client: Client, clock: Callable[[], datetime]) -> None:
+        self.client = client
+        self.clock = clock
+        self._side = ThreadPoolExecutor(2, thread_name_prefix="status")
+        self.reported: dict[str, str] = {}  # pod -> last message written to its condition
+        self.queue_status: dict[str, dict[str, Any]] = {}
+        self.orphans_reported: set[str] = set()
+
+    def reset(self) -> None:
+        """A new policy: every message is written again under it."""
+        self.reported.clear()
+        self.orphans_reported.clear()
+
+    def shutdown(self) -> None:
+        self._side.shutdown(wait=True)
+
+    def bound(self, pod: str) -> None:
+        self.reported.pop(pod, None)
+
+    def queues(
+        self,
+        policy: Policy,
+        view: View,
+        result: CycleResult,
+        waiting: dict[str, frozenset[str]],
+    ) -> None:
+        waiting_ids = [w for w in view.snapshot.pending if w.id in waiting]
+        for name, status in queue_statuses(
+            policy, view.snapshot.running, result, waiting_ids
+        ).items():
+            if self.queue_status.get(name) != status:
+                self.queue_status[name] = status
+                self._side.submit(self._write_queue_status, name, status)
+
+    def _write_queue_status(self, name: str, status: dict[str, Any]) -> None:
+        try:
+            # A JSON patch replaces the whole status: a merge patch would keep flavors that
+            # are no longer in use.
+            self.client.call(
+                "PATCH",
+                f"/apis/{GROUP}/{VERSION}/queues/{name}/status",
+                [{"op": "add", "path": "/status", "value": status}],
+                "application/json-patch+json",
+            )
+        except ApiError as err:
+            if err.status == 404:
+                return  # the Queue object was never applied: nothing to write to
+            log.warning("status of queue %s not written: %s", name, err)
+            self.queue_status.pop(name, None)  # retried next cycle
+
+    def pending(
+        self,
+        view: View,
+        result: CycleResult,
+        waiting: dict[str, frozenset[str]],
+    ) -> int:
+        """Write each waiting pod's reason where it changed; the number of pods waiting."""
+        messages: dict[str, str] = dict(view.invalid)
+        for p in result.pending:
+            for pods in view.pending_sets.get(p.workload, ()):
+                for pod in pods:
+                    messages[pod] = str(p.reason)
+        for w, victims in waiting.items():
+            msg = f"preemption/waiting: for {', '.join(sorted(victims))} to exit"
+            for pods in view.pending_sets.get(w, ()):
+                for pod in pods:
+                    messages[pod] = msg
+        for pod, msg in sorted(messages.items()):
+            if self.reported.get(pod) != msg:
+                self.reported[pod] = msg
+                self._side.submit(self._write_pending, pod, msg)
+        for pod in [p for p in self.reported if p not in messages]:
+            del self.reported[pod]
+        return len(messages)
+
+    def _write_pending(self, pod: str, message: str) -> None:
+        ns, name = _split(pod)
+        cond = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastTransitionTime": rfc3339(self.clock()),
+        }
+        try:
+            self.client.call(
+                "PATCH",
+                f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                {"status": {"conditions": [cond]}},
+                "application/strategic-merge-patch+json",
+            )
+        except ApiError as err:
+            if err.status != 404:
+                log.warning("condition of %s not written: %s", pod, err)
+            return
+        self.event(pod, "Warning", "FailedScheduling", message)
+
+    def orphans(self, view: View) -> None:
+        for pod, why in sorted(view.orphans.items()):
+            if pod in self.orphans_reported:
+                continue
+            self.orphans_reported.add(pod)
+            message = (
+                f"runs outside the policy ({why}): it keeps its GPUs, which gpucarve neither "
+                "counts against a queue nor preempts; fix: give its namespace a queue again, or "
+                "let it finish"
+            )
+            log.warning("%s %s", pod, message)
+            self._side.submit(self.event, pod, "Warning", "OutsidePolicy", message)
+        self.orphans_reported &= set(view.orphans)
+
+    def event(self, pod: str, kind: str, reason: str, message: str) -> None:
+        ns, name = _split(pod)
+        involved = {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}
+        post_event(self.client, involved, kind, reason, message, self.clock())

@@ -1,0 +1,44 @@
+{{/* The release's full name, at most 63 characters (a DNS label). */}}
+{{- define "gpucarve.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpucarve.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "gpucarve.labels" -}}
+{{ include "gpucarve.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "gpucarve.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gpucarve.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name: name the ServiceAccount to run as when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ConfigMap holding policy.yaml: the chart's, or one the user manages. */}}
+{{- define "gpucarve.policyConfigMap" -}}
+{{- if .Values.existingPolicyConfigMap -}}
+{{- .Values.existingPolicyConfigMap -}}
+{{- else -}}
+{{- if not .Values.policy -}}
+{{- fail "policy: no policy given; fix: --set-file policy=my-policy.yaml (a file `gpucarve validate` accepts), or name a ConfigMap with key policy.yaml in existingPolicyConfigMap" -}}
+{{- end -}}
+{{- printf "%s-policy" (include "gpucarve.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpucarve.leaseName" -}}
+{{- printf "%s-scheduler" .Values.schedulerName -}}
+{{- end -}}

@@ -1,0 +1,108 @@
+"""The Helm chart with the real `helm`: it lints, bad values fail at install naming the field,
+and everything it renders is accepted by the real API server (server-side apply, strict field
+validation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.api import Api
+from tests.integration.chart import CHART, NAMESPACE, RELEASE, helm, install, object_path, render
+from tests.paths import BUILTIN
+
+pytestmark = pytest.mark.integration
+POLICY = BUILTIN / "three-teams.yaml"
+
+
+def test_the_chart_lints() -> None:
+    done = helm("lint", str(CHART), "--strict", "--set-file", f"policy={POLICY}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        (["replicaCount=0"], "/replicaCount"),
+        (["image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+        (["healthPort=80"], "/healthPort"),
+        (["schedulerName=Not_A_Name"], "/schedulerName"),
+        (["replicas=2"], "'replicas' not allowed"),
+        (["resources.requests.gpu=1"], "'gpu' not allowed"),
+        (["leaderElection.enabled=false"], "leaderElection.enabled: two replicas"),
+        (["serviceAccount.create=false"], "serviceAccount.name: name the ServiceAccount"),
+    ],
+)
+def test_bad_values_fail_naming_the_field(values: list[str], says: str) -> None:
+    args = ["template", RELEASE, str(CHART), "--set-file", f"policy={POLICY}"]
+    for v in values:
+        args += ["--set", v]
+    done = helm(*args)
+    assert done.returncode != 0
+    assert says in done.stderr, done.stderr
+
+
+def test_no_policy_is_refused_with_the_fix() -> None:
+    done = helm("template", RELEASE, str(CHART))
+    assert done.returncode != 0
+    assert "policy: no policy given; fix: --set-file policy=" in done.stderr
+
+
+def _by_kind(objs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for o in objs:
+        out.setdefault(o["kind"], []).append(o)
+    return out
+
+
+def test_the_rendered_objects_are_accepted_by_the_api_server(admin: Api) -> None:
+    objs = render(POLICY)
+    kinds = _by_kind(objs)
+    assert sorted(kinds) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "CustomResourceDefinition",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+    ]
+    install(admin, objs, [NAMESPACE, "gpu-operator"])
+    for obj in objs:
+        stored = admin.get(object_path(admin, obj))
+        assert stored["metadata"]["name"] == obj["metadata"]["name"]
+
+    (dep,) = kinds["Deployment"]
+    stored = admin.get(object_path(admin, dep))
+    spec = stored["spec"]
+    assert spec["replicas"] == 2
+    pod = spec["template"]["spec"]
+    (c,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "--leader-elect" in c["args"]
+    assert f"--lease-namespace={NAMESPACE}" in c["args"]
+    # the policy the scheduler reads is the file given to helm, byte for byte
+    (cm,) = kinds["ConfigMap"]
+    stored_cm = admin.get(object_path(admin, cm))
+    assert stored_cm["data"]["policy.yaml"].strip() == POLICY.read_text().strip()
+    (pdb,) = kinds["PodDisruptionBudget"]
+    assert admin.get(object_path(admin, pdb))["spec"]["minAvailable"] == 1
+
+
+def test_one_replica_has_no_disruption_budget_and_a_user_configmap_no_chart_one() -> None:
+    objs = render(POLICY, ["replicaCount=1", "existingPolicyConfigMap=mine"], crds=False)
+    kinds = _by_kind(objs)
+    assert "PodDisruptionBudget" not in kinds
+    assert "ConfigMap" not in kinds
+    (dep,) = kinds["Deployment"]
+    volumes = dep["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "policy", "configMap": {"name": "mine", "items": [
+        {"key": "policy.yaml", "path": "policy.yaml"}]}} in volumes  # fmt: skip

@@ -620,3 +620,36 @@ def test_a_starving_gang_reserves_its_best_rack_and_others_backfill_the_rest() -
     assert next(a for a in result.admissions if a.workload == "o/small").pods[0].node == "a-1"
     reason = result.pending_reason("o/small2")
     assert reason is not None and "2 by reservation" in reason.message
+
+
+def test_work_placed_on_slices_an_eviction_frees_waits_for_the_victim() -> None:
+    # Found on the real API server: reclaim evicted a two-pod gang for one GPU, and another
+    # pod of the same queue was bound at once to the other GPU the gang still held while it
+    # terminated. Every admission onto freed slices must wait for their victim.
+    p = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 1, 2)],
+        cohorts=[{"name": "lab"}],
+        queues=[
+            queue("research", {"h100-full": {"nominal": 1, "borrowingLimit": 1}}, cohort="lab"),
+            queue("production", {"h100-full": {"nominal": 1}}, cohort="lab"),
+        ],
+        scheduling=NO_MIN_RUNTIME,
+    )
+    s = snapshot(p, [workload(p, "pair", "research", gpus=1, pods=2)])
+    _, s = cycle(s)
+    assert running_ids(s) == ["research/pair"]
+    gang_slices = set(slices_held(s, "research/pair"))
+    later = [
+        workload(p, "one", "research", gpus=1, submit=5),
+        workload(p, "serve", "production", gpus=1, submit=10),
+    ]
+    result, _ = cycle(submit(s, *later), now=100)
+    (ev,) = result.evictions
+    assert ev.workload == "research/pair"
+    admitted = {a.workload: a for a in result.admissions}
+    assert "production/serve" in admitted
+    for a in admitted.values():
+        on_freed = {sid for pod in a.pods for sid in pod.slice_ids} & gang_slices
+        if on_freed:
+            assert "research/pair" in a.after_evictions, a.workload
+    assert len(admitted) == 2, "the freed second GPU is given to research/one"

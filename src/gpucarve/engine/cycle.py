@@ -411,7 +411,7 @@ class Cycle:
             pods=tuple(placed),
             charged=tuple(sorted(charged.items())),
             borrowed=borrowed,
-            after_evictions=tuple(victims),
+            after_evictions=evict.waits_for(self.snapshot, self.evictions, placed, victims),
             stage=stage,
         )
         self.admissions.append(admission)

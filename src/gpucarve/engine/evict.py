@@ -5,9 +5,11 @@ the same cycle is withdrawn rather than evicted (its pods never started)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpucarve.core.workload import Workload
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import PodAssignment, Workload
 from gpucarve.engine.decisions import Cause, Eviction, Pending, PendingReason, Stage
 
 if TYPE_CHECKING:
@@ -74,3 +76,27 @@ def withdraw(c: Cycle, victim: Workload, by: Workload) -> None:
         f"admission withdrawn: queue {by.queue} reclaimed its quota for {by.id}",
     )
     c.pending.append(Pending(victim.id, victim.queue, reason))
+
+
+def waits_for(
+    snapshot: Snapshot,
+    evictions: Sequence[Eviction],
+    placed: Sequence[PodAssignment],
+    victims: Sequence[str],
+) -> tuple[str, ...]:
+    """The workloads an admission must see gone before its pods start: its own preemption's
+    victims, and the owner of any slice an eviction earlier in the cycle freed. On Kubernetes
+    an evicted pod holds its GPUs until it has terminated: binding another pod onto them at
+    once would give them twice."""
+    if not evictions:
+        return tuple(victims)
+    evicted = {e.workload for e in evictions}
+    held = {
+        sid: rw.workload.id
+        for rw in snapshot.running
+        if rw.workload.id in evicted
+        for p in rw.pods
+        for sid in p.slice_ids
+    }
+    freed = {o for p in placed for sid in p.slice_ids if (o := held.get(sid)) is not None}
+    return (*victims, *sorted(freed - set(victims)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.integration.api import Api
 from tests.integration.chart import CHART, NAMESPACE, RELEASE, helm, install, object_path, render
@@ -90,9 +91,13 @@ def test_the_rendered_objects_are_accepted_by_the_api_server(admin: Api) -> None
     assert "--leader-elect" in c["args"]
     assert f"--lease-namespace={NAMESPACE}" in c["args"]
     # the policy the scheduler reads is the file given to helm, byte for byte
-    (cm,) = kinds["ConfigMap"]
-    stored_cm = admin.get(object_path(admin, cm))
+    cms = {c["metadata"]["name"]: c for c in kinds["ConfigMap"]}
+    assert set(cms) == {f"{RELEASE}-policy", "gpucarve-mig-parted-config"}
+    stored_cm = admin.get(object_path(admin, cms[f"{RELEASE}-policy"]))
     assert stored_cm["data"]["policy.yaml"].strip() == POLICY.read_text().strip()
+    mig = admin.get(object_path(admin, cms["gpucarve-mig-parted-config"]))
+    assert mig["metadata"]["namespace"] == "gpu-operator"
+    assert mig["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     (pdb,) = kinds["PodDisruptionBudget"]
     assert admin.get(object_path(admin, pdb))["spec"]["minAvailable"] == 1
 
@@ -101,8 +106,25 @@ def test_one_replica_has_no_disruption_budget_and_a_user_configmap_no_chart_one(
     objs = render(POLICY, ["replicaCount=1", "existingPolicyConfigMap=mine"], crds=False)
     kinds = _by_kind(objs)
     assert "PodDisruptionBudget" not in kinds
-    assert "ConfigMap" not in kinds
+    assert [c["metadata"]["name"] for c in kinds["ConfigMap"]] == ["gpucarve-mig-parted-config"]
     (dep,) = kinds["Deployment"]
     volumes = dep["spec"]["template"]["spec"]["volumes"]
     assert {"name": "policy", "configMap": {"name": "mine", "items": [
         {"key": "policy.yaml", "path": "policy.yaml"}]}} in volumes  # fmt: skip
+
+
+@pytest.mark.parametrize("command", [["device-plugin"], ["mig-config", "--config-map"]])
+def test_the_rendered_nvidia_config_maps_are_accepted(admin: Api, command: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from gpucarve.cli.main import app
+    from tests.integration.chart import apply, ensure_namespace
+
+    result = CliRunner().invoke(app, ["render", *command, "--policy", str(POLICY)])
+    assert result.exit_code == 0, result.output
+    cm = yaml.safe_load(result.output)
+    ensure_namespace(admin, "gpu-operator")
+    status, body = apply(admin, cm, dry_run=True)
+    assert status in (200, 201), body
+    assert body["metadata"]["namespace"] == "gpu-operator"
+    assert body["data"] == cm["data"]

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, catalog_or_exit, fail, out_dir_or_exit
 from gpucarve.cli.output import Exit, console, print_problems
+from gpucarve.config.device_plugin_import import import_device_plugin
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.sim.alibaba import import_trace
@@ -102,4 +103,33 @@ def alibaba(
     extra = "".join(f" --catalog {c}" for c in catalogs)
     out_console.print(
         Text(f"gpucarve simulate --policy {policy_path} --trace {trace_path}{extra}", style="bold")
+    )
+
+
+@app.command("device-plugin")
+def device_plugin(
+    file: Annotated[
+        Path,
+        typer.Argument(help="The device plugin's ConfigMap (kubectl get cm -o yaml) or a file."),
+    ],
+) -> None:
+    """Read an NVIDIA device-plugin configuration (time-slicing or MPS replicas per named
+    configuration) into pool blocks for a policy; add each pool's gpuModel and nodes."""
+    try:
+        imported = import_device_plugin(file)
+    except InvalidInput as exc:
+        fail(exc)
+    err = console(stderr=True)
+    lines = [
+        "# pools read from the device plugin's configuration; give each its gpuModel, nodes",
+        "# and gpusPerNode (a MIG pool: `sharing: mig` and `gpucarve mig import`); label its",
+        "# nodes nvidia.com/device-plugin.config=<the configuration's name>",
+    ]
+    for c in imported:
+        for note in c.notes:
+            err.print(Text(f"{file}: {c.name}: {note}", style="yellow"))
+    pools = [{**c.pool_block(), "gpuModel": "FILL-IN", "nodes": 0} for c in imported]
+    err.print(Text(f"{len(pools)} configurations read from {file}", style="green"))
+    typer.echo(
+        "\n".join(lines) + "\n" + yaml.safe_dump({"pools": pools}, sort_keys=False), nl=False
     )

@@ -22,8 +22,9 @@ class Exit(IntEnum):
 
 def console(stderr: bool = False) -> Console:
     # Wide enough that tables and messages do not wrap mid-word in pipes and CI logs.
+    # Errors (stderr) are never wrapped: one problem stays one line for grep and log search.
     width = int(os.environ.get("COLUMNS", "0") or 0) or 120
-    return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
+    return Console(stderr=stderr, width=width, highlight=False, soft_wrap=stderr)
 
 
 def problem_dict(p: Problem) -> dict[str, object]:

@@ -3,31 +3,106 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
 
 from gpucarve.cli.common import CatalogOption, policy_or_exit
-from gpucarve.render.migparted import mig_parted_config, node_labels
+from gpucarve.render import nvidia
+from gpucarve.render.migparted import mig_parted_config
+from gpucarve.render.migparted import node_labels as mig_labels
+from gpucarve.render.yaml_out import dump
 
 app = typer.Typer(
     help="Render the NVIDIA stack's configuration from a policy.", no_args_is_help=True
 )
+PolicyOption = Annotated[Path, typer.Option("--policy", help="Policy YAML file.")]
+NamespaceOption = Annotated[str, typer.Option("--namespace", help="The GPU Operator's namespace.")]
+
+
+def _config_map(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/managed-by": "gpucarve"}},
+        "data": data,
+    }  # fmt: skip
+
+
+def _label_header(labels: dict[str, dict[str, str]]) -> str:
+    return "".join(
+        f"# pool {pool}: label its nodes {k}={v}\n"
+        for pool, pair in sorted(labels.items())
+        for k, v in sorted(pair.items())
+    )
 
 
 @app.command("mig-config")
 def mig_config(
-    policy: Annotated[Path, typer.Option("--policy", help="Policy YAML file.")],
+    policy: PolicyOption,
+    config_map: Annotated[
+        bool,
+        typer.Option(
+            "--config-map",
+            help="As the ConfigMap the MIG manager reads (key config.yaml), not the bare file.",
+        ),
+    ] = False,
+    namespace: NamespaceOption = "gpu-operator",
+    name: Annotated[str, typer.Option("--name", help="The ConfigMap's name.")] = (
+        nvidia.MIG_CONFIG_MAP
+    ),
     catalog: CatalogOption = None,
 ) -> None:
     """The mig-parted configuration (for the MIG manager's ConfigMap) of the policy's static
     layouts: one `gpucarve-<pool>` configuration per pool on a MIG-capable model."""
     loaded = policy_or_exit(policy, catalog)
-    labels = node_labels(loaded.policy)
-    header = "".join(
-        f"# pool {pool}: label its nodes {k}={v}\n"
-        for pool, pair in sorted(labels.items())
-        for k, v in pair.items()
+    doc = mig_parted_config(loaded.policy)
+    text = yaml.safe_dump(doc, sort_keys=False)
+    if config_map:
+        text = dump(_config_map(name, namespace, {"config.yaml": text}))
+    typer.echo(_label_header(mig_labels(loaded.policy)) + text, nl=False)
+
+
+@app.command("device-plugin")
+def device_plugin(
+    policy: PolicyOption,
+    namespace: NamespaceOption = "gpu-operator",
+    name: Annotated[str, typer.Option("--name", help="The ConfigMap's name.")] = (
+        nvidia.DEVICE_PLUGIN_CONFIG_MAP
+    ),
+    catalog: CatalogOption = None,
+) -> None:
+    """The NVIDIA device plugin's ConfigMap: one named configuration per pool (time-slicing
+    or MPS replicas, shared GPUs renamed nvidia.com/gpu.shared, MIG strategy mixed) and the
+    node label that selects each."""
+    loaded = policy_or_exit(policy, catalog)
+    cm = nvidia.device_plugin_config_map(loaded.policy, namespace, name)
+    labels = {p: {nvidia.CONFIG_LABEL: v[nvidia.CONFIG_LABEL]}
+              for p, v in nvidia.node_labels(loaded.policy).items()}  # fmt: skip
+    typer.echo(_label_header(labels) + dump(cm), nl=False)
+
+
+@app.command("gpu-operator")
+def gpu_operator(
+    policy: PolicyOption,
+    device_plugin_config_map: Annotated[
+        str,
+        typer.Option("--device-plugin-config-map", help="Name of the device plugin's ConfigMap."),
+    ] = nvidia.DEVICE_PLUGIN_CONFIG_MAP,
+    mig_config_map: Annotated[
+        str, typer.Option("--mig-config-map", help="Name of the MIG manager's ConfigMap.")
+    ] = nvidia.MIG_CONFIG_MAP,
+    catalog: CatalogOption = None,
+) -> None:
+    """Values for the GPU Operator's Helm chart (the fields of its ClusterPolicy): the mixed
+    MIG strategy, the device plugin's and the MIG manager's ConfigMaps from this policy.
+    `helm upgrade gpu-operator ... -f` this file, after `render device-plugin` is applied."""
+    loaded = policy_or_exit(policy, catalog)
+    values = nvidia.gpu_operator_values(loaded.policy, device_plugin_config_map, mig_config_map)
+    header = (
+        "# GPU Operator Helm values for gpucarve; every node needs its pool's labels:\n"
+        + _label_header(nvidia.node_labels(loaded.policy))
     )
-    typer.echo(header + yaml.safe_dump(mig_parted_config(loaded.policy), sort_keys=False), nl=False)
+    typer.echo(header + dump(values), nl=False)

@@ -24,7 +24,7 @@ from gpucarve.kube.events import post_event
 from gpucarve.kube.health import Health, ProbeServer
 from gpucarve.kube.leader import LeaderElector
 from gpucarve.kube.mig_handoff import HandoffConfig
-from gpucarve.kube.policy_reload import PolicyReloader
+from gpucarve.kube.policy_reload import PolicyReloader, digest
 from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
 
 log = logging.getLogger("gpucarve.scheduler")
@@ -133,6 +133,7 @@ def scheduler(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    read_as = digest(policy)  # before the read: a change in between is picked up later
     loaded = policy_or_exit(policy, catalog)
     err = console(stderr=True)
     for i, pool in enumerate(loaded.policy.pools):
@@ -194,7 +195,10 @@ def scheduler(
     reloader = None
     if reload_policy:
         reloader = PolicyReloader(
-            policy, catalog or [], partial(_policy_refused, client, policy_config_map)
+            policy,
+            catalog or [],
+            partial(_policy_refused, client, policy_config_map),
+            loaded=read_as,
         )
     sched = Scheduler(client, loaded.policy, cfg, health=health, reloader=reloader)
     try:

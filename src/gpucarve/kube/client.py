@@ -5,15 +5,18 @@ which call failed and why."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
 import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -104,10 +107,17 @@ class Client:
             return json.loads(raw) if raw else None
         raise AssertionError("unreachable")
 
-    def watch(self, path: str, resource_version: str, timeout_s: int = 60) -> Iterator[Any]:
+    def watch(
+        self,
+        path: str,
+        resource_version: str,
+        timeout_s: int = 60,
+        opened: Callable[[Callable[[], None]], None] | None = None,
+    ) -> Iterator[Any]:
         """Watch events after `resource_version`, one dict per event, until the server ends
         the watch (after about `timeout_s`). A refused watch raises ApiError with its status
-        (410 when the version is too old: relist)."""
+        (410 when the version is too old: relist). `opened` is given a function that ends
+        the watch from another thread (a stopping informer)."""
         sep = "&" if "?" in path else "?"
         query = (
             f"{path}{sep}watch=1&allowWatchBookmarks=true&timeoutSeconds={timeout_s}"
@@ -116,6 +126,8 @@ class Client:
         conn = self._connect(timeout_s + 30)
         try:
             conn.request("GET", query, headers=self._headers({"Accept": "application/json"}))
+            if opened is not None:
+                opened(partial(_shut, conn))
             reply = conn.getresponse()
             if reply.status >= 400:
                 raise ApiError("WATCH", path, reply.status, _message(reply.read()))
@@ -138,6 +150,14 @@ class Client:
             obj,
             "application/apply-patch+yaml",
         )
+
+
+def _shut(conn: http.client.HTTPConnection) -> None:
+    """End a blocked read on the connection (close() alone does not wake the reader)."""
+    sock = conn.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def micro_time(t: datetime) -> str:

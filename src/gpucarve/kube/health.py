@@ -12,6 +12,7 @@ Served by Starlette on uvicorn in a thread of the scheduler process.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -60,21 +61,36 @@ def app(health: Health) -> Starlette:
 
 
 class ProbeServer:
-    """uvicorn serving `app(health)` on host:port from a daemon thread."""
+    """uvicorn serving `app(health)` on host:port from a daemon thread. The socket is bound
+    here, so a taken port is an `OSError` from `start()` (uvicorn would exit its thread)."""
 
     def __init__(self, health: Health, host: str, port: int) -> None:
         config = uvicorn.Config(app(health), host=host, port=port, log_level="warning")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="probes", daemon=True)
+        self.host, self.port = host, port
+        self.thread: threading.Thread | None = None
 
     def start(self, timeout_s: float = 10.0) -> None:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise OSError(f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
+        sock.set_inheritable(True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [sock]}, name="probes", daemon=True
+        )
         self.thread.start()
         deadline = time.monotonic() + timeout_s
         while not self.server.started and time.monotonic() < deadline:
             if not self.thread.is_alive():
-                raise OSError("the probe server could not start (is the port taken?)")
+                raise OSError(f"the probe server on {self.host}:{self.port} could not start")
             time.sleep(0.02)
 
     def stop(self) -> None:
         self.server.should_exit = True
-        self.thread.join(timeout=5)
+        if self.thread is not None:
+            self.thread.join(timeout=5)

@@ -43,6 +43,7 @@ class Informer:
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._close: Callable[[], None] | None = None
         self.relists = 0
 
     # ------------------------------------------------------------------ reading
@@ -63,6 +64,14 @@ class Informer:
 
     def stop(self) -> None:
         self._stop.set()
+        close = self._close
+        if close is not None:
+            close()  # a watch would otherwise hold its connection until its timeout
+
+    def _opened(self, close: Callable[[], None]) -> None:
+        self._close = close
+        if self._stop.is_set():
+            close()
 
     def wait_synced(self, timeout_s: float) -> bool:
         return self.synced.wait(timeout_s)
@@ -84,6 +93,8 @@ class Informer:
                     self.relist()
                 self._watch()
             except ApiError as err:
+                if self._stop.is_set():
+                    return
                 if err.status == 410:
                     log.info("%s: watch version expired, relisting", self.path)
                     self.resource_version = None
@@ -93,7 +104,10 @@ class Informer:
 
     def _watch(self) -> None:
         assert self.resource_version is not None
-        for event in self.client.watch(self.path, self.resource_version, self.watch_timeout_s):
+        events = self.client.watch(
+            self.path, self.resource_version, self.watch_timeout_s, opened=self._opened
+        )
+        for event in events:
             if self._stop.is_set():
                 return
             kind, obj = event.get("type"), event.get("object") or {}

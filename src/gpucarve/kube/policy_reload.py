@@ -17,7 +17,7 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput
 
 
-def _digest(path: Path) -> str | None:
+def digest(path: Path) -> str | None:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
@@ -30,19 +30,22 @@ class PolicyReloader:
         path: Path,
         catalogs: Sequence[Path],
         on_invalid: Callable[[InvalidInput], None],
+        loaded: str | None = None,
     ) -> None:
+        """`loaded`: the digest (`digest(path)`) of the file as the running policy was read
+        from it; a standby that waited for the lease must not take a later file for it."""
         self.path = path
         self.catalogs = list(catalogs)
         self.on_invalid = on_invalid
-        self._seen = _digest(path)
+        self._seen = loaded if loaded is not None else digest(path)
         self.reloads = 0
         self.refused = 0
 
     def poll(self) -> Policy | None:
-        digest = _digest(self.path)
-        if digest is None or digest == self._seen:
+        now = digest(self.path)
+        if now is None or now == self._seen:
             return None
-        self._seen = digest
+        self._seen = now
         try:
             loaded = load_policy(self.path, self.catalogs)
         except InvalidInput as exc:

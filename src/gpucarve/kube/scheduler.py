@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -115,7 +116,7 @@ class Scheduler:
     def _informers(self) -> list[Informer]:
         return [self.nodes, self.pods] + ([self.groups] if self.use_groups else [])
 
-    def start(self, timeout_s: float = 60.0) -> None:
+    def start(self, timeout_s: float = 60.0, stop: threading.Event | None = None) -> None:
         try:
             self.client.get(self.groups.path + "?limit=1")
         except ApiError as err:
@@ -126,9 +127,14 @@ class Scheduler:
             self.use_groups = False
         for inf in self._informers():
             inf.start()
+        deadline = time.monotonic() + timeout_s
         for inf in self._informers():
-            if not inf.wait_synced(timeout_s):
-                raise ApiError("LIST", inf.path, 0, f"no list within {timeout_s:.0f} s")
+            # in short waits: a stop (SIGTERM) while a list is refused ends the wait
+            while not inf.wait_synced(0.2):
+                if stop is not None and stop.is_set():
+                    return
+                if time.monotonic() > deadline:
+                    raise ApiError("LIST", inf.path, 0, f"no list within {timeout_s:.0f} s")
 
     def stop(self) -> None:
         for inf in self._informers():
@@ -138,7 +144,9 @@ class Scheduler:
 
     def run(self, stop: threading.Event, elector: LeaderElector | None = None) -> None:
         """Cycle until `stop` is set or the lease is lost."""
-        self.start()
+        self.start(stop=stop)
+        if stop.is_set():
+            return
         if self.health is not None:
             self.health.synced = True
         while not stop.is_set():

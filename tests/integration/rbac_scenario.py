@@ -1,0 +1,304 @@
+"""The scheduler's whole job on a real API server, as the Helm chart's ServiceAccount: leases,
+binding, a pod that waits (condition, Event, Queue status), reclaim through the Eviction API
+and a dynamic MIG change (the node and the MIG manager's ConfigMap). Every call the scheduler
+makes is recorded with its answer, as (verb, API group, resource) the way RBAC sees it."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpucarve.config.policy_build import load_policy
+from gpucarve.kube.client import ApiError, Client
+from gpucarve.kube.leader import LeaderElector
+from gpucarve.kube.mig_handoff import HandoffConfig
+from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
+from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from tests.dynamic_mig_policy import dynamic_mig_doc
+from tests.integration.api import Api
+from tests.integration.chart import NAMESPACE, install
+from tests.integration.kube_pods import (
+    condition,
+    create_pod,
+    node_of,
+    pod,
+    pod_group,
+    pods_in,
+)
+from tests.integration.mig_manager import MigManagerStandIn
+from tests.integration.pod_env import token as service_account_token
+from tests.integration.stack_setup import populate
+
+CM_NS, CM_NAME = "gpu-operator", "gpucarve-mig-parted-config"
+LEASE = "gpucarve-scheduler"
+Triple = tuple[str, str, str]  # (verb, API group, resource[/subresource])
+
+_PATH = re.compile(
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)"
+    r"(?:/namespaces/[^/]+)?/(?P<resource>[^/?]+)(?:/(?P<name>[^/?]+)(?:/(?P<sub>[^/?]+))?)?"
+)
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def rbac_triple(method: str, path: str) -> Triple | None:
+    """How RBAC names a REST call; None for non-resource URLs (/version)."""
+    m = _PATH.match(path)
+    if m is None:
+        return None
+    resource = m["resource"] + (f"/{m['sub']}" if m["sub"] else "")
+    if method == "WATCH":
+        verb = "watch"
+    elif method == "GET":
+        verb = "get" if m["name"] else "list"
+    else:
+        verb = _VERBS[method]
+    return verb, m["group"] or "", resource
+
+
+def granted(objs: list[dict[str, Any]]) -> set[Triple]:
+    """Every (verb, group, resource) the chart's ClusterRole and Roles allow."""
+    out: set[Triple] = set()
+    for o in objs:
+        if o["kind"] in ("ClusterRole", "Role"):
+            for rule in o["rules"]:
+                for g in rule["apiGroups"]:
+                    for r in rule["resources"]:
+                        out |= {(v, g, r) for v in rule["verbs"]}
+    return out
+
+
+def without(objs: list[dict[str, Any]], triple: Triple) -> list[dict[str, Any]]:
+    """The chart's objects with one verb on one resource taken out of its rule."""
+    verb, group, resource = triple
+    out = []
+    for o in objs:
+        o = yaml.safe_load(yaml.safe_dump(o))
+        if o["kind"] in ("ClusterRole", "Role"):
+            for rule in o["rules"]:
+                if group in rule["apiGroups"] and resource in rule["resources"]:
+                    rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+            o["rules"] = [r for r in o["rules"] if r["verbs"]]
+        out.append(o)
+    return out
+
+
+@dataclass
+class Call:
+    method: str
+    path: str
+    status: int
+
+    @property
+    def triple(self) -> Triple | None:
+        return rbac_triple(self.method, self.path)
+
+
+@dataclass
+class Recording:
+    calls: list[Call] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, method: str, path: str, status: int) -> None:
+        with self.lock:
+            self.calls.append(Call(method, path, status))
+
+    def refused(self, triple: Triple | None = None) -> list[Call]:
+        with self.lock:
+            calls = list(self.calls)
+        return [c for c in calls if c.status == 403 and (triple is None or c.triple == triple)]
+
+    def used(self) -> set[Triple]:
+        with self.lock:
+            return {t for c in self.calls if c.status < 400 and (t := c.triple)}
+
+
+class RecordingClient(Client):
+    recording: Recording
+
+    def call(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> Any:
+        try:
+            reply = super().call(method, path, body, content_type)
+        except ApiError as err:
+            self.recording.add(method, path.split("?")[0], err.status)
+            raise
+        self.recording.add(method, path.split("?")[0], 200)
+        return reply
+
+    def watch(
+        self,
+        path: str,
+        resource_version: str,
+        timeout_s: int = 60,
+        opened: Callable[[Callable[[], None]], None] | None = None,
+    ) -> Iterator[Any]:
+        try:
+            first = True
+            for event in super().watch(path, resource_version, timeout_s, opened):
+                if first:
+                    self.recording.add("WATCH", path.split("?")[0], 200)
+                    first = False
+                yield event
+        except ApiError as err:
+            self.recording.add("WATCH", path.split("?")[0], err.status)
+            raise
+
+
+class Refused(Exception):
+    """The call under test was refused: the scenario ends there."""
+
+
+def policy_doc() -> dict[str, Any]:
+    """Two H100s that research may borrow and production reclaims, and the dynamic MIG pool."""
+    doc = dynamic_mig_doc()
+    doc["metadata"]["name"] = "rbac"
+    doc["scheduling"] = {"minRuntimeSeconds": 0}
+    doc["pools"].append(
+        {
+            "name": "train",
+            "gpuModel": "H100-SXM5-80GB",
+            "nodes": 1,
+            "gpusPerNode": 2,
+            "sharing": "exclusive",
+        }
+    )
+    doc["cohorts"] = [{"name": "lab"}]
+    doc["queues"] += [
+        {"name": "research", "namespaces": ["research"], "cohort": "lab",
+         "quota": {"h100-full": {"nominal": 1, "borrowingLimit": 1}}},
+        {"name": "production", "namespaces": ["production"], "cohort": "lab",
+         "quota": {"h100-full": {"nominal": 1}}},
+    ]  # fmt: skip
+    return doc
+
+
+@dataclass
+class Scenario:
+    stack: LocalStack
+    admin: Api
+    policy_file: Path
+    recording: Recording
+    target: Triple | None  # the call expected to be refused; None: everything must work
+    timeout_s: float = 45.0
+
+    def until(self, check: Callable[[], Any], what: str) -> Any:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            if self.target is not None and self.recording.refused(self.target):
+                raise Refused
+            value = check()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                refused = [(c.method, c.path) for c in self.recording.refused()]
+                raise AssertionError(f"timed out waiting for {what}; refused: {refused}")
+            time.sleep(0.2)
+
+    def bound(self, ns: str, names: list[str]) -> bool:
+        pods = pods_in(self.admin, ns)
+        return all(node_of(pods.get(n) or {}) for n in names)
+
+    def steps(self) -> None:
+        a = self.admin
+        pod_group(a, "research", "pair", 2)
+        for n in ("r0", "r1"):
+            create_pod(a, _graceful(pod("research", n, "nvidia.com/gpu", group="pair")))
+        self.until(lambda: self.bound("research", ["r0", "r1"]), "a gang bound, one GPU borrowed")
+        create_pod(a, pod("research", "r2", "nvidia.com/gpu"))
+
+        def waits() -> bool:
+            c = condition(pods_in(a, "research")["r2"])
+            status = a.get("/apis/gpucarve.io/v1alpha1/queues/research").get("status") or {}
+            return bool(c and c["status"] == "False" and status.get("pendingWorkloads") == 1)
+
+        self.until(waits, "r2's reason and research's queue status")
+        self.until(lambda: self._events("research"), "an Event on the waiting pod")
+        create_pod(a, pod("production", "p0", "nvidia.com/gpu"))
+        self.until(lambda: self.bound("production", ["p0"]), "reclaim through an eviction")
+        create_pod(a, pod("serving", "big", "nvidia.com/mig-7g.80gb"))
+        self.until(lambda: self.bound("serving", ["big"]), "the 7g pod bound")
+        for i in range(2):
+            create_pod(a, pod("serving", f"small{i}", "nvidia.com/mig-1g.10gb"))
+        self.until(lambda: self.bound("serving", ["small0", "small1"]), "a MIG change")
+
+    def _events(self, ns: str) -> bool:
+        return bool(self.admin.get(f"/api/v1/namespaces/{ns}/events")["items"])
+
+
+def _graceful(manifest: dict[str, Any]) -> dict[str, Any]:
+    # evicted, it holds its GPU for 2 s (kwok deletes it within its grace period)
+    manifest["spec"]["terminationGracePeriodSeconds"] = 2
+    return manifest
+
+
+def run(workdir: Path, chart_objs: list[dict[str, Any]], target: Triple | None) -> Recording:
+    """A fresh stack with the chart's objects (RBAC perhaps short of `target`), the scheduler
+    as the ServiceAccount; returns what it called. Ends early once `target` is refused."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    policy_file = workdir / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(policy_doc()))
+    recording = Recording()
+    with LocalStack(find_binaries(), workdir / "stack") as stack:
+        admin = Api(stack.server, stack.tokens[ADMIN_USER])
+        populate(stack, admin, policy_file, ("research", "production", "serving"))
+        install(admin, chart_objs, [NAMESPACE, CM_NS])
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        token = service_account_token(admin)
+        client = RecordingClient(stack.server, ctx, {"Authorization": f"Bearer {token}"})
+        client.recording = recording
+        manager = MigManagerStandIn(admin, CM_NS, CM_NAME, {"inf-0": [{"7g.80gb": 1}] * 2})
+        manager.start()
+        scenario = Scenario(stack, admin, policy_file, recording, target)
+        try:
+            _with_scheduler(client, policy_file, scenario)
+        finally:
+            manager.stop.set()
+    return recording
+
+
+def _with_scheduler(client: Client, policy_file: Path, scenario: Scenario) -> None:
+    stop = threading.Event()
+    elector = LeaderElector(client, NAMESPACE, LEASE, "rbac-test", duration_s=4, renew_s=0.5)
+    mig = HandoffConfig(CM_NS, CM_NAME, propagation_s=0.3, timeout_s=60)
+    sched = Scheduler(
+        client,
+        load_policy(policy_file, []).policy,
+        SchedulerConfig(interval_s=0.3, mig=mig, check_invariants=True),
+    )
+
+    def leads_then_schedules() -> None:
+        if not elector.acquire(stop, retry_s=0.3):
+            return
+        elector.keep_renewing(stop)
+        with contextlib.suppress(ApiError):  # recorded; the scenario sees the refusal
+            sched.run(stop, elector)
+
+    thread = threading.Thread(target=leads_then_schedules, daemon=True)
+    thread.start()
+    try:
+        scenario.steps()
+        # a renewal (get + update of the Lease) within the scenario's time, for certain
+        scenario.until(lambda: _renewed(scenario.recording), "the Lease renewed")
+    except Refused:
+        pass
+    finally:
+        stop.set()
+        thread.join(15)
+        sched.stop()
+        elector.release()
+
+
+def _renewed(recording: Recording) -> bool:
+    return ("update", "coordination.k8s.io", "leases") in recording.used()

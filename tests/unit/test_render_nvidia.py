@@ -1,0 +1,128 @@
+"""The NVIDIA side rendered from a policy: device-plugin configurations per pool (the formats
+of ../shared/reference/sharing-formats.md §3), GPU Operator values; and read back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpucarve.cli.main import app
+from gpucarve.config.device_plugin_import import import_device_plugin
+from gpucarve.config.policy_build import load_policy
+from gpucarve.core.problems import InvalidInput
+from gpucarve.render import nvidia
+from tests.paths import BUILTIN
+
+EXAMPLE = BUILTIN / "three-teams.yaml"
+
+
+def _mps_policy(tmp_path: Path) -> Path:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["pools"][2]["sharing"] = "mps"
+    doc["pools"][2]["replicas"] = 8
+    for q in doc["queues"]:
+        if "l40s-shared" in q["quota"]:
+            q["quota"]["l40s-mps"] = q["quota"].pop("l40s-shared")
+    path = tmp_path / "mps.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_each_pool_gets_its_configuration_and_shared_gpus_are_renamed() -> None:
+    configs = nvidia.device_plugin_configs(load_policy(EXAMPLE).policy)
+    assert sorted(configs) == ["default", "gpucarve-dev", "gpucarve-production",
+                               "gpucarve-training"]  # fmt: skip
+    for c in configs.values():
+        assert c["version"] == "v1" and c["flags"]["migStrategy"] == "mixed"
+    ts = configs["gpucarve-dev"]["sharing"]["timeSlicing"]
+    assert ts["renameByDefault"] is True
+    assert ts["resources"] == [{"name": "nvidia.com/gpu", "replicas": 8}]
+    assert "sharing" not in configs["gpucarve-training"]
+
+
+def test_mps_pools_run_without_the_mixed_strategy(tmp_path: Path) -> None:
+    policy = load_policy(_mps_policy(tmp_path)).policy
+    dev = nvidia.device_plugin_configs(policy)["gpucarve-dev"]
+    assert dev["flags"] == {"migStrategy": "none", "mpsRoot": "/run/nvidia/mps"}
+    assert dev["sharing"]["mps"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 8}]
+    values = nvidia.gpu_operator_values(policy)
+    assert values["devicePlugin"]["mps"] == {"root": "/run/nvidia/mps"}
+
+
+def test_gpu_operator_values_select_the_rendered_config_maps() -> None:
+    values = nvidia.gpu_operator_values(load_policy(EXAMPLE).policy)
+    assert values["mig"] == {"strategy": "mixed"}
+    assert values["devicePlugin"]["config"] == {"name": nvidia.DEVICE_PLUGIN_CONFIG_MAP,
+                                                "default": "default"}  # fmt: skip
+    assert values["migManager"]["config"]["name"] == nvidia.MIG_CONFIG_MAP
+    labels = nvidia.node_labels(load_policy(EXAMPLE).policy)
+    assert labels["dev"] == {nvidia.CONFIG_LABEL: "gpucarve-dev"}
+    assert labels["production"]["nvidia.com/mig.config"] == "gpucarve-production"
+
+
+def test_render_then_import_gives_the_pools_back(tmp_path: Path) -> None:
+    policy = _mps_policy(tmp_path)
+    result = CliRunner().invoke(app, ["render", "device-plugin", "--policy", str(policy)])
+    assert result.exit_code == 0, result.output
+    assert "label its nodes nvidia.com/device-plugin.config=gpucarve-dev" in result.output
+    rendered = tmp_path / "cm.yaml"
+    rendered.write_text(result.output)
+    cm = yaml.safe_load(result.output)
+    assert cm["kind"] == "ConfigMap" and "gpucarve-dev" in cm["data"]
+    back = {c.pool_block()["name"]: c.pool_block() for c in import_device_plugin(rendered)}
+    assert back["dev"] == {"name": "dev", "sharing": "mps", "replicas": 8}
+    assert back["training"] == {"name": "training", "sharing": "exclusive"}
+    cli = CliRunner().invoke(app, ["import", "device-plugin", str(rendered)])
+    assert cli.exit_code == 0, cli.output
+    assert "replicas: 8" in cli.output
+
+
+def _config_file(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(body)
+    return path
+
+
+def test_a_plain_config_file_with_both_modes_takes_mps_as_the_plugin_does(tmp_path: Path) -> None:
+    path = _config_file(
+        tmp_path,
+        """
+version: v1
+sharing:
+  timeSlicing:
+    resources: [{name: nvidia.com/gpu, replicas: 10}]
+  mps:
+    renameByDefault: true
+    resources: [{name: nvidia.com/gpu, replicas: 3}]
+""",
+    )
+    (c,) = import_device_plugin(path)
+    assert (c.sharing, c.replicas) == ("mps", 3)
+    assert any("timeSlicing ignored" in n for n in c.notes)
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+         "    - {name: nvidia.com/mig-1g.10gb, replicas: 2}\n", "shared-mig"),
+        ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+         "    - {name: nvidia.com/gpu, replicas: many}\n", "bad-replicas"),
+        ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+         "    - {name: nvidia.com/gpu, replicas: 2}\n    - {name: nvidia.com/gpu, replicas: 4}\n",
+         "several-resources"),
+        ("version: v2\n", "bad-version"),
+        ("kind: ConfigMap\ndata: {}\n", "empty-config-map"),
+        ("just: text\n", "not-device-plugin"),
+    ],
+)  # fmt: skip
+def test_what_gpucarve_cannot_express_is_refused_with_the_fix(
+    tmp_path: Path, body: str, code: str
+) -> None:
+    with pytest.raises(InvalidInput) as info:
+        import_device_plugin(_config_file(tmp_path, body))
+    (p,) = info.value.problems
+    assert p.code == code and p.fix

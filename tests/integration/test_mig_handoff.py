@@ -173,8 +173,10 @@ def test_a_node_without_a_mig_manager_is_never_cordoned_for_a_change(
         node = _node(api)
         assert not node["spec"].get("unschedulable")
         assert "gpucarve.io/mig-change" not in node["metadata"].get("annotations", {})
-        status, _ = api.call("GET", f"/api/v1/namespaces/{CM_NS}/configmaps/{CM_NAME}")
-        assert status == 404
+        # only the static configuration is there: no change was handed over
+        status, cm = api.call("GET", f"/api/v1/namespaces/{CM_NS}/configmaps/{CM_NAME}")
+        assert status == 200
+        assert set(yaml.safe_load(cm["data"]["config.yaml"])["mig-configs"]) == {"gpucarve-inf"}
         assert NODE in sched.mig.unmanaged
 
 
@@ -249,3 +251,23 @@ def test_a_cordoned_node_is_not_repartitioned_until_uncordoned(
         )
         assert bound == NODE
         assert [a.state for a in manager.applied] == ["success"]
+
+
+def test_the_static_configurations_are_published_for_the_gpu_operator(
+    stack: tuple[LocalStack, Api, Path],
+) -> None:
+    from gpucarve.render.migparted import mig_parted_config
+
+    st, api, path = stack
+    want = mig_parted_config(load_policy(path, []).policy)["mig-configs"]
+    assert set(want) == {"gpucarve-inf"}
+
+    def published() -> dict[str, Any] | None:
+        status, cm = api.call("GET", f"/api/v1/namespaces/{CM_NS}/configmaps/{CM_NAME}")
+        if status != 200:
+            return None
+        return dict(yaml.safe_load(cm["data"]["config.yaml"])["mig-configs"])
+
+    with _run(st, api, path, fail=False, manager_runs=False):
+        configs = wait_for(published, what="the static configuration published")
+    assert configs["gpucarve-inf"] == want["gpucarve-inf"]

@@ -59,6 +59,7 @@ from gpucarve.kube.mig_layout import (
     config_for,
     layout_annotation,
 )
+from gpucarve.render.migparted import mig_parted_config
 
 log = logging.getLogger("gpucarve.mig")
 CONFIG_KEY = "config.yaml"
@@ -145,7 +146,7 @@ class MigHandoff:
         name = node["metadata"]["name"]
         config, entries = config_for(pool, layouts)
         try:
-            self._publish(config, entries)
+            self._publish({config: entries})
         except ApiError as err:
             log.warning("dynamic MIG: configuration %s not written: %s", config, err)
             return False
@@ -171,8 +172,18 @@ class MigHandoff:
         log.info("dynamic MIG: %s -> %s (%s)", name, config, change.reason)
         return True
 
-    def _publish(self, config: str, entries: list[dict[str, Any]]) -> None:
-        """Add the configuration to the MIG manager's ConfigMap (optimistic concurrency: a
+    def publish_static(self) -> int:
+        """The policy's static configurations (`gpucarve render mig-config`: gpucarve-<pool>)
+        into the MIG manager's ConfigMap, beside dynamic MIG's: a GPU Operator pointed at
+        it (`gpucarve render gpu-operator`) then carves static pools from the same file.
+        Returns how many configurations the policy has."""
+        configs = mig_parted_config(self.policy)["mig-configs"]
+        if configs:
+            self._publish(configs)
+        return len(configs)
+
+    def _publish(self, configs: Mapping[str, list[dict[str, Any]]]) -> None:
+        """Add configurations to the MIG manager's ConfigMap (optimistic concurrency: a
         concurrent writer makes this cycle's attempt fail, the next one retries)."""
         path = f"/api/v1/namespaces/{self.cfg.namespace}/configmaps/{self.cfg.config_map}"
         try:
@@ -192,9 +203,10 @@ class MigHandoff:
                     loaded = None
                 if isinstance(loaded, dict):
                     doc = loaded
-            if (doc.get("mig-configs") or {}).get(config) == entries:
+            have = doc.get("mig-configs") or {}
+            if all(have.get(name) == entries for name, entries in configs.items()):
                 return
-        doc.setdefault("mig-configs", {})[config] = entries
+        doc.setdefault("mig-configs", {}).update(configs)
         meta: dict[str, str] = {"name": self.cfg.config_map, "namespace": self.cfg.namespace}
         body: dict[str, Any] = {
             "apiVersion": "v1",

@@ -147,6 +147,7 @@ class Scheduler:
         self.start(stop=stop)
         if stop.is_set():
             return
+        self.publish_mig_configs()
         if self.health is not None:
             self.health.synced = True
         while not stop.is_set():
@@ -180,8 +181,18 @@ class Scheduler:
         self.workloads = WorkloadCache()
         self._inventory = None
         self.mig = MigHandoff(self.client, policy, self.cfg.mig, self.clock)
+        self.publish_mig_configs()
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
         self.reporter.reset()
+
+    def publish_mig_configs(self) -> None:
+        """The static MIG configurations of the policy, for the GPU Operator (once per
+        policy; without the right to, the pools' nodes need `gpucarve render mig-config`)."""
+        try:
+            self.mig.publish_static()
+        except ApiError as err:
+            cm = f"{self.cfg.mig.namespace}/{self.cfg.mig.config_map}"
+            log.warning("static MIG configurations not written to %s: %s", cm, err)
 
     # ------------------------------------------------------------------ one cycle
     def inventory(self) -> Inventory:

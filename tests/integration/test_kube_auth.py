@@ -135,3 +135,13 @@ def test_forbidden_names_the_verb_the_object_and_the_fix(stack: LocalStack) -> N
     assert "403" in result.output and "forbidden" in result.output
     assert "cannot patch resource" in result.output or "cannot get resource" in result.output
     assert "fix: this identity may not do that" in result.output
+
+
+def test_a_refused_token_says_log_in_again(tmp_path: Path, stack: LocalStack) -> None:
+    kc = _write(tmp_path / "kc", _kubeconfig(stack, {"token": "expired-or-revoked"}))
+    args = ["apply", "--policy", str(BUILTIN / "three-teams.yaml"), "--kubeconfig", str(kc)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "401" in result.output
+    assert "fix: the credentials were refused: log in again" in result.output

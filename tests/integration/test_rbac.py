@@ -41,13 +41,16 @@ def test_the_scenario_uses_every_granted_verb_and_nothing_more(
     assert recording.used() == granted(chart_objs)
 
 
-def _each_grant() -> list[Triple]:
-    return sorted(granted(render(BUILTIN / "three-teams.yaml")))
-
-
-@pytest.mark.parametrize("triple", _each_grant(), ids=lambda t: f"{t[0]}-{t[2]}")
-def test_without_a_grant_its_call_is_forbidden(
-    tmp_path: Path, chart_objs: list[dict[str, Any]], triple: Triple
+def test_without_any_one_grant_its_call_is_forbidden(
+    tmp_path: Path, chart_objs: list[dict[str, Any]]
 ) -> None:
-    recording = run(tmp_path, without(chart_objs, triple), triple)
-    assert recording.refused(triple), f"nothing was refused without {triple}"
+    # one test over every grant (not parametrized: the grants come from `helm template`,
+    # which must not run when tests are only collected)
+    grants = sorted(granted(chart_objs))
+    assert len(grants) >= 15
+    not_refused: list[Triple] = []
+    for i, triple in enumerate(grants):
+        recording = run(tmp_path / str(i), without(chart_objs, triple), triple)
+        if not recording.refused(triple):
+            not_refused.append(triple)
+    assert not_refused == [], f"nothing was refused without {not_refused}"

@@ -226,3 +226,22 @@ def test_a_pod_deleted_while_being_scheduled_is_let_go(
         assert sched.cycle().bound == 0  # the next cycle goes on without it
     finally:
         sched.stop()
+
+
+def test_a_queue_label_of_another_team_is_refused_with_the_reason(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    escape = pod("research", "escape", "nvidia.com/gpu", 8)
+    escape["metadata"]["labels"]["gpucarve.io/queue"] = "production"
+    create_pod(api, escape)
+    create_pod(api, pod("research", "honest", "nvidia.com/gpu", 8))
+    wait_for(lambda: _bound(api, "research", ["honest"]), what="the pod without the label bound")
+
+    def refused() -> str | None:
+        c = condition(pods_in(api, "research")["escape"])
+        return c["message"] if c and c["status"] == "False" else None
+
+    message = wait_for(refused, what="the escape's reason")
+    assert "namespace 'research' may not use queue 'production'" in message
+    assert not node_of(pods_in(api, "research")["escape"])

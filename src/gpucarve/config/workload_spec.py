@@ -222,6 +222,10 @@ def _gpu_request(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[GpuRequest
     return (requests[0] if requests else GpuRequest()), []
 
 
+def _may_use(policy: Policy, queue: str, namespace: str) -> bool:
+    return any(q.name == queue and namespace in q.namespaces for q in policy.queues)
+
+
 def _queue_name(spec: WorkloadSpec, policy: Policy, path: Path) -> tuple[str | None, list[Problem]]:
     explicit = spec.queue or spec.labels.get(QUEUE_LABEL) or spec.labels.get(KUEUE_QUEUE_LABEL)
     names = [q.name for q in policy.queues]
@@ -233,6 +237,22 @@ def _queue_name(spec: WorkloadSpec, policy: Policy, path: Path) -> tuple[str | N
                     "unknown-queue",
                     f"queue {explicit!r} does not exist",
                     f"use one of: {', '.join(names) or '(the policy has no queues)'}",
+                )
+            ]
+        label = QUEUE_LABEL if spec.labels.get(QUEUE_LABEL) else KUEUE_QUEUE_LABEL
+        if spec.queue is None and not _may_use(policy, explicit, spec.namespace):
+            # A label is written by the tenant: like Kueue's namespaced LocalQueues, it may
+            # only pick among the queues that list the namespace, or any team could charge
+            # its work to another's quota.
+            own = [q.name for q in policy.queues if spec.namespace in q.namespaces]
+            return None, [
+                Problem(
+                    (*path, "labels", label),
+                    "queue-not-for-namespace",
+                    f"namespace {spec.namespace!r} may not use queue {explicit!r}",
+                    f"remove the {label} label (the namespace's queue: "
+                    f"{', '.join(own) or 'none'}), or add {spec.namespace!r} to queue "
+                    f"{explicit!r}'s namespaces",
                 )
             ]
         return explicit, []

@@ -98,8 +98,18 @@ def test_fraction_and_mig_and_me_resources_parse() -> None:
 
 
 def test_queue_from_labels_and_namespace() -> None:
-    w, _ = build(namespace="anywhere", labels={"kueue.x-k8s.io/queue-name": "data-science"})
+    w, _ = build(namespace="notebooks", labels={"kueue.x-k8s.io/queue-name": "data-science"})
     assert w.queue == "data-science"
+    # a tenant's label cannot charge its work to another team's queue
+    for ns in ("research", "anywhere"):
+        w, problems = build(namespace=ns, labels={"gpucarve.io/queue": "production"})
+        assert w is None
+        code, where, message = problems[0]
+        assert code == "queue-not-for-namespace" and where.endswith("labels.gpucarve.io/queue")
+        assert f"namespace {ns!r} may not use queue 'production'" in message
+    # a trace's `queue:` field is the simulator's own routing, not a tenant's claim
+    w, _ = build(namespace="anywhere", queue="data-science")
+    assert w is not None and w.queue == "data-science"
     w, _ = build(namespace="notebooks")
     assert w.queue == "data-science"
     _, problems = build(namespace="anywhere")

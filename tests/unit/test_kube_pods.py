@@ -81,3 +81,26 @@ def test_bad_pods_come_back_with_problems_not_exceptions() -> None:
     (group,) = pending_workloads([bad], policy, EPOCH)
     assert group.workload is None
     assert any(p.code == "no-queue" for p in group.problems)
+
+
+def test_gpus_asked_for_by_init_containers_and_sidecars_are_counted() -> None:
+    policy = load_policy(EXAMPLE).policy
+
+    def init(name: str, gpus: str, sidecar: bool = False) -> dict[str, Any]:
+        c: dict[str, Any] = {"name": name, "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+        if sidecar:
+            c["restartPolicy"] = "Always"
+        return c
+
+    # a plain init container runs before the others: the pod holds the larger of the two
+    hidden = pod("hidden", "research", {"nvidia.com/gpu": "1"}, initContainers=[init("i", "4")])
+    # a sidecar keeps running beside the containers: it adds to them
+    side = pod("side", "research", {"nvidia.com/gpu": "1"},
+               initContainers=[init("s", "2", sidecar=True), init("i", "2")])  # fmt: skip
+    only = pod("only", "research", {}, initContainers=[init("i", "2")])
+    groups = {g.pods[0]: g for g in pending_workloads([hidden, side, only], policy, EPOCH)}
+    counts = {}
+    for name, g in groups.items():
+        assert g.workload is not None, g.problems
+        counts[name] = g.workload.pod_sets[0].gpu.count
+    assert counts == {"research/hidden": 4, "research/side": 3, "research/only": 2}

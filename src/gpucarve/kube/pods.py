@@ -80,27 +80,48 @@ def seconds_since(stamp: str, epoch: datetime) -> int:
     return max(0, int((datetime.fromisoformat(stamp) - epoch).total_seconds()))
 
 
+def _total(values: list[str], pick_max: bool = False) -> Fraction | None:
+    try:
+        parsed = [parse_quantity(v) for v in values]
+    except ValueError:
+        return None
+    if pick_max:
+        return max(parsed, default=Fraction(0))
+    return sum(parsed, Fraction(0))
+
+
+def _shown(total: Fraction) -> str:
+    return str(total.numerator) if total.denominator == 1 else f"{math.ceil(total * 1000)}m"
+
+
 def _resources(spec: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-    """Requests and limits summed over the containers. A value that is not a quantity is
-    passed through as written, so the workload check names it."""
+    """The pod's effective requests and limits, as the kubelet and the device plugin count
+    them: the sum over its containers and sidecars (init containers that keep running), or
+    the largest plain init container's, whichever is more; a GPU asked for by an init
+    container is held by the pod. A value that is not a quantity is passed through as
+    written, so the workload check names it."""
+    inits = spec.get("initContainers") or []
+    sidecars = [c for c in inits if c.get("restartPolicy") == "Always"]
+    plain = [c for c in inits if c.get("restartPolicy") != "Always"]
+    running = [*(spec.get("containers") or []), *sidecars]
     out: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
     for kind in ("requests", "limits"):
         seen: dict[str, list[str]] = {}
-        for c in spec.get("containers") or []:
-            for name, value in ((c.get("resources") or {}).get(kind) or {}).items():
-                seen.setdefault(name, []).append(str(value))
-        for name, values in seen.items():
-            if len(values) == 1:
+        init: dict[str, list[str]] = {}
+        for group, into in ((running, seen), (plain, init)):
+            for c in group:
+                for name, value in ((c.get("resources") or {}).get(kind) or {}).items():
+                    into.setdefault(name, []).append(str(value))
+        for name in sorted(set(seen) | set(init)):
+            values, firsts = seen.get(name, []), init.get(name, [])
+            if len(values) == 1 and not firsts:
                 out[kind][name] = values[0]
                 continue
-            try:
-                total = sum((parse_quantity(v) for v in values), Fraction(0))
-            except ValueError:
-                out[kind][name] = values[0]
+            total, largest = _total(values), _total(firsts, pick_max=True)
+            if total is None or largest is None:
+                out[kind][name] = (values or firsts)[0]
                 continue
-            out[kind][name] = (
-                str(total.numerator) if total.denominator == 1 else f"{math.ceil(total * 1000)}m"
-            )
+            out[kind][name] = _shown(max(total, largest))
     return out
 
 

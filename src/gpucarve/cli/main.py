@@ -23,6 +23,7 @@ from gpucarve.cli import (
     render_cmd,
     scheduler_cmd,
     simulate_cmd,
+    webhook_cmd,
 )
 from gpucarve.cli.common import CatalogOption, catalog_or_exit, model_or_exit
 from gpucarve.cli.output import Exit, console
@@ -48,6 +49,7 @@ app.add_typer(bench_cmd.app, name="bench")
 app.add_typer(import_cmd.app, name="import")
 app.add_typer(devcluster_cmd.app, name="dev-cluster")
 app.add_typer(render_cmd.app, name="render")
+app.add_typer(webhook_cmd.app, name="webhook")
 
 catalog_app = typer.Typer(help="The GPU catalog.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")

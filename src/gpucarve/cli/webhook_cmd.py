@@ -1,0 +1,111 @@
+"""`gpucarve webhook`: the admission webhook (serve) and its certificate (certs)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+from rich.text import Text
+
+from gpucarve.cli.common import CatalogOption, policy_or_exit
+from gpucarve.cli.output import Exit, console
+from gpucarve.core.problems import InvalidInput
+from gpucarve.kube.certs import issue, service_names
+from gpucarve.kube.policy_reload import PolicyReloader, digest
+from gpucarve.kube.webhook import CertReloader
+from gpucarve.kube.webhook import app as webhook_app
+
+app = typer.Typer(help="The admission webhook and its certificate.", no_args_is_help=True)
+log = logging.getLogger("gpucarve.webhook")
+
+
+@app.command("serve")
+def serve(
+    policy: Annotated[Path, typer.Option("--policy", help="The policy YAML.")],
+    cert_dir: Annotated[
+        Path, typer.Option("--cert-dir", help="Folder with tls.crt and tls.key (a TLS Secret).")
+    ],
+    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8443,
+    host: Annotated[str, typer.Option("--host")] = "0.0.0.0",
+    name: Annotated[
+        str, typer.Option("--name", help="The schedulerName given to GPU pods.")
+    ] = "gpucarve",
+    catalog: CatalogOption = None,
+) -> None:
+    """Serve /mutate and /validate (AdmissionReview v1) over TLS, following the policy file
+    and the certificate files as they change."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    read_as = digest(policy)
+    current = [policy_or_exit(policy, catalog).policy]
+    err = console(stderr=True)
+    try:
+        certs = CertReloader(cert_dir / "tls.crt", cert_dir / "tls.key")
+    except (OSError, ValueError) as exc:
+        err.print(Text(f"--cert-dir {cert_dir}: {exc}", style="red"))
+        err.print(Text("fix: write tls.crt and tls.key there (`gpucarve webhook certs`)"))
+        raise typer.Exit(Exit.INVALID) from None
+    stop = threading.Event()
+
+    def refused(exc: InvalidInput) -> None:
+        log.error("policy %s refused, the previous one stays: %d problem(s)", exc.source,
+                  len(exc.problems))  # fmt: skip
+
+    reloader = PolicyReloader(policy, catalog or [], refused, loaded=read_as)
+
+    def follow() -> None:
+        while not stop.wait(2.0):
+            if (new := reloader.poll()) is not None:
+                current[0] = new
+                log.info("policy %s loaded", new.name)
+
+    threading.Thread(target=follow, name="policy reload", daemon=True).start()
+    certs.follow(stop)
+    config = uvicorn.Config(
+        webhook_app(lambda: current[0], name),
+        host=host,
+        port=port,
+        log_level="warning",
+        ssl_context_factory=lambda _cfg, _default: certs.context,
+    )
+    server = uvicorn.Server(config)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
+    try:
+        server.run()
+    finally:
+        stop.set()
+
+
+@app.command("certs")
+def certs_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Folder for ca.crt, tls.crt, tls.key.")],
+    service: Annotated[str, typer.Option("--service", help="The webhook Service's name.")] = (
+        "gpucarve-webhook"
+    ),
+    namespace: Annotated[str, typer.Option("--namespace")] = "gpucarve-system",
+    ip: Annotated[list[str] | None, typer.Option("--ip", help="An IP the cert is for too.")] = None,
+    days: Annotated[int, typer.Option("--days", min=1, max=3650)] = 365,
+    new_ca: Annotated[
+        bool, typer.Option("--new-ca", help="Make a new CA even if --out holds one.")
+    ] = False,
+) -> None:
+    """Make a serving certificate for the webhook Service, signed by the CA in --out (a
+    rotation: the webhook configurations' caBundle, ca.crt, stays valid) or by a new one."""
+    ca = None
+    if not new_ca and (out / "ca.crt").is_file() and (out / "ca.key").is_file():
+        ca = ((out / "ca.crt").read_bytes(), (out / "ca.key").read_bytes())
+    try:
+        issued = issue(service_names(service, namespace), ip or [], datetime.now(UTC), days, ca)
+    except ValueError as exc:
+        console(stderr=True).print(Text(f"cannot issue the certificate: {exc}", style="red"))
+        console(stderr=True).print(Text("fix: check --ip, or pass --new-ca"))
+        raise typer.Exit(Exit.INVALID) from None
+    issued.write(out)
+    console().print(f"{out}/ca.crt, tls.crt, tls.key: valid until {issued.not_after:%Y-%m-%d}")

@@ -1,0 +1,151 @@
+"""What the admission webhook decides about a pod, without I/O: the changes that bring a pod
+written for the default scheduler to gpucarve, and the problems that refuse one.
+
+Only pods that ask for a GPU (an `nvidia.com/*` resource in any container, init containers
+included, or a gpucarve fraction annotation) in a namespace the policy governs are touched.
+Validation is the scheduler's own (`kube.pods.pending_workloads` → `build_workload`): what
+the webhook refuses is exactly what the scheduler would leave pending with the same message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpucarve.core.policy import Policy
+from gpucarve.core.problems import Problem, Severity
+from gpucarve.kube.pods import KEPT_ANNOTATIONS, QUEUE_LABELS, pending_workloads
+
+QUEUE_LABEL = "gpucarve.io/queue"
+MUTATED_ANNOTATION = "gpucarve.io/mutated"
+DEFAULT_SCHEDULER = "default-scheduler"
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # submit time is irrelevant to admission
+
+
+def _containers(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
+    out = []
+    for kind in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(kind) or []):
+            out.append((kind, i, c))
+    return out
+
+
+def wants_gpu(pod: Mapping[str, Any]) -> bool:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if any(k in annotations for k in KEPT_ANNOTATIONS):
+        return True
+    for _, _, c in _containers(pod.get("spec") or {}):
+        res = c.get("resources") or {}
+        for kind in ("requests", "limits"):
+            if any(str(n).startswith("nvidia.com/") for n in res.get(kind) or {}):
+                return True
+    return False
+
+
+def governed(policy: Policy, namespace: str) -> bool:
+    return any(namespace in q.namespaces for q in policy.queues)
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+@dataclass
+class Mutation:
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+
+
+def mutate(policy: Policy, pod: Mapping[str, Any], scheduler_name: str) -> Mutation:
+    """The JSON patch (RFC 6902) for one pod, and what it changes in words."""
+    m = Mutation()
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    namespace = str(meta.get("namespace") or "")
+    if not wants_gpu(pod) or not governed(policy, namespace):
+        return m
+    if spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER):
+        m.patch.append({"op": "add", "path": "/spec/schedulerName", "value": scheduler_name})
+        m.changes.append(f"schedulerName={scheduler_name}")
+    labels = meta.get("labels") or {}
+    if not any(k in labels for k in QUEUE_LABELS):
+        own = [q.name for q in policy.queues if namespace in q.namespaces]
+        if len(own) == 1:
+            if not labels:
+                m.patch.append({"op": "add", "path": "/metadata/labels", "value": {}})
+            path = f"/metadata/labels/{_escape(QUEUE_LABEL)}"
+            m.patch.append({"op": "add", "path": path, "value": own[0]})
+            m.changes.append(f"label {QUEUE_LABEL}={own[0]}")
+    for kind, i, c in _containers(spec):
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests")
+        missing = {n: v for n, v in limits.items()
+                   if str(n).startswith("nvidia.com/") and n not in (requests or {})}  # fmt: skip
+        if not missing:
+            continue
+        base = f"/spec/{kind}/{i}/resources"
+        if requests is None:
+            m.patch.append({"op": "add", "path": f"{base}/requests", "value": {}})
+        for name, value in sorted(missing.items()):
+            m.patch.append({"op": "add", "path": f"{base}/requests/{_escape(name)}",
+                            "value": value})  # fmt: skip
+            m.changes.append(f"{kind}[{c.get('name', i)}] requests {name}={value} (its limit)")
+    if m.changes:
+        annotations = meta.get("annotations") or {}
+        if not annotations:
+            m.patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        m.patch.append({"op": "add", "path": f"/metadata/annotations/{_escape(MUTATED_ANNOTATION)}",
+                        "value": json.dumps(m.changes)})  # fmt: skip
+    return m
+
+
+def pod_problems(policy: Policy, pod: Mapping[str, Any]) -> list[Problem]:
+    """Why the scheduler could never run this pod (errors only); empty for a pod gpucarve
+    does not govern."""
+    meta = pod.get("metadata") or {}
+    if not wants_gpu(pod) or not governed(policy, str(meta.get("namespace") or "")):
+        return []
+    # the scheduler reads a pod from the API server: give it what the server fills in
+    shaped_meta = dict(meta)
+    # a Job's pods have only generateName; the server appends five characters to it
+    shaped_meta["name"] = meta.get("name") or f"{meta.get('generateName') or 'pod-'}xxxxx"
+    shaped_meta["creationTimestamp"] = meta.get("creationTimestamp") or "2000-01-01T00:00:00Z"
+    shaped = {**pod, "metadata": shaped_meta}
+    (group,) = pending_workloads([shaped], policy, _EPOCH)
+    return [p for p in group.problems if p.severity is Severity.ERROR]
+
+
+def denial(problems: list[Problem]) -> str:
+    """The message `kubectl apply` prints: each problem with where, what and the fix."""
+    parts = [f"{p.location}: {p.message} (fix: {p.fix})" for p in problems]
+    return "gpucarve: " + "; ".join(parts)
+
+
+def queue_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
+    """What a Queue object's schema cannot check: its cohort exists, and each quota names a
+    flavor the pools provide and fits in them."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    spec = obj.get("spec") or {}
+    out: list[Problem] = []
+    cohort = spec.get("cohort")
+    cohorts = sorted(c.name for c in policy.cohorts)
+    if cohort and cohort not in cohorts:
+        out.append(Problem((name, "spec", "cohort"), "unknown-cohort",
+                           f"cohort {cohort!r} does not exist",
+                           f"use one of: {', '.join(cohorts) or '(the policy has none)'}, "
+                           "or add it to the policy's cohorts"))  # fmt: skip
+    for flavor, q in sorted((spec.get("quota") or {}).items()):
+        where = (name, "spec", "quota", str(flavor))
+        if flavor not in policy.flavors:
+            out.append(Problem(where, "unknown-flavor", f"no pool provides flavor {flavor!r}",
+                               f"use one of: {', '.join(sorted(policy.flavors))}"))  # fmt: skip
+            continue
+        nominal, capacity = (q or {}).get("nominal"), policy.capacity.get(flavor, 0)
+        if isinstance(nominal, int) and nominal > capacity:
+            out.append(Problem((*where, "nominal"), "quota-exceeds-capacity",
+                               f"nominal {nominal} {flavor} but the pools hold {capacity}",
+                               f"lower it to at most {capacity}, or add capacity"))  # fmt: skip
+    return out

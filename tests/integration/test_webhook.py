@@ -1,0 +1,277 @@
+"""The admission webhook called by the real kube-apiserver over TLS (`gpucarve webhook serve`
+as its own process, a certificate from `gpucarve.kube.certs`): pods written for the default
+scheduler are mutated and then bound; the attack matrix is denied with its message; with the
+webhook down the documented failure policy holds; a certificate rotation while reviews flow
+drops none."""
+
+from __future__ import annotations
+
+import base64
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucarve.config.policy_build import load_policy
+from gpucarve.kube.certs import issue
+from gpucarve.kube.client import Client
+from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
+from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from tests.integration.api import Api, wait_for
+from tests.integration.kube_pods import node_of, pod, pods_in
+from tests.integration.stack_setup import populate, running
+from tests.paths import BUILTIN
+
+pytestmark = pytest.mark.integration
+POLICY = BUILTIN / "three-teams.yaml"
+GOVERNED = ["research", "production", "serving", "data-science", "notebooks"]
+
+
+@dataclass
+class Webhook:
+    stack: LocalStack
+    api: Api
+    certs: Path
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        args = [
+            sys.executable,
+            "-m",
+            "gpucarve",
+            "webhook",
+            "serve",
+            "--policy",
+            str(POLICY),
+            "--cert-dir",
+            str(self.certs),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        log = (self.certs.parent / "webhook.log").open("ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        ctx = ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
+
+        def up() -> bool:
+            try:
+                url = f"https://127.0.0.1:{self.port}/healthz"
+                with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+
+        wait_for(up, what="the webhook serving")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(15)
+
+    def log(self) -> str:
+        return (self.certs.parent / "webhook.log").read_text(errors="replace")
+
+
+def _configurations(port: int, ca: bytes) -> list[tuple[str, dict[str, Any]]]:
+    bundle = base64.b64encode(ca).decode()
+    pods = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+            "resources": ["pods"], "scope": "Namespaced"}  # fmt: skip
+    queues = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "*",
+              "operations": ["CREATE", "UPDATE"], "resources": ["queues"]}  # fmt: skip
+    ns_selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                                         "operator": "In", "values": GOVERNED}]}  # fmt: skip
+
+    def hook(name: str, path: str, rules: list[dict[str, Any]], selector: bool) -> dict[str, Any]:
+        h: dict[str, Any] = {
+            "name": name,
+            "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle},
+            "rules": rules,
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+        }
+        if selector:
+            h["namespaceSelector"] = ns_selector
+        return h
+
+    return [
+        ("mutatingwebhookconfigurations", {
+            "metadata": {"name": "gpucarve"},
+            "webhooks": [hook("pods.mutate.gpucarve.io", "/mutate", [pods], True)]}),
+        ("validatingwebhookconfigurations", {
+            "metadata": {"name": "gpucarve"},
+            "webhooks": [hook("pods.validate.gpucarve.io", "/validate", [pods], True),
+                         hook("queues.validate.gpucarve.io", "/validate", [queues], False)]}),
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    work = tmp_path_factory.mktemp("webhook")
+    policy = work / "policy.yaml"
+    doc = yaml.safe_load(POLICY.read_text())
+    doc.setdefault("scheduling", {})["minRuntimeSeconds"] = 0
+    policy.write_text(yaml.safe_dump(doc))
+    with LocalStack(find_binaries(), work / "stack") as stack:
+        api = Api(stack.server, stack.tokens[ADMIN_USER])
+        populate(stack, api, policy, [*GOVERNED, "elsewhere"])
+        issued = issue(["gpucarve-webhook"], ["127.0.0.1"], datetime.now(UTC))
+        issued.write(work / "certs")
+        hook = Webhook(stack, api, work / "certs", free_port())
+        hook.start()
+        for plural, body in _configurations(hook.port, issued.ca_pem):
+            api.create(f"/apis/admissionregistration.k8s.io/v1/{plural}", body)
+        try:
+            yield hook
+        finally:
+            hook.stop()
+
+
+def _create(api: Api, manifest: dict[str, Any], dry_run: bool = False) -> tuple[int, Any]:
+    ns = manifest["metadata"]["namespace"]
+    query = "?dryRun=All" if dry_run else ""
+    return api.call("POST", f"/api/v1/namespaces/{ns}/pods{query}", manifest)
+
+
+def _plain(ns: str, name: str, resource: str, count: int = 1) -> dict[str, Any]:
+    """A pod as written for the default scheduler: no schedulerName, only limits."""
+    p = pod(ns, name, resource, count)
+    del p["spec"]["schedulerName"]
+    del p["spec"]["containers"][0]["resources"]["requests"][resource]
+    return p
+
+
+def _wait_admitted(api: Api, manifest: dict[str, Any]) -> tuple[int, Any]:
+    # the API server may need a moment before it calls a newly registered webhook
+    def attempt() -> tuple[int, Any] | None:
+        status, body = _create(api, manifest, dry_run=True)
+        mutated = status == 201 and body["spec"].get("schedulerName") == "gpucarve"
+        return (status, body) if mutated or status == 403 else None
+
+    return wait_for(attempt, what="the webhook called")
+
+
+def test_a_default_scheduler_pod_is_mutated_then_bound(webhook: Webhook) -> None:
+    api, stack = webhook.api, webhook.stack
+    manifest = _plain("research", "plain", "nvidia.com/gpu", 8)
+    _wait_admitted(api, manifest)
+    status, created = _create(api, manifest)
+    assert status == 201, created
+    spec, meta = created["spec"], created["metadata"]
+    assert spec["schedulerName"] == "gpucarve"
+    assert meta["labels"]["gpucarve.io/queue"] == "research"
+    assert spec["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "8"
+    assert "schedulerName=gpucarve" in meta["annotations"]["gpucarve.io/mutated"]
+    sched = Scheduler(Client.from_kubeconfig(stack.kubeconfig()),
+                      load_policy(POLICY).policy, SchedulerConfig(interval_s=0.3))  # fmt: skip
+    with running(sched):
+        assert wait_for(lambda: node_of(pods_in(api, "research")["plain"]), what="bound")
+
+
+def test_pods_outside_the_governed_namespaces_are_left_alone(webhook: Webhook) -> None:
+    status, created = _create(webhook.api, _plain("elsewhere", "free", "nvidia.com/gpu"))
+    assert status == 201, created
+    assert created["spec"]["schedulerName"] == "default-scheduler"
+
+
+def _init_hidden() -> dict[str, Any]:
+    p = pod("serving", "hidden", "nvidia.com/mig-3g.40gb")
+    init = {"name": "warm", "image": "fake",
+            "resources": {"limits": {"nvidia.com/mig-3g.40gb": "5"}}}  # fmt: skip
+    p["spec"]["initContainers"] = [init]
+    return p
+
+
+def _attacks() -> list[tuple[str, dict[str, Any], str]]:
+    escape = pod("research", "escape", "nvidia.com/gpu", 8)
+    escape["metadata"]["labels"]["gpucarve.io/queue"] = "production"
+    priority = pod("research", "vip", "nvidia.com/gpu", priority_class="production-critical")
+    fraction = pod("notebooks", "greedy", "nvidia.com/gpu.shared")
+    fraction["metadata"]["annotations"] = {"gpucarve.io/gpu-fraction": "1500"}
+    del fraction["spec"]["containers"][0]["resources"]
+    profile = pod("serving", "odd", "nvidia.com/mig-4g.40gb")
+    return [
+        ("another team's queue label", escape, "may not use queue 'production'"),
+        ("a priority the queue may not use", priority, "production-critical"),
+        ("a fraction above 1000", fraction, "gpu-fraction"),
+        ("a GPU request hidden in an init container", _init_hidden(), "maxPerWorkload"),
+        ("a profile no pool has", profile, "serves 1 × 4g.40gb"),
+    ]
+
+
+def test_the_attack_matrix_is_denied_with_its_message(webhook: Webhook) -> None:
+    api = webhook.api
+    _wait_admitted(api, _plain("research", "probe", "nvidia.com/gpu"))
+    for what, manifest, says in _attacks():
+        status, body = _create(api, manifest)
+        assert status == 403, (what, status, body)
+        assert "pods.validate.gpucarve.io" in body["message"], (what, body["message"])
+        assert says in body["message"], (what, body["message"])
+        assert "fix:" in body["message"], (what, body["message"])
+
+
+def test_a_queue_edited_to_a_missing_cohort_is_denied(webhook: Webhook) -> None:
+    api = webhook.api
+    path = "/apis/gpucarve.io/v1alpha1/queues/research"
+    queue = api.get(path)
+    queue["spec"]["cohort"] = "nowhere"
+    status, body = api.call("PUT", path, queue)
+    assert status == 403, body
+    assert "cohort 'nowhere' does not exist" in body["message"]
+
+
+def test_a_certificate_rotation_while_reviews_flow_drops_none(webhook: Webhook) -> None:
+    api = webhook.api
+    manifest = _plain("research", "flow", "nvidia.com/gpu")
+    _wait_admitted(api, manifest)
+    failures: list[Any] = []
+    done = threading.Event()
+    count = [0]
+
+    def flow() -> None:
+        while not done.is_set():
+            status, body = _create(api, manifest, dry_run=True)
+            count[0] += 1
+            if status != 201 or body["spec"].get("schedulerName") != "gpucarve":
+                failures.append((status, body))
+
+    threads = [threading.Thread(target=flow) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(1)
+    before = count[0]
+    ca = ((webhook.certs / "ca.crt").read_bytes(), (webhook.certs / "ca.key").read_bytes())
+    issue(["gpucarve-webhook"], ["127.0.0.1"], datetime.now(UTC), ca=ca).write(webhook.certs)
+    wait_for(lambda: "serving certificate reloaded" in webhook.log(), what="the reload")
+    time.sleep(1.5)
+    done.set()
+    for t in threads:
+        t.join(10)
+    assert count[0] > before + 10, "no reviews flowed across the rotation"
+    assert failures == []
+
+
+def test_with_the_webhook_down_governed_pods_are_refused_others_are_not(webhook: Webhook) -> None:
+    api = webhook.api
+    webhook.stop()
+    try:
+        status, body = _create(api, _plain("research", "while-down", "nvidia.com/gpu"))
+        assert status == 500 and "failed calling webhook" in body["message"], body
+        status, body = _create(api, _plain("elsewhere", "while-down", "nvidia.com/gpu"))
+        assert status == 201, body
+    finally:
+        webhook.start()

@@ -14,12 +14,15 @@ import uvicorn
 from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, policy_or_exit
+from gpucarve.cli.kube_options import KubeconfigOption, api_error_exit, client_or_exit
 from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput
 from gpucarve.kube.certs import issue, service_names
+from gpucarve.kube.client import ApiError
 from gpucarve.kube.policy_reload import PolicyReloader, digest
 from gpucarve.kube.webhook import CertReloader
 from gpucarve.kube.webhook import app as webhook_app
+from gpucarve.kube.webhook_certs import CertKeeper
 
 app = typer.Typer(help="The admission webhook and its certificate.", no_args_is_help=True)
 log = logging.getLogger("gpucarve.webhook")
@@ -36,6 +39,23 @@ def serve(
     name: Annotated[
         str, typer.Option("--name", help="The schedulerName given to GPU pods.")
     ] = "gpucarve",
+    secret: Annotated[
+        str | None,
+        typer.Option(
+            "--secret",
+            help="NAMESPACE/NAME: keep the certificate in this Secret (issue, renew when due, "
+            "write --cert-dir, set the caBundle of each --configuration); without it, "
+            "--cert-dir is read as it is (cert-manager's Secret, mounted).",
+        ),
+    ] = None,
+    service: Annotated[
+        str, typer.Option("--service", help="The webhook Service's name (certificate names).")
+    ] = "gpucarve-webhook",
+    configuration: Annotated[
+        list[str] | None,
+        typer.Option("--configuration", help="mutating/NAME or validating/NAME (repeat)."),
+    ] = None,
+    kubeconfig: KubeconfigOption = None,
     catalog: CatalogOption = None,
 ) -> None:
     """Serve /mutate and /validate (AdmissionReview v1) over TLS, following the policy file
@@ -46,13 +66,15 @@ def serve(
     read_as = digest(policy)
     current = [policy_or_exit(policy, catalog).policy]
     err = console(stderr=True)
+    stop = threading.Event()
+    if secret is not None:
+        _keep_certs(secret, service, configuration or [], cert_dir, kubeconfig, stop)
     try:
         certs = CertReloader(cert_dir / "tls.crt", cert_dir / "tls.key")
     except (OSError, ValueError) as exc:
         err.print(Text(f"--cert-dir {cert_dir}: {exc}", style="red"))
         err.print(Text("fix: write tls.crt and tls.key there (`gpucarve webhook certs`)"))
         raise typer.Exit(Exit.INVALID) from None
-    stop = threading.Event()
 
     def refused(exc: InvalidInput) -> None:
         log.error("policy %s refused, the previous one stays: %d problem(s)", exc.source,
@@ -81,6 +103,41 @@ def serve(
         server.run()
     finally:
         stop.set()
+
+
+def _keep_certs(
+    secret: str,
+    service: str,
+    configurations: list[str],
+    cert_dir: Path,
+    kubeconfig: Path | None,
+    stop: threading.Event,
+    every_s: float = 60.0,
+) -> None:
+    """The certificate made right once (or exit), then looked at every minute."""
+    ns, _, name = secret.partition("/")
+    bad = [c for c in configurations if c.partition("/")[0] not in ("mutating", "validating")]
+    if not ns or not name or bad:
+        err = console(stderr=True)
+        what = f"--secret {secret!r}" if not (ns and name) else f"--configuration {bad[0]!r}"
+        err.print(Text(f"{what}: expected NAMESPACE/NAME, mutating/NAME or validating/NAME",
+                       style="red"))  # fmt: skip
+        raise typer.Exit(Exit.INVALID)
+    keeper = CertKeeper(client_or_exit(kubeconfig), ns, name, service, configurations, cert_dir,
+                        lambda: datetime.now(UTC))  # fmt: skip
+    try:
+        keeper.ensure()
+    except ApiError as exc:
+        api_error_exit(exc)
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            try:
+                keeper.ensure()
+            except ApiError as exc:
+                log.warning("webhook certificate not checked: %s", exc)
+
+    threading.Thread(target=loop, name="cert keeper", daemon=True).start()
 
 
 @app.command("certs")

@@ -34,6 +34,7 @@ def test_the_chart_lints() -> None:
         (["resources.requests.gpu=1"], "'gpu' not allowed"),
         (["leaderElection.enabled=false"], "leaderElection.enabled: two replicas"),
         (["serviceAccount.create=false"], "serviceAccount.name: name the ServiceAccount"),
+        (["webhook.failurePolicy=Sometimes"], "/webhook/failurePolicy"),
     ],
 )
 def test_bad_values_fail_naming_the_field(values: list[str], says: str) -> None:
@@ -49,6 +50,13 @@ def test_no_policy_is_refused_with_the_fix() -> None:
     done = helm("template", RELEASE, str(CHART))
     assert done.returncode != 0
     assert "policy: no policy given; fix: --set-file policy=" in done.stderr
+    # a policy the chart cannot read needs the webhook's namespaces named
+    done = helm("template", RELEASE, str(CHART), "--set", "existingPolicyConfigMap=mine")
+    assert "webhook.namespaces: no namespace to govern; fix:" in done.stderr
+    done = helm("template", RELEASE, str(CHART), "--set", "existingPolicyConfigMap=mine",
+                "--set", "webhook.namespaces={research}")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert '["research"]' in done.stdout
 
 
 def _by_kind(objs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -59,7 +67,7 @@ def _by_kind(objs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def test_the_rendered_objects_are_accepted_by_the_api_server(admin: Api) -> None:
-    objs = render(POLICY)
+    objs = render(POLICY, ["webhook.enabled=false"])  # the webhook: test_webhook_chart.py
     kinds = _by_kind(objs)
     assert sorted(kinds) == [
         "ClusterRole",
@@ -103,7 +111,11 @@ def test_the_rendered_objects_are_accepted_by_the_api_server(admin: Api) -> None
 
 
 def test_one_replica_has_no_disruption_budget_and_a_user_configmap_no_chart_one() -> None:
-    objs = render(POLICY, ["replicaCount=1", "existingPolicyConfigMap=mine"], crds=False)
+    objs = render(
+        POLICY,
+        ["replicaCount=1", "existingPolicyConfigMap=mine", "webhook.enabled=false"],
+        crds=False,
+    )
     kinds = _by_kind(objs)
     assert "PodDisruptionBudget" not in kinds
     assert [c["metadata"]["name"] for c in kinds["ConfigMap"]] == ["gpucarve-mig-parted-config"]

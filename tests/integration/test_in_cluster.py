@@ -88,7 +88,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with LocalStack(find_binaries(), work / "stack") as stack:
         admin = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, admin, first, ["research"])
-        objs = render(first)
+        objs = render(first, ["webhook.enabled=false"])
         install(admin, objs, [NAMESPACE, "gpu-operator"])
         (deployment,) = [o for o in objs if o["kind"] == "Deployment"]
         secret = {"metadata": {"name": "token-a"}, "type": "Opaque"}

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def chart_objs() -> list[dict[str, Any]]:
-    return render(BUILTIN / "three-teams.yaml")
+    return render(BUILTIN / "three-teams.yaml", ["webhook.enabled=false"])
 
 
 def test_paths_are_named_as_rbac_names_them() -> None:

@@ -42,3 +42,28 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "gpucarve.leaseName" -}}
 {{- printf "%s-scheduler" .Values.schedulerName -}}
 {{- end -}}
+
+{{/* The namespaces the webhook governs: webhook.namespaces, else the policy's queues'. */}}
+{{- define "gpucarve.webhookNamespaces" -}}
+{{- $out := list -}}
+{{- if .Values.webhook.namespaces -}}
+{{- $out = .Values.webhook.namespaces -}}
+{{- else if .Values.policy -}}
+{{- $policy := fromYaml .Values.policy -}}
+{{- range $q := ($policy.queues | default list) -}}
+{{- range $ns := ($q.namespaces | default list) -}}
+{{- $out = append $out $ns -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $kept := list -}}
+{{- range $ns := ($out | uniq | sortAlpha) -}}
+{{- if and (ne $ns "kube-system") (ne $ns $.Release.Namespace) -}}
+{{- $kept = append $kept $ns -}}
+{{- end -}}
+{{- end -}}
+{{- if not $kept -}}
+{{- fail "webhook.namespaces: no namespace to govern; fix: list them in webhook.namespaces (needed with existingPolicyConfigMap), or set webhook.enabled=false" -}}
+{{- end -}}
+{{- toJson $kept -}}
+{{- end -}}

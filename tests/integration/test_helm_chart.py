@@ -140,3 +140,21 @@ def test_the_rendered_nvidia_config_maps_are_accepted(admin: Api, command: list[
     assert status in (200, 201), body
     assert body["metadata"]["namespace"] == "gpu-operator"
     assert body["data"] == cm["data"]
+
+
+def test_the_rendered_namespace_objects_are_accepted(admin: Api) -> None:
+    from typer.testing import CliRunner
+
+    from gpucarve.cli.main import app
+    from tests.integration.chart import apply, ensure_namespace
+
+    result = CliRunner().invoke(app, ["render", "namespaces", "--policy", str(POLICY)])
+    assert result.exit_code == 0, result.output
+    objs = [o for o in yaml.safe_load_all(result.output) if o]
+    kinds = sorted({o["kind"] for o in objs})
+    assert kinds == ["LimitRange", "PriorityClass", "ResourceQuota"]
+    for obj in objs:
+        if ns := obj["metadata"].get("namespace"):
+            ensure_namespace(admin, ns)
+        status, body = apply(admin, obj, dry_run=True)
+        assert status in (200, 201), (obj["kind"], obj["metadata"], body)

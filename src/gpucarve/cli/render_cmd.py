@@ -12,6 +12,7 @@ from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.render import nvidia
 from gpucarve.render.migparted import mig_parted_config
 from gpucarve.render.migparted import node_labels as mig_labels
+from gpucarve.render.namespaces import namespace_objects
 from gpucarve.render.yaml_out import dump
 
 app = typer.Typer(
@@ -106,3 +107,13 @@ def gpu_operator(
         + _label_header(nvidia.node_labels(loaded.policy))
     )
     typer.echo(header + dump(values), nl=False)
+
+
+@app.command("namespaces")
+def namespaces(policy: PolicyOption, catalog: CatalogOption = None) -> None:
+    """Per namespace a queue lists, a ResourceQuota (each GPU resource capped at what its
+    queue can ever hold) and a LimitRange (one container at most the queue's
+    maxPerWorkload), and the PriorityClasses: a backstop for pods that bypass gpucarve."""
+    loaded = policy_or_exit(policy, catalog)
+    objs = namespace_objects(loaded.policy)
+    typer.echo("".join("---\n" + dump(o) for o in objs), nl=False)

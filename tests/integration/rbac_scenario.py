@@ -19,6 +19,7 @@ import yaml
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.kube.client import ApiError, Client
+from gpucarve.kube.device_config import DEVICE_CONFIG
 from gpucarve.kube.leader import LeaderElector
 from gpucarve.kube.mig_handoff import HandoffConfig
 from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
@@ -172,12 +173,24 @@ def policy_doc() -> dict[str, Any]:
             "sharing": "exclusive",
         }
     )
+    doc["pools"].append(
+        {
+            "name": "dev",
+            "gpuModel": "L40S",
+            "nodes": 1,
+            "gpusPerNode": 1,
+            "sharing": "time-slicing",
+            "replicas": 4,
+        }
+    )
     doc["cohorts"] = [{"name": "lab"}]
     doc["queues"] += [
         {"name": "research", "namespaces": ["research"], "cohort": "lab",
          "quota": {"h100-full": {"nominal": 1, "borrowingLimit": 1}}},
         {"name": "production", "namespaces": ["production"], "cohort": "lab",
          "quota": {"h100-full": {"nominal": 1}}},
+        {"name": "notebooks", "namespaces": ["notebooks"],
+         "quota": {"l40s-shared": {"nominal": 4}}},
     ]  # fmt: skip
     return doc
 
@@ -230,6 +243,23 @@ class Scenario:
         for i in range(2):
             create_pod(a, pod("serving", f"small{i}", "nvidia.com/mig-1g.10gb"))
         self.until(lambda: self.bound("serving", ["small0", "small1"]), "a MIG change")
+        self.fraction()
+
+    def fraction(self) -> None:
+        """A fraction-only pod, as the webhook leaves it: its device ConfigMap is written at
+        binding and deleted with it."""
+        a = self.admin
+        frac = pod("notebooks", "frac", "nvidia.com/gpu.shared")
+        del frac["spec"]["containers"][0]["resources"]
+        frac["metadata"]["annotations"] = {"gpucarve.io/gpu-fraction": "250",
+                                           DEVICE_CONFIG: "gpucarve-gpu-frac"}  # fmt: skip
+        create_pod(a, frac)
+        self.until(lambda: self.bound("notebooks", ["frac"]), "the fraction pod bound")
+        cm = "/api/v1/namespaces/notebooks/configmaps/gpucarve-gpu-frac"
+        data = self.until(lambda: a.call("GET", cm)[1].get("data"), "its device ConfigMap")
+        assert data["NVIDIA_VISIBLE_DEVICES"] == "0", data
+        a.call("DELETE", "/api/v1/namespaces/notebooks/pods/frac?gracePeriodSeconds=0")
+        self.until(lambda: a.call("GET", cm)[0] == 404, "the ConfigMap gone with the pod")
 
     def _events(self, ns: str) -> bool:
         return bool(self.admin.get(f"/api/v1/namespaces/{ns}/events")["items"])
@@ -250,7 +280,7 @@ def run(workdir: Path, chart_objs: list[dict[str, Any]], target: Triple | None) 
     recording = Recording()
     with LocalStack(find_binaries(), workdir / "stack") as stack:
         admin = Api(stack.server, stack.tokens[ADMIN_USER])
-        populate(stack, admin, policy_file, ("research", "production", "serving"))
+        populate(stack, admin, policy_file, ("research", "production", "serving", "notebooks"))
         install(admin, chart_objs, [NAMESPACE, CM_NS])
         ctx = ssl.create_default_context()
         ctx.check_hostname = False

@@ -7,6 +7,7 @@ drops none."""
 from __future__ import annotations
 
 import base64
+import json
 import signal
 import ssl
 import subprocess
@@ -275,3 +276,42 @@ def test_with_the_webhook_down_governed_pods_are_refused_others_are_not(webhook:
         assert status == 201, body
     finally:
         webhook.start()
+
+
+def test_a_fraction_pod_gets_its_gpu_through_a_config_map_that_goes_with_it(
+    webhook: Webhook,
+) -> None:
+    api, stack = webhook.api, webhook.stack
+    frac = pod("notebooks", "quarter", "nvidia.com/gpu.shared")
+    del frac["spec"]["schedulerName"]
+    del frac["spec"]["containers"][0]["resources"]
+    frac["metadata"]["annotations"] = {"gpucarve.io/gpu-fraction": "250"}
+    _wait_admitted(api, _plain("notebooks", "probe", "nvidia.com/gpu.shared"))
+    status, created = _create(api, frac)
+    assert status == 201, created
+    name = created["metadata"]["annotations"]["gpucarve.io/device-config"]
+    env_from = created["spec"]["containers"][0]["envFrom"]
+    assert env_from == [{"configMapRef": {"name": name}}]
+    cm = f"/api/v1/namespaces/notebooks/configmaps/{name}"
+    sched = Scheduler(Client.from_kubeconfig(stack.kubeconfig()),
+                      load_policy(POLICY).policy, SchedulerConfig(interval_s=0.3))  # fmt: skip
+    with running(sched):
+
+        def bound_with_config() -> tuple[str, dict[str, Any]] | None:
+            node = node_of(pods_in(api, "notebooks")["quarter"])
+            if not node:
+                return None
+            status, body = api.call("GET", cm)
+            assert status == 200, "bound before its device ConfigMap existed"
+            return node, body
+
+        _, config = wait_for(bound_with_config, what="the fraction pod bound")
+        assigned = pods_in(api, "notebooks")["quarter"]["metadata"]["annotations"]
+        slices = json.loads(assigned["gpucarve.io/assignment"])["slices"]
+        gpu = slices[0].split("/")[1].removeprefix("gpu")
+        assert config["data"]["NVIDIA_VISIBLE_DEVICES"] == gpu
+        assert config["data"]["CUDA_DEVICE_SM_LIMIT"] == "25"
+        (owner,) = config["metadata"]["ownerReferences"]
+        assert owner["kind"] == "Pod" and owner["uid"] == created["metadata"]["uid"]
+        api.call("DELETE", "/api/v1/namespaces/notebooks/pods/quarter?gracePeriodSeconds=0")
+        wait_for(lambda: api.call("GET", cm)[0] == 404, what="the ConfigMap gone with the pod")

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem, Severity
+from gpucarve.kube.device_config import DEVICE_CONFIG
 from gpucarve.kube.pods import KEPT_ANNOTATIONS, QUEUE_LABELS, pending_workloads
 
 QUEUE_LABEL = "gpucarve.io/queue"
@@ -57,9 +58,39 @@ def _escape(key: str) -> str:
 class Mutation:
     patch: list[dict[str, Any]] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
+    annotations: dict[str, str] = field(default_factory=dict)
 
 
-def mutate(policy: Policy, pod: Mapping[str, Any], scheduler_name: str) -> Mutation:
+def _requests_device(spec: Mapping[str, Any]) -> bool:
+    for _, _, c in _containers(spec):
+        res = c.get("resources") or {}
+        for kind in ("requests", "limits"):
+            if any(str(n).startswith("nvidia.com/") for n in res.get(kind) or {}):
+                return True
+    return False
+
+
+def _device_config(m: Mutation, pod: Mapping[str, Any], review_uid: str) -> None:
+    """A fraction-only pod gets its GPU from a ConfigMap the scheduler writes at binding
+    (`kube.device_config`): named here, from the review's uid (the pod has neither name nor
+    uid yet when it is created from a generateName)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if DEVICE_CONFIG in annotations or _requests_device(pod.get("spec") or {}):
+        return
+    name = f"gpucarve-gpu-{review_uid.lower()}"[:253]
+    m.annotations[DEVICE_CONFIG] = name
+    for i, c in enumerate((pod.get("spec") or {}).get("containers") or []):
+        ref = {"configMapRef": {"name": name}}
+        if c.get("envFrom"):
+            m.patch.append({"op": "add", "path": f"/spec/containers/{i}/envFrom/-", "value": ref})
+        else:
+            m.patch.append({"op": "add", "path": f"/spec/containers/{i}/envFrom", "value": [ref]})
+    m.changes.append(f"envFrom ConfigMap {name} (the GPU chosen at binding)")
+
+
+def mutate(
+    policy: Policy, pod: Mapping[str, Any], scheduler_name: str, review_uid: str | None = None
+) -> Mutation:
     """The JSON patch (RFC 6902) for one pod, and what it changes in words."""
     m = Mutation()
     meta = pod.get("metadata") or {}
@@ -93,12 +124,15 @@ def mutate(policy: Policy, pod: Mapping[str, Any], scheduler_name: str) -> Mutat
             m.patch.append({"op": "add", "path": f"{base}/requests/{_escape(name)}",
                             "value": value})  # fmt: skip
             m.changes.append(f"{kind}[{c.get('name', i)}] requests {name}={value} (its limit)")
+    if review_uid:
+        _device_config(m, pod, review_uid)
     if m.changes:
-        annotations = meta.get("annotations") or {}
-        if not annotations:
+        m.annotations[MUTATED_ANNOTATION] = json.dumps(m.changes)
+        if not meta.get("annotations"):
             m.patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
-        m.patch.append({"op": "add", "path": f"/metadata/annotations/{_escape(MUTATED_ANNOTATION)}",
-                        "value": json.dumps(m.changes)})  # fmt: skip
+        for key, value in m.annotations.items():
+            path = f"/metadata/annotations/{_escape(key)}"
+            m.patch.append({"op": "add", "path": path, "value": value})
     return m
 
 

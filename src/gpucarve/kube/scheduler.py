@@ -37,6 +37,7 @@ from gpucarve.engine.engine import Engine
 from gpucarve.engine.invariants import check_step
 from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.crds import GROUP, VERSION
+from gpucarve.kube.device_config import DeviceConfigs
 from gpucarve.kube.health import Health
 from gpucarve.kube.informer import Informer
 from gpucarve.kube.inventory import Inventory, build_inventory, node_key
@@ -46,6 +47,7 @@ from gpucarve.kube.pods import WorkloadCache
 from gpucarve.kube.policy_reload import PolicyReloader
 from gpucarve.kube.reporter import Reporter
 from gpucarve.kube.view import ASSIGNMENT, Assigned, View, build_view
+from gpucarve.kube.view import key as pod_id
 
 log = logging.getLogger("gpucarve.scheduler")
 
@@ -110,6 +112,7 @@ class Scheduler:
         self._inventory: tuple[tuple[str, ...], Inventory] | None = None
         self._binds = ThreadPoolExecutor(config.bind_workers, thread_name_prefix="bind")
         self.reporter = Reporter(client, clock)
+        self.device_configs = DeviceConfigs(client)
         self.cycles = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -234,6 +237,8 @@ class Scheduler:
             inv = self.inventory()
             self.mig.advance(self._nodes_by_name(), inv.layouts, inv.changes)
         view = self.view()
+        if self.device_configs.written:
+            self.device_configs.forget_gone({pod_id(p) for p in self.pods.items()})
         for w in view.warnings:
             log.warning("%s", w)
         self.reporter.orphans(view)
@@ -352,6 +357,12 @@ class Scheduler:
 
     def _bind_one(self, pod: str, a: Assigned) -> str | None:
         ns, name = _split(pod)
+        obj = self.pods.get(pod)
+        try:
+            if obj is not None:
+                self.device_configs.write(obj, a.slices, a.shared_memory_mib)
+        except ApiError as err:
+            return f"its device ConfigMap: {err}"
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -365,5 +376,6 @@ class Scheduler:
         try:
             self.client.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", body)
         except ApiError as err:
+            self.device_configs.drop(pod)
             return str(err)
         return None

@@ -65,7 +65,7 @@ def app(policy: Callable[[], Policy], scheduler_name: str) -> Starlette:
         if req.get("kind", {}).get("kind") != "Pod" or req.get("operation") != "CREATE":
             return JSONResponse(_review(req["uid"], True))
         obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
-        m = mutate(policy(), obj, scheduler_name)
+        m = mutate(policy(), obj, scheduler_name, req["uid"])
         if m.changes:
             log.info("pod %s/%s: %s", req.get("namespace"), obj["metadata"].get("name") or
                      obj["metadata"].get("generateName"), "; ".join(m.changes))  # fmt: skip

@@ -1,0 +1,36 @@
+"""A fraction-only pod's device ConfigMap: the GPUs from its slices, the limiter's variables."""
+
+from __future__ import annotations
+
+from gpucarve.config.policy_build import load_policy
+from gpucarve.kube.admission import mutate
+from gpucarve.kube.device_config import DEVICE_CONFIG, environment, gpu_indices
+from tests.paths import BUILTIN
+
+POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
+
+
+def test_gpu_indices_and_limiter_variables() -> None:
+    assert gpu_indices(["dev-0/gpu0/r1", "dev-0/gpu0/r2", "dev-0/gpu3/r0"]) == [0, 3]
+    pod = {"metadata": {"annotations": {"gpucarve.io/gpu-fraction": "500"}}}
+    env = environment(pod, ["dev-0/gpu2/r1"], 8192)
+    assert env == {"NVIDIA_VISIBLE_DEVICES": "2", "CUDA_DEVICE_MEMORY_LIMIT": "8192m",
+                   "CUDA_DEVICE_SM_LIMIT": "50"}  # fmt: skip
+
+
+def test_the_webhook_names_the_config_map_only_for_fraction_only_pods() -> None:
+    frac = {
+        "metadata": {"namespace": "notebooks", "annotations": {"gpucarve.io/gpu-fraction": "250"}},
+        "spec": {"containers": [{"name": "a"}, {"name": "b", "envFrom": [{"secretRef": {}}]}]},
+    }
+    m = mutate(POLICY, frac, "gpucarve", "ABC-123")
+    assert m.annotations[DEVICE_CONFIG] == "gpucarve-gpu-abc-123"
+    ops = {op["path"]: op["value"] for op in m.patch}
+    ref = {"configMapRef": {"name": "gpucarve-gpu-abc-123"}}
+    assert ops["/spec/containers/0/envFrom"] == [ref]
+    assert ops["/spec/containers/1/envFrom/-"] == ref
+    whole = {
+        "metadata": {"namespace": "research"},
+        "spec": {"containers": [{"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+    assert DEVICE_CONFIG not in mutate(POLICY, whole, "gpucarve", "X").annotations

@@ -90,6 +90,8 @@ def _configurations(port: int, ca: bytes) -> list[tuple[str, dict[str, Any]]]:
     bundle = base64.b64encode(ca).decode()
     pods = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
             "resources": ["pods"], "scope": "Namespaced"}  # fmt: skip
+    groups = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "Namespaced",
+              "operations": ["CREATE", "UPDATE"], "resources": ["podgroups"]}  # fmt: skip
     queues = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "*",
               "operations": ["CREATE", "UPDATE"], "resources": ["queues"]}  # fmt: skip
     ns_selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
@@ -116,6 +118,7 @@ def _configurations(port: int, ca: bytes) -> list[tuple[str, dict[str, Any]]]:
         ("validatingwebhookconfigurations", {
             "metadata": {"name": "gpucarve"},
             "webhooks": [hook("pods.validate.gpucarve.io", "/validate", [pods], True),
+                         hook("podgroups.validate.gpucarve.io", "/validate", [groups], True),
                          hook("queues.validate.gpucarve.io", "/validate", [queues], False)]}),
     ]  # fmt: skip
 
@@ -315,3 +318,20 @@ def test_a_fraction_pod_gets_its_gpu_through_a_config_map_that_goes_with_it(
         assert owner["kind"] == "Pod" and owner["uid"] == created["metadata"]["uid"]
         api.call("DELETE", "/api/v1/namespaces/notebooks/pods/quarter?gracePeriodSeconds=0")
         wait_for(lambda: api.call("GET", cm)[0] == 404, what="the ConfigMap gone with the pod")
+
+
+def test_a_pod_group_claiming_another_queue_or_priority_is_denied(webhook: Webhook) -> None:
+    api = webhook.api
+    path = "/apis/gpucarve.io/v1alpha1/namespaces/research/podgroups"
+
+    def group(name: str, **spec: Any) -> dict[str, Any]:
+        return {"apiVersion": "gpucarve.io/v1alpha1", "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": "research"},
+                "spec": {"minMember": 2, **spec}}  # fmt: skip
+
+    status, body = api.call("POST", path, group("theirs", queue="production"))
+    assert status == 403 and "may not use queue 'production'" in body["message"], body
+    status, body = api.call("POST", path, group("vip", priorityClassName="production-critical"))
+    assert status == 403 and "production-critical" in body["message"], body
+    status, body = api.call("POST", path, group("fine", queue="research"))
+    assert status == 201, body

@@ -60,3 +60,17 @@ def test_queue_checks_beyond_the_schema() -> None:
     ok = {"metadata": {"name": "research"},
           "spec": {"cohort": "company", "quota": {"h100-full": {"nominal": 16}}}}  # fmt: skip
     assert queue_problems(POLICY, ok) == []
+
+
+def test_pod_group_queue_and_priority_are_the_namespaces() -> None:
+    from gpucarve.kube.admission import pod_group_problems
+
+    def group(ns: str, **spec: Any) -> dict[str, Any]:
+        return {"metadata": {"name": "g", "namespace": ns}, "spec": {"minMember": 2, **spec}}
+
+    assert pod_group_problems(POLICY, group("research")) == []
+    assert pod_group_problems(POLICY, group("elsewhere", queue="production")) == []
+    (p,) = pod_group_problems(POLICY, group("research", queue="production"))
+    assert p.code == "queue-not-for-namespace"
+    (p,) = pod_group_problems(POLICY, group("research", priorityClassName="production-critical"))
+    assert p.code == "priority-class-not-allowed"

@@ -183,3 +183,31 @@ def queue_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
                                f"nominal {nominal} {flavor} but the pools hold {capacity}",
                                f"lower it to at most {capacity}, or add capacity"))  # fmt: skip
     return out
+
+
+def pod_group_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
+    """A PodGroup's queue must be one its namespace may use, and its priority class one that
+    queue allows: a gang cannot claim another team's quota or priority any more than a pod."""
+    meta = obj.get("metadata") or {}
+    name, ns = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+    spec = obj.get("spec") or {}
+    own = [q for q in policy.queues if ns in q.namespaces]
+    if not own:
+        return []  # not a governed namespace
+    out: list[Problem] = []
+    queue = own[0]
+    if wanted := spec.get("queue"):
+        allowed = [q for q in own if q.name == wanted]
+        if not allowed:
+            names = ", ".join(q.name for q in own)
+            out.append(Problem((name, "spec", "queue"), "queue-not-for-namespace",
+                               f"namespace {ns!r} may not use queue {wanted!r}",
+                               f"use {names}, or leave spec.queue out"))  # fmt: skip
+            return out
+        queue = allowed[0]
+    pc = spec.get("priorityClassName")
+    if pc and queue.allowed_priority_classes and pc not in queue.allowed_priority_classes:
+        out.append(Problem((name, "spec", "priorityClassName"), "priority-class-not-allowed",
+                           f"queue {queue.name!r} may not use priority class {pc!r}",
+                           f"use one of: {', '.join(queue.allowed_priority_classes)}"))  # fmt: skip
+    return out

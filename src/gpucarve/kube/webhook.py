@@ -23,7 +23,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gpucarve.core.policy import Policy
-from gpucarve.kube.admission import denial, mutate, pod_problems, queue_problems
+from gpucarve.kube.admission import (
+    denial,
+    mutate,
+    pod_group_problems,
+    pod_problems,
+    queue_problems,
+)
 
 log = logging.getLogger("gpucarve.webhook")
 MAX_REVIEW_BYTES = 3 * 1024 * 1024  # the API server's own limit on a request body
@@ -82,6 +88,9 @@ def app(policy: Callable[[], Policy], scheduler_name: str) -> Starlette:
             problems = pod_problems(policy(), obj)
         elif kind == "Queue" and req.get("operation") in ("CREATE", "UPDATE"):
             problems = queue_problems(policy(), obj)
+        elif kind == "PodGroup" and req.get("operation") in ("CREATE", "UPDATE"):
+            obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
+            problems = pod_group_problems(policy(), obj)
         else:
             problems = []
         if problems:

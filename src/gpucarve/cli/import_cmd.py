@@ -10,10 +10,17 @@ import typer
 import yaml
 from rich.text import Text
 
-from gpucarve.cli.common import CatalogOption, catalog_or_exit, fail, out_dir_or_exit
+from gpucarve.cli.common import (
+    CatalogOption,
+    catalog_or_exit,
+    fail,
+    out_dir_or_exit,
+    policy_or_exit,
+)
 from gpucarve.cli.output import Exit, console, print_problems
 from gpucarve.config.device_plugin_import import import_device_plugin
 from gpucarve.config.policy_build import load_policy
+from gpucarve.config.quota_import import import_quotas
 from gpucarve.core.problems import InvalidInput
 from gpucarve.sim.alibaba import import_trace
 
@@ -133,3 +140,32 @@ def device_plugin(
     typer.echo(
         "\n".join(lines) + "\n" + yaml.safe_dump({"pools": pools}, sort_keys=False), nl=False
     )
+
+
+@app.command("quotas")
+def quotas(
+    file: Annotated[
+        Path,
+        typer.Argument(help="kubectl get resourcequota,priorityclass -A -o yaml, or objects."),
+    ],
+    policy: Annotated[
+        Path, typer.Option("--policy", help="A policy whose pools name the flavors.")
+    ],
+    catalog: CatalogOption = None,
+) -> None:
+    """Read ResourceQuotas (GPU resources per namespace) and PriorityClasses into queue and
+    priorityClasses blocks for a policy: one queue per namespace, its nominal quota per flavor."""
+    loaded = policy_or_exit(policy, catalog)
+    try:
+        blocks = import_quotas(file, loaded.policy)
+    except InvalidInput as exc:
+        fail(exc)
+    console(stderr=True).print(
+        Text(
+            f"{len(blocks['queues'])} queues, {len(blocks['priorityClasses'])} priority classes "
+            f"read from {file}",
+            style="green",
+        )
+    )
+    header = "# queues and priority classes read from ResourceQuotas and PriorityClasses\n"
+    typer.echo(header + yaml.safe_dump(blocks, sort_keys=False), nl=False)

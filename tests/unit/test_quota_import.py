@@ -1,0 +1,49 @@
+"""ResourceQuotas and PriorityClasses back into queue and priority blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpucarve.config.policy_build import load_policy
+from gpucarve.config.quota_import import import_quotas
+from gpucarve.core.problems import InvalidInput
+from gpucarve.render.namespaces import namespace_objects
+from tests.paths import BUILTIN
+
+POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
+
+
+def test_render_then_import_gives_each_namespace_its_queues_ceiling(tmp_path: Path) -> None:
+    path = tmp_path / "objs.yaml"
+    path.write_text("".join("---\n" + yaml.safe_dump(o) for o in namespace_objects(POLICY)))
+    blocks = import_quotas(path, POLICY)
+    queues = {q["name"]: q for q in blocks["queues"]}
+    assert set(queues) == {"research", "production", "serving", "data-science", "notebooks"}
+    assert queues["research"]["quota"]["h100-full"] == {"nominal": 32}
+    assert queues["research"]["namespaces"] == ["research"]
+    classes = {c["name"]: c for c in blocks["priorityClasses"]}
+    assert classes["production-critical"]["preemptible"] is False
+    assert classes["training"]["default"] is True
+    assert classes["training"]["value"] == 1000
+
+
+def test_a_kubectl_list_is_read_and_an_ambiguous_resource_refused(tmp_path: Path) -> None:
+    doc = {"apiVersion": "v1", "kind": "List", "items": [
+        {"kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "team-a"},
+         "spec": {"hard": {"requests.nvidia.com/gpu": "4", "limits.cpu": "8"}}},
+        {"kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "team-b"},
+         "spec": {"hard": {"nvidia.com/mig-9g.90gb": "2"}}},
+    ]}  # fmt: skip
+    path = tmp_path / "list.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InvalidInput) as info:
+        import_quotas(path, POLICY)
+    (p,) = info.value.problems
+    assert p.code == "no-single-flavor" and "team-b" in p.location
+    doc["items"].pop()
+    path.write_text(yaml.safe_dump(doc))
+    (q,) = import_quotas(path, POLICY)["queues"]
+    assert q == {"name": "team-a", "namespaces": ["team-a"], "quota": {"h100-full": {"nominal": 4}}}

@@ -335,3 +335,13 @@ def test_a_pod_group_claiming_another_queue_or_priority_is_denied(webhook: Webho
     assert status == 403 and "production-critical" in body["message"], body
     status, body = api.call("POST", path, group("fine", queue="research"))
     assert status == 201, body
+
+
+def test_requests_unequal_to_limits_never_reach_a_scheduler(webhook: Webhook) -> None:
+    # the API server itself refuses extended resources overcommitted, before any webhook:
+    # gpucarve's own check (request-not-limit) is for documents that bypass it (traces)
+    p = pod("research", "overcommit", "nvidia.com/gpu", 2)
+    p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
+    status, body = _create(webhook.api, p)
+    assert status == 422, body
+    assert "must be equal to nvidia.com/gpu limit" in body["message"], body["message"]

@@ -168,3 +168,20 @@ def test_a_gang_short_of_its_min_member_waits_for_its_pods() -> None:
     view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): 3})
     (gang,) = view.snapshot.pending
     assert gang.pod_sets[0].min_count == 3 and not view.invalid
+
+
+def test_a_pod_group_claiming_another_queue_or_priority_than_its_pods_waits_with_why() -> None:
+    inv = build_inventory(POLICY, ready_nodes())
+    pods = [pod(f"g-{i}", "research", {"nvidia.com/gpu": "8"}, group="pair") for i in range(2)]
+    mins = {("research", "pair"): 2}
+    ok = build_view(POLICY, inv, pods, "gpucarve", EPOCH, mins, group_claims={
+        ("research", "pair"): ("research", None)})  # fmt: skip
+    assert [w.id for w in ok.snapshot.pending] == ["research/pair"]
+    for claim, says in (
+        (("production", None), "names queue 'production' but its pods are in queue 'research'"),
+        ((None, "production-critical"), "names priority class 'production-critical'"),
+    ):
+        v = build_view(POLICY, inv, pods, "gpucarve", EPOCH, mins,
+                       group_claims={("research", "pair"): claim})  # fmt: skip
+        assert v.snapshot.pending == ()
+        assert says in v.invalid["research/g-0"] and "fix:" in v.invalid["research/g-0"]

@@ -217,10 +217,13 @@ class Scheduler:
                 if pod is None or (pod.get("spec") or {}).get("nodeName"):
                     del self.assumed[pod_key]
             assumed = dict(self.assumed)
-        mins = {}
+        mins, claims = {}, {}
         for g in self.groups.items() if self.use_groups else []:
-            meta = g["metadata"]
-            mins[(meta["namespace"], meta["name"])] = int((g.get("spec") or {}).get("minMember", 1))
+            meta, spec = g["metadata"], g.get("spec") or {}
+            gk = (meta["namespace"], meta["name"])
+            mins[gk] = int(spec.get("minMember", 1))
+            if spec.get("queue") or spec.get("priorityClassName"):
+                claims[gk] = (spec.get("queue"), spec.get("priorityClassName"))
         return build_view(
             self.policy,
             self.inventory(),
@@ -230,6 +233,7 @@ class Scheduler:
             mins,
             assumed,
             self.workloads,
+            claims,
         )
 
     def cycle(self) -> CycleReport:

@@ -168,6 +168,23 @@ class _Builder:
         return a if self.claim(owner, a) else None
 
 
+def _disagrees(w: Workload, claim: tuple[str | None, str | None] | None) -> str | None:
+    if claim is None:
+        return None
+    queue, priority = claim
+    if queue and queue != w.queue:
+        return (
+            f"validation/pod-group: the PodGroup names queue {queue!r} but its pods are in "
+            f"queue {w.queue!r}; fix: give the pods the same queue, or change spec.queue"
+        )
+    if priority and priority != w.priority_class:
+        return (
+            f"validation/pod-group: the PodGroup names priority class {priority!r} but its "
+            f"pods use {w.priority_class!r}; fix: set the same priorityClassName on both"
+        )
+    return None
+
+
 def build_view(
     policy: Policy,
     inventory: Inventory,
@@ -177,7 +194,10 @@ def build_view(
     min_members: Mapping[tuple[str, str], int],
     assumed: Mapping[str, Assigned] | None = None,
     cache: WorkloadCache | None = None,
+    group_claims: Mapping[tuple[str, str], tuple[str | None, str | None]] | None = None,
 ) -> View:
+    """`group_claims`: per PodGroup its spec.queue and spec.priorityClassName, which its pods
+    must agree with (a gang cannot be charged to one queue and claimed by another)."""
     assumed = assumed or {}
     b = _Builder(inventory, policy)
     view_invalid: dict[str, str] = {}
@@ -294,6 +314,10 @@ def build_view(
                 view_invalid[pod_key] = why
             continue
         w = g.workload
+        if (clash := _disagrees(w, (group_claims or {}).get(group_key_of(w)))) is not None:
+            for pod_key in g.pods:
+                view_invalid[pod_key] = clash
+            continue
         if group_key_of(w) in bound_count:
             w = _rest(w, wanted.get(group_key_of(w)))
         pending.append(w)

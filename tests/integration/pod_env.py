@@ -19,14 +19,21 @@ from tests.integration.chart import NAMESPACE
 SERVICE_ACCOUNT = "gpucarve"
 
 
-def token(admin: Api, bound_secret: str | None = None, seconds: int = 3600) -> str:
+def token(
+    admin: Api,
+    bound_secret: str | None = None,
+    seconds: int = 3600,
+    service_account: str = SERVICE_ACCOUNT,
+) -> str:
+    """A token for the chart's ServiceAccount from the TokenRequest API (bound to a Secret:
+    it dies with it)."""
     spec: dict[str, Any] = {"expirationSeconds": seconds}
     if bound_secret is not None:
         secret = admin.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{bound_secret}")
         spec["boundObjectRef"] = {"kind": "Secret", "apiVersion": "v1", "name": bound_secret,
                                   "uid": secret["metadata"]["uid"]}  # fmt: skip
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-    path = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SERVICE_ACCOUNT}/token"
+    path = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{service_account}/token"
     status, reply = admin.call("POST", path, body)
     assert status == 201, reply
     return str(reply["status"]["token"])

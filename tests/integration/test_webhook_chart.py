@@ -24,6 +24,7 @@ from tests.integration.pod_env import (
     pod_environment,
     service_account_dir,
     start_scheduler,
+    token,
 )
 from tests.integration.stack_setup import populate
 from tests.paths import BUILTIN
@@ -63,11 +64,8 @@ def test_the_chart_webhook_keeps_its_certificate_with_its_own_rights(tmp_path: P
         install(admin, objs, [NAMESPACE, "gpu-operator"])
         (dep,) = [o for o in objs if o["kind"] == "Deployment"
                   and o["metadata"]["name"] == "gpucarve-webhook"]  # fmt: skip
-        path = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/gpucarve-webhook/token"
-        status, reply = admin.call("POST", path, {"apiVersion": "authentication.k8s.io/v1",
-                                                  "kind": "TokenRequest", "spec": {}})  # fmt: skip
-        assert status == 201, reply
-        sa = service_account_dir(tmp_path / "sa", stack, reply["status"]["token"])
+        webhook_token = token(admin, service_account="gpucarve-webhook")
+        sa = service_account_dir(tmp_path / "sa", stack, webhook_token)
         env = pod_environment(stack, sa, "gpucarve-webhook-0", tmp_path)
         port = free_port()
         policy_dir = tmp_path / "policy"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 import yaml
@@ -20,16 +20,6 @@ app = typer.Typer(
 )
 PolicyOption = Annotated[Path, typer.Option("--policy", help="Policy YAML file.")]
 NamespaceOption = Annotated[str, typer.Option("--namespace", help="The GPU Operator's namespace.")]
-
-
-def _config_map(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/managed-by": "gpucarve"}},
-        "data": data,
-    }  # fmt: skip
 
 
 def _label_header(labels: dict[str, dict[str, str]]) -> str:
@@ -62,7 +52,7 @@ def mig_config(
     doc = mig_parted_config(loaded.policy)
     text = yaml.safe_dump(doc, sort_keys=False)
     if config_map:
-        text = dump(_config_map(name, namespace, {"config.yaml": text}))
+        text = dump(nvidia.config_map(name, namespace, {"config.yaml": text}))
     typer.echo(_label_header(mig_labels(loaded.policy)) + text, nl=False)
 
 

@@ -13,7 +13,7 @@ import typer
 import uvicorn
 from rich.text import Text
 
-from gpucarve.cli.common import CatalogOption, policy_or_exit
+from gpucarve.cli.common import CatalogOption, out_dir_or_exit, policy_or_exit
 from gpucarve.cli.kube_options import KubeconfigOption, api_error_exit, client_or_exit
 from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput
@@ -68,6 +68,7 @@ def serve(
     err = console(stderr=True)
     stop = threading.Event()
     if secret is not None:
+        out_dir_or_exit(cert_dir, "--cert-dir")
         _keep_certs(secret, service, configuration or [], cert_dir, kubeconfig, stop)
     try:
         certs = CertReloader(cert_dir / "tls.crt", cert_dir / "tls.key")
@@ -155,6 +156,7 @@ def certs_cmd(
 ) -> None:
     """Make a serving certificate for the webhook Service, signed by the CA in --out (a
     rotation: the webhook configurations' caBundle, ca.crt, stays valid) or by a new one."""
+    out_dir_or_exit(out, "--out")
     ca = None
     if not new_ca and (out / "ca.crt").is_file() and (out / "ca.key").is_file():
         ca = ((out / "ca.crt").read_bytes(), (out / "ca.key").read_bytes())

@@ -34,16 +34,20 @@ def _containers(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, An
     return out
 
 
-def wants_gpu(pod: Mapping[str, Any]) -> bool:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if any(k in annotations for k in KEPT_ANNOTATIONS):
-        return True
-    for _, _, c in _containers(pod.get("spec") or {}):
+def _requests_device(spec: Mapping[str, Any]) -> bool:
+    for _, _, c in _containers(spec):
         res = c.get("resources") or {}
         for kind in ("requests", "limits"):
             if any(str(n).startswith("nvidia.com/") for n in res.get(kind) or {}):
                 return True
     return False
+
+
+def wants_gpu(pod: Mapping[str, Any]) -> bool:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return any(k in annotations for k in KEPT_ANNOTATIONS) or _requests_device(
+        pod.get("spec") or {}
+    )
 
 
 def governed(policy: Policy, namespace: str) -> bool:
@@ -59,15 +63,6 @@ class Mutation:
     patch: list[dict[str, Any]] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
     annotations: dict[str, str] = field(default_factory=dict)
-
-
-def _requests_device(spec: Mapping[str, Any]) -> bool:
-    for _, _, c in _containers(spec):
-        res = c.get("resources") or {}
-        for kind in ("requests", "limits"):
-            if any(str(n).startswith("nvidia.com/") for n in res.get(kind) or {}):
-                return True
-    return False
 
 
 def _device_config(m: Mutation, pod: Mapping[str, Any], review_uid: str) -> None:

@@ -52,11 +52,19 @@ async def _read(request: Request) -> dict[str, Any] | Response:
         if len(body) > MAX_REVIEW_BYTES:
             return Response("review too large", status_code=413)
     try:
-        review = json.loads(body)
-        req = review["request"]
-        assert isinstance(req, dict) and isinstance(req["uid"], str)
-    except (ValueError, KeyError, TypeError, AssertionError):
-        return Response("not an AdmissionReview v1", status_code=400)
+        req = json.loads(body)["request"]
+    except (ValueError, KeyError, TypeError):
+        req = None
+    shape_ok = (
+        isinstance(req, dict)
+        and isinstance(req.get("uid"), str)
+        and isinstance(req.get("kind", {}), dict)
+        and isinstance(req.get("object") if req.get("object") is not None else {}, dict)
+        and isinstance((req.get("object") or {}).get("metadata") or {}, dict)
+    )
+    if not shape_ok:
+        return Response("not an AdmissionReview v1 (request.uid, .kind, .object)", 400)
+    assert isinstance(req, dict)
     return req
 
 

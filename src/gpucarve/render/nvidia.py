@@ -59,13 +59,7 @@ def device_plugin_configs(policy: Policy) -> dict[str, dict[str, Any]]:
     return out
 
 
-def device_plugin_config_map(
-    policy: Policy, namespace: str, name: str = DEVICE_PLUGIN_CONFIG_MAP
-) -> dict[str, Any]:
-    data = {
-        key: yaml.safe_dump(doc, sort_keys=False)
-        for key, doc in device_plugin_configs(policy).items()
-    }
+def config_map(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -76,6 +70,16 @@ def device_plugin_config_map(
         },
         "data": data,
     }
+
+
+def device_plugin_config_map(
+    policy: Policy, namespace: str, name: str = DEVICE_PLUGIN_CONFIG_MAP
+) -> dict[str, Any]:
+    data = {
+        key: yaml.safe_dump(doc, sort_keys=False)
+        for key, doc in device_plugin_configs(policy).items()
+    }
+    return config_map(name, namespace, data)
 
 
 def node_labels(policy: Policy) -> dict[str, dict[str, str]]:

@@ -6,6 +6,7 @@ makes is recorded with its answer, as (verb, API group, resource) the way RBAC s
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import ssl
 import threading
@@ -237,7 +238,12 @@ class Scenario:
         self.until(waits, "r2's reason and research's queue status")
         self.until(lambda: self._events("research"), "an Event on the waiting pod")
         create_pod(a, pod("production", "p0", "nvidia.com/gpu"))
-        self.until(lambda: self.bound("production", ["p0"]), "reclaim through an eviction")
+        # until the evicted gang is gone, no pod may be bound onto a GPU it still holds
+        self.until(
+            lambda: self.once_each() and self.bound("production", ["p0"]) and self.gang_gone(),
+            "reclaim through an eviction, the victims gone",
+        )
+        self.once_each()
         create_pod(a, pod("serving", "big", "nvidia.com/mig-7g.80gb"))
         self.until(lambda: self.bound("serving", ["big"]), "the 7g pod bound")
         for i in range(2):
@@ -260,6 +266,20 @@ class Scenario:
         assert data["NVIDIA_VISIBLE_DEVICES"] == "0", data
         a.call("DELETE", "/api/v1/namespaces/notebooks/pods/frac?gracePeriodSeconds=0")
         self.until(lambda: a.call("GET", cm)[0] == 404, "the ConfigMap gone with the pod")
+
+    def once_each(self) -> bool:
+        """No slice held by two pods that exist (terminating ones included)."""
+        held: dict[str, str] = {}
+        for ns in ("research", "production"):
+            for name, p in pods_in(self.admin, ns).items():
+                raw = (p["metadata"].get("annotations") or {}).get("gpucarve.io/assignment")
+                for sid in json.loads(raw)["slices"] if raw else []:
+                    assert sid not in held, f"{sid} given to {held.get(sid)} and {ns}/{name}"
+                    held[sid] = f"{ns}/{name}"
+        return True
+
+    def gang_gone(self) -> bool:
+        return len(pods_in(self.admin, "research")) < 3
 
     def _events(self, ns: str) -> bool:
         return bool(self.admin.get(f"/api/v1/namespaces/{ns}/events")["items"])

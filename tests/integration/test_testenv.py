@@ -133,3 +133,43 @@ def test_the_stack_stops_by_pid(tmp_path: Path, stack: LocalStack) -> None:
     for pid in pids.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_stack_starts_when_its_first_ports_are_taken(
+    tmp_path: Path, stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process takes the port between choosing and listening: etcd fails to bind, the
+    # start is tried again on fresh ports and the stack comes up.
+    import socket
+
+    from gpucarve.kube import stack as stack_module
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = int(taken.getsockname()[1])
+    real = stack_module.free_ports
+    calls: list[int] = []
+
+    def first_taken(count: int) -> list[int]:
+        calls.append(count)
+        ports = real(count)
+        return [port, *ports[1:]] if len(calls) == 1 else ports
+
+    monkeypatch.setattr(stack_module, "free_ports", first_taken)
+    other = LocalStack(stack.bin_dir, tmp_path / "raced", with_kwok=False)
+    try:
+        other.start()
+        assert "address already in use" in other.log_tail("etcd", lines=400)
+        assert Api(other.server, other.tokens[stack_module.ADMIN_USER]).get("/version")["major"]
+    finally:
+        other.stop()
+        taken.close()
+    assert calls[0] == 3 and len(calls) >= 2
+
+
+def test_free_ports_are_distinct() -> None:
+    from gpucarve.kube.stack import free_ports
+
+    ports = free_ports(64)
+    assert len(set(ports)) == 64

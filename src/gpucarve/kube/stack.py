@@ -33,10 +33,24 @@ class StackError(RuntimeError):
     pass
 
 
+_START_ATTEMPTS = 3
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports. The sockets stay open until all are chosen: asked
+    one by one, the kernel may hand the same port out twice (etcd then fails to listen twice
+    on it)."""
+    with contextlib.ExitStack() as held:
+        ports: list[int] = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 def find_binaries(bin_dir: str | Path | None = None) -> Path:
@@ -94,6 +108,22 @@ class LocalStack:
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout_s: float = 120.0) -> LocalStack:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        # A port found free can be taken by another process before etcd listens on it (tests
+        # run beside other stacks and clients); a start that lost that race is tried again.
+        fresh_data = not (self.workdir / "etcd").exists()
+        chosen_port = self.api_port
+        for attempt in range(_START_ATTEMPTS):
+            try:
+                return self._start_once(timeout_s)
+            except StackError as exc:
+                if "address already in use" not in str(exc) or attempt + 1 == _START_ATTEMPTS:
+                    raise
+                if fresh_data:
+                    shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
+                self.api_port = chosen_port
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> LocalStack:
         try:
             self._start_etcd()
             self._start_apiserver()
@@ -144,7 +174,7 @@ class LocalStack:
         )
 
     def _start_etcd(self) -> None:
-        client, peer, metrics = free_port(), free_port(), free_port()
+        client, peer, metrics = free_ports(3)
         self._etcd = f"http://127.0.0.1:{client}"
         data = self.workdir / "etcd"
         self._spawn(

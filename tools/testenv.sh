@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the real Kubernetes components the integration tests run: kube-apiserver (from the
-# k8s.io/kubernetes module through a wrapper module, because that module's own go.mod points its
-# staging modules at local paths), etcd (go.etcd.io/etcd/server/v3), kwok (fake kubelets) and
+# Builds the real Kubernetes components the integration tests run: kube-apiserver,
+# kube-controller-manager and kubectl (from the k8s.io/kubernetes module through a wrapper
+# module, because that module's own go.mod points its staging modules at local paths), etcd (go.etcd.io/etcd/server/v3), kwok (fake kubelets) and
 # helm (helm.sh/helm/v3, for the chart tests).
 # Binaries are cached per user, outside the clone, so a fresh checkout reuses them.
 # Usage: tools/testenv.sh            build what is missing, print the bin folder
@@ -32,7 +32,9 @@ if command -v flock >/dev/null 2>&1 && [ -z "${GPUCARVE_TESTENV_LOCKED:-}" ]; th
 fi
 tmp_for() { mktemp "$BIN/.$1.XXXXXX"; }
 
-build_apiserver() {
+# kube-apiserver, kube-controller-manager and kubectl come from one wrapper module of the same
+# k8s.io/kubernetes release, so the control plane and the client the tests drive agree.
+kube_wrapper() {
   local work="$CACHE/wrap-$K8S_VERSION"
   local minor="${K8S_VERSION#v1.}"          # 36.3
   local staging="v0.$minor"                 # v0.36.3
@@ -41,32 +43,42 @@ build_apiserver() {
   if [ ! -f go.mod ]; then
     go mod init gpucarve.local/testenv >/dev/null 2>&1
   fi
-  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >"$work/kube.json"
-  local gomod
-  gomod="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["GoMod"])' "$work/kube.json")"
-  # Every staging module the release replaces with a local path gets its published v0.Y.Z tag.
-  local mods
-  mods="$(grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk '{print $1}' | sort -u)"
-  if [ -z "$mods" ]; then
-    log "no staging replaces found in $gomod"; exit 1
-  fi
-  go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
-  for m in $mods; do
-    go mod edit -replace="$m=$m@$staging"
-  done
-  cat >tools.go <<'GO'
+  if ! grep -q kubectl tools.go 2>/dev/null; then
+    go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >"$work/kube.json"
+    local gomod
+    gomod="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["GoMod"])' "$work/kube.json")"
+    # Every staging module the release replaces with a local path gets its published v0.Y.Z tag.
+    local mods
+    mods="$(grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk '{print $1}' | sort -u)"
+    if [ -z "$mods" ]; then
+      log "no staging replaces found in $gomod"; exit 1
+    fi
+    go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
+    for m in $mods; do
+      go mod edit -replace="$m=$m@$staging"
+    done
+    cat >tools.go <<'GO'
 //go:build tools
 
 package tools
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
 GO
-  go mod tidy >/dev/null
+    go mod tidy >/dev/null
+  fi
+}
+
+build_kube() {  # name: a command of k8s.io/kubernetes/cmd
+  kube_wrapper
   local tmp
-  tmp="$(tmp_for kube-apiserver)"
-  go build -o "$tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  tmp="$(tmp_for "$1")"
+  go build -o "$tmp" "k8s.io/kubernetes/cmd/$1"
   chmod 0755 "$tmp"
-  mv -f "$tmp" "$BIN/kube-apiserver"
+  mv -f "$tmp" "$BIN/$1"
 }
 
 # A module whose go.mod carries replace directives cannot be `go install`ed; building it from a
@@ -114,6 +126,8 @@ kwok_stages() {
 [ -x "$BIN/etcd" ] || { log "building etcd $ETCD_VERSION"; (build_etcd); }
 [ -x "$BIN/kwok" ] || { log "building kwok $KWOK_VERSION"; (build_kwok); }
 [ -f "$BIN/kwok-stages.yaml" ] || kwok_stages
-[ -x "$BIN/kube-apiserver" ] || { log "building kube-apiserver $K8S_VERSION (minutes on a cold cache)"; (build_apiserver); }
+for cmd in kube-apiserver kube-controller-manager kubectl; do
+  [ -x "$BIN/$cmd" ] || { log "building $cmd $K8S_VERSION (minutes on a cold cache)"; (build_kube "$cmd"); }
+done
 [ -x "$BIN/helm" ] || { log "building helm $HELM_VERSION"; (build_helm); }
 echo "$BIN"

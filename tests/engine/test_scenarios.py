@@ -653,3 +653,28 @@ def test_work_placed_on_slices_an_eviction_frees_waits_for_the_victim() -> None:
         if on_freed:
             assert "research/pair" in a.after_evictions, a.workload
     assert len(admitted) == 2, "the freed second GPU is given to research/one"
+
+
+def test_a_block_gang_stays_under_one_spine() -> None:
+    # Racks of one node, blocks of two racks: a 2-node gang may span racks, never blocks.
+    p = policy(
+        pools=[
+            pool("train", "H100-SXM5-80GB", 4, 8, topology={"nodesPerRack": 1, "nodesPerBlock": 2})
+        ],
+        queues=[queue("r", {"h100-full": {"nominal": 32}})],
+    )
+    s = snapshot(p, [workload(p, "holder", "r", gpus=4, pods=1)])
+    result, s = cycle(s)
+    (held,) = {pod.node for pod in result.admissions[0].pods}
+    s = submit(s, workload(p, "pair", "r", gpus=8, pods=2, topology="block", submit=1))
+    result, s = cycle(s)
+    blocks = {0: {"train-0", "train-1"}, 1: {"train-2", "train-3"}}
+    nodes = {pod.node for pod in result.admissions[0].pods}
+    assert len(nodes) == 2 and any(nodes == b for b in blocks.values())
+    assert held not in nodes
+    s = submit(s, workload(p, "wide", "r", gpus=8, pods=3, topology="block", submit=2))
+    result, _ = cycle(s)
+    reason = result.pending_reason("r/wide")
+    assert reason is not None and reason.message == (
+        "can never be admitted: needs 24 h100-full in one block; the largest block has 16"
+    )

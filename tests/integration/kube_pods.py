@@ -51,14 +51,22 @@ def create_pod(api: Api, manifest: dict[str, Any]) -> None:
     api.create(f"/api/v1/namespaces/{manifest['metadata']['namespace']}/pods", manifest)
 
 
-def pod_group(api: Api, namespace: str, name: str, min_member: int) -> None:
+def pod_group(
+    api: Api,
+    namespace: str,
+    name: str,
+    min_member: int,
+    group: str = "gpucarve.io",
+    **spec: Any,
+) -> None:
+    """A PodGroup of gpucarve (or, with `group="scheduling.x-k8s.io"`, of coscheduling)."""
     api.create(
-        f"/apis/gpucarve.io/v1alpha1/namespaces/{namespace}/podgroups",
+        f"/apis/{group}/v1alpha1/namespaces/{namespace}/podgroups",
         {
-            "apiVersion": "gpucarve.io/v1alpha1",
+            "apiVersion": f"{group}/v1alpha1",
             "kind": "PodGroup",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"minMember": min_member},
+            "spec": {"minMember": min_member, **spec},
         },
     )
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.workload import GpuKind
-from gpucarve.kube.pods import pending_workloads
+from gpucarve.kube.pods import GroupSpec, pending_workloads
 from tests.paths import BUILTIN
 
 EXAMPLE = BUILTIN / "three-teams.yaml"
@@ -45,7 +45,7 @@ def test_a_pod_group_is_one_gang_with_its_min_member() -> None:
             priorityClassName="training")
         for i in range(3)
     ]  # fmt: skip
-    (group,) = pending_workloads(pods, policy, EPOCH, {("research", "pretrain"): 2})
+    (group,) = pending_workloads(pods, policy, EPOCH, {("research", "pretrain"): GroupSpec(2)})
     w = group.workload
     assert w is not None, group.problems
     assert w.id == "research/pretrain" and w.queue == "research"

@@ -13,6 +13,7 @@ from gpucarve.config.policy_build import load_policy
 from gpucarve.engine.engine import run_cycle
 from gpucarve.kube.inventory import MISMATCH_TAINT, build_inventory
 from gpucarve.kube.nodes import node_manifests
+from gpucarve.kube.pods import GroupSpec
 from gpucarve.kube.view import ASSIGNMENT, build_view
 from tests.paths import BUILTIN
 
@@ -145,7 +146,7 @@ def test_a_gang_bound_in_part_waits_for_the_rest_only() -> None:
         pod("g-1", "research", {"nvidia.com/gpu": "8"}, group="g"),
         pod("g-2", "research", {"nvidia.com/gpu": "8"}, group="g"),
     ]  # fmt: skip
-    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): 3})
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): GroupSpec(3)})
     (running,) = view.snapshot.running
     assert running.workload.id == "research/g" and len(running.pods) == 1
     (rest,) = view.snapshot.pending
@@ -161,11 +162,11 @@ def test_a_gang_bound_in_part_waits_for_the_rest_only() -> None:
 def test_a_gang_short_of_its_min_member_waits_for_its_pods() -> None:
     inv = build_inventory(POLICY, ready_nodes())
     pods = [pod("g-0", "research", {"nvidia.com/gpu": "8"}, group="g")]
-    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): 3})
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): GroupSpec(3)})
     assert view.snapshot.pending == ()
     assert "has 1 of its 3 pods" in view.invalid["research/g-0"]
     pods += [pod(f"g-{i}", "research", {"nvidia.com/gpu": "8"}, group="g") for i in (1, 2)]
-    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): 3})
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): GroupSpec(3)})
     (gang,) = view.snapshot.pending
     assert gang.pod_sets[0].min_count == 3 and not view.invalid
 
@@ -173,15 +174,37 @@ def test_a_gang_short_of_its_min_member_waits_for_its_pods() -> None:
 def test_a_pod_group_claiming_another_queue_or_priority_than_its_pods_waits_with_why() -> None:
     inv = build_inventory(POLICY, ready_nodes())
     pods = [pod(f"g-{i}", "research", {"nvidia.com/gpu": "8"}, group="pair") for i in range(2)]
-    mins = {("research", "pair"): 2}
-    ok = build_view(POLICY, inv, pods, "gpucarve", EPOCH, mins, group_claims={
-        ("research", "pair"): ("research", None)})  # fmt: skip
+    ok = build_view(POLICY, inv, pods, "gpucarve", EPOCH,
+                    {("research", "pair"): GroupSpec(2, queue="research")})  # fmt: skip
     assert [w.id for w in ok.snapshot.pending] == ["research/pair"]
     for claim, says in (
         (("production", None), "names queue 'production' but its pods are in queue 'research'"),
         ((None, "production-critical"), "names priority class 'production-critical'"),
     ):
-        v = build_view(POLICY, inv, pods, "gpucarve", EPOCH, mins,
-                       group_claims={("research", "pair"): claim})  # fmt: skip
+        spec = GroupSpec(2, queue=claim[0], priority_class=claim[1])
+        v = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "pair"): spec})
         assert v.snapshot.pending == ()
         assert says in v.invalid["research/g-0"] and "fix:" in v.invalid["research/g-0"]
+
+
+def test_a_pod_groups_topology_and_timeout_reach_the_workload() -> None:
+    inv = build_inventory(POLICY, ready_nodes())
+    pods = [pod(f"g-{i}", "research", {"nvidia.com/gpu": "8"}, group="g") for i in range(2)]
+    spec = GroupSpec(2, topology="rack", timeout_s=120)
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): spec})
+    (gang,) = view.snapshot.pending
+    assert gang.topology == "rack" and gang.timeout_s == 120
+    result = run_cycle(view.snapshot, 10)
+    (admission,) = result.admissions
+    racks = {n["metadata"]["name"]: n["metadata"]["labels"]["gpucarve.io/rack"]
+             for n in node_manifests(POLICY) if n["metadata"]["name"].startswith("training")}  # fmt: skip
+    assert len({racks[p.node] for p in admission.pods}) == 1
+
+
+def test_a_pod_that_is_no_workload_says_why_in_plain_text() -> None:
+    inv = build_inventory(POLICY, ready_nodes())
+    view = build_view(POLICY, inv, [pod("x", "nowhere", {"nvidia.com/gpu": "1"})], "gpucarve",
+                      EPOCH, {})  # fmt: skip
+    message = view.invalid["nowhere/x"]
+    assert message.startswith("validation/no-queue: nowhere/x.namespace: "), message
+    assert "; fix: " in message and "Problem(" not in message and "Severity" not in message

@@ -303,7 +303,9 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
             PriorityClass(c.name, c.value, c.preemptible, c.default, c.description)
             for c in spec.priorityClasses
         ),
-        topology_keys=TopologyKeys(spec.topologyKeys.rack, spec.topologyKeys.nvlinkDomain),
+        topology_keys=TopologyKeys(
+            spec.topologyKeys.rack, spec.topologyKeys.nvlinkDomain, spec.topologyKeys.block
+        ),
         scheduling=_scheduling(spec),
     )
     return LoadedPolicy(policy, tuple(problems))

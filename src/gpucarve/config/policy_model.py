@@ -58,6 +58,13 @@ class TopologySpec(_Strict):
         le=MAX_NODES_PER_POOL,
         description="Consecutive nodes that share an NVLink domain (1: NVLink inside a node).",
     )
+    nodesPerBlock: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_NODES_PER_POOL,
+        description="Consecutive nodes under one spine switch or cloud topology block "
+        "(a multiple of nodesPerRack).",
+    )
 
 
 class MigGpuLayout(_Strict):
@@ -190,6 +197,7 @@ class PriorityClassSpec(_Strict):
 class TopologyKeysSpec(_Strict):
     rack: str = "gpucarve.io/rack"
     nvlinkDomain: str = "nvidia.com/gpu.clique"
+    block: str = "gpucarve.io/block"
 
 
 class ScoringSpec(_Strict):

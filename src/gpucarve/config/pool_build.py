@@ -251,6 +251,7 @@ def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | Non
     for tkey, tval in (
         ("nodesPerRack", spec.topology.nodesPerRack),
         ("nodesPerNvlinkDomain", spec.topology.nodesPerNvlinkDomain),
+        ("nodesPerBlock", spec.topology.nodesPerBlock),
     ):
         if tval is not None and tval > spec.nodes:
             problems.append(
@@ -261,6 +262,17 @@ def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | Non
                     f"use a value ≤ {spec.nodes}",
                 )
             )
+    per_rack, per_block = spec.topology.nodesPerRack, spec.topology.nodesPerBlock
+    if per_rack and per_block and per_block % per_rack:
+        # racks nest in blocks: a rack cut in two by a block boundary is no rack
+        problems.append(
+            Problem(
+                (*path, "topology", "nodesPerBlock"),
+                "out-of-range",
+                f"nodesPerBlock {per_block} is not a multiple of nodesPerRack {per_rack}",
+                f"use a multiple of {per_rack}, such as {per_rack * max(1, per_block // per_rack)}",
+            )
+        )
     if model is None:
         return None, problems
     layouts: tuple[tuple[Instance, ...], ...] = ()
@@ -291,7 +303,11 @@ def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | Non
         mig_layouts=layouts,
         node_labels=tuple(sorted(spec.nodeLabels.items())),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in spec.taints),
-        topology=Topology(spec.topology.nodesPerRack, spec.topology.nodesPerNvlinkDomain),
+        topology=Topology(
+            spec.topology.nodesPerRack,
+            spec.topology.nodesPerNvlinkDomain,
+            spec.topology.nodesPerBlock,
+        ),
         flavor_prefix=spec.flavorPrefix or model.flavor_prefix,
         price_per_gpu_hour=(
             spec.pricePerGpuHour if spec.pricePerGpuHour is not None else model.price_per_gpu_hour

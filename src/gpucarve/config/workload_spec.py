@@ -77,7 +77,10 @@ class WorkloadSpec(_Strict):
     priorityClass: str | None = None
     submitTime: int = Field(default=0, ge=0, le=10**10)  # seconds: three centuries
     duration: int | None = Field(default=None, ge=1, le=10**9)
-    topology: Literal["none", "node", "nvlink", "rack"] = "none"
+    topology: Literal["none", "node", "nvlink", "rack", "block"] = "none"
+    # How long a gang may stay in part placed (some pods running, the rest waiting) before
+    # what it holds is released; default by size (engine.gang_timeout).
+    scheduleTimeoutSeconds: int | None = Field(default=None, ge=1, le=7 * 86400)
     podSets: list[PodSetSpec] = Field(min_length=1, max_length=8)
 
 
@@ -428,6 +431,7 @@ def build_workload(
         submit_time=spec.submitTime,
         topology=TopologyMode(spec.topology),
         duration=spec.duration,
+        timeout_s=spec.scheduleTimeoutSeconds,
     )
     problems = _max_per_workload(w, policy, path)
     return (None if problems else w), problems

@@ -216,6 +216,10 @@ def _node_labels(pool: Pool, policy: Policy, index: int) -> tuple[tuple[str, str
         labels[policy.topology_keys.rack] = (
             f"{pool.name}-rack{index // pool.topology.nodes_per_rack}"
         )
+    if pool.topology.nodes_per_block:
+        labels[policy.topology_keys.block] = (
+            f"{pool.name}-block{index // pool.topology.nodes_per_block}"
+        )
     if pool.topology.nodes_per_nvlink_domain:
         domain = index // pool.topology.nodes_per_nvlink_domain
         labels[policy.topology_keys.nvlink_domain] = f"{pool.name}-nvl{domain}"

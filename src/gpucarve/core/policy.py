@@ -83,6 +83,7 @@ class Topology:
 
     nodes_per_rack: int | None = None
     nodes_per_nvlink_domain: int | None = None
+    nodes_per_block: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +222,7 @@ class PriorityClass:
 class TopologyKeys:
     rack: str
     nvlink_domain: str
+    block: str = "gpucarve.io/block"
 
 
 class QueueingStrategy(StrEnum):

@@ -39,6 +39,11 @@ class Problem:
     def location(self) -> str:
         return format_path(self.path)
 
+    def plain(self) -> str:
+        """One line of plain text, as `gpucarve plan` prints the problem (where the
+        scheduler writes it too: a pod condition, an Event)."""
+        return f"validation/{self.code}: {self.location}: {self.message}; fix: {self.fix}"
+
 
 def format_path(path: Sequence[PathPart]) -> str:
     """Render a path the way users write it: `pools[1].sharing.mig.layout`."""

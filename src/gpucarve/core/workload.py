@@ -114,6 +114,16 @@ class TopologyMode(StrEnum):
     NODE = "node"  # every pod of the workload on one node
     NVLINK = "nvlink"  # in one NVLink domain
     RACK = "rack"  # in one rack
+    BLOCK = "block"  # in one block of racks (one spine switch, a cloud's topology block)
+
+
+# How users name each level in messages.
+TOPOLOGY_UNIT = {
+    TopologyMode.NODE: "node",
+    TopologyMode.NVLINK: "NVLink domain",
+    TopologyMode.RACK: "rack",
+    TopologyMode.BLOCK: "block",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +139,8 @@ class Workload:
     submit_time: int = 0
     topology: TopologyMode = TopologyMode.NONE
     duration: int | None = None  # for the simulator: seconds of work once running
+    # Seconds a gang may stay in part placed before it is released (None: by its size).
+    timeout_s: int | None = None
 
     @property
     def pods(self) -> int:

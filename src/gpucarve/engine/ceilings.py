@@ -13,12 +13,12 @@ from collections.abc import Sequence
 
 from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import slices_per_pod
-from gpucarve.core.workload import TopologyMode, Workload
+from gpucarve.core.workload import TOPOLOGY_UNIT, TopologyMode, Workload
 from gpucarve.engine.decisions import PendingReason, Stage
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.working import Working
 
-UNIT = {TopologyMode.NODE: "node", TopologyMode.NVLINK: "NVLink domain", TopologyMode.RACK: "rack"}
+UNIT = TOPOLOGY_UNIT
 
 
 class Ceilings:

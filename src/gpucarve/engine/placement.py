@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from gpucarve.core import mig
 from gpucarve.core.mig import Instance
 from gpucarve.core.policy import ScoringWeights, SliceKind
-from gpucarve.core.workload import PodAssignment, TopologyMode, Workload
+from gpucarve.core.workload import TOPOLOGY_UNIT, PodAssignment, Workload
 from gpucarve.engine import groups as topology_groups
 from gpucarve.engine import plugins
 from gpucarve.engine.decisions import PendingReason, Stage
@@ -216,11 +216,7 @@ class Placer:
             if needs.flavor is not None:
                 demand[needs.flavor] += needs.slices * need_min
         fitting = topology_groups.fitting(self.ws, w.topology, groups, demand)
-        unit = {
-            TopologyMode.NODE: "node",
-            TopologyMode.NVLINK: "NVLink domain",
-            TopologyMode.RACK: "rack",
-        }[w.topology]
+        unit = TOPOLOGY_UNIT[w.topology]
         if not groups:
             return None, PendingReason(
                 Stage.PLACEMENT, "topology", f"no node carries a {unit} label", None

@@ -44,6 +44,7 @@ class NodeState:
     mem_free: int
     rack: str
     nvlink: str
+    block: str
     gpus: dict[str, list[GpuSlots]] = field(default_factory=dict)
 
 
@@ -129,6 +130,7 @@ class Working:
                 mem_free=UNLIMITED if n.memory_mib is None else n.memory_mib,
                 rack=labels.get(keys.rack, ""),
                 nvlink=labels.get(keys.nvlink_domain, ""),
+                block=labels.get(keys.block, ""),
             )
             for gpu in n.gpus:
                 per: dict[str, GpuSlots] = {}
@@ -187,7 +189,7 @@ class Working:
             yield pod, by_name[pod.pod_set]
 
     def groups_for(self, topology: TopologyMode) -> list[list[int]] | None:
-        """Node indices per node, NVLink domain or rack (by label value, sorted); None when
+        """Node indices per node, NVLink domain, rack or block (by label value, sorted); None when
         the workload has no topology constraint. Labels do not change, so this is computed once."""
         if topology is TopologyMode.NONE:
             return None
@@ -199,6 +201,8 @@ class Working:
                     key = node.name
                 elif topology is TopologyMode.NVLINK:
                     key = node.nvlink
+                elif topology is TopologyMode.BLOCK:
+                    key = node.block
                 else:
                     key = node.rack
                 if key:

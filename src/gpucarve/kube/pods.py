@@ -33,6 +33,19 @@ KEPT_ANNOTATIONS = ("gpucarve.io/gpu-fraction", "gpucarve.io/gpu-memory")
 CACHE_LIMIT = 100_000
 
 
+@dataclass(frozen=True)
+class GroupSpec:
+    """What a pod group's object (gpucarve's PodGroup, or the coscheduling plugin's) asks of
+    its pods: how many start together, where, and how long the gang may take to be whole;
+    `queue` and `priority_class` are claims its pods must agree with."""
+
+    min_member: int
+    topology: str = "none"
+    timeout_s: int | None = None
+    queue: str | None = None
+    priority_class: str | None = None
+
+
 @dataclass
 class WorkloadCache:
     """Groups already built, by the exact versions of their pods, and workloads already
@@ -159,7 +172,7 @@ def pending_workloads(
     pods: Sequence[Mapping[str, Any]],
     policy: Policy,
     epoch: datetime,
-    min_members: Mapping[tuple[str, str], int] | None = None,
+    specs: Mapping[tuple[str, str], GroupSpec] | None = None,
     cache: WorkloadCache | None = None,
 ) -> list[PendingGroup]:
     """Workloads of the pending pods (in namespace/name order of their groups). A scheduler
@@ -172,13 +185,14 @@ def pending_workloads(
         cache.trim()
     for (namespace, name), members in sorted(groups.items()):
         members = sorted(members, key=lambda p: p["metadata"]["name"])
-        wanted = (min_members or {}).get((namespace, name))
+        group_spec = (specs or {}).get((namespace, name))
+        wanted = None if group_spec is None else group_spec.min_member
         versions = tuple(
             (p["metadata"]["name"], p["metadata"].get("resourceVersion")) for p in members
         )
         exact = None
         if cache is not None and all(v for _, v in versions):
-            exact = (namespace, name, wanted, versions)
+            exact = (namespace, name, group_spec, versions)
             hit = cache.by_pods.get(exact)
             if hit is not None:
                 out.append(hit)
@@ -209,6 +223,11 @@ def pending_workloads(
         }
         if priority := (first.get("spec") or {}).get("priorityClassName"):
             doc["priorityClass"] = priority
+        if group_spec is not None and _group_of(first) is not None:
+            if group_spec.topology != "none":
+                doc["topology"] = group_spec.topology
+            if group_spec.timeout_s is not None:
+                doc["scheduleTimeoutSeconds"] = group_spec.timeout_s
         built = None
         if cache is not None:
             sig = json.dumps(doc, sort_keys=True)

@@ -28,9 +28,17 @@ def _split(pod: str) -> tuple[str, str]:
 
 
 class Reporter:
-    def __init__(self, client: Client, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        client: Client,
+        clock: Callable[[], datetime],
+        uid_of: Callable[[str], str | None] = lambda pod: None,
+    ) -> None:
+        """`uid_of`: a pod's uid by namespace/name (from the informer), which ties an Event
+        to the pod: `kubectl describe pod` selects Events by the involved object's uid."""
         self.client = client
         self.clock = clock
+        self.uid_of = uid_of
         self._side = ThreadPoolExecutor(2, thread_name_prefix="status")
         self.reported: dict[str, str] = {}  # pod -> last message written to its condition
         self.queue_status: dict[str, dict[str, Any]] = {}
@@ -142,4 +150,6 @@ class Reporter:
     def event(self, pod: str, kind: str, reason: str, message: str) -> None:
         ns, name = _split(pod)
         involved = {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}
+        if uid := self.uid_of(pod):
+            involved["uid"] = uid
         post_event(self.client, involved, kind, reason, message, self.clock())

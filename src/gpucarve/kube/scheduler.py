@@ -43,6 +43,7 @@ from gpucarve.kube.informer import Informer
 from gpucarve.kube.inventory import Inventory, build_inventory, node_key
 from gpucarve.kube.leader import LeaderElector
 from gpucarve.kube.mig_handoff import HandoffConfig, MigHandoff
+from gpucarve.kube.pod_groups import group_specs
 from gpucarve.kube.pods import WorkloadCache
 from gpucarve.kube.policy_reload import PolicyReloader
 from gpucarve.kube.reporter import Reporter
@@ -111,9 +112,13 @@ class Scheduler:
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
         self._inventory: tuple[tuple[str, ...], Inventory] | None = None
         self._binds = ThreadPoolExecutor(config.bind_workers, thread_name_prefix="bind")
-        self.reporter = Reporter(client, clock)
+        self.reporter = Reporter(client, clock, self._uid_of)
         self.device_configs = DeviceConfigs(client)
         self.cycles = 0
+
+    def _uid_of(self, pod: str) -> str | None:
+        obj = self.pods.get(pod)
+        return None if obj is None else obj["metadata"].get("uid")
 
     # ------------------------------------------------------------------ lifecycle
     def _informers(self) -> list[Informer]:
@@ -217,23 +222,16 @@ class Scheduler:
                 if pod is None or (pod.get("spec") or {}).get("nodeName"):
                     del self.assumed[pod_key]
             assumed = dict(self.assumed)
-        mins, claims = {}, {}
-        for g in self.groups.items() if self.use_groups else []:
-            meta, spec = g["metadata"], g.get("spec") or {}
-            gk = (meta["namespace"], meta["name"])
-            mins[gk] = int(spec.get("minMember", 1))
-            if spec.get("queue") or spec.get("priorityClassName"):
-                claims[gk] = (spec.get("queue"), spec.get("priorityClassName"))
+        specs = group_specs(self.groups.items() if self.use_groups else [])
         return build_view(
             self.policy,
             self.inventory(),
             self.pods.items(),
             self.cfg.name,
             self.epoch,
-            mins,
+            specs,
             assumed,
             self.workloads,
-            claims,
         )
 
     def cycle(self) -> CycleReport:

@@ -24,7 +24,13 @@ from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import PodAssignment, PodSet, RunningWorkload, Workload
 from gpucarve.kube.inventory import Inventory
-from gpucarve.kube.pods import WorkloadCache, group_key, pending_workloads, seconds_since
+from gpucarve.kube.pods import (
+    GroupSpec,
+    WorkloadCache,
+    group_key,
+    pending_workloads,
+    seconds_since,
+)
 
 ASSIGNMENT = "gpucarve.io/assignment"
 REST = "+rest"
@@ -168,10 +174,10 @@ class _Builder:
         return a if self.claim(owner, a) else None
 
 
-def _disagrees(w: Workload, claim: tuple[str | None, str | None] | None) -> str | None:
-    if claim is None:
+def _disagrees(w: Workload, spec: GroupSpec | None) -> str | None:
+    if spec is None:
         return None
-    queue, priority = claim
+    queue, priority = spec.queue, spec.priority_class
     if queue and queue != w.queue:
         return (
             f"validation/pod-group: the PodGroup names queue {queue!r} but its pods are in "
@@ -191,13 +197,14 @@ def build_view(
     pods: Sequence[Mapping[str, Any]],
     scheduler_name: str,
     epoch: datetime,
-    min_members: Mapping[tuple[str, str], int],
+    specs: Mapping[tuple[str, str], GroupSpec],
     assumed: Mapping[str, Assigned] | None = None,
     cache: WorkloadCache | None = None,
-    group_claims: Mapping[tuple[str, str], tuple[str | None, str | None]] | None = None,
 ) -> View:
-    """`group_claims`: per PodGroup its spec.queue and spec.priorityClassName, which its pods
-    must agree with (a gang cannot be charged to one queue and claimed by another)."""
+    """`specs`: per pod group what its PodGroup object asks (minMember, topology, timeout),
+    and the queue and priority class its pods must agree with (a gang cannot be charged to
+    one queue and claimed by another)."""
+    min_members = {k: s.min_member for k, s in specs.items()}
     assumed = assumed or {}
     b = _Builder(inventory, policy)
     view_invalid: dict[str, str] = {}
@@ -284,10 +291,10 @@ def build_view(
         b.fallback(f"foreign:{key(pod)}", pod)
 
     # Pending groups; those with pods already bound wait as `<group>+rest` for the remainder.
-    wanted = dict(min_members)
+    wanted = dict(specs)
     for gk, n in bound_count.items():
         if gk in wanted:
-            wanted[gk] = max(1, wanted[gk] - n)
+            wanted[gk] = dataclasses.replace(wanted[gk], min_member=max(1, min_members[gk] - n))
     # A gang whose pods are not all created yet waits for them (never admitted in part).
     waiting: dict[tuple[str, str], list[str]] = {}
     for p in ours_pending:
@@ -309,17 +316,18 @@ def build_view(
     pending_sets: dict[str, tuple[tuple[str, ...], ...]] = {}
     for g in pending_workloads(ours_pending, policy, epoch, wanted, cache):
         if g.workload is None:
-            why = "; ".join(str(p) for p in g.problems)
+            why = "; ".join(p.plain() for p in g.problems)
             for pod_key in g.pods:
                 view_invalid[pod_key] = why
             continue
         w = g.workload
-        if (clash := _disagrees(w, (group_claims or {}).get(group_key_of(w)))) is not None:
+        if (clash := _disagrees(w, specs.get(group_key_of(w)))) is not None:
             for pod_key in g.pods:
                 view_invalid[pod_key] = clash
             continue
         if group_key_of(w) in bound_count:
-            w = _rest(w, wanted.get(group_key_of(w)))
+            rest_spec = wanted.get(group_key_of(w))
+            w = _rest(w, None if rest_spec is None else rest_spec.min_member)
         pending.append(w)
         pending_sets[w.id] = g.sets
     _reconfiguring(inventory, b)

@@ -134,6 +134,11 @@ def test_mig_section_mistakes(catalog: Catalog, mig: dict[str, Any], code: str, 
         ({"nodeLabels": {"ok": "-bad-"}}, "bad-label", "pools[0].nodeLabels.ok"),
         ({"topology": {"nodesPerRack": 5}}, "out-of-range", "pools[0].topology.nodesPerRack"),
         (
+            {"nodes": 6, "topology": {"nodesPerRack": 2, "nodesPerBlock": 3}},
+            "out-of-range",
+            "pools[0].topology.nodesPerBlock",
+        ),
+        (
             {"taints": [{"key": "k", "effect": "Sometimes"}]},
             "bad-value",
             "pools[0].taints[0].effect",

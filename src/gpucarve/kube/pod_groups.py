@@ -1,0 +1,55 @@
+"""Pod group objects as the scheduler reads them: gpucarve's PodGroup (`gpucarve.io/v1alpha1`)
+and the coscheduling plugin's (`scheduling.x-k8s.io/v1alpha1`, from kubernetes-sigs'
+scheduler-plugins), so gangs written for either keep their `minMember` and timeout.
+
+A pod names its group by label (`gpucarve.io/pod-group` or `scheduling.x-k8s.io/pod-group`);
+the group's object is the PodGroup of that name in its namespace, of either kind. Of the
+coscheduling spec gpucarve reads `minMember` and `scheduleTimeoutSeconds`; `minResources` is
+not needed (the engine sums the pods' own requests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpucarve.kube.pods import GroupSpec
+
+COSCHEDULING_GROUP = "scheduling.x-k8s.io"
+COSCHEDULING_VERSION = "v1alpha1"
+COSCHEDULING_PATH = f"/apis/{COSCHEDULING_GROUP}/{COSCHEDULING_VERSION}/podgroups"
+TOPOLOGIES = ("none", "node", "nvlink", "rack", "block")
+
+
+def _positive(value: object) -> int | None:
+    # The CRDs' schemas bound these; an object written before a schema change is read safely.
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return None
+
+
+def _spec(obj: Mapping[str, Any], ours: bool) -> GroupSpec:
+    spec = obj.get("spec") or {}
+    topology = spec.get("topology", "none") if ours else "none"
+    return GroupSpec(
+        min_member=_positive(spec.get("minMember")) or 1,
+        topology=topology if topology in TOPOLOGIES else "none",
+        timeout_s=_positive(spec.get("scheduleTimeoutSeconds")),
+        queue=(spec.get("queue") or None) if ours else None,
+        priority_class=(spec.get("priorityClassName") or None) if ours else None,
+    )
+
+
+def group_specs(
+    ours: Iterable[Mapping[str, Any]], coscheduling: Iterable[Mapping[str, Any]] = ()
+) -> dict[tuple[str, str], GroupSpec]:
+    """(namespace, name) -> what the group's object asks. Where both kinds of object share a
+    name, gpucarve's is read: it can say more (topology, queue, priority class)."""
+    out: dict[tuple[str, str], GroupSpec] = {}
+    for obj in coscheduling:
+        meta = obj["metadata"]
+        out[(meta["namespace"], meta["name"])] = _spec(obj, ours=False)
+    for obj in ours:
+        meta = obj["metadata"]
+        out[(meta["namespace"], meta["name"])] = _spec(obj, ours=True)
+    return out

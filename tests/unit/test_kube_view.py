@@ -196,15 +196,15 @@ def test_a_pod_groups_topology_and_timeout_reach_the_workload() -> None:
     assert gang.topology == "rack" and gang.timeout_s == 120
     result = run_cycle(view.snapshot, 10)
     (admission,) = result.admissions
-    racks = {n["metadata"]["name"]: n["metadata"]["labels"]["gpucarve.io/rack"]
-             for n in node_manifests(POLICY) if n["metadata"]["name"].startswith("training")}  # fmt: skip
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in node_manifests(POLICY)}
+    racks = {name: lab["gpucarve.io/rack"] for name, lab in labels.items() if "training" in name}
     assert len({racks[p.node] for p in admission.pods}) == 1
 
 
 def test_a_pod_that_is_no_workload_says_why_in_plain_text() -> None:
     inv = build_inventory(POLICY, ready_nodes())
-    view = build_view(POLICY, inv, [pod("x", "nowhere", {"nvidia.com/gpu": "1"})], "gpucarve",
-                      EPOCH, {})  # fmt: skip
+    lost = pod("x", "nowhere", {"nvidia.com/gpu": "1"})
+    view = build_view(POLICY, inv, [lost], "gpucarve", EPOCH, {})
     message = view.invalid["nowhere/x"]
     assert message.startswith("validation/no-queue: nowhere/x.namespace: "), message
     assert "; fix: " in message and "Problem(" not in message and "Severity" not in message

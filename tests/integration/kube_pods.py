@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from tests.integration.api import Api
+import yaml
+
+from tests.integration.api import Api, wait_for
+
+COSCHEDULING_CRD = Path(__file__).parent / "data" / "coscheduling-podgroups.yaml"
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -92,3 +97,21 @@ def delete_all(api: Api, namespaces: list[str]) -> None:
     for ns in namespaces:
         for name in pods_in(api, ns):
             api.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}?gracePeriodSeconds=0")
+
+
+def install_coscheduling_crd(api: Api) -> None:
+    """The coscheduling plugin's PodGroup CRD, established (served) before it returns."""
+    crd = yaml.safe_load(COSCHEDULING_CRD.read_text())
+    status, body = api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    assert status in (201, 409), body
+
+    def established() -> bool:
+        got = api.get(
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+        )
+        return any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in (got.get("status") or {}).get("conditions") or []
+        )
+
+    wait_for(established, what="the coscheduling CRD established")

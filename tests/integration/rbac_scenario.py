@@ -31,6 +31,7 @@ from tests.integration.chart import NAMESPACE, install
 from tests.integration.kube_pods import (
     condition,
     create_pod,
+    install_coscheduling_crd,
     node_of,
     pod,
     pod_group,
@@ -85,10 +86,20 @@ def without(objs: list[dict[str, Any]], triple: Triple) -> list[dict[str, Any]]:
     for o in objs:
         o = yaml.safe_load(yaml.safe_dump(o))
         if o["kind"] in ("ClusterRole", "Role"):
+            rules = []
             for rule in o["rules"]:
                 if group in rule["apiGroups"] and resource in rule["resources"]:
+                    # the other groups and resources of the rule keep the verb
+                    rest_g = [g for g in rule["apiGroups"] if g != group]
+                    rest_r = [r for r in rule["resources"] if r != resource]
+                    if rest_g:
+                        rules.append({**rule, "apiGroups": rest_g})
+                    if rest_r:
+                        rules.append({**rule, "apiGroups": [group], "resources": rest_r})
+                    rule = {**rule, "apiGroups": [group], "resources": [resource]}
                     rule["verbs"] = [v for v in rule["verbs"] if v != verb]
-            o["rules"] = [r for r in o["rules"] if r["verbs"]]
+                rules.append(rule)
+            o["rules"] = [r for r in rules if r["verbs"]]
         out.append(o)
     return out
 
@@ -228,6 +239,7 @@ class Scenario:
         for n in ("r0", "r1"):
             create_pod(a, _graceful(pod("research", n, "nvidia.com/gpu", group="pair")))
         self.until(lambda: self.bound("research", ["r0", "r1"]), "a gang bound, one GPU borrowed")
+        self.until(self._group_scheduled, "the gang's PodGroup status")
         create_pod(a, pod("research", "r2", "nvidia.com/gpu"))
 
         def waits() -> bool:
@@ -281,6 +293,11 @@ class Scenario:
     def gang_gone(self) -> bool:
         return len(pods_in(self.admin, "research")) < 3
 
+    def _group_scheduled(self) -> bool:
+        path = "/apis/gpucarve.io/v1alpha1/namespaces/research/podgroups/pair"
+        status = self.admin.get(path).get("status") or {}
+        return status.get("phase") in ("Scheduled", "Running") and status.get("scheduled") == 2
+
     def _events(self, ns: str) -> bool:
         return bool(self.admin.get(f"/api/v1/namespaces/{ns}/events")["items"])
 
@@ -301,6 +318,7 @@ def run(workdir: Path, chart_objs: list[dict[str, Any]], target: Triple | None) 
     with LocalStack(find_binaries(), workdir / "stack") as stack:
         admin = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, admin, policy_file, ("research", "production", "serving", "notebooks"))
+        install_coscheduling_crd(admin)
         install(admin, chart_objs, [NAMESPACE, CM_NS])
         ctx = ssl.create_default_context()
         ctx.check_hostname = False

@@ -5,6 +5,7 @@ workloads, and both must place the same pods on the same nodes and give the same
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from tests.integration.kube_pods import (
     condition,
     create_pod,
     delete_all,
+    install_coscheduling_crd,
     node_of,
     pod,
     pod_group,
@@ -52,6 +54,7 @@ def cluster(
     with LocalStack(find_binaries(), tmp_path_factory.mktemp("parity")) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, NAMESPACES)
+        install_coscheduling_crd(api)
         yield stack, api
 
 
@@ -68,7 +71,8 @@ def scheduler(cluster: tuple[LocalStack, Api], policy_file: Path) -> Iterator[Sc
     delete_all(api, NAMESPACES)
     wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")
     for ns in NAMESPACES:
-        api.call("DELETE", f"/apis/gpucarve.io/v1alpha1/namespaces/{ns}/podgroups")
+        for group in ("gpucarve.io", "scheduling.x-k8s.io"):
+            api.call("DELETE", f"/apis/{group}/v1alpha1/namespaces/{ns}/podgroups")
 
 
 def plan(policy_file: Path, workloads: list[dict[str, Any]], tmp: Path) -> dict[str, Any]:
@@ -153,3 +157,105 @@ def test_a_rack_gang_lands_in_one_rack_or_waits_saying_why(
     placed = {a["workload"]: sorted(p["node"] for p in a["pods"]) for a in planned["admissions"]}
     assert placed == {"research/holder": holder, "research/pair": sorted(pair)}
     assert _reason(planned, "research/big") == message
+
+    # the PodGroups say the same
+    big = wait_for(lambda: _group_status(api, "big"), what="big's PodGroup status")
+    assert (big["phase"], big["scheduled"], big["reason"]) == ("Pending", 0, message)
+    (cond,) = big["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"]) == ("Scheduled", "False", "Unschedulable")
+    pair_status = wait_for(lambda: _group_status(api, "pair", "Running"), what="pair running")
+    assert pair_status["scheduled"] == 2 and pair_status["running"] == 2
+    assert pair_status["conditions"][0]["status"] == "True"
+    # and `kubectl describe pod` shows the reason among the pod's Events
+    described = kubectl(cluster[0], "describe", "pod", "-n", "research", "big-0")
+    assert "FailedScheduling" in described and "in one rack" in described, described
+
+
+def test_a_gang_short_past_its_timeout_frees_its_gpus_and_says_so(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    create_pod(api, pod("data-science", "holder", "nvidia.com/gpu", 8))
+    wait_for(lambda: _bound_nodes(api, "data-science", ["holder"]), what="one node held")
+    pod_group(api, "research", "g", 3, scheduleTimeoutSeconds=3)
+    names = [f"g-{i}" for i in range(3)]
+    for n in names:
+        create_pod(api, _quick_exit(pod("research", n, "nvidia.com/gpu", 8, group="g")))
+    wait_for(lambda: _bound_nodes(api, "research", names), what="the gang bound")
+    # one pod fails and is gone; its node is taken meanwhile; its replacement finds no room
+    api.call("DELETE", "/api/v1/namespaces/research/pods/g-2?gracePeriodSeconds=0")
+    create_pod(api, pod("data-science", "taker", "nvidia.com/gpu", 8))
+    wait_for(lambda: _bound_nodes(api, "data-science", ["taker"]), what="its node taken")
+    create_pod(api, pod("research", "g-2", "nvidia.com/gpu", 8, group="g"))
+
+    def released() -> bool:
+        left = pods_in(api, "research")
+        return "g-0" not in left and "g-1" not in left
+
+    wait_for(released, what="the short gang's pods released")
+
+    def told(name: str, reason: str) -> list[str]:
+        events = api.get("/api/v1/namespaces/research/events")["items"]
+        return [
+            e["message"]
+            for e in events
+            if e["involvedObject"]["name"] == name and e["reason"] == reason
+        ]
+
+    # the remainder was told why (then, with its gang's pods gone, that it waits for them)
+    (message,) = wait_for(
+        lambda: [m for m in told("g-2", "FailedScheduling") if "gang-timeout" in m],
+        what="the remainder's reason",
+    )
+    assert message.startswith("queueing/gang-timeout: gang research/g ran 2 pods, 1 short")
+    assert "(timeout 3 s, scheduleTimeoutSeconds)" in message
+    status = wait_for(lambda: _group_status(api, "g"), what="the PodGroup's status")
+    (cond,) = status["conditions"]
+    assert (cond["status"], cond["reason"]) == ("False", "GangTimeout")
+    assert status["reason"] == cond["message"] == message.partition(": ")[2]
+    assert told("g-0", "GangTimeout") == told("g-1", "GangTimeout") == [cond["message"]]
+    # the GPUs it held serve others
+    create_pod(api, pod("production", "after", "nvidia.com/gpu", 8))
+    wait_for(lambda: _bound_nodes(api, "production", ["after"]), what="its GPUs reused")
+
+
+def test_a_coscheduling_pod_group_keeps_its_min_member(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    pod_group(api, "research", "cs", 3, group="scheduling.x-k8s.io")
+    for i in range(2):
+        create_pod(api, pod("research", f"cs-{i}", "nvidia.com/gpu", 4, group="cs"))
+    message = wait_for(lambda: _waits(api, "research", "cs-0"), what="the short gang's reason")
+    assert message == (
+        "gang/min-member: pod group research/cs has 2 of its 3 pods (minMember); "
+        "waiting for the rest"
+    )
+    assert not any(node_of(p) for p in pods_in(api, "research").values())
+    create_pod(api, pod("research", "cs-2", "nvidia.com/gpu", 4, group="cs"))
+    wait_for(lambda: _bound_nodes(api, "research", ["cs-0", "cs-1", "cs-2"]), what="all three")
+
+
+def _quick_exit(manifest: dict[str, Any]) -> dict[str, Any]:
+    # evicted, it is gone within a second (kwok deletes it at the end of its grace period)
+    manifest["spec"]["terminationGracePeriodSeconds"] = 1
+    return manifest
+
+
+def _group_status(api: Api, name: str, phase: str | None = None) -> dict[str, Any] | None:
+    got = api.get(f"/apis/gpucarve.io/v1alpha1/namespaces/research/podgroups/{name}")
+    status = got.get("status")
+    if not status or (phase is not None and status.get("phase") != phase):
+        return None
+    return dict(status)
+
+
+def kubectl(stack: LocalStack, *args: str) -> str:
+    done = subprocess.run(
+        [str(stack.bin_dir / "kubectl"), "--kubeconfig", str(stack.kubeconfig()), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpucarve.config.policy_build import load_policy
+from gpucarve.core.workload import PartialGang
 from gpucarve.engine.engine import run_cycle
 from gpucarve.kube.inventory import MISMATCH_TAINT, build_inventory
 from gpucarve.kube.nodes import node_manifests
@@ -152,6 +153,10 @@ def test_a_gang_bound_in_part_waits_for_the_rest_only() -> None:
     (rest,) = view.snapshot.pending
     assert rest.id == "research/g+rest"
     assert rest.pod_sets[0].count == 2 and rest.pod_sets[0].min_count == 2
+    # short of its minimum since its missing pods were created (t=10 s), 24 GPUs in all
+    assert dict(view.snapshot.partial) == {
+        "research/g": PartialGang(missing=2, since=10, gpus=24, rest="research/g+rest")
+    }
     result = run_cycle(view.snapshot, 10)
     (admission,) = result.admissions
     bound = sorted(view.pod_of(admission.workload, p.pod) for p in admission.pods)
@@ -165,6 +170,12 @@ def test_a_gang_short_of_its_min_member_waits_for_its_pods() -> None:
     view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): GroupSpec(3)})
     assert view.snapshot.pending == ()
     assert "has 1 of its 3 pods" in view.invalid["research/g-0"]
+    assert view.short_running == {}  # nothing of it runs: nothing to release
+    bound = pod("g-1", "research", {"nvidia.com/gpu": "8"}, "training-1",
+                [f"training-1/gpu{i}" for i in range(8)], group="g")  # fmt: skip
+    view = build_view(POLICY, inv, [*pods, bound], "gpucarve", EPOCH,
+                      {("research", "g"): GroupSpec(3)})  # fmt: skip
+    assert view.short_running == {"research/g": PartialGang(missing=2, since=0, gpus=24)}
     pods += [pod(f"g-{i}", "research", {"nvidia.com/gpu": "8"}, group="g") for i in (1, 2)]
     view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): GroupSpec(3)})
     (gang,) = view.snapshot.pending

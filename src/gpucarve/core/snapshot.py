@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 from gpucarve.core.cluster import Allocation, ClusterState
 from gpucarve.core.policy import Policy
-from gpucarve.core.workload import RunningWorkload, Workload
+from gpucarve.core.workload import PartialGang, RunningWorkload, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,9 @@ class Snapshot:
     # When each GPU (`node/gpuN`) last had its MIG layout changed, for dynamic MIG's minimum
     # interval between changes; GPUs never changed are absent.
     mig_changed_at: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # Running gangs short of their minimum, by workload id (only a cluster has them: the
+    # simulator places gangs whole and nothing fails there in part).
+    partial: Mapping[str, PartialGang] = field(default_factory=lambda: MappingProxyType({}))
 
     def delta_with(self, step: Step | None = None) -> Delta:
         """The delta of a snapshot derived from this one by `step` (none: same cluster)."""

@@ -165,6 +165,18 @@ class PodAssignment:
 
 
 @dataclass(frozen=True, slots=True)
+class PartialGang:
+    """A running gang short of its minimum: pods that failed or were deleted, or pods bound
+    before a crash. `missing` pods are still to be placed (`rest`: the pending workload that
+    asks for them, when they exist); `since`: when it fell short; `gpus`: the whole gang's."""
+
+    missing: int
+    since: int
+    gpus: int
+    rest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RunningWorkload:
     workload: Workload
     pods: tuple[PodAssignment, ...]

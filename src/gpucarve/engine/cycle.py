@@ -36,7 +36,7 @@ from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import GpuRequest, PodAssignment, PodSet, RunningWorkload, Workload
-from gpucarve.engine import evict, podwise, queueing, repartition
+from gpucarve.engine import evict, gang_timeout, podwise, queueing, repartition
 from gpucarve.engine.ceilings import Ceilings
 from gpucarve.engine.decisions import (
     Admission,
@@ -146,9 +146,11 @@ class Cycle:
     def run(self) -> CycleResult:
         if not self.cfg.gang:
             podwise.continue_partial_gangs(self)
+        skip = gang_timeout.release(self)
         by_queue: dict[str, deque[Workload]] = {}
         for w in sorted(self.snapshot.pending, key=lambda w: (-w.priority, w.submit_time, w.id)):
-            by_queue.setdefault(w.queue, deque()).append(w)
+            if w.id not in skip:
+                by_queue.setdefault(w.queue, deque()).append(w)
         heap: list[tuple[int, int, int, str]] = []
         for name, items in by_queue.items():
             heapq.heappush(heap, self._key(name, items[0]))

@@ -20,6 +20,7 @@ class Stage(StrEnum):
 class Cause(StrEnum):
     RECLAIM = "reclaim"  # a queue took back nominal quota that another queue borrowed
     PREEMPT = "preempt"  # a higher-priority workload of the same queue needed the room
+    TIMEOUT = "timeout"  # a gang in part placed past its timeout releases what it holds
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from collections import Counter
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine.decisions import Cause, CycleResult
+from gpucarve.engine.gang_timeout import timeout_of
 
 
 class InvariantViolation(RuntimeError):
@@ -113,6 +114,12 @@ def _evictions(before: Snapshot, result: CycleResult) -> list[str]:
             out.append(f"eviction of {ev.workload} by {ev.by}: one of them is unknown")
             continue
         w = victim.workload
+        if ev.cause is Cause.TIMEOUT:
+            part = before.partial.get(w.id)
+            limit = None if part is None else timeout_of(w, part.gpus)
+            if part is None or limit is None or result.now - part.since < limit:
+                out.append(f"{w.id} released for a timeout it has not reached")
+            continue
         if not w.preemptible:
             out.append(f"{w.id} evicted but it is not preemptible")
         if result.now - victim.start_time < p.scheduling.min_runtime_s:

@@ -6,16 +6,18 @@ through a small pool of threads; a lost write costs a message, never a decision.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
 from gpucarve.core.policy import Policy
-from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.decisions import Cause, CycleResult
 from gpucarve.kube.client import ApiError, Client, rfc3339
 from gpucarve.kube.crds import GROUP, VERSION
 from gpucarve.kube.events import post_event
+from gpucarve.kube.group_status import group_status
+from gpucarve.kube.pods import GROUP_LABELS, group_key
 from gpucarve.kube.queue_status import queue_statuses
 from gpucarve.kube.view import View
 
@@ -25,6 +27,10 @@ log = logging.getLogger("gpucarve.scheduler")
 def _split(pod: str) -> tuple[str, str]:
     ns, _, name = pod.partition("/")
     return ns, name
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
 
 class Reporter:
@@ -43,10 +49,15 @@ class Reporter:
         self.reported: dict[str, str] = {}  # pod -> last message written to its condition
         self.queue_status: dict[str, dict[str, Any]] = {}
         self.orphans_reported: set[str] = set()
+        self.group_status: dict[tuple[str, str], dict[str, Any]] = {}
+        self.timed_out: dict[tuple[str, str], str] = {}  # gang -> why it was released
+        # gang -> (its Scheduled condition's status, since when): lastTransitionTime
+        self.group_since: dict[tuple[str, str], tuple[str, str]] = {}
 
     def reset(self) -> None:
         """A new policy: every message is written again under it."""
         self.reported.clear()
+        self.group_status.clear()
         self.orphans_reported.clear()
 
     def shutdown(self) -> None:
@@ -69,6 +80,67 @@ class Reporter:
             if self.queue_status.get(name) != status:
                 self.queue_status[name] = status
                 self._side.submit(self._write_queue_status, name, status)
+
+    def groups(
+        self,
+        objects: Sequence[Mapping[str, Any]],
+        pods: Sequence[Mapping[str, Any]],
+        assumed: frozenset[str],
+        result: CycleResult,
+    ) -> None:
+        """Each gpucarve PodGroup's status (`group_status`), written where it changed; call
+        after `pending`, whose messages are the waiting gangs' reasons."""
+        for e in result.evictions:
+            if e.cause is Cause.TIMEOUT:
+                self.timed_out[_split(e.workload)] = e.message
+        if not objects:
+            self.timed_out.clear()
+            return
+        members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            if any(labels.get(k) for k in GROUP_LABELS):
+                members.setdefault(group_key(pod), []).append(pod)
+        seen: set[tuple[str, str]] = set()
+        for obj in objects:
+            meta = obj["metadata"]
+            gk = (meta["namespace"], meta["name"])
+            seen.add(gk)
+            mine = sorted(members.get(gk, []), key=lambda p: p["metadata"]["name"])
+            reason = next((m for p in mine if (m := self.reported.get(_key(p)))), None)
+            minimum = int((obj.get("spec") or {}).get("minMember") or 1)
+            status = group_status(minimum, mine, assumed, reason, self.timed_out.get(gk))
+            if status["conditions"][0]["status"] == "True":
+                self.timed_out.pop(gk, None)
+            old = self.group_status.get(gk)
+            if old == status:
+                continue
+            self.group_status[gk] = status
+            self._side.submit(self._write_group_status, gk, status)
+        for gk in [k for k in self.group_status if k not in seen]:
+            del self.group_status[gk]
+            self.group_since.pop(gk, None)
+        self.timed_out = {k: v for k, v in self.timed_out.items() if k in seen}
+
+    def _write_group_status(self, gk: tuple[str, str], status: dict[str, Any]) -> None:
+        ns, name = gk
+        cond = dict(status["conditions"][0])
+        since = self.group_since.get(gk)
+        if since is None or since[0] != cond["status"]:
+            since = self.group_since[gk] = (cond["status"], rfc3339(self.clock()))
+        cond["lastTransitionTime"] = since[1]
+        body = {**status, "conditions": [cond]}
+        try:
+            self.client.call(
+                "PATCH",
+                f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/podgroups/{name}/status",
+                [{"op": "add", "path": "/status", "value": body}],
+                "application/json-patch+json",
+            )
+        except ApiError as err:
+            if err.status != 404:
+                log.warning("status of pod group %s/%s not written: %s", ns, name, err)
+                self.group_status.pop(gk, None)  # retried next cycle
 
     def _write_queue_status(self, name: str, status: dict[str, Any]) -> None:
         try:

@@ -27,12 +27,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 from gpucarve.core.cluster import RECONFIGURING
 from gpucarve.core.policy import Policy
+from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine.apply import apply
-from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.decisions import Cause, CycleResult
 from gpucarve.engine.engine import Engine
 from gpucarve.engine.invariants import check_step
 from gpucarve.kube.client import ApiError, Client
@@ -43,7 +45,7 @@ from gpucarve.kube.informer import Informer
 from gpucarve.kube.inventory import Inventory, build_inventory, node_key
 from gpucarve.kube.leader import LeaderElector
 from gpucarve.kube.mig_handoff import HandoffConfig, MigHandoff
-from gpucarve.kube.pod_groups import group_specs
+from gpucarve.kube.pod_groups import COSCHEDULING_PATH, group_specs
 from gpucarve.kube.pods import WorkloadCache
 from gpucarve.kube.policy_reload import PolicyReloader
 from gpucarve.kube.reporter import Reporter
@@ -100,13 +102,15 @@ class Scheduler:
         self.pods = Informer(client, "/api/v1/pods", self._wake.set)
         self.nodes = Informer(client, "/api/v1/nodes", self._wake.set)
         self.groups = Informer(client, f"/apis/{GROUP}/{VERSION}/podgroups", self._wake.set)
-        self.use_groups = True
+        self.cosched = Informer(client, COSCHEDULING_PATH, self._wake.set)
+        self.use_groups = self.use_cosched = True
         self.workloads = WorkloadCache()
         self.engine = Engine()
         self.assumed: dict[str, Assigned] = {}
         self.failed_binds: list[str] = []
         self._lock = threading.Lock()
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
+        self.short_seen: dict[str, int] = {}  # running gang short of pods -> first seen
         self.node_problems: set[str] = set()
         self.mig = MigHandoff(client, policy, config.mig, clock)
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
@@ -122,17 +126,32 @@ class Scheduler:
 
     # ------------------------------------------------------------------ lifecycle
     def _informers(self) -> list[Informer]:
-        return [self.nodes, self.pods] + ([self.groups] if self.use_groups else [])
+        return [
+            self.nodes,
+            self.pods,
+            *([self.groups] if self.use_groups else []),
+            *([self.cosched] if self.use_cosched else []),
+        ]
 
-    def start(self, timeout_s: float = 60.0, stop: threading.Event | None = None) -> None:
+    def _served(self, informer: Informer, optional: bool = False) -> bool:
         try:
-            self.client.get(self.groups.path + "?limit=1")
+            self.client.get(informer.path + "?limit=1")
         except ApiError as err:
+            if optional and err.status == 403:
+                log.warning("%s; coscheduling PodGroups are not read", err)
+                return False
             if err.status != 404:
                 raise
+            return False
+        return True
+
+    def start(self, timeout_s: float = 60.0, stop: threading.Event | None = None) -> None:
+        self.use_groups = self._served(self.groups)
+        if not self.use_groups:
             # Without the CRD, pod groups are still gangs: of all their pods.
             log.warning("the PodGroup CRD is not installed (run gpucarve apply): minMember unread")
-            self.use_groups = False
+        # coscheduling's PodGroups (scheduler-plugins) are read where their CRD is installed
+        self.use_cosched = self._served(self.cosched, optional=True)
         for inf in self._informers():
             inf.start()
         deadline = time.monotonic() + timeout_s
@@ -222,7 +241,10 @@ class Scheduler:
                 if pod is None or (pod.get("spec") or {}).get("nodeName"):
                     del self.assumed[pod_key]
             assumed = dict(self.assumed)
-        specs = group_specs(self.groups.items() if self.use_groups else [])
+        specs = group_specs(
+            self.groups.items() if self.use_groups else [],
+            self.cosched.items() if self.use_cosched else [],
+        )
         return build_view(
             self.policy,
             self.inventory(),
@@ -250,6 +272,7 @@ class Scheduler:
             kept = tuple(w for w in snapshot.pending if w.id not in waiting)
             snapshot = dataclasses.replace(snapshot, pending=kept)
         now = int((self.clock() - self.epoch).total_seconds())
+        snapshot = self._short_since(view, snapshot, now)
         result = self.engine.run_cycle(snapshot, now)
         self.cycles += 1
         if self.cfg.check_invariants:
@@ -259,6 +282,11 @@ class Scheduler:
         self._bind(view, result, report)
         report.pending = self.reporter.pending(view, result, waiting)
         self.reporter.queues(self.policy, view, result, waiting)
+        if self.use_groups:
+            with self._lock:
+                assumed = frozenset(self.assumed)
+            pods = self.pods.items()
+            self.reporter.groups(self.groups.items(), pods, assumed, result)
         if self.dynamic_mig:
             self._repartition(view, result)
         if result.admissions or result.evictions:
@@ -270,6 +298,19 @@ class Scheduler:
                 report.pending,
             )
         return report
+
+    def _short_since(self, view: View, snapshot: Snapshot, now: int) -> Snapshot:
+        """Gangs running short with their missing pods not (yet) created: the API objects do
+        not say since when, so the scheduler counts from the cycle it first saw them short (a
+        restart counts again: a later release, never an early one)."""
+        self.short_seen = {w: t for w, t in self.short_seen.items() if w in view.short_running}
+        if not view.short_running:
+            return snapshot
+        partial = dict(snapshot.partial)
+        for wid, part in view.short_running.items():
+            since = self.short_seen.setdefault(wid, now)
+            partial[wid] = dataclasses.replace(part, since=since)
+        return dataclasses.replace(snapshot, partial=MappingProxyType(partial))
 
     def _nodes_by_name(self) -> dict[str, dict[str, Any]]:
         return {n["metadata"]["name"]: n for n in self.nodes.items()}
@@ -326,7 +367,8 @@ class Scheduler:
                     if err.status != 404:
                         log.warning("eviction of %s refused: %s", pod, err)
                     continue
-                self.reporter.event(pod, "Normal", "Preempted", e.message)
+                why = "GangTimeout" if e.cause is Cause.TIMEOUT else "Preempted"
+                self.reporter.event(pod, "Normal", why, e.message)
 
     def _bind(self, view: View, result: CycleResult, report: CycleReport) -> None:
         jobs: list[tuple[str, Assigned]] = []

@@ -22,7 +22,8 @@ from typing import Any
 from gpucarve.core.cluster import RECONFIGURING, Allocation, ClusterState
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import PodAssignment, PodSet, RunningWorkload, Workload
+from gpucarve.core.workload import PartialGang, PodAssignment, PodSet, RunningWorkload, Workload
+from gpucarve.engine.gang_timeout import gang_gpus
 from gpucarve.kube.inventory import Inventory
 from gpucarve.kube.pods import (
     GroupSpec,
@@ -66,6 +67,9 @@ class View:
     # bound pod -> why it is no workload of the policy (its queue or pool went away with a
     # policy change): it keeps its GPUs, the engine neither counts nor evicts it
     orphans: dict[str, str] = field(default_factory=dict)
+    # running gangs short of their minimum whose missing pods do not exist (yet): the
+    # scheduler knows since when (`Snapshot.partial` needs it), the API objects do not
+    short_running: dict[str, PartialGang] = field(default_factory=dict)
 
     def pod_of(self, workload: str, engine_pod: str) -> str:
         """The real pod behind the engine's `<workload>/<set>-<i>`."""
@@ -232,7 +236,7 @@ def build_view(
     running: list[RunningWorkload] = []
     running_pods: dict[str, tuple[str, ...]] = {}
     bound_count: dict[tuple[str, str], int] = {}
-    groups = pending_workloads([p for p, _ in ours_bound], policy, epoch, cache=cache)
+    groups = pending_workloads([p for p, _ in ours_bound], policy, epoch, specs, cache)
     by_key = {key(p): (p, a) for p, a in ours_bound}
     orphans: dict[str, str] = {}
     for g in groups:
@@ -304,8 +308,16 @@ def build_view(
         for gk, names in waiting.items()
         if gk in min_members and len(names) + bound_count.get(gk, 0) < min_members[gk]
     }
+    running_by_key = {group_key_of(rw.workload): rw for rw in running}
+    short_running: dict[str, PartialGang] = {}
     for (ns, group), names in short.items():
         have = len(names) + bound_count.get((ns, group), 0)
+        if (held := running_by_key.get((ns, group))) is not None:
+            per_pod = gang_gpus(held.workload) / max(1, len(held.pods))
+            need = min_members[(ns, group)]
+            short_running[held.workload.id] = PartialGang(
+                need - len(held.pods), 0, round(per_pod * need)
+            )
         for pod_key in names:
             view_invalid[pod_key] = (
                 f"gang/min-member: pod group {ns}/{group} has {have} of its "
@@ -314,6 +326,7 @@ def build_view(
     ours_pending = [p for p in ours_pending if group_key(p) not in short]
     pending: list[Workload] = []
     pending_sets: dict[str, tuple[tuple[str, ...], ...]] = {}
+    partial: dict[str, PartialGang] = {}
     for g in pending_workloads(ours_pending, policy, epoch, wanted, cache):
         if g.workload is None:
             why = "; ".join(p.plain() for p in g.problems)
@@ -325,9 +338,18 @@ def build_view(
             for pod_key in g.pods:
                 view_invalid[pod_key] = clash
             continue
-        if group_key_of(w) in bound_count:
-            rest_spec = wanted.get(group_key_of(w))
+        gk = group_key_of(w)
+        if gk in bound_count:
+            rest_spec = wanted.get(gk)
             w = _rest(w, None if rest_spec is None else rest_spec.min_member)
+            rw = running_by_key[gk]
+            need = min_members.get(gk, bound_count[gk] + sum(ps.count for ps in w.pod_sets))
+            if bound_count[gk] < need:
+                # since its missing pods were created: they came back when it fell short
+                whole = gang_gpus(rw.workload) + gang_gpus(w)
+                partial[rw.workload.id] = PartialGang(
+                    need - bound_count[gk], w.submit_time, whole, w.id
+                )
         pending.append(w)
         pending_sets[w.id] = g.sets
     _reconfiguring(inventory, b)
@@ -342,8 +364,11 @@ def build_view(
         tuple(running),
         tuple(pending),
         mig_changed_at=MappingProxyType(changed),
+        partial=MappingProxyType(partial),
     )
-    return View(snapshot, pending_sets, running_pods, view_invalid, b.warnings, orphans)
+    return View(
+        snapshot, pending_sets, running_pods, view_invalid, b.warnings, orphans, short_running
+    )
 
 
 def _reconfiguring(inventory: Inventory, b: _Builder) -> None:

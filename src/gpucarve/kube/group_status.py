@@ -1,0 +1,77 @@
+"""What the scheduler writes into each gpucarve PodGroup's status after a cycle, so that
+`kubectl get podgroups` answers "is my gang placed, and if not why":
+
+- `phase`: Pending (fewer than minMember pods bound), Scheduled (minMember bound), Running
+  (minMember running), Finished (minMember succeeded and none left running), Failed (so many
+  pods failed that minMember can no longer be met);
+- `scheduled`, `running`: pods bound and running;
+- `reason`: why its waiting pods wait (the scheduler's pending reason, as on the pods), or why
+  the gang was released (its timeout);
+- `conditions`: `Scheduled` (True once minMember are bound; False with reason Unschedulable or
+  GangTimeout and the message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+def group_status(
+    min_member: int,
+    members: Sequence[Mapping[str, Any]],
+    bound: frozenset[str],
+    reason: str | None,
+    timed_out: str | None,
+) -> dict[str, Any]:
+    """`members`: the group's pods; `bound`: those the scheduler has bound that the watch does
+    not show bound yet; `reason`: a waiting pod's message; `timed_out`: the release message
+    while the gang has not been placed whole again. No timestamps: the writer adds them."""
+    phases = [(p.get("status") or {}).get("phase") for p in members]
+    succeeded, failed = phases.count("Succeeded"), phases.count("Failed")
+    running = phases.count("Running")
+    scheduled = sum(
+        1
+        for p, phase in zip(members, phases, strict=True)
+        if phase not in TERMINAL and ((p.get("spec") or {}).get("nodeName") or _key(p) in bound)
+    )
+    if succeeded >= min_member and running == 0:
+        phase = "Finished"
+    elif len(members) - failed < min_member and failed:
+        phase = "Failed"
+    elif running >= min_member:
+        phase = "Running"
+    elif scheduled + running + succeeded >= min_member and scheduled >= 1:
+        phase = "Scheduled"
+    else:
+        phase = "Pending"
+    whole = phase in ("Scheduled", "Running", "Finished")
+    if whole:
+        cond = {"type": "Scheduled", "status": "True", "reason": "Scheduled", "message": ""}
+        shown = ""
+    elif timed_out is not None:
+        cond = {"type": "Scheduled", "status": "False", "reason": "GangTimeout"}
+        cond["message"] = shown = timed_out
+    else:
+        shown = reason or _short(min_member, len(members))
+        cond = {"type": "Scheduled", "status": "False", "reason": "Unschedulable"}
+        cond["message"] = shown
+    return {
+        "phase": phase,
+        "scheduled": scheduled,
+        "running": running,
+        "reason": shown[:1024],
+        "conditions": [cond],
+    }
+
+
+def _short(min_member: int, have: int) -> str:
+    if have < min_member:
+        return f"gang/min-member: {have} of its {min_member} pods exist; waiting for the rest"
+    return ""
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"

@@ -1,0 +1,57 @@
+"""A PodGroup's status from its pods: each phase, the reason a waiting gang gives, and a
+timed-out gang's release kept until it is placed whole again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpucarve.kube.group_status import group_status
+
+
+def _pod(name: str, phase: str = "Pending", node: str | None = None) -> dict[str, Any]:
+    spec = {"nodeName": node} if node else {}
+    return {"metadata": {"name": name, "namespace": "ns"}, "spec": spec, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(
+    ("pods", "phase", "scheduled", "running"),
+    [
+        ([_pod("a"), _pod("b")], "Pending", 0, 0),
+        ([_pod("a", node="n"), _pod("b")], "Pending", 1, 0),
+        ([_pod("a", node="n"), _pod("b", node="n")], "Scheduled", 2, 0),
+        ([_pod("a", "Running", "n"), _pod("b", node="n")], "Scheduled", 2, 1),
+        ([_pod("a", "Running", "n"), _pod("b", "Running", "n")], "Running", 2, 2),
+        ([_pod("a", "Succeeded", "n"), _pod("b", "Succeeded", "n")], "Finished", 0, 0),
+        ([_pod("a", "Failed", "n"), _pod("b", "Running", "n")], "Failed", 1, 1),
+    ],
+)
+def test_phases(pods: list[dict[str, Any]], phase: str, scheduled: int, running: int) -> None:
+    status = group_status(2, pods, frozenset(), "placement/x: no room", None)
+    assert (status["phase"], status["scheduled"], status["running"]) == (phase, scheduled, running)
+    (cond,) = status["conditions"]
+    whole = phase in ("Scheduled", "Running", "Finished")
+    assert cond["status"] == ("True" if whole else "False")
+    assert status["reason"] == ("" if whole else "placement/x: no room")
+
+
+def test_pods_bound_but_not_yet_seen_bound_count_as_scheduled() -> None:
+    status = group_status(2, [_pod("a"), _pod("b")], frozenset({"ns/a", "ns/b"}), None, None)
+    assert (status["phase"], status["scheduled"]) == ("Scheduled", 2)
+
+
+def test_a_gang_short_of_pods_says_so_without_a_reason_of_the_scheduler() -> None:
+    status = group_status(3, [_pod("a")], frozenset(), None, None)
+    assert status["reason"] == "gang/min-member: 1 of its 3 pods exist; waiting for the rest"
+
+
+def test_a_timed_out_gang_says_why_until_it_is_whole() -> None:
+    released = "gang ns/g ran 1 pods, 1 short ...: its pods are released"
+    status = group_status(2, [_pod("b")], frozenset(), "gang/min-member: ...", released)
+    (cond,) = status["conditions"]
+    assert (cond["reason"], cond["message"], status["reason"]) == (
+        "GangTimeout", released, released,
+    )  # fmt: skip
+    whole = group_status(2, [_pod("a", node="n"), _pod("b", node="n")], frozenset(), None, released)
+    assert whole["conditions"][0]["reason"] == "Scheduled" and whole["reason"] == ""

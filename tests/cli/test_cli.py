@@ -351,3 +351,31 @@ def test_simulate_with_every_rule_checked_after_every_cycle(tmp_path: Path) -> N
     assert code == 0
     checked = json.loads((tmp_path / "results.json").read_text())
     assert checked == json.loads((tmp_path / "plain" / "results.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["explain", "no-slash", "--policy", str(BUILTIN / "three-teams.yaml")], "NAMESPACE/NAME"),
+        (["explain", "a/b/c", "--policy", str(BUILTIN / "three-teams.yaml")], "NAMESPACE/NAME"),
+        (["explain", "research/p"], "--policy FILE or --policy-config-map"),
+        (
+            ["explain", "research/p", "--policy", "x.yaml", "--policy-config-map", "a/b"],
+            "--policy FILE or --policy-config-map",
+        ),
+        (["plan", "--explain", "research/nope"], "no such workload"),
+    ],
+)
+def test_explain_bad_arguments_exit_2(args: list[str], needle: str) -> None:
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert needle in r.output and "Traceback" not in r.output
+
+
+def test_plan_explains_a_workload_it_leaves_pending() -> None:
+    r = runner.invoke(app, ["plan", "--explain", "research/big-sweep"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("workload research/big-sweep: 5 pods (all at once)")
+    assert any(x.startswith("decision: validation/ceiling: ") for x in lines)
+    assert "  - never under this policy as it is: change the request or the policy" in lines

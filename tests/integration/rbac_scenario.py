@@ -235,6 +235,10 @@ class Scenario:
 
     def steps(self) -> None:
         a = self.admin
+        # a watch is seen used at its first event: one object of each kind the scheduler
+        # watches without the scenario's pods needing it (a suspended Job makes no pods)
+        pod_group(a, "research", "other", 2, group="scheduling.x-k8s.io")
+        a.create("/apis/batch/v1/namespaces/research/jobs", _suspended_job())
         pod_group(a, "research", "pair", 2)
         for n in ("r0", "r1"):
             create_pod(a, _graceful(pod("research", n, "nvidia.com/gpu", group="pair")))
@@ -300,6 +304,19 @@ class Scenario:
 
     def _events(self, ns: str) -> bool:
         return bool(self.admin.get(f"/api/v1/namespaces/{ns}/events")["items"])
+
+
+def _suspended_job() -> dict[str, Any]:
+    container = {"name": "main", "image": "trainer"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "later"},
+        "spec": {
+            "suspend": True,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        },
+    }
 
 
 def _graceful(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,9 @@ workloads, and both must place the same pods on the same nodes and give the same
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,13 @@ def gang(name: str, pods: int, gpus: int, submit: int, **extra: Any) -> dict[str
     }
 
 
+def plan_explained(policy_file: Path, tmp: Path, workload: str) -> list[str]:
+    args = ["plan", str(policy_file), str(tmp / "workloads.yaml"), "--explain", workload]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return str(result.stdout).splitlines()
+
+
 def _bound_nodes(api: Api, ns: str, names: list[str]) -> list[str] | None:
     pods = pods_in(api, ns)
     nodes = [node_of(pods.get(n) or {}) for n in names]
@@ -169,6 +178,23 @@ def test_a_rack_gang_lands_in_one_rack_or_waits_saying_why(
     # and `kubectl describe pod` shows the reason among the pod's Events
     described = kubectl(cluster[0], "describe", "pod", "-n", "research", "big-0")
     assert "FailedScheduling" in described and "in one rack" in described, described
+    # `kubectl gpucarve explain` (the plugin) prints the chain, as `plan --explain` does
+    explained = kubectl(
+        cluster[0], "gpucarve", "explain", "research/big-0", "--policy", str(policy_file)
+    ).splitlines()
+    assert explained[0] == "pod research/big-0: Pending, not bound"
+    assert explained[1] == f"  its condition (from the scheduler): {message}"
+    assert "gang research/big: 0 pods bound, 3 waiting" in explained
+    chain = explained[explained.index(next(x for x in explained if x.startswith("workload "))) :]
+    assert chain == plan_explained(policy_file, tmp_path, "research/big"), explained
+    assert f"decision: {message}" in chain
+    # the policy read from the chart's ConfigMap says the same
+    cm = {"metadata": {"name": "gpucarve-policy"}, "data": {"policy.yaml": policy_file.read_text()}}
+    api.create("/api/v1/namespaces/default/configmaps", cm)
+    args = ["explain", "research/big-0", "--policy-config-map", "default/gpucarve-policy"]
+    result = CliRunner().invoke(app, [*args, "--kubeconfig", str(cluster[0].kubeconfig())])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == explained
 
 
 def test_a_gang_short_past_its_timeout_frees_its_gpus_and_says_so(
@@ -251,11 +277,15 @@ def _group_status(api: Api, name: str, phase: str | None = None) -> dict[str, An
 
 
 def kubectl(stack: LocalStack, *args: str) -> str:
+    # kubectl finds its plugins on PATH: `kubectl-gpucarve` is this environment's console script
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     done = subprocess.run(
-        [str(stack.bin_dir / "kubectl"), "--kubeconfig", str(stack.kubeconfig()), *args],
+        # flags after the command: kubectl passes a plugin's to it
+        [str(stack.bin_dir / "kubectl"), *args, "--kubeconfig", str(stack.kubeconfig())],
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "PATH": path},
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

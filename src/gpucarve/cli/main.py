@@ -15,6 +15,7 @@ from gpucarve.cli import (
     apply_cmd,
     bench_cmd,
     devcluster_cmd,
+    explain_cmd,
     import_cmd,
     init_cmd,
     mig_cmd,
@@ -42,6 +43,7 @@ app.command("simulate")(simulate_cmd.simulate)
 app.command("apply")(apply_cmd.apply)
 app.command("queues")(apply_cmd.queues)
 app.command("scheduler")(scheduler_cmd.scheduler)
+app.command("explain")(explain_cmd.explain)
 app.add_typer(policy_cmd.policy_app, name="policy")
 app.add_typer(policy_cmd.cluster_app, name="cluster")
 app.add_typer(mig_cmd.app, name="mig")

@@ -28,6 +28,7 @@ from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.problems import Path as ProblemPath
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine import CycleResult, run_cycle
+from gpucarve.engine.explain import explain, render
 
 
 def _items(data: Any, source: str) -> tuple[list[Any], ProblemPath]:
@@ -91,6 +92,13 @@ def plan(
     ] = None,
     now: Annotated[int, typer.Option(help="Clock for the cycle, in seconds.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    explain_workload: Annotated[
+        str | None,
+        typer.Option(
+            "--explain",
+            help="Explain one workload (NAMESPACE/NAME) as `gpucarve explain` does on a cluster.",
+        ),
+    ] = None,
     catalog: CatalogOption = None,
 ) -> None:
     """Admit and place WORKLOADS on the empty cluster of POLICY in one cycle; say why each
@@ -113,8 +121,20 @@ def plan(
             raise InvalidInput(exc.source, lined) from None
     except InvalidInput as exc:
         fail(exc)
-    result = run_cycle(Snapshot(loaded.policy, build_cluster(loaded.policy), (), tuple(ws)), now)
+    snapshot = Snapshot(loaded.policy, build_cluster(loaded.policy), (), tuple(ws))
+    result = run_cycle(snapshot, now)
     out = console()
+    if explain_workload is not None:
+        e = explain(snapshot, result, explain_workload)
+        if e is None:
+            known = ", ".join(w.id for w in ws[:5])
+            console(stderr=True).print(
+                Text(f"--explain {explain_workload}: no such workload; fix: name one of {known}")
+            )
+            raise typer.Exit(Exit.INVALID)
+        for line in render(e):
+            typer.echo(line)
+        return
     if as_json:
         typer.echo(_as_json(result))
         return

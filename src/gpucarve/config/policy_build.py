@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from gpucarve.config.catalog_file import load_catalog
 from gpucarve.config.pool_build import build_pool
 from gpucarve.config.pydantic_errors import problems_from
-from gpucarve.config.yaml_source import YamlDocument, read_yaml
+from gpucarve.config.yaml_source import YamlDocument, parse_yaml, read_yaml
 from gpucarve.core.catalog import Catalog
 from gpucarve.core.policy import (
     Cohort,
@@ -375,6 +375,20 @@ def load_policy(path: str | FsPath, catalog_files: Sequence[str | FsPath] = ()) 
     """Read, validate and build a policy file; raises `InvalidInput` with line numbers."""
     catalog = load_catalog(catalog_files)
     doc = read_yaml(path)
+    try:
+        loaded = build_policy(doc.data, catalog, doc.source)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.source, [_with_line(p, doc) for p in exc.problems]) from None
+    warnings = tuple(_with_line(p, doc) for p in loaded.warnings)
+    return LoadedPolicy(loaded.policy, warnings, doc)
+
+
+def load_policy_text(
+    text: str, source: str, catalog_files: Sequence[str | FsPath] = ()
+) -> LoadedPolicy:
+    """`load_policy` for a policy held elsewhere than in a file (a ConfigMap's key)."""
+    catalog = load_catalog(catalog_files)
+    doc = parse_yaml(text, source)
     try:
         loaded = build_policy(doc.data, catalog, doc.source)
     except InvalidInput as exc:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpucarve.kube.pods import GroupSpec
+from gpucarve.kube.group_spec import GroupSpec
+from gpucarve.kube.owners import job_specs
 
 COSCHEDULING_GROUP = "scheduling.x-k8s.io"
 COSCHEDULING_VERSION = "v1alpha1"
@@ -53,3 +54,15 @@ def group_specs(
         meta = obj["metadata"]
         out[(meta["namespace"], meta["name"])] = _spec(obj, ours=True)
     return out
+
+
+def all_specs(
+    ours: Iterable[Mapping[str, Any]],
+    coscheduling: Iterable[Mapping[str, Any]],
+    jobs: Iterable[Mapping[str, Any]],
+) -> dict[tuple[str, str], GroupSpec]:
+    """Every gang's spec: from Jobs and JobSets (kube/owners.py), then PodGroup objects
+    (which win where a name is both)."""
+    specs = job_specs(jobs)
+    specs.update(group_specs(ours, coscheduling))
+    return specs

@@ -1,8 +1,9 @@
 """Pending pods as gpucarve workloads: the scheduler's view of what waits.
 
-Pods that name a pod group (`gpucarve.io/pod-group`, or the coscheduling plugin's
-`scheduling.x-k8s.io/pod-group`) form one workload per group, needing the group's `minMember`
-(from its PodGroup) pods at once; other pods are one workload each. Pods of a group with the
+Pods of one gang (a pod group label, or the labels of the controller that made them: Jobs,
+JobSets, training operators, LeaderWorkerSets, Ray clusters; `kube/owners.py`) form one
+workload per group, needing the group's `minMember` pods at once; other pods are one workload
+each. Pods of a group with the
 same resources, selectors, tolerations and annotations share a pod set. The queue comes from
 `gpucarve.io/queue` or Kueue's `kueue.x-k8s.io/queue-name` label, else from the namespace; the
 priority class from `spec.priorityClassName`. Submit time is the creation time in seconds
@@ -24,26 +25,16 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem
 from gpucarve.core.quantity import parse_quantity
 from gpucarve.core.workload import RunningWorkload, Workload
+from gpucarve.kube.group_spec import GROUP_LABELS, GroupSpec
+from gpucarve.kube.owners import group_of
 
-GROUP_LABELS = ("gpucarve.io/pod-group", "scheduling.x-k8s.io/pod-group")
+__all__ = ["GROUP_LABELS", "GroupSpec", "PendingGroup", "WorkloadCache", "pending_workloads"]
+
 QUEUE_LABELS = ("gpucarve.io/queue", "kueue.x-k8s.io/queue-name")
 KEPT_ANNOTATIONS = ("gpucarve.io/gpu-fraction", "gpucarve.io/gpu-memory")
 
 
 CACHE_LIMIT = 100_000
-
-
-@dataclass(frozen=True)
-class GroupSpec:
-    """What a pod group's object (gpucarve's PodGroup, or the coscheduling plugin's) asks of
-    its pods: how many start together, where, and how long the gang may take to be whole;
-    `queue` and `priority_class` are claims its pods must agree with."""
-
-    min_member: int
-    topology: str = "none"
-    timeout_s: int | None = None
-    queue: str | None = None
-    priority_class: str | None = None
 
 
 @dataclass
@@ -74,11 +65,8 @@ class PendingGroup:
 
 
 def _group_of(pod: Mapping[str, Any]) -> str | None:
-    labels = pod["metadata"].get("labels") or {}
-    for key in GROUP_LABELS:
-        if labels.get(key):
-            return str(labels[key])
-    return None
+    found = group_of(pod["metadata"])
+    return None if found is None else found[0]
 
 
 def group_key(pod: Mapping[str, Any]) -> tuple[str, str]:

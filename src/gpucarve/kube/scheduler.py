@@ -45,7 +45,7 @@ from gpucarve.kube.informer import Informer
 from gpucarve.kube.inventory import Inventory, build_inventory, node_key
 from gpucarve.kube.leader import LeaderElector
 from gpucarve.kube.mig_handoff import HandoffConfig, MigHandoff
-from gpucarve.kube.pod_groups import COSCHEDULING_PATH, group_specs
+from gpucarve.kube.pod_groups import COSCHEDULING_PATH, all_specs
 from gpucarve.kube.pods import WorkloadCache
 from gpucarve.kube.policy_reload import PolicyReloader
 from gpucarve.kube.reporter import Reporter
@@ -103,6 +103,7 @@ class Scheduler:
         self.nodes = Informer(client, "/api/v1/nodes", self._wake.set)
         self.groups = Informer(client, f"/apis/{GROUP}/{VERSION}/podgroups", self._wake.set)
         self.cosched = Informer(client, COSCHEDULING_PATH, self._wake.set)
+        self.jobs = Informer(client, "/apis/batch/v1/jobs", self._wake.set)
         self.use_groups = self.use_cosched = True
         self.workloads = WorkloadCache()
         self.engine = Engine()
@@ -129,6 +130,7 @@ class Scheduler:
         return [
             self.nodes,
             self.pods,
+            self.jobs,
             *([self.groups] if self.use_groups else []),
             *([self.cosched] if self.use_cosched else []),
         ]
@@ -241,9 +243,10 @@ class Scheduler:
                 if pod is None or (pod.get("spec") or {}).get("nodeName"):
                     del self.assumed[pod_key]
             assumed = dict(self.assumed)
-        specs = group_specs(
+        specs = all_specs(
             self.groups.items() if self.use_groups else [],
             self.cosched.items() if self.use_cosched else [],
+            self.jobs.items(),
         )
         return build_view(
             self.policy,

@@ -1,4 +1,5 @@
-"""A real, local Kubernetes control plane: etcd, kube-apiserver and kwok (fake kubelets).
+"""A real, local Kubernetes control plane: etcd, kube-apiserver, kwok (fake kubelets) and,
+when asked, kube-controller-manager's Job controller (real Jobs make real pods).
 
 Used by the integration tests and by `gpucarve dev-cluster`. Everything listens on 127.0.0.1
 on free ports, keeps its state in one folder, authenticates with static tokens (RBAC on) and is
@@ -26,7 +27,14 @@ from pathlib import Path
 
 ADMIN_USER = "gpucarve-admin"
 SCHEDULER_USER = "gpucarve-scheduler"
-BINARIES = ("etcd", "kube-apiserver", "kwok", "kwok-stages.yaml")
+BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kubectl",
+    "kwok",
+    "kwok-stages.yaml",
+)
 
 
 class StackError(RuntimeError):
@@ -54,8 +62,8 @@ def free_ports(count: int) -> list[int]:
 
 
 def find_binaries(bin_dir: str | Path | None = None) -> Path:
-    """The folder holding etcd, kube-apiserver and kwok: `bin_dir`, $GPUCARVE_TESTENV_BIN, or
-    what `tools/testenv.sh` prints (it builds them when missing)."""
+    """The folder holding the test environment's BINARIES: `bin_dir`, $GPUCARVE_TESTENV_BIN,
+    or what `tools/testenv.sh` prints (it builds them when missing)."""
     candidates: list[Path] = []
     if bin_dir is not None:
         candidates.append(Path(bin_dir))
@@ -67,7 +75,7 @@ def find_binaries(bin_dir: str | Path | None = None) -> Path:
     script = Path(__file__).resolve().parents[3] / "tools" / "testenv.sh"
     if not script.is_file():
         raise StackError(
-            "etcd, kube-apiserver and kwok not found: set GPUCARVE_TESTENV_BIN to their folder "
+            f"{', '.join(BINARIES)} not found: set GPUCARVE_TESTENV_BIN to their folder "
             "or run tools/testenv.sh from a gpucarve checkout"
         )
     try:
@@ -94,6 +102,8 @@ class LocalStack:
     bin_dir: Path
     workdir: Path
     with_kwok: bool = True
+    # kube-controller-manager's Job and garbage-collector controllers: real Jobs make pods
+    with_controllers: bool = False
     api_port: int = 0
     tokens: dict[str, str] = field(default_factory=dict)  # user -> bearer token
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -133,13 +143,15 @@ class LocalStack:
                 time.sleep(0.5)
                 if (proc := self._procs["kwok"]).poll() is not None:
                     raise StackError(f"kwok exited with {proc.returncode}: {self.log_tail('kwok')}")
+            if self.with_controllers:
+                self._start_controllers()
         except BaseException:
             self.stop()
             raise
         return self
 
     def stop(self) -> None:
-        for name in ("kwok", "kube-apiserver", "etcd"):
+        for name in ("kube-controller-manager", "kwok", "kube-apiserver", "etcd"):
             proc = self._procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue
@@ -277,6 +289,22 @@ class LocalStack:
                 f"--server-address=127.0.0.1:{free_port()}",
             ],
         )
+
+    def _start_controllers(self) -> None:
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig(ADMIN_USER)}",
+                "--controllers=job-controller,garbage-collector-controller",
+                "--leader-elect=false",
+                "--secure-port=0",
+            ],
+        )
+        time.sleep(0.5)
+        if (proc := self._procs["kube-controller-manager"]).poll() is not None:
+            tail = self.log_tail("kube-controller-manager")
+            raise StackError(f"kube-controller-manager exited with {proc.returncode}: {tail}")
 
     def _wait_ready(self, timeout_s: float) -> None:
         ctx = ssl.create_default_context()

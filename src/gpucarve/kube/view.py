@@ -25,6 +25,7 @@ from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import PartialGang, PodAssignment, PodSet, RunningWorkload, Workload
 from gpucarve.engine.gang_timeout import gang_gpus
 from gpucarve.kube.inventory import Inventory
+from gpucarve.kube.owners import group_of
 from gpucarve.kube.pods import (
     GroupSpec,
     WorkloadCache,
@@ -208,6 +209,7 @@ def build_view(
     """`specs`: per pod group what its PodGroup object asks (minMember, topology, timeout),
     and the queue and priority class its pods must agree with (a gang cannot be charged to
     one queue and claimed by another)."""
+    specs = _with_hints(specs, pods)
     min_members = {k: s.min_member for k, s in specs.items()}
     assumed = assumed or {}
     b = _Builder(inventory, policy)
@@ -343,7 +345,9 @@ def build_view(
             rest_spec = wanted.get(gk)
             w = _rest(w, None if rest_spec is None else rest_spec.min_member)
             rw = running_by_key[gk]
-            need = min_members.get(gk, bound_count[gk] + sum(ps.count for ps in w.pod_sets))
+            # Without a minMember the gang was whole when it was bound: later pods join it
+            # (a Ray cluster that scales, a replacement) and it never runs short.
+            need = min_members.get(gk, 0)
             if bound_count[gk] < need:
                 # since its missing pods were created: they came back when it fell short
                 whole = gang_gpus(rw.workload) + gang_gpus(w)
@@ -383,6 +387,22 @@ def _reconfiguring(inventory: Inventory, b: _Builder) -> None:
                     b.allocs[sid] = Allocation(
                         sid, f"{RECONFIGURING}{gpu}", s.compute_milli, s.memory_mib
                     )
+
+
+def _with_hints(
+    specs: Mapping[tuple[str, str], GroupSpec], pods: Sequence[Mapping[str, Any]]
+) -> Mapping[tuple[str, str], GroupSpec]:
+    """Gang sizes the pods' own labels give (a LeaderWorkerSet's group size), where no
+    object says more."""
+    hinted: dict[tuple[str, str], GroupSpec] = {}
+    for pod in pods:
+        meta = pod["metadata"]
+        found = group_of(meta)
+        if found is not None and found[1] is not None:
+            gk = (meta["namespace"], found[0])
+            if gk not in specs:
+                hinted.setdefault(gk, GroupSpec(found[1]))
+    return {**hinted, **specs} if hinted else specs
 
 
 def group_key_of(w: Workload) -> tuple[str, str]:

@@ -1,0 +1,257 @@
+"""Why a workload waits, as a chain a user can act on: its queue's quota and usage, its place
+in fair-share order, the decision with the stage and plugin that made it (and the nodes each
+filter refused), and what would let it run. Built from the same snapshot and cycle result the
+scheduler acts on (`gpucarve explain` on a cluster, `gpucarve plan --explain` on a file), so
+both say the same.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from gpucarve.core.requests import candidate_flavors, slices_per_pod
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import RunningWorkload, Workload
+from gpucarve.engine.apply import apply
+from gpucarve.engine.decisions import Admission, CycleResult, PendingReason, Stage
+from gpucarve.engine.gang_timeout import gang_gpus, timeout_of
+from gpucarve.engine.quota import SCALE, Quotas
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLine:
+    flavor: str
+    nominal: int
+    borrowing_limit: int | None
+    used: int
+    borrowed: int
+    needs: int  # what the workload asks of this flavor (its first choice), 0 if none
+    cohort_free: int | None  # what the cohort can still lend; None without a cohort
+
+
+@dataclass(frozen=True)
+class Explanation:
+    workload: str
+    queue: str
+    cohort: str | None
+    state: str  # pending | admitted | running | unknown
+    pods: int
+    min_pods: int
+    topology: str
+    timeout_s: int | None
+    reason: PendingReason | None = None
+    tried: tuple[PendingReason, ...] = ()
+    admission: Admission | None = None
+    quota: tuple[QuotaLine, ...] = ()
+    fair_share: str = ""
+    hints: tuple[str, ...] = field(default_factory=tuple)
+
+
+def usage_of(running: tuple[RunningWorkload, ...]) -> dict[tuple[str, str], int]:
+    usage: Counter[tuple[str, str]] = Counter()
+    for rw in running:
+        for p in rw.pods:
+            if p.flavor is not None:
+                usage[(rw.workload.queue, p.flavor)] += len(p.slice_ids)
+    return dict(usage)
+
+
+def _demand(snapshot: Snapshot, w: Workload) -> dict[str, int]:
+    """Slices per flavor of the workload's first flavor choices (what its minimum needs)."""
+    policy = snapshot.policy
+    out: Counter[str] = Counter()
+    quotas = Quotas(policy, {})
+    for ps in w.pod_sets:
+        for f in candidate_flavors(policy, ps.gpu):
+            if quotas.has_quota(w.queue, f.name):
+                memory = next(p.model.memory_mib for p in policy.pools if p.model.id == f.model_id)
+                out[f.name] += slices_per_pod(ps.gpu, f, memory) * ps.min_count
+                break
+    return dict(out)
+
+
+def _fair_share(snapshot: Snapshot, quotas: Quotas, queue: str) -> str:
+    waiting = sorted({w.queue for w in snapshot.pending} | {queue})
+    order = sorted(waiting, key=lambda q: (quotas.fair_share(q), q))
+    share = quotas.fair_share(queue) / (SCALE * SCALE)
+    weight = quotas.queues[queue].weight_milli / 1000
+    return (
+        f"borrowed share {share:.3f} over weight {weight:g}: turn {order.index(queue) + 1} of "
+        f"{len(order)} queues with work waiting (lowest share first)"
+    )
+
+
+def explain(snapshot: Snapshot, result: CycleResult, workload: str) -> Explanation | None:
+    """The explanation of `workload` (pending or running in `snapshot`); None if unknown."""
+    pending = {w.id: w for w in snapshot.pending}
+    running = {rw.workload.id: rw for rw in snapshot.running}
+    w = pending.get(workload) or (running[workload].workload if workload in running else None)
+    if w is None:
+        return None
+    policy = snapshot.policy
+    # quota and fair share as they stand once the cycle's decisions are applied: the
+    # admissions made before this workload's turn took their share
+    after = apply(snapshot, result)
+    usage = usage_of(after.running)
+    quotas = Quotas(policy, usage)
+    queue = policy.queue(w.queue)
+    demand = _demand(snapshot, w)
+    lines = []
+    for q in queue.quotas:
+        free = None
+        if queue.cohort is not None:
+            pool = quotas.pool.get((queue.cohort, q.flavor), 0)
+            free = max(0, pool - quotas.pool_used(queue.cohort, q.flavor))
+        used = quotas.used(w.queue, q.flavor)
+        lines.append(
+            QuotaLine(q.flavor, q.nominal, q.borrowing_limit, used,
+                      quotas.borrowed(w.queue, q.flavor), demand.get(q.flavor, 0), free)
+        )  # fmt: skip
+    admission = next((a for a in result.admissions if a.workload == workload), None)
+    pend = next((p for p in result.pending if p.workload == workload), None)
+    state = "running" if workload in running else "admitted" if admission else "pending"
+    explanation = Explanation(
+        workload=w.id,
+        queue=w.queue,
+        cohort=queue.cohort,
+        state=state if pend is not None or state != "pending" else "unknown",
+        pods=w.pods,
+        min_pods=sum(ps.min_count for ps in w.pod_sets),
+        topology=str(w.topology),
+        timeout_s=timeout_of(w, gang_gpus(w)) if w.pods > 1 else None,
+        reason=None if pend is None else pend.reason,
+        tried=() if pend is None else pend.tried,
+        admission=admission,
+        quota=tuple(lines),
+        fair_share=_fair_share(snapshot, quotas, w.queue),
+    )
+    hints = _hints(after, result, explanation, w, quotas, demand)
+    return Explanation(**{**explanation.__dict__, "hints": tuple(hints)})
+
+
+def _hints(
+    snapshot: Snapshot,
+    result: CycleResult,
+    e: Explanation,
+    w: Workload,
+    quotas: Quotas,
+    demand: dict[str, int],
+) -> list[str]:
+    if e.admission is not None:
+        nodes = sorted({p.node for p in e.admission.pods})
+        said = [f"admitted this cycle: {len(e.admission.pods)} pods on {', '.join(nodes)}"]
+        if e.admission.after_evictions:
+            said.append(f"its pods start once {', '.join(e.admission.after_evictions)} exit")
+        return said
+    if e.reason is None:
+        return ["running" if e.state == "running" else "nothing decided for it this cycle"]
+    stage = e.reason.stage
+    if stage is Stage.VALIDATION:
+        return ["never under this policy as it is: change the request or the policy"]
+    if stage is Stage.QUEUEING:
+        return ["it goes once the workload ahead of it is admitted (or raise its priority)"]
+    if stage is Stage.PREEMPTION:
+        return [f"preemption: {e.reason.message}"]
+    out: list[str] = []
+    flavor = e.reason.flavor or next(iter(sorted(demand)), None)
+    if stage is Stage.QUOTA and flavor is not None:
+        out += _quota_hints(snapshot, w, quotas, flavor, demand.get(flavor, 0))
+    if stage is Stage.PLACEMENT and flavor is not None:
+        out += _placement_hints(snapshot, flavor, demand.get(flavor, 0))
+    return out or [str(e.reason)]
+
+
+def _quota_hints(
+    snapshot: Snapshot, w: Workload, quotas: Quotas, flavor: str, need: int
+) -> list[str]:
+    queue = snapshot.policy.queue(w.queue)
+    used, nominal = quotas.used(w.queue, flavor), quotas.nominal(w.queue, flavor)
+    out: list[str] = []
+    if used + need <= nominal and queue.cohort is not None:
+        min_runtime = snapshot.policy.scheduling.min_runtime_s
+        for rw in sorted(snapshot.running, key=lambda r: (r.start_time, r.workload.id)):
+            other = rw.workload
+            if other.queue == w.queue or not other.preemptible:
+                continue
+            if snapshot.policy.queue(other.queue).cohort != queue.cohort:
+                continue
+            if quotas.borrowed(other.queue, flavor) <= 0:
+                continue
+            held = sum(len(p.slice_ids) for p in rw.pods if p.flavor == flavor)
+            if held:
+                at = rw.start_time + min_runtime
+                out.append(
+                    f"reclaim {held} {flavor} from queue {other.queue} ({other.id}, borrowing), "
+                    f"possible from t={at} s (minimum runtime {min_runtime} s)"
+                )
+        return out[:5] or [f"wait for queue {w.queue}'s own {flavor} to be given back"]
+    own = [rw for rw in snapshot.running if rw.workload.queue == w.queue]
+    held = sum(len(p.slice_ids) for rw in own for p in rw.pods if p.flavor == flavor)
+    out.append(f"queue {w.queue} holds {held} {flavor} in {len(own)} running workloads")
+    quota = queue.quota(flavor)
+    limit = None if quota is None else quota.borrowing_limit
+    if limit is not None and used + need > nominal + limit:
+        out.append(
+            f"its borrowing limit lets it hold {nominal + limit}: {used + need - nominal - limit} "
+            f"of its own {flavor} must be given back first, or raise borrowingLimit"
+        )
+    borrow = used + need - nominal
+    if queue.cohort is not None and borrow > 0:
+        pool = quotas.pool.get((queue.cohort, flavor), 0)
+        lends = max(0, pool - quotas.pool_used(queue.cohort, flavor))
+        if borrow > lends:
+            out.append(
+                f"it must borrow {borrow} and cohort {queue.cohort} lends {lends} now: "
+                f"{borrow - lends} more {flavor} must be given back in the cohort (work of its "
+                "queues finishing), or raise nominal quota"
+            )
+    elif queue.cohort is None:
+        out.append(f"it is in no cohort: raise its nominal {flavor} or wait for its own work")
+    return out
+
+
+def _placement_hints(snapshot: Snapshot, flavor: str, need: int) -> list[str]:
+    free_by_node: Counter[str] = Counter()
+    allocated = snapshot.cluster.allocations
+    for sid, s in snapshot.cluster.slices.items():
+        if s.flavor == flavor and sid not in allocated:
+            free_by_node[s.node] += 1
+    total = sum(free_by_node.values())
+    most = max(free_by_node.values(), default=0)
+    return [
+        f"{total} {flavor} free in the cluster (at most {most} on one node); the gang needs "
+        f"{need}: it runs once {max(0, need - total)} more are free in the shape it needs"
+    ]
+
+
+def render(e: Explanation) -> list[str]:
+    """The explanation as plain lines (the CLI prints them; tests read them)."""
+    gang = f"{e.pods} pod{'s' if e.pods != 1 else ''}"
+    if e.min_pods != e.pods:
+        gang += f" (at least {e.min_pods} at once)"
+    elif e.pods > 1:
+        gang += " (all at once)"
+    if e.topology != "none":
+        gang += f", all in one {e.topology}"
+    if e.timeout_s is not None:
+        gang += f", released if short of pods for {e.timeout_s} s"
+    out = [f"workload {e.workload}: {gang}; {e.state}"]
+    out.append(
+        f"queue {e.queue}" + (f" (cohort {e.cohort})" if e.cohort else "") + f": {e.fair_share}"
+    )
+    rows = [("flavor", "nominal", "borrowing-limit", "used", "borrowed", "needs", "cohort-lends")]
+    for q in e.quota:
+        limit = "-" if q.borrowing_limit is None else str(q.borrowing_limit)
+        lend = "-" if q.cohort_free is None else str(q.cohort_free)
+        numbers = (str(q.nominal), limit, str(q.used), str(q.borrowed), str(q.needs), lend)
+        rows.append((q.flavor, *numbers))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        out.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    if e.reason is not None:
+        out.append(f"decision: {e.reason}")
+        out += [f"  also tried: {t}" for t in e.tried if t != e.reason]
+    out.append("what would let it run:" if e.state == "pending" else "now:")
+    out += [f"  - {h}" for h in e.hints]
+    return out

@@ -1,0 +1,51 @@
+"""The explanation of a workload: its queue's quota and usage after the cycle, its fair-share
+turn, the decision, and hints that name what would let it run."""
+
+from __future__ import annotations
+
+from gpucarve.engine import run_cycle
+from gpucarve.engine.explain import explain, render
+from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
+
+P = policy(
+    pools=[pool("train", "H100-SXM5-80GB", 2, 8)],
+    queues=[
+        queue("a", {"h100-full": {"nominal": 8, "borrowingLimit": 8}}, cohort="c"),
+        queue("b", {"h100-full": {"nominal": 8}}, cohort="c"),
+    ],
+    cohorts=[{"name": "c"}],
+    scheduling={"minRuntimeSeconds": 300},
+)
+
+
+def test_a_queue_within_nominal_is_told_whom_it_can_reclaim_from_and_when() -> None:
+    _, s = cycle(snapshot(P, [workload(P, "big", "a", gpus=8, pods=2)]), 100)
+    mine = workload(P, "mine", "b", gpus=8, pods=1, submit=150)
+    s = submit(s, mine)
+    result = run_cycle(s, 200)  # a's gang is younger than the minimum runtime
+    e = explain(s, result, "b/mine")
+    assert e is not None and e.state == "pending" and e.reason is not None
+    assert str(e.reason).startswith("quota/"), render(e)
+    (line,) = [q for q in e.quota if q.flavor == "h100-full"]
+    assert (line.nominal, line.used, line.needs) == (8, 0, 8)
+    assert any("reclaim 16 h100-full from queue a (a/big, borrowing), possible from t=400 s" in h
+               for h in e.hints), e.hints  # fmt: skip
+
+
+def test_a_queue_over_its_borrowing_limit_is_told_so() -> None:
+    _, s = cycle(snapshot(P, [workload(P, "one", "a", gpus=8, pods=1)]), 0)
+    s = submit(s, workload(P, "two", "a", gpus=8, pods=2, submit=1))
+    e = explain(s, run_cycle(s, 10), "a/two")
+    assert e is not None and e.reason is not None and str(e.reason).startswith("quota/")
+    text = "\n".join(render(e))
+    assert "its borrowing limit lets it hold 16: 8 of its own h100-full must be given back" in text
+    assert text.splitlines()[0] == "workload a/two: 2 pods (all at once), released if short of " \
+        "pods for 900 s; pending"  # fmt: skip
+
+
+def test_an_admitted_workload_says_where() -> None:
+    s = snapshot(P, [workload(P, "one", "a", gpus=8, pods=1)])
+    e = explain(s, run_cycle(s, 0), "a/one")
+    assert e is not None and e.state == "admitted"
+    assert e.hints == ("admitted this cycle: 1 pods on train-0",)
+    assert explain(s, run_cycle(s, 0), "a/nothing") is None

@@ -1,0 +1,171 @@
+"""Workloads as users submit them, on a real API server with kube-controller-manager's Job
+controller making the pods: an indexed Job and a set of JobSet-labelled Jobs are gangs without
+a PodGroup, bound all or nothing. (The JobSet controller itself is not run: its Jobs are
+written here with the labels it sets, which is all the mapping reads; see kube/owners.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucarve.config.policy_build import load_policy
+from gpucarve.kube.client import Client
+from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
+from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from tests.integration.api import Api, wait_for
+from tests.integration.kube_pods import (
+    GPU_TOLERATION,
+    condition,
+    create_pod,
+    node_of,
+    pod,
+    pods_in,
+)
+from tests.integration.stack_setup import populate, running
+from tests.paths import BUILTIN
+
+pytestmark = pytest.mark.integration
+NAMESPACES = ["research", "data-science"]
+JOBSET = "jobset.sigs.k8s.io/jobset-name"
+
+
+@pytest.fixture(scope="module")
+def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    doc = yaml.safe_load((BUILTIN / "three-teams.yaml").read_text())
+    doc.setdefault("scheduling", {})["minRuntimeSeconds"] = 0
+    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, policy_file: Path
+) -> Iterator[tuple[LocalStack, Api]]:
+    workdir = tmp_path_factory.mktemp("jobs")
+    with LocalStack(find_binaries(), workdir, with_controllers=True) as stack:
+        api = Api(stack.server, stack.tokens[ADMIN_USER])
+        populate(stack, api, policy_file, NAMESPACES)
+        yield stack, api
+
+
+@pytest.fixture
+def scheduler(cluster: tuple[LocalStack, Api], policy_file: Path) -> Iterator[Scheduler]:
+    stack, api = cluster
+    sched = Scheduler(
+        Client.from_kubeconfig(stack.kubeconfig()),
+        load_policy(policy_file, []).policy,
+        SchedulerConfig(interval_s=0.5, check_invariants=True),
+    )
+    with running(sched):
+        yield sched
+    for ns in NAMESPACES:
+        api.call("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs?propagationPolicy=Background")
+        for name in pods_in(api, ns):
+            api.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}?gracePeriodSeconds=0")
+    wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")
+
+
+def job(name: str, pods: int, gpus: int, labels: dict[str, str] | None = None,
+        indexed: bool = False) -> dict[str, Any]:  # fmt: skip
+    """A Job of `pods` parallel pods that must all complete, as a user writes one."""
+    spec: dict[str, Any] = {
+        "parallelism": pods,
+        "completions": pods,
+        "template": {
+            "metadata": {"labels": dict(labels or {})},
+            "spec": {
+                "schedulerName": "gpucarve",
+                "restartPolicy": "Never",
+                "tolerations": [GPU_TOLERATION],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "trainer",
+                        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                    }
+                ],
+            },
+        },
+    }
+    if indexed:
+        spec["completionMode"] = "Indexed"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": spec,
+    }
+
+
+def _of_job(api: Api, ns: str, prefix: str) -> dict[str, dict[str, Any]]:
+    return {n: p for n, p in pods_in(api, ns).items() if n.startswith(prefix)}
+
+
+def test_an_indexed_job_binds_all_or_nothing(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    create_pod(api, pod("data-science", "holder", "nvidia.com/gpu", 6))
+    wait_for(lambda: node_of(pods_in(api, "data-science")["holder"]), what="holder bound")
+    api.create("/apis/batch/v1/namespaces/research/jobs", job("train", 4, 8, indexed=True))
+
+    def all_wait() -> dict[str, str] | None:
+        pods = _of_job(api, "research", "train-")
+        conds = {n: condition(p) for n, p in pods.items()}
+        if len(pods) == 4 and all(c and c["status"] == "False" for c in conds.values()):
+            return {n: c["message"] for n, c in conds.items() if c}
+        return None
+
+    reasons = wait_for(all_wait, what="the Job's four pods to wait together")
+    (reason,) = set(reasons.values())  # one workload, one reason: for all 32 GPUs at once
+    assert reason.startswith("quota/") and "needs 32 more" in reason, reason
+    assert not any(node_of(p) for p in _of_job(api, "research", "train-").values())
+    seen: list[int] = []
+
+    def bound() -> bool:
+        pods = _of_job(api, "research", "train-")
+        seen.append(sum(1 for p in pods.values() if node_of(p)))
+        return seen[-1] == 4
+
+    api.call("DELETE", "/api/v1/namespaces/data-science/pods/holder?gracePeriodSeconds=0")
+    wait_for(bound, what="the whole Job bound")
+    assert set(seen) <= {0, 4}, f"the Job was bound in part: {seen}"
+    indexes = {
+        p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
+        for p in _of_job(api, "research", "train-").values()
+    }
+    assert indexes == {"0", "1", "2", "3"}
+
+
+def test_jobset_labelled_jobs_are_one_gang(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    # as the JobSet controller labels its Jobs and their pods (it has two Jobs)
+    labels = {JOBSET: "llm", "jobset.sigs.k8s.io/global-replicas": "2"}
+    api.create("/apis/batch/v1/namespaces/research/jobs", job("llm-workers-0", 3, 4, labels))
+
+    def workers_wait() -> str | None:
+        pods = _of_job(api, "research", "llm-workers-0-")
+        conds = [condition(p) for p in pods.values()]
+        if len(pods) == 3 and all(c and c["status"] == "False" for c in conds):
+            return str(conds[0]["message"]) if conds[0] else None
+        return None
+
+    message = wait_for(workers_wait, what="the workers to wait for their driver")
+    assert message == (
+        "gang/min-member: pod group research/jobset-llm has 3 of its 4 pods (minMember); "
+        "waiting for the rest"
+    )
+    api.create("/apis/batch/v1/namespaces/research/jobs", job("llm-driver-0", 1, 4, labels))
+
+    def all_bound() -> bool:
+        pods = _of_job(api, "research", "llm-")
+        return len(pods) == 4 and all(node_of(p) for p in pods.values())
+
+    wait_for(all_bound, what="driver and workers bound")

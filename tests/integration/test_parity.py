@@ -289,3 +289,39 @@ def kubectl(stack: LocalStack, *args: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def test_an_elastic_group_starts_at_its_minimum_grows_and_shrinks_first(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    for n in ("h0", "h1"):
+        create_pod(api, pod("data-science", n, "nvidia.com/gpu", 8))
+    wait_for(lambda: _bound_nodes(api, "data-science", ["h0", "h1"]), what="two nodes held")
+    pod_group(api, "research", "el", 2)
+    names = [f"el-{i}" for i in range(4)]
+    for n in names:
+        elastic = pod("research", n, "nvidia.com/gpu", 8, group="el",
+                      priority_class="dev-best-effort")  # fmt: skip
+        create_pod(api, _quick_exit(elastic))
+
+    def bound_count() -> int:
+        pods = pods_in(api, "research")
+        return sum(1 for n in names if n in pods and node_of(pods[n]))
+
+    wait_for(lambda: bound_count() == 2 and _waits(api, "research", "el-3"), what="min bound")
+    assert bound_count() == 2  # admitted at its minimum, the rest wait for room
+    status = wait_for(lambda: _group_status(api, "el"), what="el's status")
+    assert status["scheduled"] == 2 and status["phase"] in ("Scheduled", "Running")
+    for n in ("h0", "h1"):
+        api.call("DELETE", f"/api/v1/namespaces/data-science/pods/{n}?gracePeriodSeconds=0")
+    wait_for(lambda: bound_count() == 4, what="the group grown to 4")
+    # a higher priority of the same queue needs 8 GPUs: one surplus pod goes, three keep running
+    create_pod(api, pod("research", "urgent", "nvidia.com/gpu", 8, priority_class="training"))
+    wait_for(lambda: _bound_nodes(api, "research", ["urgent"]), what="urgent bound")
+    left = [n for n in names if n in pods_in(api, "research")]
+    assert len(left) == 3 and all(node_of(pods_in(api, "research")[n]) for n in left), left
+    events = api.get("/api/v1/namespaces/research/events")["items"]
+    (shrunk,) = [e for e in events if e["reason"] == "Preempted"]
+    assert "gives back 1 pods and keeps running" in shrunk["message"]
+    assert shrunk["involvedObject"]["name"] not in left

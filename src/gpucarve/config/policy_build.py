@@ -80,7 +80,8 @@ def _flavors(
 
 
 def _slice(f: Flavor) -> str:
-    return f"{f.model_id} {f.kind}" + (f" ×{f.replicas}" if f.replicas > 1 else "")
+    single = " published as nvidia.com/gpu (single MIG strategy)" if f.single else ""
+    return f"{f.model_id} {f.kind}" + (f" ×{f.replicas}" if f.replicas > 1 else "") + single
 
 
 def _suggest(name: str, choices: Sequence[str]) -> str:

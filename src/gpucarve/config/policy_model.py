@@ -115,6 +115,12 @@ class MigSpec(_Strict):
         max_length=MAX_GPUS_PER_NODE,
         description="Layouts per GPU index; every GPU index exactly once.",
     )
+    strategy: Literal["mixed", "single"] = Field(
+        default="mixed",
+        description="The device plugin's MIG strategy on this pool: mixed publishes each profile "
+        "as nvidia.com/mig-<profile>; single publishes every instance as nvidia.com/gpu (all "
+        "instances of the pool one profile).",
+    )
 
 
 class PoolSpec(_Strict):

@@ -119,6 +119,36 @@ def _layout(
     ]
 
 
+def _single_problems(spec: PoolSpec, mpath: Path) -> list[Problem]:
+    """The single strategy publishes every instance as one `nvidia.com/gpu`: the device plugin
+    refuses a node whose instances differ, and a repartition would change what a GPU is."""
+    assert spec.mig is not None
+    layouts = [spec.mig.layout] if spec.mig.layout else [e.layout for e in spec.mig.perGpu or []]
+    profiles = sorted({p for layout in layouts for p in layout})
+    out: list[Problem] = []
+    if len(profiles) > 1:
+        out.append(
+            Problem(
+                (*mpath, "strategy"),
+                "mig-single-profiles",
+                f"the single MIG strategy needs one profile on every GPU, the layout has "
+                f"{', '.join(profiles)}",
+                "use one profile (e.g. {" + profiles[0] + ": N}) or `strategy: mixed`",
+            )
+        )
+    if spec.mig.dynamic is not None and spec.mig.dynamic.enabled:
+        out.append(
+            Problem(
+                (*mpath, "strategy"),
+                "mig-single-dynamic",
+                "dynamic MIG changes profiles, which under the single strategy changes what "
+                "nvidia.com/gpu means on a node",
+                "use `strategy: mixed` with `dynamic:`, or drop `dynamic:`",
+            )
+        )
+    return out
+
+
 def _mig_layouts(
     spec: PoolSpec, model: GpuModel, path: Path
 ) -> tuple[tuple[tuple[Instance, ...], ...], list[Problem]]:
@@ -142,6 +172,8 @@ def _mig_layouts(
             )
         ]
     problems: list[Problem] = []
+    if spec.mig.strategy == "single":
+        problems += _single_problems(spec, mpath)
     if spec.mig.layout is not None:
         inst, probs = _layout(model, spec.mig.layout, (*mpath, "layout"))
         problems.extend(probs)
@@ -315,6 +347,7 @@ def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | Non
         cpu_milli_per_node=spec.cpusPerNode * 1000 if spec.cpusPerNode else None,
         memory_mib_per_node=spec.memoryGiBPerNode * 1024 if spec.memoryGiBPerNode else None,
         mig_dynamic=_dynamic(spec),
+        mig_single=spec.mig is not None and spec.mig.strategy == "single",
     )
     return pool, []
 

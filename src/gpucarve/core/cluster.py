@@ -204,7 +204,15 @@ def _node_labels(pool: Pool, policy: Policy, index: int) -> tuple[tuple[str, str
     labels["nvidia.com/gpu.count"] = str(pool.gpus_per_node)
     labels["nvidia.com/gpu.memory"] = str(m.memory_mib)
     labels["gpucarve.io/pool"] = pool.name
-    if pool.sharing is SharingMode.MIG:
+    if pool.sharing is SharingMode.MIG and pool.mig_single:
+        # GFD's labels describe the MIG device under the single strategy
+        profile = pool.mig_layouts[0][0].profile
+        memory = next(p.memory_mib for p in (m.mig.profiles if m.mig else ()) if p.name == profile)
+        labels["nvidia.com/gpu.product"] += f"-MIG-{profile}"
+        labels["nvidia.com/gpu.count"] = str(sum(len(layout) for layout in pool.mig_layouts))
+        labels["nvidia.com/gpu.memory"] = str(memory)
+        labels["nvidia.com/mig.strategy"] = "single"
+    elif pool.sharing is SharingMode.MIG:
         # GFD writes no sharing replicas for MIG-enabled parent GPUs.
         labels["nvidia.com/mig.strategy"] = "mixed"
     else:

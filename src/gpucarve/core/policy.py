@@ -54,10 +54,14 @@ class Flavor:
     compute_milli: int
     memory_mib: int
     sm_count: int
+    # MIG instances the device plugin's single strategy publishes as `nvidia.com/gpu`
+    single: bool = False
 
     @property
     def resource_name(self) -> str:
         """The Kubernetes extended resource a pod requests for one slice of this flavor."""
+        if self.single:
+            return "nvidia.com/gpu"
         if self.kind is SliceKind.MIG:
             assert self.profile is not None
             return "nvidia.com/mig-" + self.profile.replace("+", ".")
@@ -116,6 +120,8 @@ class Pool:
     memory_mib_per_node: int | None
     # Set when the pool's MIG layouts may be changed on demand (see engine.repartition).
     mig_dynamic: MigDynamic | None = None
+    # The device plugin's single MIG strategy: every instance is an `nvidia.com/gpu`.
+    mig_single: bool = False
 
     @property
     def gpus(self) -> int:
@@ -154,6 +160,7 @@ class Pool:
                     compute_milli=MILLI_PER_GPU * prof.compute_slices // m.mig.compute_slices,
                     memory_mib=prof.memory_mib,
                     sm_count=m.mig_profile_sm_count(prof),
+                    single=self.mig_single,
                 )
                 out.append((flavor, per[prof.name]))
             return out

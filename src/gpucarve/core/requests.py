@@ -54,9 +54,13 @@ def slices_per_pod(request: GpuRequest, flavor: Flavor, gpu_memory_mib: int) -> 
 def serves(request: GpuRequest, flavor: Flavor, gpu_memory_mib: int) -> bool:
     """Whether slices of `flavor` can hold the request at all (ignoring what is free)."""
     if request.kind is GpuKind.WHOLE:
-        return flavor.kind is SliceKind.WHOLE
+        # under the single MIG strategy an instance is what `nvidia.com/gpu: 1` gets
+        return flavor.kind is SliceKind.WHOLE or flavor.single
     if request.kind is GpuKind.MIG:
-        return flavor.kind is SliceKind.MIG and flavor.profile == request.profile
+        # a single-strategy pool publishes no `nvidia.com/mig-*` resource for the kubelet
+        return (
+            flavor.kind is SliceKind.MIG and flavor.profile == request.profile and not flavor.single
+        )
     if request.kind is GpuKind.SHARED:
         return flavor.kind in SHARED_KINDS and request.count <= flavor.replicas
     if request.kind is GpuKind.FRACTION:

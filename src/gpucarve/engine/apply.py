@@ -1,8 +1,9 @@
 """Apply a cycle's decisions to a snapshot, as a driver that acts at once would.
 
 The simulator uses this to advance; tests use it to build clusters with running work. Evicted
-workloads return to pending (keeping their submit time) unless `requeue` is false; victims are
-released before the admissions that waited for them take their slices.
+workloads return to pending (keeping their submit time) unless `requeue` is false; an elastic
+gang that gave back surplus pods keeps running with the rest (and grows again later); victims
+are released before the admissions that waited for them take their slices.
 
 `apply_in` and `finish_in` do the same on a driver's own mutable maps and return the `Step`
 (what changed), for a driver that keeps its state between cycles and derives each snapshot
@@ -34,13 +35,26 @@ def apply_in(
     stopped: list[RunningWorkload] = []
     started: list[RunningWorkload] = []
     evicted: list[Workload] = []
+    shrunk: dict[str, RunningWorkload] = {}
     for ev in result.evictions:
         rw = running.pop(ev.workload)
+        going = set(ev.pods)
         for pod in rw.pods:
-            for sid in pod.slice_ids:
-                freed.append(allocations.pop(sid))
-        evicted.append(rw.workload)
-        stopped.append(rw)
+            if not going or pod.pod in going:
+                for sid in pod.slice_ids:
+                    freed.append(allocations.pop(sid))
+        if ev.workload not in shrunk:
+            stopped.append(rw)  # as it ran before the cycle (a later eviction may take the rest)
+        if going:
+            # an elastic gang gives back its surplus pods and keeps running with the rest
+            kept = tuple(p for p in rw.pods if p.pod not in going)
+            running[ev.workload] = shrunk[ev.workload] = RunningWorkload(
+                rw.workload, kept, rw.start_time
+            )
+        else:
+            shrunk.pop(ev.workload, None)
+            evicted.append(rw.workload)
+    started += shrunk.values()
     for adm in result.admissions:
         earlier = running.get(adm.workload)
         w = earlier.workload if earlier is not None else pending.pop(adm.workload)

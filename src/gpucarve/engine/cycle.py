@@ -180,6 +180,8 @@ class Cycle:
                         queueing.hold(self, w, outcome.reason)
             if items:
                 heapq.heappush(heap, self._key(name, items[0]))
+        if self.cfg.gang:
+            podwise.grow_elastic(self)
         repartitions, unserved = repartition.plan(self)
         stats = CycleStats(
             attempted=attempted,

@@ -54,6 +54,8 @@ class Eviction:
     cause: Cause
     by: str
     message: str
+    # Only these pods (an elastic gang's surplus: it keeps running); empty: the whole gang.
+    pods: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import PodAssignment, Workload
 from gpucarve.engine.decisions import Cause, Eviction, Pending, PendingReason, Stage
+from gpucarve.engine.preemption import Victim
 
 if TYPE_CHECKING:
     from gpucarve.engine.cycle import Cycle, Plan
@@ -43,25 +44,40 @@ def preempt(c: Cycle, w: Workload, plan: Plan, demand: dict[str, int]) -> bool:
         if found is None:
             continue
         placed, victims = found
-        for rw in victims:
-            v = rw.workload
+        for victim in _merged(victims):
+            v = victim.workload
             if v.id in c.fresh:
                 withdraw(c, v, w)
                 continue
             if cause is Cause.RECLAIM:
-                flavors = sorted({p.flavor for p in rw.pods if p.flavor in demand})
+                flavors = sorted({p.flavor for p in victim.held if p.flavor in demand})
                 msg = (
                     f"reclaimed by queue {w.queue} for {w.id}: queue {v.queue} was borrowing "
                     + ", ".join(flavors)
                 )
             else:
                 msg = f"preempted by {w.id} (priority {w.priority} > {v.priority})"
-            c.evictions.append(Eviction(v.id, v.queue, cause, w.id, msg))
-        evicted = [rw.workload.id for rw in victims if rw.workload.id not in c.withdrawn]
-        c.record(w, placed, Stage.PREEMPTION, evicted)
+            pods = tuple(sorted(p.pod for p in victim.pods))
+            if pods:
+                msg += f"; an elastic gang, it gives back {len(pods)} pods and keeps running"
+            c.evictions.append(Eviction(v.id, v.queue, cause, w.id, msg, pods))
+        evicted = [v.workload.id for v in victims if v.workload.id not in c.withdrawn]
+        c.record(w, placed, Stage.PREEMPTION, list(dict.fromkeys(evicted)))
         return True
     c.no_victims[key] = c.ws.release_epoch
     return False
+
+
+def _merged(victims: Sequence[Victim]) -> list[Victim]:
+    """One victim per workload: whole if any of its victims was (its surplus went with it)."""
+    by: dict[str, Victim] = {}
+    for v in victims:
+        seen = by.get(v.workload.id)
+        if seen is None or v.whole:
+            by[v.workload.id] = v if v.whole or seen is None else seen
+        elif not seen.whole:
+            by[v.workload.id] = Victim(v.rw, (*seen.pods, *v.pods))
+    return [by[k] for k in dict.fromkeys(v.workload.id for v in victims)]
 
 
 def withdraw(c: Cycle, victim: Workload, by: Workload) -> None:

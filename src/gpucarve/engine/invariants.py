@@ -69,8 +69,18 @@ def _gangs(before: Snapshot, result: CycleResult) -> list[str]:
         return []  # without gangs, pods are placed one by one on purpose (baselines)
     out: list[str] = []
     pending = {w.id: w for w in before.pending}
+    running = {rw.workload.id: rw for rw in before.running}
     for adm in result.admissions:
         w = pending.get(adm.workload)
+        grown = running.get(adm.workload)
+        if w is None and grown is not None:
+            # an elastic gang grows: it was whole, it stays within its size
+            per = Counter(p.pod_set for p in (*grown.pods, *adm.pods))
+            have = Counter(p.pod_set for p in grown.pods)
+            for ps in grown.workload.pod_sets:
+                if have[ps.name] < ps.min_count or per[ps.name] > ps.count:
+                    out.append(f"{adm.workload} grown to {per[ps.name]} pods of {ps.name}")
+            continue
         if w is None:
             out.append(f"{adm.workload} admitted but it was not pending")
             continue
@@ -114,6 +124,13 @@ def _evictions(before: Snapshot, result: CycleResult) -> list[str]:
             out.append(f"eviction of {ev.workload} by {ev.by}: one of them is unknown")
             continue
         w = victim.workload
+        if ev.pods:
+            going = set(ev.pods)
+            left = Counter(p.pod_set for p in victim.pods if p.pod not in going)
+            if not going <= {p.pod for p in victim.pods} or any(
+                left[ps.name] < ps.min_count for ps in w.pod_sets
+            ):
+                out.append(f"{w.id} shrunk below its minimum or by pods it does not run")
         if ev.cause is Cause.TIMEOUT:
             part = before.partial.get(w.id)
             limit = None if part is None else timeout_of(w, part.gpus)

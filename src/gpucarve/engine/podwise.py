@@ -2,7 +2,8 @@
 
 Each pod is charged to quota and placed on its own, first fit over the flavors that serve it;
 the pods of a workload that fit are placed and hold their GPUs while the rest wait, and later
-cycles place the rest as room appears, before anything new.
+cycles place the rest as room appears, before anything new. Elastic gangs grow the same way,
+pod by pod (`grow_elastic`), once they run at their minimum.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpucarve.core.policy import Flavor
-from gpucarve.core.workload import PodAssignment, Workload
+from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine.decisions import Outcome, Pending, PendingReason, Stage
 from gpucarve.engine.placement import Rejections
 
@@ -31,6 +32,32 @@ def continue_partial_gangs(c: Cycle) -> None:
         outcome = place_pods_alone(c, rw.workload, placed, rw.pods)
         if outcome.reason is not None:
             c.pending.append(Pending(rw.workload.id, rw.workload.queue, outcome.reason))
+
+
+def grow_elastic(c: Cycle) -> None:
+    """Elastic gangs (admitted with fewer pods than they have, at least their minimum) grow
+    towards their full size as room appears, after new work had its turn; each pod is
+    charged to quota on its own. A gang that shrank or was released this cycle waits."""
+    changed = {e.workload for e in c.evictions}
+    grow = [
+        rw
+        for rw in c.snapshot.running
+        if len(rw.pods) < rw.workload.pods
+        and not rw.terminating
+        and rw.workload.id not in changed
+        and c.ws.running.get(rw.workload.id) is rw
+        and _whole(rw)
+    ]
+    for rw in sorted(
+        grow, key=lambda r: (-r.workload.priority, r.workload.submit_time, r.workload.id)
+    ):
+        placed = Counter(p.pod_set for p in rw.pods)
+        place_pods_alone(c, rw.workload, placed, rw.pods)
+
+
+def _whole(rw: RunningWorkload) -> bool:
+    placed = Counter(p.pod_set for p in rw.pods)
+    return all(placed[ps.name] >= ps.min_count for ps in rw.workload.pod_sets)
 
 
 def place_pods_alone(

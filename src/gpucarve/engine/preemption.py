@@ -4,9 +4,11 @@ Least disruptive first. *Reclaim*: a queue that stays within its nominal quota t
 capacity that other queues of its cohort borrowed, evicting only workloads of queues that are
 borrowing that flavor. *Preempt*: a workload evicts lower-priority workloads of its own queue.
 Victims are never non-preemptible, never younger than the minimum runtime, never terminating,
-and always whole gangs. Candidates are tried cheapest first (lowest priority, then least GPU-time
-lost, then newest), and the set found is then minimised by putting back every victim whose
-eviction turns out unnecessary.
+and never a gang cut below its minimum: an elastic gang (running more pods than its minimum)
+first gives back its surplus pods and keeps running, and only then goes whole. Candidates are
+tried cheapest first (lowest priority, a surplus before a whole gang, then least GPU-time lost,
+then newest), and the set found is then minimised by putting back every victim whose eviction
+turns out unnecessary.
 
 Why this cannot loop: a reclaimer stays within nominal, so it is never a reclaim victim; and
 priority preemption only goes from higher to lower priority inside one queue.
@@ -14,7 +16,9 @@ priority preemption only goes from higher to lower priority inside one queue.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine.quota import Quotas
@@ -26,25 +30,83 @@ MAX_VICTIMS = 64
 Attempt = Callable[[], list[PodAssignment] | None]
 
 
-def evict(ws: Working, rw: RunningWorkload) -> None:
-    ws.remove_running(rw.workload.id)
-    by_name = {ps.name: ps for ps in rw.workload.pod_sets}
-    for pod in rw.pods:
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """What one eviction takes: the surplus pods of an elastic gang (`pods`), or whatever the
+    workload still runs (`pods` empty: the whole gang)."""
+
+    rw: RunningWorkload
+    pods: tuple[PodAssignment, ...] = ()
+
+    @property
+    def whole(self) -> bool:
+        return not self.pods
+
+    @property
+    def workload(self) -> Workload:
+        return self.rw.workload
+
+    @property
+    def held(self) -> tuple[PodAssignment, ...]:
+        return self.pods or self.rw.pods
+
+
+def surplus(rw: RunningWorkload) -> tuple[PodAssignment, ...]:
+    """The pods an elastic gang runs beyond each pod set's minimum (the last ones of each)."""
+    out: list[PodAssignment] = []
+    for ps in rw.workload.pod_sets:
+        mine = sorted((p for p in rw.pods if p.pod_set == ps.name), key=_natural)
+        out += mine[ps.min_count :]
+    return tuple(out)
+
+
+def _natural(pod: PodAssignment) -> tuple[str, int, str]:
+    # `…/set-10` after `…/set-9`: a gang that grows back numbers its pods from where it is
+    head, _, tail = pod.pod.rpartition("-")
+    return (head, int(tail), "") if tail.isdigit() else (pod.pod, -1, tail)
+
+
+def _give_back(ws: Working, w: Workload, pods: tuple[PodAssignment, ...]) -> None:
+    by_name = {ps.name: ps for ps in w.pod_sets}
+    for pod in pods:
         ps = by_name[pod.pod_set]
         node = ws.nodes[ws.node_index[pod.node]]
         ws.adjust_node(node, ps.cpu_milli, ps.memory_mib)
         if pod.flavor is not None:
             ws.give_back(ws.ordinals(pod.slice_ids), pod.shared_memory_mib)
-            ws.adjust_usage(rw.workload.queue, pod.flavor, -len(pod.slice_ids))
+            ws.adjust_usage(w.queue, pod.flavor, -len(pod.slice_ids))
+
+
+def evict(ws: Working, rw: RunningWorkload) -> None:
+    ws.remove_running(rw.workload.id)
+    _give_back(ws, rw.workload, rw.pods)
+
+
+def evict_victim(ws: Working, v: Victim) -> None:
+    """Evict what `v` takes of the workload as it runs now in `ws` (an earlier victim of the
+    same search may have taken its surplus already)."""
+    current = ws.running.get(v.workload.id)
+    if current is None:
+        return
+    if v.whole:
+        evict(ws, current)
+        return
+    going = {p.pod for p in v.pods}
+    if not going <= {p.pod for p in current.pods}:
+        return
+    ws.remove_running(current.workload.id)
+    _give_back(ws, current.workload, v.pods)
+    kept = tuple(p for p in current.pods if p.pod not in going)
+    ws.add_running(dataclasses.replace(current, pods=kept))
 
 
 def _holds(rw: RunningWorkload, flavors: set[str]) -> set[str]:
     return {p.flavor for p in rw.pods if p.flavor in flavors}
 
 
-def _lost(ws: Working, rw: RunningWorkload, now: int) -> int:
-    charge = sum(ws.flavors[p.flavor].charge * len(p.slice_ids) for p in rw.pods if p.flavor)
-    return max(0, now - rw.start_time) * charge
+def _lost(ws: Working, pods: tuple[PodAssignment, ...], start: int, now: int) -> int:
+    charge = sum(ws.flavors[p.flavor].charge * len(p.slice_ids) for p in pods if p.flavor)
+    return max(0, now - start) * charge
 
 
 class Preemptor:
@@ -76,7 +138,7 @@ class Preemptor:
         # Admitted earlier in this cycle: nothing ran yet, so no minimum runtime applies.
         return w.id in self.fresh or self.now - rw.start_time >= self.min_runtime
 
-    def reclaim_candidates(self, w: Workload, demand: dict[str, int]) -> list[RunningWorkload]:
+    def reclaim_candidates(self, w: Workload, demand: dict[str, int]) -> list[Victim]:
         q = self.quotas
         cohort = q.queues[w.queue].cohort
         if cohort is None:
@@ -96,7 +158,7 @@ class Preemptor:
             ]
         return self._order(out)
 
-    def preempt_candidates(self, w: Workload, demand: dict[str, int]) -> list[RunningWorkload]:
+    def preempt_candidates(self, w: Workload, demand: dict[str, int]) -> list[Victim]:
         flavors = set(demand)
         out = [
             rw
@@ -105,15 +167,22 @@ class Preemptor:
         ]
         return self._order(out)
 
-    def _order(self, rws: list[RunningWorkload]) -> list[RunningWorkload]:
+    def _order(self, rws: list[RunningWorkload]) -> list[Victim]:
+        victims: list[Victim] = []
+        for rw in rws:
+            extra = () if rw.workload.id in self.fresh else surplus(rw)
+            # one victim per surplus pod, the last first: as few pods go as make room
+            victims += [Victim(rw, (pod,)) for pod in reversed(extra)]
+            victims.append(Victim(rw))
         return sorted(
-            rws,
-            key=lambda rw: (
-                rw.workload.priority,
-                _lost(self.ws, rw, self.now),
-                -rw.start_time,
-                -rw.workload.submit_time,
-                rw.workload.id,
+            victims,
+            key=lambda v: (
+                v.workload.priority,
+                v.whole,
+                _lost(self.ws, v.held, v.rw.start_time, self.now),
+                -v.rw.start_time,
+                -v.workload.submit_time,
+                v.workload.id,
             ),
         )
 
@@ -121,9 +190,9 @@ class Preemptor:
         self,
         w: Workload,
         demand: dict[str, int],
-        candidates: list[RunningWorkload],
+        candidates: list[Victim],
         attempt: Attempt,
-    ) -> tuple[list[PodAssignment], list[RunningWorkload]] | None:
+    ) -> tuple[list[PodAssignment], list[Victim]] | None:
         """Evict candidates in order until `attempt` (quota check + gang placement) succeeds,
         then drop every victim that was not needed. Leaves the state with the victims evicted
         and the workload placed, or untouched when there is no solution."""
@@ -131,8 +200,8 @@ class Preemptor:
         cp = ws.checkpoint()
         # First, whether evicting every candidate would make room: one placement, where a
         # search that fails (most do, on a busy cluster) would try one per victim.
-        for rw in candidates[:MAX_VICTIMS]:
-            evict(ws, rw)
+        for v in candidates[:MAX_VICTIMS]:
+            evict_victim(ws, v)
         possible = (
             self.quotas.check(w.queue, demand).fits
             and self._room_may_fit(demand)
@@ -141,16 +210,17 @@ class Preemptor:
         ws.rollback(cp)
         if not possible:
             return None
-        chosen: list[RunningWorkload] = []
+        chosen: list[Victim] = []
         flavors = set(demand)
         found = False
-        for rw in candidates[:MAX_VICTIMS]:
-            if rw.workload.queue != w.queue and not any(
-                self.quotas.borrowed(rw.workload.queue, f) > 0 for f in _holds(rw, flavors)
+        for v in candidates[:MAX_VICTIMS]:
+            if v.workload.queue != w.queue and not any(
+                self.quotas.borrowed(v.workload.queue, f) > 0
+                for f in {p.flavor for p in v.held if p.flavor in flavors}
             ):
                 continue  # its queue stopped borrowing after earlier evictions
-            evict(ws, rw)
-            chosen.append(rw)
+            evict_victim(ws, v)
+            chosen.append(v)
             if self.quotas.check(w.queue, demand).fits and self._room_may_fit(demand):
                 inner = ws.checkpoint()
                 if attempt() is not None:
@@ -161,12 +231,12 @@ class Preemptor:
         if not found:
             return None
         needed = list(chosen)
-        for rw in reversed(chosen):
-            trial = [v for v in needed if v is not rw]
+        for v in reversed(chosen):
+            trial = [x for x in needed if x is not v]
             if self._works(w, demand, trial, attempt):
                 needed = trial
-        for rw in needed:
-            evict(ws, rw)
+        for v in needed:
+            evict_victim(ws, v)
         placed = attempt()
         assert placed is not None, "the minimal victim set stopped working"
         return placed, needed
@@ -180,12 +250,12 @@ class Preemptor:
         return True
 
     def _works(
-        self, w: Workload, demand: dict[str, int], victims: list[RunningWorkload], attempt: Attempt
+        self, w: Workload, demand: dict[str, int], victims: list[Victim], attempt: Attempt
     ) -> bool:
         ws = self.ws
         cp = ws.checkpoint()
-        for rw in victims:
-            evict(ws, rw)
+        for v in victims:
+            evict_victim(ws, v)
         ok = self.quotas.check(w.queue, demand).fits and attempt() is not None
         ws.rollback(cp)
         return ok

@@ -109,15 +109,24 @@ def _mismatches(
     labels = node["metadata"].get("labels") or {}
     product = labels.get(PRODUCT_LABEL)
     m = pool.model
-    if product is not None and product not in (m.id, *m.aliases, *m.gfd_products):
-        out.append(
-            f"{PRODUCT_LABEL}={product} but pool {pool.name} is {m.id}; move the node to a "
-            f"pool of that model or fix the pool's gpuModel"
-        )
-    said = {
+    names: tuple[str, ...] = (m.id, *m.aliases, *m.gfd_products)
+    said: dict[str, object] = {
         "nvidia.com/gpu.count": pool.gpus_per_node,
         "nvidia.com/gpu.memory": m.memory_mib,
     }
+    if pool.mig_single:
+        # GFD describes the MIG device: `<product>-MIG-<profile>`, instances, their memory
+        profile = pool.mig_layouts[0][0].profile
+        names = tuple(f"{n}-MIG-{profile}" for n in names)
+        said["nvidia.com/gpu.count"] = sum(len(layout) for layout in pool.mig_layouts)
+        said["nvidia.com/gpu.memory"] = next(
+            p.memory_mib for p in (m.mig.profiles if m.mig else ()) if p.name == profile
+        )
+    if product is not None and product not in names:
+        out.append(
+            f"{PRODUCT_LABEL}={product} but pool {pool.name} is {names[0]}; move the node to "
+            f"a pool of that model or fix the pool's gpuModel"
+        )
     if pool.sharing is not SharingMode.MIG:
         said["nvidia.com/gpu.replicas"] = pool.replicas
     for label, want in said.items():
@@ -126,6 +135,15 @@ def _mismatches(
             out.append(
                 f"GPU Feature Discovery says {label}={have}, pool {pool.name} expects {want}; "
                 f"fix the pool or move the node"
+            )
+    strategy = labels.get("nvidia.com/mig.strategy")
+    if pool.sharing is SharingMode.MIG and strategy in ("single", "mixed"):
+        want = "single" if pool.mig_single else "mixed"
+        if strategy != want:
+            out.append(
+                f"the node runs the {strategy} MIG strategy, pool {pool.name} the {want} one; "
+                f"set `mig: {{strategy: {strategy}}}` on the pool or the device plugin's "
+                f"migStrategy to {want} (gpucarve render device-plugin)"
             )
     seen = {k: _quantity(v, 1) for k, v in allocatable.items() if str(k).startswith(GPU_PREFIX)}
     for name in sorted(set(seen) | set(expected)):

@@ -34,12 +34,13 @@ from gpucarve.core.cluster import RECONFIGURING
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine.apply import apply
-from gpucarve.engine.decisions import Cause, CycleResult
+from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.engine import Engine
 from gpucarve.engine.invariants import check_step
 from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.crds import GROUP, VERSION
 from gpucarve.kube.device_config import DeviceConfigs
+from gpucarve.kube.evictions import awaited_pods, evict_pods
 from gpucarve.kube.health import Health
 from gpucarve.kube.informer import Informer
 from gpucarve.kube.inventory import Inventory, build_inventory, node_key
@@ -345,33 +346,15 @@ class Scheduler:
         self.mig.begin(self._nodes_by_name(), pools, inv.layouts, inv.changes, busy, reps)
 
     def _still_awaiting(self, view: View) -> dict[str, frozenset[str]]:
-        present = set(view.running_pods)
+        present = {pod for pods in view.running_pods.values() for pod in pods}
         self.awaiting = {
             w: still for w, victims in self.awaiting.items() if (still := victims & present)
         }
         return self.awaiting
 
     def _evict(self, view: View, result: CycleResult, report: CycleReport) -> None:
-        for a in result.admissions:
-            if a.after_evictions:
-                self.awaiting[a.workload] = frozenset(a.after_evictions)
-        for e in result.evictions:
-            report.evicted += 1
-            for pod in view.running_pods.get(e.workload, ()):
-                ns, name = _split(pod)
-                body = {
-                    "apiVersion": "policy/v1",
-                    "kind": "Eviction",
-                    "metadata": {"name": name, "namespace": ns},
-                }
-                try:
-                    self.client.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/eviction", body)
-                except ApiError as err:
-                    if err.status != 404:
-                        log.warning("eviction of %s refused: %s", pod, err)
-                    continue
-                why = "GangTimeout" if e.cause is Cause.TIMEOUT else "Preempted"
-                self.reporter.event(pod, "Normal", why, e.message)
+        self.awaiting.update(awaited_pods(view, result))
+        report.evicted += evict_pods(self.client, self.reporter, view, result)
 
     def _bind(self, view: View, result: CycleResult, report: CycleReport) -> None:
         jobs: list[tuple[str, Assigned]] = []

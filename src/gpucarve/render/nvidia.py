@@ -5,7 +5,8 @@ GPU Operator's Helm values that select them and the MIG manager's ConfigMap.
 Formats are k8s-device-plugin's `version: v1` file and the gpu-operator chart's values:
 - every configuration runs `migStrategy: mixed`, so MIG instances appear per profile
   (`nvidia.com/mig-3g.40gb`) and whole GPUs as `nvidia.com/gpu`, as gpucarve's placement
-  expects; MPS pools run `migStrategy: none` (the plugin refuses MPS with `mixed`);
+  expects; MPS pools run `migStrategy: none` (the plugin refuses MPS with `mixed`); a pool
+  with `mig: {strategy: single}` runs `single` (each instance one `nvidia.com/gpu`);
 - time-slicing and MPS pools share `nvidia.com/gpu` with `renameByDefault: true`, so shared
   GPUs appear as `nvidia.com/gpu.shared` and never satisfy a request for a whole GPU;
 - `failRequestsGreaterThanOne: false`: gpucarve gives a pod several replicas of one GPU for a
@@ -32,9 +33,10 @@ MPS_ROOT = "/run/nvidia/mps"
 def device_plugin_config(pool: Pool | None) -> dict[str, Any]:
     """One device-plugin configuration file (`version: v1`); None: the default one."""
     mps = pool is not None and pool.sharing is SharingMode.MPS
+    single = pool is not None and pool.mig_single
     doc: dict[str, Any] = {
         "version": "v1",
-        "flags": {"migStrategy": "none" if mps else "mixed"},
+        "flags": {"migStrategy": "none" if mps else "single" if single else "mixed"},
     }
     if pool is None or pool.sharing not in (SharingMode.TIME_SLICING, SharingMode.MPS):
         return doc

@@ -277,15 +277,22 @@ class Simulator:
     def _apply(self, result: CycleResult, now: int) -> None:
         running = self.live
         touched: set[str] = set()
+        shrunk: set[str] = set()
         for ev in result.evictions:
             rw = running[ev.workload]
-            gpus = self._gpus_of(rw.pods)
+            going = set(ev.pods)
+            kept = [p for p in rw.pods if going and p.pod not in going]
+            gpus = self._gpus_of(rw.pods) - self._gpus_of(kept)
             for g in gpus:
                 self.gpu_jobs[g].discard(ev.workload)
             touched |= self._neighbours(gpus)
+            self.result.evictions.append((now, ev.workload, ev.by, str(ev.cause)))
+            if going:
+                shrunk.add(ev.workload)  # an elastic gang: it keeps running on the rest
+                continue
+            shrunk.discard(ev.workload)
             job = self.jobs.pop(ev.workload)
             self._close(ev.workload, job, now, "evicted")
-            self.result.evictions.append((now, ev.workload, ev.by, str(ev.cause)))
         # part-placed gangs' pods as they were, for the interval they held GPUs idle
         held_pods = {wid: running[wid].pods for wid in self.holding}
         slices = self.snapshot.cluster.slices
@@ -296,8 +303,9 @@ class Simulator:
             i = bisect.bisect_left(self.pend_ids, wid)
             del self.pend_ids[i]
             del self.pend_list[i]
-        for ev in result.evictions:
-            self._pend_add(self.queue[ev.workload])
+        for wid in dict.fromkeys(e.workload for e in result.evictions if not e.pods):
+            if wid not in shrunk and wid in self.queue:
+                self._pend_add(self.queue[wid])
         self.snapshot = derive(
             self.snapshot, self.allocs, tuple(self.run_list), tuple(self.pend_list), step
         )

@@ -1,0 +1,64 @@
+"""The single MIG strategy on the real API server: nodes that publish their MIG instances as
+`nvidia.com/gpu` (as the device plugin does with `migStrategy: single`) are the pool's, not a
+mismatch, and a pod asking `nvidia.com/gpu: 1` gets an instance, where `gpucarve plan` puts it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpucarve.cli.main import app
+from gpucarve.config.policy_build import load_policy
+from gpucarve.kube.client import Client
+from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
+from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from tests.integration.api import Api, wait_for
+from tests.integration.kube_pods import create_pod, node_of, pod, pods_in
+from tests.integration.stack_setup import populate, running
+from tests.unit.test_single_mig import doc
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_gpu_request_binds_to_an_instance_of_a_single_strategy_pool(tmp_path: Path) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(doc()))
+    with LocalStack(find_binaries(), tmp_path / "stack") as stack:
+        api = Api(stack.server, stack.tokens[ADMIN_USER])
+        populate(stack, api, policy_file, ["serving"])
+        sched = Scheduler(
+            Client.from_kubeconfig(stack.kubeconfig()),
+            load_policy(policy_file, []).policy,
+            SchedulerConfig(interval_s=0.5, check_invariants=True),
+        )
+        with running(sched):
+            for i in range(2):
+                create_pod(api, pod("serving", f"s{i}", "nvidia.com/gpu", 1))
+            wait_for(
+                lambda: all(node_of(p) for p in pods_in(api, "serving").values()), what="bound"
+            )
+            assert sched.node_problems == set()
+            bound = {
+                n: json.loads(p["metadata"]["annotations"]["gpucarve.io/assignment"])["slices"]
+                for n, p in pods_in(api, "serving").items()
+            }
+    workloads = tmp_path / "workloads.yaml"
+    limits = {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+    items = [
+        {"name": f"s{i}", "namespace": "serving", "submitTime": i,
+         "podSets": [{"name": "set-0", "resources": limits}]}
+        for i in range(2)
+    ]  # fmt: skip
+    workloads.write_text(yaml.safe_dump({"workloads": items}))
+    result = CliRunner().invoke(app, ["plan", str(policy_file), str(workloads), "--json"])
+    assert result.exit_code == 0, result.output
+    planned = {
+        a["workload"].split("/")[1]: [s for p in a["pods"] for s in p["slices"]]
+        for a in json.loads(result.output)["admissions"]
+    }
+    assert planned == bound
+    assert all("/1g.10gb@" in s[0] for s in bound.values())

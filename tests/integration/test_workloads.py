@@ -1,7 +1,9 @@
-"""Workloads as users submit them, on a real API server with kube-controller-manager's Job
-controller making the pods: an indexed Job and a set of JobSet-labelled Jobs are gangs without
-a PodGroup, bound all or nothing. (The JobSet controller itself is not run: its Jobs are
-written here with the labels it sets, which is all the mapping reads; see kube/owners.py.)"""
+"""Workloads as users submit them, on a real API server with kube-controller-manager's Job,
+Deployment and ReplicaSet controllers making the pods: an indexed Job and a set of
+JobSet-labelled Jobs are gangs without a PodGroup, bound all or nothing; a Deployment's
+replicas are each their own workload; pods labelled as a LeaderWorkerSet's group form one gang
+of its size. (The JobSet and LeaderWorkerSet controllers are not run: their objects are written
+here with the labels they set, which is all the mapping reads; see kube/owners.py.)"""
 
 from __future__ import annotations
 
@@ -65,6 +67,7 @@ def scheduler(cluster: tuple[LocalStack, Api], policy_file: Path) -> Iterator[Sc
         yield sched
     for ns in NAMESPACES:
         api.call("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs?propagationPolicy=Background")
+        api.call("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments")
         for name in pods_in(api, ns):
             api.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}?gracePeriodSeconds=0")
     wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")
@@ -169,3 +172,60 @@ def test_jobset_labelled_jobs_are_one_gang(
         return len(pods) == 4 and all(node_of(p) for p in pods.values())
 
     wait_for(all_bound, what="driver and workers bound")
+
+
+def test_a_deployments_pods_are_each_their_own_workload(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    # room for two 8-GPU replicas of data-science's quota (6 + 10 borrowed): the third waits
+    template = job("x", 1, 8)["spec"]["template"]
+    template["metadata"]["labels"] = {"app": "serve"}
+    template["spec"]["restartPolicy"] = "Always"
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "serve"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "serve"}},
+                 "template": template},
+    }  # fmt: skip
+    api.create("/apis/apps/v1/namespaces/data-science/deployments", deployment)
+
+    def two_bound_one_waits() -> bool:
+        pods = _of_job(api, "data-science", "serve-")
+        bound = [p for p in pods.values() if node_of(p)]
+        waiting = [p for p in pods.values() if (c := condition(p)) and c["status"] == "False"]
+        return len(bound) == 2 and len(waiting) == 1
+
+    wait_for(two_bound_one_waits, what="two replicas bound, the third waiting on its own")
+
+
+def test_leaderworkerset_labelled_pods_are_one_gang_of_its_size(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+
+    def member(i: int) -> dict[str, Any]:
+        p = pod("research", f"lws-0-{i}", "nvidia.com/gpu", 4)
+        lws = "leaderworkerset.sigs.k8s.io"
+        p["metadata"]["labels"].update({f"{lws}/name": "llm", f"{lws}/group-index": "0"})
+        p["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/size": "3"}
+        return p
+
+    for i in range(2):
+        create_pod(api, member(i))
+
+    def says_short() -> str | None:
+        c = condition(pods_in(api, "research").get("lws-0-0") or {})
+        return c["message"] if c and c["status"] == "False" else None
+
+    message = wait_for(says_short, what="the group's reason")
+    assert "pod group research/lws-llm-0 has 2 of its 3 pods" in message
+    create_pod(api, member(2))
+    wait_for(
+        lambda: (
+            all(node_of(p) for p in _of_job(api, "research", "lws-0-").values())
+            and len(_of_job(api, "research", "lws-0-")) == 3
+        ),
+        what="the leader and its workers bound together",
+    )

@@ -102,7 +102,8 @@ class LocalStack:
     bin_dir: Path
     workdir: Path
     with_kwok: bool = True
-    # kube-controller-manager's Job and garbage-collector controllers: real Jobs make pods
+    # kube-controller-manager's Job, Deployment, ReplicaSet and garbage-collector controllers:
+    # real Jobs and Deployments make pods
     with_controllers: bool = False
     api_port: int = 0
     tokens: dict[str, str] = field(default_factory=dict)  # user -> bearer token
@@ -296,7 +297,8 @@ class LocalStack:
             [
                 str(self.bin_dir / "kube-controller-manager"),
                 f"--kubeconfig={self.kubeconfig(ADMIN_USER)}",
-                "--controllers=job-controller,garbage-collector-controller",
+                "--controllers=job-controller,garbage-collector-controller,"
+                "deployment-controller,replicaset-controller",
                 "--leader-elect=false",
                 "--secure-port=0",
             ],

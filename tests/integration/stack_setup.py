@@ -8,14 +8,40 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
 from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
+from gpucarve.kube.client import Client
 from gpucarve.kube.nodes import node_manifests
-from gpucarve.kube.scheduler import Scheduler
+from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
 from gpucarve.kube.stack import LocalStack
 from tests.integration.api import Api
+from tests.paths import BUILTIN
+
+
+def example_policy(folder: Path) -> Path:
+    """The three-team example with no minimum runtime before reclaim (tests cannot wait
+    5 min), written into `folder`."""
+    doc = yaml.safe_load((BUILTIN / "three-teams.yaml").read_text())
+    doc.setdefault("scheduling", {})["minRuntimeSeconds"] = 0
+    path = folder / "policy.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@contextmanager
+def scheduling(stack: LocalStack, policy_file: Path) -> Iterator[Scheduler]:
+    """A scheduler by `policy_file` on `stack`, cycling every 0.5 s with the invariants checked
+    on every cycle, running in a thread while the block runs."""
+    sched = Scheduler(
+        Client.from_kubeconfig(stack.kubeconfig()),
+        load_policy(policy_file, []).policy,
+        SchedulerConfig(interval_s=0.5, check_invariants=True),
+    )
+    with running(sched):
+        yield sched
 
 
 def populate(stack: LocalStack, api: Api, policy_file: Path, namespaces: Iterable[str]) -> None:

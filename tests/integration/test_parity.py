@@ -17,9 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
-from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.client import Client
-from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
+from gpucarve.kube.scheduler import Scheduler
 from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import (
@@ -33,8 +31,7 @@ from tests.integration.kube_pods import (
     pod_group,
     pods_in,
 )
-from tests.integration.stack_setup import populate, running
-from tests.paths import BUILTIN
+from tests.integration.stack_setup import example_policy, populate, scheduling
 
 pytestmark = pytest.mark.integration
 NAMESPACES = ["research", "production", "data-science"]
@@ -42,11 +39,7 @@ NAMESPACES = ["research", "production", "data-science"]
 
 @pytest.fixture(scope="module")
 def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    doc = yaml.safe_load((BUILTIN / "three-teams.yaml").read_text())
-    doc.setdefault("scheduling", {})["minRuntimeSeconds"] = 0
-    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return example_policy(tmp_path_factory.mktemp("policy"))
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +56,7 @@ def cluster(
 @pytest.fixture
 def scheduler(cluster: tuple[LocalStack, Api], policy_file: Path) -> Iterator[Scheduler]:
     stack, api = cluster
-    sched = Scheduler(
-        Client.from_kubeconfig(stack.kubeconfig()),
-        load_policy(policy_file, []).policy,
-        SchedulerConfig(interval_s=0.5, check_invariants=True),
-    )
-    with running(sched):
+    with scheduling(stack, policy_file) as sched:
         yield sched
     delete_all(api, NAMESPACES)
     wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")
@@ -147,7 +135,11 @@ def test_a_rack_gang_lands_in_one_rack_or_waits_saying_why(
     pod_group(api, "research", "big", 3, topology="rack")
     for i in range(3):
         create_pod(api, pod("research", f"big-{i}", "nvidia.com/gpu", 8, group="big"))
-    message = wait_for(lambda: _waits(api, "research", "big-0"), what="big's reason")
+    # (until its third pod exists the gang waits for it: that reason comes first)
+    message = wait_for(
+        lambda: (m := _waits(api, "research", "big-0")) and "in one rack" in m and m,
+        what="big's reason",
+    )
 
     assert len({racks[n] for n in pair}) == 1, pair
     assert racks[holder[0]] not in {racks[n] for n in pair}

@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.kube.client import Client
-from gpucarve.kube.scheduler import CycleReport, Scheduler, SchedulerConfig
+from gpucarve.kube.scheduler import CycleReport, Scheduler
 from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import (
@@ -26,7 +25,7 @@ from tests.integration.kube_pods import (
     pod_group,
     pods_in,
 )
-from tests.integration.stack_setup import populate, running
+from tests.integration.stack_setup import example_policy, populate, scheduling
 from tests.paths import BUILTIN
 
 pytestmark = pytest.mark.integration
@@ -36,12 +35,7 @@ NAMESPACES = ["research", "production", "serving", "data-science", "notebooks"]
 
 @pytest.fixture(scope="module")
 def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example, with no minimum runtime before reclaim (the tests cannot wait 5 min)."""
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    doc.setdefault("scheduling", {})["minRuntimeSeconds"] = 0
-    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return example_policy(tmp_path_factory.mktemp("policy"))
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +52,7 @@ def cluster(
 @pytest.fixture
 def scheduler(cluster: tuple[LocalStack, Api], policy_file: Path) -> Iterator[Scheduler]:
     stack, api = cluster
-    policy = load_policy(policy_file, []).policy
-    sched = Scheduler(
-        Client.from_kubeconfig(stack.kubeconfig()),
-        policy,
-        SchedulerConfig(interval_s=0.5, check_invariants=True),
-    )
-    with running(sched):
+    with scheduling(stack, policy_file) as sched:
         yield sched
     delete_all(api, NAMESPACES)
     wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")

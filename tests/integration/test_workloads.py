@@ -12,11 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.client import Client
-from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
+from gpucarve.kube.scheduler import Scheduler
 from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import (
@@ -27,8 +24,7 @@ from tests.integration.kube_pods import (
     pod,
     pods_in,
 )
-from tests.integration.stack_setup import populate, running
-from tests.paths import BUILTIN
+from tests.integration.stack_setup import example_policy, populate, scheduling
 
 pytestmark = pytest.mark.integration
 NAMESPACES = ["research", "data-science"]
@@ -37,11 +33,7 @@ JOBSET = "jobset.sigs.k8s.io/jobset-name"
 
 @pytest.fixture(scope="module")
 def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    doc = yaml.safe_load((BUILTIN / "three-teams.yaml").read_text())
-    doc.setdefault("scheduling", {})["minRuntimeSeconds"] = 0
-    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return example_policy(tmp_path_factory.mktemp("policy"))
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +50,7 @@ def cluster(
 @pytest.fixture
 def scheduler(cluster: tuple[LocalStack, Api], policy_file: Path) -> Iterator[Scheduler]:
     stack, api = cluster
-    sched = Scheduler(
-        Client.from_kubeconfig(stack.kubeconfig()),
-        load_policy(policy_file, []).policy,
-        SchedulerConfig(interval_s=0.5, check_invariants=True),
-    )
-    with running(sched):
+    with scheduling(stack, policy_file) as sched:
         yield sched
     for ns in NAMESPACES:
         api.call("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs?propagationPolicy=Background")
@@ -120,7 +107,11 @@ def test_an_indexed_job_binds_all_or_nothing(
     def all_wait() -> dict[str, str] | None:
         pods = _of_job(api, "research", "train-")
         conds = {n: condition(p) for n, p in pods.items()}
-        if len(pods) == 4 and all(c and c["status"] == "False" for c in conds.values()):
+        # (while its pods are being created the Job waits for the rest: that reason first)
+        if len(pods) == 4 and all(
+            c and c["status"] == "False" and c["message"].startswith("quota/")
+            for c in conds.values()
+        ):
             return {n: c["message"] for n, c in conds.items() if c}
         return None
 

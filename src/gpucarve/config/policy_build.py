@@ -375,13 +375,7 @@ def _queue(q: QueueSpec) -> Queue:
 def load_policy(path: str | FsPath, catalog_files: Sequence[str | FsPath] = ()) -> LoadedPolicy:
     """Read, validate and build a policy file; raises `InvalidInput` with line numbers."""
     catalog = load_catalog(catalog_files)
-    doc = read_yaml(path)
-    try:
-        loaded = build_policy(doc.data, catalog, doc.source)
-    except InvalidInput as exc:
-        raise InvalidInput(exc.source, [_with_line(p, doc) for p in exc.problems]) from None
-    warnings = tuple(_with_line(p, doc) for p in loaded.warnings)
-    return LoadedPolicy(loaded.policy, warnings, doc)
+    return _built(read_yaml(path), catalog)
 
 
 def load_policy_text(
@@ -389,7 +383,10 @@ def load_policy_text(
 ) -> LoadedPolicy:
     """`load_policy` for a policy held elsewhere than in a file (a ConfigMap's key)."""
     catalog = load_catalog(catalog_files)
-    doc = parse_yaml(text, source)
+    return _built(parse_yaml(text, source), catalog)
+
+
+def _built(doc: YamlDocument, catalog: Catalog) -> LoadedPolicy:
     try:
         loaded = build_policy(doc.data, catalog, doc.source)
     except InvalidInput as exc:

@@ -130,33 +130,32 @@ class Reporter:
             since = self.group_since[gk] = (cond["status"], rfc3339(self.clock()))
         cond["lastTransitionTime"] = since[1]
         body = {**status, "conditions": [cond]}
-        try:
-            self.client.call(
-                "PATCH",
-                f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/podgroups/{name}/status",
-                [{"op": "add", "path": "/status", "value": body}],
-                "application/json-patch+json",
-            )
-        except ApiError as err:
-            if err.status != 404:
-                log.warning("status of pod group %s/%s not written: %s", ns, name, err)
-                self.group_status.pop(gk, None)  # retried next cycle
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/podgroups/{name}/status"
+        if not self._patch_status(path, body, f"pod group {ns}/{name}"):
+            self.group_status.pop(gk, None)  # retried next cycle
 
     def _write_queue_status(self, name: str, status: dict[str, Any]) -> None:
+        path = f"/apis/{GROUP}/{VERSION}/queues/{name}/status"
+        if not self._patch_status(path, status, f"queue {name}"):
+            self.queue_status.pop(name, None)  # retried next cycle
+
+    def _patch_status(self, path: str, status: dict[str, Any], what: str) -> bool:
+        """Replace an object's whole status (a JSON patch: a merge patch would keep flavors
+        no longer in use); False when it should be tried again. An object that was never
+        applied (404) has nothing to write to."""
         try:
-            # A JSON patch replaces the whole status: a merge patch would keep flavors that
-            # are no longer in use.
             self.client.call(
                 "PATCH",
-                f"/apis/{GROUP}/{VERSION}/queues/{name}/status",
+                path,
                 [{"op": "add", "path": "/status", "value": status}],
                 "application/json-patch+json",
             )
         except ApiError as err:
             if err.status == 404:
-                return  # the Queue object was never applied: nothing to write to
-            log.warning("status of queue %s not written: %s", name, err)
-            self.queue_status.pop(name, None)  # retried next cycle
+                return True
+            log.warning("status of %s not written: %s", what, err)
+            return False
+        return True
 
     def pending(
         self,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components the integration tests run: kube-apiserver,
 # kube-controller-manager and kubectl (from the k8s.io/kubernetes module through a wrapper
-# module, because that module's own go.mod points its staging modules at local paths), etcd (go.etcd.io/etcd/server/v3), kwok (fake kubelets) and
-# helm (helm.sh/helm/v3, for the chart tests).
+# module, because that module's own go.mod points its staging modules at local paths), etcd
+# (go.etcd.io/etcd/server/v3), kwok (fake kubelets), helm (helm.sh/helm/v3, for the chart
+# tests) and promtool (github.com/prometheus/prometheus, for the alert rules' tests).
 # Binaries are cached per user, outside the clone, so a fresh checkout reuses them.
 # Usage: tools/testenv.sh            build what is missing, print the bin folder
 set -euo pipefail
@@ -11,6 +12,7 @@ K8S_VERSION="${GPUCARVE_K8S_VERSION:-v1.36.3}"
 ETCD_VERSION="${GPUCARVE_ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${GPUCARVE_KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${GPUCARVE_HELM_VERSION:-v3.22.0}"
+PROMETHEUS_VERSION="${GPUCARVE_PROMETHEUS_VERSION:-v0.316.0}"  # the Go module's tag of Prometheus 3
 CACHE="${GPUCARVE_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpucarve/testenv}"
 BIN="$CACHE/bin-$K8S_VERSION-$ETCD_VERSION-$KWOK_VERSION"
 mkdir -p "$BIN"
@@ -104,6 +106,11 @@ build_kwok() { build_wrapped kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/k
 
 build_helm() { build_wrapped helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm; }
 
+build_promtool() {
+  build_wrapped promtool github.com/prometheus/prometheus "$PROMETHEUS_VERSION" \
+    github.com/prometheus/prometheus/cmd/promtool
+}
+
 # kwok does nothing without stages; kwokctl passes the ones the kwok module ships. Use the same:
 # nodes turn Ready and keep a heartbeat, pods run and complete after the delay their
 # `pod-complete.stage.kwok.x-k8s.io/delay` annotation asks for.
@@ -130,4 +137,5 @@ for cmd in kube-apiserver kube-controller-manager kubectl; do
   [ -x "$BIN/$cmd" ] || { log "building $cmd $K8S_VERSION (minutes on a cold cache)"; (build_kube "$cmd"); }
 done
 [ -x "$BIN/helm" ] || { log "building helm $HELM_VERSION"; (build_helm); }
+[ -x "$BIN/promtool" ] || { log "building promtool $PROMETHEUS_VERSION"; (build_promtool); }
 echo "$BIN"

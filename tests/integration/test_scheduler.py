@@ -5,16 +5,19 @@ reclaim evicts a borrower through the Eviction API."""
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.kube.client import Client
+from gpucarve.kube.health import Health, ProbeServer
 from gpucarve.kube.scheduler import CycleReport, Scheduler
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries, free_port
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import (
     condition,
@@ -233,3 +236,55 @@ def test_a_queue_label_of_another_team_is_refused_with_the_reason(
     message = wait_for(refused, what="the escape's reason")
     assert "namespace 'research' may not use queue 'production'" in message
     assert not node_of(pods_in(api, "research")["escape"])
+
+
+def test_metrics_scraped_after_a_scenario_match_it(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    port = free_port()
+    probes = ProbeServer(Health(), "127.0.0.1", port, scheduler.metrics.registry)
+    probes.start()
+    try:
+        pod_group(api, "research", "pair", 2)
+        for n in ("p0", "p1"):
+            create_pod(api, pod("research", n, "nvidia.com/gpu", 8, group="pair"))
+        wait_for(lambda: _bound(api, "research", ["p0", "p1"]), what="the gang bound")
+        for name in ("first", "second"):
+            create_pod(api, pod("data-science", name, "nvidia.com/gpu", 8))
+        create_pod(api, pod("data-science", "third", "nvidia.com/gpu", 8))
+
+        def scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                assert r.headers["Content-Type"].startswith("text/plain")
+                text = r.read().decode()
+            got = {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+            }
+            waiting = (
+                "gpucarve_pending_workloads",
+                (("queue", "data-science"), ("reason", "quota")),
+            )
+            return got if got.get(waiting) == 1 else None
+
+        got = wait_for(scraped, what="the metrics to show data-science waiting on quota")
+    finally:
+        probes.stop()
+
+    def at(name: str, **labels: str) -> float:
+        return got[(name, tuple(sorted(labels.items())))]
+
+    # research 16 of its 16 nominal; data-science 16 = 6 nominal + 10 borrowed (its limit)
+    assert at("gpucarve_queue_usage_slices", queue="research", flavor="h100-full") == 16
+    assert at("gpucarve_queue_usage_slices", queue="data-science", flavor="h100-full") == 16
+    assert at("gpucarve_queue_borrowed_slices", queue="data-science", flavor="h100-full") == 10
+    # what data-science borrows comes out of production's unused 10
+    assert at("gpucarve_queue_lent_slices", queue="production", flavor="h100-full") == 10
+    assert at("gpucarve_gang_admissions_total", queue="research", first_try="true") == 1
+    assert at("gpucarve_admission_wait_seconds_count", queue="data-science") == 2
+    assert at("gpucarve_binding_duration_seconds_count") >= 4
+    assert at("gpucarve_leader") == 1
+    assert at("gpucarve_pool_slices", pool="training", flavor="h100-full", state="allocated") == 32
+    assert at("gpucarve_cycle_duration_seconds_count") >= 1

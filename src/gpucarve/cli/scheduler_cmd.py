@@ -26,6 +26,7 @@ from gpucarve.kube.leader import LeaderElector
 from gpucarve.kube.mig_handoff import HandoffConfig
 from gpucarve.kube.policy_reload import PolicyReloader, digest
 from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
+from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger("gpucarve.scheduler")
 
@@ -94,7 +95,7 @@ def scheduler(
             "--health-port",
             min=0,
             max=65535,
-            help="Serve /healthz and /readyz on this port (0: not at all).",
+            help="Serve /healthz, /readyz and /metrics on this port (0: not at all).",
         ),
     ] = 0,
     health_host: Annotated[
@@ -165,9 +166,10 @@ def scheduler(
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     health = Health(leader=None if not leader_elect else False)
     health.beat()
+    metrics = SchedulerMetrics()
     probes = None
     if health_port:
-        probes = ProbeServer(health, health_host, health_port)
+        probes = ProbeServer(health, health_host, health_port, metrics.registry)
         try:
             probes.start()
         except OSError as exc:
@@ -200,7 +202,7 @@ def scheduler(
             partial(_policy_refused, client, policy_config_map),
             loaded=read_as,
         )
-    sched = Scheduler(client, loaded.policy, cfg, health=health, reloader=reloader)
+    sched = Scheduler(client, loaded.policy, cfg, health=health, reloader=reloader, metrics=metrics)
     try:
         sched.run(stop, elector)
     except ApiError as err:

@@ -5,7 +5,8 @@ standby's attempts at the lease, beat within `stale_after_s`; a hung loop gets t
 restarted. `/readyz` answers 200 once this replica can do its job: a leader (or a replica
 without leader election) whose informers have listed everything, or a standby waiting for the
 lease (it is ready to take over, and a rollout must not wait for it to lead). The body says
-which (`{"leader": ..., "synced": ...}`) for `kubectl describe` and humans.
+which (`{"leader": ..., "synced": ...}`) for `kubectl describe` and humans. `/metrics` serves the
+scheduler's Prometheus metrics (`gpucarve.metrics`) on the same port.
 
 Served by Starlette on uvicorn in a thread of the scheduler process.
 """
@@ -19,9 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 
@@ -49,7 +51,7 @@ class Health:
                 "synced": self.synced}  # fmt: skip
 
 
-def app(health: Health) -> Starlette:
+def app(health: Health, registry: CollectorRegistry | None = None) -> Starlette:
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse(health.state(), status_code=200 if health.alive() else 503)
 
@@ -57,15 +59,24 @@ def app(health: Health) -> Starlette:
         ok = health.alive() and health.ready()
         return JSONResponse(health.state(), status_code=200 if ok else 503)
 
-    return Starlette(routes=[Route("/healthz", healthz), Route("/readyz", readyz)])
+    async def metrics(_: Request) -> Response:
+        assert registry is not None
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    routes = [Route("/healthz", healthz), Route("/readyz", readyz)]
+    if registry is not None:
+        routes.append(Route("/metrics", metrics))
+    return Starlette(routes=routes)
 
 
 class ProbeServer:
     """uvicorn serving `app(health)` on host:port from a daemon thread. The socket is bound
     here, so a taken port is an `OSError` from `start()` (uvicorn would exit its thread)."""
 
-    def __init__(self, health: Health, host: str, port: int) -> None:
-        config = uvicorn.Config(app(health), host=host, port=port, log_level="warning")
+    def __init__(
+        self, health: Health, host: str, port: int, registry: CollectorRegistry | None = None
+    ) -> None:
+        config = uvicorn.Config(app(health, registry), host=host, port=port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.host, self.port = host, port
         self.thread: threading.Thread | None = None

@@ -80,11 +80,14 @@ class MigHandoff:
         policy: Policy,
         config: HandoffConfig,
         clock: Callable[[], datetime],
+        on_outcome: Callable[[str, str], None] = lambda node, result: None,
     ) -> None:
+        """`on_outcome(node, result)`: a change `started`, `succeeded` or `failed` (metrics)."""
         self.client = client
         self.policy = policy
         self.cfg = config
         self.clock = clock
+        self.on_outcome = on_outcome
         self.pools = {p.name: p for p in policy.pools}
         self.unmanaged: set[str] = set()  # nodes reported as having no MIG manager
 
@@ -170,6 +173,7 @@ class MigHandoff:
             log.warning("dynamic MIG: node %s not marked for its change: %s", name, err)
             return False
         log.info("dynamic MIG: %s -> %s (%s)", name, config, change.reason)
+        self.on_outcome(name, "started")
         return True
 
     def publish_static(self) -> int:
@@ -277,6 +281,7 @@ class MigHandoff:
             patch["spec"] = {"unschedulable": None}
         if not self._try_patch(node, patch):
             return
+        self.on_outcome(name, "succeeded" if failure is None else "failed")
         if failure is None:
             log.info("dynamic MIG: %s now runs %s", name, change.config)
             self._event(node, "Normal", "MIGReconfigured", f"{change.config}: {change.reason}")

@@ -46,12 +46,14 @@ from gpucarve.kube.informer import Informer
 from gpucarve.kube.inventory import Inventory, build_inventory, node_key
 from gpucarve.kube.leader import LeaderElector
 from gpucarve.kube.mig_handoff import HandoffConfig, MigHandoff
+from gpucarve.kube.observe import outside_the_cycle
 from gpucarve.kube.pod_groups import COSCHEDULING_PATH, all_specs
 from gpucarve.kube.pods import WorkloadCache
 from gpucarve.kube.policy_reload import PolicyReloader
 from gpucarve.kube.reporter import Reporter
 from gpucarve.kube.view import ASSIGNMENT, Assigned, View, build_view
 from gpucarve.kube.view import key as pod_id
+from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger("gpucarve.scheduler")
 
@@ -90,8 +92,10 @@ class Scheduler:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         health: Health | None = None,
         reloader: PolicyReloader | None = None,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         self.client = client
+        self.metrics = metrics or SchedulerMetrics()
         self.health = health
         self.reloader = reloader
         self.policy = policy
@@ -114,7 +118,7 @@ class Scheduler:
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.short_seen: dict[str, int] = {}  # running gang short of pods -> first seen
         self.node_problems: set[str] = set()
-        self.mig = MigHandoff(client, policy, config.mig, clock)
+        self.mig = MigHandoff(client, policy, config.mig, clock, self._repartitioned)
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
         self._inventory: tuple[tuple[str, ...], Inventory] | None = None
         self._binds = ThreadPoolExecutor(config.bind_workers, thread_name_prefix="bind")
@@ -180,6 +184,13 @@ class Scheduler:
         self.publish_mig_configs()
         if self.health is not None:
             self.health.synced = True
+        self.metrics.leader.set(1)  # leading (or alone): the loop runs from here
+        try:
+            self._loop(stop, elector)
+        finally:
+            self.metrics.leader.set(0)
+
+    def _loop(self, stop: threading.Event, elector: LeaderElector | None) -> None:
         while not stop.is_set():
             if self.health is not None:
                 self.health.beat()
@@ -190,8 +201,13 @@ class Scheduler:
             if elector is not None and not elector.is_leader():
                 log.error("not the leader any more: stopping")
                 break
-            if self.reloader is not None and (new := self.reloader.poll()) is not None:
-                self.set_policy(new)
+            if self.reloader is not None:
+                refused = self.reloader.refused
+                if (new := self.reloader.poll()) is not None:
+                    self.metrics.reloads.labels("applied").inc()
+                    self.set_policy(new)
+                elif self.reloader.refused > refused:
+                    self.metrics.reloads.labels("refused").inc()
             try:
                 self.cycle()
             except ApiError as err:
@@ -210,7 +226,7 @@ class Scheduler:
         self.engine = Engine()
         self.workloads = WorkloadCache()
         self._inventory = None
-        self.mig = MigHandoff(self.client, policy, self.cfg.mig, self.clock)
+        self.mig = MigHandoff(self.client, policy, self.cfg.mig, self.clock, self._repartitioned)
         self.publish_mig_configs()
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
         self.reporter.reset()
@@ -277,7 +293,9 @@ class Scheduler:
             snapshot = dataclasses.replace(snapshot, pending=kept)
         now = int((self.clock() - self.epoch).total_seconds())
         snapshot = self._short_since(view, snapshot, now)
+        started = time.perf_counter()  # a duration for the metrics, never read by a decision
         result = self.engine.run_cycle(snapshot, now)
+        took = time.perf_counter() - started
         self.cycles += 1
         if self.cfg.check_invariants:
             check_step(snapshot, result, apply(snapshot, result))
@@ -286,6 +304,8 @@ class Scheduler:
         self._bind(view, result, report)
         report.pending = self.reporter.pending(view, result, waiting)
         self.reporter.queues(self.policy, view, result, waiting)
+        outside = outside_the_cycle(self.policy, view, waiting)
+        self.metrics.observe_cycle(snapshot, result, took, outside)
         if self.use_groups:
             with self._lock:
                 assumed = frozenset(self.assumed)
@@ -315,6 +335,10 @@ class Scheduler:
             since = self.short_seen.setdefault(wid, now)
             partial[wid] = dataclasses.replace(part, since=since)
         return dataclasses.replace(snapshot, partial=MappingProxyType(partial))
+
+    def _repartitioned(self, node: str, result: str) -> None:
+        pool = next((n.pool for n in self.inventory().cluster.nodes if n.name == node), "none")
+        self.metrics.repartitions.labels(pool, result).inc()
 
     def _nodes_by_name(self) -> dict[str, dict[str, Any]]:
         return {n["metadata"]["name"]: n for n in self.nodes.items()}
@@ -404,7 +428,8 @@ class Scheduler:
             "target": {"apiVersion": "v1", "kind": "Node", "name": a.node},
         }
         try:
-            self.client.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", body)
+            with self.metrics.binding.time():
+                self.client.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", body)
         except ApiError as err:
             self.device_configs.drop(pod)
             return str(err)

@@ -1,0 +1,1 @@
+"""What gpucarve shows Prometheus: the scheduler's collectors (`scheduler_metrics`)."""

@@ -1,0 +1,232 @@
+"""The scheduler's Prometheus metrics (`prometheus_client`, in a registry of their own so that
+two schedulers in one process, or tests, never share counters).
+
+Names follow Prometheus' conventions: prefix `gpucarve_`, base units (seconds, slices), counters
+end in `_total`. Labels are bounded by the policy (queue, flavor, pool, cohort, cause, reason
+stage), never pods or workloads. What a cycle shows is set from its snapshot and result
+(`observe_cycle`, pure arithmetic on the engine's values); what the driver sees happen (a
+binding's latency, a repartition's outcome, a policy reload) is counted where it happens.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import Counter as PromCounter
+
+from gpucarve.core.policy import Policy
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.engine.decisions import CycleResult, PendingReason, Stage
+from gpucarve.engine.explain import usage_of
+from gpucarve.engine.quota import Quotas
+from gpucarve.metrics.fragmentation import pool_slices
+
+WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+CYCLE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+BIND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+SEEN_LIMIT = 200_000  # workloads remembered for first-try admission
+
+
+def reason_stage(reason: PendingReason) -> str:
+    """The bounded reason label of a pending workload: quota, fair-share, gang, topology,
+    device, repartition, preemption or validation."""
+    if reason.plugin in ("gang-timeout", "min-member"):
+        return "gang"
+    if reason.stage is Stage.QUEUEING:
+        return "fair-share"
+    if reason.stage is Stage.PLACEMENT:
+        if reason.plugin == "topology":
+            return "topology"
+        if "repartition" in reason.plugin or "repartition" in reason.message:
+            return "repartition"
+        return "device"
+    return str(reason.stage)
+
+
+class SchedulerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        q, qf = ["queue"], ["queue", "flavor"]
+        self.nominal = Gauge("gpucarve_queue_nominal_slices", "Nominal quota", qf, registry=r)
+        self.usage = Gauge("gpucarve_queue_usage_slices", "Slices in use", qf, registry=r)
+        self.borrowed = Gauge(
+            "gpucarve_queue_borrowed_slices", "Slices used beyond nominal", qf, registry=r
+        )
+        self.lent = Gauge(
+            "gpucarve_queue_lent_slices",
+            "Slices of the queue's unused nominal quota that its cohort's borrowers use",
+            qf,
+            registry=r,
+        )
+        self.pending = Gauge(
+            "gpucarve_pending_workloads",
+            "Workloads waiting, by the stage that holds them",
+            ["queue", "reason"],
+            registry=r,
+        )
+        self.wait = Histogram(
+            "gpucarve_admission_wait_seconds",
+            "Submission to admission",
+            q,
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.gang_admissions = PromCounter(
+            "gpucarve_gang_admissions_total",
+            "Gangs (workloads of more than one pod) admitted, by whether it was their first try",
+            ["queue", "first_try"],
+            registry=r,
+        )
+        self.evictions = PromCounter(
+            "gpucarve_evictions_total", "Evictions", ["queue", "cause"], registry=r
+        )
+        self.lost = PromCounter(
+            "gpucarve_evicted_gpu_seconds_total",
+            "GPU time the evicted pods had run (in whole-GPU seconds)",
+            ["queue", "cause"],
+            registry=r,
+        )
+        self.repartitions = PromCounter(
+            "gpucarve_repartitions_total",
+            "MIG repartitions by outcome (started, succeeded, failed)",
+            ["pool", "result"],
+            registry=r,
+        )
+        self.slices = Gauge(
+            "gpucarve_pool_slices",
+            "Slices per pool and flavor, allocated or free",
+            ["pool", "flavor", "state"],
+            registry=r,
+        )
+        self.fragmented = Gauge(
+            "gpucarve_pool_fragmented_slices",
+            "Free slices no waiting request shape can use",
+            ["pool", "flavor"],
+            registry=r,
+        )
+        self.cycle = Histogram(
+            "gpucarve_cycle_duration_seconds",
+            "One scheduling cycle",
+            buckets=CYCLE_BUCKETS,
+            registry=r,
+        )
+        self.binding = Histogram(
+            "gpucarve_binding_duration_seconds",
+            "One binding call to the API server",
+            buckets=BIND_BUCKETS,
+            registry=r,
+        )
+        self.reloads = PromCounter(
+            "gpucarve_policy_reloads_total", "Policy reloads", ["result"], registry=r
+        )
+        self.leader = Gauge(
+            "gpucarve_leader", "1 while this replica leads (or runs without election)", registry=r
+        )
+        self._seen: set[str] = set()  # workloads seen pending in an earlier cycle
+
+    def observe_cycle(
+        self,
+        snapshot: Snapshot,
+        result: CycleResult,
+        duration_s: float,
+        also_pending: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """`also_pending`: (queue, reason stage) of workloads waiting outside the cycle (pods
+        no workload can be made of, gangs short of pods, admissions waiting for victims)."""
+        self.cycle.observe(duration_s)
+        policy = snapshot.policy
+        self._quota(policy, snapshot, result)
+        pending: Counter[tuple[str, str]] = Counter(
+            (p.queue, reason_stage(p.reason)) for p in result.pending
+        )
+        pending.update(also_pending)
+        self.pending.clear()
+        for q in policy.queues:
+            self.pending.labels(q.name, "quota").set(0)  # present, so a query sees zeros
+        for (queue, stage), n in sorted(pending.items()):
+            self.pending.labels(queue, stage).set(n)
+        submitted = {w.id: w for w in snapshot.pending}
+        for a in result.admissions:
+            w = submitted.get(a.workload)
+            if w is None:
+                continue  # an elastic gang growing: not an admission
+            self.wait.labels(a.queue).observe(max(0, result.now - w.submit_time))
+            if w.pods > 1:
+                first = "false" if w.id in self._seen else "true"
+                self.gang_admissions.labels(a.queue, first).inc()
+        self._evictions(snapshot, result)
+        if len(self._seen) > SEEN_LIMIT:
+            self._seen.clear()
+        self._seen.update(p.workload for p in result.pending)
+        self._seen.difference_update(a.workload for a in result.admissions)
+        self._pools(snapshot, result)
+
+    def _quota(self, policy: Policy, snapshot: Snapshot, result: CycleResult) -> None:
+        usage = Counter(usage_of(snapshot.running))
+        gone = set(result.evicted_ids())
+        for rw in snapshot.running:
+            if rw.workload.id in gone:
+                for p in rw.pods:
+                    if p.flavor is not None:
+                        usage[(rw.workload.queue, p.flavor)] -= len(p.slice_ids)
+        for a in result.admissions:
+            for flavor, n in a.charged:
+                usage[(a.queue, flavor)] += n
+        quotas = Quotas(policy, dict(usage))
+        lent = _lent(policy, quotas)
+        for q in policy.queues:
+            for quota in q.quotas:
+                f = quota.flavor
+                self.nominal.labels(q.name, f).set(quota.nominal)
+                self.usage.labels(q.name, f).set(quotas.used(q.name, f))
+                self.borrowed.labels(q.name, f).set(quotas.borrowed(q.name, f))
+                self.lent.labels(q.name, f).set(lent.get((q.name, f), 0))
+
+    def _evictions(self, snapshot: Snapshot, result: CycleResult) -> None:
+        running = {rw.workload.id: rw for rw in snapshot.running}
+        policy = snapshot.policy
+        for e in result.evictions:
+            self.evictions.labels(e.queue, str(e.cause)).inc()
+            rw = running.get(e.workload)
+            if rw is None:
+                continue
+            going = set(e.pods)
+            gpu_share = 0.0
+            for p in rw.pods:
+                if p.flavor is not None and (not going or p.pod in going):
+                    gpu_share += policy.flavors[p.flavor].compute_milli * len(p.slice_ids) / 1000
+            ran = max(0, result.now - rw.start_time)
+            self.lost.labels(e.queue, str(e.cause)).inc(gpu_share * ran)
+
+    def _pools(self, snapshot: Snapshot, result: CycleResult) -> None:
+        self.slices.clear()
+        self.fragmented.clear()
+        for (pool, flavor), counts in sorted(pool_slices(snapshot, result).items()):
+            self.slices.labels(pool, flavor, "allocated").set(counts.allocated)
+            self.slices.labels(pool, flavor, "free").set(counts.free)
+            self.fragmented.labels(pool, flavor).set(counts.fragmented)
+
+
+def _lent(policy: Policy, quotas: Quotas) -> dict[tuple[str, str], int]:
+    """What each queue's unused lendable quota serves of its cohort's borrowing: the cohort's
+    borrowed slices are taken from its lenders in queue-name order (a split of a shared pool has
+    no one true answer; this one is deterministic and adds up)."""
+    out: dict[tuple[str, str], int] = {}
+    for cohort in {q.cohort for q in policy.queues if q.cohort is not None}:
+        members = sorted(quotas.members.get(cohort, ()))
+        flavors = {quota.flavor for m in members for quota in policy.queue(m).quotas}
+        for f in sorted(flavors):
+            borrowed = sum(quotas.borrowed(m, f) for m in members)
+            for m in members:
+                quota = policy.queue(m).quota(f)
+                if quota is None or borrowed <= 0:
+                    continue
+                lendable = quota.nominal if quota.lending_limit is None else quota.lending_limit
+                unused = max(0, min(lendable, quota.nominal - quotas.used(m, f)))
+                give = min(unused, borrowed)
+                out[(m, f)] = give
+                borrowed -= give
+    return out

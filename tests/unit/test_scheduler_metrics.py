@@ -1,0 +1,101 @@
+"""The scheduler's metrics after a cycle, read back in Prometheus' text format: quota usage,
+borrowing and lending per queue, pending work by reason stage, waits, first-try gang
+admissions, evictions with the GPU time they cost, and slices per pool with fragmentation."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpucarve.engine import run_cycle
+from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
+from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
+
+P = policy(
+    pools=[pool("train", "H100-SXM5-80GB", 2, 8)],
+    queues=[
+        queue("a", {"h100-full": {"nominal": 8}}, cohort="c"),
+        queue("b", {"h100-full": {"nominal": 8}}, cohort="c"),
+    ],
+    cohorts=[{"name": "c"}],
+    scheduling={"minRuntimeSeconds": 0},
+)
+
+
+def samples(m: SchedulerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(m.registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(m: SchedulerMetrics, name: str, **labels: str) -> float:
+    return samples(m)[(name, tuple(sorted(labels.items())))]
+
+
+def test_quota_usage_borrowing_and_lending_after_a_cycle() -> None:
+    m = SchedulerMetrics()
+    s = snapshot(P, [workload(P, "big", "a", gpus=8, pods=2)])
+    result = run_cycle(s, 30)
+    m.observe_cycle(s, result, 0.01)
+    assert value(m, "gpucarve_admission_wait_seconds_count", queue="a") == 1
+    assert value(m, "gpucarve_admission_wait_seconds_sum", queue="a") == 30
+    assert value(m, "gpucarve_gang_admissions_total", queue="a", first_try="true") == 1
+    _, s = cycle(s, 30)
+    # b asks beyond its nominal quota: nothing to reclaim, it waits on quota
+    s = submit(s, workload(P, "wide", "b", gpus=8, pods=2, submit=40))
+    result = run_cycle(s, 50)
+    m.observe_cycle(s, result, 0.01)
+    assert value(m, "gpucarve_queue_usage_slices", queue="a", flavor="h100-full") == 16
+    assert value(m, "gpucarve_queue_borrowed_slices", queue="a", flavor="h100-full") == 8
+    assert value(m, "gpucarve_queue_lent_slices", queue="b", flavor="h100-full") == 8
+    assert value(m, "gpucarve_queue_nominal_slices", queue="b", flavor="h100-full") == 8
+    assert value(m, "gpucarve_pending_workloads", queue="b", reason="quota") == 1
+    assert (
+        value(m, "gpucarve_pool_slices", pool="train", flavor="h100-full", state="allocated") == 16
+    )
+    assert value(m, "gpucarve_pool_slices", pool="train", flavor="h100-full", state="free") == 0
+    assert value(m, "gpucarve_cycle_duration_seconds_count") == 2
+
+
+def test_evictions_count_with_the_gpu_time_they_cost() -> None:
+    m = SchedulerMetrics()
+    s = snapshot(P, [workload(P, "hold", "a", gpus=8, pods=2)])
+    _, s = cycle(s, 0)
+    s = submit(s, workload(P, "late", "b", gpus=4, pods=2, submit=10))
+    first = run_cycle(s, 10)  # b's nominal is lent out: reclaim, at once (no minimum runtime)
+    m.observe_cycle(s, first, 0.0)
+    (ev,) = first.evictions
+    assert value(m, "gpucarve_evictions_total", queue="a", cause="reclaim") == 1
+    # 16 whole GPUs ran for 10 s
+    assert value(m, "gpucarve_evicted_gpu_seconds_total", queue="a", cause="reclaim") == 160
+    assert ev.workload == "a/hold"
+
+
+def test_free_slices_no_waiting_shape_can_use_are_fragmented() -> None:
+    m = SchedulerMetrics()
+    s = snapshot(P, [workload(P, "small", "a", gpus=3, pods=1)])
+    _, s = cycle(s, 0)  # 5 free on one node, 8 on the other
+    s = submit(s, workload(P, "wide", "a", gpus=8, pods=2, submit=1))
+    result = run_cycle(s, 1)
+    m.observe_cycle(s, result, 0.0)
+    # the 8-GPU pods cannot use the node with 5 free
+    assert value(m, "gpucarve_pool_fragmented_slices", pool="train", flavor="h100-full") == 5
+
+
+def test_a_gang_admitted_after_waiting_is_no_first_try() -> None:
+    m = SchedulerMetrics()
+    s = snapshot(P, [workload(P, "hold", "a", gpus=8, pods=1)])
+    _, s = cycle(s, 0)
+    s = submit(s, workload(P, "pair", "a", gpus=8, pods=2, submit=1))
+    waited = run_cycle(s, 1)
+    m.observe_cycle(s, waited, 0.0)
+    assert "a/pair" in {p.workload for p in waited.pending}
+    from gpucarve.engine.apply import finish
+
+    s = finish(s, "a/hold")
+    admitted = run_cycle(s, 2)
+    m.observe_cycle(s, admitted, 0.0)
+    assert value(m, "gpucarve_gang_admissions_total", queue="a", first_try="false") == 1

@@ -29,6 +29,7 @@ def test_the_chart_lints() -> None:
         (["replicaCount=0"], "/replicaCount"),
         (["image.pullPolicy=Sometimes"], "/image/pullPolicy"),
         (["healthPort=80"], "/healthPort"),
+        (["metrics.serviceMonitor.interval=often"], "/metrics/serviceMonitor/interval"),
         (["schedulerName=Not_A_Name"], "/schedulerName"),
         (["replicas=2"], "'replicas' not allowed"),
         (["resources.requests.gpu=1"], "'gpu' not allowed"),
@@ -78,6 +79,7 @@ def test_the_rendered_objects_are_accepted_by_the_api_server(admin: Api) -> None
         "PodDisruptionBudget",
         "Role",
         "RoleBinding",
+        "Service",
         "ServiceAccount",
     ]
     install(admin, objs, [NAMESPACE, "gpu-operator"])
@@ -98,6 +100,13 @@ def test_the_rendered_objects_are_accepted_by_the_api_server(admin: Api) -> None
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert "--leader-elect" in c["args"]
     assert f"--lease-namespace={NAMESPACE}" in c["args"]
+    # the metrics Service reaches the scheduler's pods on the port serving /metrics
+    (svc,) = kinds["Service"]
+    labels = spec["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    (port,) = svc["spec"]["ports"]
+    assert port["targetPort"] in {p["name"] for p in c["ports"]}
+    assert f"--health-port={port['port']}" in c["args"]
     # the policy the scheduler reads is the file given to helm, byte for byte
     cms = {c["metadata"]["name"]: c for c in kinds["ConfigMap"]}
     assert set(cms) == {f"{RELEASE}-policy", "gpucarve-mig-parted-config"}

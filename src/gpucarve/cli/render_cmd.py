@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +13,7 @@ from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.render import nvidia
 from gpucarve.render.migparted import mig_parted_config
 from gpucarve.render.migparted import node_labels as mig_labels
+from gpucarve.render.monitoring import grafana_dashboard, prometheus_rule
 from gpucarve.render.namespaces import namespace_objects
 from gpucarve.render.yaml_out import dump
 
@@ -106,4 +108,32 @@ def namespaces(policy: PolicyOption, catalog: CatalogOption = None) -> None:
     maxPerWorkload), and the PriorityClasses: a backstop for pods that bypass gpucarve."""
     loaded = policy_or_exit(policy, catalog)
     objs = namespace_objects(loaded.policy)
+    typer.echo("".join("---\n" + dump(o) for o in objs), nl=False)
+
+
+@app.command("monitoring")
+def monitoring(
+    policy: PolicyOption,
+    namespace: Annotated[
+        str, typer.Option("--namespace", help="Where the PrometheusRule and dashboard go.")
+    ] = "gpucarve-system",
+    dashboard_only: Annotated[
+        bool, typer.Option("--dashboard", help="Print only the Grafana dashboard's JSON.")
+    ] = False,
+    catalog: CatalogOption = None,
+) -> None:
+    """The PrometheusRule (the seeds' DCGM alerts: utilisation low, memory high, temperature
+    high; gpucarve's: a queue starved, a gang stuck, repartitions failing, no leader; the
+    thresholds from the policy's `monitoring:`) and a Grafana dashboard in a ConfigMap that
+    Grafana's sidecar loads (label grafana_dashboard=1)."""
+    loaded = policy_or_exit(policy, catalog)
+    board = grafana_dashboard(loaded.policy)
+    if dashboard_only:
+        typer.echo(json.dumps(board, indent=2))
+        return
+    cm = nvidia.config_map(
+        "gpucarve-dashboard", namespace, {"gpucarve.json": json.dumps(board, indent=2)}
+    )
+    cm["metadata"]["labels"]["grafana_dashboard"] = "1"
+    objs = [prometheus_rule(loaded.policy, namespace), cm]
     typer.echo("".join("---\n" + dump(o) for o in objs), nl=False)

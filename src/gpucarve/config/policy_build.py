@@ -23,6 +23,7 @@ from gpucarve.core.catalog import Catalog
 from gpucarve.core.policy import (
     Cohort,
     Flavor,
+    Monitoring,
     Policy,
     Pool,
     PriorityClass,
@@ -308,8 +309,23 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
             spec.topologyKeys.rack, spec.topologyKeys.nvlinkDomain, spec.topologyKeys.block
         ),
         scheduling=_scheduling(spec),
+        monitoring=_monitoring(spec),
     )
     return LoadedPolicy(policy, tuple(problems))
+
+
+def _monitoring(spec: PolicySpec) -> Monitoring:
+    m = spec.monitoring
+    return Monitoring(
+        m.gpuUtilizationLowPercent,
+        m.gpuUtilizationLowForSeconds,
+        m.gpuMemoryHighPercent,
+        m.gpuMemoryHighForSeconds,
+        m.gpuTemperatureHighCelsius,
+        m.gpuTemperatureHighForSeconds,
+        m.queueStarvedSeconds,
+        m.gangStuckSeconds,
+    )
 
 
 # The largest GPU clusters that exist hold some 200,000 GPUs; everything downstream (cluster

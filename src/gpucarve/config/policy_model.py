@@ -242,6 +242,23 @@ class SchedulingSpec(_Strict):
     )
 
 
+class MonitoringSpec(_Strict):
+    """Thresholds of the alerts `gpucarve render monitoring` writes (defaults: the seeds')."""
+
+    gpuUtilizationLowPercent: int = Field(default=30, ge=1, le=100)
+    gpuUtilizationLowForSeconds: int = Field(default=3600, ge=60, le=7 * 86400)
+    gpuMemoryHighPercent: int = Field(default=90, ge=1, le=100)
+    gpuMemoryHighForSeconds: int = Field(default=300, ge=60, le=86400)
+    gpuTemperatureHighCelsius: int = Field(default=85, ge=30, le=120)
+    gpuTemperatureHighForSeconds: int = Field(default=300, ge=60, le=86400)
+    queueStarvedSeconds: int = Field(
+        default=1800, ge=60, le=7 * 86400, description="Work waits and nothing is admitted."
+    )
+    gangStuckSeconds: int = Field(
+        default=900, ge=60, le=7 * 86400, description="A gang waits short of its pods."
+    )
+
+
 class PolicySpec(_Strict):
     """A gpucarve policy: node pools, queues with quotas, cohorts and priority classes."""
 
@@ -254,6 +271,7 @@ class PolicySpec(_Strict):
     queues: list[QueueSpec] = Field(default=[], max_length=10_000)
     priorityClasses: list[PriorityClassSpec] = Field(default=[], max_length=1000)
     scheduling: SchedulingSpec = SchedulingSpec()
+    monitoring: MonitoringSpec = MonitoringSpec()
 
 
 def policy_json_schema() -> dict[str, object]:

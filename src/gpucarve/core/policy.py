@@ -265,6 +265,20 @@ class SchedulingConfig:
     gang: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class Monitoring:
+    """Alert thresholds (`gpucarve render monitoring`); seconds are `for:` durations."""
+
+    util_low_percent: int = 30
+    util_low_s: int = 3600
+    memory_high_percent: int = 90
+    memory_high_s: int = 300
+    temperature_high_c: int = 85
+    temperature_high_s: int = 300
+    queue_starved_s: int = 1800
+    gang_stuck_s: int = 900
+
+
 @dataclass(frozen=True)
 class Policy:
     name: str
@@ -277,6 +291,7 @@ class Policy:
     priority_classes: tuple[PriorityClass, ...]
     topology_keys: TopologyKeys
     scheduling: SchedulingConfig = SchedulingConfig()
+    monitoring: Monitoring = Monitoring()
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:

@@ -34,6 +34,7 @@ BINARIES = (
     "kubectl",
     "kwok",
     "kwok-stages.yaml",
+    "promtool",
 )
 
 

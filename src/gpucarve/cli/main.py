@@ -12,6 +12,7 @@ from rich.text import Text
 
 from gpucarve import __version__
 from gpucarve.cli import (
+    agent_cmd,
     apply_cmd,
     bench_cmd,
     devcluster_cmd,
@@ -44,6 +45,7 @@ app.command("apply")(apply_cmd.apply)
 app.command("queues")(apply_cmd.queues)
 app.command("scheduler")(scheduler_cmd.scheduler)
 app.command("explain")(explain_cmd.explain)
+app.command("node-agent")(agent_cmd.node_agent)
 app.add_typer(policy_cmd.policy_app, name="policy")
 app.add_typer(policy_cmd.cluster_app, name="cluster")
 app.add_typer(mig_cmd.app, name="mig")

@@ -23,6 +23,7 @@ from gpucarve.core.catalog import Catalog
 from gpucarve.core.policy import (
     Cohort,
     Flavor,
+    GpuHealth,
     Monitoring,
     Policy,
     Pool,
@@ -310,6 +311,14 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
         ),
         scheduling=_scheduling(spec),
         monitoring=_monitoring(spec),
+        gpu_health=GpuHealth(
+            spec.gpuHealth.checkSeconds,
+            spec.gpuHealth.temperatureCelsius,
+            spec.gpuHealth.memoryErrors,
+            spec.gpuHealth.cleanChecks,
+            tuple(spec.gpuHealth.xids),
+            spec.gpuHealth.taint,
+        ),
     )
     return LoadedPolicy(policy, tuple(problems))
 

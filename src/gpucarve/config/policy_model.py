@@ -259,6 +259,25 @@ class MonitoringSpec(_Strict):
     )
 
 
+class GpuHealthSpec(_Strict):
+    """What the node agent (`gpucarve node-agent`) takes a GPU out of service for."""
+
+    checkSeconds: int = Field(default=60, ge=5, le=3600)
+    temperatureCelsius: int = Field(default=90, ge=40, le=120)
+    memoryErrors: int = Field(
+        default=10, ge=1, le=1_000_000, description="Uncorrected ECC errors over a GPU's life."
+    )
+    cleanChecks: int = Field(
+        default=3, ge=1, le=1000, description="Checks in a row without a fault before it is back."
+    )
+    xids: list[int] = Field(default=[48, 63, 64, 74, 79, 94, 95], max_length=256)
+    taint: Literal["allUnhealthy", "needsReset", "never"] = Field(
+        default="allUnhealthy",
+        description="When the node itself is tainted: when all its GPUs are out, also when one "
+        "needs a reset, or never (the scheduler skips unhealthy GPUs' slices either way).",
+    )
+
+
 class PolicySpec(_Strict):
     """A gpucarve policy: node pools, queues with quotas, cohorts and priority classes."""
 
@@ -272,6 +291,7 @@ class PolicySpec(_Strict):
     priorityClasses: list[PriorityClassSpec] = Field(default=[], max_length=1000)
     scheduling: SchedulingSpec = SchedulingSpec()
     monitoring: MonitoringSpec = MonitoringSpec()
+    gpuHealth: GpuHealthSpec = GpuHealthSpec()
 
 
 def policy_json_schema() -> dict[str, object]:

@@ -279,6 +279,16 @@ class Monitoring:
     gang_stuck_s: int = 900
 
 
+@dataclass(frozen=True, slots=True)
+class GpuHealth:
+    check_s: int = 60
+    temperature_c: int = 90
+    memory_errors: int = 10
+    clean_checks: int = 3
+    xids: tuple[int, ...] = (48, 63, 64, 74, 79, 94, 95)
+    taint: str = "allUnhealthy"  # allUnhealthy | needsReset | never
+
+
 @dataclass(frozen=True)
 class Policy:
     name: str
@@ -292,6 +302,7 @@ class Policy:
     topology_keys: TopologyKeys
     scheduling: SchedulingConfig = SchedulingConfig()
     monitoring: Monitoring = Monitoring()
+    gpu_health: GpuHealth = GpuHealth()
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:

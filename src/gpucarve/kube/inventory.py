@@ -29,6 +29,7 @@ from gpucarve.core.cluster import (
 )
 from gpucarve.core.policy import Policy, Pool, SharingMode, Taint
 from gpucarve.core.quantity import QuantityError, parse_quantity
+from gpucarve.kube.gpu_health import UNHEALTHY_ANNOTATION, unhealthy_gpus
 from gpucarve.kube.mig_layout import (
     CHANGE_ANNOTATION,
     LAYOUT_ANNOTATION,
@@ -66,6 +67,8 @@ class Inventory:
     layouts: Mapping[str, NodeLayout] = field(default_factory=dict)
     changes: Mapping[str, Change] = field(default_factory=dict)
     mig_changed_at: Mapping[str, str] = field(default_factory=dict)
+    # GPUs the node's health agent has taken out of service: `node/gpuN` -> why
+    unhealthy: Mapping[str, str] = field(default_factory=dict)
 
 
 def _pool_of(node: Mapping[str, Any], policy: Policy) -> Pool | str | None:
@@ -165,7 +168,11 @@ def node_key(node: Mapping[str, Any]) -> str:
         [
             meta["name"],
             meta.get("labels") or {},
-            [annotations.get(LAYOUT_ANNOTATION), annotations.get(CHANGE_ANNOTATION)],
+            [
+                annotations.get(LAYOUT_ANNOTATION),
+                annotations.get(CHANGE_ANNOTATION),
+                annotations.get(UNHEALTHY_ANNOTATION),
+            ],
             spec.get("taints") or [],
             bool(spec.get("unschedulable")),
             status.get("allocatable") or {},
@@ -249,6 +256,11 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
         for s in node_slices:
             slices[s.id] = s
     resource_of = {name: f.resource_name for name, f in policy.flavors.items()}
+    unhealthy = {
+        f"{node['metadata']['name']}/gpu{g}": why
+        for node in nodes
+        for g, why in unhealthy_gpus(node).items()
+    }
     cluster = ClusterState(tuple(built), MappingProxyType(slices))
     return Inventory(
         cluster,
@@ -257,6 +269,7 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
         MappingProxyType(mig.layouts),
         MappingProxyType(mig.changes),
         MappingProxyType(mig.changed_at),
+        MappingProxyType(unhealthy),
     )
 
 

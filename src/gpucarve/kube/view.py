@@ -357,6 +357,7 @@ def build_view(
         pending.append(w)
         pending_sets[w.id] = g.sets
     _reconfiguring(inventory, b)
+    _out_of_service(inventory, b)
     cluster = ClusterState(b.cluster.nodes, b.cluster.slices, MappingProxyType(b.allocs))
     changed = {
         gpu: int((datetime.fromisoformat(at) - epoch).total_seconds())
@@ -373,6 +374,20 @@ def build_view(
     return View(
         snapshot, pending_sets, running_pods, view_invalid, b.warnings, orphans, short_running
     )
+
+
+UNHEALTHY = "unhealthy:"
+
+
+def _out_of_service(inventory: Inventory, b: _Builder) -> None:
+    """A GPU the health agent took out of service gets nothing new: its free slices are held
+    (pods already on it keep theirs, counted as before), the node's other GPUs stay open."""
+    if not inventory.unhealthy:
+        return
+    for sid, s in b.cluster.slices.items():
+        gpu = f"{s.node}/gpu{s.gpu}"
+        if gpu in inventory.unhealthy and sid not in b.allocs:
+            b.allocs[sid] = Allocation(sid, f"{UNHEALTHY}{gpu}", s.compute_milli, s.memory_mib)
 
 
 def _reconfiguring(inventory: Inventory, b: _Builder) -> None:

@@ -1,0 +1,76 @@
+"""The real `GpuSource`: NVML through NVIDIA's own bindings (`nvidia-ml-py`, module
+`pynvml`), imported only here and only when the agent runs on a GPU node."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import Any
+
+from gpucarve.agent.readings import GpuReading, Xid
+
+
+class NvmlSource:
+    def __init__(self) -> None:
+        # imported at run time: only a GPU node has libnvidia-ml (and the module has no types)
+        self.nvml: Any = importlib.import_module("pynvml")
+        n = self.nvml
+        n.nvmlInit()
+        self.handles = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+        self.events = n.nvmlEventSetCreate()
+        for h in self.handles:
+            # a GPU that cannot report XIDs is still read for the rest
+            with contextlib.suppress(n.NVMLError):
+                n.nvmlDeviceRegisterEvents(h, n.nvmlEventTypeXidCriticalError, self.events)
+
+    def _try(self, call: Any, *args: Any, default: Any = None) -> Any:
+        try:
+            return call(*args)
+        except self.nvml.NVMLError:
+            return default
+
+    def _uncorrected(self, h: Any, counter: int) -> int:
+        n = self.nvml
+        kind = n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        return int(self._try(n.nvmlDeviceGetTotalEccErrors, h, kind, counter) or 0)
+
+    def _uuid(self, h: Any) -> str:
+        uuid = self._try(self.nvml.nvmlDeviceGetUUID, h, default="")
+        return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+
+    def read(self) -> list[GpuReading]:
+        n = self.nvml
+        out = []
+        for i, h in enumerate(self.handles):
+            remapped = self._try(n.nvmlDeviceGetRemappedRows, h, default=(0, 0, 0, 0))
+            retired = self._try(n.nvmlDeviceGetRetiredPagesPendingStatus, h, default=0)
+            temp = self._try(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU, default=0)
+            slowdown = self._try(
+                n.nvmlDeviceGetTemperatureThreshold, h, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+            )
+            out.append(
+                GpuReading(
+                    index=i,
+                    uuid=self._uuid(h),
+                    temperature_c=int(temp),
+                    slowdown_c=None if slowdown is None else int(slowdown),
+                    ecc_dbe_volatile=self._uncorrected(h, n.NVML_VOLATILE_ECC),
+                    ecc_dbe_aggregate=self._uncorrected(h, n.NVML_AGGREGATE_ECC),
+                    retired_pending=bool(remapped[2]) or retired == n.NVML_FEATURE_ENABLED,
+                    power_w=int(self._try(n.nvmlDeviceGetPowerUsage, h, default=0)) / 1000,
+                )
+            )
+        return out
+
+    def xids(self, timeout_ms: int) -> list[Xid]:
+        n = self.nvml
+        index = {self._uuid(h): i for i, h in enumerate(self.handles)}
+        out: list[Xid] = []
+        wait = timeout_ms
+        while True:
+            try:
+                data = n.nvmlEventSetWait_v2(self.events, wait)
+            except n.NVMLError:
+                return out  # a timeout: nothing (more) happened
+            out.append(Xid(index.get(self._uuid(data.device), -1), int(data.eventData)))
+            wait = 0

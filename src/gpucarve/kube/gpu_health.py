@@ -1,0 +1,110 @@
+"""GPU health on the Node: the agent's side (write which GPUs are out of service, an Event for
+each change, the node's taint when the policy asks) and the scheduler's (read them back).
+
+The GPUs out of service are the annotation `gpucarve.io/unhealthy-gpus` (JSON: GPU index ->
+reason). The scheduler holds their free slices out of placement (`kube/view.py`); the node's
+other GPUs stay usable, and pods already on a failed GPU keep running and are reported (an
+Event on the node names them). The node is tainted `gpucarve.io/gpu-unhealthy:NoSchedule` only
+as `gpuHealth.taint` says: when all its GPUs are out (`allUnhealthy`, the default), also when
+one needs a reset (`needsReset`), or never.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from gpucarve.agent.readings import GpuSource
+from gpucarve.agent.tracker import HealthTracker, Thresholds, Verdict
+from gpucarve.core.policy import GpuHealth
+from gpucarve.kube.client import ApiError, Client
+from gpucarve.kube.events import post_event
+
+log = logging.getLogger("gpucarve.agent")
+UNHEALTHY_ANNOTATION = "gpucarve.io/unhealthy-gpus"
+UNHEALTHY_TAINT = "gpucarve.io/gpu-unhealthy"
+
+
+def unhealthy_gpus(node: Mapping[str, Any]) -> dict[int, str]:
+    """GPU index -> why it is out of service, from the Node's annotation (an unreadable one
+    reads as none out, and is logged by the agent that rewrites it)."""
+    raw = (node["metadata"].get("annotations") or {}).get(UNHEALTHY_ANNOTATION)
+    if not raw:
+        return {}
+    try:
+        doc = json.loads(raw)
+        return {int(k): str(v) for k, v in doc.items()}
+    except (ValueError, AttributeError, TypeError):
+        return {}
+
+
+def thresholds(policy: GpuHealth) -> Thresholds:
+    return Thresholds(
+        temperature_c=policy.temperature_c,
+        memory_errors=policy.memory_errors,
+        clean_checks=policy.clean_checks,
+        xids=policy.xids,
+    )
+
+
+class NodeAgent:
+    """One check: read the GPUs, decide, and write what changed onto the Node."""
+
+    def __init__(
+        self,
+        client: Client,
+        node: str,
+        source: GpuSource,
+        policy: GpuHealth,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.client, self.node, self.source = client, node, source
+        self.policy = policy
+        self.tracker = HealthTracker(thresholds(policy))
+        self.clock = clock
+
+    def check(self, xid_wait_ms: int = 0) -> list[Verdict]:
+        readings = self.source.read()
+        verdicts = self.tracker.observe(readings, self.source.xids(xid_wait_ms))
+        self._publish(verdicts, len(readings))
+        return verdicts
+
+    def _publish(self, verdicts: list[Verdict], gpus: int) -> None:
+        path = f"/api/v1/nodes/{self.node}"
+        node = self.client.get(path)
+        before = unhealthy_gpus(node)
+        now = {v.index: v.reason for v in verdicts}
+        taints = [t for t in (node.get("spec") or {}).get("taints") or []
+                  if t.get("key") != UNHEALTHY_TAINT]  # fmt: skip
+        rule = self.policy.taint
+        tainted = bool(verdicts) and (
+            (rule != "never" and len(verdicts) >= gpus)
+            or (rule == "needsReset" and any(v.needs_reset for v in verdicts))
+        )
+        if tainted:
+            taints.append({"key": UNHEALTHY_TAINT, "value": "", "effect": "NoSchedule"})
+        had_taint = any(
+            t.get("key") == UNHEALTHY_TAINT for t in (node.get("spec") or {}).get("taints") or []
+        )
+        if now == before and tainted == had_taint:
+            return
+        value = json.dumps({str(k): v for k, v in sorted(now.items())}) if now else None
+        patch: dict[str, Any] = {"metadata": {"annotations": {UNHEALTHY_ANNOTATION: value}}}
+        if tainted != had_taint:
+            patch["spec"] = {"taints": taints}
+        try:
+            self.client.call("PATCH", path, patch, "application/merge-patch+json")
+        except ApiError as err:
+            log.warning("node %s: GPU health not written: %s", self.node, err)
+            return
+        involved = {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self.node}
+        for i, why in sorted(now.items()):
+            if before.get(i) != why:
+                message = f"GPU {i} out of service: {why}; gpucarve places nothing new on it"
+                post_event(self.client, involved, "Warning", "GPUUnhealthy", message, self.clock())
+        for i in sorted(set(before) - set(now)):
+            message = f"GPU {i} back in service after {self.policy.clean_checks} clean checks"
+            post_event(self.client, involved, "Normal", "GPURecovered", message, self.clock())

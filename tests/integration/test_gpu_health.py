@@ -1,0 +1,116 @@
+"""GPU health end to end on the real API server: the node agent, fed faults through its NVML
+seam, takes one GPU of a node out of service (annotation and Event); the scheduler places a
+pod on the node's other GPUs only; after clean checks the GPU is back and gets work."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpucarve.agent.readings import GpuReading, Xid
+from gpucarve.config.policy_build import load_policy
+from gpucarve.kube.client import Client
+from gpucarve.kube.gpu_health import UNHEALTHY_ANNOTATION, UNHEALTHY_TAINT, NodeAgent
+from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from tests.integration.api import Api, wait_for
+from tests.integration.kube_pods import condition, create_pod, node_of, pod, pods_in
+from tests.integration.stack_setup import example_policy, populate, scheduling
+
+pytestmark = pytest.mark.integration
+NODE = "training-0"
+
+
+class FakeGpus:
+    """The NVML seam, driven by the test: eight healthy GPUs, and the XIDs it is given."""
+
+    def __init__(self) -> None:
+        self.readings = [GpuReading(i, f"GPU-{i}", 55, 87, 0, 0, False, 250.0) for i in range(8)]
+        self.pending: list[Xid] = []
+
+    def read(self) -> list[GpuReading]:
+        return list(self.readings)
+
+    def xids(self, timeout_ms: int) -> list[Xid]:
+        out, self.pending = self.pending, []
+        return out
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[LocalStack, Api, Path]]:
+    policy_file = example_policy(tmp_path)
+    with LocalStack(find_binaries(), tmp_path / "stack") as stack:
+        api = Api(stack.server, stack.tokens[ADMIN_USER])
+        populate(stack, api, policy_file, ["research"])
+        yield stack, api, policy_file
+
+
+def _on_node(name: str, gpus: int) -> dict[str, Any]:
+    p = pod("research", name, "nvidia.com/gpu", gpus)
+    p["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    return p
+
+
+def _slices(api: Api, name: str) -> list[str]:
+    raw = pods_in(api, "research")[name]["metadata"]["annotations"]["gpucarve.io/assignment"]
+    return list(json.loads(raw)["slices"])
+
+
+def test_a_failed_gpu_gets_no_work_and_comes_back(cluster: tuple[LocalStack, Api, Path]) -> None:
+    stack, api, policy_file = cluster
+    health = load_policy(policy_file, []).policy.gpu_health
+    gpus = FakeGpus()
+    agent = NodeAgent(
+        Client.from_kubeconfig(stack.kubeconfig()), NODE, gpus, health, lambda: datetime.now(UTC)
+    )
+    gpus.pending = [Xid(3, 79)]
+    assert [v.index for v in agent.check()] == [3]
+    node = api.get(f"/api/v1/nodes/{NODE}")
+    assert json.loads(node["metadata"]["annotations"][UNHEALTHY_ANNOTATION]) == {"3": "XID 79"}
+    assert not any(t["key"] == UNHEALTHY_TAINT for t in node["spec"].get("taints") or [])
+    events = api.get("/api/v1/namespaces/default/events")["items"]
+    assert any(e["reason"] == "GPUUnhealthy" and "GPU 3" in e["message"] for e in events)
+
+    with scheduling(stack, policy_file):
+        create_pod(api, _on_node("eight", 8))
+        create_pod(api, _on_node("seven", 7))
+        wait_for(lambda: node_of(pods_in(api, "research")["seven"]), what="seven bound")
+        assert all(not s.startswith(f"{NODE}/gpu3") for s in _slices(api, "seven"))
+        c = condition(pods_in(api, "research")["eight"])
+        assert (
+            c is not None
+            and c["status"] == "False"
+            and not node_of(pods_in(api, "research")["eight"])
+        )
+        # clean checks bring it back; then it takes a pod
+        for _ in range(health.clean_checks):
+            agent.check()
+        node = api.get(f"/api/v1/nodes/{NODE}")
+        assert UNHEALTHY_ANNOTATION not in (node["metadata"].get("annotations") or {})
+        create_pod(api, _on_node("one", 1))
+        wait_for(lambda: node_of(pods_in(api, "research")["one"]), what="one bound")
+        assert _slices(api, "one")[0].startswith(f"{NODE}/gpu3")
+    events = api.get("/api/v1/namespaces/default/events")["items"]
+    assert any(e["reason"] == "GPURecovered" for e in events)
+
+
+def test_all_gpus_out_taints_the_node(cluster: tuple[LocalStack, Api, Path]) -> None:
+    stack, api, policy_file = cluster
+    health = load_policy(policy_file, []).policy.gpu_health
+    gpus = FakeGpus()
+    gpus.readings = [dataclasses.replace(r, temperature_c=95) for r in gpus.readings]
+    agent = NodeAgent(
+        Client.from_kubeconfig(stack.kubeconfig()), NODE, gpus, health, lambda: datetime.now(UTC)
+    )
+    assert len(agent.check()) == 8
+    taints = api.get(f"/api/v1/nodes/{NODE}")["spec"].get("taints") or []
+    assert {"key": UNHEALTHY_TAINT, "effect": "NoSchedule"} in [
+        {k: t[k] for k in ("key", "effect")} for t in taints
+    ]
+    # the GPU taint the pool's nodes carry stays
+    assert any(t["key"] == "nvidia.com/gpu" for t in taints)

@@ -5,8 +5,9 @@ A GPU goes out of service at once on a critical XID (by default those NVIDIA's X
 lists as needing attention: 48 double-bit ECC, 63/64 row remapping, 74 NVLink, 79 fallen off
 the bus, 94/95 contained/uncontained ECC), on new uncorrected ECC errors or at least
 `memory_errors` over its life, on pages or rows waiting for a reset, or at `temperature_c` (or
-its own slowdown threshold, if lower). It comes back only after `clean_checks` checks in a row
-with nothing wrong and the temperature `hysteresis_c` below the threshold; a new fault starts
+its own slowdown threshold, if lower) — the policy's `gpuHealth`. It comes back only after
+`clean_checks` checks in a row with nothing wrong and the temperature `hysteresis_c` below the
+threshold; a new fault starts
 the count again. XIDs that only a reset clears (48, 74, 79, 95) also say `needs_reset`.
 """
 
@@ -15,18 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpucarve.agent.readings import GpuReading, Xid
+from gpucarve.core.policy import GpuHealth
 
-CRITICAL_XIDS = (48, 63, 64, 74, 79, 94, 95)
 RESET_XIDS = (48, 74, 79, 95)
-
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    temperature_c: int = 90
-    memory_errors: int = 10
-    clean_checks: int = 3
-    hysteresis_c: int = 5
-    xids: tuple[int, ...] = CRITICAL_XIDS
+HYSTERESIS_C = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +38,8 @@ class _State:
 
 @dataclass
 class HealthTracker:
-    limits: Thresholds = Thresholds()
+    limits: GpuHealth = field(default_factory=GpuHealth)
+    hysteresis_c: int = HYSTERESIS_C
     _out: dict[int, _State] = field(default_factory=dict)
     _dbe_seen: dict[int, int] = field(default_factory=dict)
 
@@ -88,7 +82,7 @@ class HealthTracker:
                 continue
             if state is None:
                 continue
-            cool = r.temperature_c <= hot - self.limits.hysteresis_c
+            cool = r.temperature_c <= hot - self.hysteresis_c
             state.clean = state.clean + 1 if cool else 0
             if state.clean >= self.limits.clean_checks:
                 del self._out[r.index]

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from gpucarve.agent.readings import GpuSource
-from gpucarve.agent.tracker import HealthTracker, Thresholds, Verdict
+from gpucarve.agent.tracker import HealthTracker, Verdict
 from gpucarve.core.policy import GpuHealth
 from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.events import post_event
@@ -41,15 +41,6 @@ def unhealthy_gpus(node: Mapping[str, Any]) -> dict[int, str]:
         return {}
 
 
-def thresholds(policy: GpuHealth) -> Thresholds:
-    return Thresholds(
-        temperature_c=policy.temperature_c,
-        memory_errors=policy.memory_errors,
-        clean_checks=policy.clean_checks,
-        xids=policy.xids,
-    )
-
-
 class NodeAgent:
     """One check: read the GPUs, decide, and write what changed onto the Node."""
 
@@ -63,7 +54,7 @@ class NodeAgent:
     ) -> None:
         self.client, self.node, self.source = client, node, source
         self.policy = policy
-        self.tracker = HealthTracker(thresholds(policy))
+        self.tracker = HealthTracker(policy)
         self.clock = clock
 
     def check(self, xid_wait_ms: int = 0) -> list[Verdict]:

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import RunningWorkload, Workload
+from gpucarve.core.workload import Workload
 from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import Admission, CycleResult, PendingReason, Stage
 from gpucarve.engine.gang_timeout import gang_gpus, timeout_of
 from gpucarve.engine.quota import SCALE, Quotas
+from gpucarve.engine.usage import usage_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,15 +47,6 @@ class Explanation:
     quota: tuple[QuotaLine, ...] = ()
     fair_share: str = ""
     hints: tuple[str, ...] = field(default_factory=tuple)
-
-
-def usage_of(running: tuple[RunningWorkload, ...]) -> dict[tuple[str, str], int]:
-    usage: Counter[tuple[str, str]] = Counter()
-    for rw in running:
-        for p in rw.pods:
-            if p.flavor is not None:
-                usage[(rw.workload.queue, p.flavor)] += len(p.slice_ids)
-    return dict(usage)
 
 
 def _demand(snapshot: Snapshot, w: Workload) -> dict[str, int]:
@@ -93,8 +85,7 @@ def explain(snapshot: Snapshot, result: CycleResult, workload: str) -> Explanati
     # quota and fair share as they stand once the cycle's decisions are applied: the
     # admissions made before this workload's turn took their share
     after = apply(snapshot, result)
-    usage = usage_of(after.running)
-    quotas = Quotas(policy, usage)
+    quotas = Quotas(policy, dict(usage_after(snapshot.running, result)))
     queue = policy.queue(w.queue)
     demand = _demand(snapshot, w)
     lines = []

@@ -10,6 +10,7 @@ from typing import Any
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.usage import evicted_pods, usage_after
 
 
 def queue_statuses(
@@ -23,18 +24,16 @@ def queue_statuses(
     admitted: Counter[str] = Counter()
     pending: Counter[str] = Counter()
     usage: dict[str, Counter[str]] = {q.name: Counter() for q in policy.queues}
-    evicted = set(result.evicted_ids())
+    for (queue, flavor), n in usage_after(running, result).items():
+        usage[queue][flavor] += n
+    gone = evicted_pods(result)
+    ran = {rw.workload.id for rw in running}
     for rw in running:
-        if rw.workload.id in evicted:
-            continue
-        admitted[rw.workload.queue] += 1
-        for p in rw.pods:
-            if p.flavor is not None:
-                usage[rw.workload.queue][p.flavor] += len(p.slice_ids)
+        if not (rw.workload.id in gone and gone[rw.workload.id] is None):
+            admitted[rw.workload.queue] += 1  # a gang that only gave back its surplus runs on
     for a in result.admissions:
-        admitted[a.queue] += 1
-        for flavor, n in a.charged:
-            usage[a.queue][flavor] += n
+        if a.workload not in ran:  # not a running gang that grew
+            admitted[a.queue] += 1
     for pend in result.pending:
         pending[pend.queue] += 1
     for w in also_pending:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from gpucarve.core.policy import SliceKind
 from gpucarve.core.requests import candidate_flavors, gpu_memory_of, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.usage import allocated_after
 
 SHARED = (SliceKind.TIME_SLICE, SliceKind.MPS)
 
@@ -39,15 +39,15 @@ def _smallest_waiting(snapshot: Snapshot, result: CycleResult) -> dict[str, int]
 
 
 def pool_slices(snapshot: Snapshot, result: CycleResult) -> dict[tuple[str, str], Counts]:
-    after = apply(snapshot, result, requeue=False)
-    cluster = after.cluster
+    cluster = snapshot.cluster
+    held = allocated_after(snapshot, result)
     pool_of = {n.name: n.pool for n in cluster.nodes}
     out: dict[tuple[str, str], Counts] = {}
     free_at: Counter[tuple[str, str, str]] = Counter()  # (pool, flavor, node or GPU) -> free
     for sid, s in cluster.slices.items():
         key = (pool_of[s.node], s.flavor)
         counts = out.setdefault(key, Counts())
-        if sid in cluster.allocations:
+        if sid in held:
             counts.allocated += 1
             continue
         counts.free += 1

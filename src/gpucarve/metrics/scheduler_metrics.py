@@ -19,8 +19,8 @@ from prometheus_client import Counter as PromCounter
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine.decisions import CycleResult, PendingReason, Stage
-from gpucarve.engine.explain import usage_of
 from gpucarve.engine.quota import Quotas
+from gpucarve.engine.usage import usage_after
 from gpucarve.metrics.fragmentation import pool_slices
 
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
@@ -165,17 +165,7 @@ class SchedulerMetrics:
         self._pools(snapshot, result)
 
     def _quota(self, policy: Policy, snapshot: Snapshot, result: CycleResult) -> None:
-        usage = Counter(usage_of(snapshot.running))
-        gone = set(result.evicted_ids())
-        for rw in snapshot.running:
-            if rw.workload.id in gone:
-                for p in rw.pods:
-                    if p.flavor is not None:
-                        usage[(rw.workload.queue, p.flavor)] -= len(p.slice_ids)
-        for a in result.admissions:
-            for flavor, n in a.charged:
-                usage[(a.queue, flavor)] += n
-        quotas = Quotas(policy, dict(usage))
+        quotas = Quotas(policy, dict(usage_after(snapshot.running, result)))
         lent = _lent(policy, quotas)
         for q in policy.queues:
             for quota in q.quotas:

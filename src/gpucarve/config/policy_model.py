@@ -270,7 +270,9 @@ class GpuHealthSpec(_Strict):
     cleanChecks: int = Field(
         default=3, ge=1, le=1000, description="Checks in a row without a fault before it is back."
     )
-    xids: list[int] = Field(default=[48, 63, 64, 74, 79, 94, 95], max_length=256)
+    xids: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
+        default=[48, 63, 64, 74, 79, 94, 95], max_length=256, description="Critical XID codes."
+    )
     taint: Literal["allUnhealthy", "needsReset", "never"] = Field(
         default="allUnhealthy",
         description="When the node itself is tainted: when all its GPUs are out, also when one "

@@ -40,7 +40,8 @@ RAY_CLUSTER_LABEL = "ray.io/cluster"
 MAX_GANG = 100_000  # as the PodGroup CRD's minMember
 
 
-def _positive(raw: object) -> int | None:
+def positive_int(raw: object) -> int | None:
+    """A count from an object's field, label or annotation; None unless 1..100,000."""
     try:
         n = int(str(raw))
     except ValueError:
@@ -66,7 +67,7 @@ def group_of(meta: Mapping[str, Any]) -> tuple[str, int | None] | None:
     if str(annotations.get(GANG_ANNOTATION, "")).lower() == "false":
         return None
     if (lws := labels.get(LWS_NAME_LABEL)) and (index := labels.get(LWS_GROUP_LABEL)) is not None:
-        return f"lws-{lws}-{index}", _positive(annotations.get(LWS_SIZE_ANNOTATION))
+        return f"lws-{lws}-{index}", positive_int(annotations.get(LWS_SIZE_ANNOTATION))
     if jobset := labels.get(JOBSET_LABEL):
         return f"jobset-{jobset}", None
     if job := labels.get(KUBEFLOW_LABEL):
@@ -83,9 +84,9 @@ def gang_size(job: Mapping[str, Any]) -> int | None:
     """How many pods of a batch/v1 Job start together: its parallelism when every one of
     them must complete (completions = parallelism); None for a Job of independent pods."""
     spec = job.get("spec") or {}
-    parallelism = _positive(spec.get("parallelism", 1))
+    parallelism = positive_int(spec.get("parallelism", 1))
     completions = spec.get("completions")
-    if parallelism is None or parallelism < 2 or _positive(completions) != parallelism:
+    if parallelism is None or parallelism < 2 or positive_int(completions) != parallelism:
         return None
     template = (spec.get("template") or {}).get("metadata") or {}
     if str((template.get("annotations") or {}).get(GANG_ANNOTATION, "")).lower() == "false":
@@ -108,10 +109,10 @@ def job_specs(jobs: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], GroupS
         size = gang_size(job)
         if jobset := labels.get(JOBSET_LABEL):
             key = (ns, f"jobset-{jobset}")
-            parallelism = _positive((job.get("spec") or {}).get("parallelism", 1)) or 1
+            parallelism = positive_int((job.get("spec") or {}).get("parallelism", 1)) or 1
             jobsets.setdefault(key, []).append(size or (1 if parallelism == 1 else None))
             said = labels.get(JOBSET_JOBS) or (meta.get("annotations") or {}).get(JOBSET_JOBS)
-            if (n := _positive(said)) is not None:
+            if (n := positive_int(said)) is not None:
                 expected[key] = n
         elif size is not None:
             out[(ns, f"job-{meta['name']}")] = GroupSpec(size)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpucarve.kube.group_spec import GroupSpec
-from gpucarve.kube.owners import job_specs
+from gpucarve.kube.owners import job_specs, positive_int
 
 COSCHEDULING_GROUP = "scheduling.x-k8s.io"
 COSCHEDULING_VERSION = "v1alpha1"
@@ -22,20 +22,13 @@ COSCHEDULING_PATH = f"/apis/{COSCHEDULING_GROUP}/{COSCHEDULING_VERSION}/podgroup
 TOPOLOGIES = ("none", "node", "nvlink", "rack", "block")
 
 
-def _positive(value: object) -> int | None:
-    # The CRDs' schemas bound these; an object written before a schema change is read safely.
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    return None
-
-
 def _spec(obj: Mapping[str, Any], ours: bool) -> GroupSpec:
     spec = obj.get("spec") or {}
     topology = spec.get("topology", "none") if ours else "none"
     return GroupSpec(
-        min_member=_positive(spec.get("minMember")) or 1,
+        min_member=positive_int(spec.get("minMember")) or 1,
         topology=topology if topology in TOPOLOGIES else "none",
-        timeout_s=_positive(spec.get("scheduleTimeoutSeconds")),
+        timeout_s=positive_int(spec.get("scheduleTimeoutSeconds")),
         queue=(spec.get("queue") or None) if ours else None,
         priority_class=(spec.get("priorityClassName") or None) if ours else None,
     )

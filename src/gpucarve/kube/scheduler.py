@@ -27,12 +27,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Any
 
 from gpucarve.core.cluster import RECONFIGURING
 from gpucarve.core.policy import Policy
-from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.engine import Engine
@@ -51,6 +49,7 @@ from gpucarve.kube.pod_groups import COSCHEDULING_PATH, all_specs
 from gpucarve.kube.pods import WorkloadCache
 from gpucarve.kube.policy_reload import PolicyReloader
 from gpucarve.kube.reporter import Reporter
+from gpucarve.kube.short_gangs import ShortGangs
 from gpucarve.kube.view import ASSIGNMENT, Assigned, View, build_view
 from gpucarve.kube.view import key as pod_id
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
@@ -116,7 +115,7 @@ class Scheduler:
         self.failed_binds: list[str] = []
         self._lock = threading.Lock()
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
-        self.short_seen: dict[str, int] = {}  # running gang short of pods -> first seen
+        self.short_gangs = ShortGangs()
         self.node_problems: set[str] = set()
         self.mig = MigHandoff(client, policy, config.mig, clock, self._repartitioned)
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
@@ -292,7 +291,7 @@ class Scheduler:
             kept = tuple(w for w in snapshot.pending if w.id not in waiting)
             snapshot = dataclasses.replace(snapshot, pending=kept)
         now = int((self.clock() - self.epoch).total_seconds())
-        snapshot = self._short_since(view, snapshot, now)
+        snapshot = self.short_gangs.dated(view, snapshot, now)
         started = time.perf_counter()  # a duration for the metrics, never read by a decision
         result = self.engine.run_cycle(snapshot, now)
         took = time.perf_counter() - started
@@ -322,19 +321,6 @@ class Scheduler:
                 report.pending,
             )
         return report
-
-    def _short_since(self, view: View, snapshot: Snapshot, now: int) -> Snapshot:
-        """Gangs running short with their missing pods not (yet) created: the API objects do
-        not say since when, so the scheduler counts from the cycle it first saw them short (a
-        restart counts again: a later release, never an early one)."""
-        self.short_seen = {w: t for w, t in self.short_seen.items() if w in view.short_running}
-        if not view.short_running:
-            return snapshot
-        partial = dict(snapshot.partial)
-        for wid, part in view.short_running.items():
-            since = self.short_seen.setdefault(wid, now)
-            partial[wid] = dataclasses.replace(part, since=since)
-        return dataclasses.replace(snapshot, partial=MappingProxyType(partial))
 
     def _repartitioned(self, node: str, result: str) -> None:
         pool = next((n.pool for n in self.inventory().cluster.nodes if n.name == node), "none")

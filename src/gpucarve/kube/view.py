@@ -19,11 +19,12 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from gpucarve.core.cluster import RECONFIGURING, Allocation, ClusterState
+from gpucarve.core.cluster import Allocation, ClusterState
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import PartialGang, PodAssignment, PodSet, RunningWorkload, Workload
 from gpucarve.engine.gang_timeout import gang_gpus
+from gpucarve.kube.held_slices import hold_free
 from gpucarve.kube.inventory import Inventory
 from gpucarve.kube.owners import group_of
 from gpucarve.kube.pods import (
@@ -356,8 +357,7 @@ def build_view(
                 )
         pending.append(w)
         pending_sets[w.id] = g.sets
-    _reconfiguring(inventory, b)
-    _out_of_service(inventory, b)
+    hold_free(b.cluster.slices, b.allocs, inventory)
     cluster = ClusterState(b.cluster.nodes, b.cluster.slices, MappingProxyType(b.allocs))
     changed = {
         gpu: int((datetime.fromisoformat(at) - epoch).total_seconds())
@@ -374,34 +374,6 @@ def build_view(
     return View(
         snapshot, pending_sets, running_pods, view_invalid, b.warnings, orphans, short_running
     )
-
-
-UNHEALTHY = "unhealthy:"
-
-
-def _out_of_service(inventory: Inventory, b: _Builder) -> None:
-    """A GPU the health agent took out of service gets nothing new: its free slices are held
-    (pods already on it keep theirs, counted as before), the node's other GPUs stay open."""
-    if not inventory.unhealthy:
-        return
-    for sid, s in b.cluster.slices.items():
-        gpu = f"{s.node}/gpu{s.gpu}"
-        if gpu in inventory.unhealthy and sid not in b.allocs:
-            b.allocs[sid] = Allocation(sid, f"{UNHEALTHY}{gpu}", s.compute_milli, s.memory_mib)
-
-
-def _reconfiguring(inventory: Inventory, b: _Builder) -> None:
-    """The instances a MIG change in flight is creating are held by it (as in the simulator),
-    so the engine neither places on them nor plans those GPUs again, and counts them as
-    arriving supply."""
-    for node, change in inventory.changes.items():
-        for g in change.gpus:
-            gpu = f"{node}/gpu{g}"
-            for sid, s in b.cluster.slices.items():
-                if s.node == node and s.gpu == g and sid not in b.allocs:
-                    b.allocs[sid] = Allocation(
-                        sid, f"{RECONFIGURING}{gpu}", s.compute_milli, s.memory_mib
-                    )
 
 
 def _with_hints(

@@ -90,6 +90,8 @@ def _configurations(port: int, ca: bytes) -> list[tuple[str, dict[str, Any]]]:
     bundle = base64.b64encode(ca).decode()
     pods = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
             "resources": ["pods"], "scope": "Namespaced"}  # fmt: skip
+    debug = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+             "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}  # fmt: skip
     groups = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "Namespaced",
               "operations": ["CREATE", "UPDATE"], "resources": ["podgroups"]}  # fmt: skip
     queues = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "*",
@@ -117,7 +119,7 @@ def _configurations(port: int, ca: bytes) -> list[tuple[str, dict[str, Any]]]:
             "webhooks": [hook("pods.mutate.gpucarve.io", "/mutate", [pods], True)]}),
         ("validatingwebhookconfigurations", {
             "metadata": {"name": "gpucarve"},
-            "webhooks": [hook("pods.validate.gpucarve.io", "/validate", [pods], True),
+            "webhooks": [hook("pods.validate.gpucarve.io", "/validate", [pods, debug], True),
                          hook("podgroups.validate.gpucarve.io", "/validate", [groups], True),
                          hook("queues.validate.gpucarve.io", "/validate", [queues], False)]}),
     ]  # fmt: skip
@@ -180,10 +182,25 @@ def test_a_default_scheduler_pod_is_mutated_then_bound(webhook: Webhook) -> None
     assert meta["labels"]["gpucarve.io/queue"] == "research"
     assert spec["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "8"
     assert "schedulerName=gpucarve" in meta["annotations"]["gpucarve.io/mutated"]
+    # the seed's gpu-mode selector: the request implies the exclusive pool
+    assert spec["nodeSelector"] == {"gpucarve.io/gpu-mode": "exclusive"}
+    # nodes joined without the label: the scheduler writes it before it binds there
+    nodes = api.get("/api/v1/nodes")["items"]
+    for n in nodes:
+        status, body = api.call("PATCH", f"/api/v1/nodes/{n['metadata']['name']}",
+                                {"metadata": {"labels": {"gpucarve.io/gpu-mode": None}}},
+                                "application/merge-patch+json")  # fmt: skip
+        assert status == 200, body
     sched = Scheduler(Client.from_kubeconfig(stack.kubeconfig()),
                       load_policy(POLICY).policy, SchedulerConfig(interval_s=0.3))  # fmt: skip
     with running(sched):
-        assert wait_for(lambda: node_of(pods_in(api, "research")["plain"]), what="bound")
+        bound = wait_for(lambda: node_of(pods_in(api, "research")["plain"]), what="bound")
+    modes = {n["metadata"]["name"]: n["metadata"]["labels"].get("gpucarve.io/gpu-mode")
+             for n in api.get("/api/v1/nodes")["items"]}  # fmt: skip
+    assert modes[bound] == "exclusive"
+    pools = {n["metadata"]["name"]: n["metadata"]["labels"]["gpucarve.io/pool"] for n in nodes}
+    expected = {"training": "exclusive", "production": "mig", "dev": "time-slicing"}
+    assert modes == {name: expected[pools[name]] for name in modes}
 
 
 def test_pods_outside_the_governed_namespaces_are_left_alone(webhook: Webhook) -> None:
@@ -208,13 +225,38 @@ def _attacks() -> list[tuple[str, dict[str, Any], str]]:
     fraction["metadata"]["annotations"] = {"gpucarve.io/gpu-fraction": "1500"}
     del fraction["spec"]["containers"][0]["resources"]
     profile = pod("serving", "odd", "nvidia.com/mig-4g.40gb")
+    allgpus = pod("research", "sneaky", "cpu")
+    allgpus["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
     return [
         ("another team's queue label", escape, "may not use queue 'production'"),
         ("a priority the queue may not use", priority, "production-critical"),
         ("a fraction above 1000", fraction, "gpu-fraction"),
         ("a GPU request hidden in an init container", _init_hidden(), "maxPerWorkload"),
         ("a profile no pool has", profile, "serves 1 × 4g.40gb"),
+        ("a CPU pod that names the node's GPUs", allgpus, "NVIDIA_VISIBLE_DEVICES"),
     ]
+
+
+def test_a_debug_container_cannot_name_the_nodes_gpus(webhook: Webhook) -> None:
+    api = webhook.api
+    _wait_admitted(api, _plain("research", "probe", "nvidia.com/gpu"))
+    status, body = _create(api, pod("research", "debugged", "cpu"))
+    assert status == 201, body
+
+    def debug(name: str, env: list[dict[str, str]]) -> tuple[int, Any]:
+        current = api.get("/api/v1/namespaces/research/pods/debugged")
+        current["spec"]["ephemeralContainers"] = [
+            *current["spec"].get("ephemeralContainers", []),
+            {"name": name, "image": "busybox", "env": env},
+        ]
+        return api.call("PUT", "/api/v1/namespaces/research/pods/debugged/ephemeralcontainers",
+                        current)  # fmt: skip
+
+    status, body = debug("sneak", [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
+    assert status == 403, body
+    assert "ephemeralContainers" in body["message"] and "fix:" in body["message"], body
+    status, body = debug("look", [{"name": "LANG", "value": "C"}])
+    assert status == 200, body
 
 
 def test_the_attack_matrix_is_denied_with_its_message(webhook: Webhook) -> None:

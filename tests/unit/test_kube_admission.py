@@ -7,10 +7,32 @@ import json
 from typing import Any
 
 from gpucarve.config.policy_build import load_policy
+from gpucarve.core.policy import Policy
+from gpucarve.core.workload import Workload
 from gpucarve.kube.admission import mutate, pod_problems, queue_problems, wants_gpu
 from tests.paths import BUILTIN
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
+
+
+def load_policy_text(raw: str) -> Policy:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "p.yaml"
+        path.write_text(raw)
+        loaded = load_policy(path)
+    assert loaded.policy is not None, loaded.problems
+    return loaded.policy
+
+
+def _workload(policy: Policy, pod: dict[str, Any]) -> Workload:
+    from gpucarve.kube.admission import _as_scheduled
+
+    found = _as_scheduled(policy, pod).workload
+    assert found is not None
+    return found
 
 
 def _pod(ns: str, limits: dict[str, str], **meta: Any) -> dict[str, Any]:
@@ -39,8 +61,64 @@ def test_the_patch_sets_scheduler_queue_and_requests_and_lists_them() -> None:
     assert ops["/spec/containers/0/resources/requests/nvidia.com~1gpu"] == "2"
     assert json.loads(ops["/metadata/annotations/gpucarve.io~1mutated"]) == m.changes
     assert "/metadata/labels" not in ops  # the pod has labels: only the key is added
-    # a namespace in two queues gets no label (the pod must say which)
-    assert len(m.changes) == 3
+    assert ops["/spec/nodeSelector"] == {}
+    assert ops["/spec/nodeSelector/gpucarve.io~1gpu-mode"] == "exclusive"
+    assert len(m.changes) == 4
+
+
+def _selector(pod: dict[str, Any]) -> str | None:
+    ops = {op["path"]: op["value"] for op in mutate(POLICY, pod, "gpucarve").patch}
+    return ops.get("/spec/nodeSelector/gpucarve.io~1gpu-mode")
+
+
+def test_the_mode_selector_is_the_one_mode_the_request_implies() -> None:
+    assert _selector(_pod("research", {"nvidia.com/gpu": "1"})) == "exclusive"
+    assert _selector(_pod("production", {"nvidia.com/mig-1g.10gb": "1"})) == "mig"
+    assert _selector(_pod("data-science", {"nvidia.com/gpu.shared": "1"})) == "time-slicing"
+    fraction = _pod("data-science", {"cpu": "1"},
+                    annotations={"gpucarve.io/gpu-fraction": "500"})  # fmt: skip
+    assert _selector(fraction) == "time-slicing"  # the only pool with shared slices
+    # a profile no pool has: no mode (validation refuses the pod)
+    assert _selector(_pod("production", {"nvidia.com/mig-7g.99gb": "1"})) is None
+    # the pod's own choice is kept, and an existing selector gets only the key
+    own = _pod("research", {"nvidia.com/gpu": "1"})
+    own["spec"]["nodeSelector"] = {"gpucarve.io/gpu-mode": "mig"}
+    assert _selector(own) is None
+    zoned = _pod("research", {"nvidia.com/gpu": "1"})
+    zoned["spec"]["nodeSelector"] = {"zone": "a"}
+    paths = [op["path"] for op in mutate(POLICY, zoned, "gpucarve").patch]
+    assert "/spec/nodeSelector" not in paths
+    assert "/spec/nodeSelector/gpucarve.io~1gpu-mode" in paths
+
+
+def test_two_modes_serve_shared_requests_so_no_selector_narrows_them() -> None:
+    from gpucarve.kube.gpu_mode import implied_mode
+
+    raw = (BUILTIN / "three-teams.yaml").read_text()
+    mps = ("  - name: inference\n    gpuModel: L4\n    nodes: 2\n    gpusPerNode: 1\n"
+           "    sharing: mps\n    replicas: 4\n\n")  # fmt: skip
+    raw = raw.replace("cohorts:", mps + "cohorts:", 1)
+    policy = load_policy_text(raw)
+    (ps,) = _workload(policy, _pod("research", {"nvidia.com/gpu.shared": "1"})).pod_sets
+    assert implied_mode(policy, [ps.gpu]) is None
+    (ps,) = _workload(POLICY, _pod("research", {"nvidia.com/gpu.shared": "1"})).pod_sets
+    assert implied_mode(POLICY, [ps.gpu]) == "time-slicing"
+
+
+def test_nodes_get_their_pools_mode_label_only_when_missing_or_wrong() -> None:
+    from gpucarve.kube.gpu_mode import labels_to_write
+
+    def node(name: str, **labels: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": labels}}
+
+    nodes = [
+        node("a", **{"gpucarve.io/pool": "training"}),
+        node("b", **{"gpucarve.io/pool": "training", "gpucarve.io/gpu-mode": "exclusive"}),
+        node("c", **{"gpucarve.io/pool": "dev", "gpucarve.io/gpu-mode": "exclusive"}),
+        node("d", **{"gpucarve.io/pool": "nowhere"}),
+        node("e"),
+    ]
+    assert labels_to_write(POLICY, nodes) == {"a": "exclusive", "c": "time-slicing"}
 
 
 def test_problems_are_the_schedulers_and_none_for_good_pods() -> None:
@@ -74,3 +152,22 @@ def test_pod_group_queue_and_priority_are_the_namespaces() -> None:
     assert p.code == "queue-not-for-namespace"
     (p,) = pod_group_problems(POLICY, group("research", priorityClassName="production-critical"))
     assert p.code == "priority-class-not-allowed"
+
+
+def test_a_container_naming_its_own_devices_is_refused_in_governed_namespaces() -> None:
+    from gpucarve.kube.admission import device_env_problems
+
+    p = _pod("research", {"cpu": "1"})
+    p["spec"]["initContainers"] = [
+        {"name": "warm", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0,1"}]}
+    ]
+    p["spec"]["ephemeralContainers"] = [
+        {"name": "dbg", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
+    ]
+    p["spec"]["containers"][0]["env"] = [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]
+    where = sorted(str(prob.location) for prob in pod_problems(POLICY, p))
+    assert len(where) == 2, where  # CUDA_VISIBLE_DEVICES only narrows what it was given
+    assert "ephemeralContainers" in where[0] and "initContainers" in where[1], where
+    assert all(prob.code == "device-env-set-by-pod" for prob in device_env_problems(p))
+    elsewhere = {**p, "metadata": {**p["metadata"], "namespace": "elsewhere"}}
+    assert pod_problems(POLICY, elsewhere) == []

@@ -16,6 +16,9 @@ from gpucarve.core import mig
 from gpucarve.core.mig import Instance
 from gpucarve.core.policy import Flavor, Policy, Pool, SharingMode, SliceKind, Taint
 
+# The seed's `gpu-mode` node label: the sharing mode of the node's pool, for node selectors.
+MODE_LABEL = "gpucarve.io/gpu-mode"
+
 
 @dataclass(frozen=True, slots=True)
 class Slice:
@@ -204,6 +207,7 @@ def _node_labels(pool: Pool, policy: Policy, index: int) -> tuple[tuple[str, str
     labels["nvidia.com/gpu.count"] = str(pool.gpus_per_node)
     labels["nvidia.com/gpu.memory"] = str(m.memory_mib)
     labels["gpucarve.io/pool"] = pool.name
+    labels[MODE_LABEL] = pool.sharing.value
     if pool.sharing is SharingMode.MIG and pool.mig_single:
         # GFD's labels describe the MIG device under the single strategy
         profile = pool.mig_layouts[0][0].profile

@@ -15,14 +15,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from gpucarve.core.cluster import MODE_LABEL
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem, Severity
 from gpucarve.kube.device_config import DEVICE_CONFIG
-from gpucarve.kube.pods import KEPT_ANNOTATIONS, QUEUE_LABELS, pending_workloads
+from gpucarve.kube.gpu_mode import implied_mode
+from gpucarve.kube.pods import KEPT_ANNOTATIONS, QUEUE_LABELS, PendingGroup, pending_workloads
 
 QUEUE_LABEL = "gpucarve.io/queue"
 MUTATED_ANNOTATION = "gpucarve.io/mutated"
 DEFAULT_SCHEDULER = "default-scheduler"
+# what the NVIDIA container toolkit reads to choose a container's devices
+DEVICE_ENV = frozenset({"NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES"})
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # submit time is irrelevant to admission
 
 
@@ -119,6 +123,7 @@ def mutate(
             m.patch.append({"op": "add", "path": f"{base}/requests/{_escape(name)}",
                             "value": value})  # fmt: skip
             m.changes.append(f"{kind}[{c.get('name', i)}] requests {name}={value} (its limit)")
+    _mode_selector(m, policy, pod)
     if review_uid:
         _device_config(m, pod, review_uid)
     if m.changes:
@@ -135,16 +140,68 @@ def pod_problems(policy: Policy, pod: Mapping[str, Any]) -> list[Problem]:
     """Why the scheduler could never run this pod (errors only); empty for a pod gpucarve
     does not govern."""
     meta = pod.get("metadata") or {}
-    if not wants_gpu(pod) or not governed(policy, str(meta.get("namespace") or "")):
+    if not governed(policy, str(meta.get("namespace") or "")):
         return []
-    # the scheduler reads a pod from the API server: give it what the server fills in
+    out = device_env_problems(pod)
+    if not wants_gpu(pod):
+        return out
+    return out + [p for p in _as_scheduled(policy, pod).problems if p.severity is Severity.ERROR]
+
+
+def device_env_problems(pod: Mapping[str, Any]) -> list[Problem]:
+    """A container that names its own devices: the NVIDIA container toolkit gives a container
+    whatever `NVIDIA_VISIBLE_DEVICES` says (`all` included) unless the toolkit is set to
+    refuse it, so in a governed namespace that variable is gpucarve's to set (through the
+    device ConfigMap), never the pod's — in any container, ephemeral ones (added later, for
+    debugging) included."""
+    meta = pod.get("metadata") or {}
+    name = str(meta.get("name") or meta.get("generateName") or "pod")
+    spec = pod.get("spec") or {}
+    out: list[Problem] = []
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
+        for i, c in enumerate(spec.get(kind) or []):
+            for var in c.get("env") or []:
+                if isinstance(var, Mapping) and var.get("name") in DEVICE_ENV:
+                    out.append(Problem((name, "spec", kind, c.get("name", str(i)), "env",
+                                        str(var["name"])), "device-env-set-by-pod",
+                                       f"{var['name']} chooses the node's GPUs outside the "
+                                       "scheduler (the toolkit honours it, `all` included)",
+                                       "remove it: request the GPUs as resources or a gpucarve "
+                                       "fraction, and the container gets the ones chosen for it")
+                               )  # fmt: skip
+    return out
+
+
+def _as_scheduled(policy: Policy, pod: Mapping[str, Any]) -> PendingGroup:
+    """The pod as the scheduler will read it from the API server (with what the server
+    fills in), built into its workload by the scheduler's own code."""
+    meta = pod.get("metadata") or {}
     shaped_meta = dict(meta)
     # a Job's pods have only generateName; the server appends five characters to it
     shaped_meta["name"] = meta.get("name") or f"{meta.get('generateName') or 'pod-'}xxxxx"
     shaped_meta["creationTimestamp"] = meta.get("creationTimestamp") or "2000-01-01T00:00:00Z"
-    shaped = {**pod, "metadata": shaped_meta}
-    (group,) = pending_workloads([shaped], policy, _EPOCH)
-    return [p for p in group.problems if p.severity is Severity.ERROR]
+    (group,) = pending_workloads([{**pod, "metadata": shaped_meta}], policy, _EPOCH)
+    return group
+
+
+def _mode_selector(m: Mutation, policy: Policy, pod: Mapping[str, Any]) -> None:
+    """The seed's `gpu-mode` node selector, when the request implies one sharing mode: a
+    pod then never lands on a pool of another mode, whoever binds it."""
+    spec = pod.get("spec") or {}
+    selector = spec.get("nodeSelector") or {}
+    if MODE_LABEL in selector:
+        return
+    workload = _as_scheduled(policy, pod).workload
+    if workload is None:
+        return
+    mode = implied_mode(policy, [ps.gpu for ps in workload.pod_sets])
+    if mode is None:
+        return
+    if not selector:
+        m.patch.append({"op": "add", "path": "/spec/nodeSelector", "value": {}})
+    m.patch.append({"op": "add", "path": f"/spec/nodeSelector/{_escape(MODE_LABEL)}",
+                    "value": mode})  # fmt: skip
+    m.changes.append(f"nodeSelector {MODE_LABEL}={mode}")
 
 
 def denial(problems: list[Problem]) -> str:

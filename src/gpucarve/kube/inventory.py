@@ -71,7 +71,7 @@ class Inventory:
     unhealthy: Mapping[str, str] = field(default_factory=dict)
 
 
-def _pool_of(node: Mapping[str, Any], policy: Policy) -> Pool | str | None:
+def pool_of(node: Mapping[str, Any], policy: Policy) -> Pool | str | None:
     labels = node["metadata"].get("labels") or {}
     named = labels.get(POOL_LABEL)
     if named is not None:
@@ -194,7 +194,7 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = node["metadata"]["name"]
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        found = _pool_of(node, policy)
+        found = pool_of(node, policy)
         if not isinstance(found, Pool):
             gpus = sorted(k for k in allocatable if str(k).startswith(GPU_PREFIX))
             if isinstance(found, str) or gpus:

@@ -39,6 +39,7 @@ from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.crds import GROUP, VERSION
 from gpucarve.kube.device_config import DeviceConfigs
 from gpucarve.kube.evictions import awaited_pods, evict_pods
+from gpucarve.kube.gpu_mode import label_nodes
 from gpucarve.kube.health import Health
 from gpucarve.kube.informer import Informer
 from gpucarve.kube.inventory import Inventory, build_inventory, node_key
@@ -244,7 +245,7 @@ class Scheduler:
         nodes = self.nodes.items()
         key = tuple(sorted(node_key(n) for n in nodes))
         if self._inventory is None or self._inventory[0] != key:
-            inv = build_inventory(self.policy, nodes)
+            inv = build_inventory(self.policy, label_nodes(self.client, self.policy, nodes))
             self._inventory = (key, inv)
             for p in inv.problems:
                 if str(p) not in self.node_problems:

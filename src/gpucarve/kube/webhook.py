@@ -25,6 +25,8 @@ from starlette.routing import Route
 from gpucarve.core.policy import Policy
 from gpucarve.kube.admission import (
     denial,
+    device_env_problems,
+    governed,
     mutate,
     pod_group_problems,
     pod_problems,
@@ -94,6 +96,10 @@ def app(policy: Callable[[], Policy], scheduler_name: str) -> Starlette:
         if kind == "Pod" and req.get("operation") == "CREATE":
             obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
             problems = pod_problems(policy(), obj)
+        elif kind == "Pod" and req.get("subResource") == "ephemeralcontainers":
+            # `kubectl debug` adds containers to a running pod: the same device rule holds
+            ns = str(req.get("namespace") or "")
+            problems = device_env_problems(obj) if governed(policy(), ns) else []
         elif kind == "Queue" and req.get("operation") in ("CREATE", "UPDATE"):
             problems = queue_problems(policy(), obj)
         elif kind == "PodGroup" and req.get("operation") in ("CREATE", "UPDATE"):

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpucarve.agent.readings import GpuReading, Xid
 from gpucarve.config.policy_build import load_policy
@@ -114,3 +116,43 @@ def test_all_gpus_out_taints_the_node(cluster: tuple[LocalStack, Api, Path]) -> 
     ]
     # the GPU taint the pool's nodes carry stays
     assert any(t["key"] == "nvidia.com/gpu" for t in taints)
+
+
+@pytest.mark.parametrize("evict", [False, True])
+def test_pods_on_a_failed_gpu_are_reported_and_evicted_as_the_policy_says(
+    cluster: tuple[LocalStack, Api, Path], evict: bool
+) -> None:
+    stack, api, policy_file = cluster
+    doc = yaml.safe_load(policy_file.read_text())
+    doc["gpuHealth"] = {"evictPods": evict}
+    policy_file.write_text(yaml.safe_dump(doc))
+    health = load_policy(policy_file, []).policy.gpu_health
+    assert health.evict_pods is evict
+    gpus = FakeGpus()
+    agent = NodeAgent(
+        Client.from_kubeconfig(stack.kubeconfig()), NODE, gpus, health, lambda: datetime.now(UTC)
+    )
+    with scheduling(stack, policy_file):
+        create_pod(api, _on_node("four", 4))
+        create_pod(api, _on_node("two", 2))
+        for name in ("four", "two"):
+            wait_for(lambda n=name: node_of(pods_in(api, "research").get(n, {})), what=name)
+        failed = int(_slices(api, "four")[0].split("/")[1].removeprefix("gpu"))
+        gpus.pending = [Xid(failed, 79)]
+        assert [v.index for v in agent.check()] == [failed]
+
+        def reported() -> list[dict[str, Any]]:
+            events = api.get("/api/v1/namespaces/research/events")["items"]
+            return [e for e in events if e["reason"] == "OnUnhealthyGPU"]
+
+        (event,) = wait_for(reported, what="the pod on the failed GPU reported")
+        assert event["involvedObject"]["name"] == "four"
+        assert f"GPU {failed} of node {NODE}" in event["message"]
+        assert ("evicting it" in event["message"]) is evict
+        if evict:
+            wait_for(lambda: "four" not in pods_in(api, "research"), what="four evicted")
+        else:
+            time.sleep(2)  # several cycles: nothing more happens to it
+            assert "four" in pods_in(api, "research")
+            assert len(reported()) == 1  # reported once, not each cycle
+        assert node_of(pods_in(api, "research")["two"])  # on healthy GPUs: untouched

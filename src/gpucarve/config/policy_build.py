@@ -318,6 +318,7 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
             spec.gpuHealth.cleanChecks,
             tuple(spec.gpuHealth.xids),
             spec.gpuHealth.taint,
+            spec.gpuHealth.evictPods,
         ),
     )
     return LoadedPolicy(policy, tuple(problems))

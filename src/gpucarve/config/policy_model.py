@@ -278,6 +278,11 @@ class GpuHealthSpec(_Strict):
         description="When the node itself is tainted: when all its GPUs are out, also when one "
         "needs a reset, or never (the scheduler skips unhealthy GPUs' slices either way).",
     )
+    evictPods: bool = Field(
+        default=False,
+        description="Evict running pods whose GPU was taken out of service (through the "
+        "Eviction API, so PodDisruptionBudgets hold); otherwise they are only reported.",
+    )
 
 
 class PolicySpec(_Strict):

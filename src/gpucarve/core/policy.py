@@ -287,6 +287,7 @@ class GpuHealth:
     clean_checks: int = 3
     xids: tuple[int, ...] = (48, 63, 64, 74, 79, 94, 95)
     taint: str = "allUnhealthy"  # allUnhealthy | needsReset | never
+    evict_pods: bool = False  # evict running pods of a GPU out of service, or only report
 
 
 @dataclass(frozen=True)

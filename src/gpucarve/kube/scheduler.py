@@ -39,6 +39,7 @@ from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.crds import GROUP, VERSION
 from gpucarve.kube.device_config import DeviceConfigs
 from gpucarve.kube.evictions import awaited_pods, evict_pods
+from gpucarve.kube.failed_gpus import FailedGpuPods
 from gpucarve.kube.gpu_mode import label_nodes
 from gpucarve.kube.health import Health
 from gpucarve.kube.informer import Informer
@@ -123,6 +124,7 @@ class Scheduler:
         self._inventory: tuple[tuple[str, ...], Inventory] | None = None
         self._binds = ThreadPoolExecutor(config.bind_workers, thread_name_prefix="bind")
         self.reporter = Reporter(client, clock, self._uid_of)
+        self.failed_gpus = FailedGpuPods(client, self.reporter)
         self.device_configs = DeviceConfigs(client)
         self.cycles = 0
 
@@ -286,6 +288,8 @@ class Scheduler:
         for w in view.warnings:
             log.warning("%s", w)
         self.reporter.orphans(view)
+        health = self.policy.gpu_health
+        self.failed_gpus.handle(view.snapshot, self.inventory().unhealthy, health.evict_pods)
         snapshot = view.snapshot
         waiting = self._still_awaiting(view)
         if waiting:

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def chart_objs() -> list[dict[str, Any]]:
-    return render(BUILTIN / "three-teams.yaml", ["webhook.enabled=false"])
+    # the webhook's and the node agent's accounts are proven by their own tests
+    values = ["webhook.enabled=false", "nodeAgent.enabled=false"]
+    return render(BUILTIN / "three-teams.yaml", values)
 
 
 def test_paths_are_named_as_rbac_names_them() -> None:

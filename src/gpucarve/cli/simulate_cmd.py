@@ -21,9 +21,12 @@ from gpucarve.cli.common import (
     policy_or_exit,
 )
 from gpucarve.cli.output import Exit, console
+from gpucarve.core.cluster import build_cluster
+from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.sim import report
 from gpucarve.sim.baselines import POLICIES
+from gpucarve.sim.failures import GpuFailure, from_rate, load_failures
 from gpucarve.sim.metrics import is_dev, summarize, timelines
 from gpucarve.sim.policy_scenario import is_three_teams, scenario_for
 from gpucarve.sim.records import SimConfig
@@ -64,6 +67,9 @@ ROWS: list[tuple[str, Any]] = [
     ),
     ("preemptions", lambda s: str(s["preemptions"])),
     ("GPU-hours lost to preemption", lambda s: f"{s['gpu_hours_lost_to_preemption']:,.1f}"),
+    ("GPU failures", lambda s: str(s["gpu_failures"])),
+    ("GPU-hours lost to failures", lambda s: f"{s['gpu_hours_lost_to_failures']:,.1f}"),
+    ("GPU-hours out of service", lambda s: f"{s['gpu_hours_out_of_service']:,.1f}"),
 ]
 
 
@@ -157,6 +163,28 @@ def _verdict(results: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def _failures(
+    policy: Policy,
+    path: Path | None,
+    rate: float,
+    repair_hours: float,
+    window: tuple[int, int],
+    seed: int,
+) -> tuple[GpuFailure, ...]:
+    if path is not None and rate:
+        fail(InvalidInput("--gpu-failures", [Problem((), "two-failure-sources",
+             "--gpu-failures and --gpu-failure-rate both given",
+             "replay a list or draw at a rate, not both")]))  # fmt: skip
+    try:
+        if path is not None:
+            return load_failures(str(path), build_cluster(policy))
+        if rate:
+            return from_rate(build_cluster(policy), rate, int(repair_hours * 3600), window[1], seed)
+    except InvalidInput as exc:
+        fail(exc)
+    return ()
+
+
 def simulate(
     policy: Annotated[
         Path | None,
@@ -202,6 +230,32 @@ def simulate(
             "whole gangs, evictions only as allowed, shared memory); stop at the first broken.",
         ),
     ] = False,
+    failure_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--gpu-failures",
+            help="Replay these GPU failures: a CSV time_s,node,gpu,repair_s (what runs on a "
+            "failed GPU starts over; it takes no work until repaired).",
+        ),
+    ] = None,
+    failure_rate: Annotated[
+        float,
+        typer.Option(
+            "--gpu-failure-rate",
+            help="GPU failures per GPU per day, drawn from --seed (0: none).",
+            min=0.0,
+            max=1.0,
+        ),
+    ] = 0.0,
+    repair_hours: Annotated[
+        float,
+        typer.Option(
+            "--gpu-repair-hours",
+            help="With --gpu-failure-rate: how long a failed GPU is out.",
+            min=0.01,
+            max=24 * 30,
+        ),
+    ] = 4.0,
     catalog: CatalogOption = None,
 ) -> None:
     """Replay a seeded three-team synthetic workload on POLICY under kube-default,
@@ -270,11 +324,12 @@ def simulate(
     else:
         window = (0, int(days * DAY))
     dev = {w.id for w in workloads if is_dev(w)}
+    gpu_failures = _failures(loaded.policy, failure_file, failure_rate, repair_hours, window, seed)
     results: dict[str, dict[str, Any]] = {}
     series: dict[str, dict[str, Any]] = {}
     for name in names:
         make_policy, make_workloads = POLICIES[name]
-        config = SimConfig(check_invariants=check_invariants)
+        config = SimConfig(check_invariants=check_invariants, gpu_failures=gpu_failures)
         sim = Simulator(make_policy(loaded.policy), make_workloads(workloads), utilisation, config)
         with Progress(
             TextColumn(f"simulating {name}"),
@@ -292,6 +347,10 @@ def simulate(
         results[name] = summarize(result, utilisation, window, dev)
         series[name] = timelines(result, window)
     doc: dict[str, Any] = {"policy": loaded.policy.name, "results": results}
+    if failure_file is not None:
+        doc["gpu_failures"] = str(failure_file)
+    elif failure_rate:
+        doc["gpu_failures"] = {"per_gpu_day": failure_rate, "repair_hours": repair_hours}
     if trace_file is not None:
         doc["trace"] = str(trace_file)
     else:

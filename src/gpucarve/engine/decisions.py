@@ -21,6 +21,7 @@ class Cause(StrEnum):
     RECLAIM = "reclaim"  # a queue took back nominal quota that another queue borrowed
     PREEMPT = "preempt"  # a higher-priority workload of the same queue needed the room
     TIMEOUT = "timeout"  # a gang in part placed past its timeout releases what it holds
+    GPU_FAILURE = "gpu-failure"  # a GPU under it failed (the simulator's failure replay)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from gpucarve.core.cluster import ClusterState, Slice, build_cluster, potential_
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.requests import charge_milli, gpu_memory_of
 from gpucarve.core.workload import GpuKind, Workload
+from gpucarve.sim.failures import gpu_seconds_out
 from gpucarve.sim.records import SimResult
 
 HOUR = 3600.0
@@ -99,6 +100,7 @@ def summarize(
     team_gpu_s: defaultdict[str, float] = defaultdict(float)
     team_cost: defaultdict[str, float] = defaultdict(float)
     lost_gpu_s = 0.0
+    failed_gpu_s = 0.0  # work lost when the GPU under it failed
     incomplete_gpu_s = 0.0
     quota_use: defaultdict[tuple[str, str], float] = defaultdict(float)  # slice-seconds
     for iv in result.intervals:
@@ -117,6 +119,8 @@ def summarize(
                 quota_use[(iv.queue, flavor)] += seconds
                 if iv.outcome == "evicted":
                     lost_gpu_s += gpu * seconds
+                elif iv.outcome == "failed":
+                    failed_gpu_s += gpu * seconds
                 elif iv.outcome == "incomplete":
                     incomplete_gpu_s += gpu * seconds
 
@@ -206,6 +210,11 @@ def summarize(
         "gpu_hours_held_by_incomplete_gangs": round(incomplete_gpu_s / HOUR, 2),
         "preemptions": len(result.evictions),
         "gpu_hours_lost_to_preemption": round(lost_gpu_s / HOUR, 2),
+        "gpu_failures": len(result.gpu_failures),
+        "gpu_hours_lost_to_failures": round(failed_gpu_s / HOUR, 2),
+        "gpu_hours_out_of_service": round(
+            gpu_seconds_out([f[:3] for f in result.gpu_failures], w_start, w_end) / HOUR, 2
+        ),
         "pools": pools,
         "teams": teams,
     }

@@ -4,9 +4,21 @@ completions, evictions, fragmentation samples, repartitions), read by `metrics` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import PodAssignment, Workload
+from gpucarve.sim.failures import GpuFailure
+
+
+# What happens at one instant, in the order it is handled (then in the order scheduled).
+class Kind(IntEnum):
+    COMPLETION = 0
+    RECONFIGURED = 1  # a repartitioned MIG GPU's new instances are ready
+    GPU_REPAIRED = 2  # a failed GPU is back (before failures: a GPU may fail again at once)
+    GPU_FAILED = 3
+    ARRIVAL = 4
+    TICK = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +43,9 @@ class SimConfig:
     # After every cycle, check every rule (engine.invariants) and stop at the first broken one:
     # costs a walk over the cluster per cycle, so it is for CI and debugging.
     check_invariants: bool = False
+    # GPUs that fail during the run (sim/failures.py): what runs on them starts over, and
+    # they take no work until repaired.
+    gpu_failures: tuple[GpuFailure, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +57,8 @@ class Interval:
     start: int
     end: int
     pods: tuple[PodAssignment, ...]
-    outcome: str  # "completed" | "evicted" | "cut" (still running at the horizon)
+    # "completed" | "evicted" | "failed" (its GPU failed) | "cut" (running at the horizon)
+    outcome: str
 
 
 @dataclass
@@ -60,3 +76,5 @@ class SimResult:
     # (time, stranded milli-GPU per pool) samples; see sim/fragmentation.py
     fragmentation: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     repartitions: list[tuple[int, str, str]] = field(default_factory=list)  # t, GPU, reason
+    # t, GPU, when repaired (None: still out at the end), the workloads it stopped
+    gpu_failures: list[tuple[int, str, int | None, tuple[str, ...]]] = field(default_factory=list)

@@ -17,31 +17,23 @@ import bisect
 import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
-from types import MappingProxyType
 
-from gpucarve.core.cluster import RECONFIGURING, Allocation, build_cluster, relayout
+from gpucarve.core.cluster import Allocation, build_cluster
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine import CycleResult, Engine
 from gpucarve.engine.apply import apply_in, derive, finish_in
+from gpucarve.engine.decisions import Cause
 from gpucarve.engine.invariants import check_step
-from gpucarve.sim import slowdown
+from gpucarve.sim import failures, mig_replay, slowdown
 from gpucarve.sim.fragmentation import FragmentationProbe
-from gpucarve.sim.records import Interval, SimConfig, SimResult
+from gpucarve.sim.records import Interval, Kind, SimConfig, SimResult
 
 DEFAULT_UTILISATION = 60.0  # percent of a GPU a job keeps busy alone, when the trace says nothing
 
 
 EXACT_SLICES = 20_000
-
-
-class Kind(IntEnum):
-    COMPLETION = 0
-    RECONFIGURED = 1  # a repartitioned MIG GPU's new instances are ready
-    ARRIVAL = 2
-    TICK = 3
 
 
 @dataclass(slots=True)
@@ -103,6 +95,8 @@ class Simulator:
         self.pend_ids: list[str] = []
         self.pend_list: list[Workload] = []
         self.reconfiguring: dict[str, list[str]] = {}  # MIG GPU -> new slices not ready yet
+        # failed GPU -> (its entry in result.gpu_failures, the slices held until its repair)
+        self.out_of_service: dict[str, tuple[int, list[str]]] = {}
         # Completed but not yet released from the snapshot: released together before the next
         # cycle or sample, the only readers of the snapshot (one O(running) pass, not one each).
         self.finished: list[str] = []
@@ -124,13 +118,16 @@ class Simulator:
         }
 
     # ------------------------------------------------------------------ events
-    def _push(self, t: int, kind: Kind, payload: str) -> None:
+    def push(self, t: int, kind: Kind, payload: str) -> None:
         self.seq += 1
         heapq.heappush(self.events, (t, int(kind), self.seq, payload))
 
     def run(self, progress: ProgressHook | None = None) -> SimResult:
+        for f in self.config.gpu_failures:
+            self.push(f.at_s, Kind.GPU_FAILED, f.gpu)
+            self.push(f.at_s + f.repair_s, Kind.GPU_REPAIRED, f.gpu)
         for w in self.workloads:
-            self._push(w.submit_time, Kind.ARRIVAL, w.id)
+            self.push(w.submit_time, Kind.ARRIVAL, w.id)
             self.result.submitted[w.id] = w
         arrivals_left = len(self.workloads)
         by_id = {w.id: w for w in self.workloads}
@@ -158,7 +155,11 @@ class Simulator:
                     arrivals.append(by_id[payload])
                     arrivals_left -= 1
                 elif kind == Kind.RECONFIGURED:
-                    self._reconfigured(payload)
+                    mig_replay.reconfigured(self, payload)
+                elif kind == Kind.GPU_FAILED:
+                    failures.fail(self, payload, at)
+                elif kind == Kind.GPU_REPAIRED:
+                    failures.repair(self, payload, at)
                 elif kind == Kind.COMPLETION:
                     wid, _, version = payload.rpartition("#")
                     job = self.jobs.get(wid)
@@ -166,7 +167,7 @@ class Simulator:
                         self._complete(wid, at)
                 elif tick_at == at:
                     tick_at = None
-            self._flush()
+            self.flush_finished()
             if arrivals:
                 for w in arrivals:
                     self.queue[w.id] = w
@@ -186,15 +187,15 @@ class Simulator:
                 before = self.snapshot
                 result = self.engine.run_cycle(before, now)
                 cycles += 1
-                self._apply(result, now)
+                self.apply_result(result, now)
                 if self.config.check_invariants:
                     check_step(before, result, self.snapshot)
                 stalled = not (result.admissions or result.evictions or result.repartitions)
-                mig_later = self._mig_may_change(result, now)
+                mig_later = mig_replay.may_change(self, result, now)
                 if progress is not None:
                     progress(now, len(self.result.completed))
-            # a GPU being reconfigured will free its new instances
-            mig_later = mig_later or bool(self.reconfiguring)
+            # a GPU being reconfigured will free its new instances, a failed one its slices
+            mig_later = mig_later or bool(self.reconfiguring) or bool(self.out_of_service)
             if (moved or not stalled) and now >= next_sample:
                 # after the cycle: what is free and what still waits for it (it only changes
                 # when something happened, so sampling then is exact)
@@ -210,12 +211,12 @@ class Simulator:
                 tick_gap = min(2 * tick_gap, max(self.config.tick_s, self.config.idle_tick_max_s))
             if (self.snapshot.pending or self.holding) and tick_at is None:
                 tick_at = now + tick_gap
-                self._push(tick_at, Kind.TICK, "")
+                self.push(tick_at, Kind.TICK, "")
             if not self.snapshot.running and not arrivals_left and not mig_later:
                 # Nothing runs, nothing will arrive and no MIG layout can still change: what
                 # still waits never fits.
                 break
-        self._flush()
+        self.flush_finished()
         self.result.end = now
         self.result.cycles = cycles
         for wid, job in sorted(self.jobs.items()):
@@ -268,13 +269,13 @@ class Simulator:
             # ceil: a job completes at the first whole second its work is done
             left = job.remaining / job.rate
             done = now + int(left) + (0 if left == int(left) else 1)
-            self._push(done, Kind.COMPLETION, f"{wid}#{job.version}")
+            self.push(done, Kind.COMPLETION, f"{wid}#{job.version}")
 
     def _neighbours(self, gpus: set[str]) -> set[str]:
         return {w for g in gpus for w in self.gpu_jobs.get(g, ())}
 
     # ------------------------------------------------------------------ changes
-    def _apply(self, result: CycleResult, now: int) -> None:
+    def apply_result(self, result: CycleResult, now: int) -> None:
         running = self.live
         touched: set[str] = set()
         shrunk: set[str] = set()
@@ -286,13 +287,21 @@ class Simulator:
             for g in gpus:
                 self.gpu_jobs[g].discard(ev.workload)
             touched |= self._neighbours(gpus)
-            self.result.evictions.append((now, ev.workload, ev.by, str(ev.cause)))
+            failed = ev.cause is Cause.GPU_FAILURE  # recorded with the failure, no preemption
+            if not failed:
+                self.result.evictions.append((now, ev.workload, ev.by, str(ev.cause)))
             if going:
                 shrunk.add(ev.workload)  # an elastic gang: it keeps running on the rest
                 continue
             shrunk.discard(ev.workload)
-            job = self.jobs.pop(ev.workload)
-            self._close(ev.workload, job, now, "evicted")
+            job = self.jobs.pop(ev.workload, None)
+            if job is not None:
+                self._close(ev.workload, job, now, "failed" if failed else "evicted")
+            elif (since := self.holding.pop(ev.workload, None)) is not None:
+                # a part-placed gang (no gang scheduling) on the failed GPU
+                iv = Interval(ev.workload, rw.workload.queue, since, now, rw.pods, "incomplete")
+                self.result.intervals.append(iv)
+                self.result.held_incomplete.add(ev.workload)
         # part-placed gangs' pods as they were, for the interval they held GPUs idle
         held_pods = {wid: running[wid].pods for wid in self.holding}
         slices = self.snapshot.cluster.slices
@@ -336,60 +345,7 @@ class Simulator:
             touched |= self._neighbours(gpus) | {wid}
         self._reschedule(touched, now)
         if result.repartitions:
-            self._repartition(result, now)
-
-    def _mig_may_change(self, result: CycleResult, now: int) -> bool:
-        """MIG work waits unserved while a dynamic pool's GPU is held back by its minimum
-        interval: a later cycle may still repartition it."""
-        if not result.mig_unserved:
-            return False
-        intervals = {
-            p.name: p.mig_dynamic.min_interval_s for p in self.policy.pools if p.mig_dynamic
-        }
-        pools = {n.name: n.pool for n in self.snapshot.cluster.nodes}
-        for gpu, at in self.snapshot.mig_changed_at.items():
-            interval = intervals.get(pools.get(gpu.rpartition("/")[0], ""))
-            if interval is not None and now - at < interval:
-                return True
-        return False
-
-    def _repartition(self, result: CycleResult, now: int) -> None:
-        """New MIG layouts: destroyed instances go at once, created ones are held by the
-        reconfiguration until it is done."""
-        layouts = {r.gpu_id: r.layout for r in result.repartitions}
-        cluster = relayout(self.policy, self.snapshot.cluster, layouts)
-        changed = dict(self.snapshot.mig_changed_at)
-        for r in result.repartitions:
-            changed[r.gpu_id] = now
-            owner = f"{RECONFIGURING}{r.gpu_id}"
-            held = []
-            for inst in r.created:
-                sid = f"{r.gpu_id}/{inst.profile}@{inst.start}"
-                sl = cluster.slices[sid]
-                self.allocs[sid] = Allocation(sid, owner, sl.compute_milli, sl.memory_mib)
-                held.append(sid)
-            self.reconfiguring[r.gpu_id] = held
-            self.result.repartitions.append((now, r.gpu_id, r.reason))
-            self._push(now + self.config.mig_reconfigure_s, Kind.RECONFIGURED, r.gpu_id)
-        s = self.snapshot
-        # new nodes and slices: the engine rebuilds its view (no delta)
-        self.snapshot = Snapshot(
-            s.policy,
-            cluster.with_allocations(MappingProxyType(dict(self.allocs))),
-            s.running,
-            s.pending,
-            None,
-            MappingProxyType(changed),
-        )
-        self.probe = FragmentationProbe(self.policy, self.snapshot.cluster)
-
-    def _reconfigured(self, gpu: str) -> None:
-        freed = tuple(self.allocs.pop(sid) for sid in self.reconfiguring.pop(gpu, []))
-        if freed:
-            s = self.snapshot
-            step = Step(freed=freed)
-            self.snapshot = derive(s, self.allocs, s.running, s.pending, step)
-            self.probe.follow(step)
+            mig_replay.repartition(self, result, now)
 
     def _complete(self, wid: str, now: int) -> None:
         rw = self.live[wid]
@@ -417,7 +373,7 @@ class Simulator:
         self.pend_ids.insert(i, w.id)
         self.pend_list.insert(i, w)
 
-    def _flush(self) -> None:
+    def flush_finished(self) -> None:
         if self.finished:
             step = finish_in(self.allocs, self.live, tuple(self.finished))
             self._follow(step)

@@ -1,0 +1,108 @@
+"""GPU failures replayed: what runs on a failed GPU starts over, nothing is placed on it until
+it is repaired, the cost is counted, a rate draws the same failures from the same seed, and a
+bad failure list is refused line by line."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpucarve.cli.main import app
+from gpucarve.core.cluster import build_cluster
+from gpucarve.core.problems import InvalidInput
+from gpucarve.sim.failures import GpuFailure, from_rate, load_failures
+from gpucarve.sim.metrics import summarize
+from gpucarve.sim.records import SimConfig, SimResult
+from gpucarve.sim.runner import Simulator
+from tests.engine.builders import policy, pool, queue, workload
+
+P = policy(
+    pools=[pool("h", "H100-SXM5-80GB", 2, 4)],
+    queues=[queue("r", {"h100-full": {"nominal": 8}})],
+)
+
+
+def _run(failures: tuple[GpuFailure, ...], *ws_args: tuple[str, int, int, int]) -> SimResult:
+    ws = [workload(P, n, "r", gpus=g, duration=d, submit=t) for n, g, d, t in ws_args]
+    return Simulator(P, ws, config=SimConfig(gpu_failures=failures, check_invariants=True)).run()
+
+
+def test_a_job_on_a_failed_gpu_starts_over_elsewhere_and_the_gpu_waits_for_repair() -> None:
+    base = _run((), ("a", 4, 3600, 0))
+    (iv,) = base.intervals
+    gpu = f"{iv.pods[0].node}/gpu{iv.pods[0].slice_ids[0].split('/gpu')[1].split('/')[0]}"
+    failed = _run((GpuFailure(600, gpu, 7200),), ("a", 4, 3600, 0), ("b", 4, 3600, 1200))
+    outcomes = [(i.workload, i.outcome, i.start, i.end) for i in failed.intervals]
+    assert ("r/a", "failed", 0, 600) in outcomes
+    # it started over at once on the other node (4 GPUs free there), from scratch
+    assert ("r/a", "completed", 600, 4200) in outcomes
+    # b came at 1,200 while the failed GPU was out: only 3 of that node's GPUs were usable
+    b = [o for o in outcomes if o[0] == "r/b"]
+    assert b == [("r/b", "completed", 4200, 7800)], b
+    (record,) = failed.gpu_failures
+    assert record == (600, gpu, 7800, ("r/a",))
+    s = summarize(failed, window=(0, 7800))
+    assert s["gpu_failures"] == 1
+    assert s["gpu_hours_lost_to_failures"] == pytest.approx(4 * 600 / 3600, abs=0.01)
+    assert s["gpu_hours_out_of_service"] == 2.0
+    assert s["preemptions"] == 0  # a failure is no preemption
+
+
+def test_a_gpu_failing_while_idle_costs_only_its_capacity() -> None:
+    r = _run((GpuFailure(0, "h-1/gpu0", 100),), ("a", 4, 3600, 10))
+    assert [i.outcome for i in r.intervals] == ["completed"]
+    assert r.gpu_failures == [(0, "h-1/gpu0", 100, ())]
+
+
+def test_a_rate_draws_the_same_failures_from_the_same_seed() -> None:
+    cluster = build_cluster(P)
+    a = from_rate(cluster, 0.5, 3600, 10 * 86_400, seed=3)
+    assert a == from_rate(cluster, 0.5, 3600, 10 * 86_400, seed=3)
+    assert a != from_rate(cluster, 0.5, 3600, 10 * 86_400, seed=4)
+    assert 20 <= len(a) <= 70  # 8 GPUs × 10 days × 0.5 = 40 expected
+    by_gpu: dict[str, list[GpuFailure]] = {}
+    for f in a:
+        by_gpu.setdefault(f.gpu, []).append(f)
+    for fs in by_gpu.values():  # a GPU fails again only after its repair
+        assert all(x.at_s + x.repair_s <= y.at_s for x, y in itertools.pairwise(fs))
+    assert from_rate(cluster, 0.0, 3600, 86_400, seed=3) == ()
+
+
+def test_a_bad_failure_list_is_refused_line_by_line(tmp_path: Path) -> None:
+    f = tmp_path / "failures.csv"
+    f.write_text(
+        "time_s,node,gpu,repair_s\n"
+        "10,h-0,1,600\n"
+        "20,nowhere,0,600\n"
+        "30,h-0,9,600\n"
+        "x,h-1,0,600\n"
+        "40,h-1,0,0\n"
+        "300,h-0,1,60\n"
+    )
+    with pytest.raises(InvalidInput) as err:
+        load_failures(str(f), build_cluster(P))
+    by_code = sorted((p.code, p.line) for p in err.value.problems)
+    assert [c for c, _ in by_code].count("bad-row") == 4
+    assert {line for _, line in by_code if line} == {3, 4, 5, 6}
+    assert "overlapping-failures" in [c for c, _ in by_code]
+    f.write_text("time_s,node,gpu,repair_s\n10,h-0,1,600\n700,h-0,1,60\n")
+    assert load_failures(str(f), build_cluster(P)) == (
+        GpuFailure(10, "h-0/gpu1", 600), GpuFailure(700, "h-0/gpu1", 60))  # fmt: skip
+
+
+def test_simulate_replays_failures_and_refuses_two_sources(tmp_path: Path) -> None:
+    runner = CliRunner()
+    both = runner.invoke(app, ["simulate", "--days", "0.1", "--out", str(tmp_path / "a"),
+                               "--gpu-failure-rate", "0.5", "--gpu-failures", "x.csv"])  # fmt: skip
+    assert both.exit_code == 2, both.output
+    assert "two-failure-sources" in both.output or "both given" in both.output
+    args = ["simulate", "--days", "0.2", "--seed", "7", "--json", "--gpu-failure-rate", "1"]
+    one = runner.invoke(app, [*args, "--out", str(tmp_path / "b")])
+    two = runner.invoke(app, [*args, "--out", str(tmp_path / "c")])
+    assert one.exit_code == 0 and two.exit_code == 0, one.output
+    assert (tmp_path / "b" / "results.json").read_bytes() == (
+        tmp_path / "c" / "results.json").read_bytes()  # fmt: skip
+    assert '"gpu_failures": {' in (tmp_path / "b" / "results.json").read_text()

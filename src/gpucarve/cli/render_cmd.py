@@ -8,9 +8,12 @@ from typing import Annotated
 
 import typer
 import yaml
+from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, policy_or_exit
+from gpucarve.cli.output import Exit, console
 from gpucarve.render import nvidia
+from gpucarve.render.autoscaling import adapter_config_map, adapter_rules, hpa
 from gpucarve.render.migparted import mig_parted_config
 from gpucarve.render.migparted import node_labels as mig_labels
 from gpucarve.render.monitoring import grafana_dashboard, prometheus_rule
@@ -136,4 +139,52 @@ def monitoring(
     )
     cm["metadata"]["labels"]["grafana_dashboard"] = "1"
     objs = [prometheus_rule(loaded.policy, namespace), cm]
+    typer.echo("".join("---\n" + dump(o) for o in objs), nl=False)
+
+
+@app.command("autoscaling")
+def autoscaling(
+    policy: PolicyOption,
+    adapter_namespace: Annotated[
+        str, typer.Option("--adapter-namespace", help="prometheus-adapter's namespace.")
+    ] = "monitoring",
+    adapter_config_map_name: Annotated[
+        str, typer.Option("--adapter-config-map", help="The ConfigMap its --config reads.")
+    ] = "prometheus-adapter",
+    labels: Annotated[
+        str,
+        typer.Option(
+            "--labels",
+            help="How DCGM's pod labels reach Prometheus: 'pod' (namespace, pod: honorLabels) "
+            "or 'exported' (exported_namespace, exported_pod).",
+        ),
+    ] = "pod",
+    helm_values: Annotated[
+        bool,
+        typer.Option("--adapter-values", help="Print the adapter's Helm values (rules.custom)."),
+    ] = False,
+    catalog: CatalogOption = None,
+) -> None:
+    """Per `autoscaling:` entry of the policy, a HorizontalPodAutoscaler on its pods'
+    gpu_utilization and request latency (scale-up and scale-down windows from the entry), and
+    the prometheus-adapter rules that serve those metrics from DCGM and the app's histogram."""
+    if labels not in ("pod", "exported"):
+        console(stderr=True).print(
+            Text(f"--labels {labels!r}: use 'pod' or 'exported'", style="red")
+        )
+        raise typer.Exit(Exit.INVALID)
+    loaded = policy_or_exit(policy, catalog)
+    if not loaded.policy.autoscaling:
+        fix = "add `autoscaling:` entries (deployment, namespace, maxReplicas, resources)"
+        console(stderr=True).print(
+            Text(f"{policy}: no autoscaling entries; fix: {fix}", style="red")
+        )
+        raise typer.Exit(Exit.INVALID)
+    exported = labels == "exported"
+    if helm_values:
+        typer.echo(dump({"rules": {"custom": adapter_rules(loaded.policy, exported)}}), nl=False)
+        return
+    objs = [hpa(a) for a in loaded.policy.autoscaling]
+    objs.append(adapter_config_map(loaded.policy, adapter_namespace, adapter_config_map_name,
+                                   exported))  # fmt: skip
     typer.echo("".join("---\n" + dump(o) for o in objs), nl=False)

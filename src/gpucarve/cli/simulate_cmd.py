@@ -27,6 +27,7 @@ from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.sim import report
 from gpucarve.sim.baselines import POLICIES
 from gpucarve.sim.failures import GpuFailure, from_rate, load_failures
+from gpucarve.sim.inference_scaling import inference_load
 from gpucarve.sim.metrics import is_dev, summarize, timelines
 from gpucarve.sim.policy_scenario import is_three_teams, scenario_for
 from gpucarve.sim.records import SimConfig
@@ -304,6 +305,11 @@ def simulate(
                 scenario = dataclasses.replace(scenario, teams=teams)
             trace = generate(loaded.policy, scenario, seed)
             workloads, utilisation = trace.workloads, trace.utilisation
+            if loaded.policy.autoscaling:
+                # the policy's inference Deployments, scaling as their HPAs would
+                replicas, busy = inference_load(loaded.policy, int(days * DAY), seed)
+                workloads = sorted([*workloads, *replicas], key=lambda w: (w.submit_time, w.id))
+                utilisation = {**utilisation, **busy}
             if not workloads:
                 raise InvalidInput(
                     str(policy or "the policy"),

@@ -7,6 +7,7 @@ all of them at once. Entry points: `build_policy(data, catalog)` for an already-
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -15,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpucarve.config.autoscaling_build import build_autoscaling
 from gpucarve.config.catalog_file import load_catalog
 from gpucarve.config.pool_build import build_pool
 from gpucarve.config.pydantic_errors import problems_from
@@ -321,6 +323,13 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
             spec.gpuHealth.evictPods,
         ),
     )
+    if spec.autoscaling:
+        # one replica of each is checked as a workload of the policy built so far
+        scaled, probs = build_autoscaling(spec, policy)
+        problems.extend(probs)
+        if errors(probs):
+            raise InvalidInput(source, problems)
+        policy = dataclasses.replace(policy, autoscaling=scaled)
     return LoadedPolicy(policy, tuple(problems))
 
 

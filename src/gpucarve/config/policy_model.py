@@ -285,6 +285,47 @@ class GpuHealthSpec(_Strict):
     )
 
 
+class AutoscaleSpec(_Strict):
+    """An inference Deployment scaled on GPU utilisation and request latency (seed 2's HPA):
+    `gpucarve render autoscaling` writes its HorizontalPodAutoscaler and the
+    prometheus-adapter rules behind its metrics; `gpucarve simulate` replays its scaling."""
+
+    deployment: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)
+    namespace: Namespace
+    queue: str | None = Field(
+        default=None, description="Its pods' queue label, where the namespace has several."
+    )
+    minReplicas: int = Field(default=1, ge=1, le=1000)
+    maxReplicas: int = Field(ge=1, le=1000)
+    resources: dict[str, int] = Field(
+        min_length=1,
+        max_length=8,
+        description="What one replica's pod requests (nvidia.com/gpu, a MIG profile…), as "
+        "its Deployment says; the simulator's replicas ask for the same.",
+    )
+    priorityClass: str | None = Field(
+        default=None, description="The Deployment's pods' priority class (default: the policy's)."
+    )
+    gpuUtilizationPercent: int = Field(
+        default=70, ge=1, le=100, description="Average DCGM GPU utilisation per pod to keep."
+    )
+    requestLatencyMs: int | None = Field(
+        default=None,
+        ge=1,
+        le=600_000,
+        description="Latency to keep at latencyQuantile (off: none).",
+    )
+    latencyMetric: str = Field(
+        default="request_latency_ms",
+        pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
+        max_length=200,
+        description="The histogram (its _bucket series) the inference server exports.",
+    )
+    latencyQuantile: float = Field(default=0.95, ge=0.5, le=0.999)
+    scaleUpStabilizationSeconds: int = Field(default=60, ge=0, le=3600)
+    scaleDownStabilizationSeconds: int = Field(default=300, ge=0, le=3600)
+
+
 class PolicySpec(_Strict):
     """A gpucarve policy: node pools, queues with quotas, cohorts and priority classes."""
 
@@ -299,6 +340,7 @@ class PolicySpec(_Strict):
     scheduling: SchedulingSpec = SchedulingSpec()
     monitoring: MonitoringSpec = MonitoringSpec()
     gpuHealth: GpuHealthSpec = GpuHealthSpec()
+    autoscaling: list[AutoscaleSpec] = Field(default=[], max_length=1000)
 
 
 def policy_json_schema() -> dict[str, object]:

@@ -290,6 +290,32 @@ class GpuHealth:
     evict_pods: bool = False  # evict running pods of a GPU out of service, or only report
 
 
+# The HPA's rate limits gpucarve renders (and the simulator replays): at most two new GPU pods
+# a minute, or doubling, whichever is more (each needs a free GPU and minutes to load a
+# model); one fewer a minute on the way down.
+SCALE_UP_PODS = 2
+SCALE_DOWN_PODS = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Autoscale:
+    """An inference Deployment's autoscaling (`autoscaling:` in the policy)."""
+
+    deployment: str
+    namespace: str
+    queue: str
+    min_replicas: int
+    max_replicas: int
+    resources: tuple[tuple[str, int], ...]  # one replica's request
+    priority_class: str | None
+    gpu_util_percent: int
+    latency_ms: int | None
+    latency_metric: str
+    latency_quantile: float
+    up_window_s: int
+    down_window_s: int
+
+
 @dataclass(frozen=True)
 class Policy:
     name: str
@@ -304,6 +330,7 @@ class Policy:
     scheduling: SchedulingConfig = SchedulingConfig()
     monitoring: Monitoring = Monitoring()
     gpu_health: GpuHealth = GpuHealth()
+    autoscaling: tuple[Autoscale, ...] = ()
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:

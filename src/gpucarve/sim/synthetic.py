@@ -59,7 +59,7 @@ class Trace:
     kind: dict[str, str] = field(default_factory=dict)
 
 
-def _rate_factor(t: float, amplitude: float) -> float:
+def rate_factor(t: float, amplitude: float) -> float:
     # peak at 15:00, trough at 03:00
     return 1.0 + amplitude * math.sin(2 * math.pi * (t / DAY - 0.375))
 
@@ -78,7 +78,7 @@ def generate(policy: Policy, scenario: Scenario, seed: int) -> Trace:
             t += rng.expovariate(peak)
             if t >= horizon:
                 break
-            if rng.random() * (1 + scenario.diurnal_amplitude) > _rate_factor(
+            if rng.random() * (1 + scenario.diurnal_amplitude) > rate_factor(
                 t, scenario.diurnal_amplitude
             ):
                 continue

@@ -116,13 +116,21 @@ class MigManagerStandIn:
         return list(found) if found else None
 
     def _pods_on(self, node: str) -> dict[str, set[int]]:
-        """Pods bound to the node, with the GPU indices their gpucarve assignment names."""
+        """Pods bound to the node, with the GPU indices they really use: the devices the
+        node agent reports the kubelet gave them where it does (what the real tools see),
+        else the GPUs their gpucarve assignment names."""
+        real_raw = ((self.api.get(f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {})
+                    .get("gpucarve.io/pod-devices"))  # fmt: skip
+        real = json.loads(real_raw) if real_raw else {}
         out: dict[str, set[int]] = {}
         for p in self.api.get(f"/api/v1/pods?fieldSelector=spec.nodeName={node}")["items"]:
+            k = f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+            if k in real:
+                out[k] = {int(u.split("/")[0].removeprefix("gpu")) for u in real[k]}
+                continue
             raw = (p["metadata"].get("annotations") or {}).get("gpucarve.io/assignment")
             slices = json.loads(raw)["slices"] if raw else []
-            gpus = {int(s.split("/")[1].removeprefix("gpu")) for s in slices}
-            out[f"{p['metadata']['namespace']}/{p['metadata']['name']}"] = gpus
+            out[k] = {int(s.split("/")[1].removeprefix("gpu")) for s in slices}
         return out
 
     def _publish(self, name: str, old: list[dict[str, int]], new: list[dict[str, int]]) -> None:

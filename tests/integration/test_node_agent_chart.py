@@ -63,7 +63,17 @@ def test_the_chart_runs_the_agent_on_gpu_nodes_as_its_own_account(
     assert {"operator": "Exists"} in spec["tolerations"]  # its own taint included
     (c,) = spec["containers"]
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
-    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # the kubelet's PodResources socket, mounted read-only (root's: the agent runs as root)
+    assert {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources",
+            "readOnly": True} in c["volumeMounts"]  # fmt: skip
+    assert spec["securityContext"]["runAsUser"] == 0
+    assert "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in c["args"]
+    plain = render(BUILTIN / "three-teams.yaml",
+                   ["webhook.enabled=false", "nodeAgent.podResources.enabled=false"])  # fmt: skip
+    (ds2,) = [o for o in _agent_objects(plain) if o["kind"] == "DaemonSet"]
+    assert ds2["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert "--pod-resources-socket=" in ds2["spec"]["template"]["spec"]["containers"][0]["args"]
     off = render(BUILTIN / "three-teams.yaml", ["webhook.enabled=false", "nodeAgent.enabled=false"])
     assert _agent_objects(off) == []
 

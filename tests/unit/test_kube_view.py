@@ -12,10 +12,11 @@ from typing import Any
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.workload import PartialGang
 from gpucarve.engine.engine import run_cycle
+from gpucarve.kube.assigned import ASSIGNMENT
 from gpucarve.kube.inventory import MISMATCH_TAINT, build_inventory
 from gpucarve.kube.nodes import node_manifests
 from gpucarve.kube.pods import GroupSpec
-from gpucarve.kube.view import ASSIGNMENT, build_view
+from gpucarve.kube.view import build_view
 from tests.paths import BUILTIN
 
 EXAMPLE = BUILTIN / "three-teams.yaml"

@@ -7,7 +7,7 @@ import contextlib
 import importlib
 from typing import Any
 
-from gpucarve.agent.readings import GpuReading, Xid
+from gpucarve.agent.readings import DeviceSlot, GpuReading, Xid
 
 
 class NvmlSource:
@@ -60,6 +60,33 @@ class NvmlSource:
                     power_w=int(self._try(n.nvmlDeviceGetPowerUsage, h, default=0)) / 1000,
                 )
             )
+        return out
+
+    def devices(self) -> dict[str, DeviceSlot]:
+        """Every GPU's UUID, and each MIG instance's (the device plugin's device ids) with
+        its profile from the device's name ("NVIDIA A100-SXM4-80GB MIG 3g.40gb") and its
+        placement from its GPU instance where NVML lets this process read it."""
+        n = self.nvml
+        out: dict[str, DeviceSlot] = {}
+        for i, h in enumerate(self.handles):
+            out[self._uuid(h)] = DeviceSlot(i)
+            mode = self._try(n.nvmlDeviceGetMigMode, h, default=(0, 0))
+            if mode[0] != n.NVML_DEVICE_MIG_ENABLE:
+                continue
+            for k in range(int(self._try(n.nvmlDeviceGetMaxMigDeviceCount, h, default=0))):
+                mig = self._try(n.nvmlDeviceGetMigDeviceHandleByIndex, h, k)
+                if mig is None:
+                    continue  # an empty slot
+                name = self._try(n.nvmlDeviceGetName, mig, default="")
+                name = name.decode() if isinstance(name, bytes) else str(name)
+                profile = name.rpartition(" MIG ")[2] or None
+                start = None
+                gi_id = self._try(n.nvmlDeviceGetGpuInstanceId, mig)
+                gi = None if gi_id is None else self._try(n.nvmlDeviceGetGpuInstanceById, h, gi_id)
+                info = None if gi is None else self._try(n.nvmlGpuInstanceGetInfo, gi)
+                if info is not None:
+                    start = int(info.placement.start)
+                out[self._uuid(mig)] = DeviceSlot(i, profile, start)
         return out
 
     def xids(self, timeout_ms: int) -> list[Xid]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+# the kubelet's PodResources API, node-local
+POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
 
 @dataclass(frozen=True, slots=True)
 class GpuReading:
@@ -29,4 +32,27 @@ class GpuSource(Protocol):
 
     def xids(self, timeout_ms: int) -> list[Xid]:
         """Critical XID events since the last call, waiting at most `timeout_ms`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSlot:
+    """Where a device the device plugin names (a GPU's or a MIG instance's UUID) is on the
+    node: its GPU and, for a MIG instance, its profile and placement start (None where NVML
+    does not say) — the parts of gpucarve's slice id."""
+
+    gpu: int
+    profile: str | None = None
+    start: int | None = None
+
+    def unit(self) -> str:
+        if self.profile is None:
+            return f"gpu{self.gpu}"
+        at = "" if self.start is None else f"@{self.start}"
+        return f"gpu{self.gpu}/{self.profile}{at}"
+
+
+class DeviceMap(Protocol):
+    def devices(self) -> dict[str, DeviceSlot]:
+        """Device UUID -> where it is, for every GPU and MIG instance of the node."""
         ...

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from gpucarve.agent.readings import POD_RESOURCES_SOCKET
 from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.kube_options import (
     ContextOption,
@@ -29,6 +30,14 @@ def node_agent(
     ],
     policy: Annotated[Path, typer.Option("--policy", help="The policy (its gpuHealth block).")],
     once: Annotated[bool, typer.Option("--once", help="One check, then exit.")] = False,
+    pod_resources: Annotated[
+        str,
+        typer.Option(
+            "--pod-resources-socket",
+            help="The kubelet's PodResources socket: which devices pods really got, written "
+            "onto the Node for the scheduler ('' to skip).",
+        ),
+    ] = POD_RESOURCES_SOCKET,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
     catalog: CatalogOption = None,
@@ -47,7 +56,14 @@ def node_agent(
         err.print(Text(f"NVML cannot be used here: {exc}", style="red"))
         err.print(Text("fix: run the agent on a GPU node with the NVIDIA driver installed"))
         raise typer.Exit(Exit.INVALID) from None
-    agent = NodeAgent(client, node, source, health, lambda: datetime.now(UTC))
+    devices = None
+    if pod_resources:
+        # gRPC is loaded only by the agent, not by every gpucarve command
+        from gpucarve.agent.pod_devices import list_pod_devices
+        from gpucarve.kube.pod_devices_publisher import PodDevicesPublisher
+
+        devices = PodDevicesPublisher(client, node, lambda: list_pod_devices(pod_resources), source)
+    agent = NodeAgent(client, node, source, health, lambda: datetime.now(UTC), devices)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

@@ -2,11 +2,11 @@
 each change, the node's taint when the policy asks) and the scheduler's (read them back).
 
 The GPUs out of service are the annotation `gpucarve.io/unhealthy-gpus` (JSON: GPU index ->
-reason). The scheduler holds their free slices out of placement (`kube/view.py`); the node's
-other GPUs stay usable, and pods already on a failed GPU keep running and are reported (an
-Event on the node names them). The node is tainted `gpucarve.io/gpu-unhealthy:NoSchedule` only
-as `gpuHealth.taint` says: when all its GPUs are out (`allUnhealthy`, the default), also when
-one needs a reset (`needsReset`), or never.
+reason). The scheduler holds their free slices out of placement (`kube/held_slices.py`); the
+node's other GPUs stay usable, and pods already on a failed GPU are reported and, as
+`gpuHealth.evictPods` says, evicted (`kube/failed_gpus.py`). The node is tainted
+`gpucarve.io/gpu-unhealthy:NoSchedule` only as `gpuHealth.taint` says: when all its GPUs are
+out (`allUnhealthy`, the default), also when one needs a reset (`needsReset`), or never.
 """
 
 from __future__ import annotations
@@ -15,13 +15,16 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpucarve.agent.readings import GpuSource
 from gpucarve.agent.tracker import HealthTracker, Verdict
 from gpucarve.core.policy import GpuHealth
 from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.events import post_event
+
+if TYPE_CHECKING:  # it loads gRPC, which only the agent needs
+    from gpucarve.kube.pod_devices_publisher import PodDevicesPublisher
 
 log = logging.getLogger("gpucarve.agent")
 UNHEALTHY_ANNOTATION = "gpucarve.io/unhealthy-gpus"
@@ -51,16 +54,20 @@ class NodeAgent:
         source: GpuSource,
         policy: GpuHealth,
         clock: Callable[[], datetime],
+        devices: PodDevicesPublisher | None = None,
     ) -> None:
         self.client, self.node, self.source = client, node, source
         self.policy = policy
         self.tracker = HealthTracker(policy)
         self.clock = clock
+        self.devices = devices
 
     def check(self, xid_wait_ms: int = 0) -> list[Verdict]:
         readings = self.source.read()
         verdicts = self.tracker.observe(readings, self.source.xids(xid_wait_ms))
         self._publish(verdicts, len(readings))
+        if self.devices is not None:
+            self.devices.publish()
         return verdicts
 
     def _publish(self, verdicts: list[Verdict], gpus: int) -> None:

@@ -29,6 +29,7 @@ from gpucarve.core.cluster import (
 )
 from gpucarve.core.policy import Policy, Pool, SharingMode, Taint
 from gpucarve.core.quantity import QuantityError, parse_quantity
+from gpucarve.kube.device_truth import POD_DEVICES, pod_devices
 from gpucarve.kube.gpu_health import UNHEALTHY_ANNOTATION, unhealthy_gpus
 from gpucarve.kube.mig_layout import (
     CHANGE_ANNOTATION,
@@ -69,6 +70,9 @@ class Inventory:
     mig_changed_at: Mapping[str, str] = field(default_factory=dict)
     # GPUs the node's health agent has taken out of service: `node/gpuN` -> why
     unhealthy: Mapping[str, str] = field(default_factory=dict)
+    # The devices the kubelet gave each pod, as the node agent reports them (device_truth):
+    # pod (namespace/name) -> (node, device units)
+    reported: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
 
 def pool_of(node: Mapping[str, Any], policy: Policy) -> Pool | str | None:
@@ -172,6 +176,7 @@ def node_key(node: Mapping[str, Any]) -> str:
                 annotations.get(LAYOUT_ANNOTATION),
                 annotations.get(CHANGE_ANNOTATION),
                 annotations.get(UNHEALTHY_ANNOTATION),
+                annotations.get(POD_DEVICES),
             ],
             spec.get("taints") or [],
             bool(spec.get("unschedulable")),
@@ -261,6 +266,11 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
         for node in nodes
         for g, why in unhealthy_gpus(node).items()
     }
+    reported = {
+        pod: (node["metadata"]["name"], units)
+        for node in nodes
+        for pod, units in pod_devices(node).items()
+    }
     cluster = ClusterState(tuple(built), MappingProxyType(slices))
     return Inventory(
         cluster,
@@ -270,6 +280,7 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
         MappingProxyType(mig.changes),
         MappingProxyType(mig.changed_at),
         MappingProxyType(unhealthy),
+        MappingProxyType(reported),
     )
 
 

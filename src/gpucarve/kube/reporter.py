@@ -49,6 +49,7 @@ class Reporter:
         self.reported: dict[str, str] = {}  # pod -> last message written to its condition
         self.queue_status: dict[str, dict[str, Any]] = {}
         self.orphans_reported: set[str] = set()
+        self.moves_reported: set[str] = set()
         self.group_status: dict[tuple[str, str], dict[str, Any]] = {}
         self.timed_out: dict[tuple[str, str], str] = {}  # gang -> why it was released
         # gang -> (its Scheduled condition's status, since when): lastTransitionTime
@@ -217,6 +218,16 @@ class Reporter:
             log.warning("%s %s", pod, message)
             self._side.submit(self.event, pod, "Warning", "OutsidePolicy", message)
         self.orphans_reported &= set(view.orphans)
+
+    def device_moves(self, view: View) -> None:
+        """Once per pod: the kubelet gave it other devices than gpucarve chose."""
+        for pod, what in sorted(view.device_moves.items()):
+            if pod in self.moves_reported:
+                continue
+            self.moves_reported.add(pod)
+            log.warning("%s: %s", pod, what)
+            self._side.submit(self.event, pod, "Normal", "DevicesReconciled", what)
+        self.moves_reported &= set(view.device_moves)
 
     def event(self, pod: str, kind: str, reason: str, message: str) -> None:
         ns, name = _split(pod)

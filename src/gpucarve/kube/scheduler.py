@@ -35,9 +35,11 @@ from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.engine import Engine
 from gpucarve.engine.invariants import check_step
+from gpucarve.kube.assigned import ASSIGNMENT, Assigned
 from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.crds import GROUP, VERSION
 from gpucarve.kube.device_config import DeviceConfigs
+from gpucarve.kube.device_truth import gpus_in_use
 from gpucarve.kube.evictions import awaited_pods, evict_pods
 from gpucarve.kube.failed_gpus import FailedGpuPods
 from gpucarve.kube.gpu_mode import label_nodes
@@ -52,7 +54,7 @@ from gpucarve.kube.pods import WorkloadCache
 from gpucarve.kube.policy_reload import PolicyReloader
 from gpucarve.kube.reporter import Reporter
 from gpucarve.kube.short_gangs import ShortGangs
-from gpucarve.kube.view import ASSIGNMENT, Assigned, View, build_view
+from gpucarve.kube.view import View, build_view
 from gpucarve.kube.view import key as pod_id
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 
@@ -288,6 +290,7 @@ class Scheduler:
         for w in view.warnings:
             log.warning("%s", w)
         self.reporter.orphans(view)
+        self.reporter.device_moves(view)
         health = self.policy.gpu_health
         self.failed_gpus.handle(view.snapshot, self.inventory().unhealthy, health.evict_pods)
         snapshot = view.snapshot
@@ -357,6 +360,7 @@ class Scheduler:
                     if s in cluster.slices
                 )
         inv = self.inventory()
+        busy |= gpus_in_use(inv.reported)  # whatever the view made of them
         pools = {n.name: n.pool for n in cluster.nodes}
         self.mig.begin(self._nodes_by_name(), pools, inv.layouts, inv.changes, busy, reps)
 

@@ -12,18 +12,18 @@ lacks. `assumed` holds bindings this process made that the watch has not shown y
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from gpucarve.core.cluster import Allocation, ClusterState
-from gpucarve.core.policy import Policy, SliceKind
+from gpucarve.core.cluster import ClusterState
+from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import PartialGang, PodAssignment, PodSet, RunningWorkload, Workload
 from gpucarve.engine.gang_timeout import gang_gpus
+from gpucarve.kube.assigned import Assigned, assigned_of
 from gpucarve.kube.held_slices import hold_free
 from gpucarve.kube.inventory import Inventory
 from gpucarve.kube.owners import group_of
@@ -34,25 +34,10 @@ from gpucarve.kube.pods import (
     pending_workloads,
     seconds_since,
 )
+from gpucarve.kube.slice_claims import SliceClaims
 
-ASSIGNMENT = "gpucarve.io/assignment"
 REST = "+rest"
 TERMINAL = ("Succeeded", "Failed")
-
-
-@dataclass(frozen=True)
-class Assigned:
-    """Where a pod was bound: its node, slices and the memory promised on a shared GPU."""
-
-    node: str
-    slices: tuple[str, ...]
-    shared_memory_mib: int = 0
-
-    def annotation(self) -> str:
-        return json.dumps(
-            {"slices": list(self.slices), "sharedMemoryMiB": self.shared_memory_mib},
-            separators=(",", ":"),
-        )
 
 
 @dataclass
@@ -72,6 +57,8 @@ class View:
     # running gangs short of their minimum whose missing pods do not exist (yet): the
     # scheduler knows since when (`Snapshot.partial` needs it), the API objects do not
     short_running: dict[str, PartialGang] = field(default_factory=dict)
+    # bound pod -> how the devices the kubelet gave it differ from gpucarve's assignment
+    device_moves: dict[str, str] = field(default_factory=dict)
 
     def pod_of(self, workload: str, engine_pod: str) -> str:
         """The real pod behind the engine's `<workload>/<set>-<i>`."""
@@ -82,102 +69,6 @@ class View:
 
 def key(pod: Mapping[str, Any]) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-
-
-_PARSED: dict[tuple[str, str], Assigned | None] = {}
-
-
-def _assigned(pod: Mapping[str, Any]) -> Assigned | None:
-    raw = (pod["metadata"].get("annotations") or {}).get(ASSIGNMENT)
-    node = (pod.get("spec") or {}).get("nodeName")
-    if not raw or not node:
-        return None
-    memo = (str(node), str(raw))
-    if memo in _PARSED:
-        return _PARSED[memo]
-    if len(_PARSED) > 200_000:
-        _PARSED.clear()
-    _PARSED[memo] = parsed = _parse_assigned(*memo)
-    return parsed
-
-
-def _parse_assigned(node: str, raw: str) -> Assigned | None:
-    try:
-        doc = json.loads(raw)
-        return Assigned(
-            str(node), tuple(str(s) for s in doc["slices"]), int(doc.get("sharedMemoryMiB", 0))
-        )
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _requests(pod: Mapping[str, Any]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        for name, value in ((c.get("resources") or {}).get("limits") or {}).items():
-            if str(name).startswith("nvidia.com/"):
-                try:
-                    out[name] = out.get(name, 0) + int(value)
-                except (TypeError, ValueError):
-                    continue
-    return out
-
-
-class _Builder:
-    def __init__(self, inventory: Inventory, policy: Policy) -> None:
-        self.inv = inventory
-        self.policy = policy
-        self.cluster = inventory.cluster
-        self.allocs: dict[str, Allocation] = {}
-        self.promised: dict[str, int] = {}  # GPU id -> MiB promised on shared GPUs
-        self.warnings: list[str] = []
-
-    def claim(self, owner: str, a: Assigned) -> bool:
-        """Allocate the pod's slices; False (and a warning) if any is unknown or taken."""
-        for sid in a.slices:
-            s = self.cluster.slices.get(sid)
-            if s is None or s.node != a.node:
-                self.warnings.append(f"{owner} claims {sid}, not a slice of node {a.node}")
-                return False
-            if sid in self.allocs:
-                held = self.allocs[sid].owner
-                self.warnings.append(f"{owner} and {held} both claim {sid}")
-                return False
-        for sid in a.slices:
-            s = self.cluster.slices[sid]
-            mem = s.memory_mib
-            if s.kind in (SliceKind.TIME_SLICE, SliceKind.MPS) and a.shared_memory_mib:
-                mem = a.shared_memory_mib // len(a.slices)
-            self.allocs[sid] = Allocation(sid, owner, s.compute_milli, mem)
-        return True
-
-    def fallback(self, owner: str, pod: Mapping[str, Any]) -> Assigned | None:
-        """First free slices on the pod's node for each GPU resource it requests."""
-        node_name = pod["spec"]["nodeName"]
-        try:
-            node = self.cluster.node(node_name)
-        except KeyError:
-            return None
-        wanted = _requests(pod)
-        if not wanted:
-            return Assigned(node_name, ())
-        chosen: list[str] = []
-        for resource, n in sorted(wanted.items()):
-            free = [
-                sid
-                for gpu in node.gpus
-                for sid in gpu.slice_ids
-                if sid not in self.allocs
-                and sid not in chosen
-                and self.inv.resource_of[self.cluster.slices[sid].flavor] == resource
-            ]
-            if len(free) < n:
-                self.warnings.append(
-                    f"{owner} on {node_name} uses {n} {resource}, only {len(free)} left free"
-                )
-            chosen += free[:n]
-        a = Assigned(node_name, tuple(chosen))
-        return a if self.claim(owner, a) else None
 
 
 def _disagrees(w: Workload, spec: GroupSpec | None) -> str | None:
@@ -213,7 +104,7 @@ def build_view(
     specs = _with_hints(specs, pods)
     min_members = {k: s.min_member for k, s in specs.items()}
     assumed = assumed or {}
-    b = _Builder(inventory, policy)
+    b = SliceClaims(inventory, policy)
     view_invalid: dict[str, str] = {}
     ours_bound: list[tuple[Mapping[str, Any], Assigned | None]] = []
     ours_pending: list[Mapping[str, Any]] = []
@@ -226,7 +117,7 @@ def build_view(
         k = key(pod)
         if spec.get("nodeName"):
             if mine:
-                ours_bound.append((pod, _assigned(pod)))
+                ours_bound.append((pod, assigned_of(pod)))
             else:
                 foreign.append(pod)
         elif k in assumed:
@@ -235,7 +126,9 @@ def build_view(
         elif mine and not pod["metadata"].get("deletionTimestamp"):
             ours_pending.append(pod)
 
-    # Running workloads first, their pods' slices as annotated (or the first free ones).
+    # The devices the kubelet reports first (the real device wins), then the running
+    # workloads' slices as annotated (or the first free ones).
+    ours_bound, moves = b.reported_first(ours_bound) if inventory.reported else (ours_bound, {})
     running: list[RunningWorkload] = []
     running_pods: dict[str, tuple[str, ...]] = {}
     bound_count: dict[tuple[str, str], int] = {}
@@ -372,7 +265,14 @@ def build_view(
         partial=MappingProxyType(partial),
     )
     return View(
-        snapshot, pending_sets, running_pods, view_invalid, b.warnings, orphans, short_running
+        snapshot,
+        pending_sets,
+        running_pods,
+        view_invalid,
+        b.warnings,
+        orphans,
+        short_running,
+        moves,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import generate_latest
 
 from gpucarve.agent.readings import GpuReading, Xid
 from gpucarve.config.policy_build import load_policy
@@ -78,11 +79,14 @@ def test_a_failed_gpu_gets_no_work_and_comes_back(cluster: tuple[LocalStack, Api
     events = api.get("/api/v1/namespaces/default/events")["items"]
     assert any(e["reason"] == "GPUUnhealthy" and "GPU 3" in e["message"] for e in events)
 
-    with scheduling(stack, policy_file):
+    with scheduling(stack, policy_file) as sched:
         create_pod(api, _on_node("eight", 8))
         create_pod(api, _on_node("seven", 7))
         wait_for(lambda: node_of(pods_in(api, "research")["seven"]), what="seven bound")
         assert all(not s.startswith(f"{NODE}/gpu3") for s in _slices(api, "seven"))
+        scraped = generate_latest(sched.metrics.registry).decode()
+        assert 'gpucarve_gpus_out_of_service{pool="training"} 1.0' in scraped
+        assert 'gpucarve_gpus_out_of_service{pool="dev"} 0.0' in scraped
         c = condition(pods_in(api, "research")["eight"])
         assert (
             c is not None
@@ -132,7 +136,7 @@ def test_pods_on_a_failed_gpu_are_reported_and_evicted_as_the_policy_says(
     agent = NodeAgent(
         Client.from_kubeconfig(stack.kubeconfig()), NODE, gpus, health, lambda: datetime.now(UTC)
     )
-    with scheduling(stack, policy_file):
+    with scheduling(stack, policy_file) as sched:
         create_pod(api, _on_node("four", 4))
         create_pod(api, _on_node("two", 2))
         for name in ("four", "two"):
@@ -151,6 +155,8 @@ def test_pods_on_a_failed_gpu_are_reported_and_evicted_as_the_policy_says(
         assert ("evicting it" in event["message"]) is evict
         if evict:
             wait_for(lambda: "four" not in pods_in(api, "research"), what="four evicted")
+            scraped = generate_latest(sched.metrics.registry).decode()
+            assert "gpucarve_failed_gpu_evictions_total 1.0" in scraped
         else:
             time.sleep(2)  # several cycles: nothing more happens to it
             assert "four" in pods_in(api, "research")

@@ -291,8 +291,10 @@ class Scheduler:
             log.warning("%s", w)
         self.reporter.orphans(view)
         self.reporter.device_moves(view)
-        health = self.policy.gpu_health
-        self.failed_gpus.handle(view.snapshot, self.inventory().unhealthy, health.evict_pods)
+        unhealthy = self.inventory().unhealthy
+        evict = self.policy.gpu_health.evict_pods
+        evicted = self.failed_gpus.handle(view.snapshot, unhealthy, evict)
+        self.metrics.observe_health(view.snapshot, unhealthy, evicted)
         snapshot = view.snapshot
         waiting = self._still_awaiting(view)
         if waiting:

@@ -125,6 +125,17 @@ class SchedulerMetrics:
         self.leader = Gauge(
             "gpucarve_leader", "1 while this replica leads (or runs without election)", registry=r
         )
+        self.out_of_service = Gauge(
+            "gpucarve_gpus_out_of_service",
+            "GPUs the node agents took out of service (no new work placed on them)",
+            ["pool"],
+            registry=r,
+        )
+        self.failed_gpu_evictions = PromCounter(
+            "gpucarve_failed_gpu_evictions_total",
+            "Pods evicted because their GPU was taken out of service (gpuHealth.evictPods)",
+            registry=r,
+        )
         self._seen: set[str] = set()  # workloads seen pending in an earlier cycle
 
     def observe_cycle(
@@ -190,6 +201,16 @@ class SchedulerMetrics:
                     gpu_share += policy.flavors[p.flavor].compute_milli * len(p.slice_ids) / 1000
             ran = max(0, result.now - rw.start_time)
             self.lost.labels(e.queue, str(e.cause)).inc(gpu_share * ran)
+
+    def observe_health(self, snapshot: Snapshot, unhealthy: Iterable[str], evicted: int) -> None:
+        """`unhealthy`: the GPUs out of service (`node/gpuN`)."""
+        pools = {n.name: n.pool for n in snapshot.cluster.nodes}
+        out: Counter[str] = Counter(pools.get(g.rpartition("/")[0], "none") for g in unhealthy)
+        self.out_of_service.clear()
+        for p in snapshot.policy.pools:
+            self.out_of_service.labels(p.name).set(out.get(p.name, 0))
+        if evicted:
+            self.failed_gpu_evictions.inc(evicted)
 
     def _pools(self, snapshot: Snapshot, result: CycleResult) -> None:
         self.slices.clear()

@@ -75,6 +75,7 @@ def test_the_rendered_objects_are_accepted_by_the_api_server(admin: Api) -> None
         "ClusterRoleBinding",
         "ConfigMap",
         "CustomResourceDefinition",
+        "DaemonSet",
         "Deployment",
         "PodDisruptionBudget",
         "Role",

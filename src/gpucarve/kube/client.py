@@ -132,8 +132,15 @@ class Client:
             if reply.status >= 400:
                 raise ApiError("WATCH", path, reply.status, _message(reply.read()))
             for line in reply:
-                if line.strip():
-                    yield json.loads(line)
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    # a line cut short (the connection shut under it, by a stopping informer
+                    # or the network): the watch is over, as for any drop; never a crash
+                    raise ApiError("WATCH", path, 0, "watch dropped: an event cut short") from None
+                yield event
         except (OSError, http.client.HTTPException) as err:
             raise ApiError("WATCH", path, 0, f"watch dropped: {err}") from None
         finally:

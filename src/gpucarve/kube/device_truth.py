@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpucarve.core.cluster import ClusterState, Slice
+from gpucarve.core.cluster import RECONFIGURING, ClusterState, Slice
 from gpucarve.core.policy import SliceKind
 
 POD_DEVICES = "gpucarve.io/pod-devices"
@@ -80,3 +80,20 @@ def resolve(
             return None
         chosen += [s.id for s in fit[:count]]
     return tuple(sorted(chosen))
+
+
+def busy_gpus(
+    cluster: ClusterState,
+    assumed: Sequence[str],
+    reported: Mapping[str, tuple[str, tuple[str, ...]]],
+) -> set[str]:
+    """`node/gpuN` of every GPU dynamic MIG must leave alone: a slice held by a pod (bound, or
+    assumed by this process before the watch shows it) or a device the kubelet reports in
+    use, whatever the view made of the report."""
+    held = [sid for sid, a in cluster.allocations.items() if not a.owner.startswith(RECONFIGURING)]
+    busy = {
+        f"{cluster.slices[s].node}/gpu{cluster.slices[s].gpu}"
+        for s in (*held, *assumed)
+        if s in cluster.slices
+    }
+    return busy | gpus_in_use(reported)

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucarve.core.cluster import RECONFIGURING
 from gpucarve.core.policy import Policy
 from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import CycleResult
@@ -39,7 +38,7 @@ from gpucarve.kube.assigned import ASSIGNMENT, Assigned
 from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.crds import GROUP, VERSION
 from gpucarve.kube.device_config import DeviceConfigs
-from gpucarve.kube.device_truth import gpus_in_use
+from gpucarve.kube.device_truth import busy_gpus
 from gpucarve.kube.evictions import awaited_pods, evict_pods
 from gpucarve.kube.failed_gpus import FailedGpuPods
 from gpucarve.kube.gpu_mode import label_nodes
@@ -349,20 +348,10 @@ class Scheduler:
         if not reps:
             return  # the common case: nothing to hand over, nothing to look up
         cluster = view.snapshot.cluster
-        busy = {
-            f"{cluster.slices[sid].node}/gpu{cluster.slices[sid].gpu}"
-            for sid, a in cluster.allocations.items()
-            if not a.owner.startswith(RECONFIGURING)
-        }
         with self._lock:
-            for assigned in self.assumed.values():
-                busy.update(
-                    f"{cluster.slices[s].node}/gpu{cluster.slices[s].gpu}"
-                    for s in assigned.slices
-                    if s in cluster.slices
-                )
+            assumed = [s for a in self.assumed.values() for s in a.slices]
         inv = self.inventory()
-        busy |= gpus_in_use(inv.reported)  # whatever the view made of them
+        busy = busy_gpus(cluster, assumed, inv.reported)
         pools = {n.name: n.pool for n in cluster.nodes}
         self.mig.begin(self._nodes_by_name(), pools, inv.layouts, inv.changes, busy, reps)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucarve.core.policy import SCALE_DOWN_PODS, SCALE_UP_PODS, Autoscale, Policy
+from gpucarve.render.nvidia import config_map
 from gpucarve.render.yaml_out import dump
 
 GPU_METRIC = "gpu_utilization"
@@ -111,16 +112,7 @@ def adapter_config_map(
     policy: Policy, namespace: str, name: str, exported: bool = False
 ) -> dict[str, Any]:
     text = dump({"rules": adapter_rules(policy, exported)})
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/managed-by": "gpucarve"},
-        },
-        "data": {"config.yaml": text},
-    }
+    return config_map(name, namespace, {"config.yaml": text})
 
 
 def expand(query: str, series: str, matchers: str, group_by: str) -> str:

@@ -21,7 +21,6 @@ from gpucarve.core.cluster import Allocation, ClusterState
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.quantity import QuantityError, whole_number
 from gpucarve.core.snapshot import Step
-from gpucarve.engine.apply import derive
 from gpucarve.engine.decisions import Cause, CycleResult, Eviction
 
 if TYPE_CHECKING:
@@ -190,10 +189,7 @@ def fail(sim: Simulator, gpu: str, now: int) -> None:
     sim.out_of_service[gpu] = (len(sim.result.gpu_failures), [a.slice_id for a in taken])
     sim.result.gpu_failures.append((now, gpu, None, victims))
     if taken:
-        step = Step(taken=tuple(taken))
-        s = sim.snapshot
-        sim.snapshot = derive(s, sim.allocs, s.running, s.pending, step)
-        sim.probe.follow(step)
+        sim.change_allocations(Step(taken=tuple(taken)))
 
 
 def repair(sim: Simulator, gpu: str, now: int) -> None:
@@ -205,12 +201,15 @@ def repair(sim: Simulator, gpu: str, now: int) -> None:
     sim.result.gpu_failures[index] = (at, gpu, now, victims)
     freed = tuple(sim.allocs.pop(sid) for sid in held if sid in sim.allocs)
     if freed:
-        step = Step(freed=freed)
-        s = sim.snapshot
-        sim.snapshot = derive(s, sim.allocs, s.running, s.pending, step)
-        sim.probe.follow(step)
+        sim.change_allocations(Step(freed=freed))
 
 
 def _slices_of(cluster: ClusterState, gpu: str) -> Iterator[str]:
+    """The slice ids of `gpu` (`node/gpuN`) in the cluster as it is laid out now; none for a
+    GPU it does not have."""
     node, _, index = gpu.rpartition("/gpu")
-    return (sid for sid, s in cluster.slices.items() if s.node == node and str(s.gpu) == index)
+    try:
+        gpus = cluster.node(node).gpus
+    except KeyError:
+        return iter(())
+    return iter(next((g.slice_ids for g in gpus if str(g.index) == index), ()))

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from gpucarve.core.cluster import RECONFIGURING, Allocation, relayout
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.engine import CycleResult
-from gpucarve.engine.apply import derive
 from gpucarve.sim import failures
 from gpucarve.sim.fragmentation import FragmentationProbe
 from gpucarve.sim.records import Kind
@@ -70,13 +69,8 @@ def reconfigured(sim: Simulator, gpu: str) -> None:
         held = sim.reconfiguring.pop(gpu, [])
         step = failures.rehold(sim.allocs, held, gpu)
         sim.out_of_service[gpu][1].extend(held)
-        s = sim.snapshot
-        sim.snapshot = derive(s, sim.allocs, s.running, s.pending, step)
-        sim.probe.follow(step)
+        sim.change_allocations(step)
         return
     freed = tuple(sim.allocs.pop(sid) for sid in sim.reconfiguring.pop(gpu, []))
     if freed:
-        s = sim.snapshot
-        step = Step(freed=freed)
-        sim.snapshot = derive(s, sim.allocs, s.running, s.pending, step)
-        sim.probe.follow(step)
+        sim.change_allocations(Step(freed=freed))

@@ -373,6 +373,13 @@ class Simulator:
         self.pend_ids.insert(i, w.id)
         self.pend_list.insert(i, w)
 
+    def change_allocations(self, step: Step) -> None:
+        """Allocations made or released outside a cycle (a GPU failing or repaired, a MIG
+        change done): the snapshot and the fragmentation probe follow `step`."""
+        s = self.snapshot
+        self.snapshot = derive(s, self.allocs, s.running, s.pending, step)
+        self.probe.follow(step)
+
     def flush_finished(self) -> None:
         if self.finished:
             step = finish_in(self.allocs, self.live, tuple(self.finished))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -25,6 +25,11 @@ app = typer.Typer(
 )
 PolicyOption = Annotated[Path, typer.Option("--policy", help="Policy YAML file.")]
 NamespaceOption = Annotated[str, typer.Option("--namespace", help="The GPU Operator's namespace.")]
+
+
+def _echo_objects(objs: list[dict[str, Any]]) -> None:
+    """Kubernetes objects as one multi-document YAML stream, for `kubectl apply -f -`."""
+    typer.echo("".join("---\n" + dump(o) for o in objs), nl=False)
 
 
 def _label_header(labels: dict[str, dict[str, str]]) -> str:
@@ -111,7 +116,7 @@ def namespaces(policy: PolicyOption, catalog: CatalogOption = None) -> None:
     maxPerWorkload), and the PriorityClasses: a backstop for pods that bypass gpucarve."""
     loaded = policy_or_exit(policy, catalog)
     objs = namespace_objects(loaded.policy)
-    typer.echo("".join("---\n" + dump(o) for o in objs), nl=False)
+    _echo_objects(objs)
 
 
 @app.command("monitoring")
@@ -139,7 +144,7 @@ def monitoring(
     )
     cm["metadata"]["labels"]["grafana_dashboard"] = "1"
     objs = [prometheus_rule(loaded.policy, namespace), cm]
-    typer.echo("".join("---\n" + dump(o) for o in objs), nl=False)
+    _echo_objects(objs)
 
 
 @app.command("autoscaling")
@@ -187,4 +192,4 @@ def autoscaling(
     objs = [hpa(a) for a in loaded.policy.autoscaling]
     objs.append(adapter_config_map(loaded.policy, adapter_namespace, adapter_config_map_name,
                                    exported))  # fmt: skip
-    typer.echo("".join("---\n" + dump(o) for o in objs), nl=False)
+    _echo_objects(objs)

@@ -35,22 +35,29 @@ def awaited_pods(view: View, result: CycleResult) -> dict[str, frozenset[str]]:
     return out
 
 
+def evict_pod(client: Client, pod: str, why: str) -> bool:
+    """One pod through the Eviction API (its PodDisruptionBudget honoured); False if refused
+    (logged with `why`) or already gone."""
+    ns, _, name = pod.partition("/")
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": ns},
+    }
+    try:
+        client.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/eviction", body)
+    except ApiError as err:
+        if err.status != 404:
+            log.warning("eviction of %s (%s) refused: %s", pod, why, err)
+        return False
+    return True
+
+
 def evict_pods(client: Client, reporter: Reporter, view: View, result: CycleResult) -> int:
     """Evict what each eviction takes; the number of evictions."""
     for e in result.evictions:
         why = "GangTimeout" if e.cause is Cause.TIMEOUT else "Preempted"
         for pod in sorted(e.pods or view.running_pods.get(e.workload, ())):
-            ns, _, name = pod.partition("/")
-            body = {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": name, "namespace": ns},
-            }
-            try:
-                client.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/eviction", body)
-            except ApiError as err:
-                if err.status != 404:
-                    log.warning("eviction of %s refused: %s", pod, err)
-                continue
-            reporter.event(pod, "Normal", why, e.message)
+            if evict_pod(client, pod, why):
+                reporter.event(pod, "Normal", why, e.message)
     return len(result.evictions)

@@ -10,7 +10,8 @@ import logging
 from collections.abc import Mapping
 
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.kube.client import ApiError, Client
+from gpucarve.kube.client import Client
+from gpucarve.kube.evictions import evict_pod
 from gpucarve.kube.reporter import Reporter
 
 log = logging.getLogger("gpucarve.scheduler")
@@ -54,19 +55,7 @@ class FailedGpuPods:
                 action = "evicting it (gpuHealth.evictPods)" if evict else "left running"
                 log.warning("pod %s: %s; %s", pod, why, action)
                 self.reporter.event(pod, "Warning", "OnUnhealthyGPU", f"{why}; {action}")
-            if evict and pod not in self.evicted and self._evict(pod, why):
+            if evict and pod not in self.evicted and evict_pod(self.client, pod, why):
                 self.evicted.add(pod)
                 evicted += 1
         return evicted
-
-    def _evict(self, pod: str, why: str) -> bool:
-        ns, _, name = pod.partition("/")
-        body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": name, "namespace": ns}}  # fmt: skip
-        try:
-            self.client.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/eviction", body)
-        except ApiError as err:
-            if err.status != 404:
-                log.warning("eviction of %s (%s) refused: %s", pod, why, err)
-            return False
-        return True

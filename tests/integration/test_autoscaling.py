@@ -21,7 +21,7 @@ from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.render.autoscaling import adapter_config_map, adapter_rules, expand, hpa
 from tests.integration.api import Api, wait_for
 from tests.integration.chart import apply, ensure_namespace
-from tests.integration.kube_pods import GPU_TOLERATION, create_pod, node_of, pod, pods_in
+from tests.integration.kube_pods import create_pod, node_of, pod, pods_in
 from tests.integration.stack_setup import example_policy, populate, scheduling
 
 pytestmark = pytest.mark.integration
@@ -137,4 +137,3 @@ def test_hpas_apply_and_a_scale_up_preempts_to_find_capacity(tmp_path: Path) -> 
         assert left == 12, left  # four batch pods gave way, no more
         events = api.get("/api/v1/namespaces/production/events")["items"]
         assert sum(1 for e in events if e["reason"] == "Preempted") >= 4
-    assert GPU_TOLERATION  # the pods tolerate the pools' GPU taint (kube_pods.pod)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpucarve.agent.readings import Xid
 from gpucarve.config.policy_build import load_policy
@@ -145,4 +144,3 @@ def test_the_daemonsets_arguments_run_in_the_pods_environment(
     assert done.returncode == 2, done.stderr
     assert "NVML cannot be used here" in done.stderr and "fix:" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
-    assert yaml.safe_dump(args)  # the arguments are plain strings

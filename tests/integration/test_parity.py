@@ -206,7 +206,17 @@ def test_a_gang_short_past_its_timeout_frees_its_gpus_and_says_so(
     wait_for(lambda: _bound_nodes(api, "data-science", ["taker"]), what="its node taken")
     create_pod(api, pod("research", "g-2", "nvidia.com/gpu", 8, group="g"))
 
+    # the PodGroup's status, as it goes: GangTimeout from the release until its pods are gone,
+    # then the remainder's wait; recorded while waiting, so a quick cycle cannot hide it
+    seen: list[dict[str, Any]] = []
+
+    def timed_out() -> dict[str, Any] | None:
+        if (now := _group_status(api, "g")) is not None:
+            seen.append(now)
+        return next((st for st in seen if st["conditions"][0]["reason"] == "GangTimeout"), None)
+
     def released() -> bool:
+        timed_out()
         left = pods_in(api, "research")
         return "g-0" not in left and "g-1" not in left
 
@@ -227,7 +237,7 @@ def test_a_gang_short_past_its_timeout_frees_its_gpus_and_says_so(
     )
     assert message.startswith("queueing/gang-timeout: gang research/g ran 2 pods, 1 short")
     assert "(timeout 3 s, scheduleTimeoutSeconds)" in message
-    status = wait_for(lambda: _group_status(api, "g"), what="the PodGroup's status")
+    status = wait_for(timed_out, what="the PodGroup's GangTimeout status")
     (cond,) = status["conditions"]
     assert (cond["status"], cond["reason"]) == ("False", "GangTimeout")
     assert status["reason"] == cond["message"] == message.partition(": ")[2]

@@ -59,7 +59,9 @@ def test_fragmentation_prefers_the_choice_that_strands_least(tmp_path: Path) -> 
     # the free one stays whole, instead of breaking the free one
     c, pods = tiny(tmp_path, "".join(f"p{i},100,1,1,500,\n" for i in range(10)))
     c.place(pods, 0, 0)  # type: ignore[arg-type]
-    score = Fragmentation(pods)  # type: ignore[arg-type]
+    score = Fragmentation(c, pods)  # type: ignore[arg-type]
+    for i in range(10):
+        score.observe(i)
     cand = np.asarray([0, 1])
     s = score(c, pods, 1, cand)  # type: ignore[arg-type]
     assert s[0] > s[1]
@@ -105,38 +107,3 @@ def test_bad_pod_rows_name_their_line(tmp_path: Path) -> None:
         load_pods(write(tmp_path, "p.csv", PODS_HEAD + "ok,1,1,1,500,\nbad,1,1,2,500,\n"))
     assert exc.value.problems[0].line == 3
     assert "num_gpu 2 with gpu_milli 500" in exc.value.problems[0].message
-
-
-def test_filled_up_term_counts_cpu_and_gpu_slots(tmp_path: Path) -> None:
-    # Every GPU pod takes half a GPU and 4 CPUs: a node with 2 free GPUs has 4 GPU slots, but
-    # with 8 CPUs left only 2 pods run, stranding 1000 milli; with 16 CPUs nothing strands.
-    pods = load_pods(write(tmp_path, "p.csv", PODS_HEAD + "x,4000,10,1,500,\ny,4000,10,1,500,\n"))
-    frag = Fragmentation(pods)
-    slots = frag.slots[:, [1000, 1000]].sum(axis=1)[:, None]  # (shapes, 1 node)
-    free = np.asarray([2000])
-    short = frag.filled(slots, free, np.asarray([8000]))
-    ample = frag.filled(slots, free, np.asarray([16000]))
-    assert short[0] == pytest.approx(Fragmentation.CAPACITY_WEIGHT * 1000)
-    assert ample[0] == pytest.approx(0.0)
-
-
-def test_equal_node_states_score_as_if_scored_one_by_one(tmp_path: Path) -> None:
-    rows = "".join(f"n{i},{16000 + 8000 * (i % 2)},64000,4,T4\n" for i in range(8))
-    nodes = load_nodes(write(tmp_path, "n.csv", NODES_HEAD + rows))
-    pods = load_pods(
-        write(
-            tmp_path, "p.csv", PODS_HEAD + "a,4000,10,1,300,\nb,8000,10,1,700,\nc,2000,10,2,1000,\n"
-        )
-    )
-    cluster = FillCluster(nodes)
-    frag = Fragmentation(pods)
-    cluster.place(pods, 0, 3)
-    cluster.place(pods, 1, 5)
-    cand = np.arange(8)
-    for i in range(3):
-        grouped = frag(cluster, pods, i, cand)
-        choice = frag.gpu_choice
-        alone = frag._score(cluster, pods, i, cand)
-        assert np.allclose(grouped, alone)
-        if choice is not None:
-            assert frag.gpu_choice is not None and (choice == frag.gpu_choice).all()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.quantity import QuantityError, whole_number
 from gpucarve.sim.fill import MARKS, POLICIES, load_nodes, load_pods, run_fill
+from gpucarve.sim.fill_bound import bound_ratios
 
 app = typer.Typer(help="Benchmarks that reproduce published experiments.", no_args_is_help=True)
 
@@ -43,6 +45,17 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
+def _summary(runs: list[dict[int, float]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for mark in MARKS:
+        values = [r[mark] for r in runs]
+        out[str(mark)] = {
+            "mean": round(statistics.fmean(values), 2),
+            "std": round(statistics.pstdev(values), 2),
+        }
+    return out
+
+
 @app.command("fill")
 def fill(
     nodes: Annotated[
@@ -60,6 +73,14 @@ def fill(
     ] = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 42-51 or 1,2,5.")] = "42-51",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    bound: Annotated[
+        bool,
+        typer.Option(
+            "--bound",
+            help="Also compute an upper bound on the ratio for the arrived pods (an LP solved "
+            "with HiGHS, a few seconds per seed and mark) and show each policy as a share of it.",
+        ),
+    ] = False,
 ) -> None:
     """Fill the cluster with the trace's pods (shuffled per seed, inflated to 1.3 x capacity,
     no departures, no retries) and print the GPU allocation ratio at 90/95/100/130 % arrived
@@ -79,19 +100,31 @@ def fill(
         cluster, trace = load_nodes(nodes), load_pods(pods)
     except InvalidInput as exc:
         fail(exc)
+    seconds: dict[str, list[float]] = {}
     out: dict[str, dict[str, dict[str, float]]] = {}
+    per_seed: dict[str, list[dict[int, float]]] = {}
     for name in names:
-        runs = [run_fill(cluster, trace, name, s) for s in seed_list]
-        out[name] = {}
-        for mark in MARKS:
-            values = [r.ratio_at[mark] for r in runs]
-            out[name][str(mark)] = {
-                "mean": round(statistics.fmean(values), 2),
-                "std": round(statistics.pstdev(values), 2),
-            }
+        runs = []
+        for s in seed_list:
+            started = time.perf_counter()
+            runs.append(run_fill(cluster, trace, name, s))
+            seconds.setdefault(name, []).append(time.perf_counter() - started)
+        per_seed[name] = [r.ratio_at for r in runs]
+        out[name] = _summary(per_seed[name])
+    if bound:
+        bounds = [bound_ratios(cluster, trace, s) for s in seed_list]
+        out["bound"] = _summary(bounds)
+        for name in names:
+            shares = [
+                {m: 100 * r[m] / b[m] for m in MARKS}
+                for r, b in zip(per_seed[name], bounds, strict=True)
+            ]
+            out[f"{name} / bound"] = _summary(shares)
     if as_json:
         typer.echo(json.dumps(out, sort_keys=False, allow_nan=False))
         return
+    for name, spent in seconds.items():
+        err.print(f"{name}: {statistics.fmean(spent):.1f} s per seed")
     table = Table(
         title=f"GPU allocation ratio (%) by arrived demand, mean ± std over {len(seed_list)} seeds"
     )

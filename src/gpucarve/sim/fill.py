@@ -26,6 +26,7 @@ import numpy.typing as npt
 from gpucarve.config.csv_rows import CsvRow, read_csv
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.quantity import whole_number
+from gpucarve.engine import fragment
 
 MILLI = 1000
 MAX_GPUS = 8
@@ -238,179 +239,46 @@ def random_fit(
     return np.zeros(len(cand), dtype=np.float64)
 
 
-def _same_states(
-    rows: IntArray, cpu: IntArray
-) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """Groups equal (free per GPU, CPU) states: one index per group, and each row's group.
-    Two exact integer keys (GPU 0-4 in 11 bits each; GPU 5-7 and CPU) sorted together."""
-    shifted = rows + 1  # -1..1000 -> 0..1001, 11 bits
-    high = np.zeros(len(rows), dtype=np.int64)
-    for g in range(5):
-        high = (high << 11) | shifted[:, g]
-    low = np.asarray(cpu, dtype=np.int64)
-    for g in range(5, MAX_GPUS):
-        low = (low << 11) | shifted[:, g]
-    order = np.lexsort((low, high))
-    hs, ls = high[order], low[order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = (hs[1:] != hs[:-1]) | (ls[1:] != ls[:-1])
-    group = np.cumsum(new) - 1
-    inverse = np.empty(len(order), dtype=np.intp)
-    inverse[order] = group
-    return order[new], inverse
-
-
 class Fragmentation:
-    """gpucarve's placement for this experiment: the choice that strands the least GPU capacity
-    for the mix of requests the trace shows.
+    """gpucarve's placement for this experiment: the engine's fragmentation model
+    (`engine.fragment`) over this cluster, with each node's GPU model as its access class and
+    the demand mix taken from the last `window` arrivals."""
 
-    Two measures of stranded capacity, both weighted by how often each request type appears:
+    WINDOW = 2000
+    REFRESH = 250
 
-    - one pod ahead (fragmentation gradient descent, Weng et al.): for a type `t` a node's free
-      GPU capacity is stranded where `t` cannot use it: GPUs with less free than a share
-      request needs, partly used GPUs for whole-GPU requests, everything when the node has
-      fewer free GPUs than a k-GPU request needs or lacks the CPU `t` needs;
-    - filled up (gpucarve's addition, weight `CAPACITY_WEIGHT`): the free capacity a node
-      would still hold after taking as many pods of `t` as it can, counting per-GPU slots
-      (two 470-milli shares per free GPU, not "it fits") and CPU slots (a node with 10 free
-      CPUs runs one 8-CPU pod, however many GPUs it has free). FGD sees only the next pod, so
-      it lets CPU run out under free GPUs one pod at a time; this term sees that coming.
-
-    Types are sorted by CPU so that "the types this node's CPU cannot host" is a prefix and the
-    first measure is table lookups; the second groups types by GPU shape so per-GPU slots are
-    computed once per shape. Ties go to best fit.
-    """
-
-    CPU_BUCKET = 1  # milli-CPU: request types are grouped to this granularity
-    CAPACITY_WEIGHT = 0.1
-
-    def __init__(self, pods: Pods) -> None:
+    def __init__(self, cluster: FillCluster, pods: Pods) -> None:
         self.gpu_choice: npt.NDArray[np.intp] | None = None  # per candidate, for share pods
-        gpu = pods.num_gpu > 0
-        total = max(1, int(gpu.sum()))
-        cpu = -(-pods.cpu[gpu] // self.CPU_BUCKET) * self.CPU_BUCKET
-        keys = np.stack([cpu, pods.num_gpu[gpu], pods.gpu_milli[gpu]], axis=1)
-        types, counts = np.unique(keys, axis=0, return_counts=True)
-        order = np.argsort(-types[:, 0], kind="stable")  # most CPU first
-        types, counts = types[order], counts[order]
-        self.cpu_desc = types[:, 0]
-        f = np.arange(MILLI + 1, dtype=np.float64)
-        t_count = len(types)
-        # prefix tables over types 0..j-1: GPU cost per free value, need-more per free count
-        cost = np.zeros((t_count + 1, MILLI + 2), dtype=np.float64)
-        need = np.zeros((t_count + 1, MAX_GPUS + 1), dtype=np.float64)
-        weight = np.zeros(t_count + 1, dtype=np.float64)
-        for j, ((_, n, m), count) in enumerate(zip(types, counts, strict=True)):
-            share = count / total
-            row = np.zeros(MILLI + 2)
-            if m < MILLI:
-                row[: MILLI + 1] = share * f * (f < m)
-                more = np.zeros(MAX_GPUS + 1)
-            else:
-                row[: MILLI + 1] = share * f * ((f > 0) & (f < MILLI))
-                more = share * (np.arange(MAX_GPUS + 1) < n)
-            cost[j + 1] = cost[j] + row
-            need[j + 1] = need[j] + more
-            weight[j + 1] = weight[j] + share
-        self.cost, self.need, self.weight = cost, need, weight
-        # filled-up measure: GPU shapes (n, m), their per-GPU slot tables, and per type the
-        # shape, CPU and weight
-        shapes, shape_of = np.unique(types[:, 1:], axis=0, return_inverse=True)
-        self.shape_of = shape_of.reshape(-1)
-        self.shape_n = shapes[:, 0]
-        slots = np.zeros((len(shapes), MILLI + 2), dtype=np.int64)
-        for k, (_, m) in enumerate(shapes):
-            if m < MILLI:
-                slots[k, : MILLI + 1] = np.arange(MILLI + 1) // m
-            else:
-                slots[k, MILLI] = 1  # whole-GPU shapes count free GPUs; n of them make a slot
-        self.slots = slots
-        self.type_cpu = np.maximum(types[:, 0], 1)
-        type_weight = self.CAPACITY_WEIGHT * counts / total
-        self.total_weight = float(type_weight.sum())
-        self.type_value = type_weight * (types[:, 1] * types[:, 2])
+        ids = cluster.model_ids
+        nodes_gpus = cluster.nodes.gpus
+        self.types = [
+            fragment.RequestType(
+                int(pods.cpu[i]),
+                int(pods.num_gpu[i]),
+                int(pods.gpu_milli[i]),
+                frozenset(ids[m] for m in pods.spec[i] if m in ids) if pods.spec[i] else None,
+            )
+            for i in range(len(pods.names))
+        ]
+        self.classes = len(ids)
+        self.capacity = [float(nodes_gpus[cluster.model == k].sum()) for k in range(len(ids))]
+        self.demand = fragment.Demand(self.WINDOW)
+        self.model: tuple[int, fragment.FragmentModel] | None = None
 
-    def frag(self, rows: IntArray, cpu_left: IntArray) -> npt.NDArray[np.float64]:
-        """One pod ahead: stranded capacity of nodes (rows of per-GPU free milli, -1: no GPU)
-        that have `cpu_left` milli-CPU free; both may carry extra leading dimensions."""
-        # types sorted by CPU descending: those needing more than is left form a prefix
-        j = np.searchsorted(-self.cpu_desc, -cpu_left, side="left")
-        idx = np.where(rows >= 0, rows, MILLI + 1)
-        full = (rows == MILLI).sum(axis=-1)
-        free = np.where(rows > 0, rows, 0).sum(axis=-1)
-        last = len(self.weight) - 1
-        gpu_all = self.cost[last][idx].sum(axis=-1) + self.need[last][full] * MILLI * full
-        lack = self.cost[j[..., None], idx].sum(axis=-1) + self.need[j, full] * MILLI * full
-        # types the CPU cannot host strand everything free; the rest strand what they cannot use
-        return np.asarray(gpu_all - lack + self.weight[j] * free, dtype=np.float64)
-
-    def filled(
-        self, shape_slots: IntArray, free: IntArray, cpu_left: IntArray
-    ) -> npt.NDArray[np.float64]:
-        """Filled up: stranded capacity from `shape_slots` (shapes, nodes[, options]) summed
-        per-GPU slots, `free` GPU milli (nodes[, options]) and `cpu_left` (nodes)."""
-        extra = (1,) * (shape_slots.ndim - 1)
-        gpu_slots = shape_slots // self.shape_n.reshape((-1, *extra))
-        cpu_slots = cpu_left[None, :] // self.type_cpu[:, None]  # (types, nodes)
-        if shape_slots.ndim == 3:
-            cpu_slots = cpu_slots[:, :, None]
-        usable = np.minimum(gpu_slots[self.shape_of], cpu_slots)
-        used = np.tensordot(self.type_value, usable, axes=(0, 0))
-        return np.asarray(self.total_weight * free - used, dtype=np.float64)
+    def observe(self, i: int) -> None:
+        self.demand.add(self.types[i])
 
     def __call__(
         self, c: FillCluster, pods: Pods, i: int, cand: npt.NDArray[np.intp]
     ) -> npt.NDArray[np.float64]:
-        # Nodes in the same state (free per GPU, CPU) score the same: score each state once.
-        first, inverse = _same_states(c.left[cand], c.cpu[cand])
-        score = self._score(c, pods, i, cand[first])
-        if self.gpu_choice is not None:
-            self.gpu_choice = self.gpu_choice[inverse]
-        return np.asarray(score[inverse], dtype=np.float64)
-
-    def _score(
-        self, c: FillCluster, pods: Pods, i: int, cand: npt.NDArray[np.intp]
-    ) -> npt.NDArray[np.float64]:
-        rows = c.left[cand]
-        cpu_before = c.cpu[cand]
-        cpu_after = cpu_before - pods.cpu[i]
-        idx = np.where(rows >= 0, rows, MILLI + 1)
-        per_gpu = self.slots[:, idx]  # (shapes, candidates, GPUs)
-        slots = per_gpu.sum(axis=2)
-        free = np.where(rows > 0, rows, 0).sum(axis=1)
-        before = self.frag(rows, cpu_before) + self.filled(slots, free, cpu_before)
-        n, m = int(pods.num_gpu[i]), int(pods.gpu_milli[i])
-        self.gpu_choice = None
-        if n == 0:
-            after = self.frag(rows, cpu_after) + self.filled(slots, free, cpu_after)
-        elif m < MILLI:
-            # every GPU the share pod fits on is an option; keep each node's best
-            options = np.repeat(rows[:, None, :], MAX_GPUS, axis=1)
-            gpus = np.arange(MAX_GPUS)
-            options[:, gpus, gpus] -= m
-            fits = rows >= m
-            cpu_opt = np.repeat(cpu_after[:, None], MAX_GPUS, axis=1)
-            taken = np.where(fits, rows - m, MILLI + 1)
-            slots_opt = slots[:, :, None] - per_gpu + self.slots[:, taken]
-            free_opt = np.repeat((free - m)[:, None], MAX_GPUS, axis=1)
-            opt = self.frag(options, cpu_opt) + self.filled(slots_opt, free_opt, cpu_after)
-            # among equally good GPUs, the fullest (best fit inside the node)
-            opt = np.where(fits, opt + 1e-9 * rows, np.inf)
-            self.gpu_choice = np.argmin(opt, axis=1)
-            after = opt.min(axis=1)
-        else:
-            after_rows = rows.copy()
-            full = rows == MILLI
-            take = np.cumsum(full, axis=1) <= n
-            after_rows[full & take] = 0
-            after_idx = np.where(after_rows >= 0, after_rows, MILLI + 1)
-            after_slots = self.slots[:, after_idx].sum(axis=2)
-            after = self.frag(after_rows, cpu_after) + self.filled(
-                after_slots, free - n * m, cpu_after
-            )
-        delta = after - before
-        # lower fragmentation first, then best fit (scaled to stay a tie-breaker)
-        return np.asarray(-delta + 1e-6 * best_fit(c, pods, i, cand), dtype=np.float64)
+        self.model = fragment.model_of(
+            self.demand, self.classes, self.model, self.REFRESH, self.capacity
+        )
+        t = self.types[i]
+        score, self.gpu_choice = self.model[1].score(
+            c.left[cand], c.cpu[cand], c.model[cand], t.cpu, t.num_gpu, t.milli
+        )
+        return score
 
 
 def dot_product(
@@ -460,11 +328,12 @@ class FillRun:
 
 
 def run_fill(nodes: Nodes, pods: Pods, policy: str, seed: int) -> FillRun:
-    score = Fragmentation(pods) if policy == "gpucarve" else POLICIES[policy]
+    cluster = FillCluster(nodes)
+    score = Fragmentation(cluster, pods) if policy == "gpucarve" else POLICIES[policy]
+    observe = getattr(score, "observe", None)
     capacity = nodes.gpu_capacity
     order = arrival_order(pods, capacity, seed)
     tie_rng = np.random.default_rng(seed)
-    cluster = FillCluster(nodes)
     requests = pods.request()
     arrived = 0
     allocated = 0
@@ -475,6 +344,8 @@ def run_fill(nodes: Nodes, pods: Pods, policy: str, seed: int) -> FillRun:
         while marks and arrived + req > marks[0] / 100 * capacity:
             ratio_at[marks.pop(0)] = 100 * allocated / capacity
         arrived += req
+        if observe is not None:
+            observe(i)
         cand = np.flatnonzero(cluster.feasible(pods, i))
         if len(cand) == 0:
             continue

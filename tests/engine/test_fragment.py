@@ -1,0 +1,127 @@
+"""The fragmentation model on hand-built nodes whose answer is known: what each request type may
+use where it may go, demand that follows the recent mix, and equal states scored once."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from gpucarve.engine.fragment import (
+    CAPACITY_WEIGHT,
+    Demand,
+    FragmentModel,
+    RequestType,
+    model_of,
+)
+
+EMPTY2 = [1000, 1000, -1, -1, -1, -1, -1, -1]
+
+
+def rows(*r: list[int]) -> np.ndarray:
+    return np.asarray(r, dtype=np.int64)
+
+
+def ints(*v: int) -> np.ndarray:
+    return np.asarray(v, dtype=np.int64)
+
+
+def test_unconstrained_work_leaves_the_node_only_a_constrained_type_may_use() -> None:
+    # Two empty 2-GPU nodes of classes 0 and 1; a third of the pods may only use class 1.
+    anywhere = RequestType(1000, 1, 1000)
+    only_1 = RequestType(1000, 1, 1000, frozenset({1}))
+    model = FragmentModel(Counter({anywhere: 2, only_1: 1}), classes=2)
+    score, _ = model.score(rows(EMPTY2, EMPTY2), ints(8000, 8000), ints(0, 1), 1000, 1, 1000)
+    assert score[0] > score[1]
+
+
+def test_a_type_allowed_nowhere_changes_no_choice() -> None:
+    share = RequestType(1000, 1, 500)
+    whole = RequestType(1000, 2, 1000)
+    nowhere = RequestType(1000, 1, 300, frozenset({7}))  # class 7 does not exist
+    base = FragmentModel(Counter({share: 3, whole: 1}), classes=2)
+    more = FragmentModel(Counter({share: 3, whole: 1, nowhere: 4}), classes=2)
+    nodes = rows([500, 1000, -1, -1, -1, -1, -1, -1], EMPTY2, [200, 1000, 1000, 1000] + [-1] * 4)
+    cpu, cls = ints(8000, 8000, 8000), ints(0, 1, 0)
+    a, ga = base.score(nodes, cpu, cls, 1000, 1, 500)
+    b, gb = more.score(nodes, cpu, cls, 1000, 1, 500)
+    assert np.argmax(a) == np.argmax(b)
+    assert ga is not None and gb is not None and (ga == gb).all()
+    # the weights of the rest are diluted, so compare the ranking, scaled
+    assert np.allclose(np.argsort(a), np.argsort(b))
+
+
+def test_capacity_weighting_steers_shares_off_the_scarce_model() -> None:
+    # Class 1 holds a quarter of the GPUs; a fifth of the demand is whole GPUs limited to it.
+    # A share that may go anywhere goes to class 0, keeping class 1's GPUs whole, and with
+    # capacity weights by a wider margin: that demand presses on a quarter of the cluster.
+    anywhere = RequestType(1000, 1, 500)
+    only_1 = RequestType(1000, 1, 1000, frozenset({1}))
+    mix = Counter({anywhere: 4, only_1: 1})
+    plain = FragmentModel(mix, classes=2)
+    weighted = FragmentModel(mix, classes=2, capacity=[6000.0, 2000.0])
+    nodes, cpu, cls = rows(EMPTY2, EMPTY2), ints(8000, 8000), ints(0, 1)
+    p, _ = plain.score(nodes, cpu, cls, 1000, 1, 500)
+    w, _ = weighted.score(nodes, cpu, cls, 1000, 1, 500)
+    assert p[0] > p[1] and w[0] > w[1]
+    # in units of each model's total weight, so the two margins compare
+    assert (w[0] - w[1]) / weighted.weight[:, -1].max() > (p[0] - p[1]) / plain.weight[:, -1].max()
+
+
+def test_partly_used_gpus_strand_capacity_for_whole_gpu_types() -> None:
+    whole = RequestType(0, 1, 1000)
+    model = FragmentModel(Counter({whole: 1}), classes=1)
+    stranded = model.frag(rows([600, 1000] + [-1] * 6), ints(0), ints(0))
+    assert stranded[0] == pytest.approx(600.0)  # the 600 left on a used GPU
+    # too little CPU for the type: everything free is stranded
+    cpu_type = RequestType(4000, 1, 1000)
+    m2 = FragmentModel(Counter({cpu_type: 1}), classes=1)
+    assert m2.frag(rows([600, 1000] + [-1] * 6), ints(2000), ints(0))[0] == pytest.approx(1600.0)
+
+
+def test_filled_up_term_counts_cpu_and_gpu_slots() -> None:
+    # Every GPU pod takes half a GPU and 4 CPUs: a node with 2 free GPUs has 4 GPU slots, but
+    # with 8 CPUs left only 2 pods run, stranding 1000 milli; with 16 CPUs nothing strands.
+    model = FragmentModel(Counter({RequestType(4000, 1, 500): 2}), classes=1)
+    node = rows(EMPTY2)
+    _, slots = model.slot_sums(node)
+    free = ints(2000)
+    assert model.filled(slots, free, ints(8000), ints(0))[0] == pytest.approx(
+        CAPACITY_WEIGHT * 1000
+    )
+    assert model.filled(slots, free, ints(16000), ints(0))[0] == pytest.approx(0.0)
+
+
+def test_equal_node_states_score_as_if_scored_one_by_one() -> None:
+    mix = Counter(
+        {RequestType(4000, 1, 300): 3, RequestType(8000, 1, 700): 2, RequestType(2000, 2, 1000): 1}
+    )
+    model = FragmentModel(mix, classes=2)
+    base = [1000] * 4 + [-1] * 4
+    used = [700, 1000, 1000, 1000] + [-1] * 4
+    nodes = rows(base, used, base, used, base, base)
+    cpu, cls = ints(16000, 16000, 16000, 24000, 16000, 16000), ints(0, 0, 1, 0, 0, 1)
+    for cpu_req, n, m in ((4000, 1, 300), (8000, 1, 700), (2000, 2, 1000)):
+        grouped, choice = model.score(nodes, cpu, cls, cpu_req, n, m)
+        alone, alone_choice = model._score(nodes, cpu, cls, cpu_req, n, m)
+        assert np.allclose(grouped, alone)
+        if choice is not None:
+            assert alone_choice is not None and (choice == alone_choice).all()
+
+
+def test_demand_follows_the_last_requests_and_the_model_is_rebuilt_as_it_moves() -> None:
+    a, b = RequestType(1000, 1, 500), RequestType(1000, 1, 1000)
+    demand = Demand(window=10)
+    demand.extend([a] * 10)
+    cached = model_of(demand, 1, None, every=5)
+    assert set(cached[1].shape_n.tolist()) == {1} and len(cached[1].cpu_desc) == 1
+    demand.extend([b] * 10)  # a has left the window
+    assert demand.counts == Counter({b: 10})
+    rebuilt = model_of(demand, 1, cached, every=5)
+    assert rebuilt is not cached and rebuilt[0] == demand.version
+    assert model_of(demand, 1, rebuilt, every=5) is rebuilt
+    demand.add(RequestType(0, 0, 0))  # CPU-only work is not a GPU type
+    assert len(demand) == 10
+    with pytest.raises(ValueError, match="at least one"):
+        Demand(0)

@@ -1,0 +1,90 @@
+"""The fill experiment's upper bound: above every policy and the exact optimum, and equal to the
+optimum where only GPU packing limits it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpucarve.sim.fill import arrival_order, load_nodes, load_pods, run_fill
+from gpucarve.sim.fill_bound import arrived_at, bound_ratios, exact_fill, upper_bound
+
+NODES_HEAD = "sn,cpu_milli,memory_mib,gpu,model\n"
+PODS_HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_shares_that_cannot_pair_do_not_fill_a_gpu(tmp_path: Path) -> None:
+    # Two 600-milli shares and one GPU: pooling milli would say 1000; one GPU holds one.
+    nodes = load_nodes(write(tmp_path, "n.csv", NODES_HEAD + "a,8000,8000,1,T4\n"))
+    pods = load_pods(write(tmp_path, "p.csv", PODS_HEAD + "x,1000,10,1,600,\ny,1000,10,1,600,\n"))
+    b = upper_bound(nodes, pods, [0, 1])
+    assert b.milli == pytest.approx(600.0)
+    assert exact_fill(nodes, pods, [0, 1]) == pytest.approx(600.0)
+
+
+def test_tight_where_only_gpu_packing_limits(tmp_path: Path) -> None:
+    # CPU and memory to spare: the optimum puts the 2-GPU pod on one node, 600+400 and 600 on
+    # the other's GPUs, and leaves a 600 out: 3,600. Pooling the free milli would say 4,000.
+    nodes = load_nodes(
+        write(tmp_path, "n.csv", NODES_HEAD + "a,64000,64000,2,T4\nb,64000,64000,2,P100\n")
+    )
+    rows = ["p600,1000,10,1,600,", "p400,1000,10,1,400,", "q600,1000,10,1,600,"]
+    rows += ["w2,1000,10,2,1000,", "z600,1000,10,1,600,"]
+    pods = load_pods(write(tmp_path, "p.csv", PODS_HEAD + "\n".join(rows) + "\n"))
+    everyone = list(range(len(rows)))
+    exact = exact_fill(nodes, pods, everyone)
+    assert exact == pytest.approx(3600.0)
+    assert upper_bound(nodes, pods, everyone).milli == pytest.approx(exact)
+
+
+def test_model_limits_are_kept(tmp_path: Path) -> None:
+    nodes = load_nodes(write(tmp_path, "n.csv", NODES_HEAD + "a,8000,8000,1,T4\n"))
+    pods = load_pods(write(tmp_path, "p.csv", PODS_HEAD + "x,1000,10,1,1000,P100\n"))
+    assert upper_bound(nodes, pods, [0]).milli == pytest.approx(0.0)
+    assert exact_fill(nodes, pods, [0]) == pytest.approx(0.0)
+
+
+def test_bound_is_above_the_exact_optimum_and_every_policy(tmp_path: Path) -> None:
+    # A small cluster where CPU binds too: the bound pools a class's CPU, so it may sit above
+    # the optimum, never below it, and every policy of the experiment stays under both.
+    node_rows = ["a,16000,65536,2,T4", "b,16000,65536,2,T4", "c,32000,131072,4,V100M16"]
+    nodes = load_nodes(write(tmp_path, "n.csv", NODES_HEAD + "\n".join(node_rows) + "\n"))
+    shapes = [
+        "6000,8192,1,500,",
+        "2000,4096,1,300,",
+        "8000,16384,2,1000,",
+        "4000,8192,1,1000,V100M16",
+        "12000,4096,1,200,",
+        "1000,2048,1,810,T4",
+    ]
+    pod_rows = [f"p{i:02d},{shapes[i % len(shapes)]}" for i in range(14)]
+    pods = load_pods(write(tmp_path, "p.csv", PODS_HEAD + "\n".join(pod_rows) + "\n"))
+    for seed in (1, 2):
+        order = arrival_order(pods, nodes.gpu_capacity, seed)
+        arrived = arrived_at(pods, order, nodes.gpu_capacity, 130)
+        bound = upper_bound(nodes, pods, arrived)
+        exact = exact_fill(nodes, pods, arrived)
+        assert bound.milli >= exact - 1e-6
+        ratios = bound_ratios(nodes, pods, seed)
+        for policy in ("best-fit", "random", "gpucarve"):
+            got = run_fill(nodes, pods, policy, seed).ratio_at
+            for mark, value in got.items():
+                assert value <= ratios[mark] + 1e-6, (policy, mark)
+            assert got[130] * nodes.gpu_capacity / 100 <= exact + 1e-6
+
+
+def test_exact_refuses_large_instances(tmp_path: Path) -> None:
+    rows = "".join(f"n{i},64000,64000,8,T4\n" for i in range(20))
+    nodes = load_nodes(write(tmp_path, "n.csv", NODES_HEAD + rows))
+    pods = load_pods(
+        write(tmp_path, "p.csv", PODS_HEAD + "".join(f"p{i},1,1,1,100,\n" for i in range(40)))
+    )
+    with pytest.raises(ValueError, match="small instances"):
+        exact_fill(nodes, pods, list(range(40)))

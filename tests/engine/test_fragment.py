@@ -10,7 +10,6 @@ import pytest
 
 from gpucarve.engine.fragment import (
     CAPACITY_WEIGHT,
-    Demand,
     FragmentModel,
     RequestType,
     model_of,
@@ -110,18 +109,51 @@ def test_equal_node_states_score_as_if_scored_one_by_one() -> None:
             assert alone_choice is not None and (choice == alone_choice).all()
 
 
-def test_demand_follows_the_last_requests_and_the_model_is_rebuilt_as_it_moves() -> None:
+def test_model_is_a_function_of_the_mix() -> None:
     a, b = RequestType(1000, 1, 500), RequestType(1000, 1, 1000)
-    demand = Demand(window=10)
-    demand.extend([a] * 10)
-    cached = model_of(demand, 1, None, every=5)
-    assert set(cached[1].shape_n.tolist()) == {1} and len(cached[1].cpu_desc) == 1
-    demand.extend([b] * 10)  # a has left the window
-    assert demand.counts == Counter({b: 10})
-    rebuilt = model_of(demand, 1, cached, every=5)
-    assert rebuilt is not cached and rebuilt[0] == demand.version
-    assert model_of(demand, 1, rebuilt, every=5) is rebuilt
-    demand.add(RequestType(0, 0, 0))  # CPU-only work is not a GPU type
-    assert len(demand) == 10
+    first = model_of({a: 3, b: 1}, 1, None)
+    assert model_of({b: 1, a: 3}, 1, first) is first  # the same mix, in any order
+    again = model_of({a: 3, b: 2}, 1, first)
+    assert again is not first and again[0] != first[0]
+    # CPU-only types and emptied counts are not part of the mix
+    assert (
+        model_of({a: 3, b: 1, RequestType(500, 0, 0): 4, RequestType(9, 1, 50): 0}, 1, first)
+        is first
+    )
     with pytest.raises(ValueError, match="at least one"):
-        Demand(0)
+        FragmentModel({a: 1}, classes=0)
+
+
+def brute_frag(mix: dict[RequestType, int], row: list[int], cpu: int, cls: int) -> float:
+    """FGD's measure written out per type: what each type could not use here, weighted."""
+    total = sum(mix.values())
+    out = 0.0
+    free = sum(v for v in row if v > 0)
+    for t, n in mix.items():
+        w = n / total
+        allowed = t.access is None or cls in t.access
+        if not allowed or t.cpu > cpu:
+            out += w * free
+        elif t.milli < 1000:
+            out += w * sum(v for v in row if 0 < v < t.milli)
+        else:
+            whole = sum(1 for v in row if v == 1000)
+            out += w * (free if whole < t.num_gpu else sum(v for v in row if 0 < v < 1000))
+    return out
+
+
+def test_grouped_tables_match_the_measure_written_out() -> None:
+    rng = np.random.default_rng(5)
+    mix = {
+        RequestType(4000, 1, 300): 5,
+        RequestType(8000, 1, 700, frozenset({1})): 2,
+        RequestType(2000, 2, 1000): 3,
+        RequestType(16000, 4, 1000, frozenset({0})): 1,
+        RequestType(1000, 1, 1000): 4,
+    }
+    model = FragmentModel(Counter(mix), classes=2)
+    for _ in range(40):
+        row = [int(v) for v in rng.choice([-1, 0, 100, 250, 600, 1000], size=8)]
+        cpu, cls = int(rng.integers(0, 20000)), int(rng.integers(0, 2))
+        got = model.frag(rows(row), ints(cpu), ints(cls))[0]
+        assert got == pytest.approx(brute_frag(mix, row, cpu, cls))

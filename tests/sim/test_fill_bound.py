@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucarve.sim.fill import arrival_order, load_nodes, load_pods, run_fill
+from gpucarve.sim.fill import REFERENCE, arrival_order, load_nodes, load_pods, run_fill
 from gpucarve.sim.fill_bound import arrived_at, bound_ratios, exact_fill, upper_bound
+from gpucarve.sim.fill_engine import run_fill_engine
 
 NODES_HEAD = "sn,cpu_milli,memory_mib,gpu,model\n"
 PODS_HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
@@ -73,11 +74,13 @@ def test_bound_is_above_the_exact_optimum_and_every_policy(tmp_path: Path) -> No
         exact = exact_fill(nodes, pods, arrived)
         assert bound.milli >= exact - 1e-6
         ratios = bound_ratios(nodes, pods, seed)
-        for policy in ("best-fit", "random", "gpucarve"):
+        for policy in ("best-fit", "random", REFERENCE):
             got = run_fill(nodes, pods, policy, seed).ratio_at
             for mark, value in got.items():
                 assert value <= ratios[mark] + 1e-6, (policy, mark)
             assert got[130] * nodes.gpu_capacity / 100 <= exact + 1e-6
+        engine = run_fill_engine(nodes, pods, seed).ratio_at
+        assert all(engine[m] <= ratios[m] + 1e-6 for m in engine)
 
 
 def test_exact_refuses_large_instances(tmp_path: Path) -> None:

@@ -33,6 +33,10 @@ ALLOWED = {
     # snapshots hold their parent weakly (core/snapshot.py Delta): whether it still lives only
     # picks the faster of two ways to the same engine state, never a decision
     "weakref",
+    # array arithmetic for the fragmentation model (engine/fragment.py): deterministic, and
+    # its random module is refused below
+    "numpy",
+    "numpy.typing",
 }
 FORBIDDEN_EXAMPLES = {
     "time",
@@ -93,6 +97,12 @@ def test_core_and_engine_import_only_pure_modules(path: Path) -> None:
         if not _allowed(path, mod)
     ]
     assert bad == []
+
+
+@pytest.mark.parametrize("path", PURE_FILES, ids=[f"{p.parent.name}/{p.name}" for p in PURE_FILES])
+def test_no_randomness_through_numpy(path: Path) -> None:
+    text = path.read_text()
+    assert not [s for s in ("np.random", "numpy.random", "default_rng") if s in text]
 
 
 def test_the_check_catches_a_forbidden_import(tmp_path: Path) -> None:

@@ -16,12 +16,15 @@ from gpucarve.cli.common import fail
 from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.quantity import QuantityError, whole_number
-from gpucarve.sim.fill import MARKS, POLICIES, load_nodes, load_pods, run_fill
+from gpucarve.sim import fill_engine
+from gpucarve.sim.fill import MARKS, POLICIES, REFERENCE, load_nodes, load_pods, run_fill
 from gpucarve.sim.fill_bound import bound_ratios
 
 app = typer.Typer(help="Benchmarks that reproduce published experiments.", no_args_is_help=True)
 
 ALL = [*POLICIES, "gpucarve"]
+# gpucarve's model on the experiment's own arrays: the engine path's fast reference
+KNOWN = [*ALL, REFERENCE]
 
 
 MAX_SEEDS = 1_000  # each seed is a whole run; more says nothing the std of 1,000 does not
@@ -69,7 +72,11 @@ def fill(
     ],
     policy: Annotated[
         list[str] | None,
-        typer.Option("--policy", help=f"Repeatable; default all: {', '.join(ALL)}."),
+        typer.Option(
+            "--policy",
+            help=f"Repeatable; default all: {', '.join(ALL)}. gpucarve places through the "
+            f"engine; {REFERENCE} is the same model on the experiment's arrays (a reference).",
+        ),
     ] = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 42-51 or 1,2,5.")] = "42-51",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -87,14 +94,14 @@ def fill(
     demand: mean and std over the seeds, per policy."""
     err = console(stderr=True)
     names = policy or ALL
-    unknown = [n for n in names if n not in ALL]
+    unknown = [n for n in names if n not in KNOWN]
     try:
         seed_list = _seeds(seeds)
     except ValueError as exc:
         err.print(Text(f"--seeds: {exc}", style="red"))
         raise typer.Exit(Exit.INVALID) from None
     if unknown:
-        err.print(Text(f"unknown policy {', '.join(unknown)}; use {', '.join(ALL)}", style="red"))
+        err.print(Text(f"unknown policy {', '.join(unknown)}; use {', '.join(KNOWN)}", style="red"))
         raise typer.Exit(Exit.INVALID)
     try:
         cluster, trace = load_nodes(nodes), load_pods(pods)
@@ -105,9 +112,13 @@ def fill(
     per_seed: dict[str, list[dict[int, float]]] = {}
     for name in names:
         runs = []
+        engine = fill_engine.build(cluster) if name == "gpucarve" else None
         for s in seed_list:
             started = time.perf_counter()
-            runs.append(run_fill(cluster, trace, name, s))
+            if engine is not None:
+                runs.append(fill_engine.run_fill_engine(cluster, trace, s, engine))
+            else:
+                runs.append(run_fill(cluster, trace, name, s))
             seconds.setdefault(name, []).append(time.perf_counter() - started)
         per_seed[name] = [r.ratio_at for r in runs]
         out[name] = _summary(per_seed[name])

@@ -241,3 +241,12 @@ def load_catalog(extra_files: Sequence[str | FsPath] = ()) -> Catalog:
         catalog = catalog.merged(model for _, model in parsed)
         raw.update({model.id: entry for entry, model in parsed})
     return catalog
+
+
+def catalog_with(models: Sequence[dict[str, Any]], source: str) -> Catalog:
+    """The packaged catalog with `models` (catalog file entries) added or overriding."""
+    raw, catalog = _packaged()
+    doc = YamlDocument(
+        source, {"apiVersion": "gpucarve.io/v1alpha1", "kind": "GpuCatalog", "models": models}
+    )
+    return catalog.merged(model for _, model in _parse(doc, dict(raw)))

@@ -36,7 +36,7 @@ from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import GpuRequest, PodAssignment, PodSet, RunningWorkload, Workload
-from gpucarve.engine import evict, gang_timeout, podwise, queueing, repartition
+from gpucarve.engine import evict, frag_place, gang_timeout, podwise, queueing, repartition
 from gpucarve.engine.ceilings import Ceilings
 from gpucarve.engine.decisions import (
     Admission,
@@ -95,6 +95,11 @@ class Cycle:
         # (queue, flavor, head) -> why work behind that head waits, this cycle
         self.behind_reasons: dict[tuple[str, str, str], PendingReason] = {}
         self.placer.shapes = self._shapes()
+        if self.placer.model.active:
+            self.placer.model.set_demand(snapshot.pending, self._first_needs)
+
+    def _first_needs(self, w: Workload) -> list[PodNeeds | None]:
+        return frag_place.first_flavor_needs(w, self.flavors_for(w), self.needs_of)
 
     # ------------------------------------------------------------------ setup
     def flavors_for(self, w: Workload) -> list[list[Flavor]]:
@@ -249,6 +254,9 @@ class Cycle:
             assert first is not None
             return Outcome(False, first, tuple(r for r in impossible if r is not None))
         combos = [c for c, r in zip(combos, impossible, strict=True) if r is None]
+        if self.placer.model.active and len(combos) > 1:
+            plans = [self._plan(w, c)[0] for c in combos]
+            combos = frag_place.rank_combos(combos, self.placer.preview(w, plans))
         tried: list[PendingReason] = []
         unplaced: list[Sequence[Flavor | None]] = []
         for combo in combos:

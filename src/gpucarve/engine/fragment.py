@@ -4,8 +4,8 @@ of requests the cluster is seeing, counting only what each request may use where
 A node is described by its free milli-GPU per GPU (a row of `MAX_GPUS`, -1 where it has no
 GPU), its free CPU and its *access class*: nodes of one class admit the same request types
 (GPU model, selectors and affinity, taints). A request type is (CPU, GPUs, milli per GPU,
-classes it may use), weighted by its share of recent demand (`Demand`: a window of the last
-requests, so the weights follow the queue as it changes).
+classes it may use), weighted by its share of the demand the caller gives: the engine gives
+its pending and running pods, so the weights follow the queue as it changes.
 
 Two measures of stranded capacity, both weighted by demand:
 
@@ -28,8 +28,7 @@ measure is table lookups over all candidates at once. Pure NumPy, no I/O, determ
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,42 +62,19 @@ def _order(t: RequestType) -> tuple[int, int, int, tuple[int, ...]]:
     return (-t.cpu, t.num_gpu, t.milli, access)
 
 
-class Demand:
-    """Request types weighted by their share of the last `window` requests."""
-
-    def __init__(self, window: int) -> None:
-        if window < 1:
-            raise ValueError("the demand window holds at least one request")
-        self.window = window
-        self._recent: deque[RequestType] = deque()
-        self.counts: Counter[RequestType] = Counter()
-        self.version = 0  # bumped on every change
-
-    def add(self, t: RequestType) -> None:
-        if t.num_gpu == 0:
-            return  # CPU-only work is felt through the CPU it leaves, not as a type
-        self._recent.append(t)
-        self.counts[t] += 1
-        if len(self._recent) > self.window:
-            old = self._recent.popleft()
-            self.counts[old] -= 1
-            if not self.counts[old]:
-                del self.counts[old]
-        self.version += 1
-
-    def extend(self, types: Iterable[RequestType]) -> None:
-        for t in types:
-            self.add(t)
-
-    def __len__(self) -> int:
-        return len(self._recent)
-
-
 class FragmentModel:
-    """Lookup tables for one demand mix over `classes` access classes."""
+    """The measures for one demand mix (pods per type) over `classes` access classes.
+
+    Built in proportion to types x GPU shapes, not x milli values, so that it can be rebuilt
+    whenever the mix changes: the tables hold, per class and per CPU prefix of the types, the
+    weight of each GPU shape, and the per-shape stranded milli is looked up per GPU."""
 
     def __init__(
-        self, mix: Counter[RequestType], classes: int, capacity: Sequence[float] | None = None
+        self,
+        mix: Mapping[RequestType, int],
+        classes: int,
+        capacity: Sequence[float] | None = None,
+        width: int = MAX_GPUS,
     ) -> None:
         """`capacity`: GPU capacity per class. With it, a type's weight is its share of demand
         per unit of capacity it may use (relative to the whole cluster's): 20 % of the pods
@@ -108,7 +84,8 @@ class FragmentModel:
         if classes < 1:
             raise ValueError("at least one access class")
         self.classes = classes
-        types = sorted(mix, key=_order)  # most CPU first
+        self.width = width  # GPUs per node row
+        types = sorted((t for t in mix if t.num_gpu and mix[t] > 0), key=_order)  # most CPU first
         total = float(sum(mix[t] for t in types)) or 1.0
         share = np.asarray([mix[t] / total for t in types], dtype=np.float64)
         allowed = np.ones((len(types), classes), dtype=bool)
@@ -116,42 +93,42 @@ class FragmentModel:
             if t.access is not None:
                 allowed[k] = False
                 allowed[k, [c for c in t.access if 0 <= c < classes]] = True
-        if capacity is not None:
+        if capacity is not None and len(types):
             cap = np.asarray(capacity, dtype=np.float64)
             reach = allowed @ cap
             # a type allowed nowhere changes no choice; leave its weight as it is
             share = share * np.where(reach > 0, cap.sum() / np.maximum(reach, 1e-12), 1.0)
         self.cpu_desc = np.asarray([t.cpu for t in types], dtype=np.int64)
-        n_types = len(types)
-        f = np.arange(MILLI + 1, dtype=np.float64)
-        # prefix tables over types 0..j-1, per class: GPU cost per free value, need-more per
-        # free count, weight
-        cost = np.zeros((classes, n_types + 1, MILLI + 2), dtype=np.float64)
-        need = np.zeros((classes, n_types + 1, MAX_GPUS + 1), dtype=np.float64)
-        weight = np.zeros((classes, n_types + 1), dtype=np.float64)
-        for j, t in enumerate(types):
-            row = np.zeros(MILLI + 2)
-            more = np.zeros(MAX_GPUS + 1)
-            if t.milli < MILLI:
-                row[: MILLI + 1] = share[j] * f * (f < t.milli)
+        keys = sorted({(t.num_gpu, t.milli) for t in types})
+        shape_pos = {k: i for i, k in enumerate(keys)}
+        shape_of = np.asarray([shape_pos[(t.num_gpu, t.milli)] for t in types], dtype=np.intp)
+        n_types, n_shapes = len(types), len(keys)
+        # weights[c, j, s]: weight of the types before j (in CPU order) of shape s allowed on c
+        per_type = np.zeros((classes, n_types, n_shapes), dtype=np.float64)
+        if n_types:
+            per_type[:, np.arange(n_types), shape_of] = (allowed * share[:, None]).T
+        self.weights = np.zeros((classes, n_types + 1, n_shapes), dtype=np.float64)
+        np.cumsum(per_type, axis=1, out=self.weights[:, 1:, :])
+        self.weight = self.weights.sum(axis=2)  # [c, j]
+        # per shape: milli stranded on one GPU with f free, and "needs more free GPUs"
+        f = np.arange(MILLI + 2, dtype=np.float64)
+        f[MILLI + 1] = 0.0  # no GPU there
+        self.stranded_gpu = np.zeros((n_shapes, MILLI + 2), dtype=np.float64)
+        self.needs_more = np.zeros((n_shapes, width + 1), dtype=np.float64)
+        for k, (n, m) in enumerate(keys):
+            if m < MILLI:
+                self.stranded_gpu[k] = f * (f < m)
             else:
-                row[: MILLI + 1] = share[j] * f * ((f > 0) & (f < MILLI))
-                more = share[j] * (np.arange(MAX_GPUS + 1) < t.num_gpu)
-            mask = allowed[j][:, None]
-            cost[:, j + 1] = cost[:, j] + mask * row
-            need[:, j + 1] = need[:, j] + mask * more
-            weight[:, j + 1] = weight[:, j] + allowed[j] * share[j]
-        self.cost, self.need, self.weight = cost, need, weight
+                self.stranded_gpu[k] = f * ((f > 0) & (f < MILLI))
+                self.needs_more[k] = np.arange(width + 1) < n
         # a type that may not use a class strands everything free there
         self.no_access = np.asarray(
             [float(share[~allowed[:, c]].sum()) for c in range(classes)], dtype=np.float64
         )
-        # filled up: GPU shapes (n, m), their per-GPU slot tables, per type its shape and CPU
-        keys = sorted({(t.num_gpu, t.milli) for t in types})
-        shape_pos = {k: i for i, k in enumerate(keys)}
-        self.shape_of = np.asarray([shape_pos[(t.num_gpu, t.milli)] for t in types], dtype=np.intp)
+        # filled up: per shape its per-GPU slot table, per type its shape, CPU and value
+        self.shape_of = shape_of
         self.shape_n = np.asarray([max(1, n) for n, _ in keys], dtype=np.int64)
-        slots = np.zeros((len(keys), MILLI + 2), dtype=np.int64)
+        slots = np.zeros((n_shapes, MILLI + 2), dtype=np.int64)
         for k, (_, m) in enumerate(keys):
             if m < MILLI:
                 slots[k, : MILLI + 1] = np.arange(MILLI + 1) // m
@@ -173,12 +150,16 @@ class FragmentModel:
         idx = np.where(rows >= 0, rows, MILLI + 1)
         full = (rows == MILLI).sum(axis=-1)
         free = np.where(rows > 0, rows, 0).sum(axis=-1)
-        last = self.cost.shape[1] - 1
-        c = cls[..., None]
-        gpu_all = self.cost[c, last, idx].sum(axis=-1) + self.need[cls, last, full] * MILLI * full
-        lack = self.cost[c, j[..., None], idx].sum(axis=-1) + self.need[cls, j, full] * MILLI * full
+        # per shape: what a pod of that shape could not use here (shapes first)
+        per_shape = self.stranded_gpu[:, idx].sum(axis=-1) + self.needs_more[:, full] * (
+            MILLI * full
+        )
+        last = self.weights.shape[1] - 1
+        # types whose CPU fits weigh their shape's stranded milli; the rest strand everything
+        fitting = self.weights[cls, last, :] - self.weights[cls, j, :]
+        gpu = (np.moveaxis(per_shape, 0, -1) * fitting).sum(axis=-1)
         stranded_all = self.weight[cls, j] + self.no_access[cls]
-        return np.asarray(gpu_all - lack + stranded_all * free, dtype=np.float64)
+        return np.asarray(gpu + stranded_all * free, dtype=np.float64)
 
     def filled(
         self, shape_slots: IntArray, free: IntArray, cpu_left: IntArray, cls: IntArray
@@ -230,15 +211,16 @@ class FragmentModel:
             after = self.frag(rows, cpu_after, cls) + self.filled(slots, free, cpu_after, cls)
         elif m < MILLI:
             # every GPU the share fits on is an option; keep each node's best
-            options = np.repeat(rows[:, None, :], MAX_GPUS, axis=1)
-            gpus = np.arange(MAX_GPUS)
+            width = rows.shape[1]
+            options = np.repeat(rows[:, None, :], width, axis=1)
+            gpus = np.arange(width)
             options[:, gpus, gpus] -= m
             fits = rows >= m
-            cpu_opt = np.repeat(cpu_after[:, None], MAX_GPUS, axis=1)
-            cls_opt = np.repeat(cls[:, None], MAX_GPUS, axis=1)
+            cpu_opt = np.repeat(cpu_after[:, None], width, axis=1)
+            cls_opt = np.repeat(cls[:, None], width, axis=1)
             taken = np.where(fits, rows - m, MILLI + 1)
             slots_opt = slots[:, :, None] - per_gpu + self.slots[:, taken]
-            free_opt = np.repeat((free - m)[:, None], MAX_GPUS, axis=1)
+            free_opt = np.repeat((free - m)[:, None], width, axis=1)
             opt = self.frag(options, cpu_opt, cls_opt) + self.filled(
                 slots_opt, free_opt, cpu_after, cls
             )
@@ -275,18 +257,21 @@ def same_states(
     rows: IntArray, cpu: IntArray, cls: IntArray
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """Groups equal (free per GPU, CPU, class) states: one index per group, and each row's
-    group. Exact integer keys (GPU 0-4 in 11 bits each; GPU 5-7 and CPU) sorted together."""
+    group. Exact integer keys, five GPUs in 11 bits each per key, sorted together."""
     shifted = rows + 1  # -1..1000 -> 0..1001, 11 bits
-    high = np.zeros(len(rows), dtype=np.int64)
-    for g in range(5):
-        high = (high << 11) | shifted[:, g]
-    low = np.asarray(cpu, dtype=np.int64)
-    for g in range(5, MAX_GPUS):
-        low = (low << 11) | shifted[:, g]
-    order = np.lexsort((low, high, cls))
-    hs, ls, cs = high[order], low[order], cls[order]
+    keys = [np.asarray(cls, dtype=np.int64), np.asarray(cpu, dtype=np.int64)]
+    for start in range(0, rows.shape[1], 5):
+        key = np.zeros(len(rows), dtype=np.int64)
+        for g in range(start, min(start + 5, rows.shape[1])):
+            key = (key << 11) | shifted[:, g]
+        keys.append(key)
+    order = np.lexsort(tuple(reversed(keys)))
     new = np.ones(len(order), dtype=bool)
-    new[1:] = (hs[1:] != hs[:-1]) | (ls[1:] != ls[:-1]) | (cs[1:] != cs[:-1])
+    if len(order):
+        new[1:] = False
+        for key in keys:
+            k = key[order]
+            new[1:] |= k[1:] != k[:-1]
     group = np.cumsum(new) - 1
     inverse = np.empty(len(order), dtype=np.intp)
     inverse[order] = group
@@ -294,20 +279,22 @@ def same_states(
 
 
 def model_of(
-    demand: Demand,
+    mix: Mapping[RequestType, int],
     classes: int,
-    cached: tuple[int, FragmentModel] | None,
-    every: int,
+    cached: tuple[tuple[tuple[RequestType, int], ...], FragmentModel] | None,
     capacity: Sequence[float] | None = None,
-) -> tuple[int, FragmentModel]:
-    """The model for the demand's current mix. It is rebuilt once `every` requests have come
-    since the last build, or sooner while the window is still filling (a tenth of what it
-    held then): the first requests must not stand for the mix for long."""
-    if cached is not None:
-        since = demand.version - cached[0]
-        if since < min(every, len(demand) // 10 + 1):
-            return cached
-    return demand.version, FragmentModel(demand.counts, classes, capacity)
+    width: int = MAX_GPUS,
+) -> tuple[tuple[tuple[RequestType, int], ...], FragmentModel]:
+    """The model for `mix`, reusing `cached` when it was built for the same mix (a pure
+    function of the mix: the same demand always gives the same model)."""
+    key = tuple(sorted(((t, n) for t, n in mix.items() if n > 0 and t.num_gpu), key=_key))
+    if cached is not None and cached[0] == key:
+        return cached
+    return key, FragmentModel(dict(key), classes, capacity, width)
+
+
+def _key(item: tuple[RequestType, int]) -> tuple[tuple[int, int, int, tuple[int, ...]], int]:
+    return _order(item[0]), item[1]
 
 
 def access_classes(keys: Sequence[object]) -> tuple[list[int], dict[object, int]]:

@@ -8,16 +8,20 @@ whole gang is tried inside one group (node, NVLink domain or rack) at a time.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
 
 from gpucarve.core import mig
 from gpucarve.core.mig import Instance
 from gpucarve.core.policy import ScoringWeights, SliceKind
-from gpucarve.core.workload import TOPOLOGY_UNIT, PodAssignment, Workload
+from gpucarve.core.workload import TOPOLOGY_UNIT, PodAssignment, PodSet, TopologyMode, Workload
 from gpucarve.engine import groups as topology_groups
 from gpucarve.engine import plugins
 from gpucarve.engine.decisions import PendingReason, Stage
+from gpucarve.engine.frag_place import Choice, ModelPlacer
 from gpucarve.engine.plugins import PodNeeds
 from gpucarve.engine.working import GpuSlots, NodeState, Working
 
@@ -51,6 +55,17 @@ class Placer:
         # (node, flavor) -> the starving head that holds it (see queueing.reserve)
         self.reserved: dict[tuple[int, str], Workload] = {}
         self.current: Workload | None = None
+        self.model = ModelPlacer(ws, weights, self._passes)
+        # (pod set, flavor) -> (working state mark, the model's choice) from `preview`
+        self._previewed: dict[tuple[int, str | None], tuple[int, Choice | None]] = {}
+
+    def _passes(self, ps: PodSet, node: NodeState) -> bool:
+        return all(f(ps, node) for _, f in plugins.STATIC_FILTERS)
+
+    def _modelled(self, needs: PodNeeds) -> bool:
+        return self.model.active and (
+            needs.flavor is None or needs.flavor in self.ws.gpu_rows.modelled
+        )
 
     # -------------------------------------------------------------- filters
     def _static_reject(self, needs: PodNeeds, node: NodeState) -> str | None:
@@ -125,9 +140,100 @@ class Placer:
             return [[n for n in group if index.count.get(n, 0) >= needs.slices]]
         return index.levels(needs.slices, self.weights.spread > self.weights.binpack)
 
+    def _unreserved(self, cand: npt.NDArray[np.intp], flavor: str | None) -> npt.NDArray[np.intp]:
+        if not self.reserved:
+            return cand
+        nodes = self.ws.nodes
+        keep = np.asarray([not self._kept_from(nodes[int(i)], flavor) for i in cand], dtype=bool)
+        out: npt.NDArray[np.intp] = cand[keep]
+        return out
+
+    def preview(
+        self, w: Workload, plans: Sequence[list[tuple[PodNeeds, int, int]] | None]
+    ) -> list[Choice | None]:
+        """Where the model would put each one-pod-set plan of a workload (its first pod, or the
+        whole gang when it must share a node), without placing it: to rank the workload's
+        candidate flavors. None for a plan it does not weigh or cannot place."""
+        out: list[Choice | None] = [None] * len(plans)
+        if w.topology not in (TopologyMode.NONE, TopologyMode.NODE):
+            return out
+        idx = [k for k, p in enumerate(plans) if p is not None and len(p) == 1]
+        idx = [k for k in idx if self._modelled(plans[k][0][0])]  # type: ignore[index]
+        if not idx:
+            return out
+        needs = [plans[k][0][0] for k in idx]  # type: ignore[index]
+        gang = plans[idx[0]][0][1] if w.topology is TopologyMode.NODE else 1  # type: ignore[index]
+        cands = [self._unreserved(self.model.candidates(n, None), n.flavor) for n in needs]
+        for k, choice in zip(idx, self.model.best_each(needs, cands, gang), strict=True):
+            out[k] = choice
+        if gang == 1:
+            # the choice stands until the working state changes: placing the winner next
+            # need not score again
+            mark = self.ws.checkpoint()
+            for n, k in zip(needs, idx, strict=True):
+                self._previewed[(id(n.pod_set), n.flavor)] = (mark, out[k])
+        return out
+
+    def _place_by_model(
+        self, needs: PodNeeds, pod_id: str, group: list[int] | None
+    ) -> PodAssignment | None:
+        ws = self.ws
+        cand = self._unreserved(self.model.candidates(needs, group), needs.flavor)
+        excluded: set[int] = set()
+        cached = self._previewed.pop((id(needs.pod_set), needs.flavor), None)
+        if group is not None or cached is None or cached[0] != ws.checkpoint():
+            cached = None
+        while True:
+            if cached is not None:
+                choice, cached = cached[1], None
+            else:
+                choice = self.model.best(needs, cand, excluded=excluded)
+            if choice is None:
+                return None
+            node = ws.nodes[choice.node]
+            gpu: GpuSlots | None = None
+            if needs.shared:
+                assert needs.flavor is not None
+                if choice.gpu is not None:
+                    gpu = ws.gpu_rows.slots.get((node.idx, choice.gpu))
+                    if gpu is not None and not (
+                        gpu.flavor == needs.flavor
+                        and len(gpu.free) >= needs.slices
+                        and gpu.mem_free >= needs.shared_mem
+                    ):
+                        gpu = None
+                if gpu is None:
+                    gpu = plugins.shared_gpu(needs, node)
+                if gpu is None:  # the GPU memory promised there is short: try the next node
+                    excluded.add(node.idx)
+                    continue
+            return self._assign(needs, pod_id, node, gpu)
+
+    def _assign(
+        self, needs: PodNeeds, pod_id: str, node: NodeState, gpu: GpuSlots | None
+    ) -> PodAssignment:
+        ws = self.ws
+        ws.adjust_node(node, -needs.cpu, -needs.mem)
+        if needs.flavor is None:
+            return PodAssignment(pod_id, needs.pod_set.name, node.name, (), None)
+        ordinals = self._take(needs, node, gpu)
+        return PodAssignment(
+            pod_id,
+            needs.pod_set.name,
+            node.name,
+            tuple(ws.slice_ids[o] for o in ordinals),
+            needs.flavor,
+            needs.shared_mem,
+        )
+
     def place_pod(
         self, needs: PodNeeds, pod_id: str, group: list[int] | None, rej: Rejections
     ) -> PodAssignment | None:
+        if self._modelled(needs):
+            placed = self._place_by_model(needs, pod_id, group)
+            if placed is not None:
+                return placed
+            # nothing fits: the filters below count who refused, for the pending reason
         ws = self.ws
         best: tuple[int, int] | None = None
         best_gpu: GpuSlots | None = None
@@ -164,19 +270,7 @@ class Placer:
                 break
         if best is None:
             return None
-        node = ws.nodes[-best[1]]
-        ws.adjust_node(node, -needs.cpu, -needs.mem)
-        if flavor is None:
-            return PodAssignment(pod_id, needs.pod_set.name, node.name, (), None)
-        ordinals = self._take(needs, node, best_gpu)
-        return PodAssignment(
-            pod_id,
-            needs.pod_set.name,
-            node.name,
-            tuple(ws.slice_ids[o] for o in ordinals),
-            flavor,
-            needs.shared_mem,
-        )
+        return self._assign(needs, pod_id, ws.nodes[-best[1]], best_gpu)
 
     def _take(self, needs: PodNeeds, node: NodeState, gpu: GpuSlots | None) -> list[int]:
         ws = self.ws
@@ -208,6 +302,13 @@ class Placer:
     ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
         """`plan`: (needs, pods wanted, pods required) per pod set."""
         self.current = w
+        if w.topology is TopologyMode.NODE:
+            # a one-node gang the model can weigh as one request: on the node it picks
+            choice = self.preview(w, [plan])[0]
+            if choice is not None:
+                placed, _ = self._place_in(w, plan, [choice.node])
+                if placed is not None:
+                    return placed, None
         groups = self.ws.groups_for(w.topology)
         if groups is None:
             return self._place_in(w, plan, None)

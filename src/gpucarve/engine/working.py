@@ -9,6 +9,7 @@ for a pod does not scan the cluster.
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ from gpucarve.core.policy import Flavor, SliceKind
 from gpucarve.core.requests import SHARED_KINDS, charge_milli, gpu_memory_of
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import PodAssignment, PodSet, RunningWorkload, TopologyMode
+from gpucarve.engine.gpu_rows import GpuRows
 
 UNLIMITED = 1 << 62
 
@@ -158,6 +160,10 @@ class Working:
                 self.total[(fname, i)] = sum(g.total for g in gs_list)
             for fname in node.gpus:
                 self.index[fname].set(i, self._count(node, fname))
+        self.gpu_rows = GpuRows(self.nodes, self.flavors)
+        # Running pods per (pod set, flavor, slices per pod, pods weighed together), for the
+        # fragmentation model's demand mix; a one-node gang counts as one request of its pods.
+        self.running_demand: Counter[tuple[PodSet, str | None, int, int]] = Counter()
         self.usage: dict[tuple[str, str], int] = {}
         # Bumped on every change of `usage` (and its undo): caches of derived values (a
         # queue's fair share) compare it.
@@ -301,6 +307,7 @@ class Working:
             del gs.free[bisect.bisect_left(gs.free, o)]
         if self.flavors[gs.flavor].shared:
             gs.mem_free += sign * memory
+        self.gpu_rows.touch(gs)
         touched.add((gs.node, gs.flavor))
 
     def _set_running(self, wid: str, queue: str, rw: RunningWorkload | None) -> None:
@@ -317,10 +324,20 @@ class Working:
 
     def _base_running(self, rw: RunningWorkload, sign: int) -> None:
         self._set_running(rw.workload.id, rw.workload.queue, rw if sign > 0 else None)
+        w = rw.workload
+        if w.topology is TopologyMode.NODE and len(w.pod_sets) == 1 and rw.pods:
+            first = rw.pods[0]
+            self.running_demand[
+                (w.pod_sets[0], first.flavor, len(first.slice_ids), len(rw.pods))
+            ] += sign
+        else:
+            for pod, ps in self._pods_with_sets(rw):
+                self.running_demand[(ps, pod.flavor, len(pod.slice_ids), 1)] += sign
         for pod, ps in self._pods_with_sets(rw):
             holder = self.nodes[self.node_index[pod.node]]
             holder.cpu_free -= sign * ps.cpu_milli
             holder.mem_free -= sign * ps.memory_mib
+            self.gpu_rows.touch_node(holder)
             if pod.flavor is not None:
                 key = (rw.workload.queue, pod.flavor)
                 self.usage[key] = self.usage.get(key, 0) + sign * len(pod.slice_ids)
@@ -333,6 +350,8 @@ class Working:
         ids = gs.free[:n]
         del gs.free[:n]
         gs.mem_free -= shared_mem
+        rows = self.gpu_rows
+        rows.touch(gs)
         node = self.nodes[gs.node]
         used_key = (gs.node, gs.gpu)
         self.gpu_used[used_key] = self.gpu_used.get(used_key, 0) + n
@@ -348,6 +367,7 @@ class Working:
         def undo() -> None:
             gs.free[0:0] = ids
             gs.mem_free += shared_mem
+            rows.touch(gs)
             self.gpu_used[used_key] -= n
             if shared:
                 self.recount(node, gs.flavor)
@@ -368,6 +388,7 @@ class Working:
             self.slice_gpu[ordinals[0]].mem_free += shared_mem
         for gs in touched.values():
             self.recount(self.nodes[gs.node], gs.flavor)
+            self.gpu_rows.touch(gs)
         self.release_epoch += 1
 
         def undo() -> None:
@@ -379,16 +400,20 @@ class Working:
                 self.slice_gpu[ordinals[0]].mem_free -= shared_mem
             for gs in touched.values():
                 self.recount(self.nodes[gs.node], gs.flavor)
+                self.gpu_rows.touch(gs)
 
         self.log.append(undo)
 
     def adjust_node(self, node: NodeState, cpu: int, mem: int) -> None:
         node.cpu_free += cpu
         node.mem_free += mem
+        rows = self.gpu_rows
+        rows.touch_node(node)
 
         def undo() -> None:
             node.cpu_free -= cpu
             node.mem_free -= mem
+            rows.touch_node(node)
 
         self.log.append(undo)
 

@@ -118,7 +118,7 @@ class Imported:
     notes: list[str] = field(default_factory=list)
 
 
-def _model_ids(
+def model_ids(
     codes: set[str], catalog: Catalog, model_map: dict[str, str]
 ) -> tuple[dict[str, str], list[dict[str, Any]], list[Problem]]:
     """Catalog model per trace code, the catalog entries to write, and problems."""
@@ -188,7 +188,7 @@ def import_trace(
                 )
             ],
         )
-    ids, extra, problems = _model_ids({n.model for n in nodes}, catalog, model_map or {})
+    ids, extra, problems = model_ids({n.model for n in nodes}, catalog, model_map or {})
     if problems:
         raise InvalidInput(str(nodes_path), problems)
     shapes = Counter((n.model, n.gpus, n.cpu_milli, n.memory_mib) for n in nodes)

@@ -16,9 +16,11 @@ Vectorised with NumPy: one placement scores every node at once.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +29,7 @@ from gpucarve.config.csv_rows import CsvRow, read_csv
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.quantity import whole_number
 from gpucarve.engine import fragment
+from gpucarve.engine.frag_place import near_best
 
 MILLI = 1000
 MAX_GPUS = 8
@@ -240,17 +243,13 @@ def random_fit(
 
 
 class Fragmentation:
-    """gpucarve's placement for this experiment: the engine's fragmentation model
-    (`engine.fragment`) over this cluster, with each node's GPU model as its access class and
-    the demand mix taken from the last `window` arrivals."""
-
-    WINDOW = 2000
-    REFRESH = 250
+    """gpucarve's placement for this experiment on its own arrays: the engine's fragmentation
+    model (`engine.fragment`) with each node's GPU model as its access class and the demand of
+    the engine (the pods placed so far and the one arriving)."""
 
     def __init__(self, cluster: FillCluster, pods: Pods) -> None:
         self.gpu_choice: npt.NDArray[np.intp] | None = None  # per candidate, for share pods
         ids = cluster.model_ids
-        nodes_gpus = cluster.nodes.gpus
         self.types = [
             fragment.RequestType(
                 int(pods.cpu[i]),
@@ -261,24 +260,29 @@ class Fragmentation:
             for i in range(len(pods.names))
         ]
         self.classes = len(ids)
-        self.capacity = [float(nodes_gpus[cluster.model == k].sum()) for k in range(len(ids))]
-        self.demand = fragment.Demand(self.WINDOW)
-        self.model: tuple[int, fragment.FragmentModel] | None = None
+        gpus = cluster.nodes.gpus
+        self.capacity = [float(gpus[cluster.model == k].sum()) for k in range(len(ids))]
+        self.demand: Counter[fragment.RequestType] = Counter()
+        self.model: tuple[Any, fragment.FragmentModel] | None = None
 
     def observe(self, i: int) -> None:
-        self.demand.add(self.types[i])
+        self.demand[self.types[i]] += 1
+
+    def forget(self, i: int) -> None:
+        """A pod that fits nowhere leaves (the experiment never retries it)."""
+        self.demand[self.types[i]] -= 1
 
     def __call__(
         self, c: FillCluster, pods: Pods, i: int, cand: npt.NDArray[np.intp]
     ) -> npt.NDArray[np.float64]:
-        self.model = fragment.model_of(
-            self.demand, self.classes, self.model, self.REFRESH, self.capacity
-        )
+        self.model = fragment.model_of(self.demand, self.classes, self.model, self.capacity)
         t = self.types[i]
         score, self.gpu_choice = self.model[1].score(
             c.left[cand], c.cpu[cand], c.model[cand], t.cpu, t.num_gpu, t.milli
         )
-        return score
+        # on the engine's scale (`ModelPlacer`'s, for a profile of fragmentation alone), so that
+        # ties are the same ties
+        return np.asarray(100.0 * score / max(1, t.num_gpu * t.milli), dtype=np.float64)
 
 
 def dot_product(
@@ -320,6 +324,11 @@ POLICIES: dict[str, Score] = {
 }
 
 
+# The engine's model on this module's arrays: a fast reference for the engine path
+# (`sim/fill_engine.py`), held to the same placements by a test.
+REFERENCE = "gpucarve-array"
+
+
 @dataclass(frozen=True)
 class FillRun:
     policy: str
@@ -329,8 +338,9 @@ class FillRun:
 
 def run_fill(nodes: Nodes, pods: Pods, policy: str, seed: int) -> FillRun:
     cluster = FillCluster(nodes)
-    score = Fragmentation(cluster, pods) if policy == "gpucarve" else POLICIES[policy]
+    score = Fragmentation(cluster, pods) if policy == REFERENCE else POLICIES[policy]
     observe = getattr(score, "observe", None)
+    forget = getattr(score, "forget", None)
     capacity = nodes.gpu_capacity
     order = arrival_order(pods, capacity, seed)
     tie_rng = np.random.default_rng(seed)
@@ -348,10 +358,16 @@ def run_fill(nodes: Nodes, pods: Pods, policy: str, seed: int) -> FillRun:
             observe(i)
         cand = np.flatnonzero(cluster.feasible(pods, i))
         if len(cand) == 0:
+            if forget is not None:
+                forget(i)
             continue
         s = score(cluster, pods, i, cand)
-        best = np.flatnonzero(s >= s.max() - 1e-12)
-        pick = int(best[int(tie_rng.integers(len(best)))])
+        if policy == REFERENCE:
+            pick = int(np.flatnonzero(near_best(s))[0])  # ties: the lowest node, as the engine
+        else:
+            # the published policies break ties as kube-scheduler does: a seeded random pick
+            best = np.flatnonzero(s >= s.max() - 1e-12)
+            pick = int(best[int(tie_rng.integers(len(best)))])
         node = int(cand[pick])
         choice = getattr(score, "gpu_choice", None)
         gpu = int(choice[pick]) if choice is not None else None

@@ -1,0 +1,64 @@
+"""Free milli-GPU per (node, GPU), and free CPU and memory per node, kept in step with the
+working state for the fragmentation model (`engine.fragment`): scoring every candidate node at
+once needs the cluster as arrays, and rebuilding them per pod would cost a pass over every GPU.
+
+Whole GPUs and shared (time-slicing, MPS) GPUs are modelled: a GPU's free milli is its free
+slices' share of it. A MIG GPU, or a node position without a GPU, is -1 (no GPU the model
+places on): MIG placement has its own geometry and the repartitioner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from gpucarve.core.policy import SliceKind
+
+if TYPE_CHECKING:
+    from gpucarve.engine.working import FlavorInfo, GpuSlots, NodeState
+
+MILLI = 1000
+MODELLED = (SliceKind.WHOLE, SliceKind.TIME_SLICE, SliceKind.MPS)
+
+
+class GpuRows:
+    def __init__(self, nodes: Sequence[NodeState], flavors: Mapping[str, FlavorInfo]) -> None:
+        self.modelled = {name for name, f in flavors.items() if f.flavor.kind in MODELLED}
+        width = 1
+        for node in nodes:
+            for gpus in node.gpus.values():
+                for gs in gpus:
+                    width = max(width, gs.gpu + 1)
+        self.rows: npt.NDArray[np.int64] = np.full((len(nodes), width), -1, dtype=np.int64)
+        self.cpu = np.asarray([n.cpu_free for n in nodes], dtype=np.int64)
+        self.mem = np.asarray([n.mem_free for n in nodes], dtype=np.int64)
+        # (node, GPU) -> its slots, for the modelled flavor a node's GPU serves
+        self.slots: dict[tuple[int, int], GpuSlots] = {}
+        # flavor -> its nodes (indices, ascending), and whether a node has one at all
+        self.nodes_of: dict[str, npt.NDArray[np.intp]] = {}
+        members: dict[str, list[int]] = {}
+        for node in nodes:
+            for fname, gpus in node.gpus.items():
+                if fname not in self.modelled:
+                    continue
+                members.setdefault(fname, []).append(node.idx)
+                for gs in gpus:
+                    self.slots[(node.idx, gs.gpu)] = gs
+                    self.touch(gs)
+        for fname, idx in members.items():
+            self.nodes_of[fname] = np.asarray(sorted(set(idx)), dtype=np.intp)
+        self.width = width
+        # What the fragmentation model keeps for as long as this working state lives (its
+        # access classes, request types, last model): `frag_place.ModelState`.
+        self.model_state: object | None = None
+
+    def touch(self, gs: GpuSlots) -> None:
+        if gs.flavor in self.modelled and gs.total:
+            self.rows[gs.node, gs.gpu] = len(gs.free) * MILLI // gs.total
+
+    def touch_node(self, node: NodeState) -> None:
+        self.cpu[node.idx] = node.cpu_free
+        self.mem[node.idx] = node.mem_free

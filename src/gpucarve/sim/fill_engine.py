@@ -1,0 +1,234 @@
+"""The fill experiment through the engine's own placement path: the figure `bench fill` prints
+for gpucarve is what `gpucarve scheduler` and `gpucarve simulate` would do with the same pods.
+
+The trace's cluster becomes a policy as `gpucarve import alibaba` writes one: a time-slicing
+pool per node shape, labelled with its model, here with 100 replicas per GPU, so that every
+share of the trace (multiples of 10 milli) is exact. Nodes keep the trace's names, order, CPU
+and memory. A pod becomes a workload as the importer makes one: a share asks for its fraction,
+a k-GPU pod is a gang of k pods of one whole GPU each on one node (its CPU and memory split
+evenly: the trace's k-GPU pods all divide), a model list is a required affinity on the model
+label. The scoring profile is the fragmentation model alone.
+
+Each pod is then placed as the engine's cycle would place it, without queues or quota (the
+experiment has none): the demand is the running pods and this one, as a cycle's would be (the
+experiment's pods never end), its candidate flavors ranked
+by the model (`frag_place.rank_combos`), and the gang placed by `Placer.place_gang`. Pods that
+do not fit are dropped, as the experiment says.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from gpucarve.config.catalog_file import catalog_with, packaged_catalog
+from gpucarve.config.policy_build import build_policy
+from gpucarve.core.cluster import ClusterState, Node, Slice, pool_node
+from gpucarve.core.policy import Flavor, Policy, ScoringWeights
+from gpucarve.core.requests import candidate_flavors, slices_per_pod
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import (
+    GpuKind,
+    GpuRequest,
+    LabelRequirement,
+    Operator,
+    PodSet,
+    TopologyMode,
+    Workload,
+)
+from gpucarve.engine import frag_place
+from gpucarve.engine.placement import Placer
+from gpucarve.engine.plugins import PodNeeds
+from gpucarve.engine.working import Working
+from gpucarve.sim.alibaba import MODEL_LABEL, model_ids
+from gpucarve.sim.fill import MARKS, FillRun, Nodes, Pods, arrival_order
+
+REPLICAS = 100  # per GPU: the trace's shares are multiples of 10 milli
+QUEUE = "fill"
+WEIGHTS = ScoringWeights(binpack=0, spread=0, fragmentation=1)
+
+
+@dataclass
+class FillEngine:
+    policy: Policy
+    cluster: ClusterState
+
+
+def build(nodes: Nodes) -> FillEngine:
+    """The trace's cluster as a policy and its cluster state (nodes in the trace's order)."""
+    codes = {m for m, g in zip(nodes.model, nodes.gpus, strict=True) if g}
+    ids, extra, problems = model_ids(codes, packaged_catalog(), {})
+    assert not problems, problems  # every code of the trace is known or in EXTRA_MODELS
+    catalog = catalog_with(extra, "the fill experiment's models") if extra else packaged_catalog()
+    shapes = Counter(
+        (nodes.model[k], int(nodes.gpus[k]), int(nodes.cpu[k]), int(nodes.mem[k]))
+        for k in range(len(nodes.names))
+        if nodes.gpus[k]
+    )
+    pools: list[dict[str, Any]] = []
+    pool_of: dict[tuple[str, int, int, int], str] = {}
+    quota: Counter[str] = Counter()
+    for shape, count in sorted(shapes.items()):
+        code, gpus, cpu, mem = shape
+        name = f"{code.lower()}-{gpus}g-{cpu}m-{mem}mi"
+        pool_of[shape] = name
+        prefix = f"fill-{code.lower()}"
+        pools.append(
+            {
+                "name": name,
+                "gpuModel": ids[code],
+                "nodes": count,
+                "gpusPerNode": gpus,
+                "cpusPerNode": max(1, cpu // 1000),
+                "memoryGiBPerNode": max(1, mem // 1024),
+                "sharing": "time-slicing",
+                "replicas": REPLICAS,
+                "flavorPrefix": prefix,
+                "nodeLabels": {MODEL_LABEL: code},
+            }
+        )
+        quota[f"{prefix}-shared"] += count * gpus * REPLICAS
+    doc = {
+        "apiVersion": "gpucarve.io/v1alpha1",
+        "kind": "Policy",
+        "metadata": {"name": "fill"},
+        "pools": pools,
+        "queues": [
+            {
+                "name": QUEUE,
+                "namespaces": [QUEUE],
+                "quota": {f: {"nominal": q} for f, q in sorted(quota.items())},
+            }
+        ],
+        "scheduling": {"scoring": {"binpack": 0, "spread": 0, "fragmentation": 1}},
+    }
+    policy = build_policy(doc, catalog, "the fill experiment's policy").policy
+    by_name = {p.name: p for p in policy.pools}
+    out_nodes: list[Node] = []
+    slices: dict[str, Slice] = {}
+    seen: Counter[str] = Counter()
+    for k, name in enumerate(nodes.names):
+        if not nodes.gpus[k]:
+            continue  # the GPU node list has none; CPU-only nodes are not in the experiment
+        shape = (nodes.model[k], int(nodes.gpus[k]), int(nodes.cpu[k]), int(nodes.mem[k]))
+        pool = by_name[pool_of[shape]]
+        node, node_slices = pool_node(
+            policy, pool, name, seen[pool.name], cpu_milli=shape[2], memory_mib=shape[3]
+        )
+        seen[pool.name] += 1
+        out_nodes.append(node)
+        for s in node_slices:
+            slices[s.id] = s
+    return FillEngine(policy, ClusterState(tuple(out_nodes), MappingProxyType(slices)))
+
+
+def workload(pods: Pods, i: int, serial: int) -> Workload:
+    n, m = int(pods.num_gpu[i]), int(pods.gpu_milli[i])
+    parts = max(1, n)
+    affinity: tuple[LabelRequirement, ...] = ()
+    if pods.spec[i]:
+        affinity = (LabelRequirement(MODEL_LABEL, Operator.IN, tuple(sorted(pods.spec[i]))),)
+    gpu = GpuRequest(GpuKind.FRACTION, milli=m if n else 0) if n else GpuRequest()
+    ps = PodSet(
+        "pod",
+        parts,
+        parts,
+        gpu,
+        int(pods.cpu[i]) // parts,
+        int(pods.mem[i]) // parts,
+        affinity=affinity,
+    )
+    return Workload(
+        id=f"{QUEUE}/{pods.names[i]}-{serial}",
+        queue=QUEUE,
+        priority_class="",
+        priority=0,
+        preemptible=False,
+        pod_sets=(ps,),
+        topology=TopologyMode.NODE if n > 1 else TopologyMode.NONE,
+    )
+
+
+class EnginePlacer:
+    """Places the experiment's pods one at a time through the engine's Placer."""
+
+    def __init__(self, engine: FillEngine) -> None:
+        self.policy = engine.policy
+        self.ws = Working(Snapshot(engine.policy, engine.cluster))
+        self.placer = Placer(self.ws, WEIGHTS, candidates=16)
+        self._flavors: dict[GpuRequest, list[Flavor]] = {}
+
+    def needs_of(self, ps: PodSet, f: Flavor | None) -> PodNeeds:
+        if f is None:
+            return PodNeeds(ps, None, 0, False, 0, ps.cpu_milli, ps.memory_mib)
+        info = self.ws.flavors[f.name]
+        slices = slices_per_pod(ps.gpu, f, info.gpu_memory)
+        shared_mem = info.gpu_memory * slices // f.replicas
+        return PodNeeds(ps, f.name, slices, True, shared_mem, ps.cpu_milli, ps.memory_mib)
+
+    def flavors(self, gpu: GpuRequest) -> list[Flavor]:
+        hit = self._flavors.get(gpu)
+        if hit is None:
+            hit = self._flavors[gpu] = candidate_flavors(self.policy, gpu)
+        return hit
+
+    def place(self, w: Workload) -> list[str] | None:
+        """The nodes of the pods placed, or None when the workload fits nowhere."""
+        ps = w.pod_sets[0]
+        flavors = self.flavors(ps.gpu)
+        combos: list[tuple[Flavor | None, ...]] = [(f,) for f in flavors] or [(None,)]
+        model = self.placer.model
+        # the engine's demand: the pods placed so far (all still running) and this one
+        needs = frag_place.first_flavor_needs(w, [flavors], self.needs_of)
+        types = model.workload_types(w, needs)
+        model.demand.update(dict(types))
+
+        def plan(combo: Sequence[Flavor | None]) -> list[tuple[PodNeeds, int, int]]:
+            return [(self.needs_of(ps, combo[0]), ps.count, ps.count)]
+
+        if len(combos) > 1:
+            choices = self.placer.preview(w, [plan(c) for c in combos])
+            combos = frag_place.rank_combos(combos, choices)
+        for combo in combos:
+            placed, _ = self.placer.place_gang(w, plan(combo))
+            if placed is not None:
+                return [p.node for p in placed]
+        model.demand.subtract(dict(types))  # dropped: it never runs
+        return None
+
+
+def run_fill_engine(
+    nodes: Nodes, pods: Pods, seed: int, engine: FillEngine | None = None
+) -> FillRun:
+    """`run_fill`'s figures for gpucarve, through the engine."""
+    engine = engine or build(nodes)
+    placer = EnginePlacer(engine)
+    capacity = nodes.gpu_capacity
+    requests = pods.request()
+    arrived = allocated = 0
+    marks = sorted(MARKS)
+    ratio_at: dict[int, float] = {}
+    for serial, i in enumerate(arrival_order(pods, capacity, seed)):
+        req = int(requests[i])
+        while marks and arrived + req > marks[0] / 100 * capacity:
+            ratio_at[marks.pop(0)] = 100 * allocated / capacity
+        arrived += req
+        if placer.place(workload(pods, i, serial)) is not None:
+            allocated += req
+    for m in marks:
+        ratio_at[m] = 100 * allocated / capacity
+    return FillRun("gpucarve", seed, ratio_at)
+
+
+def placements(nodes: Nodes, pods: Pods, seed: int, limit: int) -> list[tuple[int, str | None]]:
+    """(pod, node name or None) for the first `limit` arrivals: what the equivalence test
+    compares with the array model."""
+    placer = EnginePlacer(build(nodes))
+    out: list[tuple[int, str | None]] = []
+    for serial, i in enumerate(arrival_order(pods, nodes.gpu_capacity, seed)[:limit]):
+        got = placer.place(workload(pods, i, serial))
+        out.append((i, got[0] if got else None))
+    return out

@@ -302,6 +302,14 @@ def test_bench_fill_json_shape_and_bad_input(tmp_path: Path) -> None:
     doc = json.loads(out)
     assert set(doc) == {"best-fit"} and set(doc["best-fit"]) == {"90", "95", "100", "130"}
     assert set(doc["best-fit"]["100"]) == {"mean", "std"} and doc["best-fit"]["100"]["std"] == 0.0
+    code, out, _ = run(*args, "--policy", "best-fit", "--seeds", "42", "--bound", "--json")
+    assert code == 0
+    doc = json.loads(out)  # HiGHS's banner goes to stderr: stdout stays one document
+    assert set(doc) == {"best-fit", "bound", "best-fit / bound"}
+    for mark in ("90", "95", "100", "130"):
+        got, bound = doc["best-fit"][mark]["mean"], doc["bound"][mark]["mean"]
+        assert got <= bound + 1e-9
+        assert doc["best-fit / bound"][mark]["mean"] == pytest.approx(100 * got / bound, abs=0.02)
     code, _, err = run(*args, "--seeds", "51-42")
     assert code == 2 and "--seeds" in err
     code, _, err = run(*args, "--policy", "tetris")

@@ -327,3 +327,21 @@ def test_an_elastic_group_starts_at_its_minimum_grows_and_shrinks_first(
     (shrunk,) = [e for e in events if e["reason"] == "Preempted"]
     assert "gives back 1 pods and keeps running" in shrunk["message"]
     assert shrunk["involvedObject"]["name"] not in left
+
+
+def test_the_fragmentation_model_fills_the_used_node_on_both_paths(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler, policy_file: Path, tmp_path: Path
+) -> None:
+    # A 6-GPU pod, then a 2-GPU one: the model puts the second beside the first (that node is
+    # then full, nothing stranded) and keeps the other H100 nodes whole for 8-GPU work; then
+    # an 8-GPU pod finds a whole node. The scheduler on the API server and `plan` agree.
+    _, api = cluster
+    order = [("six", 6), ("two", 2), ("eight", 8)]
+    bound: dict[str, str] = {}
+    for name, gpus in order:
+        create_pod(api, pod("research", name, "nvidia.com/gpu", gpus))
+        bound[name] = wait_for(lambda n=name: _bound_nodes(api, "research", [n]), what=name)[0]
+    assert bound["two"] == bound["six"] and bound["eight"] != bound["six"]
+    planned = plan(policy_file, [gang(n, 1, g, k) for k, (n, g) in enumerate(order)], tmp_path)
+    placed = {a["workload"]: [p["node"] for p in a["pods"]] for a in planned["admissions"]}
+    assert placed == {f"research/{n}": [bound[n]] for n, _ in order}

@@ -236,7 +236,11 @@ class Scenario:
     def steps(self) -> None:
         a = self.admin
         # a watch is seen used at its first event: one object of each kind the scheduler
-        # watches without the scenario's pods needing it (a suspended Job makes no pods)
+        # watches without the scenario's pods needing it (a suspended Job makes no pods),
+        # made once its informers have listed, so that it arrives as a watch event (made
+        # before, it comes in the list and the watch sees nothing: seen on a loaded machine)
+        listed = {("list", "batch", "jobs"), ("list", "scheduling.x-k8s.io", "podgroups")}
+        self.until(lambda: listed <= self.recording.used(), "the informers' first lists")
         pod_group(a, "research", "other", 2, group="scheduling.x-k8s.io")
         a.create("/apis/batch/v1/namespaces/research/jobs", _suspended_job())
         pod_group(a, "research", "pair", 2)

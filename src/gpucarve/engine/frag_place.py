@@ -38,6 +38,7 @@ from gpucarve.engine.working import NodeState, Working
 
 MILLI = 1000
 SEEN_LIMIT = 200_000  # memo entries kept before they are dropped
+CACHE_LIMIT = 256  # requests whose scores are kept
 TIE = 1e-9  # relative: scores this close are a tie (float sums of the same terms differ)
 
 
@@ -82,6 +83,25 @@ class ModelState:
         self.model: tuple[Any, fragment.FragmentModel] | None = None
 
 
+@dataclass
+class _Scores:
+    model: fragment.FragmentModel
+    epoch: int
+    seen: int  # how much of `GpuRows.touched` these scores have taken in
+    candidates: npt.NDArray[np.intp]
+    score: npt.NDArray[np.float64]
+    gpu: npt.NDArray[np.intp]
+
+
+def _pick(
+    score: npt.NDArray[np.float64], cand: npt.NDArray[np.intp], gpu: npt.NDArray[np.intp]
+) -> Choice | None:
+    if len(score) == 0 or not np.isfinite(score).any():
+        return None
+    best = int(np.flatnonzero(near_best(np.where(np.isfinite(score), score, -np.inf)))[0])
+    return Choice(float(score[best]), int(cand[best]), int(gpu[best]) if gpu[best] >= 0 else None)
+
+
 class ModelPlacer:
     def __init__(self, ws: Working, weights: ScoringWeights, static: Passes) -> None:
         self.ws = ws
@@ -95,6 +115,7 @@ class ModelPlacer:
         # pods per request type the model weighs: the driver sets it (the cycle: its pending
         # and running pods)
         self.demand: Counter[RequestType] = Counter()
+        self._cache: dict[tuple[RequestType, int, int], _Scores] = {}
 
     @property
     def active(self) -> bool:
@@ -203,13 +224,11 @@ class ModelPlacer:
         if typed is None or len(candidates) == 0:
             return None
         t, pods = typed
-        choices = self.score_all(needs, candidates, t, pods, excluded)
-        if choices is None:
-            return None
-        score, cand, gpu_choice = choices
-        best = int(np.flatnonzero(near_best(score))[0])
-        gpu = int(gpu_choice[best]) if gpu_choice is not None else None
-        return Choice(float(score[best]), int(cand[best]), gpu)
+        score, gpu_of = self._scores(needs, candidates, t, pods)
+        if excluded:
+            out = np.asarray([int(i) in excluded for i in candidates], dtype=bool)
+            score = np.where(out, -np.inf, score)
+        return _pick(score, candidates, gpu_of)
 
     def best_each(
         self, needs: Sequence[PodNeeds], candidates: Sequence[npt.NDArray[np.intp]], gang: int
@@ -230,19 +249,56 @@ class ModelPlacer:
         out: list[Choice | None] = [None] * len(needs)
         if len(union) == 0:
             return out
-        scored = self.score_all(needs[0], union, t, pods)
-        if scored is None:
-            return out
-        score, cand, gpu_choice = scored
-        cand_owner = owner[np.searchsorted(union, cand)]
+        score, gpu_of = self._scores(needs[0], union, t, pods)
         for k in range(len(needs)):
-            mine = np.flatnonzero(cand_owner == k)
-            if len(mine) == 0:
-                continue
-            best = int(mine[np.flatnonzero(near_best(score[mine]))[0]])
-            gpu = int(gpu_choice[best]) if gpu_choice is not None else None
-            out[k] = Choice(float(score[best]), int(cand[best]), gpu)
+            mine = owner == k
+            out[k] = _pick(score[mine], union[mine], gpu_of[mine])
         return out
+
+    def _scores(
+        self, needs: PodNeeds, candidates: npt.NDArray[np.intp], t: RequestType, pods: int
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
+        """Every candidate's score (-inf where the request does not fit) and GPU pick (-1:
+        none). Kept per request: when asked again for the same candidates, only the nodes
+        changed since are scored again (a gang's pods, a flavor ranked then placed)."""
+        rows = self.ws.gpu_rows
+        model = self.model()
+        key = (t, pods, needs.mem)
+        hit = self._cache.get(key)
+        if (
+            hit is not None
+            and hit.model is model
+            and hit.epoch == rows.epoch
+            and np.array_equal(hit.candidates, candidates)
+        ):
+            changed = rows.touched[hit.seen :]
+            if changed:
+                sel = np.flatnonzero(np.isin(candidates, np.asarray(changed, dtype=np.intp)))
+                if len(sel) * 2 > len(candidates):
+                    hit.score, hit.gpu = self._fresh(needs, candidates, t, pods)
+                elif len(sel):
+                    hit.score[sel], hit.gpu[sel] = self._fresh(needs, candidates[sel], t, pods)
+            hit.seen = len(rows.touched)
+            return hit.score, hit.gpu
+        score, gpu = self._fresh(needs, candidates, t, pods)
+        if len(self._cache) >= CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = _Scores(model, rows.epoch, len(rows.touched), candidates, score, gpu)
+        return score, gpu
+
+    def _fresh(
+        self, needs: PodNeeds, candidates: npt.NDArray[np.intp], t: RequestType, pods: int
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
+        score = np.full(len(candidates), -np.inf)
+        gpu = np.full(len(candidates), -1, dtype=np.intp)
+        scored = self.score_all(needs, candidates, t, pods)
+        if scored is not None:
+            s, cand, g = scored
+            pos = np.searchsorted(candidates, cand)
+            score[pos] = s
+            if g is not None:
+                gpu[pos] = g
+        return score, gpu
 
     def score_all(
         self,

@@ -21,11 +21,16 @@ if TYPE_CHECKING:
     from gpucarve.engine.working import FlavorInfo, GpuSlots, NodeState
 
 MILLI = 1000
+TOUCHED_LIMIT = 1_000_000
 MODELLED = (SliceKind.WHOLE, SliceKind.TIME_SLICE, SliceKind.MPS)
 
 
 class GpuRows:
     def __init__(self, nodes: Sequence[NodeState], flavors: Mapping[str, FlavorInfo]) -> None:
+        # Nodes changed, in order (with `epoch` bumped when the list is cut): a cached score
+        # of many nodes is patched where they changed instead of recomputed.
+        self.touched: list[int] = []
+        self.epoch = 0
         self.modelled = {name for name, f in flavors.items() if f.flavor.kind in MODELLED}
         width = 1
         for node in nodes:
@@ -58,7 +63,15 @@ class GpuRows:
     def touch(self, gs: GpuSlots) -> None:
         if gs.flavor in self.modelled and gs.total:
             self.rows[gs.node, gs.gpu] = len(gs.free) * MILLI // gs.total
+            self._changed(gs.node)
 
     def touch_node(self, node: NodeState) -> None:
         self.cpu[node.idx] = node.cpu_free
         self.mem[node.idx] = node.mem_free
+        self._changed(node.idx)
+
+    def _changed(self, node: int) -> None:
+        if len(self.touched) >= TOUCHED_LIMIT:
+            self.touched.clear()
+            self.epoch += 1
+        self.touched.append(node)

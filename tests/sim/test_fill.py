@@ -19,16 +19,9 @@ from gpucarve.sim.fill import (
     run_fill,
 )
 from tests.paths import trace
+from tests.sim.fill_files import NODES_HEAD, PODS_HEAD, write
 
 ALIBABA = "alibaba-gpu-v2023"
-NODES_HEAD = "sn,cpu_milli,memory_mib,gpu,model\n"
-PODS_HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
-
-
-def write(tmp_path: Path, name: str, text: str) -> Path:
-    p = tmp_path / name
-    p.write_text(text)
-    return p
 
 
 def tiny(tmp_path: Path, pods: str) -> tuple[FillCluster, object]:

@@ -10,15 +10,7 @@ import pytest
 from gpucarve.sim.fill import REFERENCE, arrival_order, load_nodes, load_pods, run_fill
 from gpucarve.sim.fill_bound import arrived_at, bound_ratios, exact_fill, upper_bound
 from gpucarve.sim.fill_engine import run_fill_engine
-
-NODES_HEAD = "sn,cpu_milli,memory_mib,gpu,model\n"
-PODS_HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
-
-
-def write(tmp_path: Path, name: str, text: str) -> Path:
-    p = tmp_path / name
-    p.write_text(text)
-    return p
+from tests.sim.fill_files import NODES_HEAD, PODS_HEAD, write
 
 
 def test_shares_that_cannot_pair_do_not_fill_a_gpu(tmp_path: Path) -> None:

@@ -20,9 +20,7 @@ from gpucarve.sim.fill import (
 )
 from gpucarve.sim.fill_engine import build, placements, run_fill_engine
 from tests.paths import trace
-
-NODES_HEAD = "sn,cpu_milli,memory_mib,gpu,model\n"
-PODS_HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+from tests.sim.fill_files import NODES_HEAD, PODS_HEAD
 
 
 def reference(nodes: Nodes, pods: Pods, seed: int, limit: int) -> list[tuple[int, str | None]]:

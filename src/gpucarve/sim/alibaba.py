@@ -156,6 +156,31 @@ def model_ids(
     return ids, extra, problems
 
 
+def shape_pool(
+    name: str,
+    model_id: str,
+    count: int,
+    shape: tuple[str, int, int, int],
+    replicas: int,
+    prefix: str,
+) -> dict[str, Any]:
+    """The policy's pool for the trace's nodes of one shape (model code, GPUs, milli-CPU,
+    MiB): time-slicing, labelled with the model code."""
+    code, gpus, cpu, mem = shape
+    return {
+        "name": name,
+        "gpuModel": model_id,
+        "nodes": count,
+        "gpusPerNode": gpus,
+        "cpusPerNode": max(1, cpu // 1000),
+        "memoryGiBPerNode": max(1, mem // 1024),
+        "sharing": "time-slicing",
+        "replicas": replicas,
+        "flavorPrefix": prefix,
+        "nodeLabels": {MODEL_LABEL: code},
+    }
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
 
@@ -198,20 +223,9 @@ def import_trace(
     for (code, gpus, cpu, mem), count in sorted(shapes.items()):
         pool_name = _slug(f"{code}-{gpus}g-{cpu // 1000}c-{mem // 1024}gi")
         prefix = f"ali-{_slug(code)}"
-        pools.append(
-            {
-                "name": pool_name,
-                "gpuModel": ids[code],
-                "nodes": count,
-                "gpusPerNode": gpus,
-                "cpusPerNode": max(1, cpu // 1000),
-                "memoryGiBPerNode": max(1, mem // 1024),
-                "sharing": "time-slicing",
-                "replicas": replicas,
-                "flavorPrefix": prefix,
-                "nodeLabels": {MODEL_LABEL: code, "gpucarve.io/pool": pool_name},
-            }
-        )
+        pool = shape_pool(pool_name, ids[code], count, (code, gpus, cpu, mem), replicas, prefix)
+        pool["nodeLabels"]["gpucarve.io/pool"] = pool_name
+        pools.append(pool)
         per_flavor[f"{prefix}-shared"] += count * gpus * replicas
         best = largest.get(code, (0, 0, 0))
         largest[code] = max(best, (gpus, cpu, mem))

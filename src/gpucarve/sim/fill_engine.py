@@ -43,7 +43,7 @@ from gpucarve.engine import frag_place
 from gpucarve.engine.placement import Placer
 from gpucarve.engine.plugins import PodNeeds
 from gpucarve.engine.working import Working
-from gpucarve.sim.alibaba import MODEL_LABEL, model_ids
+from gpucarve.sim.alibaba import MODEL_LABEL, model_ids, shape_pool
 from gpucarve.sim.fill import MARKS, FillRun, Nodes, Pods, arrival_order
 
 REPLICAS = 100  # per GPU: the trace's shares are multiples of 10 milli
@@ -76,20 +76,7 @@ def build(nodes: Nodes) -> FillEngine:
         name = f"{code.lower()}-{gpus}g-{cpu}m-{mem}mi"
         pool_of[shape] = name
         prefix = f"fill-{code.lower()}"
-        pools.append(
-            {
-                "name": name,
-                "gpuModel": ids[code],
-                "nodes": count,
-                "gpusPerNode": gpus,
-                "cpusPerNode": max(1, cpu // 1000),
-                "memoryGiBPerNode": max(1, mem // 1024),
-                "sharing": "time-slicing",
-                "replicas": REPLICAS,
-                "flavorPrefix": prefix,
-                "nodeLabels": {MODEL_LABEL: code},
-            }
-        )
+        pools.append(shape_pool(name, ids[code], count, shape, REPLICAS, prefix))
         quota[f"{prefix}-shared"] += count * gpus * REPLICAS
     doc = {
         "apiVersion": "gpucarve.io/v1alpha1",

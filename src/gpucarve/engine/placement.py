@@ -155,6 +155,7 @@ class Placer:
         whole gang when it must share a node), without placing it: to rank the workload's
         candidate flavors. None for a plan it does not weigh or cannot place."""
         out: list[Choice | None] = [None] * len(plans)
+        self._previewed.clear()  # only the latest preview may stand for a placement
         if w.topology not in (TopologyMode.NONE, TopologyMode.NODE):
             return out
         idx = [k for k, p in enumerate(plans) if p is not None and len(p) == 1]

@@ -88,3 +88,13 @@ def test_engine_run_reports_every_mark_and_reuses_its_cluster(tmp_path: Path) ->
     assert first == again and set(first.ratio_at) == {90, 95, 100, 130}
     # two 600s fit one per GPU: at most 1,200 of 2,000 milli, whatever arrives
     assert first.ratio_at[130] == pytest.approx(60.0)
+
+
+def test_a_model_the_engine_cannot_name_is_refused_with_the_fix(tmp_path: Path) -> None:
+    from gpucarve.core.problems import InvalidInput
+
+    (tmp_path / "n.csv").write_text(NODES_HEAD + "a,8000,8000,2,H100X\n")
+    with pytest.raises(InvalidInput) as exc:
+        build(load_nodes(tmp_path / "n.csv"))
+    (problem,) = exc.value.problems
+    assert "H100X" in problem.message and "gpucarve-array" in problem.fix

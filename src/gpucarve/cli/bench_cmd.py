@@ -112,7 +112,10 @@ def fill(
     per_seed: dict[str, list[dict[int, float]]] = {}
     for name in names:
         runs = []
-        engine = fill_engine.build(cluster) if name == "gpucarve" else None
+        try:
+            engine = fill_engine.build(cluster) if name == "gpucarve" else None
+        except InvalidInput as exc:
+            fail(exc)
         for s in seed_list:
             started = time.perf_counter()
             if engine is not None:
@@ -127,7 +130,7 @@ def fill(
         out["bound"] = _summary(bounds)
         for name in names:
             shares = [
-                {m: 100 * r[m] / b[m] for m in MARKS}
+                {m: 100 * r[m] / b[m] if b[m] else 100.0 for m in MARKS}
                 for r, b in zip(per_seed[name], bounds, strict=True)
             ]
             out[f"{name} / bound"] = _summary(shares)

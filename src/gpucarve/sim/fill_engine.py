@@ -28,6 +28,7 @@ from gpucarve.config.catalog_file import catalog_with, packaged_catalog
 from gpucarve.config.policy_build import build_policy
 from gpucarve.core.cluster import ClusterState, Node, Slice, pool_node
 from gpucarve.core.policy import Flavor, Policy, ScoringWeights
+from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import (
@@ -61,7 +62,20 @@ def build(nodes: Nodes) -> FillEngine:
     """The trace's cluster as a policy and its cluster state (nodes in the trace's order)."""
     codes = {m for m, g in zip(nodes.model, nodes.gpus, strict=True) if g}
     ids, extra, problems = model_ids(codes, packaged_catalog(), {})
-    assert not problems, problems  # every code of the trace is known or in EXTRA_MODELS
+    if problems:
+        raise InvalidInput(
+            "the node list",
+            [
+                Problem(
+                    ("model",),
+                    "unknown-model",
+                    p.message,
+                    "use the trace's model codes (A10, G2, G3, P100, T4, V100M16, V100M32) or "
+                    "--policy gpucarve-array, which needs no catalog model",
+                )
+                for p in problems
+            ],
+        )
     catalog = catalog_with(extra, "the fill experiment's models") if extra else packaged_catalog()
     shapes = Counter(
         (nodes.model[k], int(nodes.gpus[k]), int(nodes.cpu[k]), int(nodes.mem[k]))

@@ -66,7 +66,7 @@ class ModelState:
     """What the model keeps while a working state lives: nodes, labels and taints do not
     change under it, so classes and types computed once stay right."""
 
-    def __init__(self, ws: Working, static: Passes) -> None:
+    def __init__(self, ws: Working) -> None:
         rows = ws.gpu_rows
         cls, ids = fragment.access_classes([(n.pool, n.taints) for n in ws.nodes])
         self.cls = np.asarray(cls, dtype=np.int64)
@@ -109,7 +109,7 @@ class ModelPlacer:
         self.static = static
         state = ws.gpu_rows.model_state
         if not isinstance(state, ModelState):
-            state = ws.gpu_rows.model_state = ModelState(ws, static)
+            state = ws.gpu_rows.model_state = ModelState(ws)
         self.state = state
         self.cls, self.classes = state.cls, state.classes
         # pods per request type the model weighs: the driver sets it (the cycle: its pending
@@ -306,7 +306,6 @@ class ModelPlacer:
         candidates: npt.NDArray[np.intp],
         t: RequestType,
         pods: int,
-        excluded: set[int] | None = None,
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.intp] | None] | None:
         """Scores of the candidates that fit `t` (and those candidates, and for a share the
         GPU on each), or None when none fits."""
@@ -319,8 +318,6 @@ class ModelPlacer:
             ok &= (rows >= t.milli).any(axis=1)
         elif t.num_gpu:
             ok &= (rows == MILLI).sum(axis=1) >= t.num_gpu
-        if excluded:
-            ok &= np.asarray([int(i) not in excluded for i in candidates], dtype=bool)
         if not ok.any():
             return None
         cand = candidates[ok]

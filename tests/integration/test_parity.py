@@ -206,8 +206,8 @@ def test_a_gang_short_past_its_timeout_frees_its_gpus_and_says_so(
     wait_for(lambda: _bound_nodes(api, "data-science", ["taker"]), what="its node taken")
     create_pod(api, pod("research", "g-2", "nvidia.com/gpu", 8, group="g"))
 
-    # the PodGroup's status, as it goes: GangTimeout from the release until its pods are gone,
-    # then the remainder's wait; recorded while waiting, so a quick cycle cannot hide it
+    # the PodGroup's status says GangTimeout from the release until the gang is whole again
+    # (its released pods, still bound while they go, do not count); recorded while waiting
     seen: list[dict[str, Any]] = []
 
     def timed_out() -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ def _pod(name: str, phase: str = "Pending", node: str | None = None) -> dict[str
         ([_pod("a", node="n"), _pod("b")], "Pending", 1, 0),
         ([_pod("a", node="n"), _pod("b", node="n")], "Scheduled", 2, 0),
         ([_pod("a", "Running", "n"), _pod("b", node="n")], "Scheduled", 2, 1),
+        ([_pod("a", "Running", "n"), _pod("b")], "Pending", 1, 1),  # a running pod counts once
         ([_pod("a", "Running", "n"), _pod("b", "Running", "n")], "Running", 2, 2),
         ([_pod("a", "Succeeded", "n"), _pod("b", "Succeeded", "n")], "Finished", 0, 0),
         ([_pod("a", "Failed", "n"), _pod("b", "Running", "n")], "Failed", 1, 1),
@@ -55,3 +56,15 @@ def test_a_timed_out_gang_says_why_until_it_is_whole() -> None:
     )  # fmt: skip
     whole = group_status(2, [_pod("a", node="n"), _pod("b", node="n")], frozenset(), None, released)
     assert whole["conditions"][0]["reason"] == "Scheduled" and whole["reason"] == ""
+
+
+def test_pods_being_deleted_no_longer_hold_the_gang_whole() -> None:
+    # a released gang's pods stay bound (and Running) until their grace period ends; the
+    # release must show meanwhile, not a gang that looks placed
+    released = "gang ns/g ran 2 pods, 1 short ...: its pods are released"
+    going = [_pod("a", "Running", "n"), _pod("b", "Running", "n")]
+    for p in going:
+        p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status = group_status(2, [*going, _pod("c")], frozenset(), None, released)
+    assert (status["phase"], status["scheduled"], status["running"]) == ("Pending", 0, 0)
+    assert status["conditions"][0]["reason"] == "GangTimeout"

@@ -31,19 +31,21 @@ def group_status(
     while the gang has not been placed whole again. No timestamps: the writer adds them."""
     phases = [(p.get("status") or {}).get("phase") for p in members]
     succeeded, failed = phases.count("Succeeded"), phases.count("Failed")
-    running = phases.count("Running")
-    scheduled = sum(
-        1
+    # A pod being deleted (a released gang's, say) no longer holds its place in the gang.
+    live = [
+        (p, phase)
         for p, phase in zip(members, phases, strict=True)
-        if phase not in TERMINAL and ((p.get("spec") or {}).get("nodeName") or _key(p) in bound)
-    )
+        if phase not in TERMINAL and not p["metadata"].get("deletionTimestamp")
+    ]
+    running = sum(1 for _, phase in live if phase == "Running")
+    scheduled = sum(1 for p, _ in live if (p.get("spec") or {}).get("nodeName") or _key(p) in bound)
     if succeeded >= min_member and running == 0:
         phase = "Finished"
     elif len(members) - failed < min_member and failed:
         phase = "Failed"
     elif running >= min_member:
         phase = "Running"
-    elif scheduled + running + succeeded >= min_member and scheduled >= 1:
+    elif scheduled + succeeded >= min_member and scheduled >= 1:  # running pods are scheduled
         phase = "Scheduled"
     else:
         phase = "Pending"

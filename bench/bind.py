@@ -1,16 +1,23 @@
-"""End-to-end binding speed of `gpucarve scheduler` on a real kube-apiserver.
+"""End-to-end binding speed on a real kube-apiserver, gpucarve and kube-scheduler side by side.
 
-    python bench/bind.py [--nodes 1000] [--pods 5000] [--workers 8] [--kwok] [--json]
+    python bench/bind.py [--nodes 1000] [--pods 5000] [--scheduler gpucarve|kube-scheduler|both]
+                         [--workload whole|mig|mix] [--creators 4] [--workers 8] [--kwok] [--json]
 
-Starts etcd, kube-apiserver and kwok on loopback (tools/testenv.sh builds them), creates
-`--nodes` fake 8-GPU H100 nodes and one queue, starts the scheduler as its own process, then
-creates `--pods` single-GPU pods from `--workers` threads as fast as the API server takes them.
-A watch records when each pod is seen bound. Like kube-scheduler's own benchmark (scheduler_perf),
-no kubelet runs by default: the nodes are created Ready and bound pods stay Pending; `--kwok`
-adds kwok's fake kubelets, which write every bound pod's status as well. Prints pods/s from the
-first creation to the last binding, and the p50/p99/max time from a pod's creation to its
-binding. Targets: >= 180 pods/s
-(kube-scheduler's CI floor for extended-resource pods) and p99 <= 5 s (the pod-startup SLO).
+For each scheduler, one after the other in one run: etcd and kube-apiserver (and kwok) start
+fresh on loopback (tools/testenv.sh builds them, kube-scheduler from the same Kubernetes module
+as the API server), `--nodes` 8-GPU H100 nodes are created Ready, the scheduler starts as its own
+process, and `--pods` pods are created from `--creators` processes as fast as the API server takes
+them. A watch of bound pods records when each is seen bound. Like kube-scheduler's own benchmark
+(scheduler_perf) no kubelet runs by default; `--kwok` adds kwok's fake kubelets.
+
+Workloads: `whole` (one `nvidia.com/gpu` each), `mig` (one `nvidia.com/mig-1g.10gb` each, on nodes
+of seven 1g.10gb per GPU), `mix` (whole-GPU pods, every fourth batch of eight an all-or-nothing
+gang: gpucarve only, since kube-scheduler has no gangs).
+
+Prints, per scheduler: pods/s from the first creation to the last binding, p50/p99/max from a
+pod's creation to its binding, the scheduler's resident memory (now and peak), and with `both`
+gpucarve's pods/s and p99 as a ratio of kube-scheduler's. Targets: gpucarve's pods/s >= kube-
+scheduler's on whole-GPU pods, p99 <= 5 s (the pod-startup SLO).
 """
 
 from __future__ import annotations
@@ -24,14 +31,16 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bind_load import WORKLOADS, create_all, rss_mib, start_kube_scheduler
 from figures import print_figures
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.client import Client
+from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.nodes import node_manifests
 from gpucarve.kube.stack import LocalStack, find_binaries
 
@@ -46,35 +55,26 @@ pools:
     gpusPerNode: 8
     cpusPerNode: 192
     memoryGiBPerNode: 2048
-    sharing: exclusive
+    {sharing}
     nodeLabels: {{gpucarve.io/pool: gpus}}
 queues:
   - name: bench
     namespaces: [bench]
     quota:
-      h100-full: {{nominal: {gpus}}}
+      {flavor}: {{nominal: {count}}}
 """
 
 
-def _pod(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "bench"},
-        "spec": {
-            "schedulerName": "gpucarve",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "fake",
-                    "resources": {
-                        "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
-                        "limits": {"nvidia.com/gpu": "1"},
-                    },
-                }
-            ],
-        },
-    }
+def policy_text(nodes: int, workload: str) -> str:
+    if workload == "mig":
+        sharing, flavor, count = (
+            "sharing: mig\n    mig: {layout: {1g.10gb: 7}}",
+            "h100-mig-1g.10gb",
+            56,
+        )
+    else:
+        sharing, flavor, count = "sharing: exclusive", "h100-full", 8
+    return POLICY.format(nodes=nodes, sharing=sharing, flavor=flavor, count=nodes * count)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -82,88 +82,124 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _watch_bound(client: Client, rv: str, want: int, bound: dict[str, float]) -> threading.Event:
+    """Record when each pod is first seen bound; the event is set when `want` are."""
+    done = threading.Event()
+
+    def run() -> None:
+        version = rv
+        path = "/api/v1/namespaces/bench/pods?fieldSelector=spec.nodeName!%3D"
+        while not done.is_set():
+            try:
+                for ev in client.watch(path, version, 30):
+                    obj = ev["object"]
+                    version = obj["metadata"].get("resourceVersion", version)
+                    name = obj["metadata"].get("name")
+                    if ev["type"] in ("ADDED", "MODIFIED") and name not in bound:
+                        bound[name] = time.monotonic()
+                        if len(bound) >= want:
+                            done.set()
+                            return
+            except ApiError:
+                time.sleep(0.5)
+
+    threading.Thread(target=run, daemon=True).start()
+    return done
+
+
+def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix=f"gpucarve-bind-{scheduler}-"))
+    policy_file = work / "policy.yaml"
+    policy_file.write_text(policy_text(args.nodes, args.workload))
+    policy = load_policy(policy_file, []).policy
+    assert policy is not None, "the bench's own policy is valid"
+    nodes = node_manifests(policy)
+    for n in nodes:
+        n["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "Bench"}]
+    with LocalStack(bin_dir, work / "kube", with_kwok=args.kwok) as stack:
+        client = Client.from_kubeconfig(stack.kubeconfig())
+        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}}
+        client.call("POST", "/api/v1/namespaces", ns)
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(lambda m: client.call("POST", "/api/v1/nodes", m), nodes))
+        log = (work / "scheduler.log").open("wb")
+        if scheduler == "gpucarve":
+            sched = subprocess.Popen(
+                [sys.executable, "-m", "gpucarve", "scheduler", "--policy", str(policy_file),
+                 "--kubeconfig", str(stack.kubeconfig()), "--no-leader-elect"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        else:
+            sched = start_kube_scheduler(bin_dir, stack.kubeconfig(), work, log)
+        bound: dict[str, float] = {}
+        rv = client.get("/api/v1/namespaces/bench/pods")["metadata"]["resourceVersion"]
+        done = _watch_bound(client, rv, args.pods, bound)
+        time.sleep(5)  # the scheduler lists the nodes
+        if sched.poll() is not None:
+            sys.exit(f"{scheduler} exited with {sched.returncode}; see {log.name}")
+        created, created_s = create_all(
+            stack.kubeconfig(), args.pods, args.workload, scheduler, args.creators, args.workers
+        )
+        finished = done.wait(900)
+        rss, peak = rss_mib(sched.pid)
+        sched.send_signal(signal.SIGTERM)
+        try:
+            sched.wait(30)
+        except subprocess.TimeoutExpired:
+            sched.kill()
+        if not finished:
+            sys.exit(f"{scheduler}: only {len(bound)} of {args.pods} pods bound; see {log.name}")
+    latencies = [bound[n] - created[n] for n in created]
+    first = min(created.values())
+    return {
+        "pods/s": round(args.pods / (max(bound.values()) - first), 1),
+        "creation pods/s": round(args.pods / created_s, 1),
+        "p50 creation→bound s": round(_percentile(latencies, 0.5), 2),
+        "p99 creation→bound s": round(_percentile(latencies, 0.99), 2),
+        "max creation→bound s": round(max(latencies), 2),
+        "scheduler RSS MiB": rss,
+        "scheduler peak RSS MiB": peak,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--pods", type=int, default=5000)
-    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--scheduler", choices=("gpucarve", "kube-scheduler", "both"), default="both")
+    ap.add_argument("--workload", choices=WORKLOADS, default="whole")
+    ap.add_argument("--creators", type=int, default=4, help="creating processes")
+    ap.add_argument("--workers", type=int, default=8, help="threads per creating process")
     ap.add_argument("--kwok", action="store_true", help="run kwok's fake kubelets too")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="gpucarve-bind-"))
-    policy_file = work / "policy.yaml"
-    policy_file.write_text(POLICY.format(nodes=args.nodes, gpus=args.nodes * 8))
-    policy = load_policy(policy_file, []).policy
-    nodes = node_manifests(policy)
-    for n in nodes:
-        n["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "Bench"}]
-    with LocalStack(find_binaries(), work / "kube", with_kwok=args.kwok) as stack:
-        client = Client.from_kubeconfig(stack.kubeconfig())
-        client.call(
-            "POST",
-            "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}},
+    if args.workload == "mix" and args.scheduler != "gpucarve":
+        ap.error(
+            "--workload mix has gangs, which kube-scheduler cannot place: use --scheduler gpucarve"
         )
-        with ThreadPoolExecutor(args.workers) as ex:
-            list(ex.map(lambda m: client.call("POST", "/api/v1/nodes", m), nodes))
-        log = (work / "scheduler.log").open("wb")
-        sched = subprocess.Popen(
-            [sys.executable, "-m", "gpucarve", "scheduler", "--policy", str(policy_file),
-             "--kubeconfig", str(stack.kubeconfig()), "--no-leader-elect"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        created: dict[str, float] = {}
-        bound: dict[str, float] = {}
-        done = threading.Event()
-        version = client.get("/api/v1/namespaces/bench/pods")["metadata"]["resourceVersion"]
-
-        def watch() -> None:
-            rv = version
-            while not done.is_set():
-                for ev in client.watch("/api/v1/namespaces/bench/pods", rv, 30):
-                    obj = ev["object"]
-                    rv = obj["metadata"].get("resourceVersion", rv)
-                    name = obj["metadata"].get("name")
-                    if (obj.get("spec") or {}).get("nodeName") and name not in bound:
-                        bound[name] = time.monotonic()
-                        if len(bound) == args.pods:
-                            done.set()
-                            return
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        time.sleep(3)  # let the scheduler list the nodes
-
-        def create(i: int) -> None:
-            name = f"p{i:05d}"
-            start = time.monotonic()
-            client.call("POST", "/api/v1/namespaces/bench/pods", _pod(name))
-            created[name] = start
-
-        first = time.monotonic()
-        with ThreadPoolExecutor(args.workers) as ex:
-            list(ex.map(create, range(args.pods)))
-        created_s = time.monotonic() - first
-        finished = done.wait(600)
-        sched.send_signal(signal.SIGTERM)
-        sched.wait(30)
-        if not finished:
-            sys.exit(f"only {len(bound)} of {args.pods} pods bound in 10 min; see {log.name}")
-        latencies = [bound[n] - created[n] for n in created]
-        total = max(bound.values()) - first
-        print_figures(
-            {
-                "nodes": args.nodes,
-                "kubelets": "kwok" if args.kwok else "none",
-                "pods": args.pods,
-                "creation pods/s": round(args.pods / created_s, 1),
-                "pods/s (first creation to last binding)": round(args.pods / total, 1),
-                "p50 creation→bound s": round(_percentile(latencies, 0.5), 2),
-                "p99 creation→bound s": round(_percentile(latencies, 0.99), 2),
-                "max creation→bound s": round(max(latencies), 2),
-            },
-            args.json,
+    capacity = args.nodes * (56 if args.workload == "mig" else 8)
+    if args.pods > capacity:
+        ap.error(f"--pods {args.pods} exceeds the {capacity} devices of --nodes {args.nodes}")
+    bin_dir = find_binaries()
+    names = ["gpucarve", "kube-scheduler"] if args.scheduler == "both" else [args.scheduler]
+    figures: dict[str, Any] = {
+        "nodes": args.nodes,
+        "pods": args.pods,
+        "workload": args.workload,
+        "kubelets": "kwok" if args.kwok else "none",
+    }
+    results = {name: run_one(args, name, bin_dir) for name in names}
+    for name, res in results.items():
+        figures.update({f"{name} {k}": v for k, v in res.items()})
+    if len(results) == 2:
+        ours, theirs = results["gpucarve"], results["kube-scheduler"]
+        figures["pods/s ratio gpucarve/kube-scheduler"] = round(
+            ours["pods/s"] / theirs["pods/s"], 2
         )
+        figures["p99 ratio gpucarve/kube-scheduler"] = round(
+            ours["p99 creation→bound s"] / max(theirs["p99 creation→bound s"], 0.01), 2
+        )
+    print_figures(figures, args.json)
 
 
 if __name__ == "__main__":

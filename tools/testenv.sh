@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the real Kubernetes components the integration tests run: kube-apiserver,
-# kube-controller-manager and kubectl (from the k8s.io/kubernetes module through a wrapper
-# module, because that module's own go.mod points its staging modules at local paths), etcd
-# (go.etcd.io/etcd/server/v3), kwok (fake kubelets), helm (helm.sh/helm/v3, for the chart
-# tests) and promtool (github.com/prometheus/prometheus, for the alert rules' tests).
+# Builds the real Kubernetes components the integration tests run and the benchmarks compare
+# against: kube-apiserver, kube-controller-manager, kube-scheduler (bench/bind.py's peer) and
+# kubectl (from the k8s.io/kubernetes module through a wrapper module, because that module's
+# own go.mod points its staging modules at local paths), etcd (go.etcd.io/etcd/server/v3),
+# kwok (fake kubelets), helm (helm.sh/helm/v3, for the chart tests) and promtool
+# (github.com/prometheus/prometheus, for the alert rules' tests).
 # Binaries are cached per user, outside the clone, so a fresh checkout reuses them.
 # Usage: tools/testenv.sh            build what is missing, print the bin folder
 set -euo pipefail
@@ -45,7 +46,7 @@ kube_wrapper() {
   if [ ! -f go.mod ]; then
     go mod init gpucarve.local/testenv >/dev/null 2>&1
   fi
-  if ! grep -q kubectl tools.go 2>/dev/null; then
+  if ! grep -q kube-scheduler tools.go 2>/dev/null; then
     go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >"$work/kube.json"
     local gomod
     gomod="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["GoMod"])' "$work/kube.json")"
@@ -67,6 +68,7 @@ package tools
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
@@ -133,7 +135,7 @@ kwok_stages() {
 [ -x "$BIN/etcd" ] || { log "building etcd $ETCD_VERSION"; (build_etcd); }
 [ -x "$BIN/kwok" ] || { log "building kwok $KWOK_VERSION"; (build_kwok); }
 [ -f "$BIN/kwok-stages.yaml" ] || kwok_stages
-for cmd in kube-apiserver kube-controller-manager kubectl; do
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   [ -x "$BIN/$cmd" ] || { log "building $cmd $K8S_VERSION (minutes on a cold cache)"; (build_kube "$cmd"); }
 done
 [ -x "$BIN/helm" ] || { log "building helm $HELM_VERSION"; (build_helm); }

@@ -1,0 +1,167 @@
+"""The pods `bench/bind.py` creates, the processes that create them, and kube-scheduler.
+
+Creation runs in `--creators` processes of `--workers` threads each, every one with its own
+client and keep-alive connections, so the creating side is not what the figure measures: one
+Python process manages about 250 pods/s on two cores, which was the cap the issue found.
+Each process records the monotonic time (the same clock in every process on Linux) just before
+each POST, and they all start at one signal once their clients are ready.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from gpucarve.kube.client import Client
+from gpucarve.kube.stack import free_port
+
+WORKLOADS = ("whole", "mig", "mix")
+GANG = 8  # the mix workload: every fourth batch of eight pods is one all-or-nothing gang
+MIG = "nvidia.com/mig-1g.10gb"
+
+
+def pod(name: str, workload: str, scheduler: str, index: int) -> dict[str, Any]:
+    resource = MIG if workload == "mig" else "nvidia.com/gpu"
+    meta: dict[str, Any] = {"name": name, "namespace": "bench"}
+    if workload == "mix" and (index // GANG) % 4 == 0:
+        meta["labels"] = {"gpucarve.io/pod-group": f"g{index // GANG:05d}"}
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "fake",
+                "resources": {
+                    "requests": {"cpu": "1", resource: "1"},
+                    "limits": {resource: "1"},
+                },
+            }
+        ],
+    }
+    if scheduler == "gpucarve":
+        spec["schedulerName"] = "gpucarve"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _creator(
+    kubeconfig: str,
+    names: list[tuple[int, str]],
+    workload: str,
+    scheduler: str,
+    threads: int,
+    ready: Any,
+    go: Any,
+    out: Any,
+) -> None:
+    client = Client.from_kubeconfig(kubeconfig)
+    created: dict[str, float] = {}
+    failed: list[str] = []
+
+    def create(item: tuple[int, str]) -> None:
+        i, name = item
+        start = time.monotonic()
+        try:
+            client.call("POST", "/api/v1/namespaces/bench/pods", pod(name, workload, scheduler, i))
+        except Exception as err:
+            failed.append(f"{name}: {err}")
+            return
+        created[name] = start
+
+    with ThreadPoolExecutor(threads) as ex:
+        # one call per thread first, so every connection is open before the start
+        list(ex.map(lambda _: client.get("/api/v1/namespaces/bench"), range(threads)))
+        ready.put(1)
+        go.wait()
+        list(ex.map(create, names))
+    out.put((created, failed))
+
+
+def create_all(
+    kubeconfig: Path, count: int, workload: str, scheduler: str, processes: int, threads: int
+) -> tuple[dict[str, float], float]:
+    """Create `count` pods; their creation times and the seconds creation took."""
+    ctx = mp.get_context("spawn")  # the parent runs a watch thread: no fork
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    items = [(i, f"p{i:05d}") for i in range(count)]
+    procs = [
+        ctx.Process(
+            target=_creator,
+            args=(
+                str(kubeconfig),
+                items[k::processes],
+                workload,
+                scheduler,
+                threads,
+                ready,
+                go,
+                out,
+            ),
+        )
+        for k in range(processes)
+    ]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    first = time.monotonic()
+    go.set()
+    created: dict[str, float] = {}
+    problems: list[str] = []
+    for _ in procs:
+        try:
+            part, failed = out.get(timeout=900)
+        except queue.Empty:
+            sys.exit("a creating process gave no result in 15 min")
+        created.update(part)
+        problems += failed
+    took = time.monotonic() - first
+    for p in procs:
+        p.join(30)
+    if problems:
+        sys.exit(f"{len(problems)} pods not created, first: {problems[0]}")
+    return created, took
+
+
+SCHEDULER_CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: {kubeconfig}
+  qps: 5000
+  burst: 5000
+leaderElection:
+  leaderElect: false
+"""
+
+
+def start_kube_scheduler(
+    bin_dir: Path, kubeconfig: Path, work: Path, log: Any
+) -> subprocess.Popen[bytes]:
+    """kube-scheduler with its default plugins and the client limits scheduler_perf uses
+    (its own 50 QPS default would measure the rate limiter, not the scheduler)."""
+    binary = bin_dir / "kube-scheduler"
+    if not binary.is_file():
+        sys.exit(f"{binary} not found: run tools/testenv.sh, which builds it")
+    config = work / "kube-scheduler.yaml"
+    config.write_text(SCHEDULER_CONFIG.format(kubeconfig=kubeconfig))
+    return subprocess.Popen(
+        [str(binary), f"--config={config}", "--bind-address=127.0.0.1",
+         f"--secure-port={free_port()}", "-v=1"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """A process's resident memory now and at its peak (VmRSS, VmHWM), MiB."""
+    fields: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return round(fields.get("VmRSS", 0.0), 1), round(fields.get("VmHWM", 0.0), 1)

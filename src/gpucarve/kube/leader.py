@@ -45,6 +45,10 @@ class LeaderElector:
         self._lost = threading.Event()
         self._observed: tuple[object, object] | None = None
         self._observed_at = 0.0
+        # As the last read of the Lease showed it. A renewal refused for a conflict (the
+        # Lease changed under us, or a lost reply's retry) is tried again until the deadline;
+        # one that finds another holder ends leadership at once.
+        self.held_by_another = False
 
     def is_leader(self) -> bool:
         at = self._renewed_at
@@ -55,6 +59,7 @@ class LeaderElector:
         """One attempt: create the Lease, renew ours, or take an expired one."""
         now = self.wall()
         started = time.monotonic()
+        self.held_by_another = False
         try:
             lease: dict[str, Any] | None = self.client.get(f"{self.path}/{self.name}")
         except ApiError as err:
@@ -83,6 +88,7 @@ class LeaderElector:
             else:
                 held = lease.get("spec") or {}
                 holder = held.get("holderIdentity")
+                self.held_by_another = bool(holder) and holder != self.identity
                 record = (holder, held.get("renewTime"))
                 if record != self._observed:
                     self._observed, self._observed_at = record, started
@@ -127,7 +133,7 @@ class LeaderElector:
         def loop() -> None:
             while not stop.wait(self.renew_s):
                 try:
-                    if not self.try_acquire():
+                    if not self.try_acquire() and self.held_by_another:
                         break
                 except ApiError as err:
                     log.warning("lease %s: renew failed: %s", self.name, err)

@@ -13,8 +13,10 @@ Each cycle rebuilds the snapshot from the informers' caches (`view.build_view`),
    `FailedScheduling` Event, written only when the reason changes (best effort, in the
    background: a lost status write costs a stale message, never a wrong binding).
 
-A bind that fails with 409 (already bound: a previous scheduler's work) or 404 (the pod was
-deleted meanwhile) drops the assumption; the watch then shows the truth.
+A bind that fails with 409 is read back: bound as asked, it was our own binding whose reply was
+lost (a retry then conflicts); bound elsewhere by gpucarve (an earlier leader), the slices its
+annotation names are assumed instead until the watch shows them. Any other failure, and 404
+(the pod was deleted meanwhile), drops the assumption.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.engine import Engine
 from gpucarve.engine.invariants import check_step
-from gpucarve.kube.assigned import ASSIGNMENT, Assigned
+from gpucarve.kube.assigned import ASSIGNMENT, Assigned, assigned_of
 from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.crds import GROUP, VERSION
 from gpucarve.kube.device_config import DeviceConfigs
@@ -391,7 +393,8 @@ class Scheduler:
             return
         with self._lock:
             self.failed_binds.append(f"{pod}: {error}")
-            self.assumed.pop(pod, None)
+            if self.assumed.get(pod) == assigned:  # not the truth `_already_bound` found
+                self.assumed.pop(pod, None)
         log.warning("binding %s to %s failed: %s", pod, assigned.node, error)
         self._wake.set()
 
@@ -417,6 +420,23 @@ class Scheduler:
             with self.metrics.binding.time():
                 self.client.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", body)
         except ApiError as err:
+            if err.status == 409 and self._already_bound(pod, a):
+                return None
             self.device_configs.drop(pod)
             return str(err)
         return None
+
+    def _already_bound(self, pod: str, a: Assigned) -> bool:
+        """After a 409, whether the pod is bound as we asked: a binding whose reply was lost
+        (the client's retry then conflicts with it) succeeded. Bound elsewhere with gpucarve's
+        annotation (an earlier leader's work), its true slices stay assumed until the watch
+        shows them: dropped at once, they would look free to the next cycle."""
+        ns, name = _split(pod)
+        try:
+            truth = assigned_of(self.client.get(f"/api/v1/namespaces/{ns}/pods/{name}"))
+        except ApiError:
+            return False
+        if truth is not None and truth != a:
+            with self._lock:
+                self.assumed[pod] = truth
+        return truth == a

@@ -109,6 +109,7 @@ class LocalStack:
     api_port: int = 0
     tokens: dict[str, str] = field(default_factory=dict)  # user -> bearer token
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _args: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def server(self) -> str:
@@ -181,7 +182,21 @@ class LocalStack:
         return pids
 
     # ------------------------------------------------------------------ pieces
+    def restart(self, name: str, kill: bool = False) -> None:
+        """Stop one component (SIGKILL when `kill`) and start it again as it was: same ports,
+        same data; for etcd and kube-apiserver, returns once the API server is ready."""
+        proc = self._procs[name]
+        if kill:
+            proc.kill()
+        else:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        self._spawn(name, self._args[name])
+        if name in ("etcd", "kube-apiserver"):
+            self._wait_ready(120)
+
     def _spawn(self, name: str, args: list[str]) -> None:
+        self._args[name] = args
         log = (self.workdir / f"{name}.log").open("ab")
         self._procs[name] = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

@@ -177,6 +177,9 @@ def main() -> None:
         ap.error(
             "--workload mix has gangs, which kube-scheduler cannot place: use --scheduler gpucarve"
         )
+    for flag in ("nodes", "pods", "creators", "workers"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag} must be at least 1")
     capacity = args.nodes * (56 if args.workload == "mig" else 8)
     if args.pods > capacity:
         ap.error(f"--pods {args.pods} exceeds the {capacity} devices of --nodes {args.nodes}")

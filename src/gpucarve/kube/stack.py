@@ -182,15 +182,17 @@ class LocalStack:
         return pids
 
     # ------------------------------------------------------------------ pieces
-    def restart(self, name: str, kill: bool = False) -> None:
-        """Stop one component (SIGKILL when `kill`) and start it again as it was: same ports,
-        same data; for etcd and kube-apiserver, returns once the API server is ready."""
+    def restart(self, name: str, kill: bool = False, down_s: float = 0.0) -> None:
+        """Stop one component (SIGKILL when `kill`), leave it down for `down_s`, and start it
+        again as it was: same ports, same data; for etcd and kube-apiserver, returns once the
+        API server is ready."""
         proc = self._procs[name]
         if kill:
             proc.kill()
         else:
             proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+        time.sleep(down_s)
         self._spawn(name, self._args[name])
         if name in ("etcd", "kube-apiserver"):
             self._wait_ready(120)

@@ -1,7 +1,8 @@
 """What the scheduler tells users, written beside its decisions and never in their way: why
 each pod waits (its PodScheduled condition and a FailedScheduling Event, written when the
 reason changes), each Queue's status, and pods left running outside the policy. Writes go
-through a small pool of threads; a lost write costs a message, never a decision."""
+through a small pool of threads, pending pods' reasons through `LatestWrites` (one queued write
+per pod at most); a lost write costs a message, never a decision."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from gpucarve.kube.events import post_event
 from gpucarve.kube.group_status import group_status
 from gpucarve.kube.pods import GROUP_LABELS, group_key
 from gpucarve.kube.queue_status import queue_statuses
+from gpucarve.kube.status_writer import LatestWrites
 from gpucarve.kube.view import View
 
 log = logging.getLogger("gpucarve.scheduler")
@@ -46,7 +48,9 @@ class Reporter:
         self.clock = clock
         self.uid_of = uid_of
         self._side = ThreadPoolExecutor(2, thread_name_prefix="status")
+        self._reasons = LatestWrites(self._write_pending)
         self.reported: dict[str, str] = {}  # pod -> last message written to its condition
+        self.told: set[str] = set()  # pods given a reason while pending, kept over a reset
         self.queue_status: dict[str, dict[str, Any]] = {}
         self.orphans_reported: set[str] = set()
         self.moves_reported: set[str] = set()
@@ -62,10 +66,13 @@ class Reporter:
         self.orphans_reported.clear()
 
     def shutdown(self) -> None:
+        self._reasons.shutdown()
         self._side.shutdown(wait=True)
 
     def bound(self, pod: str) -> None:
         self.reported.pop(pod, None)
+        self.told.discard(pod)
+        self._reasons.drop(pod)
 
     def queues(
         self,
@@ -176,11 +183,14 @@ class Reporter:
                 for pod in pods:
                     messages[pod] = msg
         for pod, msg in sorted(messages.items()):
-            if self.reported.get(pod) != msg:
+            if (old := self.reported.get(pod)) != msg:
                 self.reported[pod] = msg
-                self._side.submit(self._write_pending, pod, msg)
+                self._reasons.offer(pod, msg, fresh=old is None and pod not in self.told)
+                self.told.add(pod)
         for pod in [p for p in self.reported if p not in messages]:
             del self.reported[pod]
+            self._reasons.drop(pod)
+        self.told &= set(messages)
         return len(messages)
 
     def _write_pending(self, pod: str, message: str) -> None:

@@ -6,17 +6,13 @@ Each cycle rebuilds the snapshot from the informers' caches (`view.build_view`),
 1. evictions first, through the Eviction API (PodDisruptionBudgets are honoured: a refused
    eviction is reported and retried next cycle); the workload that asked for them waits, out of
    the snapshot, until its victims are gone, so a slow exit never evicts more pods;
-2. bindings through the pods/binding subresource, in parallel, each carrying the device-level
-   choice as the `gpucarve.io/assignment` annotation; bindings made but not yet seen through the
-   watch are kept as *assumed*, so the next cycle never hands their slices out again;
+2. bindings (`kube/binder.py`) through the pods/binding subresource, in parallel, each carrying
+   the device-level choice as the `gpucarve.io/assignment` annotation; bindings made but not
+   yet seen through the watch are kept as *assumed*, so the next cycle never hands their
+   slices out again;
 3. every pending pod gets `PodScheduled=False` with the engine's reason and a
    `FailedScheduling` Event, written only when the reason changes (best effort, in the
    background: a lost status write costs a stale message, never a wrong binding).
-
-A bind that fails with 409 is read back: bound as asked, it was our own binding whose reply was
-lost (a retry then conflicts); bound elsewhere by gpucarve (an earlier leader), the slices its
-annotation names are assumed instead until the watch shows them. Any other failure, and 404
-(the pod was deleted meanwhile), drops the assumption.
 """
 
 from __future__ import annotations
@@ -26,7 +22,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -36,7 +31,8 @@ from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.engine import Engine
 from gpucarve.engine.invariants import check_step
-from gpucarve.kube.assigned import ASSIGNMENT, Assigned, assigned_of
+from gpucarve.kube.assigned import Assigned
+from gpucarve.kube.binder import Binder
 from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.crds import GROUP, VERSION
 from gpucarve.kube.device_config import DeviceConfigs
@@ -82,11 +78,6 @@ class CycleReport:
     pending: int = 0
 
 
-def _split(pod: str) -> tuple[str, str]:
-    ns, _, name = pod.partition("/")
-    return ns, name
-
-
 class Scheduler:
     def __init__(
         self,
@@ -116,19 +107,23 @@ class Scheduler:
         self.use_groups = self.use_cosched = True
         self.workloads = WorkloadCache()
         self.engine = Engine()
-        self.assumed: dict[str, Assigned] = {}
-        self.failed_binds: list[str] = []
-        self._lock = threading.Lock()
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.short_gangs = ShortGangs()
         self.node_problems: set[str] = set()
         self.mig = MigHandoff(client, policy, config.mig, clock, self._repartitioned)
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
         self._inventory: tuple[tuple[str, ...], Inventory] | None = None
-        self._binds = ThreadPoolExecutor(config.bind_workers, thread_name_prefix="bind")
         self.reporter = Reporter(client, clock, self._uid_of)
         self.failed_gpus = FailedGpuPods(client, self.reporter)
         self.device_configs = DeviceConfigs(client)
+        self.binder = Binder(
+            client, self.pods, self.device_configs, self.metrics, self._wake.set,
+            config.bind_workers,
+        )  # fmt: skip
+        # bindings made and not yet seen through the watch, and the lock they are read under
+        self.assumed = self.binder.assumed
+        self.failed_binds = self.binder.failed
+        self._lock = self.binder.lock
         self.cycles = 0
 
     def _uid_of(self, pod: str) -> str | None:
@@ -178,7 +173,7 @@ class Scheduler:
     def stop(self) -> None:
         for inf in self._informers():
             inf.stop()
-        self._binds.shutdown(wait=True)
+        self.binder.shutdown()
         self.reporter.shutdown()
 
     def run(self, stop: threading.Event, elector: LeaderElector | None = None) -> None:
@@ -369,74 +364,13 @@ class Scheduler:
         report.evicted += evict_pods(self.client, self.reporter, view, result)
 
     def _bind(self, view: View, result: CycleResult, report: CycleReport) -> None:
-        jobs: list[tuple[str, Assigned]] = []
-        for a in result.admissions:
-            if a.after_evictions:
-                continue  # bound once the victims are gone
-            for p in a.pods:
-                pod = view.pod_of(a.workload, p.pod)
-                assigned = Assigned(p.node, p.slice_ids, p.shared_memory_mib)
-                with self._lock:
-                    self.assumed[pod] = assigned
-                jobs.append((pod, assigned))
-        # Bindings run in the background while the next cycle is computed: until the watch
-        # shows a pod bound (or its binding fails) it stays assumed, so nothing is given twice.
-        for pod, assigned in jobs:
-            self._binds.submit(self._bind_and_settle, pod, assigned)
+        jobs = [
+            (view.pod_of(a.workload, p.pod), Assigned(p.node, p.slice_ids, p.shared_memory_mib))
+            for a in result.admissions
+            if not a.after_evictions  # bound once the victims are gone
+            for p in a.pods
+        ]
+        self.binder.bind(jobs)
         report.bound = len(jobs)
         for pod, _ in jobs:
             self.reporter.bound(pod)
-
-    def _bind_and_settle(self, pod: str, assigned: Assigned) -> None:
-        error = self._bind_one(pod, assigned)
-        if error is None:
-            return
-        with self._lock:
-            self.failed_binds.append(f"{pod}: {error}")
-            if self.assumed.get(pod) == assigned:  # not the truth `_already_bound` found
-                self.assumed.pop(pod, None)
-        log.warning("binding %s to %s failed: %s", pod, assigned.node, error)
-        self._wake.set()
-
-    def _bind_one(self, pod: str, a: Assigned) -> str | None:
-        ns, name = _split(pod)
-        obj = self.pods.get(pod)
-        try:
-            if obj is not None:
-                self.device_configs.write(obj, a.slices, a.shared_memory_mib)
-        except ApiError as err:
-            return f"its device ConfigMap: {err}"
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "annotations": {ASSIGNMENT: a.annotation()},
-            },
-            "target": {"apiVersion": "v1", "kind": "Node", "name": a.node},
-        }
-        try:
-            with self.metrics.binding.time():
-                self.client.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", body)
-        except ApiError as err:
-            if err.status == 409 and self._already_bound(pod, a):
-                return None
-            self.device_configs.drop(pod)
-            return str(err)
-        return None
-
-    def _already_bound(self, pod: str, a: Assigned) -> bool:
-        """After a 409, whether the pod is bound as we asked: a binding whose reply was lost
-        (the client's retry then conflicts with it) succeeded. Bound elsewhere with gpucarve's
-        annotation (an earlier leader's work), its true slices stay assumed until the watch
-        shows them: dropped at once, they would look free to the next cycle."""
-        ns, name = _split(pod)
-        try:
-            truth = assigned_of(self.client.get(f"/api/v1/namespaces/{ns}/pods/{name}"))
-        except ApiError:
-            return False
-        if truth is not None and truth != a:
-            with self._lock:
-                self.assumed[pod] = truth
-        return truth == a

@@ -21,9 +21,10 @@ of binpack and spread by the request's size, so `fragmentation: 1` alone is the 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,7 @@ from gpucarve.engine.working import NodeState, Working
 MILLI = 1000
 SEEN_LIMIT = 200_000  # memo entries kept before they are dropped
 CACHE_LIMIT = 256  # requests whose scores are kept
+MEMO_LIMIT = 4096  # node states whose scores a request keeps
 TIE = 1e-9  # relative: scores this close are a tie (float sums of the same terms differ)
 
 
@@ -91,14 +93,35 @@ class _Scores:
     candidates: npt.NDArray[np.intp]
     score: npt.NDArray[np.float64]
     gpu: npt.NDArray[np.intp]
+    # node state -> (score, GPU): nodes fill through the same few states, so a changed node
+    # is mostly looked up, not scored again (NumPy's per-call cost dominates one node)
+    memo: dict[tuple[bytes, int, bool, int], tuple[float, int]] = field(default_factory=dict)
+
+
+def _positions(candidates: npt.NDArray[np.intp], nodes: list[int]) -> npt.NDArray[np.intp]:
+    """Where `nodes` (any order, repeats, some not candidates) sit in the ascending
+    `candidates`, each once."""
+    want = np.asarray(sorted(set(nodes)), dtype=np.intp)  # few: cheaper than np.unique
+    pos = np.searchsorted(candidates, want)
+    inside = pos < len(candidates)
+    pos, want = pos[inside], want[inside]
+    out: npt.NDArray[np.intp] = pos[candidates[pos] == want]
+    return out
 
 
 def _pick(
     score: npt.NDArray[np.float64], cand: npt.NDArray[np.intp], gpu: npt.NDArray[np.intp]
 ) -> Choice | None:
-    if len(score) == 0 or not np.isfinite(score).any():
+    if len(score) == 0:
         return None
-    best = int(np.flatnonzero(near_best(np.where(np.isfinite(score), score, -np.inf)))[0])
+    top = float(score.max())
+    if math.isfinite(top):  # the common case, in two passes over the scores
+        best = int(np.argmax(score >= top - TIE * max(1.0, abs(top))))
+    else:  # every candidate refused (-inf), or a score that is not a number
+        finite = np.where(np.isfinite(score), score, -np.inf)
+        if not np.isfinite(finite).any():
+            return None
+        best = int(np.flatnonzero(near_best(finite))[0])
     return Choice(float(score[best]), int(cand[best]), int(gpu[best]) if gpu[best] >= 0 else None)
 
 
@@ -273,11 +296,11 @@ class ModelPlacer:
         ):
             changed = rows.touched[hit.seen :]
             if changed:
-                sel = np.flatnonzero(np.isin(candidates, np.asarray(changed, dtype=np.intp)))
+                sel = _positions(candidates, changed)
                 if len(sel) * 2 > len(candidates):
                     hit.score, hit.gpu = self._fresh(needs, candidates, t, pods)
                 elif len(sel):
-                    hit.score[sel], hit.gpu[sel] = self._fresh(needs, candidates[sel], t, pods)
+                    self._patch(hit, needs, sel, t, pods)
             hit.seen = len(rows.touched)
             return hit.score, hit.gpu
         score, gpu = self._fresh(needs, candidates, t, pods)
@@ -285,6 +308,29 @@ class ModelPlacer:
             self._cache.clear()
         self._cache[key] = _Scores(model, rows.epoch, len(rows.touched), candidates, score, gpu)
         return score, gpu
+
+    def _patch(
+        self, hit: _Scores, needs: PodNeeds, sel: npt.NDArray[np.intp], t: RequestType, pods: int
+    ) -> None:
+        """Score the candidates at `sel` again: what a node's score depends on (its free GPU
+        milli, CPU, whether its memory fits, its class) is looked up in the memo first."""
+        g = self.ws.gpu_rows
+        nodes = hit.candidates[sel]
+        need_mem = needs.mem * pods
+        keys = [
+            (g.rows[n].tobytes(), int(g.cpu[n]), bool(g.mem[n] >= need_mem), int(self.cls[n]))
+            for n in nodes
+        ]
+        todo = [k for k, key in enumerate(keys) if key not in hit.memo]
+        if todo:
+            if len(hit.memo) + len(todo) > MEMO_LIMIT:
+                hit.memo.clear()
+                todo = list(range(len(keys)))
+            score, gpu = self._fresh(needs, nodes[todo], t, pods)
+            for k, sc, gp in zip(todo, score.tolist(), gpu.tolist(), strict=True):
+                hit.memo[keys[k]] = (sc, gp)
+        for k, i in enumerate(sel.tolist()):
+            hit.score[i], hit.gpu[i] = hit.memo[keys[k]]
 
     def _fresh(
         self, needs: PodNeeds, candidates: npt.NDArray[np.intp], t: RequestType, pods: int

@@ -36,7 +36,7 @@ from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import GpuRequest, PodAssignment, PodSet, RunningWorkload, Workload
-from gpucarve.engine import evict, frag_place, gang_timeout, podwise, queueing, repartition
+from gpucarve.engine import evict, flavor_rank, gang_timeout, podwise, queueing, repartition
 from gpucarve.engine.ceilings import Ceilings
 from gpucarve.engine.decisions import (
     Admission,
@@ -48,7 +48,9 @@ from gpucarve.engine.decisions import (
     PendingReason,
     Stage,
 )
-from gpucarve.engine.placement import Placer, shapes_from
+from gpucarve.engine.mig_hint import shapes_from
+from gpucarve.engine.placement import Placer
+from gpucarve.engine.plan_keys import Plan, best_reason, signature
 from gpucarve.engine.plugins import PodNeeds
 from gpucarve.engine.preemption import Preemptor
 from gpucarve.engine.quota import Quotas
@@ -56,8 +58,6 @@ from gpucarve.engine.working import Working
 
 MAX_FLAVOR_COMBOS = 16
 MEMO_LIMIT = 200_000
-
-Plan = list[tuple[PodNeeds, int, int]]
 
 
 class Cycle:
@@ -99,7 +99,7 @@ class Cycle:
             self.placer.model.set_demand(snapshot.pending, self._first_needs)
 
     def _first_needs(self, w: Workload) -> list[PodNeeds | None]:
-        return frag_place.first_flavor_needs(w, self.flavors_for(w), self.needs_of)
+        return flavor_rank.first_flavor_needs(w, self.flavors_for(w), self.needs_of)
 
     # ------------------------------------------------------------------ setup
     def flavors_for(self, w: Workload) -> list[list[Flavor]]:
@@ -256,7 +256,7 @@ class Cycle:
         combos = [c for c, r in zip(combos, impossible, strict=True) if r is None]
         if self.placer.model.active and len(combos) > 1:
             plans = [self._plan(w, c)[0] for c in combos]
-            combos = frag_place.rank_combos(combos, self.placer.preview(w, plans))
+            combos = flavor_rank.rank_combos(combos, self.placer.preview(w, plans))
         tried: list[PendingReason] = []
         unplaced: list[Sequence[Flavor | None]] = []
         for combo in combos:
@@ -283,19 +283,7 @@ class Cycle:
                 full_plan, demand, _ = self._plan(w, combo, ignore_quota=True)
                 if full_plan is not None and evict.preempt(self, w, full_plan, demand):
                     return Outcome(True)
-        return Outcome(False, self._best_reason(tried), tuple(tried))
-
-    @staticmethod
-    def _best_reason(tried: Sequence[PendingReason]) -> PendingReason:
-        # The reason of the flavor that came closest: placement beats quota beats queueing.
-        rank = {
-            Stage.PLACEMENT: 0,
-            Stage.PREEMPTION: 1,
-            Stage.QUOTA: 2,
-            Stage.QUEUEING: 3,
-            Stage.VALIDATION: 4,
-        }
-        return sorted(tried, key=lambda r: rank[r.stage])[0]
+        return Outcome(False, best_reason(tried), tuple(tried))
 
     def needs_of(self, ps: PodSet, f: Flavor | None) -> PodNeeds:
         slices = self._slices(ps.gpu, f) if f is not None else 0
@@ -361,33 +349,10 @@ class Cycle:
             PendingReason(Stage.QUOTA, "capacity-quota", message, verdict.flavor),
         )
 
-    @staticmethod
-    def signature(w: Workload, plan: Plan) -> tuple[object, ...]:
-        """The shape of a gang: two workloads with the same shape fit in the same places."""
-        return (
-            w.topology,
-            tuple(
-                (
-                    n.pod_set.gpu,
-                    n.pod_set.node_selector,
-                    n.pod_set.affinity,
-                    n.pod_set.tolerations,
-                    n.flavor,
-                    n.slices,
-                    n.shared_mem,
-                    n.cpu,
-                    n.mem,
-                    c,
-                    m,
-                )
-                for n, c, m in plan
-            ),
-        )
-
     def _place(
         self, w: Workload, plan: Plan
     ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
-        sig = self.signature(w, plan)
+        sig = signature(w, plan)
         cached = self.no_room.get(sig)
         if cached is not None and cached[0] == self.ws.release_epoch:
             return None, cached[1]

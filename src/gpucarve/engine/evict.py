@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import PodAssignment, Workload
 from gpucarve.engine.decisions import Cause, Eviction, Pending, PendingReason, Stage
+from gpucarve.engine.plan_keys import Plan, signature
 from gpucarve.engine.preemption import Victim
 
 if TYPE_CHECKING:
-    from gpucarve.engine.cycle import Cycle, Plan
+    from gpucarve.engine.cycle import Cycle
 
 PREEMPTION_SEARCHES_PER_QUEUE = 4
 
@@ -24,7 +25,7 @@ def preempt(c: Cycle, w: Workload, plan: Plan, demand: dict[str, int]) -> bool:
     the gang place (an admission of this cycle is withdrawn instead)."""
     pre = c.preemptor
     # A shape that found no victims finds none again until capacity is given back.
-    key = (w.queue, w.priority, c.signature(w, plan))
+    key = (w.queue, w.priority, signature(w, plan))
     if c.no_victims.get(key) == c.ws.release_epoch:
         return False
     # Like Kueue, which considers only queue heads, bound the victim searches per queue

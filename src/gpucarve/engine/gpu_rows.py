@@ -18,7 +18,7 @@ import numpy.typing as npt
 from gpucarve.core.policy import SliceKind
 
 if TYPE_CHECKING:
-    from gpucarve.engine.working import FlavorInfo, GpuSlots, NodeState
+    from gpucarve.engine.node_state import FlavorInfo, GpuSlots, NodeState
 
 MILLI = 1000
 TOUCHED_LIMIT = 1_000_000

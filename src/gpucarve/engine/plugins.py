@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpucarve.core.workload import GpuKind, PodSet
-from gpucarve.engine.working import GpuSlots, NodeState
+from gpucarve.engine.node_state import GpuSlots, NodeState
 
 GPU_TAINT_KEYS = ("nvidia.com/gpu",)
 

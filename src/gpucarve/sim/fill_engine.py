@@ -12,7 +12,7 @@ label. The scoring profile is the fragmentation model alone.
 Each pod is then placed as the engine's cycle would place it, without queues or quota (the
 experiment has none): the demand is the running pods and this one, as a cycle's would be (the
 experiment's pods never end), its candidate flavors ranked
-by the model (`frag_place.rank_combos`), and the gang placed by `Placer.place_gang`. Pods that
+by the model (`flavor_rank.rank_combos`), and the gang placed by `Placer.place_gang`. Pods that
 do not fit are dropped, as the experiment says.
 """
 
@@ -40,7 +40,7 @@ from gpucarve.core.workload import (
     TopologyMode,
     Workload,
 )
-from gpucarve.engine import frag_place
+from gpucarve.engine import flavor_rank
 from gpucarve.engine.placement import Placer
 from gpucarve.engine.plugins import PodNeeds
 from gpucarve.engine.working import Working
@@ -183,7 +183,7 @@ class EnginePlacer:
         combos: list[tuple[Flavor | None, ...]] = [(f,) for f in flavors] or [(None,)]
         model = self.placer.model
         # the engine's demand: the pods placed so far (all still running) and this one
-        needs = frag_place.first_flavor_needs(w, [flavors], self.needs_of)
+        needs = flavor_rank.first_flavor_needs(w, [flavors], self.needs_of)
         types = model.workload_types(w, needs)
         model.demand.update(dict(types))
 
@@ -192,7 +192,7 @@ class EnginePlacer:
 
         if len(combos) > 1:
             choices = self.placer.preview(w, [plan(c) for c in combos])
-            combos = frag_place.rank_combos(combos, choices)
+            combos = flavor_rank.rank_combos(combos, choices)
         for combo in combos:
             placed, _ = self.placer.place_gang(w, plan(combo))
             if placed is not None:

@@ -9,7 +9,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucarve.config.policy_build import load_policy
+from gpucarve.config.policy_build import load_policy, load_policy_text
+from gpucarve.core.cluster import build_cluster
 from gpucarve.core.workload import PartialGang
 from gpucarve.engine.engine import run_cycle
 from gpucarve.kube.assigned import ASSIGNMENT
@@ -220,3 +221,18 @@ def test_a_pod_that_is_no_workload_says_why_in_plain_text() -> None:
     message = view.invalid["nowhere/x"]
     assert message.startswith("validation/no-queue: nowhere/x.namespace: "), message
     assert "; fix: " in message and "Problem(" not in message and "Severity" not in message
+
+
+def test_nodes_come_in_the_order_plan_builds_them_whatever_the_api_lists() -> None:
+    # plan's order: by pool as the policy lists them, then h100-2 before h100-10; the API
+    # server lists by name, which sorts neither way
+    policy = load_policy_text(
+        EXAMPLE.read_text().replace("nodes: 4\n", "nodes: 12\n", 1), "t"
+    ).policy
+    assert policy is not None
+    planned = [n.name for n in build_cluster(policy).nodes]
+    manifests = node_manifests(policy)
+    listed = sorted(manifests, key=lambda m: m["metadata"]["name"])
+    assert [m["metadata"]["name"] for m in listed] != planned, "the example sorts alike anyway"
+    built = build_inventory(policy, listed).cluster.nodes
+    assert [n.name for n in built] == planned

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -187,6 +188,17 @@ def node_key(node: Mapping[str, Any]) -> str:
     )
 
 
+def _order(policy: Policy, found: Pool | str | None, node: Mapping[str, Any]) -> tuple[object, ...]:
+    """Nodes in the order `plan` and `simulate` build them: by pool as the policy lists them,
+    then by name with numbers compared as numbers (h100-2 before h100-10). A node's position
+    in its pool places it in a rack, and ties between equal nodes go to the first, so both
+    paths must count alike."""
+    name = str(node["metadata"]["name"])
+    rank = next((i for i, p in enumerate(policy.pools) if p is found), len(policy.pools))
+    parts = tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", name))
+    return (rank, parts, name)
+
+
 def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inventory:
     expected = {p.name: expected_resources(policy, p) for p in policy.pools}
     for pool in policy.pools:
@@ -196,10 +208,11 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
     slices: dict[str, Slice] = {}
     problems: list[NodeProblem] = []
     index: Counter[str] = Counter()
-    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+    pools = {id(n): pool_of(n, policy) for n in nodes}
+    for node in sorted(nodes, key=lambda n: _order(policy, pools[id(n)], n)):
         name = node["metadata"]["name"]
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        found = pool_of(node, policy)
+        found = pools[id(node)]
         if not isinstance(found, Pool):
             gpus = sorted(k for k in allocatable if str(k).startswith(GPU_PREFIX))
             if isinstance(found, str) or gpus:

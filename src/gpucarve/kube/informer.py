@@ -45,12 +45,20 @@ class Informer:
         self._thread: threading.Thread | None = None
         self._close: Callable[[], None] | None = None
         self.relists = 0
+        # bumped with every change to the cache: a reader that saw this number before has
+        # seen these items (callers skip work on an unchanged cache)
+        self.generation = 0
 
     # ------------------------------------------------------------------ reading
     def items(self) -> list[dict[str, Any]]:
         """The cached objects (shared: callers must not change them)."""
         with self._lock:
             return list(self._items.values())
+
+    def snapshot(self) -> tuple[int, list[dict[str, Any]]]:
+        """The generation and the objects it stands for, read together."""
+        with self._lock:
+            return self.generation, list(self._items.values())
 
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
@@ -82,6 +90,7 @@ class Informer:
         with self._lock:
             self._items = items
             self.resource_version = str(reply["metadata"]["resourceVersion"])
+            self.generation += 1
         self.relists += 1
         self.synced.set()
         self.on_change()
@@ -125,6 +134,7 @@ class Informer:
                     self._items.pop(_key(obj), None)
                 else:
                     self._items[_key(obj)] = obj
+                self.generation += 1
                 if rv:
                     self.resource_version = str(rv)
             self.on_change()

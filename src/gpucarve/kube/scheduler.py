@@ -113,6 +113,8 @@ class Scheduler:
         self.mig = MigHandoff(client, policy, config.mig, clock, self._repartitioned)
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
         self._inventory: tuple[tuple[str, ...], Inventory] | None = None
+        self._inventory_seen = -1  # the node cache's generation the inventory was checked at
+        self._node_keys: dict[tuple[str, str], str] = {}  # (name, resourceVersion)
         self.reporter = Reporter(client, clock, self._uid_of)
         self.failed_gpus = FailedGpuPods(client, self.reporter)
         self.device_configs = DeviceConfigs(client)
@@ -242,8 +244,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ one cycle
     def inventory(self) -> Inventory:
-        nodes = self.nodes.items()
-        key = tuple(sorted(node_key(n) for n in nodes))
+        """The nodes as the engine sees them, rebuilt only when what it depends on changed
+        (`node_key`: a heartbeat changes nothing), and not even looked at while the node
+        cache is unchanged: at 5,000 nodes the keys alone cost a tenth of a cycle."""
+        generation, nodes = self.nodes.snapshot()
+        if self._inventory is not None and self._inventory_seen == generation:
+            return self._inventory[1]
+        key = tuple(sorted(self._node_key(n) for n in nodes))
         if self._inventory is None or self._inventory[0] != key:
             inv = build_inventory(self.policy, label_nodes(self.client, self.policy, nodes))
             self._inventory = (key, inv)
@@ -251,7 +258,20 @@ class Scheduler:
                 if str(p) not in self.node_problems:
                     log.warning("%s", p)
             self.node_problems = {str(p) for p in inv.problems}
+        self._inventory_seen = generation
+        if len(self._node_keys) > 2 * len(nodes) + 64:
+            self._node_keys.clear()
         return self._inventory[1]
+
+    def _node_key(self, node: dict[str, Any]) -> str:
+        meta = node["metadata"]
+        if not meta.get("resourceVersion"):
+            return node_key(node)  # no version to know it by
+        version = (meta["name"], meta["resourceVersion"])
+        got = self._node_keys.get(version)
+        if got is None:
+            got = self._node_keys[version] = node_key(node)
+        return got
 
     def view(self) -> View:
         with self._lock:

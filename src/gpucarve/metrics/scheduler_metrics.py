@@ -10,6 +10,7 @@ binding's latency, a repartition's outcome, a policy reload) is counted where it
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable
 
@@ -46,8 +47,15 @@ def reason_stage(reason: PendingReason) -> str:
 
 
 class SchedulerMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, pools_every_s: float = 0.0
+    ) -> None:
+        """`pools_every_s`: recount the per-pool slice gauges at most this often (a pass over
+        every slice; at 5,000 nodes a twentieth of a cycle, while Prometheus scrapes every
+        15-30 s)."""
         self.registry = registry or CollectorRegistry()
+        self.pools_every_s = pools_every_s
+        self._pools_at: float | None = None
         r = self.registry
         q, qf = ["queue"], ["queue", "flavor"]
         self.nominal = Gauge("gpucarve_queue_nominal_slices", "Nominal quota", qf, registry=r)
@@ -173,7 +181,10 @@ class SchedulerMetrics:
             self._seen.clear()
         self._seen.update(p.workload for p in result.pending)
         self._seen.difference_update(a.workload for a in result.admissions)
-        self._pools(snapshot, result)
+        at = time.monotonic()  # when the gauges were counted, never read by a decision
+        if self._pools_at is None or at - self._pools_at >= self.pools_every_s:
+            self._pools_at = at
+            self._pools(snapshot, result)
 
     def _quota(self, policy: Policy, snapshot: Snapshot, result: CycleResult) -> None:
         quotas = Quotas(policy, dict(usage_after(snapshot.running, result)))

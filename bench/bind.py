@@ -2,6 +2,7 @@
 
     python bench/bind.py [--nodes 1000] [--pods 5000] [--scheduler gpucarve|kube-scheduler|both]
                          [--workload whole|mig|mix] [--creators 4] [--workers 8] [--kwok] [--json]
+                         [--profile FILE]
 
 For each scheduler, one after the other in one run: etcd and kube-apiserver (and kwok) start
 fresh on loopback (tools/testenv.sh builds them, kube-scheduler from the same Kubernetes module
@@ -17,7 +18,9 @@ gang: gpucarve only, since kube-scheduler has no gangs).
 Prints, per scheduler: pods/s from the first creation to the last binding, p50/p99/max from a
 pod's creation to its binding, the scheduler's resident memory (now and peak), and with `both`
 gpucarve's pods/s and p99 as a ratio of kube-scheduler's. Targets: gpucarve's pods/s >= kube-
-scheduler's on whole-GPU pods, p99 <= 5 s (the pod-startup SLO).
+scheduler's on whole-GPU pods, p99 <= 5 s (the pod-startup SLO). `--profile FILE` samples
+gpucarve's scheduler with py-spy (`pip install py-spy`) while it binds and prints the functions
+that held the most samples.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import profile_sched
 from bind_load import WORKLOADS, create_all, rss_mib, start_kube_scheduler
 from figures import print_figures
 
@@ -137,11 +141,16 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
         time.sleep(5)  # the scheduler lists the nodes
         if sched.poll() is not None:
             sys.exit(f"{scheduler} exited with {sched.returncode}; see {log.name}")
+        spy = None
+        if args.profile is not None and scheduler == "gpucarve":
+            spy = profile_sched.start(sched.pid, args.profile)
         created, created_s = create_all(
             stack.kubeconfig(), args.pods, args.workload, scheduler, args.creators, args.workers
         )
         finished = done.wait(900)
         rss, peak = rss_mib(sched.pid)
+        if spy is not None:
+            profile_sched.stop(spy)
         sched.send_signal(signal.SIGTERM)
         try:
             sched.wait(30)
@@ -172,6 +181,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8, help="threads per creating process")
     ap.add_argument("--kwok", action="store_true", help="run kwok's fake kubelets too")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--profile", type=Path, metavar="FILE",
+        help="sample gpucarve's scheduler with py-spy into FILE and print where its time went",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.workload == "mix" and args.scheduler != "gpucarve":
         ap.error(
@@ -203,6 +216,8 @@ def main() -> None:
             ours["p99 creation→bound s"] / max(theirs["p99 creation→bound s"], 0.01), 2
         )
     print_figures(figures, args.json)
+    if args.profile is not None and "gpucarve" in results:
+        profile_sched.report(args.profile)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,7 @@ def line(r: dict[str, Any]) -> str:
         f"(cordoned {r['cordoned']}, added {r['added']}, removed {r['removed']}) | "
         f"policy edits {r['policy_edits']} | RSS {r['rss_mib']:.1f} MiB "
         f"(peak {r['peak_rss_mib']:.1f}) | violations {r['violations']}"
+        + "".join(f"\n    {v}" for v in r["first_violations"])
     )
 
 
@@ -188,7 +189,10 @@ def main() -> None:
                     next_report += args.report_s
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
             stopped = sched.poll()
-            final = check(client, churn, sched, time.monotonic() - started) if not stopped else None
+            final = None
+            if stopped is None:
+                time.sleep(5)  # settle, as before every check
+                final = check(client, churn, sched, time.monotonic() - started)
     if final is not None:
         reports.append(final)
         print(json.dumps(final) if args.json else line(final), flush=True)

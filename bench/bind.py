@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import profile_sched
-from bind_load import WORKLOADS, create_all, rss_mib, start_kube_scheduler
+from bind_load import WORKLOADS, create_all, h100_pool, rss_mib, start_kube_scheduler
 from figures import print_figures
 
 from gpucarve.config.policy_build import load_policy
@@ -53,15 +53,7 @@ apiVersion: gpucarve.io/v1alpha1
 kind: Policy
 metadata: {{name: bind-bench}}
 pools:
-  - name: gpus
-    gpuModel: H100-SXM5-80GB
-    nodes: {nodes}
-    gpusPerNode: 8
-    cpusPerNode: 192
-    memoryGiBPerNode: 2048
-    {sharing}
-    nodeLabels: {{gpucarve.io/pool: gpus}}
-queues:
+{pool}queues:
   - name: bench
     namespaces: [bench]
     quota:
@@ -78,7 +70,7 @@ def policy_text(nodes: int, workload: str) -> str:
         )
     else:
         sharing, flavor, count = "sharing: exclusive", "h100-full", 8
-    return POLICY.format(nodes=nodes, sharing=sharing, flavor=flavor, count=nodes * count)
+    return POLICY.format(pool=h100_pool(nodes, sharing), flavor=flavor, count=nodes * count)
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -157,6 +157,22 @@ def start_kube_scheduler(
     )  # fmt: skip
 
 
+def h100_pool(nodes: int, sharing: str = "sharing: exclusive") -> str:
+    """The benches' pool, as a policy's `pools:` entry: `nodes` nodes of eight H100s."""
+    return POOL.format(nodes=nodes, sharing=sharing)
+
+
+POOL = """  - name: gpus
+    gpuModel: H100-SXM5-80GB
+    nodes: {nodes}
+    gpusPerNode: 8
+    cpusPerNode: 192
+    memoryGiBPerNode: 2048
+    {sharing}
+    nodeLabels: {{gpucarve.io/pool: gpus}}
+"""
+
+
 def rss_mib(pid: int) -> tuple[float, float]:
     """A process's resident memory now and at its peak (VmRSS, VmHWM), MiB."""
     fields: dict[str, float] = {}

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' invariants
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bind_load import rss_mib
+from bind_load import h100_pool, rss_mib
 from soak_churn import Churn
 from tests.integration.invariants import violations
 
@@ -54,15 +54,7 @@ apiVersion: gpucarve.io/v1alpha1
 kind: Policy
 metadata: {{name: soak}}
 pools:
-  - name: gpus
-    gpuModel: H100-SXM5-80GB
-    nodes: {nodes}
-    gpusPerNode: 8
-    cpusPerNode: 192
-    memoryGiBPerNode: 2048
-    sharing: exclusive
-    nodeLabels: {{gpucarve.io/pool: gpus}}
-cohorts:
+{pool}cohorts:
   - name: all
 queues:
   - name: alpha
@@ -82,7 +74,7 @@ SPLITS = (0.5, 0.7, 0.5, 0.3)
 def policy_text(nodes: int, split: float) -> str:
     total = nodes * 8
     alpha = int(total * split)
-    return POLICY.format(nodes=nodes, alpha=alpha, beta=total - alpha, total=total)
+    return POLICY.format(pool=h100_pool(nodes), alpha=alpha, beta=total - alpha, total=total)
 
 
 def write_policy(path: Path, nodes: int, split: float) -> None:

@@ -33,7 +33,7 @@ metadata: {name: faults}
 pools:
   - name: gpus
     gpuModel: H100-SXM5-80GB
-    nodes: 60
+    nodes: 70
     gpusPerNode: 8
     cpusPerNode: 192
     memoryGiBPerNode: 2048
@@ -43,7 +43,7 @@ queues:
   - name: team
     namespaces: [team]
     quota:
-      h100-full: {nominal: 480}
+      h100-full: {nominal: 560}
 """
 LEASE_S = 3
 
@@ -195,7 +195,7 @@ def _kill_leader_mid_wave(
     # the wave arrives for a frozen leader, so the kill lands while it binds
     procs[leader].send_signal(signal.SIGSTOP)
     base = _bound(api)
-    created |= _burst(api, [f"r{r}-{i:03d}" for i in range(130)], 2, f"r{r}g")
+    created |= _burst(api, [f"r{r}-{i:03d}" for i in range(160)], 2, f"r{r}g")
     procs[leader].send_signal(signal.SIGCONT)
     wait_for(lambda: _bound(api) >= base + 20, 120, f"round {r}: binding started")
     procs[leader].kill()

@@ -182,6 +182,11 @@ def main() -> None:
         ap.error(
             "--workload mix has gangs, which kube-scheduler cannot place: use --scheduler gpucarve"
         )
+    if args.profile is not None:
+        if args.scheduler == "kube-scheduler":
+            ap.error("--profile samples gpucarve's scheduler: use --scheduler gpucarve or both")
+        if not args.profile.parent.is_dir():
+            ap.error(f"--profile {args.profile}: folder {args.profile.parent} does not exist")
     for flag in ("nodes", "pods", "creators", "workers"):
         if getattr(args, flag) < 1:
             ap.error(f"--{flag} must be at least 1")

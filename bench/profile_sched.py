@@ -52,6 +52,9 @@ def top(raw: Path, n: int = 20) -> list[tuple[str, float, float]]:
 
 
 def report(raw: Path) -> None:
+    if not raw.is_file():
+        print(f"no profile: py-spy wrote nothing to {raw} (it needs ptrace: run as the same user)")
+        return
     print(f"profile of the gpucarve scheduler ({raw}): % of busy samples, inclusive / own")
     for f, inc, mine in top(raw):
         print(f"  {inc:5.1f} {mine:5.1f}  {f[:110]}")

@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from tests.integration.kube_pods import pod
+
 from gpucarve.kube.client import ApiError, Client
 
 NAMESPACES = ("alpha", "beta")
@@ -28,22 +30,6 @@ class Tracked:
     created_t: float
     lifetime_s: float
     bound_t: float | None = None
-
-
-def _pod(ns: str, name: str, gpus: int, group: str | None) -> dict[str, Any]:
-    labels = {"app": "soak"} | ({"gpucarve.io/pod-group": group} if group else {})
-    resources = {"requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}}
-    resources["limits"] = {"nvidia.com/gpu": str(gpus)}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {
-            "schedulerName": "gpucarve",
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-            "containers": [{"name": "main", "image": "soak", "resources": resources}],
-        },
-    }
 
 
 class Churn:
@@ -137,12 +123,12 @@ class Churn:
             if self.rng.random() < GANG_SHARE:
                 group = f"g{self.seq:06d}"
                 members = [f"{group}-{i}" for i in range(GANG_SIZE)]
-                manifests += [_pod(ns, m, 2, group) for m in members]
+                manifests += [pod(ns, m, "nvidia.com/gpu", 2, group=group) for m in members]
                 for m in members:
                     self.pods[m] = Tracked(ns, group, t, lifetime)
             else:
                 name = f"p{self.seq:06d}"
-                manifests.append(_pod(ns, name, 1, None))
+                manifests.append(pod(ns, name, "nvidia.com/gpu"))
                 self.pods[name] = Tracked(ns, None, t, lifetime)
         list(self.pool.map(self._create_pod, manifests))
         self.created += len(manifests)

@@ -122,11 +122,16 @@ class Scheduler:
             client, self.pods, self.device_configs, self.metrics, self._wake.set,
             config.bind_workers,
         )  # fmt: skip
-        # bindings made and not yet seen through the watch, and the lock they are read under
-        self.assumed = self.binder.assumed
-        self.failed_binds = self.binder.failed
-        self._lock = self.binder.lock
         self.cycles = 0
+
+    @property
+    def assumed(self) -> dict[str, Assigned]:
+        """Bindings made and not yet seen through the watch (read under `binder.lock`)."""
+        return self.binder.assumed
+
+    @property
+    def failed_binds(self) -> list[str]:
+        return self.binder.failed
 
     def _uid_of(self, pod: str) -> str | None:
         obj = self.pods.get(pod)
@@ -244,8 +249,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ one cycle
     def inventory(self) -> Inventory:
-        """The nodes as the engine sees them, rebuilt only when what it depends on changed
-        (`node_key`: a heartbeat changes nothing), and not even looked at while the node
+        """Rebuilt when what it depends on changed (`node_key`), not looked at while the node
         cache is unchanged: at 5,000 nodes the keys alone cost a tenth of a cycle."""
         generation, nodes = self.nodes.snapshot()
         if self._inventory is not None and self._inventory_seen == generation:
@@ -274,7 +278,7 @@ class Scheduler:
         return got
 
     def view(self) -> View:
-        with self._lock:
+        with self.binder.lock:
             for pod_key in list(self.assumed):
                 pod = self.pods.get(pod_key)
                 if pod is None or (pod.get("spec") or {}).get("nodeName"):
@@ -332,7 +336,7 @@ class Scheduler:
         outside = outside_the_cycle(self.policy, view, waiting)
         self.metrics.observe_cycle(snapshot, result, took, outside)
         if self.use_groups:
-            with self._lock:
+            with self.binder.lock:
                 assumed = frozenset(self.assumed)
             pods = self.pods.items()
             self.reporter.groups(self.groups.items(), pods, assumed, result)
@@ -365,7 +369,7 @@ class Scheduler:
         if not reps:
             return  # the common case: nothing to hand over, nothing to look up
         cluster = view.snapshot.cluster
-        with self._lock:
+        with self.binder.lock:
             assumed = [s for a in self.assumed.values() for s in a.slices]
         inv = self.inventory()
         busy = busy_gpus(cluster, assumed, inv.reported)

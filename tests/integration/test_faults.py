@@ -230,8 +230,9 @@ def test_leader_killed_repeatedly_mid_burst_standby_takes_over_binding_nothing_t
         wait_for(lambda: _lease(api).get("holderIdentity") in procs, 60, "a leader")
         for r in range(3):
             took, cut_short = _kill_leader_mid_wave(api, procs, r, created, replica)
-            # never before the lease ran out, and soon after: the standby polls once a second
-            assert LEASE_S <= took <= LEASE_S + 4, f"round {r}: taken over after {took:.1f} s"
+            # never before the lease ran out (the Lease's own times: slowness only adds to it);
+            # how soon after is printed, not asserted: tests assert no wall-clock speed
+            assert took >= LEASE_S, f"round {r}: taken over {took:.2f} s after the last renewal"
             rounds.append((took, cut_short))
         wait_for(lambda: _bound(api) == len(created), 240, f"all {len(created)} bound")
     finally:

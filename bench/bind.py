@@ -1,15 +1,18 @@
 """End-to-end binding speed on a real kube-apiserver, gpucarve and kube-scheduler side by side.
 
     python bench/bind.py [--nodes 1000] [--pods 5000] [--scheduler gpucarve|kube-scheduler|both]
-                         [--workload whole|mig|mix] [--creators 4] [--workers 8] [--kwok] [--json]
-                         [--profile FILE]
+                         [--workload whole|mig|mix] [--creators 4] [--workers 8] [--rate R]
+                         [--kwok] [--json] [--profile FILE]
 
 For each scheduler, one after the other in one run: etcd and kube-apiserver (and kwok) start
 fresh on loopback (tools/testenv.sh builds them, kube-scheduler from the same Kubernetes module
 as the API server), `--nodes` 8-GPU H100 nodes are created Ready, the scheduler starts as its own
 process, and `--pods` pods are created from `--creators` processes as fast as the API server takes
-them. A watch of bound pods records when each is seen bound. Like kube-scheduler's own benchmark
-(scheduler_perf) no kubelet runs by default; `--kwok` adds kwok's fake kubelets.
+them, or at `--rate` pods/s (paced, as the pod-startup SLO's density tests load a cluster: then
+the latencies are those of a scheduler that keeps up, not the length of a queue that creation
+faster than any binding builds). A watch of bound pods records when each is seen bound. Like
+kube-scheduler's own benchmark (scheduler_perf) no kubelet runs by default; `--kwok` adds kwok's
+fake kubelets.
 
 Workloads: `whole` (one `nvidia.com/gpu` each), `mig` (one `nvidia.com/mig-1g.10gb` each, on nodes
 of seven 1g.10gb per GPU), `mix` (whole-GPU pods, every fourth batch of eight an all-or-nothing
@@ -137,7 +140,13 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
         if args.profile is not None and scheduler == "gpucarve":
             spy = profile_sched.start(sched.pid, args.profile)
         created, created_s = create_all(
-            stack.kubeconfig(), args.pods, args.workload, scheduler, args.creators, args.workers
+            stack.kubeconfig(),
+            args.pods,
+            args.workload,
+            scheduler,
+            args.creators,
+            args.workers,
+            args.rate,
         )
         finished = done.wait(900)
         rss, peak = rss_mib(sched.pid)
@@ -171,6 +180,10 @@ def main() -> None:
     ap.add_argument("--workload", choices=WORKLOADS, default="whole")
     ap.add_argument("--creators", type=int, default=4, help="creating processes")
     ap.add_argument("--workers", type=int, default=8, help="threads per creating process")
+    ap.add_argument(
+        "--rate", type=float, metavar="PODS_PER_S",
+        help="create the pods at this pace (default: as fast as the API server takes them)",
+    )  # fmt: skip
     ap.add_argument("--kwok", action="store_true", help="run kwok's fake kubelets too")
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
@@ -190,6 +203,8 @@ def main() -> None:
     for flag in ("nodes", "pods", "creators", "workers"):
         if getattr(args, flag) < 1:
             ap.error(f"--{flag} must be at least 1")
+    if args.rate is not None and not 0 < args.rate <= 100_000:
+        ap.error(f"--rate must be above 0 and at most 100000 pods/s, got {args.rate:g}")
     capacity = args.nodes * (56 if args.workload == "mig" else 8)
     if args.pods > capacity:
         ap.error(f"--pods {args.pods} exceeds the {capacity} devices of --nodes {args.nodes}")
@@ -200,6 +215,7 @@ def main() -> None:
         "pods": args.pods,
         "workload": args.workload,
         "kubelets": "kwok" if args.kwok else "none",
+        "creation": f"paced at {args.rate:g} pods/s" if args.rate else "as fast as possible",
     }
     results = {name: run_one(args, name, bin_dir) for name in names}
     for name, res in results.items():

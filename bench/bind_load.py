@@ -5,6 +5,10 @@ client and keep-alive connections, so the creating side is not what the figure m
 Python process manages about 250 pods/s on two cores, which was the cap the issue found.
 Each process records the monotonic time (the same clock in every process on Linux) just before
 each POST, and they all start at one signal once their clients are ready.
+
+With a `rate` the pods are created at that pace instead (pod i at i / rate seconds after the
+start, whichever process holds it): the load of the pod-startup SLO's density tests, where the
+figure is the latency of a scheduler that keeps up rather than the length of a queue.
 """
 
 from __future__ import annotations
@@ -59,13 +63,18 @@ def _creator(
     ready: Any,
     go: Any,
     out: Any,
+    rate: float | None = None,
 ) -> None:
     client = Client.from_kubeconfig(kubeconfig)
     created: dict[str, float] = {}
     failed: list[str] = []
 
+    go_at = [0.0]  # when this process was told to start
+
     def create(item: tuple[int, str]) -> None:
         i, name = item
+        if rate is not None:
+            time.sleep(max(0.0, go_at[0] + i / rate - time.monotonic()))
         start = time.monotonic()
         try:
             client.call("POST", "/api/v1/namespaces/bench/pods", pod(name, workload, scheduler, i))
@@ -79,14 +88,22 @@ def _creator(
         list(ex.map(lambda _: client.get("/api/v1/namespaces/bench"), range(threads)))
         ready.put(1)
         go.wait()
+        go_at[0] = time.monotonic()
         list(ex.map(create, names))
     out.put((created, failed))
 
 
 def create_all(
-    kubeconfig: Path, count: int, workload: str, scheduler: str, processes: int, threads: int
+    kubeconfig: Path,
+    count: int,
+    workload: str,
+    scheduler: str,
+    processes: int,
+    threads: int,
+    rate: float | None = None,
 ) -> tuple[dict[str, float], float]:
-    """Create `count` pods; their creation times and the seconds creation took."""
+    """Create `count` pods (at `rate` pods/s, or as fast as the API server takes them); their
+    creation times and the seconds creation took."""
     ctx = mp.get_context("spawn")  # the parent runs a watch thread: no fork
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     items = [(i, f"p{i:05d}") for i in range(count)]
@@ -102,6 +119,7 @@ def create_all(
                 ready,
                 go,
                 out,
+                rate,
             ),
         )
         for k in range(processes)

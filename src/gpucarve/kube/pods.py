@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
@@ -162,12 +162,14 @@ def pending_workloads(
     epoch: datetime,
     specs: Mapping[tuple[str, str], GroupSpec] | None = None,
     cache: WorkloadCache | None = None,
+    keyed: Callable[[Mapping[str, Any]], tuple[str, str]] = group_key,
 ) -> list[PendingGroup]:
     """Workloads of the pending pods (in namespace/name order of their groups). A scheduler
-    that builds them every cycle passes a `cache`: an unchanged group is validated once."""
+    that builds them every cycle passes a `cache`: an unchanged group is validated once, and
+    `keyed`, its memo of each pod's `group_key`."""
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for pod in pods:
-        groups.setdefault(group_key(pod), []).append(pod)
+        groups.setdefault(keyed(pod), []).append(pod)
     out: list[PendingGroup] = []
     if cache is not None:
         cache.trim()

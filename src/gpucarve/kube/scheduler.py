@@ -46,6 +46,7 @@ from gpucarve.kube.inventory import Inventory, build_inventory, node_key
 from gpucarve.kube.leader import LeaderElector
 from gpucarve.kube.mig_handoff import HandoffConfig, MigHandoff
 from gpucarve.kube.observe import outside_the_cycle
+from gpucarve.kube.pod_facts import PodFactsMemo
 from gpucarve.kube.pod_groups import COSCHEDULING_PATH, all_specs
 from gpucarve.kube.pods import WorkloadCache
 from gpucarve.kube.policy_reload import PolicyReloader
@@ -106,6 +107,7 @@ class Scheduler:
         self.jobs = Informer(client, "/apis/batch/v1/jobs", self._wake.set)
         self.use_groups = self.use_cosched = True
         self.workloads = WorkloadCache()
+        self.facts = PodFactsMemo(self.epoch)
         self.engine = Engine()
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.short_gangs = ShortGangs()
@@ -298,6 +300,7 @@ class Scheduler:
             specs,
             assumed,
             self.workloads,
+            self.facts,
         )
 
     def cycle(self) -> CycleReport:

@@ -23,17 +23,12 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import PartialGang, PodAssignment, PodSet, RunningWorkload, Workload
 from gpucarve.engine.gang_timeout import gang_gpus
-from gpucarve.kube.assigned import Assigned, assigned_of
+from gpucarve.kube.assigned import Assigned
 from gpucarve.kube.held_slices import hold_free
 from gpucarve.kube.inventory import Inventory
 from gpucarve.kube.owners import group_of
-from gpucarve.kube.pods import (
-    GroupSpec,
-    WorkloadCache,
-    group_key,
-    pending_workloads,
-    seconds_since,
-)
+from gpucarve.kube.pod_facts import PodFactsMemo
+from gpucarve.kube.pods import GroupSpec, WorkloadCache, pending_workloads
 from gpucarve.kube.slice_claims import SliceClaims
 
 REST = "+rest"
@@ -97,10 +92,14 @@ def build_view(
     specs: Mapping[tuple[str, str], GroupSpec],
     assumed: Mapping[str, Assigned] | None = None,
     cache: WorkloadCache | None = None,
+    facts: PodFactsMemo | None = None,
 ) -> View:
     """`specs`: per pod group what its PodGroup object asks (minMember, topology, timeout),
     and the queue and priority class its pods must agree with (a gang cannot be charged to
-    one queue and claimed by another)."""
+    one queue and claimed by another). `facts`: a scheduler that builds a view every cycle
+    passes one memo, so only the pods changed since the last cycle are parsed again."""
+    facts = facts if facts is not None and facts.epoch == epoch else PodFactsMemo(epoch)
+    of = facts.of
     specs = _with_hints(specs, pods)
     min_members = {k: s.min_member for k, s in specs.items()}
     assumed = assumed or {}
@@ -109,15 +108,15 @@ def build_view(
     ours_bound: list[tuple[Mapping[str, Any], Assigned | None]] = []
     ours_pending: list[Mapping[str, Any]] = []
     foreign: list[Mapping[str, Any]] = []
-    for pod in sorted(pods, key=key):
+    for pod in sorted(pods, key=lambda p: of(p).key):
         spec = pod.get("spec") or {}
         if (pod.get("status") or {}).get("phase") in TERMINAL:
             continue
         mine = spec.get("schedulerName") == scheduler_name
-        k = key(pod)
+        k = of(pod).key
         if spec.get("nodeName"):
             if mine:
-                ours_bound.append((pod, assigned_of(pod)))
+                ours_bound.append((pod, of(pod).assigned))
             else:
                 foreign.append(pod)
         elif k in assumed:
@@ -132,8 +131,11 @@ def build_view(
     running: list[RunningWorkload] = []
     running_pods: dict[str, tuple[str, ...]] = {}
     bound_count: dict[tuple[str, str], int] = {}
-    groups = pending_workloads([p for p, _ in ours_bound], policy, epoch, specs, cache)
-    by_key = {key(p): (p, a) for p, a in ours_bound}
+    groups = pending_workloads(
+        [p for p, _ in ours_bound], policy, epoch, specs, cache, keyed=facts.group
+    )
+    by_key = {of(p).key: (p, a) for p, a in ours_bound}
+    running_by_key: dict[tuple[str, str], RunningWorkload] = {}
     orphans: dict[str, str] = {}
     for g in groups:
         if g.workload is None:
@@ -152,16 +154,18 @@ def build_view(
                 a = None
             claims.append((pod_key, pod, a))
         terminating = any(pod["metadata"].get("deletionTimestamp") for _, pod, _ in claims)
-        start = min(_started(pod, epoch) for _, pod, _ in claims)
+        start = min(of(pod).started for _, pod, _ in claims)
         # An unchanged workload (same group object, same claims) gets the same RunningWorkload
         # object, so the engine skips it when it brings its indexed cluster up to date. The
         # value keeps the keyed objects alive, so their ids cannot be reused meanwhile.
         memo = (id(g), start, terminating, tuple(id(a) for _, _, a in claims))
         hit = cache.running.get(memo) if cache is not None and all(a for *_, a in claims) else None
+        gk = of(by_key[g.pods[0]][0]).group
         if hit is not None:
             running.append(hit[0])
+            running_by_key[gk] = hit[0]
             running_pods[w.id] = g.pods
-            bound_count[group_key(by_key[g.pods[0]][0])] = len(g.pods)
+            bound_count[gk] = len(g.pods)
             continue
         placed: list[PodAssignment] = []
         set_of = {
@@ -185,10 +189,11 @@ def build_view(
         if cache is not None and all(a for *_, a in claims):
             cache.running[memo] = (rw, g, tuple(a for *_, a in claims))
         running.append(rw)
+        running_by_key[gk] = rw
         running_pods[w.id] = g.pods
-        bound_count[group_key(by_key[g.pods[0]][0])] = len(g.pods)
+        bound_count[gk] = len(g.pods)
     for pod in foreign:
-        b.fallback(f"foreign:{key(pod)}", pod)
+        b.fallback(f"foreign:{of(pod).key}", pod)
 
     # Pending groups; those with pods already bound wait as `<group>+rest` for the remainder.
     wanted = dict(specs)
@@ -198,13 +203,12 @@ def build_view(
     # A gang whose pods are not all created yet waits for them (never admitted in part).
     waiting: dict[tuple[str, str], list[str]] = {}
     for p in ours_pending:
-        waiting.setdefault(group_key(p), []).append(key(p))
+        waiting.setdefault(of(p).group, []).append(of(p).key)
     short = {
         gk: names
         for gk, names in waiting.items()
         if gk in min_members and len(names) + bound_count.get(gk, 0) < min_members[gk]
     }
-    running_by_key = {group_key_of(rw.workload): rw for rw in running}
     short_running: dict[str, PartialGang] = {}
     for (ns, group), names in short.items():
         have = len(names) + bound_count.get((ns, group), 0)
@@ -219,11 +223,11 @@ def build_view(
                 f"gang/min-member: pod group {ns}/{group} has {have} of its "
                 f"{min_members[(ns, group)]} pods (minMember); waiting for the rest"
             )
-    ours_pending = [p for p in ours_pending if group_key(p) not in short]
+    ours_pending = [p for p in ours_pending if of(p).group not in short]
     pending: list[Workload] = []
     pending_sets: dict[str, tuple[tuple[str, ...], ...]] = {}
     partial: dict[str, PartialGang] = {}
-    for g in pending_workloads(ours_pending, policy, epoch, wanted, cache):
+    for g in pending_workloads(ours_pending, policy, epoch, wanted, cache, keyed=facts.group):
         if g.workload is None:
             why = "; ".join(p.plain() for p in g.problems)
             for pod_key in g.pods:
@@ -264,6 +268,7 @@ def build_view(
         mig_changed_at=MappingProxyType(changed),
         partial=MappingProxyType(partial),
     )
+    facts.roll()
     return View(
         snapshot,
         pending_sets,
@@ -303,8 +308,3 @@ def _rest(w: Workload, minimum: int | None) -> Workload:
         m = ps.count if minimum is None or len(w.pod_sets) > 1 else min(minimum, ps.count)
         sets.append(dataclasses.replace(ps, min_count=m))
     return dataclasses.replace(w, id=w.id + REST, pod_sets=tuple(sets))
-
-
-def _started(pod: Mapping[str, Any], epoch: datetime) -> int:
-    stamp = (pod.get("status") or {}).get("startTime") or pod["metadata"]["creationTimestamp"]
-    return seconds_since(stamp, epoch)

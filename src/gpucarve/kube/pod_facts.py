@@ -34,7 +34,11 @@ class PodFactsMemo:
         self._now: dict[int, tuple[Mapping[str, Any], PodFacts]] = {}
 
     def of(self, pod: Mapping[str, Any]) -> PodFacts:
-        hit = self._now.get(id(pod)) or self._last.get(id(pod))
+        i = id(pod)
+        hit = self._now.get(i)
+        if hit is not None and hit[0] is pod:
+            return hit[1]  # asked again in the same cycle
+        hit = self._last.get(i)
         if hit is not None and hit[0] is pod:
             facts = hit[1]
         else:
@@ -46,7 +50,7 @@ class PodFactsMemo:
                 assigned_of(pod),
                 seconds_since(stamp, self.epoch),
             )
-        self._now[id(pod)] = (pod, facts)
+        self._now[i] = (pod, facts)
         return facts
 
     def group(self, pod: Mapping[str, Any]) -> tuple[str, str]:

@@ -108,15 +108,15 @@ def build_view(
     ours_bound: list[tuple[Mapping[str, Any], Assigned | None]] = []
     ours_pending: list[Mapping[str, Any]] = []
     foreign: list[Mapping[str, Any]] = []
-    for pod in sorted(pods, key=lambda p: of(p).key):
+    for f, pod in sorted(((of(p), p) for p in pods), key=lambda e: e[0].key):
         spec = pod.get("spec") or {}
         if (pod.get("status") or {}).get("phase") in TERMINAL:
             continue
         mine = spec.get("schedulerName") == scheduler_name
-        k = of(pod).key
+        k = f.key
         if spec.get("nodeName"):
             if mine:
-                ours_bound.append((pod, of(pod).assigned))
+                ours_bound.append((pod, f.assigned))
             else:
                 foreign.append(pod)
         elif k in assumed:

@@ -33,6 +33,7 @@ from gpucarve.engine.engine import Engine
 from gpucarve.engine.invariants import check_step
 from gpucarve.kube.assigned import Assigned
 from gpucarve.kube.binder import Binder
+from gpucarve.kube.bound_view import BoundGroups
 from gpucarve.kube.client import ApiError, Client
 from gpucarve.kube.crds import GROUP, VERSION
 from gpucarve.kube.device_config import DeviceConfigs
@@ -107,7 +108,7 @@ class Scheduler:
         self.jobs = Informer(client, "/apis/batch/v1/jobs", self._wake.set)
         self.use_groups = self.use_cosched = True
         self.workloads = WorkloadCache()
-        self.facts = PodFactsMemo(self.epoch)
+        self.facts, self.bound = PodFactsMemo(self.epoch), BoundGroups()
         self.engine = Engine()
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.short_gangs = ShortGangs()
@@ -301,6 +302,7 @@ class Scheduler:
             assumed,
             self.workloads,
             self.facts,
+            self.bound,
         )
 
     def cycle(self) -> CycleReport:

@@ -38,6 +38,12 @@ class SliceClaims:
         self.promised: dict[str, int] = {}  # GPU id -> MiB promised on shared GPUs
         self.warnings: list[str] = []
 
+    def reset(self) -> None:
+        """Forget every claim, to claim again from scratch."""
+        self.allocs.clear()
+        self.promised.clear()
+        self.warnings.clear()
+
     def claim(self, owner: str, a: Assigned) -> bool:
         """Allocate the pod's slices; False (and a warning) if any is unknown or taken."""
         for sid in a.slices:

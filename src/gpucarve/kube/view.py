@@ -21,9 +21,10 @@ from typing import Any
 from gpucarve.core.cluster import ClusterState
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import PartialGang, PodAssignment, PodSet, RunningWorkload, Workload
+from gpucarve.core.workload import PartialGang, PodSet, Workload
 from gpucarve.engine.gang_timeout import gang_gpus
 from gpucarve.kube.assigned import Assigned
+from gpucarve.kube.bound_view import BoundGroups, claim_bound
 from gpucarve.kube.held_slices import hold_free
 from gpucarve.kube.inventory import Inventory
 from gpucarve.kube.owners import group_of
@@ -93,11 +94,13 @@ def build_view(
     assumed: Mapping[str, Assigned] | None = None,
     cache: WorkloadCache | None = None,
     facts: PodFactsMemo | None = None,
+    bound: BoundGroups | None = None,
 ) -> View:
     """`specs`: per pod group what its PodGroup object asks (minMember, topology, timeout),
     and the queue and priority class its pods must agree with (a gang cannot be charged to
     one queue and claimed by another). `facts`: a scheduler that builds a view every cycle
-    passes one memo, so only the pods changed since the last cycle are parsed again."""
+    passes one memo, so only the pods changed since the last cycle are parsed again, and one
+    `bound`, so only the gangs changed since then are worked out again."""
     facts = facts if facts is not None and facts.epoch == epoch else PodFactsMemo(epoch)
     of = facts.of
     specs = _with_hints(specs, pods)
@@ -120,78 +123,21 @@ def build_view(
             else:
                 foreign.append(pod)
         elif k in assumed:
-            bound = {**pod, "spec": {**spec, "nodeName": assumed[k].node}}
-            ours_bound.append((bound, assumed[k]))
+            a = assumed[k]
+            if bound is not None:
+                ours_bound.append((bound.assumed_pod(pod, a), a))
+            else:
+                ours_bound.append(({**pod, "spec": {**spec, "nodeName": a.node}}, a))
         elif mine and not pod["metadata"].get("deletionTimestamp"):
             ours_pending.append(pod)
 
     # The devices the kubelet reports first (the real device wins), then the running
     # workloads' slices as annotated (or the first free ones).
     ours_bound, moves = b.reported_first(ours_bound) if inventory.reported else (ours_bound, {})
-    running: list[RunningWorkload] = []
-    running_pods: dict[str, tuple[str, ...]] = {}
-    bound_count: dict[tuple[str, str], int] = {}
-    groups = pending_workloads(
-        [p for p, _ in ours_bound], policy, epoch, specs, cache, keyed=facts.group
-    )
-    by_key = {of(p).key: (p, a) for p, a in ours_bound}
-    running_by_key: dict[tuple[str, str], RunningWorkload] = {}
-    orphans: dict[str, str] = {}
-    for g in groups:
-        if g.workload is None:
-            why = "; ".join(p.message for p in g.problems) or "no workload of the policy"
-            for pod_key in g.pods:
-                orphans[pod_key] = why
-                pod, a = by_key[pod_key]
-                if a is None or not b.claim(pod_key, a):
-                    b.fallback(pod_key, pod)
-            continue
-        w = g.workload
-        claims: list[tuple[str, Mapping[str, Any], Assigned | None]] = []
-        for pod_key in g.pods:
-            pod, a = by_key[pod_key]
-            if a is not None and not b.claim(pod_key, a):
-                a = None
-            claims.append((pod_key, pod, a))
-        terminating = any(pod["metadata"].get("deletionTimestamp") for _, pod, _ in claims)
-        start = min(of(pod).started for _, pod, _ in claims)
-        # An unchanged workload (same group object, same claims) gets the same RunningWorkload
-        # object, so the engine skips it when it brings its indexed cluster up to date. The
-        # value keeps the keyed objects alive, so their ids cannot be reused meanwhile.
-        memo = (id(g), start, terminating, tuple(id(a) for _, _, a in claims))
-        hit = cache.running.get(memo) if cache is not None and all(a for *_, a in claims) else None
-        gk = of(by_key[g.pods[0]][0]).group
-        if hit is not None:
-            running.append(hit[0])
-            running_by_key[gk] = hit[0]
-            running_pods[w.id] = g.pods
-            bound_count[gk] = len(g.pods)
-            continue
-        placed: list[PodAssignment] = []
-        set_of = {
-            pod_key: ps.name
-            for ps, members in zip(w.pod_sets, g.sets, strict=True)
-            for pod_key in members
-        }
-        for pod_key, pod, a in claims:
-            if a is None:
-                a = b.fallback(pod_key, pod)
-            if a is None:
-                continue
-            flavors = {b.cluster.slices[s].flavor for s in a.slices}
-            flavor = flavors.pop() if len(flavors) == 1 else None
-            placed.append(
-                PodAssignment(
-                    pod_key, set_of[pod_key], a.node, a.slices, flavor, a.shared_memory_mib
-                )
-            )
-        rw = RunningWorkload(w, tuple(placed), start, terminating)
-        if cache is not None and all(a for *_, a in claims):
-            cache.running[memo] = (rw, g, tuple(a for *_, a in claims))
-        running.append(rw)
-        running_by_key[gk] = rw
-        running_pods[w.id] = g.pods
-        bound_count[gk] = len(g.pods)
+    section = claim_bound(b, ours_bound, policy, inventory, epoch, specs, cache, facts, bound)
+    running, running_pods = section.running, section.running_pods
+    bound_count, running_by_key = section.bound_count, section.running_by_key
+    orphans = section.orphans
     for pod in foreign:
         b.fallback(f"foreign:{of(pod).key}", pod)
 

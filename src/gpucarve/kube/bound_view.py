@@ -119,7 +119,7 @@ def claim_bound(
         fresh[gk] = done
     kept._kept = {**reuse, **fresh}
     kept.reused, kept.rebuilt = len(reuse), len(fresh)
-    return _section(sorted(kept._kept.items()))
+    return _section(sorted(kept._kept.items(), key=lambda kv: kv[0]))
 
 
 def _rebuild(

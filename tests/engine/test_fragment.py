@@ -10,6 +10,7 @@ import pytest
 
 from gpucarve.engine.fragment import (
     CAPACITY_WEIGHT,
+    CPU_WEIGHT,
     FragmentModel,
     RequestType,
     model_of,
@@ -86,10 +87,39 @@ def test_filled_up_term_counts_cpu_and_gpu_slots() -> None:
     node = rows(EMPTY2)
     _, slots = model.slot_sums(node)
     free = ints(2000)
+    # the CPU-starved term counts the same 1000 milli: 8 CPUs feed 1000 at the mix's rate
     assert model.filled(slots, free, ints(8000), ints(0))[0] == pytest.approx(
-        CAPACITY_WEIGHT * 1000
+        CAPACITY_WEIGHT * 1000 + CPU_WEIGHT * 1000
     )
     assert model.filled(slots, free, ints(16000), ints(0))[0] == pytest.approx(0.0)
+
+
+def test_cpu_starved_term_follows_the_mix_allowed_on_each_class(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # class 0 sees pods of 500 milli per 4 CPUs, class 1 only pods of 500 milli per CPU: the
+    # same node state (2 free GPUs, 8 CPUs) is CPU-starved on class 0 only
+    mix = Counter({RequestType(4000, 1, 500, frozenset({0})): 1, RequestType(1000, 1, 500): 1})
+    model = FragmentModel(mix, classes=2)
+    node = rows(EMPTY2, EMPTY2)
+    _, slots = model.slot_sums(node)
+    got = model.filled(slots, ints(2000, 2000), ints(8000, 8000), ints(0, 1))
+    assert model.milli_per_cpu[1] == pytest.approx(0.5)
+    assert model.milli_per_cpu[0] == pytest.approx(1000 / 5000)
+    starved0 = max(0.0, 2000 - 8000 * model.milli_per_cpu[0])
+    assert starved0 > 0
+    assert got[0] - got[1] > 0  # class 0's node counts its starved GPU milli
+
+    # and the placement that leaves CPU in step with free GPUs scores better: a 1-CPU share on
+    # a node with 8 CPUs left beats a 4-CPU share there, other things equal
+    def margin(m: FragmentModel) -> float:
+        light = m.score(node[:1], ints(8000), ints(0), 1000, 1, 500)[0][0]
+        heavy = m.score(node[:1], ints(8000), ints(0), 4000, 1, 500)[0][0]
+        return float(light - heavy)
+
+    monkeypatch.setattr("gpucarve.engine.fragment.CPU_WEIGHT", 0.0)
+    without = FragmentModel(mix, classes=2)
+    assert margin(model) > margin(without) + 100  # the term adds what the heavy one starves
 
 
 def test_equal_node_states_score_as_if_scored_one_by_one() -> None:

@@ -32,6 +32,7 @@ def reference(nodes: Nodes, pods: Pods, seed: int, limit: int) -> list[tuple[int
         score.observe(i)
         cand = np.flatnonzero(cluster.feasible(pods, i))
         if not len(cand):
+            score.forget(i)  # a pod that fits nowhere leaves the demand, as in run_fill
             out.append((i, None))
             continue
         s = score(cluster, pods, i, cand)

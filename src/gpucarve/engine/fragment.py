@@ -7,7 +7,7 @@ GPU), its free CPU and its *access class*: nodes of one class admit the same req
 classes it may use), weighted by its share of the demand the caller gives: the engine gives
 its pending and running pods, so the weights follow the queue as it changes.
 
-Two measures of stranded capacity, both weighted by demand:
+Three measures of stranded capacity, all weighted by demand:
 
 - one pod ahead (fragmentation gradient descent, Weng et al., ATC 2023): for a type `t` a
   node's free GPU capacity is stranded where `t` cannot use it: GPUs with less free than a
@@ -17,6 +17,11 @@ Two measures of stranded capacity, both weighted by demand:
   many pods of `t` as it can, counting per-GPU slots (two 470-milli shares per free GPU) and
   CPU slots (10 free CPUs run one 8-CPU pod, however many GPUs are free). FGD looks one pod
   ahead, so it lets CPU run out under free GPUs one pod at a time; this term sees it coming.
+- CPU-starved (weight `CPU_WEIGHT`): the free GPU milli beyond what the node's free CPU can
+  feed at the rate the mix allowed on its class asks for (GPU milli per milli-CPU, demand
+  weighted). Pods dropped for want of CPU beside a free GPU were most of what separated the
+  placement from the bound on the public traces; per type, the filled-up term sees only the
+  types whose own CPU runs short, this one sees the node's CPU and GPU drifting apart.
 
 A type allowed on no node adds the same amount to every node and so changes no choice; a node
 only constrained types may use counts as fragmented for everyone else, so unconstrained work is
@@ -37,6 +42,7 @@ import numpy.typing as npt
 MILLI = 1000
 MAX_GPUS = 8
 CAPACITY_WEIGHT = 0.1
+CPU_WEIGHT = 1.0
 BEST_FIT_WEIGHT = 1e-6  # best fit only breaks ties between equally fragmenting choices
 MAX_SPEC_CPU = 128_000  # best fit's normalisation (the published simulator's constants)
 MAX_SPEC_GPU = 8_000
@@ -140,6 +146,18 @@ class FragmentModel:
         self.total_weight = float(type_weight.sum())
         value = type_weight * np.asarray([t.num_gpu * t.milli for t in types], dtype=np.float64)
         self.type_value = value[:, None] * allowed  # (types, classes)
+        # GPU milli the demand asks per milli-CPU on each class: free GPU beyond what a node's
+        # free CPU can feed at that rate is stranded for the mix as a whole
+        gpu_w = share * np.asarray([t.num_gpu * t.milli for t in types], dtype=np.float64)
+        cpu_w = share * np.asarray([t.cpu for t in types], dtype=np.float64)
+        self.milli_per_cpu = np.asarray(
+            [
+                float(gpu_w[allowed[:, c]].sum()) / max(1.0, float(cpu_w[allowed[:, c]].sum()))
+                for c in range(classes)
+            ],
+            dtype=np.float64,
+        )
+        self.cpu_weight = CPU_WEIGHT * float(share.sum())
 
     # ------------------------------------------------------------------ measures
     def frag(self, rows: IntArray, cpu_left: IntArray, cls: IntArray) -> FloatArray:
@@ -175,7 +193,16 @@ class FragmentModel:
             value = value[:, :, None]
         usable = np.minimum(gpu_slots[self.shape_of], cpu_slots)
         used = (value * usable).sum(axis=0)
-        return np.asarray(self.total_weight * free - used, dtype=np.float64)
+        out = self.total_weight * free - used
+        if self.cpu_weight:
+            ratio = self.milli_per_cpu[cls]
+            if free.ndim == 2:
+                ratio = ratio[:, None]
+                cpu = cpu_left[:, None] if cpu_left.ndim == 1 else cpu_left
+            else:
+                cpu = cpu_left
+            out = out + self.cpu_weight * np.maximum(0.0, free - cpu * ratio)
+        return np.asarray(out, dtype=np.float64)
 
     def slot_sums(self, rows: IntArray) -> tuple[IntArray, IntArray]:
         """Per-GPU slot tables of `rows` (shapes, nodes, GPUs) and their sums over the GPUs."""

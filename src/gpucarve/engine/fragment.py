@@ -144,18 +144,14 @@ class FragmentModel:
         self.type_cpu = np.maximum(self.cpu_desc, 1)
         type_weight = CAPACITY_WEIGHT * share
         self.total_weight = float(type_weight.sum())
-        value = type_weight * np.asarray([t.num_gpu * t.milli for t in types], dtype=np.float64)
-        self.type_value = value[:, None] * allowed  # (types, classes)
+        gpu_milli = np.asarray([t.num_gpu * t.milli for t in types], dtype=np.float64)
+        self.type_value = (type_weight * gpu_milli)[:, None] * allowed  # (types, classes)
         # GPU milli the demand asks per milli-CPU on each class: free GPU beyond what a node's
         # free CPU can feed at that rate is stranded for the mix as a whole
-        gpu_w = share * np.asarray([t.num_gpu * t.milli for t in types], dtype=np.float64)
-        cpu_w = share * np.asarray([t.cpu for t in types], dtype=np.float64)
-        self.milli_per_cpu = np.asarray(
-            [
-                float(gpu_w[allowed[:, c]].sum()) / max(1.0, float(cpu_w[allowed[:, c]].sum()))
-                for c in range(classes)
-            ],
-            dtype=np.float64,
+        cpu_milli = np.asarray([t.cpu for t in types], dtype=np.float64)
+        per_class = allowed.T.astype(np.float64)  # (classes, types)
+        self.milli_per_cpu = (per_class @ (share * gpu_milli)) / np.maximum(
+            1.0, per_class @ (share * cpu_milli)
         )
         self.cpu_weight = CPU_WEIGHT * float(share.sum())
 
@@ -193,16 +189,10 @@ class FragmentModel:
             value = value[:, :, None]
         usable = np.minimum(gpu_slots[self.shape_of], cpu_slots)
         used = (value * usable).sum(axis=0)
-        out = self.total_weight * free - used
-        if self.cpu_weight:
-            ratio = self.milli_per_cpu[cls]
-            if free.ndim == 2:
-                ratio = ratio[:, None]
-                cpu = cpu_left[:, None] if cpu_left.ndim == 1 else cpu_left
-            else:
-                cpu = cpu_left
-            out = out + self.cpu_weight * np.maximum(0.0, free - cpu * ratio)
-        return np.asarray(out, dtype=np.float64)
+        # free GPU the node's CPU cannot feed (options, if any, on the last axis of `free`)
+        fed = (cpu_left * self.milli_per_cpu[cls]).reshape(free.shape[:1] + (1,) * (free.ndim - 1))
+        starved = self.cpu_weight * np.maximum(0.0, free - fed)
+        return np.asarray(self.total_weight * free - used + starved, dtype=np.float64)
 
     def slot_sums(self, rows: IntArray) -> tuple[IntArray, IntArray]:
         """Per-GPU slot tables of `rows` (shapes, nodes, GPUs) and their sums over the GPUs."""

@@ -55,7 +55,7 @@ class BoundGroups:
     """What the scheduler keeps of the bound half between its cycles."""
 
     def __init__(self) -> None:
-        self._basis: tuple[object, ...] = ()
+        self._basis: tuple[Policy, Inventory] | None = None
         self._kept: dict[GroupKey, _Kept] = {}
         self._assumed: dict[tuple[int, int], tuple[Mapping[str, Any], Assigned, Any]] = {}
         self.reused = 0  # gangs taken as kept in the last view (for tests and profiles)
@@ -74,6 +74,25 @@ class BoundGroups:
         return bound
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """What grouping bound pods into workloads depends on, for one view."""
+
+    policy: Policy
+    epoch: datetime
+    specs: Mapping[GroupKey, GroupSpec]
+    cache: WorkloadCache | None
+    facts: PodFactsMemo
+
+    def grouped(self, bound: Sequence[Bound]) -> tuple[list[PendingGroup], dict[str, Bound]]:
+        """The workloads of `bound` (in group key order) and each pod's entry by its key."""
+        groups = pending_workloads(
+            [p for p, _ in bound], self.policy, self.epoch, self.specs, self.cache,
+            keyed=self.facts.group,
+        )  # fmt: skip
+        return groups, {self.facts.of(p).key: (p, a) for p, a in bound}
+
+
 def claim_bound(
     b: SliceClaims,
     ours_bound: Sequence[Bound],
@@ -86,12 +105,13 @@ def claim_bound(
     kept: BoundGroups | None,
 ) -> BoundSection:
     """Claim the bound pods' slices in `b` and make their running workloads."""
+    inputs = _Inputs(policy, epoch, specs, cache, facts)
     if kept is None or inventory.reported:
-        return _rebuild(b, ours_bound, policy, epoch, specs, cache, facts, None)
-    basis = (id(policy), id(inventory), policy, inventory, epoch)
-    if kept._basis[:2] != basis[:2]:
-        kept._kept = {}
-    kept._basis = basis
+        return _rebuild(b, ours_bound, inputs, None)
+    last = kept._basis
+    if last is None or last[0] is not policy or last[1] is not inventory:
+        kept._kept = {}  # a new policy or inventory object: every gang anew
+        kept._basis = (policy, inventory)
     by_group: dict[GroupKey, list[Bound]] = {}
     for pod, a in ours_bound:
         by_group.setdefault(facts.group(pod), []).append((pod, a))
@@ -105,17 +125,14 @@ def claim_bound(
             changed += members
     for k in reuse.values():
         b.allocs.update(k.allocs)
-    groups = pending_workloads(
-        [p for p, _ in changed], policy, epoch, specs, cache, keyed=facts.group
-    )
-    by_key = {facts.of(p).key: (p, a) for p, a in changed}
+    groups, by_key = inputs.grouped(changed)
     fresh: dict[GroupKey, _Kept] = {}
     for g in groups:
         gk = facts.of(by_key[g.pods[0]][0]).group
         done = _group(g, by_key, b, facts, specs.get(gk), cache, strict=True)
         if done is None:  # not clean: a fresh rebuild decides it, in key order
             b.reset()
-            return _rebuild(b, ours_bound, policy, epoch, specs, cache, facts, kept)
+            return _rebuild(b, ours_bound, inputs, kept)
         fresh[gk] = done
     kept._kept = {**reuse, **fresh}
     kept.reused, kept.rebuilt = len(reuse), len(fresh)
@@ -123,19 +140,10 @@ def claim_bound(
 
 
 def _rebuild(
-    b: SliceClaims,
-    ours_bound: Sequence[Bound],
-    policy: Policy,
-    epoch: datetime,
-    specs: Mapping[GroupKey, GroupSpec],
-    cache: WorkloadCache | None,
-    facts: PodFactsMemo,
-    kept: BoundGroups | None,
+    b: SliceClaims, ours_bound: Sequence[Bound], inputs: _Inputs, kept: BoundGroups | None
 ) -> BoundSection:
-    groups = pending_workloads(
-        [p for p, _ in ours_bound], policy, epoch, specs, cache, keyed=facts.group
-    )
-    by_key = {facts.of(p).key: (p, a) for p, a in ours_bound}
+    facts, specs, cache = inputs.facts, inputs.specs, inputs.cache
+    groups, by_key = inputs.grouped(ours_bound)
     done: list[tuple[GroupKey, _Kept]] = []
     for g in groups:
         gk = facts.of(by_key[g.pods[0]][0]).group

@@ -3,11 +3,12 @@ optimum where only GPU packing limits it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
-from gpucarve.sim.fill import REFERENCE, arrival_order, load_nodes, load_pods, run_fill
+from gpucarve.sim.fill import REFERENCE, Pods, arrival_order, load_nodes, load_pods, run_fill
 from gpucarve.sim.fill_bound import arrived_at, bound_ratios, exact_fill, upper_bound
 from gpucarve.sim.fill_engine import run_fill_engine
 from tests.sim.fill_files import NODES_HEAD, PODS_HEAD, write
@@ -19,6 +20,7 @@ def test_shares_that_cannot_pair_do_not_fill_a_gpu(tmp_path: Path) -> None:
     pods = load_pods(write(tmp_path, "p.csv", PODS_HEAD + "x,1000,10,1,600,\ny,1000,10,1,600,\n"))
     b = upper_bound(nodes, pods, [0, 1])
     assert b.milli == pytest.approx(600.0)
+    assert b.left_out == pytest.approx({(1, 600): 1.0})
     assert exact_fill(nodes, pods, [0, 1]) == pytest.approx(600.0)
 
 
@@ -34,7 +36,10 @@ def test_tight_where_only_gpu_packing_limits(tmp_path: Path) -> None:
     everyone = list(range(len(rows)))
     exact = exact_fill(nodes, pods, everyone)
     assert exact == pytest.approx(3600.0)
-    assert upper_bound(nodes, pods, everyone).milli == pytest.approx(exact)
+    bound = upper_bound(nodes, pods, everyone)
+    assert bound.milli == pytest.approx(exact)
+    # what it leaves out is what keeps it below the arrived request: one 600 of the three
+    assert bound.left_out == pytest.approx({(1, 600): 1.0})
 
 
 def test_model_limits_are_kept(tmp_path: Path) -> None:
@@ -65,14 +70,26 @@ def test_bound_is_above_the_exact_optimum_and_every_policy(tmp_path: Path) -> No
         bound = upper_bound(nodes, pods, arrived)
         exact = exact_fill(nodes, pods, arrived)
         assert bound.milli >= exact - 1e-6
+        # the bound gives out or leaves out every arrived milli, as each run does below
+        assert bound.milli + _milli(bound.left_out) == pytest.approx(_arrived(pods, arrived))
         ratios = bound_ratios(nodes, pods, seed)
-        for policy in ("best-fit", "random", REFERENCE):
-            got = run_fill(nodes, pods, policy, seed).ratio_at
-            for mark, value in got.items():
-                assert value <= ratios[mark] + 1e-6, (policy, mark)
-            assert got[130] * nodes.gpu_capacity / 100 <= exact + 1e-6
-        engine = run_fill_engine(nodes, pods, seed).ratio_at
-        assert all(engine[m] <= ratios[m] + 1e-6 for m in engine)
+        runs = [run_fill(nodes, pods, p, seed) for p in ("best-fit", "random", REFERENCE)]
+        for run in [*runs, run_fill_engine(nodes, pods, seed)]:
+            for mark, value in run.ratio_at.items():
+                assert value <= ratios[mark] + 1e-6, (run.policy, mark)
+                given = value * nodes.gpu_capacity / 100
+                came = _arrived(pods, arrived_at(pods, order, nodes.gpu_capacity, mark))
+                assert given + _milli(run.dropped_at[mark]) == pytest.approx(came)
+            assert run.ratio_at[130] * nodes.gpu_capacity / 100 <= exact + 1e-6
+        assert any(run.dropped_at[130] for run in runs)  # the case exercises drops at all
+
+
+def _milli(shapes: Mapping[tuple[int, int], float]) -> float:
+    return sum(n * m * count for (n, m), count in shapes.items())
+
+
+def _arrived(pods: Pods, arrived: Sequence[int]) -> float:
+    return float(sum(int(pods.num_gpu[i]) * int(pods.gpu_milli[i]) for i in arrived))
 
 
 def test_exact_refuses_large_instances(tmp_path: Path) -> None:

@@ -17,8 +17,9 @@ from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.quantity import QuantityError, whole_number
 from gpucarve.sim import fill_engine
-from gpucarve.sim.fill import MARKS, POLICIES, REFERENCE, load_nodes, load_pods, run_fill
-from gpucarve.sim.fill_bound import bound_ratios
+from gpucarve.sim.fill import POLICIES, REFERENCE, load_nodes, load_pods, run_fill
+from gpucarve.sim.fill_bound import Bound, bounds_at
+from gpucarve.sim.fill_marks import MARKS, FillRun
 
 app = typer.Typer(help="Benchmarks that reproduce published experiments.", no_args_is_help=True)
 
@@ -110,6 +111,7 @@ def fill(
     seconds: dict[str, list[float]] = {}
     out: dict[str, dict[str, dict[str, float]]] = {}
     per_seed: dict[str, list[dict[int, float]]] = {}
+    all_runs: dict[str, list[FillRun]] = {}
     for name in names:
         runs = []
         try:
@@ -123,10 +125,14 @@ def fill(
             else:
                 runs.append(run_fill(cluster, trace, name, s))
             seconds.setdefault(name, []).append(time.perf_counter() - started)
+        all_runs[name] = runs
         per_seed[name] = [r.ratio_at for r in runs]
         out[name] = _summary(per_seed[name])
+    left: dict[str, dict[str, dict[str, float]]] = {}
     if bound:
-        bounds = [bound_ratios(cluster, trace, s) for s in seed_list]
+        solved = [bounds_at(cluster, trace, s) for s in seed_list]
+        bounds = [{m: b.ratio for m, b in at.items()} for at in solved]
+        left = _left_out([at[100] for at in solved], all_runs, cluster.gpu_capacity)
         out["bound"] = _summary(bounds)
         for name in names:
             shares = [
@@ -135,7 +141,8 @@ def fill(
             ]
             out[f"{name} / bound"] = _summary(shares)
     if as_json:
-        typer.echo(json.dumps(out, sort_keys=False, allow_nan=False))
+        report = {**out, **({LEFT_OUT: left} if bound else {})}
+        typer.echo(json.dumps(report, sort_keys=False, allow_nan=False))
         return
     for name, spent in seconds.items():
         err.print(f"{name}: {statistics.fmean(spent):.1f} s per seed")
@@ -149,4 +156,52 @@ def fill(
         table.add_row(
             name, *(f"{row[str(m)]['mean']:.2f} ± {row[str(m)]['std']:.2f}" for m in MARKS)
         )
+    console().print(table)
+    if bound:
+        _print_left_out(left, len(seed_list))
+
+
+LEFT_OUT = "left out at 100 %"
+SHOWN_SHARE = 0.01  # % of capacity: smaller shapes are left off the printed table (not the JSON)
+
+
+def _left_out(
+    bounds: list[Bound], runs: dict[str, list[FillRun]], capacity: int
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per GPU shape, the pods the bound's optimum leaves out at 100 % arrived and the pods each
+    policy dropped by then: mean per seed, and their GPU milli as a % of capacity. Where the
+    bound's headroom is pods the policies place, no policy of the experiment can reach it: a
+    pod that fits somewhere is always placed."""
+    columns: dict[str, list[dict[tuple[int, int], float]]] = {"bound": [b.left_out for b in bounds]}
+    for name, rs in runs.items():
+        columns[name] = [{k: float(v) for k, v in r.dropped_at[100].items()} for r in rs]
+    shapes = sorted({k for per in columns.values() for seed in per for k in seed})
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for n, milli in shapes:
+        row = {}
+        for name, per in columns.items():
+            pods = statistics.fmean(seed.get((n, milli), 0.0) for seed in per)
+            row[name] = {"pods": pods, "share": 100 * pods * n * milli / capacity}
+        out[f"{n}x{milli}"] = row
+    return out
+
+
+def _print_left_out(left: dict[str, dict[str, dict[str, float]]], seeds: int) -> None:
+    if not left:
+        return
+    names = list(next(iter(left.values())))
+    table = Table(
+        title=f"GPU pods left out at 100 % arrived, mean per seed over {seeds} seeds: pods "
+        "(their GPU, % of capacity); the bound's are what its optimum does not place"
+    )
+    table.add_column("pod shape (GPUs x milli)")
+    for name in names:
+        table.add_column(name, justify="right")
+    totals = {name: sum(row[name]["share"] for row in left.values()) for name in names}
+    shown = sorted(left.items(), key=lambda kv: -max(c["share"] for c in kv[1].values()))
+    for shape, row in shown:
+        if max(c["share"] for c in row.values()) < SHOWN_SHARE:
+            continue
+        table.add_row(shape, *(f"{row[n]['pods']:.1f} ({row[n]['share']:.2f} %)" for n in names))
+    table.add_row("all", *(f"({totals[n]:.2f} %)" for n in names))
     console().print(table)

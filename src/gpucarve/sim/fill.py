@@ -30,12 +30,12 @@ from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.quantity import whole_number
 from gpucarve.engine import fragment
 from gpucarve.engine.frag_place import near_best
+from gpucarve.sim.fill_marks import FillRun, Marks
 
 MILLI = 1000
 MAX_GPUS = 8
 MAX_SPEC_CPU = 128_000  # the published simulator's normalisation constants
 MAX_SPEC_GPU = 8_000
-MARKS = (90, 95, 100, 130)
 MAX_CELL = 10**9  # far above the trace's largest node (96 CPUs, 768 GiB); int64 stays exact
 
 IntArray = npt.NDArray[np.int64]
@@ -329,13 +329,6 @@ POLICIES: dict[str, Score] = {
 REFERENCE = "gpucarve-array"
 
 
-@dataclass(frozen=True)
-class FillRun:
-    policy: str
-    seed: int
-    ratio_at: dict[int, float]  # arrived % -> allocation ratio %
-
-
 def run_fill(nodes: Nodes, pods: Pods, policy: str, seed: int) -> FillRun:
     cluster = FillCluster(nodes)
     score = Fragmentation(cluster, pods) if policy == REFERENCE else POLICIES[policy]
@@ -344,22 +337,16 @@ def run_fill(nodes: Nodes, pods: Pods, policy: str, seed: int) -> FillRun:
     capacity = nodes.gpu_capacity
     order = arrival_order(pods, capacity, seed)
     tie_rng = np.random.default_rng(seed)
-    requests = pods.request()
-    arrived = 0
-    allocated = 0
-    marks = sorted(MARKS)
-    ratio_at: dict[int, float] = {}
+    marks = Marks(pods, capacity)
     for i in order:
-        req = int(requests[i])
-        while marks and arrived + req > marks[0] / 100 * capacity:
-            ratio_at[marks.pop(0)] = 100 * allocated / capacity
-        arrived += req
+        marks.arrive(i)
         if observe is not None:
             observe(i)
         cand = np.flatnonzero(cluster.feasible(pods, i))
         if len(cand) == 0:
             if forget is not None:
                 forget(i)
+            marks.drop(i)
             continue
         s = score(cluster, pods, i, cand)
         if policy == REFERENCE:
@@ -372,7 +359,5 @@ def run_fill(nodes: Nodes, pods: Pods, policy: str, seed: int) -> FillRun:
         choice = getattr(score, "gpu_choice", None)
         gpu = int(choice[pick]) if choice is not None else None
         cluster.place(pods, i, node, tie_rng if policy == "random" else None, gpu)
-        allocated += req
-    for m in marks:
-        ratio_at[m] = 100 * allocated / capacity
-    return FillRun(policy, seed, ratio_at)
+        marks.placed(i)
+    return marks.run(policy, seed)

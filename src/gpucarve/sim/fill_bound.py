@@ -18,6 +18,12 @@ The bound relaxes two things, and so may sit above what any packing attains: a c
 memory are pooled across its nodes, and pods may be split between classes. `exact_fill` solves
 small instances exactly (a mixed-integer program over every node and GPU) to show how tight it
 is.
+
+It also says which pods the optimum leaves out (`Bound.left_out`, by GPU shape). The fill
+experiment places every pod that fits somewhere, so a policy cannot leave a pod out while a
+slot for it is free; where the bound's headroom is pods of a shape the policies place (the
+810-milli share that leaves 190 no other share fills), that headroom is out of reach of every
+policy of the experiment, not a flaw of one.
 """
 
 from __future__ import annotations
@@ -26,12 +32,13 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import highspy
 import numpy as np
 
-from gpucarve.sim.fill import MARKS, MILLI, Nodes, Pods, arrival_order
+from gpucarve.sim.fill import MILLI, Nodes, Pods, arrival_order
+from gpucarve.sim.fill_marks import MARKS
 
 MAX_ROUNDS = 200  # column generation rounds; each adds the best pattern per class
 EXACT_LIMIT = 4_000  # binary variables `exact_fill` accepts (it is for small instances)
@@ -43,6 +50,9 @@ class Bound:
     milli: float  # the LP's optimum: allocated milli-GPU at most
     capacity: int
     rounds: int  # column generation rounds
+    # pods of each GPU shape (GPUs, milli per GPU) that the LP's optimum does not place; a
+    # fraction where the LP splits a group
+    left_out: dict[tuple[int, int], float] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float:
@@ -124,7 +134,8 @@ def upper_bound(nodes: Nodes, pods: Pods, arrived: Sequence[int]) -> Bound:
         for s in shares:
             link[(c, s)] = row(0.0)
     lp = _Lp([], [], [])
-    for t in kinds:
+    placed_by: list[tuple[int, int]] = []  # (column, type index) of every placement column
+    for k, t in enumerate(kinds):
         t_cpu, t_mem, t_n, t_m, spec = t
         for c in cls:
             model, gpus, cpu, mem = c
@@ -135,7 +146,7 @@ def upper_bound(nodes: Nodes, pods: Pods, arrived: Sequence[int]) -> Bound:
                 entries[link[(c, t_m)]] = 1.0
             elif t_n:
                 entries[gpu_row[c]] = float(t_n)
-            lp.col(-float(t_n * t_m), entries)
+            placed_by.append((lp.col(-float(t_n * t_m), entries), k))
     # start with one pattern per share size: as many of it as one GPU holds
     for c in cls:
         if c[1] == 0:
@@ -166,7 +177,17 @@ def upper_bound(nodes: Nodes, pods: Pods, arrived: Sequence[int]) -> Bound:
                 added += 1
         if not added:
             break
-    return Bound(-h.getInfo().objective_function_value, capacity, rounds)
+    value = h.getSolution().col_value
+    placed = [0.0] * len(kinds)
+    for col, k in placed_by:
+        placed[k] += value[col]
+    left_out: dict[tuple[int, int], float] = {}
+    for k, t in enumerate(kinds):
+        gone = types[t] - placed[k]
+        if t[2] and gone > EPS:
+            left_out[(t[2], t[3])] = left_out.get((t[2], t[3]), 0.0) + gone
+    optimum = -h.getInfo().objective_function_value
+    return Bound(optimum, capacity, rounds, dict(sorted(left_out.items())))
 
 
 def _knapsack(sizes: Sequence[int], values: Sequence[float]) -> tuple[float, list[int]]:
@@ -275,10 +296,15 @@ def arrived_at(pods: Pods, order: Sequence[int], capacity: int, mark: int) -> li
     return out
 
 
-def bound_ratios(nodes: Nodes, pods: Pods, seed: int) -> dict[int, float]:
-    """The bound (% of capacity) at each of the experiment's marks, for one seed's arrivals."""
+def bounds_at(nodes: Nodes, pods: Pods, seed: int) -> dict[int, Bound]:
+    """The bound at each of the experiment's marks, for one seed's arrivals."""
     order = arrival_order(pods, nodes.gpu_capacity, seed)
     return {
-        mark: upper_bound(nodes, pods, arrived_at(pods, order, nodes.gpu_capacity, mark)).ratio
+        mark: upper_bound(nodes, pods, arrived_at(pods, order, nodes.gpu_capacity, mark))
         for mark in MARKS
     }
+
+
+def bound_ratios(nodes: Nodes, pods: Pods, seed: int) -> dict[int, float]:
+    """The bound (% of capacity) at each of the experiment's marks, for one seed's arrivals."""
+    return {mark: b.ratio for mark, b in bounds_at(nodes, pods, seed).items()}

@@ -45,7 +45,8 @@ from gpucarve.engine.placement import Placer
 from gpucarve.engine.plugins import PodNeeds
 from gpucarve.engine.working import Working
 from gpucarve.sim.alibaba import MODEL_LABEL, model_ids, shape_pool
-from gpucarve.sim.fill import MARKS, FillRun, Nodes, Pods, arrival_order
+from gpucarve.sim.fill import Nodes, Pods, arrival_order
+from gpucarve.sim.fill_marks import FillRun, Marks
 
 REPLICAS = 100  # per GPU: the trace's shares are multiples of 10 milli
 QUEUE = "fill"
@@ -207,21 +208,14 @@ def run_fill_engine(
     """`run_fill`'s figures for gpucarve, through the engine."""
     engine = engine or build(nodes)
     placer = EnginePlacer(engine)
-    capacity = nodes.gpu_capacity
-    requests = pods.request()
-    arrived = allocated = 0
-    marks = sorted(MARKS)
-    ratio_at: dict[int, float] = {}
-    for serial, i in enumerate(arrival_order(pods, capacity, seed)):
-        req = int(requests[i])
-        while marks and arrived + req > marks[0] / 100 * capacity:
-            ratio_at[marks.pop(0)] = 100 * allocated / capacity
-        arrived += req
+    marks = Marks(pods, nodes.gpu_capacity)
+    for serial, i in enumerate(arrival_order(pods, nodes.gpu_capacity, seed)):
+        marks.arrive(i)
         if placer.place(workload(pods, i, serial)) is not None:
-            allocated += req
-    for m in marks:
-        ratio_at[m] = 100 * allocated / capacity
-    return FillRun("gpucarve", seed, ratio_at)
+            marks.placed(i)
+        else:
+            marks.drop(i)
+    return marks.run("gpucarve", seed)
 
 
 def placements(nodes: Nodes, pods: Pods, seed: int, limit: int) -> list[tuple[int, str | None]]:

@@ -100,94 +100,140 @@ class _Lp:
 def upper_bound(nodes: Nodes, pods: Pods, arrived: Sequence[int]) -> Bound:
     """An upper bound on the milli-GPU the pods `arrived` (indices into `pods`, repeats allowed)
     can be given on `nodes`."""
-    capacity = nodes.gpu_capacity
-    classes = Counter(
-        (nodes.model[k], int(nodes.gpus[k]), int(nodes.cpu[k]), int(nodes.mem[k]))
-        for k in range(len(nodes.names))
+    return BoundLp(nodes, pods, arrived).solve()
+
+
+Kind = tuple[int, int, int, int, frozenset[str]]  # (CPU, memory, GPUs, milli, models)
+
+
+def kind_of(pods: Pods, i: int) -> Kind:
+    return (
+        int(pods.cpu[i]),
+        int(pods.mem[i]),
+        int(pods.num_gpu[i]),
+        int(pods.gpu_milli[i]),
+        pods.spec[i],
     )
-    cls = sorted(classes)
-    types = Counter(
-        (
-            int(pods.cpu[i]),
-            int(pods.mem[i]),
-            int(pods.num_gpu[i]),
-            int(pods.gpu_milli[i]),
-            pods.spec[i],
+
+
+class BoundLp:
+    """The LP above, built once for a set of arrived pods and solved for any sub-case: fewer pods
+    of a group (some known to be left out) and a floor on the pods of a group that are placed
+    (some known to be placed). Patterns found for one case stay valid columns for the next, so
+    the cases after the first take a few rounds each."""
+
+    def __init__(self, nodes: Nodes, pods: Pods, arrived: Sequence[int]) -> None:
+        self.capacity = nodes.gpu_capacity
+        classes = Counter(
+            (nodes.model[k], int(nodes.gpus[k]), int(nodes.cpu[k]), int(nodes.mem[k]))
+            for k in range(len(nodes.names))
         )
-        for i in arrived
-    )
-    kinds = sorted(types, key=lambda t: (t[:4], sorted(t[4])))
-    shares = sorted({t[3] for t in kinds if t[2] == 1 and t[3] < MILLI})
-    # rows: per type; per class CPU, memory, GPUs; per (class, share size) the link
-    row_up: list[float] = []
+        cls = sorted(classes)
+        self.types = Counter(kind_of(pods, i) for i in arrived)
+        kinds = self.kinds = sorted(self.types, key=lambda t: (t[:4], sorted(t[4])))
+        shares = sorted({t[3] for t in kinds if t[2] == 1 and t[3] < MILLI})
+        # rows: per type; per class CPU, memory, GPUs; per (class, share size) the link
+        row_up: list[float] = []
 
-    def row(bound: float) -> int:
-        row_up.append(bound)
-        return len(row_up) - 1
+        def row(bound: float) -> int:
+            row_up.append(bound)
+            return len(row_up) - 1
 
-    type_row = {t: row(types[t]) for t in kinds}
-    cpu_row, mem_row, gpu_row, link = {}, {}, {}, {}
-    for c in cls:
-        model, gpus, cpu, mem = c
-        n = classes[c]
-        cpu_row[c], mem_row[c], gpu_row[c] = row(n * cpu), row(n * mem), row(n * gpus)
-        for s in shares:
-            link[(c, s)] = row(0.0)
-    lp = _Lp([], [], [])
-    placed_by: list[tuple[int, int]] = []  # (column, type index) of every placement column
-    for k, t in enumerate(kinds):
-        t_cpu, t_mem, t_n, t_m, spec = t
+        self.type_row = [row(self.types[t]) for t in kinds]
+        cpu_row, mem_row, gpu_row, link = {}, {}, {}, {}
         for c in cls:
             model, gpus, cpu, mem = c
-            if t_cpu > cpu or t_mem > mem or t_n > gpus or (spec and model not in spec):
-                continue
-            entries = {type_row[t]: 1.0, cpu_row[c]: float(t_cpu), mem_row[c]: float(t_mem)}
-            if t_n and t_m < MILLI:
-                entries[link[(c, t_m)]] = 1.0
-            elif t_n:
-                entries[gpu_row[c]] = float(t_n)
-            placed_by.append((lp.col(-float(t_n * t_m), entries), k))
-    # start with one pattern per share size: as many of it as one GPU holds
-    for c in cls:
-        if c[1] == 0:
-            continue
-        for s in shares:
-            lp.col(0.0, {gpu_row[c]: 1.0, link[(c, s)]: -float(MILLI // s)})
-    h = _highs()
-    _load(h, lp, row_up)
-    rounds = 0
-    while rounds < MAX_ROUNDS:
-        rounds += 1
-        h.run()
-        dual = h.getSolution().row_dual
-        added = 0
+            n = classes[c]
+            cpu_row[c], mem_row[c], gpu_row[c] = row(n * cpu), row(n * mem), row(n * gpus)
+            for s in shares:
+                link[(c, s)] = row(0.0)
+        lp = _Lp([], [], [])
+        self.placed_by: list[tuple[int, int]] = []  # (column, type index) of placement columns
+        top = 0.0  # the most milli one pod asks: the price of a floor not met, per pod
+        for k, t in enumerate(kinds):
+            t_cpu, t_mem, t_n, t_m, spec = t
+            top = max(top, float(t_n * t_m))
+            for c in cls:
+                model, gpus, cpu, mem = c
+                if t_cpu > cpu or t_mem > mem or t_n > gpus or (spec and model not in spec):
+                    continue
+                entries = {
+                    self.type_row[k]: 1.0,
+                    cpu_row[c]: float(t_cpu),
+                    mem_row[c]: float(t_mem),
+                }
+                if t_n and t_m < MILLI:
+                    entries[link[(c, t_m)]] = 1.0
+                elif t_n:
+                    entries[gpu_row[c]] = float(t_n)
+                self.placed_by.append((lp.col(-float(t_n * t_m), entries), k))
+        # a floor not met costs more than any pod is worth: the LP stays feasible whatever the
+        # floor (column generation needs a feasible start), and its value is still an upper
+        # bound on every placement that meets the floor
+        self.penalty = 2 * top + 1.0
+        for k in range(len(kinds)):
+            lp.col(self.penalty, {self.type_row[k]: 1.0})
+        # start with one pattern per share size: as many of it as one GPU holds
         for c in cls:
-            if c[1] == 0 or not shares:
+            if c[1] == 0:
                 continue
-            # pattern value: sum of -dual(link) per share; worth adding when it beats the
-            # GPU's own price
-            values = [-dual[link[(c, s)]] for s in shares]
-            best, counts = _knapsack(shares, values)
-            if best > -dual[gpu_row[c]] + EPS:
-                entries = {gpu_row[c]: 1.0}
-                for s, k in zip(shares, counts, strict=True):
-                    if k:
-                        entries[link[(c, s)]] = -float(k)
-                _add_col(h, 0.0, entries)
-                added += 1
-        if not added:
-            break
-    value = h.getSolution().col_value
-    placed = [0.0] * len(kinds)
-    for col, k in placed_by:
-        placed[k] += value[col]
-    left_out: dict[tuple[int, int], float] = {}
-    for k, t in enumerate(kinds):
-        gone = types[t] - placed[k]
-        if t[2] and gone > EPS:
-            left_out[(t[2], t[3])] = left_out.get((t[2], t[3]), 0.0) + gone
-    optimum = -h.getInfo().objective_function_value
-    return Bound(optimum, capacity, rounds, dict(sorted(left_out.items())))
+            for s in shares:
+                lp.col(0.0, {gpu_row[c]: 1.0, link[(c, s)]: -float(MILLI // s)})
+        self.h = _highs()
+        _load(self.h, lp, row_up)
+        self.cls, self.classes, self.shares = cls, classes, shares
+        self.gpu_row, self.link = gpu_row, link
+
+    def solve(
+        self, fewer: Counter[Kind] | None = None, floor: Counter[Kind] | None = None
+    ) -> Bound:
+        """The bound with `fewer[t]` pods of group `t` taken out and at least `floor[t]` of
+        those left placed."""
+        fewer, floor = fewer or Counter(), floor or Counter()
+        rows = np.asarray(self.type_row, dtype=np.int32)
+        up = np.asarray([self.types[t] - fewer[t] for t in self.kinds], dtype=np.float64)
+        lo = np.asarray([floor[t] for t in self.kinds], dtype=np.float64)
+        # in highspy, not in its type stubs
+        self.h.changeRowsBounds(len(rows), rows, lo, up)  # type: ignore[attr-defined]
+        h, rounds, slack = self.h, 0, 0.0
+        while rounds < MAX_ROUNDS:
+            rounds += 1
+            h.run()
+            dual = h.getSolution().row_dual
+            added = 0
+            slack = 0.0
+            for c in self.cls:
+                if c[1] == 0 or not self.shares:
+                    continue
+                # pattern value: sum of -dual(link) per share; worth adding when it beats the
+                # GPU's own price
+                values = [-dual[self.link[(c, s)]] for s in self.shares]
+                best, counts = _knapsack(self.shares, values)
+                gain = best + dual[self.gpu_row[c]]
+                if gain > EPS:
+                    # no more GPUs of the class than it has carry patterns: Farley's bound
+                    slack += gain * self.classes[c] * c[1]
+                    entries = {self.gpu_row[c]: 1.0}
+                    for s, k in zip(self.shares, counts, strict=True):
+                        if k:
+                            entries[self.link[(c, s)]] = -float(k)
+                    _add_col(h, 0.0, entries)
+                    added += 1
+            if not added:
+                break
+        value = h.getSolution().col_value
+        placed = [0.0] * len(self.kinds)
+        for col, k in self.placed_by:
+            placed[k] += value[col]
+        left_out: dict[tuple[int, int], float] = {}
+        for k, t in enumerate(self.kinds):
+            gone = self.types[t] - placed[k]
+            if t[2] and gone > EPS:
+                left_out[(t[2], t[3])] = left_out.get((t[2], t[3]), 0.0) + gone
+        # the master's optimum over the patterns found, plus what the patterns not found could
+        # add when the rounds ran out (zero once column generation has converged)
+        optimum = -h.getInfo().objective_function_value + slack
+        return Bound(optimum, self.capacity, rounds, dict(sorted(left_out.items())))
 
 
 def _knapsack(sizes: Sequence[int], values: Sequence[float]) -> tuple[float, list[int]]:

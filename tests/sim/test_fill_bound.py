@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import gpucarve.sim.fill_bound as fill_bound
 from gpucarve.sim.fill import REFERENCE, Pods, arrival_order, load_nodes, load_pods, run_fill
 from gpucarve.sim.fill_bound import arrived_at, bound_ratios, exact_fill, upper_bound
 from gpucarve.sim.fill_engine import run_fill_engine
@@ -100,3 +101,21 @@ def test_exact_refuses_large_instances(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="small instances"):
         exact_fill(nodes, pods, list(range(40)))
+
+
+def test_still_a_bound_when_column_generation_runs_out_of_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One round finds only the first patterns (a GPU of one share size), which miss the
+    # 600 + 400 pairing: the master alone says 3,200. Farley's term keeps it above 3,600.
+    nodes = load_nodes(
+        write(tmp_path, "n.csv", NODES_HEAD + "a,64000,64000,2,T4\nb,64000,64000,2,P100\n")
+    )
+    rows = ["p600,1000,10,1,600,", "p400,1000,10,1,400,", "q600,1000,10,1,600,"]
+    rows += ["w2,1000,10,2,1000,", "z600,1000,10,1,600,"]
+    pods = load_pods(write(tmp_path, "p.csv", PODS_HEAD + "\n".join(rows) + "\n"))
+    everyone = list(range(len(rows)))
+    monkeypatch.setattr(fill_bound, "MAX_ROUNDS", 1)
+    cut = upper_bound(nodes, pods, everyone)
+    assert cut.rounds == 1
+    assert cut.milli >= exact_fill(nodes, pods, everyone) - 1e-6

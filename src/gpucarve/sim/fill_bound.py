@@ -196,11 +196,11 @@ class BoundLp:
         # in highspy, not in its type stubs
         self.h.changeRowsBounds(len(rows), rows, lo, up)  # type: ignore[attr-defined]
         h, rounds, slack = self.h, 0, 0.0
-        while rounds < MAX_ROUNDS:
+        while True:
             rounds += 1
             h.run()
             dual = h.getSolution().row_dual
-            added = 0
+            found: list[dict[int, float]] = []
             slack = 0.0
             for c in self.cls:
                 if c[1] == 0 or not self.shares:
@@ -217,10 +217,11 @@ class BoundLp:
                     for s, k in zip(self.shares, counts, strict=True):
                         if k:
                             entries[self.link[(c, s)]] = -float(k)
-                    _add_col(h, 0.0, entries)
-                    added += 1
-            if not added:
-                break
+                    found.append(entries)
+            if not found or rounds >= MAX_ROUNDS:
+                break  # converged (slack 0), or out of rounds: the solve just read stands
+            for entries in found:
+                _add_col(h, 0.0, entries)
         value = h.getSolution().col_value
         placed = [0.0] * len(self.kinds)
         for col, k in self.placed_by:

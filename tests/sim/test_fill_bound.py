@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import gpucarve.sim.fill_bound as fill_bound
-from gpucarve.sim.fill import REFERENCE, Pods, arrival_order, load_nodes, load_pods, run_fill
+from gpucarve.sim.fill import REFERENCE, Nodes, Pods, arrival_order, load_nodes, load_pods, run_fill
 from gpucarve.sim.fill_bound import arrived_at, bound_ratios, exact_fill, upper_bound
 from gpucarve.sim.fill_engine import run_fill_engine
 from tests.sim.fill_files import NODES_HEAD, PODS_HEAD, write
@@ -25,9 +25,8 @@ def test_shares_that_cannot_pair_do_not_fill_a_gpu(tmp_path: Path) -> None:
     assert exact_fill(nodes, pods, [0, 1]) == pytest.approx(600.0)
 
 
-def test_tight_where_only_gpu_packing_limits(tmp_path: Path) -> None:
-    # CPU and memory to spare: the optimum puts the 2-GPU pod on one node, 600+400 and 600 on
-    # the other's GPUs, and leaves a 600 out: 3,600. Pooling the free milli would say 4,000.
+def _pairing_case(tmp_path: Path) -> tuple[Nodes, Pods, list[int]]:
+    """Two 2-GPU nodes; shares of 600, 600, 600 and 400 and a 2-GPU pod."""
     nodes = load_nodes(
         write(tmp_path, "n.csv", NODES_HEAD + "a,64000,64000,2,T4\nb,64000,64000,2,P100\n")
     )
@@ -35,6 +34,13 @@ def test_tight_where_only_gpu_packing_limits(tmp_path: Path) -> None:
     rows += ["w2,1000,10,2,1000,", "z600,1000,10,1,600,"]
     pods = load_pods(write(tmp_path, "p.csv", PODS_HEAD + "\n".join(rows) + "\n"))
     everyone = list(range(len(rows)))
+    return nodes, pods, everyone
+
+
+def test_tight_where_only_gpu_packing_limits(tmp_path: Path) -> None:
+    # CPU and memory to spare: the optimum puts the 2-GPU pod on one node, 600+400 and 600 on
+    # the other's GPUs, and leaves a 600 out: 3,600. Pooling the free milli would say 4,000.
+    nodes, pods, everyone = _pairing_case(tmp_path)
     exact = exact_fill(nodes, pods, everyone)
     assert exact == pytest.approx(3600.0)
     bound = upper_bound(nodes, pods, everyone)
@@ -108,13 +114,7 @@ def test_still_a_bound_when_column_generation_runs_out_of_rounds(
 ) -> None:
     # One round finds only the first patterns (a GPU of one share size), which miss the
     # 600 + 400 pairing: the master alone says 3,200. Farley's term keeps it above 3,600.
-    nodes = load_nodes(
-        write(tmp_path, "n.csv", NODES_HEAD + "a,64000,64000,2,T4\nb,64000,64000,2,P100\n")
-    )
-    rows = ["p600,1000,10,1,600,", "p400,1000,10,1,400,", "q600,1000,10,1,600,"]
-    rows += ["w2,1000,10,2,1000,", "z600,1000,10,1,600,"]
-    pods = load_pods(write(tmp_path, "p.csv", PODS_HEAD + "\n".join(rows) + "\n"))
-    everyone = list(range(len(rows)))
+    nodes, pods, everyone = _pairing_case(tmp_path)
     monkeypatch.setattr(fill_bound, "MAX_ROUNDS", 1)
     cut = upper_bound(nodes, pods, everyone)
     assert cut.rounds == 1

@@ -129,7 +129,8 @@ class BoundLp:
             for k in range(len(nodes.names))
         )
         cls = sorted(classes)
-        self.types = Counter(kind_of(pods, i) for i in arrived)
+        self.arrived = [kind_of(pods, i) for i in arrived]  # in arrival order
+        self.types = Counter(self.arrived)
         kinds = self.kinds = sorted(self.types, key=lambda t: (t[:4], sorted(t[4])))
         shares = sorted({t[3] for t in kinds if t[2] == 1 and t[3] < MILLI})
         # rows: per type; per class CPU, memory, GPUs; per (class, share size) the link
@@ -140,6 +141,7 @@ class BoundLp:
             return len(row_up) - 1
 
         self.type_row = [row(self.types[t]) for t in kinds]
+        self.rows = np.asarray(self.type_row, dtype=np.int32)
         cpu_row, mem_row, gpu_row, link = {}, {}, {}, {}
         for c in cls:
             model, gpus, cpu, mem = c
@@ -170,9 +172,9 @@ class BoundLp:
         # a floor not met costs more than any pod is worth: the LP stays feasible whatever the
         # floor (column generation needs a feasible start), and its value is still an upper
         # bound on every placement that meets the floor
-        self.penalty = 2 * top + 1.0
+        penalty = 2 * top + 1.0
         for k in range(len(kinds)):
-            lp.col(self.penalty, {self.type_row[k]: 1.0})
+            lp.col(penalty, {self.type_row[k]: 1.0})
         # start with one pattern per share size: as many of it as one GPU holds
         for c in cls:
             if c[1] == 0:
@@ -190,18 +192,17 @@ class BoundLp:
         """The bound with `fewer[t]` pods of group `t` taken out and at least `floor[t]` of
         those left placed."""
         fewer, floor = fewer or Counter(), floor or Counter()
-        rows = np.asarray(self.type_row, dtype=np.int32)
         up = np.asarray([self.types[t] - fewer[t] for t in self.kinds], dtype=np.float64)
         lo = np.asarray([floor[t] for t in self.kinds], dtype=np.float64)
         # in highspy, not in its type stubs
-        self.h.changeRowsBounds(len(rows), rows, lo, up)  # type: ignore[attr-defined]
-        h, rounds, slack = self.h, 0, 0.0
+        self.h.changeRowsBounds(len(self.rows), self.rows, lo, up)  # type: ignore[attr-defined]
+        h, rounds, unpriced = self.h, 0, 0.0
         while True:
             rounds += 1
             h.run()
             dual = h.getSolution().row_dual
             found: list[dict[int, float]] = []
-            slack = 0.0
+            unpriced = 0.0
             for c in self.cls:
                 if c[1] == 0 or not self.shares:
                     continue
@@ -212,14 +213,14 @@ class BoundLp:
                 gain = best + dual[self.gpu_row[c]]
                 if gain > EPS:
                     # no more GPUs of the class than it has carry patterns: Farley's bound
-                    slack += gain * self.classes[c] * c[1]
+                    unpriced += gain * self.classes[c] * c[1]
                     entries = {self.gpu_row[c]: 1.0}
                     for s, k in zip(self.shares, counts, strict=True):
                         if k:
                             entries[self.link[(c, s)]] = -float(k)
                     found.append(entries)
             if not found or rounds >= MAX_ROUNDS:
-                break  # converged (slack 0), or out of rounds: the solve just read stands
+                break  # converged (nothing unpriced), or out of rounds: the last solve stands
             for entries in found:
                 _add_col(h, 0.0, entries)
         value = h.getSolution().col_value
@@ -233,7 +234,7 @@ class BoundLp:
                 left_out[(t[2], t[3])] = left_out.get((t[2], t[3]), 0.0) + gone
         # the master's optimum over the patterns found, plus what the patterns not found could
         # add when the rounds ran out (zero once column generation has converged)
-        optimum = -h.getInfo().objective_function_value + slack
+        optimum = -h.getInfo().objective_function_value + unpriced
         return Bound(optimum, self.capacity, rounds, dict(sorted(left_out.items())))
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpucarve.sim.fill import MILLI, Nodes, Pods, arrival_order
-from gpucarve.sim.fill_bound import Bound, BoundLp, Kind, arrived_at, kind_of
+from gpucarve.sim.fill_bound import Bound, BoundLp, Kind, arrived_at
 from gpucarve.sim.fill_marks import MARKS
 
 FIRST_SPLIT = 8  # intervals of a group's arrivals when its cases are first taken apart
@@ -68,7 +68,7 @@ def both_bounds(
     pivot = _pivot(free)
     if pivot is None:
         return free, free
-    kinds = [kind_of(pods, i) for i in arrived]
+    kinds = lp.arrived
     groups = _groups(kinds, pivot)
     reach = np.arange(len(kinds))
 

@@ -209,8 +209,11 @@ class BoundLp:
                 # pattern value: sum of -dual(link) per share; worth adding when it beats the
                 # GPU's own price
                 values = [-dual[self.link[(c, s)]] for s in self.shares]
+                price = -dual[self.gpu_row[c]]
+                if MILLI * max(v / s for s, v in zip(self.shares, values, strict=True)) <= price:
+                    continue  # not even a fractional filling beats the GPU's price
                 best, counts = _knapsack(self.shares, values)
-                gain = best + dual[self.gpu_row[c]]
+                gain = best - price
                 if gain > EPS:
                     # no more GPUs of the class than it has carry patterns: Farley's bound
                     unpriced += gain * self.classes[c] * c[1]
@@ -240,25 +243,27 @@ class BoundLp:
 
 def _knapsack(sizes: Sequence[int], values: Sequence[float]) -> tuple[float, list[int]]:
     """The most valuable multiset of `sizes` in one GPU (unbounded knapsack over 1000 milli)."""
-    best = np.zeros(MILLI + 1)
-    pick = np.full(MILLI + 1, -1, dtype=np.int64)
+    # only sizes worth something can be picked; plain lists, since this loop is most of a
+    # bound's time and NumPy's per-element access is slower than a list's
+    items = [(k, s, v) for k, (s, v) in enumerate(zip(sizes, values, strict=True)) if v > 0]
+    best = [0.0] * (MILLI + 1)
+    pick = [-1] * (MILLI + 1)
     for w in range(1, MILLI + 1):
-        best[w] = best[w - 1]
-        pick[w] = -1
-        for k, (s, v) in enumerate(zip(sizes, values, strict=True)):
-            if s <= w and v > 0 and best[w - s] + v > best[w] + EPS:
-                best[w] = best[w - s] + v
-                pick[w] = k
+        here, took = best[w - 1], -1
+        for k, s, v in items:
+            if s <= w and best[w - s] + v > here + EPS:
+                here, took = best[w - s] + v, k
+        best[w], pick[w] = here, took
     counts = [0] * len(sizes)
     w = MILLI
     while w > 0:
-        k = int(pick[w])
+        k = pick[w]
         if k < 0:
             w -= 1
         else:
             counts[k] += 1
             w -= sizes[k]
-    return float(best[MILLI]), counts
+    return best[MILLI], counts
 
 
 def _load(h: highspy.Highs, lp: _Lp, row_up: list[float]) -> None:

@@ -87,7 +87,7 @@ def fill(
         typer.Option(
             "--bound",
             help="Also compute upper bounds on the ratio for the arrived pods (LPs solved with "
-            "HiGHS, up to half a minute per seed): one for the experiment's rule that a pod that "
+            "HiGHS, up to 15 s per seed): one for the experiment's rule that a pod that "
             "fits is placed, which each policy is shown as a share of, and one where any pod may "
             "be left out; and which pods each leaves out at 100 % arrived.",
         ),

@@ -45,8 +45,8 @@ from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.mig import place, profiles_by_size, smallest_profile_for
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import Workload
-from gpucarve.engine.mig_plan import PoolGpu
-from gpucarve.engine.mig_pool import plan_pool
+from gpucarve.engine.mig.gpu_plan import PoolGpu
+from gpucarve.engine.mig.pool_plan import plan_pool
 from gpucarve.sim.alibaba_csv import TracePod, read_pods
 from gpucarve.sim.metrics import percentile, summarize
 from gpucarve.sim.records import SimConfig, SimResult

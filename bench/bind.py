@@ -47,9 +47,9 @@ from bind_load import WORKLOADS, create_all, h100_pool, rss_mib, start_kube_sche
 from figures import print_figures
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.client import ApiError, Client
-from gpucarve.kube.nodes import node_manifests
-from gpucarve.kube.stack import LocalStack, find_binaries
+from gpucarve.devcluster.stack import LocalStack, find_binaries
+from gpucarve.kube.api.client import ApiError, Client
+from gpucarve.kube.view.nodes import node_manifests
 
 POLICY = """
 apiVersion: gpucarve.io/v1alpha1

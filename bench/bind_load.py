@@ -24,8 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from gpucarve.kube.client import Client
-from gpucarve.kube.stack import free_port
+from gpucarve.devcluster.stack import free_port
+from gpucarve.kube.api.client import Client
 
 WORKLOADS = ("whole", "mig", "mix")
 GANG = 8  # the mix workload: every fourth batch of eight pods is one all-or-nothing gang

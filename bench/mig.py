@@ -28,9 +28,9 @@ from figures import print_figures
 from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.mig import LayoutKey, maximal_layouts, place
-from gpucarve.engine.mig_node import node_optimum
-from gpucarve.engine.mig_plan import PoolGpu, plan_gpu
-from gpucarve.engine.mig_pool import plan_pool
+from gpucarve.engine.mig.gpu_plan import PoolGpu, plan_gpu
+from gpucarve.engine.mig.node_plan import node_optimum
+from gpucarve.engine.mig.pool_plan import plan_pool
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.integration.kube_pods import pod
 
-from gpucarve.kube.client import ApiError, Client
+from gpucarve.kube.api.client import ApiError, Client
 
 NAMESPACES = ("alpha", "beta")
 GANG_SHARE = 1 / 8  # of arrivals: a gang of four two-GPU pods

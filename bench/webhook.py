@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import print_figures
 
 from gpucarve.config.examples import POLICY, example_path
-from gpucarve.kube.certs import issue
-from gpucarve.kube.stack import free_port
+from gpucarve.devcluster.stack import free_port
+from gpucarve.webhook.certs import issue
 
 
 def _review(i: int) -> bytes:

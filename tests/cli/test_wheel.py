@@ -30,7 +30,7 @@ def test_the_wheel_holds_the_package_data_and_the_entry_point(tmp_path: Path) ->
         "gpucarve/data/gpu-catalog.yaml",
         "gpucarve/data/examples/three-teams.yaml",
         "gpucarve/py.typed",
-        "gpucarve/kube/health.py",
+        "gpucarve/kube/scheduler/health.py",
     ):
         assert needed in names, needed
     assert "gpucarve = gpucarve.cli.main:run" in entry_points

@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from gpucarve.engine.fragment import (
+from gpucarve.engine.placement.fragment import (
     CAPACITY_WEIGHT,
     CPU_WEIGHT,
     FragmentModel,
@@ -117,7 +117,7 @@ def test_cpu_starved_term_follows_the_mix_allowed_on_each_class(
         heavy = m.score(node[:1], ints(8000), ints(0), 4000, 1, 500)[0][0]
         return float(light - heavy)
 
-    monkeypatch.setattr("gpucarve.engine.fragment.CPU_WEIGHT", 0.0)
+    monkeypatch.setattr("gpucarve.engine.placement.fragment.CPU_WEIGHT", 0.0)
     without = FragmentModel(mix, classes=2)
     assert margin(model) > margin(without) + 100  # the term adds what the heavy one starves
 

@@ -13,9 +13,9 @@ import pytest
 from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.mig import Instance, maximal_layouts, place, placement_problems
-from gpucarve.engine.mig_node import node_optimum, plan_node
-from gpucarve.engine.mig_plan import GpuPlan, PoolGpu
-from gpucarve.engine.mig_pool import per_gpu_plans, plan_pool
+from gpucarve.engine.mig.gpu_plan import GpuPlan, PoolGpu
+from gpucarve.engine.mig.node_plan import node_optimum, plan_node
+from gpucarve.engine.mig.pool_plan import per_gpu_plans, plan_pool
 
 
 def geometry() -> MigGeometry:

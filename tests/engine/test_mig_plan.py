@@ -10,8 +10,8 @@ import pytest
 from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.mig import Instance, placement_problems
-from gpucarve.engine.mig_plan import PoolGpu, plan_gpu
-from gpucarve.engine.mig_pool import plan_pool
+from gpucarve.engine.mig.gpu_plan import PoolGpu, plan_gpu
+from gpucarve.engine.mig.pool_plan import plan_pool
 
 
 def geometry(model: str) -> MigGeometry:

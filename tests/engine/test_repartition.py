@@ -12,8 +12,8 @@ from gpucarve.core.cluster import Allocation
 from gpucarve.core.mig import Instance
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine import run_cycle
-from gpucarve.engine.mig_plan import PoolGpu
-from gpucarve.engine.mig_pool import plan_pool
+from gpucarve.engine.mig.gpu_plan import PoolGpu
+from gpucarve.engine.mig.pool_plan import plan_pool
 from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
 
 LAYOUT = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}

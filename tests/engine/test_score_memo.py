@@ -9,8 +9,9 @@ import random
 import pytest
 
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.engine import Engine, frag_place
+from gpucarve.engine import Engine
 from gpucarve.engine.apply import apply, finish
+from gpucarve.engine.placement import frag_place
 from tests.engine.builders import policy, pool, queue, snapshot, workload
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from gpucarve.core.workload import TopologyMode
-from gpucarve.engine.groups import fitting, most_free
+from gpucarve.engine.placement.groups import fitting, most_free
 from gpucarve.engine.working import Working
 from tests.engine.builders import policy, pool, queue, snapshot
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from gpucarve.kube.stack import find_binaries
+from gpucarve.devcluster.stack import find_binaries
 from tests.integration.api import Api
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpucarve"

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpucarve.kube.stack import LocalStack
+from gpucarve.devcluster.stack import LocalStack
 from tests.integration.api import Api
 from tests.integration.chart import NAMESPACE
 

@@ -19,12 +19,12 @@ from typing import Any
 import yaml
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.client import ApiError, Client
-from gpucarve.kube.device_config import DEVICE_CONFIG
-from gpucarve.kube.leader import LeaderElector
-from gpucarve.kube.mig_handoff import HandoffConfig
-from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.api.client import ApiError, Client
+from gpucarve.kube.api.leader import LeaderElector
+from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
+from gpucarve.kube.scheduler.mig_handoff import HandoffConfig
 from tests.dynamic_mig_policy import dynamic_mig_doc
 from tests.integration.api import Api
 from tests.integration.chart import NAMESPACE, install

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.client import Client
-from gpucarve.kube.nodes import node_manifests
-from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
-from gpucarve.kube.stack import LocalStack
+from gpucarve.devcluster.stack import LocalStack
+from gpucarve.kube.api.client import Client
+from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
+from gpucarve.kube.view.nodes import node_manifests
 from tests.integration.api import Api
 from tests.paths import BUILTIN
 

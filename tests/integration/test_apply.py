@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
-from gpucarve.kube.stack import ADMIN_USER, LocalStack
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack
 from tests.integration.api import Api
 from tests.paths import BUILTIN
 

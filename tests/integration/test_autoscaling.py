@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.render.autoscaling import adapter_config_map, adapter_rules, expand, hpa
 from tests.integration.api import Api, wait_for
 from tests.integration.chart import apply, ensure_namespace

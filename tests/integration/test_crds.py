@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpucarve.kube.crds import crd_manifests
+from gpucarve.kube.api.crds import crd_manifests
 from tests.integration.api import Api, wait_for
 
 pytestmark = pytest.mark.integration

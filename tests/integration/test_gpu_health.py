@@ -16,11 +16,12 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 
+from gpucarve.agent.health_loop import NodeAgent
 from gpucarve.agent.readings import GpuReading, Xid
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.client import Client
-from gpucarve.kube.gpu_health import UNHEALTHY_ANNOTATION, UNHEALTHY_TAINT, NodeAgent
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.core.vocabulary import UNHEALTHY_ANNOTATION, UNHEALTHY_TAINT
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.api.client import Client
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import condition, create_pod, node_of, pod, pods_in
 from tests.integration.stack_setup import example_policy, populate, scheduling

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries, free_port
 from tests.integration.api import Api, wait_for
 from tests.integration.chart import NAMESPACE, install, render
 from tests.integration.kube_pods import condition, create_pod, node_of, pod, pods_in

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from gpucarve.kube.client import Client
-from gpucarve.kube.informer import Informer
-from gpucarve.kube.stack import LocalStack
+from gpucarve.devcluster.stack import LocalStack
+from gpucarve.kube.api.client import Client
+from gpucarve.kube.api.informer import Informer
 from tests.integration.api import Api, wait_for
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
-from gpucarve.kube.auth import ConfigProblem
-from gpucarve.kube.client import ApiError, Client
-from gpucarve.kube.stack import ADMIN_USER, SCHEDULER_USER, LocalStack
+from gpucarve.devcluster.stack import ADMIN_USER, SCHEDULER_USER, LocalStack
+from gpucarve.kube.api.auth import ConfigProblem
+from gpucarve.kube.api.client import ApiError, Client
 from tests.paths import BUILTIN
 
 pytestmark = pytest.mark.integration

@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.client import Client
-from gpucarve.kube.mig_handoff import HandoffConfig
-from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.api.client import Client
+from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
+from gpucarve.kube.scheduler.mig_handoff import HandoffConfig
 from tests.dynamic_mig_policy import dynamic_mig_doc
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import condition, create_pod, node_of, pod, pods_in

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import create_pod, delete_all, node_of, pod, pods_in
 from tests.integration.stack_setup import populate, scheduling

@@ -15,7 +15,7 @@ import yaml
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.stack import find_binaries
+from gpucarve.devcluster.stack import find_binaries
 from gpucarve.render.monitoring import alert_rules, dashboard_queries, grafana_dashboard
 from tests.paths import BUILTIN
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from gpucarve.agent.health_loop import NodeAgent
 from gpucarve.agent.readings import Xid
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.gpu_health import UNHEALTHY_ANNOTATION, NodeAgent
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.core.vocabulary import UNHEALTHY_ANNOTATION
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api
 from tests.integration.chart import NAMESPACE, install, render
 from tests.integration.pod_env import (

@@ -17,8 +17,8 @@ import yaml
 from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
-from gpucarve.kube.scheduler import Scheduler
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.scheduler.loop import Scheduler
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import (
     GPU_TOLERATION,

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucarve.agent.health_loop import NodeAgent
 from gpucarve.agent.pod_devices import list_pod_devices
+from gpucarve.agent.publisher import PodDevicesPublisher
 from gpucarve.agent.readings import DeviceSlot, GpuReading, Xid
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.client import Client
-from gpucarve.kube.device_truth import POD_DEVICES
-from gpucarve.kube.gpu_health import NodeAgent
-from gpucarve.kube.pod_devices_publisher import PodDevicesPublisher
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.core.vocabulary import POD_DEVICES_ANNOTATION as POD_DEVICES
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.api.client import Client
 from tests.dynamic_mig_policy import dynamic_mig_doc
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import create_pod, node_of, pod, pods_in

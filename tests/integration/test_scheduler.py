@@ -14,10 +14,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.client import Client
-from gpucarve.kube.health import Health, ProbeServer
-from gpucarve.kube.scheduler import CycleReport, Scheduler
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from gpucarve.kube.api.client import Client
+from gpucarve.kube.scheduler.health import Health, ProbeServer
+from gpucarve.kube.scheduler.loop import CycleReport, Scheduler
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import (
     condition,

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.client import Client
-from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.api.client import Client
+from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import create_pod, node_of, pod, pods_in
 from tests.integration.stack_setup import populate, running

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.nodes import node_manifests
-from gpucarve.kube.stack import SCHEDULER_USER, LocalStack
+from gpucarve.devcluster.stack import SCHEDULER_USER, LocalStack
+from gpucarve.kube.view.nodes import node_manifests
 from tests.integration.api import Api, wait_for
 from tests.paths import BUILTIN
 
@@ -142,7 +142,7 @@ def test_a_stack_starts_when_its_first_ports_are_taken(
     # start is tried again on fresh ports and the stack comes up.
     import socket
 
-    from gpucarve.kube import stack as stack_module
+    from gpucarve.devcluster import stack as stack_module
 
     taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     taken.bind(("127.0.0.1", 0))
@@ -169,7 +169,7 @@ def test_a_stack_starts_when_its_first_ports_are_taken(
 
 
 def test_free_ports_are_distinct() -> None:
-    from gpucarve.kube.stack import free_ports
+    from gpucarve.devcluster.stack import free_ports
 
     ports = free_ports(64)
     assert len(set(ports)) == 64

@@ -1,5 +1,5 @@
 """The admission webhook called by the real kube-apiserver over TLS (`gpucarve webhook serve`
-as its own process, a certificate from `gpucarve.kube.certs`): pods written for the default
+as its own process, a certificate from `gpucarve.webhook.certs`): pods written for the default
 scheduler are mutated and then bound; the attack matrix is denied with its message; with the
 webhook down the documented failure policy holds; a certificate rotation while reviews flow
 drops none."""
@@ -25,10 +25,10 @@ import pytest
 import yaml
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.certs import issue
-from gpucarve.kube.client import Client
-from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from gpucarve.kube.api.client import Client
+from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
+from gpucarve.webhook.certs import issue
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import node_of, pod, pods_in
 from tests.integration.stack_setup import populate, running

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from gpucarve.kube.client import Client
-from gpucarve.kube.stack import LocalStack
-from gpucarve.kube.webhook_certs import ADMISSION, CertKeeper
+from gpucarve.devcluster.stack import LocalStack
+from gpucarve.kube.api.client import Client
+from gpucarve.webhook.cert_secret import ADMISSION, CertKeeper
 from tests.integration.api import Api
 from tests.integration.chart import ensure_namespace
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries, free_port
 from tests.integration.api import Api, wait_for
 from tests.integration.chart import NAMESPACE, install, render
 from tests.integration.pod_env import (

@@ -3,7 +3,7 @@ Deployment and ReplicaSet controllers making the pods: an indexed Job and a set 
 JobSet-labelled Jobs are gangs without a PodGroup, bound all or nothing; a Deployment's
 replicas are each their own workload; pods labelled as a LeaderWorkerSet's group form one gang
 of its size. (The JobSet and LeaderWorkerSet controllers are not run: their objects are written
-here with the labels they set, which is all the mapping reads; see kube/owners.py.)"""
+here with the labels they set, which is all the mapping reads; see kube/view/owners.py.)"""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from gpucarve.kube.scheduler import Scheduler
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.scheduler.loop import Scheduler
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import (
     GPU_TOLERATION,

@@ -8,12 +8,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gpucarve.kube.assigned import Assigned
-from gpucarve.kube.bound_view import BoundGroups
-from gpucarve.kube.inventory import build_inventory
-from gpucarve.kube.pod_facts import PodFactsMemo
-from gpucarve.kube.pods import GroupSpec, WorkloadCache
-from gpucarve.kube.view import View, build_view
+from gpucarve.kube.view.assigned import Assigned
+from gpucarve.kube.view.bound_view import BoundGroups
+from gpucarve.kube.view.cluster_view import View, build_view
+from gpucarve.kube.view.inventory import build_inventory
+from gpucarve.kube.view.pod_facts import PodFactsMemo
+from gpucarve.kube.view.pods import GroupSpec, WorkloadCache
 from tests.unit.test_kube_view import EPOCH, POLICY, pod, ready_nodes
 
 GPU8 = {"nvidia.com/gpu": "8"}

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from gpucarve.kube.crds import crd_manifests
+from gpucarve.kube.api.crds import crd_manifests
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpucarve"
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.admission import mutate
-from gpucarve.kube.device_config import DEVICE_CONFIG, environment, gpu_indices
+from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
+from gpucarve.kube.scheduler.device_config import environment, gpu_indices
+from gpucarve.webhook.admission import mutate
 from tests.paths import BUILTIN
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy

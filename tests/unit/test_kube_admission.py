@@ -9,7 +9,7 @@ from typing import Any
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import Workload
-from gpucarve.kube.admission import mutate, pod_problems, queue_problems, wants_gpu
+from gpucarve.webhook.admission import mutate, pod_problems, queue_problems, wants_gpu
 from tests.paths import BUILTIN
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
@@ -28,7 +28,7 @@ def load_policy_text(raw: str) -> Policy:
 
 
 def _workload(policy: Policy, pod: dict[str, Any]) -> Workload:
-    from gpucarve.kube.admission import _as_scheduled
+    from gpucarve.webhook.admission import _as_scheduled
 
     found = _as_scheduled(policy, pod).workload
     assert found is not None
@@ -92,7 +92,7 @@ def test_the_mode_selector_is_the_one_mode_the_request_implies() -> None:
 
 
 def test_two_modes_serve_shared_requests_so_no_selector_narrows_them() -> None:
-    from gpucarve.kube.gpu_mode import implied_mode
+    from gpucarve.kube.view.gpu_mode import implied_mode
 
     raw = (BUILTIN / "three-teams.yaml").read_text()
     mps = ("  - name: inference\n    gpuModel: L4\n    nodes: 2\n    gpusPerNode: 1\n"
@@ -106,7 +106,7 @@ def test_two_modes_serve_shared_requests_so_no_selector_narrows_them() -> None:
 
 
 def test_nodes_get_their_pools_mode_label_only_when_missing_or_wrong() -> None:
-    from gpucarve.kube.gpu_mode import labels_to_write
+    from gpucarve.kube.view.gpu_mode import labels_to_write
 
     def node(name: str, **labels: str) -> dict[str, Any]:
         return {"metadata": {"name": name, "labels": labels}}
@@ -141,7 +141,7 @@ def test_queue_checks_beyond_the_schema() -> None:
 
 
 def test_pod_group_queue_and_priority_are_the_namespaces() -> None:
-    from gpucarve.kube.admission import pod_group_problems
+    from gpucarve.webhook.admission import pod_group_problems
 
     def group(ns: str, **spec: Any) -> dict[str, Any]:
         return {"metadata": {"name": "g", "namespace": ns}, "spec": {"minMember": 2, **spec}}
@@ -155,7 +155,7 @@ def test_pod_group_queue_and_priority_are_the_namespaces() -> None:
 
 
 def test_a_container_naming_its_own_devices_is_refused_in_governed_namespaces() -> None:
-    from gpucarve.kube.admission import device_env_problems
+    from gpucarve.webhook.admission import device_env_problems
 
     p = _pod("research", {"cpu": "1"})
     p["spec"]["initContainers"] = [

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpucarve.kube.client import ApiError, Client
+from gpucarve.kube.api.client import ApiError, Client
 
 GOOD = json.dumps({"type": "ADDED", "object": {"metadata": {"name": "café-ü"}}}).encode()
 

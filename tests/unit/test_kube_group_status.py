@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpucarve.kube.group_status import group_status
+from gpucarve.kube.view.group_status import group_status
 
 
 def _pod(name: str, phase: str = "Pending", node: str | None = None) -> dict[str, Any]:

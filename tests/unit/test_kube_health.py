@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
-from gpucarve.kube.health import Health, ProbeServer
-from gpucarve.kube.stack import free_port
+from gpucarve.devcluster.stack import free_port
+from gpucarve.kube.scheduler.health import Health, ProbeServer
 
 
 class Clock:

@@ -15,18 +15,18 @@ from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.config.policy_build import build_policy
 from gpucarve.core.cluster import RECONFIGURING
 from gpucarve.core.mig import Instance
-from gpucarve.kube.inventory import MISMATCH_TAINT, build_inventory, node_key
-from gpucarve.kube.mig_layout import (
-    CHANGE_ANNOTATION,
-    LAYOUT_ANNOTATION,
+from gpucarve.core.vocabulary import MIG_CHANGE_ANNOTATION as CHANGE_ANNOTATION
+from gpucarve.core.vocabulary import MIG_LAYOUT_ANNOTATION as LAYOUT_ANNOTATION
+from gpucarve.kube.view.cluster_view import build_view
+from gpucarve.kube.view.inventory import MISMATCH_TAINT, build_inventory, node_key
+from gpucarve.kube.view.mig_layout import (
     Change,
     NodeLayout,
     config_for,
     layout_annotation,
     node_layout,
 )
-from gpucarve.kube.nodes import node_manifests
-from gpucarve.kube.view import build_view
+from gpucarve.kube.view.nodes import node_manifests
 from tests.dynamic_mig_policy import dynamic_mig_doc
 
 DOC = dynamic_mig_doc()

@@ -1,5 +1,5 @@
 """Gangs found from the labels and owners their controllers give the pods: each mapping of
-kube/owners.py, and the sizes read from Jobs."""
+kube/view/owners.py, and the sizes read from Jobs."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from gpucarve.kube.group_spec import GroupSpec
-from gpucarve.kube.owners import gang_size, group_of, job_specs
+from gpucarve.kube.view.group_spec import GroupSpec
+from gpucarve.kube.view.owner_kinds import group_of
+from gpucarve.kube.view.owners import gang_size, job_specs
 
 JOB_OWNER = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u"}]
 

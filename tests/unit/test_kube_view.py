@@ -11,13 +11,13 @@ from typing import Any
 
 from gpucarve.config.policy_build import load_policy, load_policy_text
 from gpucarve.core.cluster import build_cluster
+from gpucarve.core.vocabulary import ASSIGNMENT_ANNOTATION as ASSIGNMENT
 from gpucarve.core.workload import PartialGang
 from gpucarve.engine.engine import run_cycle
-from gpucarve.kube.assigned import ASSIGNMENT
-from gpucarve.kube.inventory import MISMATCH_TAINT, build_inventory
-from gpucarve.kube.nodes import node_manifests
-from gpucarve.kube.pods import GroupSpec
-from gpucarve.kube.view import build_view
+from gpucarve.kube.view.cluster_view import build_view
+from gpucarve.kube.view.inventory import MISMATCH_TAINT, build_inventory
+from gpucarve.kube.view.nodes import node_manifests
+from gpucarve.kube.view.pods import GroupSpec
 from tests.paths import BUILTIN
 
 EXAMPLE = BUILTIN / "three-teams.yaml"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.webhook import MAX_REVIEW_BYTES, app
+from gpucarve.webhook.server import MAX_REVIEW_BYTES, app
 from tests.paths import BUILTIN
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy

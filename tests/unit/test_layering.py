@@ -33,8 +33,8 @@ ALLOWED = {
     # snapshots hold their parent weakly (core/snapshot.py Delta): whether it still lives only
     # picks the faster of two ways to the same engine state, never a decision
     "weakref",
-    # array arithmetic for the fragmentation model (engine/fragment.py): deterministic, and
-    # its random module is refused below
+    # array arithmetic for the fragmentation model (engine/placement/fragment.py):
+    # deterministic, and its random module is refused below
     "numpy",
     "numpy.typing",
 }

@@ -8,11 +8,11 @@ import copy
 import json
 from typing import Any
 
-from gpucarve.kube.assigned import ASSIGNMENT
-from gpucarve.kube.inventory import build_inventory
-from gpucarve.kube.pod_facts import PodFactsMemo
-from gpucarve.kube.pods import GroupSpec
-from gpucarve.kube.view import View, build_view
+from gpucarve.core.vocabulary import ASSIGNMENT_ANNOTATION as ASSIGNMENT
+from gpucarve.kube.view.cluster_view import View, build_view
+from gpucarve.kube.view.inventory import build_inventory
+from gpucarve.kube.view.pod_facts import PodFactsMemo
+from gpucarve.kube.view.pods import GroupSpec
 from tests.unit.test_kube_view import EPOCH, POLICY, pod, ready_nodes
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from gpucarve.core.problems import InvalidInput
-from gpucarve.kube.policy_reload import PolicyReloader, digest
+from gpucarve.kube.scheduler.policy_reload import PolicyReloader, digest
 from tests.paths import BUILTIN
 
 

@@ -16,8 +16,8 @@ from gpucarve.core.cluster import build_cluster
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine import run_cycle
-from gpucarve.kube.inventory import build_inventory
-from gpucarve.kube.nodes import node_manifests
+from gpucarve.kube.view.inventory import build_inventory
+from gpucarve.kube.view.nodes import node_manifests
 from gpucarve.render.nvidia import device_plugin_configs
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from gpucarve.kube.status_writer import LatestWrites
+from gpucarve.kube.scheduler.status_writer import LatestWrites
 
 
 class Gate:

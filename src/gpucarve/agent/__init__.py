@@ -1,3 +1,3 @@
 """The node health agent: reads each GPU (through NVML behind a seam, so tests drive faults
 without a GPU), decides with hysteresis which GPUs are out of service, and says so on the
-Node (`kube/gpu_health.py`), where the scheduler stops placing on their slices."""
+Node (`agent/health_loop.py`), where the scheduler stops placing on their slices."""

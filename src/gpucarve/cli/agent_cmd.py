@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from gpucarve.agent.health_loop import NodeAgent
 from gpucarve.agent.readings import POD_RESOURCES_SOCKET
 from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.kube_options import (
@@ -20,8 +21,7 @@ from gpucarve.cli.kube_options import (
     client_or_exit,
 )
 from gpucarve.cli.output import Exit, console
-from gpucarve.kube.client import ApiError
-from gpucarve.kube.gpu_health import NodeAgent
+from gpucarve.kube.api.client import ApiError
 
 
 def node_agent(
@@ -60,7 +60,7 @@ def node_agent(
     if pod_resources:
         # gRPC is loaded only by the agent, not by every gpucarve command
         from gpucarve.agent.pod_devices import list_pod_devices
-        from gpucarve.kube.pod_devices_publisher import PodDevicesPublisher
+        from gpucarve.agent.publisher import PodDevicesPublisher
 
         devices = PodDevicesPublisher(client, node, lambda: list_pod_devices(pod_resources), source)
     agent = NodeAgent(client, node, source, health, lambda: datetime.now(UTC), devices)

@@ -18,9 +18,10 @@ from gpucarve.cli.kube_options import (
     client_or_exit,
 )
 from gpucarve.cli.output import console
-from gpucarve.kube.client import ApiError, Client, object_path
-from gpucarve.kube.crds import GROUP, VERSION, crd_manifests
-from gpucarve.kube.objects import policy_objects, queue_summary
+from gpucarve.core.vocabulary import GROUP, VERSION
+from gpucarve.kube.api.client import ApiError, Client, object_path
+from gpucarve.kube.api.crds import crd_manifests
+from gpucarve.render.objects import policy_objects, queue_summary
 
 
 def _established(client: Client, name: str, timeout_s: float = 30) -> None:

@@ -17,10 +17,11 @@ from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.quantity import QuantityError, whole_number
 from gpucarve.sim import fill_engine
-from gpucarve.sim.fill import POLICIES, REFERENCE, load_nodes, load_pods, run_fill
+from gpucarve.sim.fill import POLICIES, REFERENCE, run_fill
 from gpucarve.sim.fill_bound import Bound
 from gpucarve.sim.fill_bound_rule import bounds_at
 from gpucarve.sim.fill_marks import MARKS, FillRun
+from gpucarve.sim.fill_trace import load_nodes, load_pods
 
 app = typer.Typer(help="Benchmarks that reproduce published experiments.", no_args_is_help=True)
 

@@ -17,8 +17,8 @@ from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.output import Exit, console
-from gpucarve.kube.nodes import node_manifests
-from gpucarve.kube.stack import ADMIN_USER, LocalStack, StackError, find_binaries
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, StackError, find_binaries
+from gpucarve.kube.view.nodes import node_manifests
 
 app = typer.Typer(
     help="A local Kubernetes control plane with fake GPU nodes.", no_args_is_help=True

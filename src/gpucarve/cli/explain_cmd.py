@@ -22,8 +22,8 @@ from gpucarve.cli.output import Exit, console
 from gpucarve.config.policy_build import load_policy_text
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput
-from gpucarve.kube.client import ApiError, Client
-from gpucarve.kube.explain import NoSuchPod, explain_pod
+from gpucarve.kube.api.client import ApiError, Client
+from gpucarve.kube.scheduler.explain import NoSuchPod, explain_pod
 
 POLICY_KEY = "policy.yaml"
 

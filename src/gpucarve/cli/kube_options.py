@@ -10,8 +10,8 @@ import typer
 from rich.text import Text
 
 from gpucarve.cli.output import Exit, console
-from gpucarve.kube.auth import ConfigProblem
-from gpucarve.kube.client import ApiError, Client
+from gpucarve.kube.api.auth import ConfigProblem
+from gpucarve.kube.api.client import ApiError, Client
 
 KubeconfigOption = Annotated[
     Path | None,

@@ -20,13 +20,13 @@ from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.kube_options import ContextOption, KubeconfigOption, client_or_exit
 from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput, errors
-from gpucarve.kube.client import ApiError, Client
-from gpucarve.kube.events import post_event
-from gpucarve.kube.health import Health, ProbeServer
-from gpucarve.kube.leader import LeaderElector
-from gpucarve.kube.mig_handoff import HandoffConfig
-from gpucarve.kube.policy_reload import PolicyReloader, digest
-from gpucarve.kube.scheduler import Scheduler, SchedulerConfig
+from gpucarve.kube.api.client import ApiError, Client
+from gpucarve.kube.api.events import post_event
+from gpucarve.kube.api.leader import LeaderElector
+from gpucarve.kube.scheduler.health import Health, ProbeServer
+from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
+from gpucarve.kube.scheduler.mig_handoff import HandoffConfig
+from gpucarve.kube.scheduler.policy_reload import PolicyReloader, digest
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 
 GC_THRESHOLDS = (50_000, 50, 100)  # generation 0 allocations, then collections of 0 and 1

@@ -26,11 +26,11 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.sim import report
 from gpucarve.sim.baselines import POLICIES
-from gpucarve.sim.failures import GpuFailure, from_rate, load_failures
+from gpucarve.sim.failures import from_rate, load_failures
 from gpucarve.sim.inference_scaling import inference_load
 from gpucarve.sim.metrics import is_dev, summarize, timelines
 from gpucarve.sim.policy_scenario import is_three_teams, scenario_for
-from gpucarve.sim.records import SimConfig
+from gpucarve.sim.records import GpuFailure, SimConfig
 from gpucarve.sim.runner import Simulator
 from gpucarve.sim.synthetic import DAY, generate
 from gpucarve.sim.trace_io import load_trace

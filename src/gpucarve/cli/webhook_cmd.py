@@ -17,12 +17,12 @@ from gpucarve.cli.common import CatalogOption, out_dir_or_exit, policy_or_exit
 from gpucarve.cli.kube_options import KubeconfigOption, api_error_exit, client_or_exit
 from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput
-from gpucarve.kube.certs import issue, service_names
-from gpucarve.kube.client import ApiError
-from gpucarve.kube.policy_reload import PolicyReloader, digest
-from gpucarve.kube.webhook import CertReloader
-from gpucarve.kube.webhook import app as webhook_app
-from gpucarve.kube.webhook_certs import CertKeeper
+from gpucarve.kube.api.client import ApiError
+from gpucarve.kube.scheduler.policy_reload import PolicyReloader, digest
+from gpucarve.webhook.cert_secret import CertKeeper
+from gpucarve.webhook.certs import issue, service_names
+from gpucarve.webhook.server import CertReloader
+from gpucarve.webhook.server import app as webhook_app
 
 app = typer.Typer(help="The admission webhook and its certificate.", no_args_is_help=True)
 log = logging.getLogger("gpucarve.webhook")

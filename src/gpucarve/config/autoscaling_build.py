@@ -11,7 +11,7 @@ from gpucarve.config.policy_model import PolicySpec
 from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.policy import Autoscale, Policy
 from gpucarve.core.problems import Path, Problem, Severity
-from gpucarve.core.workload import QUEUE_LABEL
+from gpucarve.core.vocabulary import QUEUE_LABEL
 
 
 def _relocated(p: Problem, path: Path) -> Problem:

@@ -21,8 +21,8 @@ from gpucarve.config.pydantic_errors import problems_from
 from gpucarve.config.yaml_source import YamlDocument, parse_yaml, read_yaml
 from gpucarve.core.catalog import Catalog, GpuModel, MigGeometry, MigProfile
 from gpucarve.core.problems import InvalidInput, Problem
+from gpucarve.core.vocabulary import API_VERSION
 
-API_VERSION = "gpucarve.io/v1alpha1"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -246,7 +246,5 @@ def load_catalog(extra_files: Sequence[str | FsPath] = ()) -> Catalog:
 def catalog_with(models: Sequence[dict[str, Any]], source: str) -> Catalog:
     """The packaged catalog with `models` (catalog file entries) added or overriding."""
     raw, catalog = _packaged()
-    doc = YamlDocument(
-        source, {"apiVersion": "gpucarve.io/v1alpha1", "kind": "GpuCatalog", "models": models}
-    )
+    doc = YamlDocument(source, {"apiVersion": API_VERSION, "kind": "GpuCatalog", "models": models})
     return catalog.merged(model for _, model in _parse(doc, dict(raw)))

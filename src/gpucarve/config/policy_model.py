@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-API_VERSION = "gpucarve.io/v1alpha1"
+from gpucarve.core.vocabulary import BLOCK_LABEL, RACK_LABEL
 
 _NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
@@ -201,9 +201,9 @@ class PriorityClassSpec(_Strict):
 
 
 class TopologyKeysSpec(_Strict):
-    rack: str = "gpucarve.io/rack"
+    rack: str = RACK_LABEL
     nvlinkDomain: str = "nvidia.com/gpu.clique"
-    block: str = "gpucarve.io/block"
+    block: str = BLOCK_LABEL
 
 
 class ScoringSpec(_Strict):

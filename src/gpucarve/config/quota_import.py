@@ -22,6 +22,7 @@ from gpucarve.config.yaml_source import parse_yaml
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.quantity import QuantityError, whole_count
+from gpucarve.core.vocabulary import PREEMPTIBLE_LABEL
 
 MAX_BYTES = 16 * 1024 * 1024
 _SEPARATOR = re.compile(r"^---\s*$", re.MULTILINE)
@@ -60,7 +61,7 @@ def import_quotas(path: str | Path, policy: Policy) -> dict[str, Any]:
             pc: dict[str, Any] = {
                 "name": meta.get("name"),
                 "value": obj.get("value", 0),
-                "preemptible": labels.get("gpucarve.io/preemptible") != "false",
+                "preemptible": labels.get(PREEMPTIBLE_LABEL) != "false",
             }
             if obj.get("globalDefault"):
                 pc["default"] = True

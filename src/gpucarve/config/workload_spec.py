@@ -18,11 +18,13 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Path, Problem, format_path
 from gpucarve.core.quantity import QuantityError, cpu_milli, memory_mib, whole_count, whole_number
 from gpucarve.core.requests import candidate_flavors, gpu_memory_of, slices_per_pod
-from gpucarve.core.workload import (
+from gpucarve.core.vocabulary import (
     FRACTION_ANNOTATION,
     KUEUE_QUEUE_LABEL,
     MEMORY_ANNOTATION,
     QUEUE_LABEL,
+)
+from gpucarve.core.workload import (
     GpuKind,
     GpuRequest,
     LabelRequirement,

@@ -15,9 +15,9 @@ from types import MappingProxyType
 from gpucarve.core import mig
 from gpucarve.core.mig import Instance
 from gpucarve.core.policy import Flavor, Policy, Pool, SharingMode, SliceKind, Taint
+from gpucarve.core.vocabulary import MISMATCH_LABEL, MODE_LABEL, POOL_LABEL
 
 # The seed's `gpu-mode` node label: the sharing mode of the node's pool, for node selectors.
-MODE_LABEL = "gpucarve.io/gpu-mode"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +82,7 @@ RECONFIGURING = "mig-reconfigure:"
 UNAVAILABLE_TAINTS = (
     "node.kubernetes.io/unschedulable",
     "node.kubernetes.io/not-ready",
-    "gpucarve.io/mismatch",
+    MISMATCH_LABEL,
 )
 
 
@@ -206,7 +206,7 @@ def _node_labels(pool: Pool, policy: Policy, index: int) -> tuple[tuple[str, str
     labels["nvidia.com/gpu.product"] = m.gfd_products[0] if m.gfd_products else m.id
     labels["nvidia.com/gpu.count"] = str(pool.gpus_per_node)
     labels["nvidia.com/gpu.memory"] = str(m.memory_mib)
-    labels["gpucarve.io/pool"] = pool.name
+    labels[POOL_LABEL] = pool.name
     labels[MODE_LABEL] = pool.sharing.value
     if pool.sharing is SharingMode.MIG and pool.mig_single:
         # GFD's labels describe the MIG device under the single strategy

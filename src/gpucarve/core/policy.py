@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from gpucarve.core.catalog import MILLI_PER_GPU, GpuModel
 from gpucarve.core.mig import Instance
+from gpucarve.core.vocabulary import BLOCK_LABEL
 
 
 class SharingMode(StrEnum):
@@ -229,7 +230,7 @@ class PriorityClass:
 class TopologyKeys:
     rack: str
     nvlink_domain: str
-    block: str = "gpucarve.io/block"
+    block: str = BLOCK_LABEL
 
 
 class QueueingStrategy(StrEnum):

@@ -10,11 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-FRACTION_ANNOTATION = "gpucarve.io/gpu-fraction"
-MEMORY_ANNOTATION = "gpucarve.io/gpu-memory"
-QUEUE_LABEL = "gpucarve.io/queue"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-
 
 class GpuKind(StrEnum):
     NONE = "none"  # CPU-only pod

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import slices_per_pod
 from gpucarve.core.workload import TOPOLOGY_UNIT, TopologyMode, Workload
-from gpucarve.engine.decisions import PendingReason, Stage
+from gpucarve.engine.decisions import PendingReason, Plugin, Stage
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.working import Working
 
@@ -25,19 +25,6 @@ class Ceilings:
     def __init__(self, ws: Working, quotas: Quotas) -> None:
         self.ws = ws
         self.quotas = quotas
-
-    def _reach(self, queue: str, flavor: str) -> int:
-        """The most slices of `flavor` the queue could ever hold."""
-        q = self.quotas
-        lim = q.limits.get((queue, flavor))
-        if lim is None:
-            return 0
-        cohort = q.queues[queue].cohort
-        if cohort is None:
-            return lim.nominal
-        others = q.pool.get((cohort, flavor), 0) - lim.lendable
-        borrow = others if lim.borrowing_limit is None else min(lim.borrowing_limit, others)
-        return lim.nominal + max(0, borrow)
 
     def _largest_node(self, flavor: str) -> int:
         return self._largest_group(TopologyMode.NODE, flavor)
@@ -87,7 +74,7 @@ class Ceilings:
                 )
             demand[f.name] += per_pod * ps.min_count
         for flavor, d in sorted(demand.items()):
-            reach = self._reach(w.queue, flavor)
+            reach = self.quotas.reach(w.queue, flavor)
             if d > reach:
                 return self._reason(
                     f"needs {d} {flavor} but queue {w.queue} can never hold more than {reach} "
@@ -110,5 +97,5 @@ class Ceilings:
     @staticmethod
     def _reason(message: str, flavor: str) -> PendingReason:
         return PendingReason(
-            Stage.VALIDATION, "ceiling", "can never be admitted: " + message, flavor
+            Stage.VALIDATION, Plugin.CEILING, "can never be admitted: " + message, flavor
         )

@@ -24,12 +24,32 @@ class Cause(StrEnum):
     GPU_FAILURE = "gpu-failure"  # a GPU under it failed (the simulator's failure replay)
 
 
+class Plugin(StrEnum):
+    """The part of the engine that made a decision: each pending reason names one, and
+    metrics, explain and the drivers branch on it (never on a message's text)."""
+
+    FLAVOR = "flavor"  # no flavor the queue has quota for serves the request
+    CEILING = "ceiling"  # more than the queue could ever hold, or than the cluster has
+    CAPACITY_QUOTA = "capacity-quota"  # nominal quota and cohort lending
+    FIFO = "fifo"  # behind its queue's head
+    GANG_TIMEOUT = "gang-timeout"  # a gang short of pods past its timeout
+    MIN_MEMBER = "min-member"  # a gang that has fewer pods than its minimum
+    GPU_SLICES = "gpu-slices"  # no set of nodes and GPUs holds the gang
+    TOPOLOGY = "topology"  # no node set of the asked topology holds it
+    CPU_MEMORY = "cpu-memory"  # GPUs free but not the CPU or memory beside them
+    MIG_REPARTITION = "mig-repartition"  # waits for MIG instances a repartition creates
+    RECLAIM = "reclaim"  # withdrawn by reclaim before it started
+
+
 @dataclass(frozen=True, slots=True)
 class PendingReason:
     stage: Stage
-    plugin: str
+    plugin: Plugin
     message: str
     flavor: str | None = None
+    # GPUs of a dynamic MIG pool whose repartition could make the instance that is missing
+    # (placement says so in its message too; metrics and explain read this)
+    repartition_gpus: int = 0
 
     def __str__(self) -> str:
         return f"{self.stage}/{self.plugin}: {self.message}"

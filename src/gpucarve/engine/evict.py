@@ -6,21 +6,17 @@ the same cycle is withdrawn rather than evicted (its pods never started)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import PodAssignment, Workload
-from gpucarve.engine.decisions import Cause, Eviction, Pending, PendingReason, Stage
-from gpucarve.engine.plan_keys import Plan, signature
+from gpucarve.core.workload import Workload
+from gpucarve.engine.decisions import Cause, Eviction, Pending, PendingReason, Plugin, Stage
+from gpucarve.engine.placement.plan_keys import Plan, signature
 from gpucarve.engine.preemption import Victim
-
-if TYPE_CHECKING:
-    from gpucarve.engine.cycle import Cycle
+from gpucarve.engine.state import CycleState
 
 PREEMPTION_SEARCHES_PER_QUEUE = 4
 
 
-def preempt(c: Cycle, w: Workload, plan: Plan, demand: dict[str, int]) -> bool:
+def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> bool:
     """Reclaim, then priority preemption, for `w` on `plan`: evict the fewest victims that let
     the gang place (an admission of this cycle is withdrawn instead)."""
     pre = c.preemptor
@@ -81,7 +77,7 @@ def _merged(victims: Sequence[Victim]) -> list[Victim]:
     return [by[k] for k in dict.fromkeys(v.workload.id for v in victims)]
 
 
-def withdraw(c: Cycle, victim: Workload, by: Workload) -> None:
+def withdraw(c: CycleState, victim: Workload, by: Workload) -> None:
     """Take back an admission made earlier in this cycle (its pods never started)."""
     admission = c.fresh.pop(victim.id)
     c.admissions.remove(admission)
@@ -89,31 +85,7 @@ def withdraw(c: Cycle, victim: Workload, by: Workload) -> None:
     c.withdrawn.add(victim.id)
     reason = PendingReason(
         Stage.PREEMPTION,
-        "reclaim",
+        Plugin.RECLAIM,
         f"admission withdrawn: queue {by.queue} reclaimed its quota for {by.id}",
     )
     c.pending.append(Pending(victim.id, victim.queue, reason))
-
-
-def waits_for(
-    snapshot: Snapshot,
-    evictions: Sequence[Eviction],
-    placed: Sequence[PodAssignment],
-    victims: Sequence[str],
-) -> tuple[str, ...]:
-    """The workloads an admission must see gone before its pods start: its own preemption's
-    victims, and the owner of any slice an eviction earlier in the cycle freed. On Kubernetes
-    an evicted pod holds its GPUs until it has terminated: binding another pod onto them at
-    once would give them twice."""
-    if not evictions:
-        return tuple(victims)
-    evicted = {e.workload for e in evictions}
-    held = {
-        sid: rw.workload.id
-        for rw in snapshot.running
-        if rw.workload.id in evicted
-        for p in rw.pods
-        for sid in p.slice_ids
-    }
-    freed = {o for p in placed for sid in p.slice_ids if (o := held.get(sid)) is not None}
-    return (*victims, *sorted(freed - set(victims)))

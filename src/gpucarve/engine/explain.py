@@ -157,9 +157,9 @@ def _quota_hints(
     snapshot: Snapshot, w: Workload, quotas: Quotas, flavor: str, need: int
 ) -> list[str]:
     queue = snapshot.policy.queue(w.queue)
-    used, nominal = quotas.used(w.queue, flavor), quotas.nominal(w.queue, flavor)
+    st = quotas.standing(w.queue, flavor, need)
     out: list[str] = []
-    if used + need <= nominal and queue.cohort is not None:
+    if st.borrow <= 0 and queue.cohort is not None:
         min_runtime = snapshot.policy.scheduling.min_runtime_s
         for rw in sorted(snapshot.running, key=lambda r: (r.start_time, r.workload.id)):
             other = rw.workload
@@ -180,22 +180,19 @@ def _quota_hints(
     own = [rw for rw in snapshot.running if rw.workload.queue == w.queue]
     held = sum(len(p.slice_ids) for rw in own for p in rw.pods if p.flavor == flavor)
     out.append(f"queue {w.queue} holds {held} {flavor} in {len(own)} running workloads")
-    quota = queue.quota(flavor)
-    limit = None if quota is None else quota.borrowing_limit
-    if limit is not None and used + need > nominal + limit:
+    if st.over_borrowing_limit:
+        assert st.borrowing_limit is not None
+        most = st.nominal + st.borrowing_limit
         out.append(
-            f"its borrowing limit lets it hold {nominal + limit}: {used + need - nominal - limit} "
+            f"its borrowing limit lets it hold {most}: {st.used + need - most} "
             f"of its own {flavor} must be given back first, or raise borrowingLimit"
         )
-    borrow = used + need - nominal
-    if queue.cohort is not None and borrow > 0:
-        pool = quotas.pool.get((queue.cohort, flavor), 0)
-        lends = max(0, pool - quotas.pool_used(queue.cohort, flavor))
-        if borrow > lends:
+    if queue.cohort is not None and st.borrow > 0:
+        if st.borrow > st.cohort_lends:
             out.append(
-                f"it must borrow {borrow} and cohort {queue.cohort} lends {lends} now: "
-                f"{borrow - lends} more {flavor} must be given back in the cohort (work of its "
-                "queues finishing), or raise nominal quota"
+                f"it must borrow {st.borrow} and cohort {queue.cohort} lends {st.cohort_lends} "
+                f"now: {st.borrow - st.cohort_lends} more {flavor} must be given back in the "
+                "cohort (work of its queues finishing), or raise nominal quota"
             )
     elif queue.cohort is None:
         out.append(f"it is in no cohort: raise its nominal {flavor} or wait for its own work")

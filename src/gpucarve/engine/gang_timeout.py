@@ -11,15 +11,11 @@ holds (its priority class promises it is not evicted).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import GpuKind, PartialGang, Workload
 from gpucarve.engine import preemption
-from gpucarve.engine.decisions import Cause, Eviction, Pending, PendingReason, Stage
-
-if TYPE_CHECKING:
-    from gpucarve.engine.cycle import Cycle
+from gpucarve.engine.decisions import Cause, Eviction, Pending, PendingReason, Plugin, Stage
+from gpucarve.engine.state import CycleState
 
 
 def gang_gpus(w: Workload) -> int:
@@ -65,7 +61,7 @@ def expire(snapshot: Snapshot, now: int) -> tuple[list[Eviction], list[Pending]]
         message = _message(w, part, len(rw.pods), short, limit)
         evictions.append(Eviction(w.id, w.queue, Cause.TIMEOUT, w.id, message))
         if part.rest is not None:
-            reason = PendingReason(Stage.QUEUEING, "gang-timeout", message)
+            reason = PendingReason(Stage.QUEUEING, Plugin.GANG_TIMEOUT, message)
             pending.append(Pending(part.rest, w.queue, reason))
     return evictions, pending
 
@@ -78,7 +74,7 @@ def _message(w: Workload, part: PartialGang, running: int, short: int, limit: in
     )
 
 
-def release(c: Cycle) -> set[str]:
+def release(c: CycleState) -> set[str]:
     """Release the gangs past their timeout in the cycle's working state (their slices and
     quota are free for what follows, which waits for their pods to exit: `evict.waits_for`);
     the ids of their waiting remainders, which this cycle does not place."""

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from gpucarve.core.policy import Flavor
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
-from gpucarve.engine.decisions import Outcome, Pending, PendingReason, Stage
-from gpucarve.engine.placement import Rejections
-
-if TYPE_CHECKING:
-    from gpucarve.engine.cycle import Cycle
+from gpucarve.engine.decisions import Outcome, Pending, PendingReason, Plugin, Stage
+from gpucarve.engine.placement.placer import Rejections
+from gpucarve.engine.state import CycleState
 
 
-def continue_partial_gangs(c: Cycle) -> None:
+def continue_partial_gangs(c: CycleState) -> None:
     """Without gangs, workloads with pods still unplaced get them placed as room appears,
     before anything new (kube-scheduler retries its unschedulable pods the same way)."""
     partial = [
@@ -34,7 +31,7 @@ def continue_partial_gangs(c: Cycle) -> None:
             c.pending.append(Pending(rw.workload.id, rw.workload.queue, outcome.reason))
 
 
-def grow_elastic(c: Cycle) -> None:
+def grow_elastic(c: CycleState) -> None:
     """Elastic gangs (admitted with fewer pods than they have, at least their minimum) grow
     towards their full size as room appears, after new work had its turn; each pod is
     charged to quota on its own. A gang that shrank or was released this cycle waits."""
@@ -61,7 +58,7 @@ def _whole(rw: RunningWorkload) -> bool:
 
 
 def place_pods_alone(
-    c: Cycle,
+    c: CycleState,
     w: Workload,
     placed_before: Counter[str],
     pods_before: Sequence[PodAssignment],
@@ -75,7 +72,7 @@ def place_pods_alone(
         if ps.gpu.kind.value != "none" and not options:
             reason = PendingReason(
                 Stage.VALIDATION,
-                "flavor",
+                Plugin.FLAVOR,
                 f"queue {w.queue} has no quota for {ps.gpu.describe()}",
             )
             break
@@ -90,7 +87,7 @@ def place_pods_alone(
                     verdict = c.quotas.check(w.queue, {f.name: needs.slices})
                     if not verdict.fits:
                         reason = PendingReason(
-                            Stage.QUOTA, "capacity-quota", verdict.message, f.name
+                            Stage.QUOTA, Plugin.CAPACITY_QUOTA, verdict.message, f.name
                         )
                         continue
                 rej = Rejections(Counter())

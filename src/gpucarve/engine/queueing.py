@@ -10,18 +10,15 @@ reserved for a waiting 1g.10gb pod still runs 4g.40gb work on its other instance
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from gpucarve.core.policy import QueueingStrategy
 from gpucarve.core.workload import TopologyMode, Workload
-from gpucarve.engine import groups as topology_groups
-from gpucarve.engine.decisions import PendingReason, Stage
-
-if TYPE_CHECKING:
-    from gpucarve.engine.cycle import Cycle
+from gpucarve.engine.decisions import PendingReason, Plugin, Stage
+from gpucarve.engine.placement import groups as topology_groups
+from gpucarve.engine.state import CycleState
 
 
-def holds_queue(c: Cycle, w: Workload, reason: PendingReason) -> bool:
+def holds_queue(c: CycleState, w: Workload, reason: PendingReason) -> bool:
     if reason.stage not in (Stage.QUOTA, Stage.PLACEMENT, Stage.PREEMPTION):
         return False
     if c.cfg.queueing is QueueingStrategy.STRICT_FIFO:
@@ -29,7 +26,7 @@ def holds_queue(c: Cycle, w: Workload, reason: PendingReason) -> bool:
     return c.now - w.submit_time >= c.cfg.max_head_wait_s and within_nominal(c, w)
 
 
-def within_nominal(c: Cycle, w: Workload) -> bool:
+def within_nominal(c: CycleState, w: Workload) -> bool:
     """Whether the workload fits its queue's nominal quota on its first flavor choice. Only
     such a head may hold its queue: beyond nominal it runs on what the cohort happens to lend,
     which may never all be idle at once, and holding would idle the queue's own guaranteed
@@ -44,7 +41,7 @@ def within_nominal(c: Cycle, w: Workload) -> bool:
     return True
 
 
-def hold(c: Cycle, head: Workload, reason: PendingReason) -> None:
+def hold(c: CycleState, head: Workload, reason: PendingReason) -> None:
     """The head holds its queue's later work for the flavors it needs (work for other
     flavors goes on: a starving training gang does not stop the team's notebooks) and,
     when it failed on placement, those flavors against newer or lower work of any queue."""
@@ -55,7 +52,7 @@ def hold(c: Cycle, head: Workload, reason: PendingReason) -> None:
         reserve(c, head)
 
 
-def reserve(c: Cycle, head: Workload) -> None:
+def reserve(c: CycleState, head: Workload) -> None:
     """Reserve, for a starving head that found no room, the nodes most likely to hold it
     first: for a topology constraint the group with the most free capacity, otherwise the
     emptiest nodes until their size covers the gang. Other work may still use every other
@@ -90,7 +87,7 @@ def reserve(c: Cycle, head: Workload) -> None:
             c.placer.reserved.setdefault((n, flavor), head)
 
 
-def behind(c: Cycle, w: Workload) -> PendingReason | None:
+def behind(c: CycleState, w: Workload) -> PendingReason | None:
     if not c.queue_holds:
         return None
     for flavors in c.flavors_for(w):
@@ -103,7 +100,7 @@ def behind(c: Cycle, w: Workload) -> PendingReason | None:
                     waited = c.now - head.submit_time
                     reason = c.behind_reasons[key] = PendingReason(
                         Stage.QUEUEING,
-                        "fifo",
+                        Plugin.FIFO,
                         f"behind {head.id}, which holds queue {head.queue} for {f.name} "
                         f"(waiting {waited}s)",
                         f.name,

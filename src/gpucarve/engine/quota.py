@@ -11,20 +11,117 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from gpucarve.core.policy import Policy, Queue
 
 SCALE = 1000
 
 
+class Limit(StrEnum):
+    """What a queue's quota stops, for one flavor."""
+
+    NO_QUOTA = "no-quota"  # the queue has no quota for the flavor
+    NOMINAL = "nominal"  # past nominal, and in no cohort to borrow from
+    BORROWING_LIMIT = "borrowing-limit"  # past nominal plus its borrowing limit
+    COHORT = "cohort"  # the cohort has less to lend than it must borrow
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """A queue's standing in one flavor against a demand of `need` more slices: every fact
+    admission, explain, metrics and the idle accounting read, worked out once, here."""
+
+    queue: str
+    flavor: str
+    need: int
+    used: int = 0
+    nominal: int = 0
+    borrowing_limit: int | None = None
+    cohort: str | None = None
+    # The cohort's pool: how much more of it the demand would draw (usage past the part of
+    # nominal the queue does not lend), and how much of it is free now (negative when a
+    # policy change left it overdrawn).
+    pool_draw: int = 0
+    pool_room: int = 0
+    has_quota: bool = True
+
+    @property
+    def borrow(self) -> int:
+        """How much past nominal the queue would be with the demand."""
+        return self.used + self.need - self.nominal
+
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """Every limit the demand runs into, most basic first (empty: it fits)."""
+        if not self.has_quota:
+            return (Limit.NO_QUOTA,)
+        if self.borrow <= 0 and self.cohort is None:
+            return ()
+        if self.cohort is None:
+            return (Limit.NOMINAL,)
+        out: list[Limit] = []
+        if self.over_borrowing_limit:
+            out.append(Limit.BORROWING_LIMIT)
+        if self.short_in_cohort:
+            out.append(Limit.COHORT)
+        return tuple(out)
+
+    @property
+    def over_borrowing_limit(self) -> bool:
+        return self.borrowing_limit is not None and self.borrow > self.borrowing_limit
+
+    @property
+    def cohort_lends(self) -> int:
+        return max(0, self.pool_room)
+
+    @property
+    def short_in_cohort(self) -> bool:
+        return self.cohort is not None and self.pool_draw > self.pool_room
+
+    @property
+    def reclaimable(self) -> bool:
+        """The failure is one reclaim can cure: within nominal, the cohort lent it out."""
+        return self.limits == (Limit.COHORT,) and self.borrow <= 0
+
+    def message(self) -> str:
+        limits = self.limits
+        if not limits:
+            return ""
+        at = (
+            f"queue {self.queue} at {self.used}/{self.nominal} {self.flavor}, "
+            f"needs {self.need} more"
+        )
+        first = limits[0]
+        if first is Limit.NO_QUOTA:
+            return f"queue {self.queue} has no quota for {self.flavor}"
+        if first is Limit.NOMINAL:
+            return at + " and is in no cohort to borrow from"
+        if first is Limit.BORROWING_LIMIT:
+            return at + f"; borrowing limit {self.borrowing_limit}"
+        return at + f"; cohort {self.cohort} has {self.cohort_lends} to lend"
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaVerdict:
     fits: bool
-    message: str = ""
-    flavor: str | None = None
-    # Whether the failure is one reclaim can cure: the queue stays within nominal but the
-    # cohort lent its share out.
-    reclaimable: bool = False
+    standing: Standing | None = None  # the first flavor that does not fit
+
+    @property
+    def message(self) -> str:
+        return "" if self.standing is None else self.standing.message()
+
+    @property
+    def flavor(self) -> str | None:
+        return None if self.standing is None else self.standing.flavor
+
+    @property
+    def limit(self) -> Limit | None:
+        return None if self.standing is None else self.standing.limits[0]
+
+    @property
+    def reclaimable(self) -> bool:
+        return self.standing is not None and self.standing.reclaimable
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,44 +173,39 @@ class Quotas:
     def borrowed(self, queue: str, flavor: str) -> int:
         return max(0, self.used(queue, flavor) - self.nominal(queue, flavor))
 
+    def standing(self, queue: str, flavor: str, need: int) -> Standing:
+        lim = self.limits.get((queue, flavor))
+        if lim is None:
+            return Standing(queue, flavor, need, has_quota=False)
+        used = self.used(queue, flavor)
+        cohort = self.queues[queue].cohort
+        room = draw = 0
+        if cohort is not None:
+            room = self.pool.get((cohort, flavor), 0) - self.pool_used(cohort, flavor)
+            draw = max(0, used + need - lim.guaranteed) - max(0, used - lim.guaranteed)
+        return Standing(
+            queue, flavor, need, used, lim.nominal, lim.borrowing_limit, cohort, draw, room
+        )
+
     def check(self, queue: str, demand: Mapping[str, int]) -> QuotaVerdict:
-        q = self.queues[queue]
         for flavor, d in sorted(demand.items()):
-            lim = self.limits.get((queue, flavor))
-            if lim is None:
-                return QuotaVerdict(False, f"queue {queue} has no quota for {flavor}", flavor)
-            used = self.used(queue, flavor)
-            new = used + d
-            if q.cohort is None:
-                if new > lim.nominal:
-                    return QuotaVerdict(
-                        False,
-                        f"queue {queue} at {used}/{lim.nominal} {flavor}, needs {d} more "
-                        "and is in no cohort to borrow from",
-                        flavor,
-                    )
-                continue
-            borrow = new - lim.nominal
-            if lim.borrowing_limit is not None and borrow > lim.borrowing_limit:
-                return QuotaVerdict(
-                    False,
-                    f"queue {queue} at {used}/{lim.nominal} {flavor}, needs {d} more; "
-                    f"borrowing limit {lim.borrowing_limit}",
-                    flavor,
-                )
-            pool = self.pool.get((q.cohort, flavor), 0)
-            pool_used = self.pool_used(q.cohort, flavor)
-            delta = max(0, new - lim.guaranteed) - max(0, used - lim.guaranteed)
-            if pool_used + delta > pool:
-                free = max(0, pool - pool_used)
-                return QuotaVerdict(
-                    False,
-                    f"queue {queue} at {used}/{lim.nominal} {flavor}, needs {d} more; "
-                    f"cohort {q.cohort} has {free} to lend",
-                    flavor,
-                    reclaimable=new <= lim.nominal,
-                )
+            st = self.standing(queue, flavor, d)
+            if st.limits:
+                return QuotaVerdict(False, st)
         return QuotaVerdict(True)
+
+    def reach(self, queue: str, flavor: str) -> int:
+        """The most slices of `flavor` the queue could ever hold: nominal plus what it may
+        borrow of what the rest of its cohort lends."""
+        lim = self.limits.get((queue, flavor))
+        if lim is None:
+            return 0
+        cohort = self.queues[queue].cohort
+        if cohort is None:
+            return lim.nominal
+        others = self.pool.get((cohort, flavor), 0) - lim.lendable
+        borrow = others if lim.borrowing_limit is None else min(lim.borrowing_limit, others)
+        return lim.nominal + max(0, borrow)
 
     def fair_share(self, queue: str) -> int:
         """Dominant share of what the queue borrows, over its weight (lower goes first)."""

@@ -19,24 +19,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Container, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.cluster import RECONFIGURING, UNAVAILABLE_TAINTS
 from gpucarve.core.mig import Instance, place
 from gpucarve.core.policy import Flavor, Pool, SliceKind
 from gpucarve.core.workload import Workload
-from gpucarve.engine.decisions import PendingReason, Repartition, Stage
-from gpucarve.engine.mig_plan import PoolGpu
-from gpucarve.engine.mig_pool import plan_pool
-
-if TYPE_CHECKING:
-    from gpucarve.engine.cycle import Cycle
-
-PLUGIN = "mig-repartition"
+from gpucarve.engine.decisions import PendingReason, Plugin, Repartition, Stage
+from gpucarve.engine.mig.gpu_plan import PoolGpu
+from gpucarve.engine.mig.pool_plan import plan_pool
+from gpucarve.engine.state import CycleState
 
 
-def plan(c: Cycle) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int], ...]]:
+def plan(c: CycleState) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int], ...]]:
     policy = c.policy
     dynamic = {p.name: p for p in policy.pools if p.mig_dynamic is not None}
     if not dynamic:
@@ -121,7 +116,7 @@ def _filled(
 class Reshaper:
     """Promises of this cycle's repartition to workloads that would otherwise preempt."""
 
-    def __init__(self, c: Cycle) -> None:
+    def __init__(self, c: CycleState) -> None:
         self.c = c
         self.dynamic = {p.name: p for p in c.policy.pools if p.mig_dynamic is not None}
         self.pool_of = {
@@ -156,7 +151,7 @@ class Reshaper:
                 )
                 return PendingReason(
                     Stage.PLACEMENT,
-                    PLUGIN,
+                    Plugin.MIG_REPARTITION,
                     f"no free MIG instance fits it; this cycle repartitions GPUs to create {what} "
                     "instead of preempting",
                 )
@@ -178,7 +173,7 @@ class Reshaper:
 
 
 def _in_use(
-    c: Cycle, coming: dict[str, Counter[str]] | None = None
+    c: CycleState, coming: dict[str, Counter[str]] | None = None
 ) -> tuple[Container[str], dict[str, Counter[str]]]:
     """Slice ids in use (the snapshot's allocations and this cycle's admissions), and per GPU
     being reconfigured the instances it is creating (`_coming`, passed when known)."""
@@ -198,7 +193,7 @@ class _InUse(Container[str]):
         return sid in self.admitted or sid in self.allocated
 
 
-def _coming(c: Cycle) -> dict[str, Counter[str]]:
+def _coming(c: CycleState) -> dict[str, Counter[str]]:
     """Per GPU being reconfigured, the instances it is creating (fixed for the cycle)."""
     out: dict[str, Counter[str]] = {}
     for sid, alloc in c.snapshot.cluster.allocations.items():
@@ -209,7 +204,7 @@ def _coming(c: Cycle) -> dict[str, Counter[str]]:
 
 
 def _eligible(
-    c: Cycle, name: str, pool: Pool, used: Container[str], coming: dict[str, Counter[str]]
+    c: CycleState, name: str, pool: Pool, used: Container[str], coming: dict[str, Counter[str]]
 ) -> tuple[list[PoolGpu], Counter[str]]:
     """The pool's GPUs a plan may change (not being reconfigured, not changed within the
     minimum interval), and the instances its GPUs being reconfigured are creating."""

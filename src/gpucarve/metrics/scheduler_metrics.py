@@ -19,7 +19,7 @@ from prometheus_client import Counter as PromCounter
 
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.engine.decisions import CycleResult, PendingReason, Stage
+from gpucarve.engine.decisions import CycleResult, PendingReason, Plugin, Stage
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.usage import usage_after
 from gpucarve.metrics.fragmentation import pool_slices
@@ -33,14 +33,14 @@ SEEN_LIMIT = 200_000  # workloads remembered for first-try admission
 def reason_stage(reason: PendingReason) -> str:
     """The bounded reason label of a pending workload: quota, fair-share, gang, topology,
     device, repartition, preemption or validation."""
-    if reason.plugin in ("gang-timeout", "min-member"):
+    if reason.plugin in (Plugin.GANG_TIMEOUT, Plugin.MIN_MEMBER):
         return "gang"
     if reason.stage is Stage.QUEUEING:
         return "fair-share"
     if reason.stage is Stage.PLACEMENT:
-        if reason.plugin == "topology":
+        if reason.plugin is Plugin.TOPOLOGY:
             return "topology"
-        if "repartition" in reason.plugin or "repartition" in reason.message:
+        if reason.plugin is Plugin.MIG_REPARTITION or reason.repartition_gpus:
             return "repartition"
         return "device"
     return str(reason.stage)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucarve.core.policy import SCALE_DOWN_PODS, SCALE_UP_PODS, Autoscale, Policy
+from gpucarve.core.vocabulary import MANAGED_BY_LABEL, QUEUE_LABEL
 from gpucarve.render.nvidia import config_map
 from gpucarve.render.yaml_out import dump
 
@@ -41,7 +42,7 @@ def hpa(a: Autoscale) -> dict[str, Any]:
         "metadata": {
             "name": a.deployment,
             "namespace": a.namespace,
-            "labels": {"app.kubernetes.io/managed-by": "gpucarve", "gpucarve.io/queue": a.queue},
+            "labels": {MANAGED_BY_LABEL: "gpucarve", QUEUE_LABEL: a.queue},
         },
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": a.deployment},

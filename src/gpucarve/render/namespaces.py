@@ -14,9 +14,10 @@ from collections import defaultdict
 from typing import Any
 
 from gpucarve.core.policy import Policy, Queue
-from gpucarve.kube.objects import priority_class_manifest
+from gpucarve.core.vocabulary import MANAGED_BY_LABEL, QUEUE_LABEL
+from gpucarve.render.objects import priority_class_manifest
 
-MANAGED = {"app.kubernetes.io/managed-by": "gpucarve"}
+MANAGED = {MANAGED_BY_LABEL: "gpucarve"}
 
 
 def _ceilings(policy: Policy, q: Queue) -> dict[str, int]:
@@ -51,7 +52,7 @@ def namespace_objects(policy: Policy) -> list[dict[str, Any]]:
         hard = {f"requests.{r}": str(n) for r, n in sorted(_ceilings(policy, q).items())}
         biggest = {r: str(n) for r, n in sorted(_per_container(policy, q).items())}
         for ns in q.namespaces:
-            meta = {"namespace": ns, "labels": {**MANAGED, "gpucarve.io/queue": q.name}}
+            meta = {"namespace": ns, "labels": {**MANAGED, QUEUE_LABEL: q.name}}
             if hard:
                 objs.append({"apiVersion": "v1", "kind": "ResourceQuota",
                              "metadata": {"name": "gpucarve-gpus", **meta},

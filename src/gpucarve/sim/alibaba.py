@@ -30,6 +30,7 @@ from typing import Any
 
 from gpucarve.core.catalog import Catalog, UnknownModel
 from gpucarve.core.problems import InvalidInput, Problem
+from gpucarve.core.vocabulary import API_VERSION, FRACTION_ANNOTATION, POOL_LABEL
 from gpucarve.sim.alibaba_csv import TraceNode, TracePod, read_nodes, read_pods
 
 MODEL_LABEL = "alibaba.com/gpu-model"
@@ -224,13 +225,13 @@ def import_trace(
         pool_name = _slug(f"{code}-{gpus}g-{cpu // 1000}c-{mem // 1024}gi")
         prefix = f"ali-{_slug(code)}"
         pool = shape_pool(pool_name, ids[code], count, (code, gpus, cpu, mem), replicas, prefix)
-        pool["nodeLabels"]["gpucarve.io/pool"] = pool_name
+        pool["nodeLabels"][POOL_LABEL] = pool_name
         pools.append(pool)
         per_flavor[f"{prefix}-shared"] += count * gpus * replicas
         best = largest.get(code, (0, 0, 0))
         largest[code] = max(best, (gpus, cpu, mem))
     policy: dict[str, Any] = {
-        "apiVersion": "gpucarve.io/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "Policy",
         "metadata": {
             "name": "alibaba-trace",
@@ -250,7 +251,7 @@ def import_trace(
     out = Imported(policy, None, [])
     if extra:
         out.catalog = {
-            "apiVersion": "gpucarve.io/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "GpuCatalog",
             "models": extra,
         }
@@ -291,7 +292,7 @@ def _workload(p: TracePod, t0: int) -> dict[str, Any]:
         requests["memory"] = f"{-(-p.memory_mib // parts)}Mi"
     pod_set: dict[str, Any] = {"count": max(1, p.num_gpu), "resources": {"requests": requests}}
     if p.num_gpu:
-        pod_set["annotations"] = {"gpucarve.io/gpu-fraction": str(p.gpu_milli)}
+        pod_set["annotations"] = {FRACTION_ANNOTATION: str(p.gpu_milli)}
     if p.gpu_spec:
         pod_set["affinity"] = [{"key": MODEL_LABEL, "operator": "In", "values": list(p.gpu_spec)}]
     doc: dict[str, Any] = {

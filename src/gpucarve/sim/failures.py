@@ -2,8 +2,8 @@
 of when, which GPU, how long until it is back) or a rate (failures per GPU per day, drawn
 from the run's seed, each GPU out for the repair time).
 
-A failed GPU does what the node agent makes a real one do (`kube/gpu_health.py`,
-`kube/failed_gpus.py` with `gpuHealth.evictPods`): the workloads on it lose their run and
+A failed GPU does what the node agent makes a real one do (`agent/health_loop.py`,
+`kube/scheduler/failed_gpus.py` with `gpuHealth.evictPods`): the workloads on it lose their run and
 queue again from the start (a gang loses all its pods: it cannot go on short of one), and
 none of its slices are placed on until it is repaired. Its free slices are held by an owner
 of their own, as the scheduler holds a GPU out of service.
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gpucarve.config.csv_rows import read_csv, row_problem
 from gpucarve.core.cluster import Allocation, ClusterState
@@ -22,21 +20,13 @@ from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.quantity import QuantityError, whole_number
 from gpucarve.core.snapshot import Step
 from gpucarve.engine.decisions import Cause, CycleResult, Eviction
-
-if TYPE_CHECKING:
-    from gpucarve.sim.runner import Simulator
+from gpucarve.sim.records import GpuFailure
+from gpucarve.sim.sim_port import SimulatorPort
 
 # Owner of the slices of a GPU out of service (the scheduler's `held_slices.UNHEALTHY`).
 FAILED = "unhealthy:"
 MAX_FAILURES = 100_000
 COLUMNS = ("time_s", "node", "gpu", "repair_s")
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class GpuFailure:
-    at_s: int
-    gpu: str  # `node/gpuN`
-    repair_s: int
 
 
 def _gpus(cluster: ClusterState) -> list[str]:
@@ -169,7 +159,7 @@ def rehold(allocs: dict[str, Allocation], sids: Sequence[str], gpu: str) -> Step
     return Step(freed=freed, taken=taken)
 
 
-def fail(sim: Simulator, gpu: str, now: int) -> None:
+def fail(sim: SimulatorPort, gpu: str, now: int) -> None:
     """`gpu` fails at `now`: what runs on it stops and queues again, its slices are held."""
     sim.flush_finished()  # a workload that completed this instant is not on it any more
     cluster = sim.snapshot.cluster
@@ -192,7 +182,7 @@ def fail(sim: Simulator, gpu: str, now: int) -> None:
         sim.change_allocations(Step(taken=tuple(taken)))
 
 
-def repair(sim: Simulator, gpu: str, now: int) -> None:
+def repair(sim: SimulatorPort, gpu: str, now: int) -> None:
     entry = sim.out_of_service.pop(gpu, None)
     if entry is None:
         return

@@ -31,6 +31,7 @@ from gpucarve.core.policy import Flavor, Policy, ScoringWeights
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.vocabulary import API_VERSION
 from gpucarve.core.workload import (
     GpuKind,
     GpuRequest,
@@ -40,13 +41,13 @@ from gpucarve.core.workload import (
     TopologyMode,
     Workload,
 )
-from gpucarve.engine import flavor_rank
-from gpucarve.engine.placement import Placer
-from gpucarve.engine.plugins import PodNeeds
+from gpucarve.engine.placement import flavor_rank
+from gpucarve.engine.placement.placer import Placer
+from gpucarve.engine.placement.plugins import PodNeeds
 from gpucarve.engine.working import Working
 from gpucarve.sim.alibaba import MODEL_LABEL, model_ids, shape_pool
-from gpucarve.sim.fill import Nodes, Pods, arrival_order
 from gpucarve.sim.fill_marks import FillRun, Marks
+from gpucarve.sim.fill_trace import Nodes, Pods, arrival_order
 
 REPLICAS = 100  # per GPU: the trace's shares are multiples of 10 milli
 QUEUE = "fill"
@@ -94,7 +95,7 @@ def build(nodes: Nodes) -> FillEngine:
         pools.append(shape_pool(name, ids[code], count, shape, REPLICAS, prefix))
         quota[f"{prefix}-shared"] += count * gpus * REPLICAS
     doc = {
-        "apiVersion": "gpucarve.io/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "Policy",
         "metadata": {"name": "fill"},
         "pools": pools,

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from gpucarve.sim.fill import Pods
+from gpucarve.sim.fill_trace import Pods
 
 MARKS = (90, 95, 100, 130)  # arrived GPU request, % of capacity
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.policy import SCALE_DOWN_PODS, SCALE_UP_PODS, Autoscale, Policy
 from gpucarve.core.problems import InvalidInput
+from gpucarve.core.vocabulary import QUEUE_LABEL
 from gpucarve.core.workload import Workload
 from gpucarve.sim.synthetic import rate_factor
 
@@ -87,7 +88,7 @@ def replica_workloads(
         doc = {
             "name": f"{a.deployment}-replica-{k}",
             "namespace": a.namespace,
-            "labels": {"gpucarve.io/queue": a.queue},
+            "labels": {QUEUE_LABEL: a.queue},
             "submitTime": start,
             "duration": end - start,
             "podSets": [{"resources": {"requests": gpu, "limits": gpu}}],

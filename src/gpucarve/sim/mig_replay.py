@@ -5,7 +5,6 @@ created ones are held by the reconfiguration until the MIG manager would have ma
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from gpucarve.core.cluster import RECONFIGURING, Allocation, relayout
 from gpucarve.core.snapshot import Snapshot, Step
@@ -13,12 +12,10 @@ from gpucarve.engine import CycleResult
 from gpucarve.sim import failures
 from gpucarve.sim.fragmentation import FragmentationProbe
 from gpucarve.sim.records import Kind
-
-if TYPE_CHECKING:
-    from gpucarve.sim.runner import Simulator
+from gpucarve.sim.sim_port import SimulatorPort
 
 
-def may_change(sim: Simulator, result: CycleResult, now: int) -> bool:
+def may_change(sim: SimulatorPort, result: CycleResult, now: int) -> bool:
     """MIG work waits unserved while a dynamic pool's GPU is held back by its minimum
     interval: a later cycle may still repartition it."""
     if not result.mig_unserved:
@@ -32,7 +29,7 @@ def may_change(sim: Simulator, result: CycleResult, now: int) -> bool:
     return False
 
 
-def repartition(sim: Simulator, result: CycleResult, now: int) -> None:
+def repartition(sim: SimulatorPort, result: CycleResult, now: int) -> None:
     """New MIG layouts: destroyed instances go at once, created ones are held by the
     reconfiguration until it is done."""
     layouts = {r.gpu_id: r.layout for r in result.repartitions}
@@ -63,7 +60,7 @@ def repartition(sim: Simulator, result: CycleResult, now: int) -> None:
     sim.probe = FragmentationProbe(sim.policy, sim.snapshot.cluster)
 
 
-def reconfigured(sim: Simulator, gpu: str) -> None:
+def reconfigured(sim: SimulatorPort, gpu: str) -> None:
     if gpu in sim.out_of_service:
         # created on a GPU that failed meanwhile: held with it until the repair
         held = sim.reconfiguring.pop(gpu, [])

@@ -8,7 +8,13 @@ from enum import IntEnum
 
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import PodAssignment, Workload
-from gpucarve.sim.failures import GpuFailure
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class GpuFailure:
+    at_s: int
+    gpu: str  # `node/gpuN`
+    repair_s: int
 
 
 # What happens at one instant, in the order it is handled (then in the order scheduled).

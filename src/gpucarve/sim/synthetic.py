@@ -17,6 +17,7 @@ from typing import Any
 from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput
+from gpucarve.core.vocabulary import MEMORY_ANNOTATION
 from gpucarve.core.workload import Workload
 
 DAY = 86_400
@@ -197,7 +198,7 @@ def three_teams(days: float = 2.0) -> Scenario:
             JobKind(
                 "notebook",
                 5,
-                {"annotations": {"gpucarve.io/gpu-memory": "10240"}},
+                {"annotations": {MEMORY_ANNOTATION: "10240"}},
                 (1800, 4 * 3600),
                 (10, 40),
                 "dev-best-effort",

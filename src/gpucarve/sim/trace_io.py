@@ -29,6 +29,7 @@ from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.quantity import whole_number
+from gpucarve.core.vocabulary import FRACTION_ANNOTATION, MEMORY_ANNOTATION
 from gpucarve.core.workload import Workload
 
 CSV_COLUMNS = (
@@ -95,9 +96,9 @@ def csv_row_to_doc(row: dict[str, str]) -> tuple[dict[str, Any], float | None]:
     if (shared := _int(row, "shared")) is not None:
         limits["nvidia.com/gpu.shared"] = shared
     if (fraction := _int(row, "gpu_fraction")) is not None:
-        annotations["gpucarve.io/gpu-fraction"] = str(fraction)
+        annotations[FRACTION_ANNOTATION] = str(fraction)
     if (memory := _int(row, "gpu_memory")) is not None:
-        annotations["gpucarve.io/gpu-memory"] = str(memory)
+        annotations[MEMORY_ANNOTATION] = str(memory)
     requests: dict[str, str] = {}
     for key in ("cpu", "memory"):
         if value := (row.get(key) or "").strip():

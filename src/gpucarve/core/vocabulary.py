@@ -1,0 +1,50 @@
+"""gpucarve's names on Kubernetes objects, in one place: its API group, the labels and
+annotations it reads and writes, and the ecosystem's names it understands.
+
+Every module that reads or writes one of these imports it from here, so a name is spelt once
+and a reader can see everything gpucarve puts on a cluster.
+"""
+
+from __future__ import annotations
+
+# ----------------------------------------------------------------- API group
+GROUP = "gpucarve.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+CRD_NAMES = (f"queues.{GROUP}", f"podgroups.{GROUP}")
+
+# ----------------------------------------------------------------- pods: what users write
+QUEUE_LABEL = f"{GROUP}/queue"
+POD_GROUP_LABEL = f"{GROUP}/pod-group"
+FRACTION_ANNOTATION = f"{GROUP}/gpu-fraction"  # milli-GPU of one GPU
+MEMORY_ANNOTATION = f"{GROUP}/gpu-memory"  # MiB of one GPU
+GANG_ANNOTATION = f"{GROUP}/gang"  # "false": not a gang, whatever the owner
+PREEMPTIBLE_LABEL = f"{GROUP}/preemptible"  # on a PriorityClass
+
+# ----------------------------------------------------------------- pods: what gpucarve writes
+MUTATED_ANNOTATION = f"{GROUP}/mutated"  # the webhook's list of changes
+DEVICE_CONFIG_ANNOTATION = f"{GROUP}/device-config"  # the ConfigMap a fraction's env comes from
+ASSIGNMENT_ANNOTATION = f"{GROUP}/assignment"  # the slices the scheduler bound the pod to
+POD_DEVICES_ANNOTATION = f"{GROUP}/pod-devices"  # what the node agent saw the pod get
+
+# ----------------------------------------------------------------- nodes
+POOL_LABEL = f"{GROUP}/pool"
+MODE_LABEL = f"{GROUP}/gpu-mode"
+MISMATCH_LABEL = f"{GROUP}/mismatch"
+RACK_LABEL = f"{GROUP}/rack"
+BLOCK_LABEL = f"{GROUP}/block"
+UNHEALTHY_ANNOTATION = f"{GROUP}/unhealthy-gpus"
+UNHEALTHY_TAINT = f"{GROUP}/gpu-unhealthy"
+MIG_LAYOUT_ANNOTATION = f"{GROUP}/mig-layout"
+MIG_CHANGE_ANNOTATION = f"{GROUP}/mig-change"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "gpucarve"
+
+# ----------------------------------------------------------------- the ecosystem's names
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+COSCHEDULING_GROUP = "scheduling.x-k8s.io"
+COSCHEDULING_VERSION = "v1alpha1"
+COSCHEDULING_GROUP_LABEL = f"{COSCHEDULING_GROUP}/pod-group"
+
+QUEUE_LABELS = (QUEUE_LABEL, KUEUE_QUEUE_LABEL)
+GROUP_LABELS = (POD_GROUP_LABEL, COSCHEDULING_GROUP_LABEL)

@@ -1,0 +1,169 @@
+"""Admission of one workload: its flavors, quota (nominal, then borrowing through the
+cohort), the gang's placement under a checkpoint, then, least disruptive first, MIG instances a
+repartition creates this cycle, then preemption and reclaim (`evict`).
+
+Within a cycle capacity only shrinks until something is given back, so a workload of the same
+shape, queue and priority as one that just failed fails the same way: `admit` remembers
+failures per release epoch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+
+from gpucarve.core.policy import Flavor
+from gpucarve.core.workload import PodAssignment, Workload
+from gpucarve.engine import evict, podwise
+from gpucarve.engine.decisions import Outcome, PendingReason, Plugin, Stage
+from gpucarve.engine.placement.flavor_rank import rank_combos
+from gpucarve.engine.placement.plan_keys import Plan, best_reason, signature
+from gpucarve.engine.repartition import Reshaper
+from gpucarve.engine.state import CycleState
+
+MAX_FLAVOR_COMBOS = 16
+
+
+def admit(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
+    # Within a cycle capacity only shrinks until something is given back, so a workload
+    # of the same shape, queue and priority as one that just failed fails the same way.
+    # (Not while a starving head holds flavors: that depends on submit times.)
+    key = None if c.placer.reserved else (w.queue, w.priority, w.topology, w.pod_sets)
+    if key is not None:
+        cached = c.failed.get(key)
+        if cached is not None and cached[0] == c.ws.release_epoch:
+            return cached[1]
+    outcome = _try(c, w, reshaper)
+    # (A promise of new MIG instances counts each workload's own pods: never reused.)
+    reason = outcome.reason
+    promise = reason is not None and reason.plugin is Plugin.MIG_REPARTITION
+    if key is not None and not outcome.admitted and not promise:
+        c.failed[key] = (c.ws.release_epoch, outcome)
+    return outcome
+
+
+def _try(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
+    if not c.cfg.gang:
+        return podwise.place_pods_alone(c, w, Counter(), ())
+    per_set = c.flavors_for(w)
+    for ps, flavors in zip(w.pod_sets, per_set, strict=True):
+        if ps.gpu.kind.value != "none" and not flavors:
+            return Outcome(
+                False,
+                PendingReason(
+                    Stage.VALIDATION,
+                    Plugin.FLAVOR,
+                    f"queue {w.queue} has no quota for a flavor that serves "
+                    f"{ps.gpu.describe()} (pod set {ps.name})",
+                ),
+            )
+    choices: list[list[Flavor | None]] = [list(f) if f else [None] for f in per_set]
+    combos = list(itertools.islice(itertools.product(*choices), MAX_FLAVOR_COMBOS))
+    impossible = [c.ceilings.never_fits(w, combo) for combo in combos]
+    if all(r is not None for r in impossible):
+        # Not even an empty cluster with all the quota the queue can reach would hold it:
+        # say so, and never let it hold its queue.
+        first = impossible[0]
+        assert first is not None
+        return Outcome(False, first, tuple(r for r in impossible if r is not None))
+    combos = [combo for combo, r in zip(combos, impossible, strict=True) if r is None]
+    if c.placer.model.active and len(combos) > 1:
+        plans = [plan_for(c, w, combo)[0] for combo in combos]
+        combos = rank_combos(combos, c.placer.preview(w, plans))
+    tried: list[PendingReason] = []
+    unplaced: list[Sequence[Flavor | None]] = []
+    for combo in combos:
+        plan, _, reason = plan_for(c, w, combo)
+        if reason is not None:
+            tried.append(reason)
+            continue
+        assert plan is not None
+        placed, reason = _place(c, w, plan)
+        if placed is not None:
+            c.record(w, placed, Stage.QUOTA)
+            return Outcome(True)
+        assert reason is not None
+        tried.append(reason)
+        unplaced.append(combo)
+    if c.cfg.preemption and unplaced:
+        # Least disruptive first: MIG instances a repartition creates this cycle come
+        # before evicting anyone.
+        waiting = reshaper.absorbs(w, unplaced)
+        if waiting is not None:
+            return Outcome(False, waiting, (waiting, *tried))
+    if c.cfg.preemption:
+        for combo in combos:
+            full_plan, demand, _ = plan_for(c, w, combo, ignore_quota=True)
+            if full_plan is not None and evict.preempt(c, w, full_plan, demand):
+                return Outcome(True)
+    return Outcome(False, best_reason(tried), tuple(tried))
+
+
+def plan_for(
+    c: CycleState, w: Workload, combo: Sequence[Flavor | None], ignore_quota: bool = False
+) -> tuple[Plan | None, dict[str, int], PendingReason | None]:
+    needs = [c.needs_of(ps, f) for ps, f in zip(w.pod_sets, combo, strict=True)]
+
+    def demand_of(counts: Sequence[int]) -> dict[str, int]:
+        d: Counter[str] = Counter()
+        for n, k in zip(needs, counts, strict=True):
+            if n.flavor is not None:
+                d[n.flavor] += n.slices * k
+        return dict(d)
+
+    full = [ps.count for ps in w.pod_sets]
+    minimum = [ps.min_count for ps in w.pod_sets]
+    if ignore_quota:
+        # Preemption makes room for the minimum only: evict no more than the gang needs.
+        return (
+            [(n, m, m) for n, m in zip(needs, minimum, strict=True)],
+            demand_of(minimum),
+            None,
+        )
+    verdict = c.quotas.check(w.queue, demand_of(full))
+    if verdict.fits:
+        return (
+            [(n, k, m) for n, k, m in zip(needs, full, minimum, strict=True)],
+            demand_of(full),
+            None,
+        )
+    if minimum != full and c.quotas.check(w.queue, demand_of(minimum)).fits:
+        counts = minimum
+        if len(needs) == 1:
+            # One pod set: admit as many pods as quota allows between min and count.
+            counts = [
+                next(
+                    k
+                    for k in range(full[0] - 1, minimum[0] - 1, -1)
+                    if c.quotas.check(w.queue, demand_of([k])).fits
+                )
+            ]
+        plan = [(n, k, m) for n, k, m in zip(needs, counts, minimum, strict=True)]
+        return plan, demand_of(counts), None
+    message = verdict.message
+    if verdict.reclaimable and c.cfg.preemption:
+        # Within its nominal quota: say why reclaim has not made room (yet).
+        message += (
+            "; within its nominal quota, it reclaims from borrowing queues once their work "
+            f"is preemptible and has run {c.cfg.min_runtime_s}s"
+        )
+    return (
+        None,
+        {},
+        PendingReason(Stage.QUOTA, Plugin.CAPACITY_QUOTA, message, verdict.flavor),
+    )
+
+
+def _place(
+    c: CycleState, w: Workload, plan: Plan
+) -> tuple[list[PodAssignment] | None, PendingReason | None]:
+    sig = signature(w, plan)
+    cached = c.no_room.get(sig)
+    if cached is not None and cached[0] == c.ws.release_epoch:
+        return None, cached[1]
+    placed, reason = c.placer.place_gang(w, plan)
+    if placed is None:
+        assert reason is not None
+        c.no_room[sig] = (c.ws.release_epoch, reason)
+    return placed, reason

@@ -1,0 +1,400 @@
+"""The fragmentation model (`engine.fragment`) as the Placer's node choice.
+
+For whole and shared (time-slicing, MPS) flavors, and for pods that ask for no GPU, the Placer
+scores every feasible node at once with the model: the choice that strands the least GPU
+capacity for the recent demand mix, counting what each request type may use where it may go.
+
+- *Access classes*: nodes of one pool with the same taints admit the same request types. A
+  type's classes are those whose first node passes its selectors, affinity and tolerations
+  (a selector on a per-node label, such as a hostname, is judged on that node only: it
+  weighs the demand, never decides feasibility, which is checked per node).
+- *Types*: a pod of a whole flavor is (CPU, GPUs, 1000); a shared one (CPU, 1, its replicas'
+  share of the GPU). A gang that must share one node and asks one whole GPU per pod is one
+  type: (its CPU, its pods, 1000), placed as one request.
+- *Demand*: the cycle's pending and running pods (`set_demand`): a function of the snapshot,
+  so the weights follow the queue as it changes and a reused engine decides as a fresh one.
+  The model is rebuilt when the mix changes (its tables cost types x GPU shapes).
+
+Scores combine with the profile's other weights: the model's gain is scaled to the 0-100 range
+of binpack and spread by the request's size, so `fragmentation: 1` alone is the model's choice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gpucarve.core.policy import ScoringWeights
+from gpucarve.core.workload import GpuKind, PodSet, TopologyMode, Workload
+from gpucarve.engine.node_state import NodeState
+from gpucarve.engine.placement import fragment
+from gpucarve.engine.placement.fragment import RequestType
+from gpucarve.engine.placement.plugins import PodNeeds
+from gpucarve.engine.working import Working
+
+MILLI = 1000
+SEEN_LIMIT = 200_000  # memo entries kept before they are dropped
+CACHE_LIMIT = 256  # requests whose scores are kept
+MEMO_LIMIT = 4096  # node states whose scores a request keeps
+TIE = 1e-9  # relative: scores this close are a tie (float sums of the same terms differ)
+
+
+def near_best(score: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+    top = float(score.max())
+    out: npt.NDArray[np.bool_] = score >= top - TIE * max(1.0, abs(top))
+    return out
+
+
+Passes = Callable[[PodSet, NodeState], bool]  # the static filters (selectors, taints)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    score: float
+    node: int
+    gpu: int | None  # for a share: the GPU (index on the node) the model picked
+
+
+RunningKey = tuple[PodSet, "str | None", int, int]  # Working.running_demand's keys
+Typed = tuple[RequestType, int]  # a request type and how many pods it stands for
+
+
+class ModelState:
+    """What the model keeps while a working state lives: nodes, labels and taints do not
+    change under it, so classes and types computed once stay right."""
+
+    def __init__(self, ws: Working) -> None:
+        rows = ws.gpu_rows
+        cls, ids = fragment.access_classes([(n.pool, n.taints) for n in ws.nodes])
+        self.cls = np.asarray(cls, dtype=np.int64)
+        self.classes = max(1, len(ids))
+        self.first = [0] * self.classes  # a node standing for each class
+        for i in range(len(ws.nodes) - 1, -1, -1):
+            self.first[cls[i]] = i
+        present = (rows.rows >= 0).sum(axis=1).astype(np.float64) * MILLI
+        self.capacity = list(np.bincount(self.cls, weights=present, minlength=self.classes))
+        self.access: dict[tuple[object, ...], frozenset[int] | None] = {}
+        self.masks: dict[tuple[object, ...], npt.NDArray[np.bool_]] = {}
+        self.running: dict[RunningKey, Typed | None] = {}
+        self.pending: dict[str, tuple[Workload, list[tuple[RequestType, int]]]] = {}
+        self.model: tuple[Any, fragment.FragmentModel] | None = None
+
+
+@dataclass
+class _Scores:
+    model: fragment.FragmentModel
+    epoch: int
+    seen: int  # how much of `GpuRows.touched` these scores have taken in
+    candidates: npt.NDArray[np.intp]
+    score: npt.NDArray[np.float64]
+    gpu: npt.NDArray[np.intp]
+    # node state -> (score, GPU): nodes fill through the same few states, so a changed node
+    # is mostly looked up, not scored again (NumPy's per-call cost dominates one node)
+    memo: dict[tuple[bytes, int, bool, int], tuple[float, int]] = field(default_factory=dict)
+
+
+def _positions(candidates: npt.NDArray[np.intp], nodes: list[int]) -> npt.NDArray[np.intp]:
+    """Where `nodes` (any order, repeats, some not candidates) sit in the ascending
+    `candidates`, each once."""
+    want = np.asarray(sorted(set(nodes)), dtype=np.intp)  # few: cheaper than np.unique
+    pos = np.searchsorted(candidates, want)
+    inside = pos < len(candidates)
+    pos, want = pos[inside], want[inside]
+    out: npt.NDArray[np.intp] = pos[candidates[pos] == want]
+    return out
+
+
+def _pick(
+    score: npt.NDArray[np.float64], cand: npt.NDArray[np.intp], gpu: npt.NDArray[np.intp]
+) -> Choice | None:
+    if len(score) == 0:
+        return None
+    top = float(score.max())
+    if math.isfinite(top):  # the common case, in two passes over the scores
+        best = int(np.argmax(score >= top - TIE * max(1.0, abs(top))))
+    else:  # every candidate refused (-inf), or a score that is not a number
+        finite = np.where(np.isfinite(score), score, -np.inf)
+        if not np.isfinite(finite).any():
+            return None
+        best = int(np.flatnonzero(near_best(finite))[0])
+    return Choice(float(score[best]), int(cand[best]), int(gpu[best]) if gpu[best] >= 0 else None)
+
+
+class ModelPlacer:
+    def __init__(self, ws: Working, weights: ScoringWeights, static: Passes) -> None:
+        self.ws = ws
+        self.weights = weights
+        self.static = static
+        state = ws.gpu_rows.model_state
+        if not isinstance(state, ModelState):
+            state = ws.gpu_rows.model_state = ModelState(ws)
+        self.state = state
+        self.cls, self.classes = state.cls, state.classes
+        # pods per request type the model weighs: the driver sets it (the cycle: its pending
+        # and running pods)
+        self.demand: Counter[RequestType] = Counter()
+        self._cache: dict[tuple[RequestType, int, int], _Scores] = {}
+
+    @property
+    def active(self) -> bool:
+        return self.weights.fragmentation > 0
+
+    # ------------------------------------------------------------------ demand
+    def type_of(self, ps: PodSet, needs: PodNeeds | None, gang: int = 1) -> Typed | None:
+        """The request type of one pod of `ps`, or of a one-node gang of `gang` such pods when
+        each takes whole GPUs (or none), and how many pods the type stands for."""
+        if ps.gpu.kind is GpuKind.NONE:
+            return RequestType(ps.cpu_milli * gang, 0, 0, self._classes_of(ps)), gang
+        if needs is None:
+            return None
+        return self._typed(ps, needs.flavor, needs.slices, gang)
+
+    def _typed(self, ps: PodSet, flavor: str | None, slices: int, gang: int) -> Typed | None:
+        if flavor is None or flavor not in self.ws.gpu_rows.modelled:
+            return None
+        access = self._classes_of(ps)
+        info = self.ws.flavors[flavor]
+        if info.shared:
+            milli = slices * MILLI // max(1, info.flavor.replicas)
+            if milli < MILLI:
+                return RequestType(ps.cpu_milli, 1, milli, access), 1
+            return RequestType(ps.cpu_milli * gang, gang, MILLI, access), gang
+        return RequestType(ps.cpu_milli * gang, slices * gang, MILLI, access), gang
+
+    def set_demand(
+        self,
+        pending: Sequence[Workload],
+        needs_of: Callable[[Workload], Sequence[PodNeeds | None]],
+    ) -> None:
+        """The demand of a cycle: its pending workloads and the running ones (a function of
+        the snapshot, so a reused engine decides as a fresh one)."""
+        st = self.state
+        mix: Counter[RequestType] = Counter()
+        for key, n in self.ws.running_demand.items():
+            if n <= 0:
+                continue
+            if key not in st.running:
+                st.running[key] = self._typed(key[0], key[1], key[2], key[3])
+            typed = st.running[key]
+            if typed is not None:
+                mix[typed[0]] += n
+        if len(st.pending) > SEEN_LIMIT:
+            st.pending.clear()
+        for w in pending:
+            hit = st.pending.get(w.id)
+            if hit is None or hit[0] is not w:
+                hit = st.pending[w.id] = (w, self.workload_types(w, needs_of(w)))
+            for t, n in hit[1]:
+                mix[t] += n
+        self.demand = mix
+
+    def workload_types(
+        self, w: Workload, needs: Sequence[PodNeeds | None]
+    ) -> list[tuple[RequestType, int]]:
+        """(type, how many) for a workload's pods."""
+        one_node = w.topology is TopologyMode.NODE and len(w.pod_sets) == 1
+        out = []
+        for ps, n in zip(w.pod_sets, needs, strict=True):
+            typed = self.type_of(ps, n, ps.count if one_node else 1)
+            if typed is not None and typed[0].num_gpu:
+                out.append((typed[0], ps.count // typed[1]))
+        return out
+
+    def _classes_of(self, ps: PodSet) -> frozenset[int] | None:
+        st = self.state
+        key = (ps.node_selector, ps.affinity, ps.tolerations, ps.gpu.kind is GpuKind.NONE)
+        if key not in st.access:
+            nodes = self.ws.nodes
+            ok = [c for c in range(self.classes) if self.static(ps, nodes[st.first[c]])]
+            st.access[key] = None if len(ok) == self.classes else frozenset(ok)
+        return st.access[key]
+
+    def _static_mask(self, ps: PodSet) -> npt.NDArray[np.bool_]:
+        st = self.state
+        key = (ps.node_selector, ps.affinity, ps.tolerations, ps.gpu.kind is GpuKind.NONE)
+        mask = st.masks.get(key)
+        if mask is None:
+            if len(st.masks) > SEEN_LIMIT:
+                st.masks.clear()
+            mask = np.asarray([self.static(ps, n) for n in self.ws.nodes], dtype=bool)
+            st.masks[key] = mask
+        return mask
+
+    def model(self) -> fragment.FragmentModel:
+        st = self.state
+        st.model = fragment.model_of(
+            self.demand, self.classes, st.model, st.capacity, self.ws.gpu_rows.width
+        )
+        return st.model[1]
+
+    # ------------------------------------------------------------------ choice
+    def best(
+        self,
+        needs: PodNeeds,
+        candidates: npt.NDArray[np.intp],
+        gang: int = 1,
+        excluded: set[int] | None = None,
+    ) -> Choice | None:
+        """The best node among `candidates` (ascending indices that pass the static filters,
+        reservations and, for a gang, hold it) for one pod of `needs`, or for a one-node gang
+        of `gang` of them; ties go to the lowest index."""
+        typed = self.type_of(needs.pod_set, needs, gang)
+        if typed is None or len(candidates) == 0:
+            return None
+        t, pods = typed
+        score, gpu_of = self._scores(needs, candidates, t, pods)
+        if excluded:
+            out = np.asarray([int(i) in excluded for i in candidates], dtype=bool)
+            score = np.where(out, -np.inf, score)
+        return _pick(score, candidates, gpu_of)
+
+    def best_each(
+        self, needs: Sequence[PodNeeds], candidates: Sequence[npt.NDArray[np.intp]], gang: int
+    ) -> list[Choice | None]:
+        """`best` for each of several flavors of one pod set, scored in one pass when the
+        request is the same on each (a node serves one such flavor)."""
+        typed = [self.type_of(n.pod_set, n, gang) for n in needs]
+        first = typed[0]
+        if first is None or any(t != first for t in typed):
+            return [self.best(n, c, gang) for n, c in zip(needs, candidates, strict=True)]
+        t, pods = first
+        union = np.concatenate(candidates) if candidates else np.zeros(0, dtype=np.intp)
+        owner = np.concatenate(
+            [np.full(len(c), k, dtype=np.intp) for k, c in enumerate(candidates)]
+        )
+        order = np.argsort(union, kind="stable")
+        union, owner = union[order], owner[order]
+        out: list[Choice | None] = [None] * len(needs)
+        if len(union) == 0:
+            return out
+        score, gpu_of = self._scores(needs[0], union, t, pods)
+        for k in range(len(needs)):
+            mine = owner == k
+            out[k] = _pick(score[mine], union[mine], gpu_of[mine])
+        return out
+
+    def _scores(
+        self, needs: PodNeeds, candidates: npt.NDArray[np.intp], t: RequestType, pods: int
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
+        """Every candidate's score (-inf where the request does not fit) and GPU pick (-1:
+        none). Kept per request: when asked again for the same candidates, only the nodes
+        changed since are scored again (a gang's pods, a flavor ranked then placed)."""
+        rows = self.ws.gpu_rows
+        model = self.model()
+        key = (t, pods, needs.mem)
+        hit = self._cache.get(key)
+        if (
+            hit is not None
+            and hit.model is model
+            and hit.epoch == rows.epoch
+            and np.array_equal(hit.candidates, candidates)
+        ):
+            changed = rows.touched[hit.seen :]
+            if changed:
+                sel = _positions(candidates, changed)
+                if len(sel) * 2 > len(candidates):
+                    hit.score, hit.gpu = self._fresh(needs, candidates, t, pods)
+                elif len(sel):
+                    self._patch(hit, needs, sel, t, pods)
+            hit.seen = len(rows.touched)
+            return hit.score, hit.gpu
+        score, gpu = self._fresh(needs, candidates, t, pods)
+        if len(self._cache) >= CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = _Scores(model, rows.epoch, len(rows.touched), candidates, score, gpu)
+        return score, gpu
+
+    def _patch(
+        self, hit: _Scores, needs: PodNeeds, sel: npt.NDArray[np.intp], t: RequestType, pods: int
+    ) -> None:
+        """Score the candidates at `sel` again: what a node's score depends on (its free GPU
+        milli, CPU, whether its memory fits, its class) is looked up in the memo first."""
+        g = self.ws.gpu_rows
+        nodes = hit.candidates[sel]
+        need_mem = needs.mem * pods
+        keys = [
+            (g.rows[n].tobytes(), int(g.cpu[n]), bool(g.mem[n] >= need_mem), int(self.cls[n]))
+            for n in nodes
+        ]
+        todo = [k for k, key in enumerate(keys) if key not in hit.memo]
+        if todo:
+            if len(hit.memo) + len(todo) > MEMO_LIMIT:
+                hit.memo.clear()
+                todo = list(range(len(keys)))
+            score, gpu = self._fresh(needs, nodes[todo], t, pods)
+            for k, sc, gp in zip(todo, score.tolist(), gpu.tolist(), strict=True):
+                hit.memo[keys[k]] = (sc, gp)
+        for k, i in enumerate(sel.tolist()):
+            hit.score[i], hit.gpu[i] = hit.memo[keys[k]]
+
+    def _fresh(
+        self, needs: PodNeeds, candidates: npt.NDArray[np.intp], t: RequestType, pods: int
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
+        score = np.full(len(candidates), -np.inf)
+        gpu = np.full(len(candidates), -1, dtype=np.intp)
+        scored = self.score_all(needs, candidates, t, pods)
+        if scored is not None:
+            s, cand, g = scored
+            pos = np.searchsorted(candidates, cand)
+            score[pos] = s
+            if g is not None:
+                gpu[pos] = g
+        return score, gpu
+
+    def score_all(
+        self,
+        needs: PodNeeds,
+        candidates: npt.NDArray[np.intp],
+        t: RequestType,
+        pods: int,
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.intp] | None] | None:
+        """Scores of the candidates that fit `t` (and those candidates, and for a share the
+        GPU on each), or None when none fits."""
+        gpu_rows = self.ws.gpu_rows
+        cpu = gpu_rows.cpu[candidates]
+        mem = gpu_rows.mem[candidates]
+        rows = gpu_rows.rows[candidates]
+        ok = (cpu >= t.cpu) & (mem >= needs.mem * pods)
+        if t.num_gpu and t.milli < MILLI:
+            ok &= (rows >= t.milli).any(axis=1)
+        elif t.num_gpu:
+            ok &= (rows == MILLI).sum(axis=1) >= t.num_gpu
+        if not ok.any():
+            return None
+        cand = candidates[ok]
+        rows, cpu = rows[ok], cpu[ok]
+        gain, gpu_choice = self.model().score(
+            rows, np.minimum(cpu, fragment.MAX_SPEC_CPU * 64), self.cls[cand], t.cpu,
+            t.num_gpu, t.milli,
+        )  # fmt: skip
+        return self._combine(gain, rows, t), cand, gpu_choice
+
+    def _combine(
+        self, gain: npt.NDArray[np.float64], rows: npt.NDArray[np.int64], t: RequestType
+    ) -> npt.NDArray[np.float64]:
+        w = self.weights
+        size = max(1, t.num_gpu * t.milli)
+        score = w.fragmentation * 100.0 * gain / size
+        if (w.binpack or w.spread) and t.num_gpu:
+            total = (rows >= 0).sum(axis=1) * MILLI
+            free = np.where(rows > 0, rows, 0).sum(axis=1)
+            used = np.where(total > 0, 100.0 * (total - (free - size)) / np.maximum(total, 1), 0)
+            score = score + w.binpack * used + w.spread * (100.0 - used)
+        return np.asarray(score, dtype=np.float64)
+
+    def candidates(self, needs: PodNeeds, group: list[int] | None) -> npt.NDArray[np.intp]:
+        """Nodes that serve the flavor (all nodes for CPU-only pods), pass the static filters,
+        and lie in `group` when there is one."""
+        if needs.flavor is None:
+            base = np.arange(len(self.ws.nodes), dtype=np.intp)
+        else:
+            base = self.ws.gpu_rows.nodes_of.get(needs.flavor, np.zeros(0, dtype=np.intp))
+        if group is not None:
+            base = np.intersect1d(base, np.asarray(group, dtype=np.intp))
+        return base[self._static_mask(needs.pod_set)[base]]

@@ -1,0 +1,390 @@
+"""Gang placement on the working state: every pod of a gang (up to its minimum) or none.
+
+Pods are placed one by one into the working state under a checkpoint; if the gang cannot reach
+its minimum the checkpoint is rolled back and nothing was held. With a topology constraint the
+whole gang is tried inside one group (node, NVLink domain or rack) at a time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gpucarve.core.policy import ScoringWeights, SliceKind
+from gpucarve.core.workload import TOPOLOGY_UNIT, PodAssignment, PodSet, TopologyMode, Workload
+from gpucarve.engine.decisions import PendingReason, Plugin, Stage
+from gpucarve.engine.mig.hint import repartition_hint
+from gpucarve.engine.node_state import GpuSlots, NodeState
+from gpucarve.engine.placement import groups as topology_groups
+from gpucarve.engine.placement import plugins
+from gpucarve.engine.placement.frag_place import Choice, ModelPlacer
+from gpucarve.engine.placement.plugins import PodNeeds
+from gpucarve.engine.working import Working
+
+MAX_GROUPS_TRIED = 32
+SHARED_NODES_PER_RUN = 4
+
+
+@dataclass(slots=True)
+class Rejections:
+    """How many candidate nodes each filter refused, for the pending reason."""
+
+    counts: Counter[str]
+
+    def describe(self) -> str:
+        if not self.counts:
+            return ""
+        parts = [f"{n} by {name}" for name, n in sorted(self.counts.items())]
+        return "; nodes refused: " + ", ".join(parts)
+
+
+class Placer:
+    def __init__(self, ws: Working, weights: ScoringWeights, candidates: int) -> None:
+        self.ws = ws
+        self.weights = weights
+        self.candidates = candidates
+        self._static: dict[tuple[int, int], str | None] = {}
+        # Request shapes seen this cycle per flavor (slices per pod -> pods), for the
+        # fragmentation score.
+        self.shapes: dict[str, Counter[int]] = {}
+        # node -> the starving workload it is kept for; `current` is the workload being placed
+        # (node, flavor) -> the starving head that holds it (see queueing.reserve)
+        self.reserved: dict[tuple[int, str], Workload] = {}
+        self.current: Workload | None = None
+        self.model = ModelPlacer(ws, weights, self._passes)
+        # (pod set, flavor) -> (working state mark, the model's choice) from `preview`
+        self._previewed: dict[tuple[int, str | None], tuple[int, Choice | None]] = {}
+
+    def _passes(self, ps: PodSet, node: NodeState) -> bool:
+        return all(f(ps, node) for _, f in plugins.STATIC_FILTERS)
+
+    def _modelled(self, needs: PodNeeds) -> bool:
+        return self.model.active and (
+            needs.flavor is None or needs.flavor in self.ws.gpu_rows.modelled
+        )
+
+    # -------------------------------------------------------------- filters
+    def _static_reject(self, needs: PodNeeds, node: NodeState) -> str | None:
+        key = (id(needs.pod_set), node.idx)
+        if key not in self._static:
+            verdict = None
+            for name, f in plugins.STATIC_FILTERS:
+                if not f(needs.pod_set, node):
+                    verdict = name
+                    break
+            self._static[key] = verdict
+        return self._static[key]
+
+    def _feasible(
+        self, needs: PodNeeds, node: NodeState, rej: Rejections
+    ) -> GpuSlots | bool | None:
+        why = self._static_reject(needs, node)
+        if why is None and self.reserved and self._kept_from(node, needs.flavor):
+            why = "reservation"
+        if why is None and not plugins.cpu_memory(needs, node):
+            why = "cpu-memory"
+        if why is None and needs.shared:
+            gpu = plugins.shared_gpu(needs, node)
+            if gpu is None:
+                why = "gpu-memory"
+            else:
+                return gpu
+        if why is not None:
+            rej.counts[why] += 1
+            return False
+        return True
+
+    def _kept_from(self, node: NodeState, flavor: str | None) -> bool:
+        if flavor is None:
+            return False
+        holder = self.reserved.get((node.idx, flavor))
+        w = self.current
+        if holder is None or w is None or holder.id == w.id:
+            return False
+        return holder.priority > w.priority or (
+            holder.priority == w.priority and holder.submit_time <= w.submit_time
+        )
+
+    # -------------------------------------------------------------- one pod
+    def _score(self, needs: PodNeeds, free: int, total: int) -> int:
+        if needs.flavor is None:
+            return 0
+        w = self.weights
+        score = 0
+        if w.binpack:
+            score += w.binpack * plugins.binpack(free, needs.slices, total)
+        if w.spread:
+            score += w.spread * plugins.spread(free, needs.slices, total)
+        if w.fragmentation:
+            shapes = self.shapes.get(needs.flavor)
+            if shapes:
+                frag = plugins.fragmentation(free, needs.slices, total, shapes)
+                score += w.fragmentation * frag
+        return score
+
+    def _node_order(self, needs: PodNeeds, group: list[int] | None) -> Iterable[Iterable[int]]:
+        """Candidate nodes in runs of equal free count (one run per index level).
+
+        Nodes of one run score the same unless they differ in size, so the first feasible node
+        of each (free, size) pair stands for the rest of its run: a pod costs one score per
+        distinct pair instead of one per node.
+        """
+        if needs.flavor is None:
+            return [group if group is not None else range(len(self.ws.nodes))]
+        index = self.ws.index[needs.flavor]
+        if group is not None:
+            return [[n for n in group if index.count.get(n, 0) >= needs.slices]]
+        return index.levels(needs.slices, self.weights.spread > self.weights.binpack)
+
+    def _unreserved(self, cand: npt.NDArray[np.intp], flavor: str | None) -> npt.NDArray[np.intp]:
+        if not self.reserved:
+            return cand
+        nodes = self.ws.nodes
+        keep = np.asarray([not self._kept_from(nodes[int(i)], flavor) for i in cand], dtype=bool)
+        out: npt.NDArray[np.intp] = cand[keep]
+        return out
+
+    def preview(
+        self, w: Workload, plans: Sequence[list[tuple[PodNeeds, int, int]] | None]
+    ) -> list[Choice | None]:
+        """Where the model would put each one-pod-set plan of a workload (its first pod, or the
+        whole gang when it must share a node), without placing it: to rank the workload's
+        candidate flavors. None for a plan it does not weigh or cannot place."""
+        out: list[Choice | None] = [None] * len(plans)
+        self._previewed.clear()  # only the latest preview may stand for a placement
+        if w.topology not in (TopologyMode.NONE, TopologyMode.NODE):
+            return out
+        idx = [k for k, p in enumerate(plans) if p is not None and len(p) == 1]
+        idx = [k for k in idx if self._modelled(plans[k][0][0])]  # type: ignore[index]
+        if not idx:
+            return out
+        needs = [plans[k][0][0] for k in idx]  # type: ignore[index]
+        gang = plans[idx[0]][0][1] if w.topology is TopologyMode.NODE else 1  # type: ignore[index]
+        cands = [self._unreserved(self.model.candidates(n, None), n.flavor) for n in needs]
+        for k, choice in zip(idx, self.model.best_each(needs, cands, gang), strict=True):
+            out[k] = choice
+        if gang == 1:
+            # the choice stands until the working state changes: placing the winner next
+            # need not score again
+            mark = self.ws.checkpoint()
+            for n, k in zip(needs, idx, strict=True):
+                self._previewed[(id(n.pod_set), n.flavor)] = (mark, out[k])
+        return out
+
+    def _place_by_model(
+        self, needs: PodNeeds, pod_id: str, group: list[int] | None
+    ) -> PodAssignment | None:
+        ws = self.ws
+        cand = self._unreserved(self.model.candidates(needs, group), needs.flavor)
+        excluded: set[int] = set()
+        cached = self._previewed.pop((id(needs.pod_set), needs.flavor), None)
+        if group is not None or cached is None or cached[0] != ws.checkpoint():
+            cached = None
+        while True:
+            if cached is not None:
+                choice, cached = cached[1], None
+            else:
+                choice = self.model.best(needs, cand, excluded=excluded)
+            if choice is None:
+                return None
+            node = ws.nodes[choice.node]
+            gpu: GpuSlots | None = None
+            if needs.shared:
+                assert needs.flavor is not None
+                if choice.gpu is not None:
+                    gpu = ws.gpu_rows.slots.get((node.idx, choice.gpu))
+                    if gpu is not None and not (
+                        gpu.flavor == needs.flavor
+                        and len(gpu.free) >= needs.slices
+                        and gpu.mem_free >= needs.shared_mem
+                    ):
+                        gpu = None
+                if gpu is None:
+                    gpu = plugins.shared_gpu(needs, node)
+                if gpu is None:  # the GPU memory promised there is short: try the next node
+                    excluded.add(node.idx)
+                    continue
+            return self._assign(needs, pod_id, node, gpu)
+
+    def _assign(
+        self, needs: PodNeeds, pod_id: str, node: NodeState, gpu: GpuSlots | None
+    ) -> PodAssignment:
+        ws = self.ws
+        ws.adjust_node(node, -needs.cpu, -needs.mem)
+        if needs.flavor is None:
+            return PodAssignment(pod_id, needs.pod_set.name, node.name, (), None)
+        ordinals = self._take(needs, node, gpu)
+        return PodAssignment(
+            pod_id,
+            needs.pod_set.name,
+            node.name,
+            tuple(ws.slice_ids[o] for o in ordinals),
+            needs.flavor,
+            needs.shared_mem,
+        )
+
+    def place_pod(
+        self, needs: PodNeeds, pod_id: str, group: list[int] | None, rej: Rejections
+    ) -> PodAssignment | None:
+        if self._modelled(needs):
+            placed = self._place_by_model(needs, pod_id, group)
+            if placed is not None:
+                return placed
+            # nothing fits: the filters below count who refused, for the pending reason
+        ws = self.ws
+        best: tuple[int, int] | None = None
+        best_gpu: GpuSlots | None = None
+        scored: set[tuple[int, int]] = set()
+        evaluated = 0
+        flavor = needs.flavor
+        # A shared GPU's fit varies inside a run (the node's fullest fitting GPU); look a
+        # little further there, and nowhere beyond the first feasible node otherwise.
+        per_run = SHARED_NODES_PER_RUN if needs.shared else 1
+        for run in self._node_order(needs, group):
+            in_run = 0
+            for n in run:
+                node = ws.nodes[n]
+                ok = self._feasible(needs, node, rej)
+                if ok is False:
+                    continue
+                in_run += 1
+                gpu = ok if isinstance(ok, GpuSlots) else None
+                if flavor is None:
+                    sig = (0, 0)
+                elif gpu is not None:
+                    sig = (len(gpu.free), gpu.total)
+                else:
+                    sig = (ws.index[flavor].count[n], ws.total[(flavor, n)])
+                if sig not in scored:
+                    scored.add(sig)
+                    key = (self._score(needs, *sig), -n)
+                    if best is None or key > best:
+                        best, best_gpu = key, gpu
+                    evaluated += 1
+                if in_run >= per_run:
+                    break
+            if evaluated >= self.candidates:
+                break
+        if best is None:
+            return None
+        return self._assign(needs, pod_id, ws.nodes[-best[1]], best_gpu)
+
+    def _take(self, needs: PodNeeds, node: NodeState, gpu: GpuSlots | None) -> list[int]:
+        ws = self.ws
+        assert needs.flavor is not None
+        if gpu is not None:
+            return ws.take(gpu, needs.slices, needs.shared_mem)
+        gpus = node.gpus[needs.flavor]
+        if ws.kind(needs.flavor) is SliceKind.MIG:
+            # Fill GPUs that already run instances, keeping empty GPUs whole for repartitioning.
+            used = ws.gpu_used
+            order = sorted(gpus, key=lambda g: (-used.get((node.idx, g.gpu), 0), g.gpu))
+        else:
+            order = gpus
+        out: list[int] = []
+        left = needs.slices
+        for g in order:
+            if left == 0:
+                break
+            k = min(left, len(g.free))
+            if k:
+                out += ws.take(g, k, 0)
+                left -= k
+        assert left == 0, "index promised more free slices than the node has"
+        return out
+
+    # -------------------------------------------------------------- gangs
+    def place_gang(
+        self, w: Workload, plan: list[tuple[PodNeeds, int, int]]
+    ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
+        """`plan`: (needs, pods wanted, pods required) per pod set."""
+        self.current = w
+        if w.topology is TopologyMode.NODE:
+            # a one-node gang the model can weigh as one request: on the node it picks
+            choice = self.preview(w, [plan])[0]
+            if choice is not None:
+                placed, _ = self._place_in(w, plan, [choice.node])
+                if placed is not None:
+                    return placed, None
+        groups = self.ws.groups_for(w.topology)
+        if groups is None:
+            return self._place_in(w, plan, None)
+        demand: Counter[str] = Counter()
+        for needs, _, need_min in plan:
+            if needs.flavor is not None:
+                demand[needs.flavor] += needs.slices * need_min
+        fitting = topology_groups.fitting(self.ws, w.topology, groups, demand)
+        unit = TOPOLOGY_UNIT[w.topology]
+        if not groups:
+            return None, PendingReason(
+                Stage.PLACEMENT, Plugin.TOPOLOGY, f"no node carries a {unit} label", None
+            )
+        if not fitting:
+            best = topology_groups.most_free(self.ws, w.topology, groups, demand)
+            wanted = ", ".join(f"{d} {f}" for f, d in sorted(demand.items()))
+            return None, PendingReason(
+                Stage.PLACEMENT,
+                Plugin.TOPOLOGY,
+                f"gang needs {wanted} in one {unit}; the best {unit} has {best[0]} free",
+                next(iter(sorted(demand)), None),
+            )
+        fitting.sort(key=lambda t: (t[0], t[1][0]))
+        reason: PendingReason | None = None
+        for _, g in fitting[:MAX_GROUPS_TRIED]:
+            placed, reason = self._place_in(w, plan, g)
+            if placed is not None:
+                return placed, None
+        return None, reason
+
+    def _place_in(
+        self, w: Workload, plan: list[tuple[PodNeeds, int, int]], group: list[int] | None
+    ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
+        ws = self.ws
+        cp = ws.checkpoint()
+        placed: list[PodAssignment] = []
+        for needs, want, need_min in plan:
+            rej = Rejections(Counter())
+            got = 0
+            for i in range(want):
+                a = self.place_pod(needs, w.pod_id(needs.pod_set.name, i), group, rej)
+                if a is None:
+                    break
+                placed.append(a)
+                got += 1
+            if got < need_min:
+                ws.rollback(cp)
+                return None, self._reason(needs, need_min, got, rej)
+        return placed, None
+
+    def reason_for(
+        self, needs: PodNeeds, need_min: int, got: int, rej: Rejections
+    ) -> PendingReason:
+        return self._reason(needs, need_min, got, rej)
+
+    def _reason(self, needs: PodNeeds, need_min: int, got: int, rej: Rejections) -> PendingReason:
+        ps = needs.pod_set
+        if needs.flavor is None:
+            return PendingReason(
+                Stage.PLACEMENT,
+                Plugin.CPU_MEMORY,
+                f"needs {need_min} pods of {ps.cpu_milli}m CPU / {ps.memory_mib} MiB; "
+                f"{got} fit{rej.describe()}",
+            )
+        index = self.ws.index[needs.flavor]
+        largest = max((lvl for lvl, b in index.buckets.items() if b), default=0)
+        unit = "on one GPU" if needs.shared else "on one node"
+        msg = (
+            f"gang needs {need_min} pod{'s' if need_min != 1 else ''} × {needs.slices} "
+            f"{needs.flavor} {unit}; {got} placed, the most free {unit} is {largest}"
+            + rej.describe()
+        )
+        hint = 0
+        if self.ws.kind(needs.flavor) is SliceKind.MIG:
+            hint = repartition_hint(self.ws, needs.flavor)
+            if hint:
+                msg += f"; {hint} GPU{'s' if hint != 1 else ''} could make one by repartitioning"
+        return PendingReason(Stage.PLACEMENT, Plugin.GPU_SLICES, msg, needs.flavor, hint)

@@ -1,0 +1,194 @@
+"""What one cycle knows and has decided so far: the working copy of the cluster, quotas,
+the placer and the preemptor, the decisions made, and the memos that keep a cycle fast.
+
+Every step of the cycle (`admit`, `queueing`, `evict`, `podwise`, `gang_timeout`,
+`repartition`) takes a `CycleState` and adds to it; none imports the orchestrator
+(`cycle.Cycle`), which only orders the steps. `record` is the one way a step admits work, so
+usage, the borrowed amounts and the admission's wait for evictions are kept the same way
+whoever admits.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from gpucarve.core.policy import Flavor
+from gpucarve.core.requests import candidate_flavors, slices_per_pod
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import GpuRequest, PodAssignment, PodSet, RunningWorkload, Workload
+from gpucarve.engine.ceilings import Ceilings
+from gpucarve.engine.decisions import (
+    Admission,
+    Eviction,
+    Outcome,
+    Pending,
+    PendingReason,
+    Stage,
+)
+from gpucarve.engine.mig.hint import shapes_from
+from gpucarve.engine.placement.flavor_rank import first_flavor_needs
+from gpucarve.engine.placement.placer import Placer
+from gpucarve.engine.placement.plugins import PodNeeds
+from gpucarve.engine.preemption import Preemptor
+from gpucarve.engine.quota import Quotas
+from gpucarve.engine.working import Working
+
+MEMO_LIMIT = 200_000
+
+
+class CycleState:
+    def __init__(self, snapshot: Snapshot, now: int, ws: Working) -> None:
+        self.snapshot = snapshot
+        self.policy = snapshot.policy
+        self.cfg = snapshot.policy.scheduling
+        self.now = now
+        self.ws = ws
+        self.quotas = Quotas(self.policy, self.ws.usage)
+        self.placer = Placer(self.ws, self.cfg.scoring, self.cfg.candidates_per_pod)
+        self.ceilings = Ceilings(self.ws, self.quotas)
+        self.preemptor = Preemptor(self.ws, self.quotas, now, self.cfg.min_runtime_s)
+        self.admissions: list[Admission] = []
+        self.evictions: list[Eviction] = []
+        self.pending: list[Pending] = []
+        self.pods_placed = 0
+        # (queue, flavor) -> the head holding that queue's later work for the flavor
+        self.queue_holds: dict[tuple[str, str], Workload] = {}
+        # (plan signature) -> (release epoch, reason): a gang shape that did not fit keeps not
+        # fitting until something is given back.
+        self.no_room: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
+        self.no_victims: dict[tuple[object, ...], int] = {}
+        self.searches: Counter[str] = Counter()
+        self.failed: dict[tuple[object, ...], tuple[int, Outcome]] = {}
+        self.fresh: dict[str, Admission] = {}
+        self.withdrawn: set[str] = set()
+        self.preemptor.fresh = self.fresh
+        self._flavor_cache: dict[tuple[str, GpuRequest], list[Flavor]] = {}
+        for memo in (ws.flavor_memo, ws.shape_memo):
+            if len(memo) > MEMO_LIMIT:
+                memo.clear()  # a long-lived scheduler sees workloads come and go
+        # (queue, flavor, head) -> why work behind that head waits, this cycle
+        self.behind_reasons: dict[tuple[str, str, str], PendingReason] = {}
+        self.placer.shapes = self._shapes()
+        if self.placer.model.active:
+            self.placer.model.set_demand(snapshot.pending, self._first_needs)
+
+    def _first_needs(self, w: Workload) -> list[PodNeeds | None]:
+        return first_flavor_needs(w, self.flavors_for(w), self.needs_of)
+
+    def flavors_for(self, w: Workload) -> list[list[Flavor]]:
+        memo = self.ws.flavor_memo.get(w.id)
+        if memo is not None and memo[0] is w:
+            return memo[1]
+        out = [self._flavors_of(w.queue, ps.gpu) for ps in w.pod_sets]
+        self.ws.flavor_memo[w.id] = (w, out)
+        return out
+
+    def flavors_for_set(self, w: Workload, ps: PodSet) -> list[Flavor]:
+        return self._flavors_of(w.queue, ps.gpu)
+
+    def _flavors_of(self, queue: str, gpu: GpuRequest) -> list[Flavor]:
+        key = (queue, gpu)
+        hit = self._flavor_cache.get(key)
+        if hit is None:
+            hit = [
+                f
+                for f in candidate_flavors(self.policy, gpu)
+                if self.quotas.has_quota(queue, f.name)
+            ]
+            self._flavor_cache[key] = hit
+        return hit
+
+    def _slices(self, gpu: GpuRequest, f: Flavor) -> int:
+        return slices_per_pod(gpu, f, self.ws.flavors[f.name].gpu_memory)
+
+    def _shapes(self) -> dict[str, Counter[int]]:
+        """Pods per (flavor, slices per pod) among pending and running work."""
+        counts: Counter[tuple[str, int]] = Counter()
+        memo = self.ws.shape_memo
+        for w in self.snapshot.pending:
+            hit = memo.get(w.id)
+            if hit is None or hit[0] is not w:
+                mine: list[tuple[tuple[str, int], int]] = []
+                for ps, flavors in zip(w.pod_sets, self.flavors_for(w), strict=True):
+                    for f in flavors:
+                        mine.append(((f.name, self._slices(ps.gpu, f)), ps.count))
+                hit = memo[w.id] = (w, mine)
+            for shape, n in hit[1]:
+                counts[shape] += n
+        for shape, n in sorted(self.ws.running_shapes.items()):
+            if n:
+                counts[shape] += n
+        return shapes_from((f, size, n) for (f, size), n in counts.items())
+
+    def needs_of(self, ps: PodSet, f: Flavor | None) -> PodNeeds:
+        slices = self._slices(ps.gpu, f) if f is not None else 0
+        shared = f is not None and self.ws.flavors[f.name].shared
+        shared_mem = 0
+        if shared and f is not None:
+            gpu_mem = self.ws.flavors[f.name].gpu_memory
+            shared_mem = ps.gpu.memory_mib or gpu_mem * slices // f.replicas
+        name = f.name if f is not None else None
+        return PodNeeds(ps, name, slices, shared, shared_mem, ps.cpu_milli, ps.memory_mib)
+
+    def record(
+        self,
+        w: Workload,
+        placed: list[PodAssignment],
+        stage: Stage,
+        victims: Sequence[str] = (),
+        pods_before: tuple[PodAssignment, ...] = (),
+        precharged: bool = False,
+    ) -> None:
+        charged: Counter[str] = Counter()
+        for pod in placed:
+            if pod.flavor is not None:
+                charged[pod.flavor] += len(pod.slice_ids)
+        if not precharged:
+            for flavor, n in sorted(charged.items()):
+                self.ws.adjust_usage(w.queue, flavor, n)
+        borrowed = tuple(
+            (f, b) for f in sorted(charged) if (b := self.quotas.borrowed(w.queue, f)) > 0
+        )
+        self.pods_placed += len(placed)
+        admission = Admission(
+            workload=w.id,
+            queue=w.queue,
+            pods=tuple(placed),
+            charged=tuple(sorted(charged.items())),
+            borrowed=borrowed,
+            after_evictions=waits_for(self.snapshot, self.evictions, placed, victims),
+            stage=stage,
+        )
+        self.admissions.append(admission)
+        # Admitted this cycle, not started: reclaim may still withdraw it at no cost, which
+        # beats evicting older work of the same queue.
+        start = self.now
+        if pods_before:
+            start = self.ws.running[w.id].start_time
+        self.ws.add_running(RunningWorkload(w, (*pods_before, *placed), start))
+        self.fresh[w.id] = admission
+
+
+def waits_for(
+    snapshot: Snapshot,
+    evictions: Sequence[Eviction],
+    placed: Sequence[PodAssignment],
+    victims: Sequence[str],
+) -> tuple[str, ...]:
+    """The workloads an admission must see gone before its pods start: its own preemption's
+    victims, and the owner of any slice an eviction earlier in the cycle freed. On Kubernetes
+    an evicted pod holds its GPUs until it has terminated: binding another pod onto them at
+    once would give them twice."""
+    if not evictions:
+        return tuple(victims)
+    evicted = {e.workload for e in evictions}
+    held = {
+        sid: rw.workload.id
+        for rw in snapshot.running
+        if rw.workload.id in evicted
+        for p in rw.pods
+        for sid in p.slice_ids
+    }
+    freed = {o for p in placed for sid in p.slice_ids if (o := held.get(sid)) is not None}
+    return (*victims, *sorted(freed - set(victims)))

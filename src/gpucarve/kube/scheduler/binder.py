@@ -1,0 +1,118 @@
+"""Bindings through the pods/binding subresource, in parallel, each carrying the device-level
+choice as the `gpucarve.io/assignment` annotation.
+
+A binding made but not yet seen through the watch stays *assumed*, so the next cycle never
+hands its slices out again. A bind that fails with 409 is read back: bound as asked, it was our
+own binding whose reply was lost (a retry then conflicts); bound elsewhere by gpucarve (an
+earlier leader), the slices its annotation names are assumed instead until the watch shows
+them. Any other failure, and 404 (the pod was deleted meanwhile), drops the assumption and
+wakes the loop, so the pod is placed again (an etcd failure the API server wraps as a 409,
+"rpc error: code = Unavailable", reads back unbound and ends here too).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from gpucarve.core.vocabulary import ASSIGNMENT_ANNOTATION as ASSIGNMENT
+from gpucarve.kube.api.client import ApiError, Client
+from gpucarve.kube.api.informer import Informer
+from gpucarve.kube.scheduler.device_config import DeviceConfigs
+from gpucarve.kube.view.assigned import Assigned, assigned_of
+from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
+
+log = logging.getLogger("gpucarve.scheduler")
+
+
+def _split(pod: str) -> tuple[str, str]:
+    ns, _, name = pod.partition("/")
+    return ns, name
+
+
+class Binder:
+    def __init__(
+        self,
+        client: Client,
+        pods: Informer,
+        device_configs: DeviceConfigs,
+        metrics: SchedulerMetrics,
+        wake: Callable[[], None],
+        workers: int,
+    ) -> None:
+        self.client = client
+        self.pods = pods
+        self.device_configs = device_configs
+        self.metrics = metrics
+        self.wake = wake
+        self.assumed: dict[str, Assigned] = {}
+        self.failed: list[str] = []
+        self.lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def bind(self, jobs: list[tuple[str, Assigned]]) -> None:
+        """Assume every job's slices, then bind in the background while the next cycle is
+        computed: until the watch shows a pod bound (or its binding fails) it stays assumed."""
+        with self.lock:
+            for pod, assigned in jobs:
+                self.assumed[pod] = assigned
+        for pod, assigned in jobs:
+            self._pool.submit(self._bind_and_settle, pod, assigned)
+
+    def _bind_and_settle(self, pod: str, assigned: Assigned) -> None:
+        error = self._bind_one(pod, assigned)
+        if error is None:
+            return
+        with self.lock:
+            self.failed.append(f"{pod}: {error}")
+            if self.assumed.get(pod) == assigned:  # not the truth `_already_bound` found
+                self.assumed.pop(pod, None)
+        log.warning("binding %s to %s failed: %s", pod, assigned.node, error)
+        self.wake()
+
+    def _bind_one(self, pod: str, a: Assigned) -> str | None:
+        ns, name = _split(pod)
+        obj = self.pods.get(pod)
+        try:
+            if obj is not None:
+                self.device_configs.write(obj, a.slices, a.shared_memory_mib)
+        except ApiError as err:
+            return f"its device ConfigMap: {err}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "annotations": {ASSIGNMENT: a.annotation()},
+            },
+            "target": {"apiVersion": "v1", "kind": "Node", "name": a.node},
+        }
+        try:
+            with self.metrics.binding.time():
+                self.client.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", body)
+        except ApiError as err:
+            if err.status == 409 and self._already_bound(pod, a):
+                return None
+            self.device_configs.drop(pod)
+            return str(err)
+        return None
+
+    def _already_bound(self, pod: str, a: Assigned) -> bool:
+        """After a 409, whether the pod is bound as we asked. Bound elsewhere with gpucarve's
+        annotation, its true slices stay assumed until the watch shows them: dropped at once,
+        they would look free to the next cycle."""
+        ns, name = _split(pod)
+        try:
+            truth = assigned_of(self.client.get(f"/api/v1/namespaces/{ns}/pods/{name}"))
+        except ApiError:
+            return False
+        if truth is not None and truth != a:
+            with self.lock:
+                self.assumed[pod] = truth
+        return truth == a

@@ -1,0 +1,104 @@
+"""How a pod that asks only for a gpucarve fraction (or GPU memory) receives its GPU.
+
+Such a pod requests no device-plugin resource, so the kubelet hands it no device. The
+webhook gives it `envFrom` a ConfigMap named in its `gpucarve.io/device-config` annotation;
+the scheduler writes that ConfigMap — `NVIDIA_VISIBLE_DEVICES` set to the chosen GPUs'
+indices on the node, which the NVIDIA container runtime honours — just before it binds the
+pod, and the kubelet does not start a container whose ConfigMap is missing. The ConfigMap is
+owned by the pod (the garbage collector removes it with the pod); the scheduler also deletes
+the ones it wrote once their pod is gone, so nothing depends on the collector running.
+
+A fraction is scheduling and accounting, not isolation: processes on a shared GPU can use
+all its memory and compute unless a CUDA-level limiter (HAMi-core) enforces the share; the
+ConfigMap carries that limiter's variables too (`CUDA_DEVICE_MEMORY_LIMIT`,
+`CUDA_DEVICE_SM_LIMIT`), which are inert without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
+from gpucarve.core.vocabulary import FRACTION_ANNOTATION as FRACTION
+from gpucarve.kube.api.client import ApiError, Client
+
+log = logging.getLogger("gpucarve.scheduler")
+
+
+def gpu_indices(slices: Iterable[str]) -> list[int]:
+    """`node/gpu3/...` slice ids -> [3], in order, once each."""
+    out: list[int] = []
+    for sid in slices:
+        part = sid.split("/")[1] if sid.count("/") >= 1 else ""
+        if part.startswith("gpu") and part[3:].isdigit() and int(part[3:]) not in out:
+            out.append(int(part[3:]))
+    return out
+
+
+def environment(pod: Mapping[str, Any], slices: Iterable[str], memory_mib: int) -> dict[str, str]:
+    env = {"NVIDIA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_indices(slices))}
+    if memory_mib:
+        env["CUDA_DEVICE_MEMORY_LIMIT"] = f"{memory_mib}m"
+    fraction = ((pod.get("metadata") or {}).get("annotations") or {}).get(FRACTION)
+    if fraction and str(fraction).isdigit():
+        env["CUDA_DEVICE_SM_LIMIT"] = str(max(1, int(fraction) // 10))  # percent of the GPU
+    return env
+
+
+class DeviceConfigs:
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.written: dict[str, tuple[str, str]] = {}  # pod -> (namespace, ConfigMap)
+        self._lock = threading.Lock()
+
+    def write(self, pod: Mapping[str, Any], slices: Iterable[str], memory_mib: int) -> None:
+        """Before the binding, for a pod that names its device ConfigMap (else nothing)."""
+        meta = pod.get("metadata") or {}
+        name = (meta.get("annotations") or {}).get(DEVICE_CONFIG)
+        if not name:
+            return
+        ns = str(meta["namespace"])
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta.get("uid")}
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "labels": {"app.kubernetes.io/managed-by": "gpucarve"},
+                "ownerReferences": [owner],
+            },
+            "data": environment(pod, slices, memory_mib),
+        }
+        path = f"/api/v1/namespaces/{ns}/configmaps"
+        try:
+            self.client.call("POST", path, body)
+        except ApiError as err:
+            if err.status != 409:
+                raise
+            # left by an earlier attempt, perhaps for other GPUs: written anew
+            self.client.call("DELETE", f"{path}/{name}")
+            self.client.call("POST", path, body)
+        with self._lock:
+            self.written[f"{ns}/{meta['name']}"] = (ns, str(name))
+
+    def drop(self, pod: str) -> None:
+        with self._lock:
+            where = self.written.pop(pod, None)
+        if where is None:
+            return
+        try:
+            self.client.call("DELETE", f"/api/v1/namespaces/{where[0]}/configmaps/{where[1]}")
+        except ApiError as err:
+            if err.status != 404:
+                log.warning("device ConfigMap %s/%s not deleted: %s", *where, err)
+
+    def forget_gone(self, present: set[str]) -> None:
+        """Delete the ConfigMaps of pods that no longer exist."""
+        with self._lock:
+            gone = [p for p in self.written if p not in present]
+        for pod in gone:
+            self.drop(pod)

@@ -1,0 +1,128 @@
+"""`gpucarve explain NAMESPACE/POD` on a cluster: the objects the scheduler reads (nodes, pods,
+PodGroups of both kinds, Jobs), read once; the same view and engine cycle the scheduler runs
+(read only: nothing is written); and the explanation of the pod's workload
+(`engine.explain`), with what the pod itself says (its condition, its gang's pods).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpucarve.core.policy import Policy
+from gpucarve.engine.engine import run_cycle
+from gpucarve.engine.explain import Explanation, explain, render
+from gpucarve.kube.api.client import ApiError, Client
+from gpucarve.kube.view.cluster_view import View, build_view, key
+from gpucarve.kube.view.inventory import build_inventory
+from gpucarve.kube.view.owner_kinds import OWNER_KINDS, all_specs, watched
+from gpucarve.kube.view.pods import group_key
+
+
+class NoSuchPod(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class PodExplanation:
+    pod: str
+    lines: tuple[str, ...]
+    explanation: Explanation | None
+
+
+def _items(client: Client, path: str, optional: bool = False) -> list[dict[str, Any]]:
+    try:
+        return list(client.get(path).get("items") or [])
+    except ApiError as err:
+        if optional and err.status in (403, 404):
+            return []  # that kind of PodGroup is not installed (or not ours to read)
+        raise
+
+
+def read_view(
+    client: Client, policy: Policy, scheduler: str, now: datetime
+) -> tuple[View, datetime]:
+    """The scheduler's view of the cluster now, and the origin its times count from (the
+    oldest pending pod's creation, so the engine orders them as the scheduler does)."""
+    nodes = _items(client, "/api/v1/nodes")
+    pods = _items(client, "/api/v1/pods")
+    specs = all_specs(
+        {name: _items(client, w.path, optional=True) for name, w in watched(OWNER_KINDS)}
+    )
+    stamps = [
+        datetime.fromisoformat(p["metadata"]["creationTimestamp"])
+        for p in pods
+        if p["metadata"].get("creationTimestamp") and not (p.get("spec") or {}).get("nodeName")
+    ]
+    epoch = min([*stamps, now])
+    inventory = build_inventory(policy, nodes)
+    return build_view(policy, inventory, pods, scheduler, epoch, specs), epoch
+
+
+def _workload_of(view: View, pod: str) -> str | None:
+    for wid, sets in view.pending_sets.items():
+        if any(pod in members for members in sets):
+            return wid
+    for wid, members in view.running_pods.items():
+        if pod in members:
+            return wid
+    return None
+
+
+def explain_pod(
+    client: Client, policy: Policy, pod: str, scheduler: str, now: datetime
+) -> PodExplanation:
+    ns, _, name = pod.partition("/")
+    try:
+        obj = client.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+    except ApiError as err:
+        if err.status == 404:
+            raise NoSuchPod(pod) from None
+        raise
+    view, epoch = read_view(client, policy, scheduler, now)
+    lines = [_pod_line(obj, scheduler)]
+    if (cond := _condition(obj)) is not None:
+        lines.append(f"  its condition (from the scheduler): {cond}")
+    pod_key = key(obj)
+    if pod_key in view.invalid:
+        lines.append(f"cannot be scheduled as it is: {view.invalid[pod_key]}")
+        return PodExplanation(pod_key, tuple(lines), None)
+    if pod_key in view.orphans:
+        lines.append(f"runs outside the policy: {view.orphans[pod_key]}")
+        return PodExplanation(pod_key, tuple(lines), None)
+    workload = _workload_of(view, pod_key)
+    if workload is None:
+        lines.append("not a workload of this scheduler (finished, or no GPU request)")
+        return PodExplanation(pod_key, tuple(lines), None)
+    now_s = max(0, int((now - epoch).total_seconds()))
+    result = run_cycle(view.snapshot, now_s)
+    e = explain(view.snapshot, result, workload)
+    lines += _gang_lines(view, obj, workload)
+    lines += render(e) if e is not None else []
+    return PodExplanation(pod_key, tuple(lines), e)
+
+
+def _pod_line(obj: Mapping[str, Any], scheduler: str) -> str:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    who = spec.get("schedulerName") or "default-scheduler"
+    where = f"on {spec['nodeName']}" if spec.get("nodeName") else "not bound"
+    mine = "" if who == scheduler else f" (its scheduler is {who}, not {scheduler})"
+    return f"pod {key(obj)}: {status.get('phase', 'Pending')}, {where}{mine}"
+
+
+def _condition(obj: Mapping[str, Any]) -> str | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return str(c.get("message") or c.get("reason") or "")
+    return None
+
+
+def _gang_lines(view: View, obj: Mapping[str, Any], workload: str) -> list[str]:
+    ns, group = group_key(obj)
+    running = view.running_pods.get(workload.removesuffix("+rest"), ())
+    waiting = [p for members in view.pending_sets.get(workload, ()) for p in members]
+    if len(running) + len(waiting) <= 1:
+        return []
+    return [f"gang {ns}/{group}: {len(running)} pods bound, {len(waiting)} waiting"]

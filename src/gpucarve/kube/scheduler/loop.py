@@ -1,0 +1,401 @@
+"""The gpucarve scheduler on a real API server: informers, the engine's cycle, then actions.
+
+Each cycle rebuilds the snapshot from the informers' caches (`view.build_view`), runs the same
+`Engine.run_cycle` as the simulator, and acts on the result:
+
+1. evictions first, through the Eviction API (PodDisruptionBudgets are honoured: a refused
+   eviction is reported and retried next cycle); the workload that asked for them waits, out of
+   the snapshot, until its victims are gone, so a slow exit never evicts more pods;
+2. bindings (`binder`) through the pods/binding subresource, in parallel, each carrying
+   the device-level choice as the `gpucarve.io/assignment` annotation; bindings made but not
+   yet seen through the watch are kept as *assumed*, so the next cycle never hands their
+   slices out again;
+3. every pending pod gets `PodScheduled=False` with the engine's reason and a
+   `FailedScheduling` Event, written only when the reason changes (best effort, in the
+   background: a lost status write costs a stale message, never a wrong binding).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpucarve.core.policy import Policy
+from gpucarve.engine.apply import apply
+from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.engine import Engine
+from gpucarve.engine.invariants import check_step
+from gpucarve.kube.api.client import ApiError, Client
+from gpucarve.kube.api.informer import Informer
+from gpucarve.kube.api.leader import LeaderElector
+from gpucarve.kube.scheduler.binder import Binder
+from gpucarve.kube.scheduler.device_config import DeviceConfigs
+from gpucarve.kube.scheduler.evictions import awaited_pods, evict_pods
+from gpucarve.kube.scheduler.failed_gpus import FailedGpuPods
+from gpucarve.kube.scheduler.health import Health
+from gpucarve.kube.scheduler.mig_handoff import HandoffConfig, MigHandoff
+from gpucarve.kube.scheduler.node_labels import label_nodes
+from gpucarve.kube.scheduler.policy_reload import PolicyReloader
+from gpucarve.kube.scheduler.reporter import Reporter
+from gpucarve.kube.view.assigned import Assigned
+from gpucarve.kube.view.bound_view import BoundGroups
+from gpucarve.kube.view.cluster_view import View, build_view
+from gpucarve.kube.view.cluster_view import key as pod_id
+from gpucarve.kube.view.device_truth import busy_gpus
+from gpucarve.kube.view.inventory import Inventory, build_inventory, node_key
+from gpucarve.kube.view.observe import outside_the_cycle
+from gpucarve.kube.view.owner_kinds import OWNER_KINDS, POD_GROUPS, Watched, all_specs, watched
+from gpucarve.kube.view.pod_facts import PodFactsMemo
+from gpucarve.kube.view.pods import WorkloadCache
+from gpucarve.kube.view.short_gangs import ShortGangs
+from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
+
+log = logging.getLogger("gpucarve.scheduler")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    name: str = "gpucarve"  # the pods' spec.schedulerName
+    interval_s: float = 2.0  # cycle at least this often (aging, retries) while pods wait
+    settle_s: float = 0.05  # let a burst of changes arrive before a cycle
+    bind_workers: int = 16
+    mig: HandoffConfig = field(default_factory=HandoffConfig)
+    # Debug mode: check every rule on each cycle's decisions before acting on any of them
+    # (engine.invariants); a broken rule stops the scheduler instead of binding.
+    check_invariants: bool = False
+
+
+@dataclass
+class CycleReport:
+    now: int
+    bound: int = 0  # bindings started (they finish in the background)
+    evicted: int = 0
+    pending: int = 0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        client: Client,
+        policy: Policy,
+        config: SchedulerConfig = SchedulerConfig(),
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        health: Health | None = None,
+        reloader: PolicyReloader | None = None,
+        metrics: SchedulerMetrics | None = None,
+    ) -> None:
+        self.client = client
+        self.metrics = metrics or SchedulerMetrics()
+        self.health = health
+        self.reloader = reloader
+        self.policy = policy
+        self.cfg = config
+        self.clock = clock
+        # Decisions count seconds from here: pods created before start all count as time 0.
+        self.epoch = clock()
+        self._wake = threading.Event()
+        self.pods = Informer(client, "/api/v1/pods", self._wake.set)
+        self.nodes = Informer(client, "/api/v1/nodes", self._wake.set)
+        # the objects that give gangs their size, one informer per owner kind that has them
+        self.owner_watch = watched(OWNER_KINDS)
+        self.owners = {
+            name: Informer(client, w.path, self._wake.set) for name, w in self.owner_watch
+        }
+        self.served = set(self.owners)  # the kinds whose objects the API server serves
+        self.workloads = WorkloadCache()
+        self.facts, self.bound = PodFactsMemo(self.epoch), BoundGroups()
+        self.engine = Engine()
+        self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
+        self.short_gangs = ShortGangs()
+        self.node_problems: set[str] = set()
+        self.mig = MigHandoff(client, policy, config.mig, clock, self._repartitioned)
+        self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
+        self._inventory: tuple[tuple[str, ...], Inventory] | None = None
+        self._inventory_seen = -1  # the node cache's generation the inventory was checked at
+        self._node_keys: dict[tuple[str, str], str] = {}  # (name, resourceVersion)
+        self.reporter = Reporter(client, clock, self._uid_of)
+        self.failed_gpus = FailedGpuPods(client, self.reporter)
+        self.device_configs = DeviceConfigs(client)
+        self.binder = Binder(
+            client, self.pods, self.device_configs, self.metrics, self._wake.set,
+            config.bind_workers,
+        )  # fmt: skip
+        self.cycles = 0
+
+    @property
+    def assumed(self) -> dict[str, Assigned]:
+        """Bindings made and not yet seen through the watch (read under `binder.lock`)."""
+        return self.binder.assumed
+
+    @property
+    def failed_binds(self) -> list[str]:
+        return self.binder.failed
+
+    def _uid_of(self, pod: str) -> str | None:
+        obj = self.pods.get(pod)
+        return None if obj is None else obj["metadata"].get("uid")
+
+    # ------------------------------------------------------------------ lifecycle
+    def _informers(self) -> list[Informer]:
+        return [
+            self.nodes,
+            self.pods,
+            *(self.owners[name] for name, _ in self.owner_watch if name in self.served),
+        ]
+
+    def _served(self, name: str, w: Watched) -> bool:
+        try:
+            self.client.get(w.path + "?limit=1")
+        except ApiError as err:
+            if not w.expected and err.status == 403:
+                log.warning("%s; %s objects are not read", err, name)
+                return False
+            if err.status != 404:
+                raise
+            if w.expected:
+                # Without the CRD, pod groups are still gangs: of all their pods.
+                log.warning(
+                    "the %s CRD is not installed (run gpucarve apply): minMember unread", name
+                )
+            return False
+        return True
+
+    def start(self, timeout_s: float = 60.0, stop: threading.Event | None = None) -> None:
+        # Kinds whose CRD is not installed (coscheduling's PodGroups, say) are not read.
+        self.served = {n for n, w in self.owner_watch if not w.crd or self._served(n, w)}
+        for inf in self._informers():
+            inf.start()
+        deadline = time.monotonic() + timeout_s
+        for inf in self._informers():
+            # in short waits: a stop (SIGTERM) while a list is refused ends the wait
+            while not inf.wait_synced(0.2):
+                if stop is not None and stop.is_set():
+                    return
+                if time.monotonic() > deadline:
+                    raise ApiError("LIST", inf.path, 0, f"no list within {timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        for inf in self._informers():
+            inf.stop()
+        self.binder.shutdown()
+        self.reporter.shutdown()
+
+    def run(self, stop: threading.Event, elector: LeaderElector | None = None) -> None:
+        """Cycle until `stop` is set or the lease is lost."""
+        self.start(stop=stop)
+        if stop.is_set():
+            return
+        self.publish_mig_configs()
+        if self.health is not None:
+            self.health.synced = True
+        self.metrics.leader.set(1)  # leading (or alone): the loop runs from here
+        try:
+            self._loop(stop, elector)
+        finally:
+            self.metrics.leader.set(0)
+
+    def _loop(self, stop: threading.Event, elector: LeaderElector | None) -> None:
+        while not stop.is_set():
+            if self.health is not None:
+                self.health.beat()
+            self._wake.wait(self.cfg.interval_s)
+            self._wake.clear()
+            if stop.wait(self.cfg.settle_s):
+                break
+            if elector is not None and not elector.is_leader():
+                log.error("not the leader any more: stopping")
+                break
+            if self.reloader is not None:
+                refused = self.reloader.refused
+                if (new := self.reloader.poll()) is not None:
+                    self.metrics.reloads.labels("applied").inc()
+                    self.set_policy(new)
+                elif self.reloader.refused > refused:
+                    self.metrics.reloads.labels("refused").inc()
+            try:
+                self.cycle()
+            except ApiError as err:
+                log.warning("cycle failed: %s; retrying", err)
+
+    def set_policy(self, policy: Policy) -> None:
+        """Schedule by `policy` from the next cycle on. Everything derived from the old one
+        goes (engine state, validated workloads, the inventory, MIG hand-off settings); what
+        runs stays bound: pods of a queue or pool the new policy lacks keep their GPUs and are
+        reported (`orphans`)."""
+        log.info(
+            "policy %s loaded: %d pools, %d queues", policy.name, len(policy.pools),
+            len(policy.queues),
+        )  # fmt: skip
+        self.policy = policy
+        self.engine = Engine()
+        self.workloads = WorkloadCache()
+        self._inventory = None
+        self.mig = MigHandoff(self.client, policy, self.cfg.mig, self.clock, self._repartitioned)
+        self.publish_mig_configs()
+        self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
+        self.reporter.reset()
+
+    def publish_mig_configs(self) -> None:
+        """The static MIG configurations of the policy, for the GPU Operator (once per
+        policy; without the right to, the pools' nodes need `gpucarve render mig-config`)."""
+        try:
+            self.mig.publish_static()
+        except ApiError as err:
+            cm = f"{self.cfg.mig.namespace}/{self.cfg.mig.config_map}"
+            log.warning("static MIG configurations not written to %s: %s", cm, err)
+
+    # ------------------------------------------------------------------ one cycle
+    def inventory(self) -> Inventory:
+        """Rebuilt when what it depends on changed (`node_key`), not looked at while the node
+        cache is unchanged: at 5,000 nodes the keys alone cost a tenth of a cycle."""
+        generation, nodes = self.nodes.snapshot()
+        if self._inventory is not None and self._inventory_seen == generation:
+            return self._inventory[1]
+        key = tuple(sorted(self._node_key(n) for n in nodes))
+        if self._inventory is None or self._inventory[0] != key:
+            inv = build_inventory(self.policy, label_nodes(self.client, self.policy, nodes))
+            self._inventory = (key, inv)
+            for p in inv.problems:
+                if str(p) not in self.node_problems:
+                    log.warning("%s", p)
+            self.node_problems = {str(p) for p in inv.problems}
+        self._inventory_seen = generation
+        if len(self._node_keys) > 2 * len(nodes) + 64:
+            self._node_keys.clear()
+        return self._inventory[1]
+
+    def _node_key(self, node: dict[str, Any]) -> str:
+        meta = node["metadata"]
+        if not meta.get("resourceVersion"):
+            return node_key(node)  # no version to know it by
+        version = (meta["name"], meta["resourceVersion"])
+        got = self._node_keys.get(version)
+        if got is None:
+            got = self._node_keys[version] = node_key(node)
+        return got
+
+    def view(self) -> View:
+        with self.binder.lock:
+            for pod_key in list(self.assumed):
+                pod = self.pods.get(pod_key)
+                if pod is None or (pod.get("spec") or {}).get("nodeName"):
+                    del self.assumed[pod_key]
+            assumed = dict(self.assumed)
+        specs = all_specs({name: self.owners[name].items() for name in self.served})
+        return build_view(
+            self.policy,
+            self.inventory(),
+            self.pods.items(),
+            self.cfg.name,
+            self.epoch,
+            specs,
+            assumed,
+            self.workloads,
+            self.facts,
+            self.bound,
+        )
+
+    def cycle(self) -> CycleReport:
+        if self.dynamic_mig:
+            inv = self.inventory()
+            self.mig.advance(self._nodes_by_name(), inv.layouts, inv.changes)
+        view = self.view()
+        if self.device_configs.written:
+            self.device_configs.forget_gone({pod_id(p) for p in self.pods.items()})
+        for w in view.warnings:
+            log.warning("%s", w)
+        self.reporter.orphans(view)
+        self.reporter.device_moves(view)
+        unhealthy = self.inventory().unhealthy
+        evict = self.policy.gpu_health.evict_pods
+        evicted = self.failed_gpus.handle(view.snapshot, unhealthy, evict)
+        self.metrics.observe_health(view.snapshot, unhealthy, evicted)
+        snapshot = view.snapshot
+        waiting = self._still_awaiting(view)
+        if waiting:
+            kept = tuple(w for w in snapshot.pending if w.id not in waiting)
+            snapshot = dataclasses.replace(snapshot, pending=kept)
+        now = int((self.clock() - self.epoch).total_seconds())
+        snapshot = self.short_gangs.dated(view, snapshot, now)
+        started = time.perf_counter()  # a duration for the metrics, never read by a decision
+        result = self.engine.run_cycle(snapshot, now)
+        took = time.perf_counter() - started
+        self.cycles += 1
+        if self.cfg.check_invariants:
+            check_step(snapshot, result, apply(snapshot, result))
+        report = CycleReport(now)
+        self._evict(view, result, report)
+        self._bind(view, result, report)
+        report.pending = self.reporter.pending(view, result, waiting)
+        self.reporter.queues(self.policy, view, result, waiting)
+        outside = outside_the_cycle(self.policy, view, waiting)
+        self.metrics.observe_cycle(snapshot, result, took, outside)
+        if POD_GROUPS in self.served:
+            with self.binder.lock:
+                assumed = frozenset(self.assumed)
+            pods = self.pods.items()
+            self.reporter.groups(self.owners[POD_GROUPS].items(), pods, assumed, result)
+        if self.dynamic_mig:
+            self._repartition(view, result)
+        if result.admissions or result.evictions:
+            log.info(
+                "cycle %d: %d pods bound, %d workloads evicted, %d pending",
+                self.cycles,
+                report.bound,
+                report.evicted,
+                report.pending,
+            )
+        return report
+
+    def _repartitioned(self, node: str, result: str) -> None:
+        pool = next((n.pool for n in self.inventory().cluster.nodes if n.name == node), "none")
+        self.metrics.repartitions.labels(pool, result).inc()
+
+    def _nodes_by_name(self) -> dict[str, dict[str, Any]]:
+        return {n["metadata"]["name"]: n for n in self.nodes.items()}
+
+    def _repartition(self, view: View, result: CycleResult) -> None:
+        """Hand the cycle's repartitions to the MIG manager (`mig_handoff`). GPUs with a
+        slice held (by a pod, bound or assumed) are never changed, and a node that gets
+        bindings this cycle waits for the next one: its device plugin must be up when the
+        kubelet admits them."""
+        binding = {p.node for a in result.admissions for p in a.pods}
+        reps = [r for r in result.repartitions if r.node not in binding]
+        if not reps:
+            return  # the common case: nothing to hand over, nothing to look up
+        cluster = view.snapshot.cluster
+        with self.binder.lock:
+            assumed = [s for a in self.assumed.values() for s in a.slices]
+        inv = self.inventory()
+        busy = busy_gpus(cluster, assumed, inv.reported)
+        pools = {n.name: n.pool for n in cluster.nodes}
+        self.mig.begin(self._nodes_by_name(), pools, inv.layouts, inv.changes, busy, reps)
+
+    def _still_awaiting(self, view: View) -> dict[str, frozenset[str]]:
+        present = {pod for pods in view.running_pods.values() for pod in pods}
+        self.awaiting = {
+            w: still for w, victims in self.awaiting.items() if (still := victims & present)
+        }
+        return self.awaiting
+
+    def _evict(self, view: View, result: CycleResult, report: CycleReport) -> None:
+        self.awaiting.update(awaited_pods(view, result))
+        report.evicted += evict_pods(self.client, self.reporter, view, result)
+
+    def _bind(self, view: View, result: CycleResult, report: CycleReport) -> None:
+        jobs = [
+            (view.pod_of(a.workload, p.pod), Assigned(p.node, p.slice_ids, p.shared_memory_mib))
+            for a in result.admissions
+            if not a.after_evictions  # bound once the victims are gone
+            for p in a.pods
+        ]
+        self.binder.bind(jobs)
+        report.bound = len(jobs)
+        for pod, _ in jobs:
+            self.reporter.bound(pod)

@@ -1,0 +1,53 @@
+"""Where gpucarve bound a pod: the `gpucarve.io/assignment` annotation it writes at binding
+(node, slices, memory promised on a shared GPU), parsed once per distinct value."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpucarve.core.vocabulary import ASSIGNMENT_ANNOTATION as ASSIGNMENT
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """Where a pod was bound: its node, slices and the memory promised on a shared GPU."""
+
+    node: str
+    slices: tuple[str, ...]
+    shared_memory_mib: int = 0
+
+    def annotation(self) -> str:
+        return json.dumps(
+            {"slices": list(self.slices), "sharedMemoryMiB": self.shared_memory_mib},
+            separators=(",", ":"),
+        )
+
+
+_PARSED: dict[tuple[str, str], Assigned | None] = {}
+
+
+def assigned_of(pod: Mapping[str, Any]) -> Assigned | None:
+    raw = (pod["metadata"].get("annotations") or {}).get(ASSIGNMENT)
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not raw or not node:
+        return None
+    memo = (str(node), str(raw))
+    if memo in _PARSED:
+        return _PARSED[memo]
+    if len(_PARSED) > 200_000:
+        _PARSED.clear()
+    _PARSED[memo] = parsed = _parse_assigned(*memo)
+    return parsed
+
+
+def _parse_assigned(node: str, raw: str) -> Assigned | None:
+    try:
+        doc = json.loads(raw)
+        return Assigned(
+            str(node), tuple(str(s) for s in doc["slices"]), int(doc.get("sharedMemoryMiB", 0))
+        )
+    except (ValueError, KeyError, TypeError):
+        return None

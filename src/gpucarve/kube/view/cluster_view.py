@@ -1,0 +1,256 @@
+"""The scheduler's snapshot, rebuilt from the API server's objects before every cycle.
+
+Nothing lives only in the scheduler's memory: a restarted scheduler builds the same view. Bound
+pods of gpucarve (spec.nodeName set) are running workloads; the slices each holds come from the
+`gpucarve.io/assignment` annotation written at binding. Pods that hold GPUs without it (bound by
+another scheduler, or by hand) take the first free slices of the resource they request on their
+node, so capacity is never promised twice. A gang whose pods were bound in part before a crash
+runs with those pods; the rest wait as `<group>+rest`, needing what the group's minimum still
+lacks. `assumed` holds bindings this process made that the watch has not shown yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from gpucarve.core.cluster import ClusterState
+from gpucarve.core.policy import Policy
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import PartialGang, PodSet, Workload
+from gpucarve.engine.gang_timeout import gang_gpus
+from gpucarve.kube.view.assigned import Assigned
+from gpucarve.kube.view.bound_view import BoundGroups, claim_bound
+from gpucarve.kube.view.held_slices import hold_free
+from gpucarve.kube.view.inventory import Inventory
+from gpucarve.kube.view.owner_kinds import group_of
+from gpucarve.kube.view.pod_facts import PodFactsMemo
+from gpucarve.kube.view.pods import GroupSpec, WorkloadCache, pending_workloads
+from gpucarve.kube.view.slice_claims import SliceClaims
+
+REST = "+rest"
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass
+class View:
+    snapshot: Snapshot
+    # workload id -> the real pods (namespace/name) of each pod set, as the engine numbers them
+    pending_sets: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    # workload id -> its bound pods, for evictions
+    running_pods: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # pod -> why it can never be scheduled as it is (bad request, unknown queue…)
+    invalid: dict[str, str] = field(default_factory=dict)
+    # problems found while rebuilding (a slice claimed twice…): logged by the scheduler
+    warnings: list[str] = field(default_factory=list)
+    # bound pod -> why it is no workload of the policy (its queue or pool went away with a
+    # policy change): it keeps its GPUs, the engine neither counts nor evicts it
+    orphans: dict[str, str] = field(default_factory=dict)
+    # running gangs short of their minimum whose missing pods do not exist (yet): the
+    # scheduler knows since when (`Snapshot.partial` needs it), the API objects do not
+    short_running: dict[str, PartialGang] = field(default_factory=dict)
+    # bound pod -> how the devices the kubelet gave it differ from gpucarve's assignment
+    device_moves: dict[str, str] = field(default_factory=dict)
+
+    def pod_of(self, workload: str, engine_pod: str) -> str:
+        """The real pod behind the engine's `<workload>/<set>-<i>`."""
+        set_name, _, index = engine_pod[len(workload) + 1 :].rpartition("-")
+        k = int(set_name.removeprefix("set-"))
+        return self.pending_sets[workload][k][int(index)]
+
+
+def key(pod: Mapping[str, Any]) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def _disagrees(w: Workload, spec: GroupSpec | None) -> str | None:
+    if spec is None:
+        return None
+    queue, priority = spec.queue, spec.priority_class
+    if queue and queue != w.queue:
+        return (
+            f"validation/pod-group: the PodGroup names queue {queue!r} but its pods are in "
+            f"queue {w.queue!r}; fix: give the pods the same queue, or change spec.queue"
+        )
+    if priority and priority != w.priority_class:
+        return (
+            f"validation/pod-group: the PodGroup names priority class {priority!r} but its "
+            f"pods use {w.priority_class!r}; fix: set the same priorityClassName on both"
+        )
+    return None
+
+
+def build_view(
+    policy: Policy,
+    inventory: Inventory,
+    pods: Sequence[Mapping[str, Any]],
+    scheduler_name: str,
+    epoch: datetime,
+    specs: Mapping[tuple[str, str], GroupSpec],
+    assumed: Mapping[str, Assigned] | None = None,
+    cache: WorkloadCache | None = None,
+    facts: PodFactsMemo | None = None,
+    bound: BoundGroups | None = None,
+) -> View:
+    """`specs`: per pod group what its PodGroup object asks (minMember, topology, timeout),
+    and the queue and priority class its pods must agree with (a gang cannot be charged to
+    one queue and claimed by another). `facts`: a scheduler that builds a view every cycle
+    passes one memo, so only the pods changed since the last cycle are parsed again, and one
+    `bound`, so only the gangs changed since then are worked out again."""
+    facts = facts if facts is not None and facts.epoch == epoch else PodFactsMemo(epoch)
+    of = facts.of
+    specs = _with_hints(specs, pods)
+    min_members = {k: s.min_member for k, s in specs.items()}
+    assumed = assumed or {}
+    b = SliceClaims(inventory, policy)
+    view_invalid: dict[str, str] = {}
+    ours_bound: list[tuple[Mapping[str, Any], Assigned | None]] = []
+    ours_pending: list[Mapping[str, Any]] = []
+    foreign: list[Mapping[str, Any]] = []
+    for f, pod in sorted(((of(p), p) for p in pods), key=lambda e: e[0].key):
+        spec = pod.get("spec") or {}
+        if (pod.get("status") or {}).get("phase") in TERMINAL:
+            continue
+        mine = spec.get("schedulerName") == scheduler_name
+        k = f.key
+        if spec.get("nodeName"):
+            if mine:
+                ours_bound.append((pod, f.assigned))
+            else:
+                foreign.append(pod)
+        elif k in assumed:
+            a = assumed[k]
+            if bound is not None:
+                ours_bound.append((bound.assumed_pod(pod, a), a))
+            else:
+                ours_bound.append(({**pod, "spec": {**spec, "nodeName": a.node}}, a))
+        elif mine and not pod["metadata"].get("deletionTimestamp"):
+            ours_pending.append(pod)
+
+    # The devices the kubelet reports first (the real device wins), then the running
+    # workloads' slices as annotated (or the first free ones).
+    ours_bound, moves = b.reported_first(ours_bound) if inventory.reported else (ours_bound, {})
+    section = claim_bound(b, ours_bound, policy, inventory, epoch, specs, cache, facts, bound)
+    running, running_pods = section.running, section.running_pods
+    bound_count, running_by_key = section.bound_count, section.running_by_key
+    orphans = section.orphans
+    for pod in foreign:
+        b.fallback(f"foreign:{of(pod).key}", pod)
+
+    # Pending groups; those with pods already bound wait as `<group>+rest` for the remainder.
+    wanted = dict(specs)
+    for gk, n in bound_count.items():
+        if gk in wanted:
+            wanted[gk] = dataclasses.replace(wanted[gk], min_member=max(1, min_members[gk] - n))
+    # A gang whose pods are not all created yet waits for them (never admitted in part).
+    waiting: dict[tuple[str, str], list[str]] = {}
+    for p in ours_pending:
+        waiting.setdefault(of(p).group, []).append(of(p).key)
+    short = {
+        gk: names
+        for gk, names in waiting.items()
+        if gk in min_members and len(names) + bound_count.get(gk, 0) < min_members[gk]
+    }
+    short_running: dict[str, PartialGang] = {}
+    for (ns, group), names in short.items():
+        have = len(names) + bound_count.get((ns, group), 0)
+        if (held := running_by_key.get((ns, group))) is not None:
+            per_pod = gang_gpus(held.workload) / max(1, len(held.pods))
+            need = min_members[(ns, group)]
+            short_running[held.workload.id] = PartialGang(
+                need - len(held.pods), 0, round(per_pod * need)
+            )
+        for pod_key in names:
+            view_invalid[pod_key] = (
+                f"gang/min-member: pod group {ns}/{group} has {have} of its "
+                f"{min_members[(ns, group)]} pods (minMember); waiting for the rest"
+            )
+    ours_pending = [p for p in ours_pending if of(p).group not in short]
+    pending: list[Workload] = []
+    pending_sets: dict[str, tuple[tuple[str, ...], ...]] = {}
+    partial: dict[str, PartialGang] = {}
+    for g in pending_workloads(ours_pending, policy, epoch, wanted, cache, keyed=facts.group):
+        if g.workload is None:
+            why = "; ".join(p.plain() for p in g.problems)
+            for pod_key in g.pods:
+                view_invalid[pod_key] = why
+            continue
+        w = g.workload
+        if (clash := _disagrees(w, specs.get(group_key_of(w)))) is not None:
+            for pod_key in g.pods:
+                view_invalid[pod_key] = clash
+            continue
+        gk = group_key_of(w)
+        if gk in bound_count:
+            rest_spec = wanted.get(gk)
+            w = _rest(w, None if rest_spec is None else rest_spec.min_member)
+            rw = running_by_key[gk]
+            # Without a minMember the gang was whole when it was bound: later pods join it
+            # (a Ray cluster that scales, a replacement) and it never runs short.
+            need = min_members.get(gk, 0)
+            if bound_count[gk] < need:
+                # since its missing pods were created: they came back when it fell short
+                whole = gang_gpus(rw.workload) + gang_gpus(w)
+                partial[rw.workload.id] = PartialGang(
+                    need - bound_count[gk], w.submit_time, whole, w.id
+                )
+        pending.append(w)
+        pending_sets[w.id] = g.sets
+    hold_free(b.cluster.slices, b.allocs, inventory)
+    cluster = ClusterState(b.cluster.nodes, b.cluster.slices, MappingProxyType(b.allocs))
+    changed = {
+        gpu: int((datetime.fromisoformat(at) - epoch).total_seconds())
+        for gpu, at in inventory.mig_changed_at.items()
+    }
+    snapshot = Snapshot(
+        policy,
+        cluster,
+        tuple(running),
+        tuple(pending),
+        mig_changed_at=MappingProxyType(changed),
+        partial=MappingProxyType(partial),
+    )
+    facts.roll()
+    return View(
+        snapshot,
+        pending_sets,
+        running_pods,
+        view_invalid,
+        b.warnings,
+        orphans,
+        short_running,
+        moves,
+    )
+
+
+def _with_hints(
+    specs: Mapping[tuple[str, str], GroupSpec], pods: Sequence[Mapping[str, Any]]
+) -> Mapping[tuple[str, str], GroupSpec]:
+    """Gang sizes the pods' own labels give (a LeaderWorkerSet's group size), where no
+    object says more."""
+    hinted: dict[tuple[str, str], GroupSpec] = {}
+    for pod in pods:
+        meta = pod["metadata"]
+        found = group_of(meta)
+        if found is not None and found[1] is not None:
+            gk = (meta["namespace"], found[0])
+            if gk not in specs:
+                hinted.setdefault(gk, GroupSpec(found[1]))
+    return {**hinted, **specs} if hinted else specs
+
+
+def group_key_of(w: Workload) -> tuple[str, str]:
+    namespace, _, name = w.id.partition("/")
+    return namespace, name
+
+
+def _rest(w: Workload, minimum: int | None) -> Workload:
+    sets: list[PodSet] = []
+    for ps in w.pod_sets:
+        m = ps.count if minimum is None or len(w.pod_sets) > 1 else min(minimum, ps.count)
+        sets.append(dataclasses.replace(ps, min_count=m))
+    return dataclasses.replace(w, id=w.id + REST, pod_sets=tuple(sets))

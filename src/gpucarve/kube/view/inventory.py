@@ -1,0 +1,322 @@
+"""The cluster the engine sees, built from the API server's Node objects.
+
+A node belongs to the pool its `gpucarve.io/pool` label names, else to the pool whose
+`nodeLabels` it carries. Its GPUs are what the pool says; the node must agree: the GPU Feature
+Discovery product label must be the pool's model, and allocatable must carry exactly the
+device-plugin resources the pool's sharing mode publishes (a MIG layout other than the policy's
+shows up as other `nvidia.com/mig-*` counts). A node that disagrees is reported and kept out of
+new placements (tainted `gpucarve.io/mismatch`), but the pods already on it still count. A
+cordoned or NotReady node is kept the same way, so its running pods keep their slices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from gpucarve.core.cluster import (
+    UNAVAILABLE_TAINTS,
+    ClusterState,
+    Node,
+    Slice,
+    check_layouts,
+    pool_node,
+)
+from gpucarve.core.policy import Policy, Pool, SharingMode, Taint
+from gpucarve.core.quantity import QuantityError, parse_quantity
+from gpucarve.core.vocabulary import MIG_CHANGE_ANNOTATION as CHANGE_ANNOTATION
+from gpucarve.core.vocabulary import MIG_LAYOUT_ANNOTATION as LAYOUT_ANNOTATION
+from gpucarve.core.vocabulary import POD_DEVICES_ANNOTATION as POD_DEVICES
+from gpucarve.core.vocabulary import POOL_LABEL, UNHEALTHY_ANNOTATION
+from gpucarve.kube.view.device_truth import pod_devices, unhealthy_gpus
+from gpucarve.kube.view.mig_layout import Change, NodeLayout, node_change, node_layout
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+UNSCHEDULABLE_TAINT, NOT_READY_TAINT, MISMATCH_TAINT = (
+    Taint(key, "", "NoSchedule") for key in UNAVAILABLE_TAINTS
+)
+GPU_PREFIX = "nvidia.com/"
+
+
+@dataclass(frozen=True)
+class NodeProblem:
+    node: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"node {self.node}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    cluster: ClusterState
+    problems: tuple[NodeProblem, ...]
+    # The device-plugin resource of each flavor, for pods bound without gpucarve's annotation.
+    resource_of: Mapping[str, str]
+    # Dynamic MIG: each node's layout (by node), the changes in flight (by node), and when
+    # each GPU (`node/gpuN`) last changed (RFC 3339).
+    layouts: Mapping[str, NodeLayout] = field(default_factory=dict)
+    changes: Mapping[str, Change] = field(default_factory=dict)
+    mig_changed_at: Mapping[str, str] = field(default_factory=dict)
+    # GPUs the node's health agent has taken out of service: `node/gpuN` -> why
+    unhealthy: Mapping[str, str] = field(default_factory=dict)
+    # The devices the kubelet gave each pod, as the node agent reports them (device_truth):
+    # pod (namespace/name) -> (node, device units)
+    reported: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+
+
+def pool_of(node: Mapping[str, Any], policy: Policy) -> Pool | str | None:
+    labels = node["metadata"].get("labels") or {}
+    named = labels.get(POOL_LABEL)
+    if named is not None:
+        for pool in policy.pools:
+            if pool.name == named:
+                return pool
+        return f"label {POOL_LABEL}={named} names no pool of the policy"
+    for pool in policy.pools:
+        if pool.node_labels and all(labels.get(k) == v for k, v in pool.node_labels):
+            return pool
+    return None
+
+
+def expected_resources(policy: Policy, pool: Pool) -> Counter[str]:
+    """Device-plugin resources one node of `pool` publishes."""
+    _, node_slices = pool_node(policy, pool, "x", 0)
+    return Counter(policy.flavors[s.flavor].resource_name for s in node_slices)
+
+
+def _quantity(value: Any, scale: int) -> int | None:
+    try:
+        return int(parse_quantity(str(value)) * scale)
+    except QuantityError:
+        return None
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def _mismatches(
+    node: Mapping[str, Any], pool: Pool, expected: Counter[str], allocatable: Mapping[str, Any]
+) -> list[str]:
+    out: list[str] = []
+    labels = node["metadata"].get("labels") or {}
+    product = labels.get(PRODUCT_LABEL)
+    m = pool.model
+    names: tuple[str, ...] = (m.id, *m.aliases, *m.gfd_products)
+    said: dict[str, object] = {
+        "nvidia.com/gpu.count": pool.gpus_per_node,
+        "nvidia.com/gpu.memory": m.memory_mib,
+    }
+    if pool.mig_single:
+        # GFD describes the MIG device: `<product>-MIG-<profile>`, instances, their memory
+        profile = pool.mig_layouts[0][0].profile
+        names = tuple(f"{n}-MIG-{profile}" for n in names)
+        said["nvidia.com/gpu.count"] = sum(len(layout) for layout in pool.mig_layouts)
+        said["nvidia.com/gpu.memory"] = next(
+            p.memory_mib for p in (m.mig.profiles if m.mig else ()) if p.name == profile
+        )
+    if product is not None and product not in names:
+        out.append(
+            f"{PRODUCT_LABEL}={product} but pool {pool.name} is {names[0]}; move the node to "
+            f"a pool of that model or fix the pool's gpuModel"
+        )
+    if pool.sharing is not SharingMode.MIG:
+        said["nvidia.com/gpu.replicas"] = pool.replicas
+    for label, want in said.items():
+        have = labels.get(label)
+        if have is not None and str(have) != str(want):
+            out.append(
+                f"GPU Feature Discovery says {label}={have}, pool {pool.name} expects {want}; "
+                f"fix the pool or move the node"
+            )
+    strategy = labels.get("nvidia.com/mig.strategy")
+    if pool.sharing is SharingMode.MIG and strategy in ("single", "mixed"):
+        want = "single" if pool.mig_single else "mixed"
+        if strategy != want:
+            out.append(
+                f"the node runs the {strategy} MIG strategy, pool {pool.name} the {want} one; "
+                f"set `mig: {{strategy: {strategy}}}` on the pool or the device plugin's "
+                f"migStrategy to {want} (gpucarve render device-plugin)"
+            )
+    seen = {k: _quantity(v, 1) for k, v in allocatable.items() if str(k).startswith(GPU_PREFIX)}
+    for name in sorted(set(seen) | set(expected)):
+        have, want = seen.get(name) or 0, expected.get(name, 0)
+        if have != want:
+            out.append(
+                f"allocatable {name} is {have}, pool {pool.name} expects {want} "
+                f"({pool.sharing} layout of the policy); fix the node's device plugin or "
+                f"MIG configuration, or the pool"
+            )
+    return out
+
+
+def node_key(node: Mapping[str, Any]) -> str:
+    """What of a Node the inventory depends on: heartbeats that change nothing else keep it."""
+    meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    return json.dumps(
+        [
+            meta["name"],
+            meta.get("labels") or {},
+            [
+                annotations.get(LAYOUT_ANNOTATION),
+                annotations.get(CHANGE_ANNOTATION),
+                annotations.get(UNHEALTHY_ANNOTATION),
+                annotations.get(POD_DEVICES),
+            ],
+            spec.get("taints") or [],
+            bool(spec.get("unschedulable")),
+            status.get("allocatable") or {},
+            _ready(node),
+        ],
+        sort_keys=True,
+    )
+
+
+def _order(policy: Policy, found: Pool | str | None, node: Mapping[str, Any]) -> tuple[object, ...]:
+    """Nodes in the order `plan` and `simulate` build them: by pool as the policy lists them,
+    then by name with numbers compared as numbers (h100-2 before h100-10). A node's position
+    in its pool places it in a rack, and ties between equal nodes go to the first, so both
+    paths must count alike."""
+    name = str(node["metadata"]["name"])
+    rank = next((i for i, p in enumerate(policy.pools) if p is found), len(policy.pools))
+    parts = tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", name))
+    return (rank, parts, name)
+
+
+def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inventory:
+    expected = {p.name: expected_resources(policy, p) for p in policy.pools}
+    for pool in policy.pools:
+        check_layouts(pool)
+    mig = _Mig()
+    built: list[Node] = []
+    slices: dict[str, Slice] = {}
+    problems: list[NodeProblem] = []
+    index: Counter[str] = Counter()
+    pools = {id(n): pool_of(n, policy) for n in nodes}
+    for node in sorted(nodes, key=lambda n: _order(policy, pools[id(n)], n)):
+        name = node["metadata"]["name"]
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        found = pools[id(node)]
+        if not isinstance(found, Pool):
+            gpus = sorted(k for k in allocatable if str(k).startswith(GPU_PREFIX))
+            if isinstance(found, str) or gpus:
+                why = found if isinstance(found, str) else f"publishes {', '.join(gpus)}"
+                problems.append(
+                    NodeProblem(
+                        name,
+                        f"{why} but belongs to no pool; label it {POOL_LABEL}=<pool> "
+                        "or add the pool to the policy (not used)",
+                    )
+                )
+            continue
+        pool = found
+        layouts = None
+        change = None
+        if pool.mig_dynamic is not None:
+            layouts, change, unusable = _dynamic_layout(pool, name, node["metadata"], mig)
+            if unusable:
+                problems.append(NodeProblem(name, f"{unusable} (no new pods placed)"))
+        labels = node["metadata"].get("labels") or {}
+        cpu = _quantity(allocatable["cpu"], 1000) if "cpu" in allocatable else None
+        mem = _quantity(allocatable["memory"], 1) if "memory" in allocatable else None
+        built_node, node_slices = pool_node(
+            policy,
+            pool,
+            name,
+            index[pool.name],
+            labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+            cpu_milli=cpu,
+            memory_mib=None if mem is None else mem // (1024 * 1024),
+            mig_layouts=layouts,
+        )
+        # What the node must publish: its pool's usual resources, or for a dynamic MIG node
+        # those of the layouts it has (or is being given).
+        want = (
+            expected[pool.name]
+            if layouts is None
+            else Counter(policy.flavors[s.flavor].resource_name for s in node_slices)
+        )
+        # A node being reconfigured publishes whatever its paused device plugin last said.
+        bad = [] if change is not None else _mismatches(node, pool, want, allocatable)
+        problems.extend(NodeProblem(name, f"{msg} (no new pods placed)") for msg in bad)
+        spec = node.get("spec") or {}
+        taints = [
+            Taint(str(t["key"]), str(t.get("value") or ""), str(t["effect"]))
+            for t in spec.get("taints") or []
+        ]
+        extra = []
+        if bad or (pool.mig_dynamic is not None and layouts is None):
+            extra.append(MISMATCH_TAINT)
+        if spec.get("unschedulable"):
+            extra.append(UNSCHEDULABLE_TAINT)
+        if not _ready(node):
+            extra.append(NOT_READY_TAINT)
+        taints += [t for t in extra if all(t.key != have.key for have in taints)]
+        built_node = dataclasses.replace(built_node, taints=tuple(taints))
+        index[pool.name] += 1
+        built.append(built_node)
+        for s in node_slices:
+            slices[s.id] = s
+    resource_of = {name: f.resource_name for name, f in policy.flavors.items()}
+    unhealthy = {
+        f"{node['metadata']['name']}/gpu{g}": why
+        for node in nodes
+        for g, why in unhealthy_gpus(node).items()
+    }
+    reported = {
+        pod: (node["metadata"]["name"], units)
+        for node in nodes
+        for pod, units in pod_devices(node).items()
+    }
+    cluster = ClusterState(tuple(built), MappingProxyType(slices))
+    return Inventory(
+        cluster,
+        tuple(problems),
+        MappingProxyType(resource_of),
+        MappingProxyType(mig.layouts),
+        MappingProxyType(mig.changes),
+        MappingProxyType(mig.changed_at),
+        MappingProxyType(unhealthy),
+        MappingProxyType(reported),
+    )
+
+
+@dataclass
+class _Mig:
+    layouts: dict[str, NodeLayout] = field(default_factory=dict)
+    changes: dict[str, Change] = field(default_factory=dict)
+    changed_at: dict[str, str] = field(default_factory=dict)
+
+
+def _dynamic_layout(
+    pool: Pool, name: str, meta: Mapping[str, Any], mig: _Mig
+) -> tuple[Any, Change | None, str | None]:
+    """A dynamic MIG node's layouts (None: unusable), its change in flight, and a problem to
+    report."""
+    annotations = meta.get("annotations") or {}
+    try:
+        change = node_change(annotations, pool)
+        current = node_layout(annotations, pool)
+    except ValueError as err:
+        return None, None, f"{err}; remove the annotation to start from the policy"
+    mig.layouts[name] = current
+    for g, at in current.changed_at.items():
+        mig.changed_at[f"{name}/gpu{g}"] = at
+    layouts = current.layouts
+    if change is not None:
+        mig.changes[name] = change
+        for g in change.gpus:
+            mig.changed_at[f"{name}/gpu{g}"] = change.started
+        layouts = change.layouts
+    return layouts, change, None

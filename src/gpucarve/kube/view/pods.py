@@ -1,0 +1,241 @@
+"""Pending pods as gpucarve workloads: the scheduler's view of what waits.
+
+Pods of one gang (a pod group label, or the labels of the controller that made them: Jobs,
+JobSets, training operators, LeaderWorkerSets, Ray clusters; `kube/view/owners.py`) form one
+workload per group, needing the group's `minMember` pods at once; other pods are one workload
+each. Pods of a group with the
+same resources, selectors, tolerations and annotations share a pod set. The queue comes from
+`gpucarve.io/queue` or Kueue's `kueue.x-k8s.io/queue-name` label, else from the namespace; the
+priority class from `spec.priorityClassName`. Submit time is the creation time in seconds
+since `epoch` (the scheduler's injected clock origin), so decisions never read a wall clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from gpucarve.config.workload_spec import build_workload
+from gpucarve.core.policy import Policy
+from gpucarve.core.problems import Problem
+from gpucarve.core.quantity import parse_quantity
+from gpucarve.core.vocabulary import (
+    FRACTION_ANNOTATION,
+    GROUP_LABELS,
+    MEMORY_ANNOTATION,
+    QUEUE_LABELS,
+)
+from gpucarve.core.workload import RunningWorkload, Workload
+from gpucarve.kube.view.group_spec import GroupSpec
+from gpucarve.kube.view.owner_kinds import group_of
+
+__all__ = ["GROUP_LABELS", "GroupSpec", "PendingGroup", "WorkloadCache", "pending_workloads"]
+
+KEPT_ANNOTATIONS = (FRACTION_ANNOTATION, MEMORY_ANNOTATION)
+
+
+CACHE_LIMIT = 100_000
+
+
+@dataclass
+class WorkloadCache:
+    """Groups already built, by the exact versions of their pods, and workloads already
+    validated, by their document (a new pod version that changes nothing the workload reads,
+    such as its status, is not validated again)."""
+
+    by_pods: dict[tuple[object, ...], PendingGroup] = field(default_factory=dict)
+    by_doc: dict[str, tuple[Workload | None, list[Problem]]] = field(default_factory=dict)
+    running: dict[tuple[object, ...], tuple[RunningWorkload, object, object]] = field(
+        default_factory=dict
+    )
+
+    def trim(self) -> None:
+        for d in (self.by_pods, self.by_doc, self.running):
+            if len(d) > CACHE_LIMIT:
+                d.clear()
+
+
+@dataclass(frozen=True)
+class PendingGroup:
+    workload: Workload | None
+    pods: tuple[str, ...]  # namespace/name of the pods in it
+    problems: tuple[Problem, ...]
+    # The pods of each pod set, in pod-set order: the engine's pod `<set>-<i>` is sets[k][i].
+    sets: tuple[tuple[str, ...], ...] = ()
+
+
+def _group_of(pod: Mapping[str, Any]) -> str | None:
+    found = group_of(pod["metadata"])
+    return None if found is None else found[0]
+
+
+def group_key(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, group) of a pod: its pod group, or the pod itself when it has none."""
+    meta = pod["metadata"]
+    group = _group_of(pod)
+    return meta["namespace"], group if group is not None else meta["name"]
+
+
+def seconds_since(stamp: str, epoch: datetime) -> int:
+    """An API timestamp as whole seconds after the scheduler's clock origin (0 if before)."""
+    return max(0, int((datetime.fromisoformat(stamp) - epoch).total_seconds()))
+
+
+def _total(values: list[str], pick_max: bool = False) -> Fraction | None:
+    try:
+        parsed = [parse_quantity(v) for v in values]
+    except ValueError:
+        return None
+    if pick_max:
+        return max(parsed, default=Fraction(0))
+    return sum(parsed, Fraction(0))
+
+
+def _shown(total: Fraction) -> str:
+    return str(total.numerator) if total.denominator == 1 else f"{math.ceil(total * 1000)}m"
+
+
+def _resources(spec: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """The pod's effective requests and limits, as the kubelet and the device plugin count
+    them: the sum over its containers and sidecars (init containers that keep running), or
+    the largest plain init container's, whichever is more; a GPU asked for by an init
+    container is held by the pod. A value that is not a quantity is passed through as
+    written, so the workload check names it."""
+    inits = spec.get("initContainers") or []
+    sidecars = [c for c in inits if c.get("restartPolicy") == "Always"]
+    plain = [c for c in inits if c.get("restartPolicy") != "Always"]
+    running = [*(spec.get("containers") or []), *sidecars]
+    out: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
+    for kind in ("requests", "limits"):
+        seen: dict[str, list[str]] = {}
+        init: dict[str, list[str]] = {}
+        for group, into in ((running, seen), (plain, init)):
+            for c in group:
+                for name, value in ((c.get("resources") or {}).get(kind) or {}).items():
+                    into.setdefault(name, []).append(str(value))
+        for name in sorted(set(seen) | set(init)):
+            values, firsts = seen.get(name, []), init.get(name, [])
+            if len(values) == 1 and not firsts:
+                out[kind][name] = values[0]
+                continue
+            total, largest = _total(values), _total(firsts, pick_max=True)
+            if total is None or largest is None:
+                out[kind][name] = (values or firsts)[0]
+                continue
+            out[kind][name] = _shown(max(total, largest))
+    return out
+
+
+def _affinity(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return []
+    # one term is ANDed expressions; several terms are ORed, which a pod set cannot say: the
+    # first term is kept and the scheduler reports the rest
+    return [
+        {"key": e["key"], "operator": e["operator"], "values": list(e.get("values") or [])}
+        for e in terms[0].get("matchExpressions") or []
+    ]
+
+
+def _template(pod: Mapping[str, Any]) -> dict[str, Any]:
+    spec = pod.get("spec") or {}
+    annotations = pod["metadata"].get("annotations") or {}
+    return {
+        "resources": _resources(spec),
+        "annotations": {k: v for k, v in annotations.items() if k in KEPT_ANNOTATIONS},
+        "nodeSelector": dict(spec.get("nodeSelector") or {}),
+        "affinity": _affinity(spec),
+        "tolerations": [
+            {k: t[k] for k in ("key", "operator", "value", "effect") if k in t}
+            for t in spec.get("tolerations") or []
+        ],
+    }
+
+
+def pending_workloads(
+    pods: Sequence[Mapping[str, Any]],
+    policy: Policy,
+    epoch: datetime,
+    specs: Mapping[tuple[str, str], GroupSpec] | None = None,
+    cache: WorkloadCache | None = None,
+    keyed: Callable[[Mapping[str, Any]], tuple[str, str]] = group_key,
+) -> list[PendingGroup]:
+    """Workloads of the pending pods (in namespace/name order of their groups). A scheduler
+    that builds them every cycle passes a `cache`: an unchanged group is validated once, and
+    `keyed`, its memo of each pod's `group_key`."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        groups.setdefault(keyed(pod), []).append(pod)
+    out: list[PendingGroup] = []
+    if cache is not None:
+        cache.trim()
+    for (namespace, name), members in sorted(groups.items()):
+        members = sorted(members, key=lambda p: p["metadata"]["name"])
+        group_spec = (specs or {}).get((namespace, name))
+        wanted = None if group_spec is None else group_spec.min_member
+        versions = tuple(
+            (p["metadata"]["name"], p["metadata"].get("resourceVersion")) for p in members
+        )
+        exact = None
+        if cache is not None and all(v for _, v in versions):
+            exact = (namespace, name, group_spec, versions)
+            hit = cache.by_pods.get(exact)
+            if hit is not None:
+                out.append(hit)
+                continue
+        first = members[0]
+        labels = first["metadata"].get("labels") or {}
+        sets: dict[str, dict[str, Any]] = {}
+        set_pods: dict[str, list[str]] = {}
+        for pod in members:
+            template = _template(pod)
+            sig = json.dumps(template, sort_keys=True)
+            if sig not in sets:
+                sets[sig] = {"name": f"set-{len(sets)}", "count": 0, **template}
+                set_pods[sig] = []
+            sets[sig]["count"] += 1
+            set_pods[sig].append(f"{namespace}/{pod['metadata']['name']}")
+        pod_sets = list(sets.values())
+        if _group_of(first) is not None and wanted is not None and len(pod_sets) == 1:
+            pod_sets[0]["minCount"] = min(wanted, pod_sets[0]["count"])
+        doc: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "labels": {k: v for k, v in labels.items() if k in QUEUE_LABELS},
+            "submitTime": min(
+                seconds_since(p["metadata"]["creationTimestamp"], epoch) for p in members
+            ),
+            "podSets": pod_sets,
+        }
+        if priority := (first.get("spec") or {}).get("priorityClassName"):
+            doc["priorityClass"] = priority
+        if group_spec is not None and _group_of(first) is not None:
+            if group_spec.topology != "none":
+                doc["topology"] = group_spec.topology
+            if group_spec.timeout_s is not None:
+                doc["scheduleTimeoutSeconds"] = group_spec.timeout_s
+        built = None
+        if cache is not None:
+            sig = json.dumps(doc, sort_keys=True)
+            built = cache.by_doc.get(sig)
+        if built is None:
+            built = build_workload(doc, policy, (f"{namespace}/{name}",))
+            if cache is not None:
+                cache.by_doc[sig] = built
+        workload, problems = built
+        pod_ids = tuple(f"{namespace}/{p['metadata']['name']}" for p in members)
+        by_set = tuple(tuple(set_pods[sig]) for sig in sets)
+        group = PendingGroup(workload, pod_ids, tuple(problems), by_set)
+        if cache is not None and exact is not None:
+            cache.by_pods[exact] = group
+        out.append(group)
+    return out

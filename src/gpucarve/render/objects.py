@@ -1,0 +1,83 @@
+"""The policy's queues and priority classes as Kubernetes objects (and back)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucarve.core.policy import Policy, PriorityClass, Queue
+from gpucarve.core.vocabulary import GROUP, PREEMPTIBLE_LABEL, VERSION
+from gpucarve.core.vocabulary import MANAGED_BY_LABEL as MANAGED_LABEL
+
+
+def queue_manifest(q: Queue) -> dict[str, Any]:
+    quota: dict[str, dict[str, int]] = {}
+    for qt in q.quotas:
+        entry = {"nominal": qt.nominal}
+        if qt.borrowing_limit is not None:
+            entry["borrowingLimit"] = qt.borrowing_limit
+        if qt.lending_limit is not None:
+            entry["lendingLimit"] = qt.lending_limit
+        quota[qt.flavor] = entry
+    spec: dict[str, Any] = {
+        "weight": q.weight_milli / 1000,
+        "namespaces": list(q.namespaces),
+        "quota": quota,
+    }
+    if q.cohort is not None:
+        spec["cohort"] = q.cohort
+    if q.max_per_workload:
+        spec["maxPerWorkload"] = dict(q.max_per_workload)
+    if q.allowed_priority_classes:
+        spec["priorityClasses"] = list(q.allowed_priority_classes)
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Queue",
+        "metadata": {"name": q.name, "labels": {MANAGED_LABEL: "gpucarve"}},
+        "spec": spec,
+    }
+
+
+def priority_class_manifest(pc: PriorityClass) -> dict[str, Any]:
+    """A scheduling.k8s.io PriorityClass. Whether gpucarve may evict its pods (`preemptible`) has
+    no Kubernetes field (`preemptionPolicy` says whether its pods may evict others), so it
+    travels as a label."""
+    doc: dict[str, Any] = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": pc.name,
+            "labels": {
+                MANAGED_LABEL: "gpucarve",
+                PREEMPTIBLE_LABEL: "true" if pc.preemptible else "false",
+            },
+        },
+        "value": pc.value,
+        "globalDefault": pc.default,
+    }
+    if pc.description:
+        doc["description"] = pc.description
+    return doc
+
+
+def policy_objects(policy: Policy) -> list[dict[str, Any]]:
+    """Priority classes, then queues, in name order."""
+    return [
+        *(priority_class_manifest(pc) for pc in sorted(policy.priority_classes, key=_name)),
+        *(queue_manifest(q) for q in sorted(policy.queues, key=lambda q: q.name)),
+    ]
+
+
+def _name(pc: PriorityClass) -> str:
+    return pc.name
+
+
+def queue_summary(obj: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a Queue object a person compares with the policy."""
+    spec = obj.get("spec", {})
+    return {
+        "name": obj["metadata"]["name"],
+        "cohort": spec.get("cohort"),
+        "weight": spec.get("weight"),
+        "quota": spec.get("quota", {}),
+        "status": obj.get("status", {}),
+    }

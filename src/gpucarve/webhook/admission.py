@@ -1,0 +1,263 @@
+"""What the admission webhook decides about a pod, without I/O: the changes that bring a pod
+written for the default scheduler to gpucarve, and the problems that refuse one.
+
+Only pods that ask for a GPU (an `nvidia.com/*` resource in any container, init containers
+included, or a gpucarve fraction annotation) in a namespace the policy governs are touched.
+Validation is the scheduler's own (`kube.pods.pending_workloads` → `build_workload`): what
+the webhook refuses is exactly what the scheduler would leave pending with the same message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpucarve.core.policy import Policy
+from gpucarve.core.problems import Problem, Severity
+from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
+from gpucarve.core.vocabulary import MODE_LABEL, MUTATED_ANNOTATION, QUEUE_LABEL, QUEUE_LABELS
+from gpucarve.kube.view.gpu_mode import implied_mode
+from gpucarve.kube.view.pods import KEPT_ANNOTATIONS, PendingGroup, pending_workloads
+
+DEFAULT_SCHEDULER = "default-scheduler"
+# what the NVIDIA container toolkit reads to choose a container's devices
+DEVICE_ENV = frozenset({"NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES"})
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # submit time is irrelevant to admission
+
+
+def _containers(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
+    out = []
+    for kind in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(kind) or []):
+            out.append((kind, i, c))
+    return out
+
+
+def _requests_device(spec: Mapping[str, Any]) -> bool:
+    for _, _, c in _containers(spec):
+        res = c.get("resources") or {}
+        for kind in ("requests", "limits"):
+            if any(str(n).startswith("nvidia.com/") for n in res.get(kind) or {}):
+                return True
+    return False
+
+
+def wants_gpu(pod: Mapping[str, Any]) -> bool:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return any(k in annotations for k in KEPT_ANNOTATIONS) or _requests_device(
+        pod.get("spec") or {}
+    )
+
+
+def governed(policy: Policy, namespace: str) -> bool:
+    return any(namespace in q.namespaces for q in policy.queues)
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+@dataclass
+class Mutation:
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+def _device_config(m: Mutation, pod: Mapping[str, Any], review_uid: str) -> None:
+    """A fraction-only pod gets its GPU from a ConfigMap the scheduler writes at binding
+    (`kube.device_config`): named here, from the review's uid (the pod has neither name nor
+    uid yet when it is created from a generateName)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if DEVICE_CONFIG in annotations or _requests_device(pod.get("spec") or {}):
+        return
+    name = f"gpucarve-gpu-{review_uid.lower()}"[:253]
+    m.annotations[DEVICE_CONFIG] = name
+    for i, c in enumerate((pod.get("spec") or {}).get("containers") or []):
+        ref = {"configMapRef": {"name": name}}
+        if c.get("envFrom"):
+            m.patch.append({"op": "add", "path": f"/spec/containers/{i}/envFrom/-", "value": ref})
+        else:
+            m.patch.append({"op": "add", "path": f"/spec/containers/{i}/envFrom", "value": [ref]})
+    m.changes.append(f"envFrom ConfigMap {name} (the GPU chosen at binding)")
+
+
+def mutate(
+    policy: Policy, pod: Mapping[str, Any], scheduler_name: str, review_uid: str | None = None
+) -> Mutation:
+    """The JSON patch (RFC 6902) for one pod, and what it changes in words."""
+    m = Mutation()
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    namespace = str(meta.get("namespace") or "")
+    if not wants_gpu(pod) or not governed(policy, namespace):
+        return m
+    if spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER):
+        m.patch.append({"op": "add", "path": "/spec/schedulerName", "value": scheduler_name})
+        m.changes.append(f"schedulerName={scheduler_name}")
+    labels = meta.get("labels") or {}
+    if not any(k in labels for k in QUEUE_LABELS):
+        own = [q.name for q in policy.queues if namespace in q.namespaces]
+        if len(own) == 1:
+            if not labels:
+                m.patch.append({"op": "add", "path": "/metadata/labels", "value": {}})
+            path = f"/metadata/labels/{_escape(QUEUE_LABEL)}"
+            m.patch.append({"op": "add", "path": path, "value": own[0]})
+            m.changes.append(f"label {QUEUE_LABEL}={own[0]}")
+    for kind, i, c in _containers(spec):
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests")
+        missing = {n: v for n, v in limits.items()
+                   if str(n).startswith("nvidia.com/") and n not in (requests or {})}  # fmt: skip
+        if not missing:
+            continue
+        base = f"/spec/{kind}/{i}/resources"
+        if requests is None:
+            m.patch.append({"op": "add", "path": f"{base}/requests", "value": {}})
+        for name, value in sorted(missing.items()):
+            m.patch.append({"op": "add", "path": f"{base}/requests/{_escape(name)}",
+                            "value": value})  # fmt: skip
+            m.changes.append(f"{kind}[{c.get('name', i)}] requests {name}={value} (its limit)")
+    _mode_selector(m, policy, pod)
+    if review_uid:
+        _device_config(m, pod, review_uid)
+    if m.changes:
+        m.annotations[MUTATED_ANNOTATION] = json.dumps(m.changes)
+        if not meta.get("annotations"):
+            m.patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        for key, value in m.annotations.items():
+            path = f"/metadata/annotations/{_escape(key)}"
+            m.patch.append({"op": "add", "path": path, "value": value})
+    return m
+
+
+def pod_problems(policy: Policy, pod: Mapping[str, Any]) -> list[Problem]:
+    """Why the scheduler could never run this pod (errors only); empty for a pod gpucarve
+    does not govern."""
+    meta = pod.get("metadata") or {}
+    if not governed(policy, str(meta.get("namespace") or "")):
+        return []
+    out = device_env_problems(pod)
+    if not wants_gpu(pod):
+        return out
+    return out + [p for p in _as_scheduled(policy, pod).problems if p.severity is Severity.ERROR]
+
+
+def device_env_problems(pod: Mapping[str, Any]) -> list[Problem]:
+    """A container that names its own devices: the NVIDIA container toolkit gives a container
+    whatever `NVIDIA_VISIBLE_DEVICES` says (`all` included) unless the toolkit is set to
+    refuse it, so in a governed namespace that variable is gpucarve's to set (through the
+    device ConfigMap), never the pod's — in any container, ephemeral ones (added later, for
+    debugging) included."""
+    meta = pod.get("metadata") or {}
+    name = str(meta.get("name") or meta.get("generateName") or "pod")
+    spec = pod.get("spec") or {}
+    out: list[Problem] = []
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
+        for i, c in enumerate(spec.get(kind) or []):
+            for var in c.get("env") or []:
+                if isinstance(var, Mapping) and var.get("name") in DEVICE_ENV:
+                    out.append(Problem((name, "spec", kind, c.get("name", str(i)), "env",
+                                        str(var["name"])), "device-env-set-by-pod",
+                                       f"{var['name']} chooses the node's GPUs outside the "
+                                       "scheduler (the toolkit honours it, `all` included)",
+                                       "remove it: request the GPUs as resources or a gpucarve "
+                                       "fraction, and the container gets the ones chosen for it")
+                               )  # fmt: skip
+    return out
+
+
+def _as_scheduled(policy: Policy, pod: Mapping[str, Any]) -> PendingGroup:
+    """The pod as the scheduler will read it from the API server (with what the server
+    fills in), built into its workload by the scheduler's own code."""
+    meta = pod.get("metadata") or {}
+    shaped_meta = dict(meta)
+    # a Job's pods have only generateName; the server appends five characters to it
+    shaped_meta["name"] = meta.get("name") or f"{meta.get('generateName') or 'pod-'}xxxxx"
+    shaped_meta["creationTimestamp"] = meta.get("creationTimestamp") or "2000-01-01T00:00:00Z"
+    (group,) = pending_workloads([{**pod, "metadata": shaped_meta}], policy, _EPOCH)
+    return group
+
+
+def _mode_selector(m: Mutation, policy: Policy, pod: Mapping[str, Any]) -> None:
+    """The seed's `gpu-mode` node selector, when the request implies one sharing mode: a
+    pod then never lands on a pool of another mode, whoever binds it."""
+    spec = pod.get("spec") or {}
+    selector = spec.get("nodeSelector") or {}
+    if MODE_LABEL in selector:
+        return
+    workload = _as_scheduled(policy, pod).workload
+    if workload is None:
+        return
+    mode = implied_mode(policy, [ps.gpu for ps in workload.pod_sets])
+    if mode is None:
+        return
+    if not selector:
+        m.patch.append({"op": "add", "path": "/spec/nodeSelector", "value": {}})
+    m.patch.append({"op": "add", "path": f"/spec/nodeSelector/{_escape(MODE_LABEL)}",
+                    "value": mode})  # fmt: skip
+    m.changes.append(f"nodeSelector {MODE_LABEL}={mode}")
+
+
+def denial(problems: list[Problem]) -> str:
+    """The message `kubectl apply` prints: each problem with where, what and the fix."""
+    parts = [f"{p.location}: {p.message} (fix: {p.fix})" for p in problems]
+    return "gpucarve: " + "; ".join(parts)
+
+
+def queue_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
+    """What a Queue object's schema cannot check: its cohort exists, and each quota names a
+    flavor the pools provide and fits in them."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    spec = obj.get("spec") or {}
+    out: list[Problem] = []
+    cohort = spec.get("cohort")
+    cohorts = sorted(c.name for c in policy.cohorts)
+    if cohort and cohort not in cohorts:
+        out.append(Problem((name, "spec", "cohort"), "unknown-cohort",
+                           f"cohort {cohort!r} does not exist",
+                           f"use one of: {', '.join(cohorts) or '(the policy has none)'}, "
+                           "or add it to the policy's cohorts"))  # fmt: skip
+    for flavor, q in sorted((spec.get("quota") or {}).items()):
+        where = (name, "spec", "quota", str(flavor))
+        if flavor not in policy.flavors:
+            out.append(Problem(where, "unknown-flavor", f"no pool provides flavor {flavor!r}",
+                               f"use one of: {', '.join(sorted(policy.flavors))}"))  # fmt: skip
+            continue
+        nominal, capacity = (q or {}).get("nominal"), policy.capacity.get(flavor, 0)
+        if isinstance(nominal, int) and nominal > capacity:
+            out.append(Problem((*where, "nominal"), "quota-exceeds-capacity",
+                               f"nominal {nominal} {flavor} but the pools hold {capacity}",
+                               f"lower it to at most {capacity}, or add capacity"))  # fmt: skip
+    return out
+
+
+def pod_group_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
+    """A PodGroup's queue must be one its namespace may use, and its priority class one that
+    queue allows: a gang cannot claim another team's quota or priority any more than a pod."""
+    meta = obj.get("metadata") or {}
+    name, ns = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+    spec = obj.get("spec") or {}
+    own = [q for q in policy.queues if ns in q.namespaces]
+    if not own:
+        return []  # not a governed namespace
+    out: list[Problem] = []
+    queue = own[0]
+    if wanted := spec.get("queue"):
+        allowed = [q for q in own if q.name == wanted]
+        if not allowed:
+            names = ", ".join(q.name for q in own)
+            out.append(Problem((name, "spec", "queue"), "queue-not-for-namespace",
+                               f"namespace {ns!r} may not use queue {wanted!r}",
+                               f"use {names}, or leave spec.queue out"))  # fmt: skip
+            return out
+        queue = allowed[0]
+    pc = spec.get("priorityClassName")
+    if pc and queue.allowed_priority_classes and pc not in queue.allowed_priority_classes:
+        out.append(Problem((name, "spec", "priorityClassName"), "priority-class-not-allowed",
+                           f"queue {queue.name!r} may not use priority class {pc!r}",
+                           f"use one of: {', '.join(queue.allowed_priority_classes)}"))  # fmt: skip
+    return out

@@ -53,17 +53,7 @@ def violations(
         bound += 1
         if node not in nodes:
             problems.append(f"pod {name} bound to {node}, which does not exist")
-        annotation = (pod["metadata"].get("annotations") or {}).get("gpucarve.io/assignment")
-        if annotation is None:
-            problems.append(f"pod {name} bound without gpucarve's assignment")
-            continue
-        for sid in json.loads(annotation)["slices"]:
-            if not sid.startswith(node + "/"):
-                problems.append(f"pod {name} on {node} holds slice {sid}")
-            slices[sid].append(name)
-        for container in pod["spec"]["containers"]:
-            for resource, amount in (container["resources"].get("requests") or {}).items():
-                used[node][resource] += int(parse_quantity(amount) * 1000)
+        problems += _bound_pod(name, pod, node, slices, used[node])
     problems += [f"slice {s} assigned to {names}" for s, names in slices.items() if len(names) > 1]
     for node, amounts in used.items():
         allocatable = (nodes.get(node) or {}).get("status", {}).get("allocatable", {})
@@ -75,3 +65,21 @@ def violations(
         if any(placed) and not all(placed):
             problems.append(f"gang {group} partly bound: {sum(placed)} of {len(placed)}")
     return {"bound": bound, "pending": pending}, problems
+
+
+def _bound_pod(
+    name: str, pod: Obj, node: str, slices: dict[str, list[str]], used: Counter[str]
+) -> list[str]:
+    """A bound pod's slices (gathered in `slices`) and requests (added to its node's `used`)."""
+    annotation = (pod["metadata"].get("annotations") or {}).get("gpucarve.io/assignment")
+    if annotation is None:
+        return [f"pod {name} bound without gpucarve's assignment"]
+    problems = []
+    for sid in json.loads(annotation)["slices"]:
+        if not sid.startswith(node + "/"):
+            problems.append(f"pod {name} on {node} holds slice {sid}")
+        slices[sid].append(name)
+    for container in pod["spec"]["containers"]:
+        for resource, amount in (container["resources"].get("requests") or {}).items():
+            used[resource] += int(parse_quantity(amount) * 1000)
+    return problems

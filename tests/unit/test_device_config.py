@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from gpucarve.config.policy_build import load_policy
+from gpucarve.core.cluster import gpu_of_slice
 from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
-from gpucarve.kube.scheduler.device_config import environment, gpu_indices
+from gpucarve.core.workload import PodAssignment
+from gpucarve.kube.scheduler.device_config import environment
+from gpucarve.kube.view.assigned import Assigned
 from gpucarve.webhook.admission import mutate
 from tests.paths import BUILTIN
 
@@ -12,11 +15,17 @@ POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
 
 
 def test_gpu_indices_and_limiter_variables() -> None:
-    assert gpu_indices(["dev-0/gpu0/r1", "dev-0/gpu0/r2", "dev-0/gpu3/r0"]) == [0, 3]
-    pod = {"metadata": {"annotations": {"gpucarve.io/gpu-fraction": "500"}}}
-    env = environment(pod, ["dev-0/gpu2/r1"], 8192)
+    assert [gpu_of_slice(s) for s in ("dev-0/gpu0/r1", "dev-0/gpu3", "dev-0/x")] == [0, 3, None]
+    pod = PodAssignment("w/p-0", "p", "dev-0", ("dev-0/gpu0/r1", "dev-0/gpu0/r2", "dev-0/gpu3/r0"),
+                        "l40s-shared", 8192)  # fmt: skip
+    placed = Assigned.placed(pod, 500)
+    assert placed.gpus == (0, 3)  # in order, once each
+    env = environment(Assigned.placed(PodAssignment("w/p-0", "p", "dev-0", ("dev-0/gpu2/r1",),
+                                                    "l40s-shared", 8192), 500))  # fmt: skip
     assert env == {"NVIDIA_VISIBLE_DEVICES": "2", "CUDA_DEVICE_MEMORY_LIMIT": "8192m",
                    "CUDA_DEVICE_SM_LIMIT": "50"}  # fmt: skip
+    # memory only: no compute limit
+    assert "CUDA_DEVICE_SM_LIMIT" not in environment(Assigned.placed(pod, 0))
 
 
 def test_the_webhook_names_the_config_map_only_for_fraction_only_pods() -> None:

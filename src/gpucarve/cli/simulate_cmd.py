@@ -24,6 +24,7 @@ from gpucarve.cli.output import Exit, console
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
+from gpucarve.core.workload import Workload
 from gpucarve.sim import report
 from gpucarve.sim.baselines import POLICIES
 from gpucarve.sim.failures import from_rate, load_failures
@@ -32,7 +33,7 @@ from gpucarve.sim.metrics import is_dev, summarize, timelines
 from gpucarve.sim.policy_scenario import is_three_teams, scenario_for
 from gpucarve.sim.records import GpuFailure, SimConfig
 from gpucarve.sim.runner import Simulator
-from gpucarve.sim.synthetic import DAY, generate
+from gpucarve.sim.synthetic import DAY, Scenario, generate
 from gpucarve.sim.trace_io import load_trace
 
 
@@ -273,46 +274,18 @@ def simulate(
             Text(f"unknown policy {', '.join(unknown)}; use {', '.join(POLICIES)}", style="red")
         )
         raise typer.Exit(Exit.INVALID)
-    case_study = False
     try:
         if trace_file is not None:
-            loaded_trace = load_trace(trace_file, loaded.policy, lenient)
-            workloads, utilisation = loaded_trace.workloads, loaded_trace.utilisation
-            if loaded_trace.skipped:
-                console(stderr=True).print(
-                    Text(f"{trace_file}: skipped {loaded_trace.skipped} bad rows", style="yellow")
-                )
+            workloads, utilisation = _trace_workloads(trace_file, loaded.policy, lenient)
+            case_study = False
         else:
-            scenario = scenario_for(loaded.policy, days)
+            source = str(policy or "the policy")
+            scenario = _scenario(loaded.policy, days, load, source)
             case_study = is_three_teams(scenario)
-            if not scenario.teams:
-                raise InvalidInput(
-                    str(policy or "the policy"),
-                    [
-                        Problem(
-                            ("queues",),
-                            "nothing-to-simulate",
-                            "no queue has nominal quota, so no synthetic work can be made",
-                            "add queues with quota, or replay a trace with --trace",
-                        )
-                    ],
-                )
-            if load != 1.0:
-                teams = tuple(
-                    dataclasses.replace(t, arrivals_per_hour=t.arrivals_per_hour * load)
-                    for t in scenario.teams
-                )
-                scenario = dataclasses.replace(scenario, teams=teams)
-            trace = generate(loaded.policy, scenario, seed)
-            workloads, utilisation = trace.workloads, trace.utilisation
-            if loaded.policy.autoscaling:
-                # the policy's inference Deployments, scaling as their HPAs would
-                replicas, busy = inference_load(loaded.policy, int(days * DAY), seed)
-                workloads = sorted([*workloads, *replicas], key=lambda w: (w.submit_time, w.id))
-                utilisation = {**utilisation, **busy}
+            workloads, utilisation = _synthetic_workloads(loaded.policy, scenario, days, seed)
             if not workloads:
                 raise InvalidInput(
-                    str(policy or "the policy"),
+                    source,
                     [
                         Problem(
                             (),
@@ -324,19 +297,107 @@ def simulate(
                 )
     except InvalidInput as exc:
         fail(exc)
-    err = console(stderr=True)
     if trace_file is not None:
         window = (workloads[0].submit_time, max(w.submit_time for w in workloads) + 1)
     else:
         window = (0, int(days * DAY))
-    dev = {w.id for w in workloads if is_dev(w)}
     gpu_failures = _failures(loaded.policy, failure_file, failure_rate, repair_hours, window, seed)
+    config = SimConfig(check_invariants=check_invariants, gpu_failures=gpu_failures)
+    results, series = _run_all(names, loaded.policy, workloads, utilisation, config, window)
+    doc: dict[str, Any] = {"policy": loaded.policy.name, "results": results}
+    if failure_file is not None:
+        doc["gpu_failures"] = str(failure_file)
+    elif failure_rate:
+        doc["gpu_failures"] = {"per_gpu_day": failure_rate, "repair_hours": repair_hours}
+    doc.update(_source(trace_file, seed, days, load))
+    if out is not None:
+        what = (
+            f"trace {trace_file.name}" if trace_file else f"seed {seed}, {days:g} days of arrivals"
+        )
+        _write(out, doc, names, series, f"gpucarve simulation: {loaded.policy.name}, {what}",
+               case_study)  # fmt: skip
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
+        return
+    c = console()
+    for table in _tables(results):
+        c.print(table)
+    if "kube-default" in results and "gpucarve" in results:
+        c.print(Text(_verdict(results)))
+        if case_study:
+            c.print(Text(case_study_line(results)))
+
+
+def _source(trace_file: Path | None, seed: int, days: float, load: float) -> dict[str, Any]:
+    """What results.json says the work came from."""
+    if trace_file is not None:
+        return {"trace": str(trace_file)}
+    return {"seed": seed, "days": days, **({"load": load} if load != 1.0 else {})}
+
+
+def _trace_workloads(
+    trace_file: Path, policy: Policy, lenient: bool
+) -> tuple[list[Workload], dict[str, float]]:
+    loaded_trace = load_trace(trace_file, policy, lenient)
+    if loaded_trace.skipped:
+        console(stderr=True).print(
+            Text(f"{trace_file}: skipped {loaded_trace.skipped} bad rows", style="yellow")
+        )
+    return list(loaded_trace.workloads), dict(loaded_trace.utilisation)
+
+
+def _scenario(policy: Policy, days: float, load: float, source: str) -> Scenario:
+    scenario = scenario_for(policy, days)
+    if not scenario.teams:
+        raise InvalidInput(
+            source,
+            [
+                Problem(
+                    ("queues",),
+                    "nothing-to-simulate",
+                    "no queue has nominal quota, so no synthetic work can be made",
+                    "add queues with quota, or replay a trace with --trace",
+                )
+            ],
+        )
+    if load != 1.0:
+        teams = tuple(
+            dataclasses.replace(t, arrivals_per_hour=t.arrivals_per_hour * load)
+            for t in scenario.teams
+        )
+        scenario = dataclasses.replace(scenario, teams=teams)
+    return scenario
+
+
+def _synthetic_workloads(
+    policy: Policy, scenario: Scenario, days: float, seed: int
+) -> tuple[list[Workload], dict[str, float]]:
+    trace = generate(policy, scenario, seed)
+    workloads, utilisation = list(trace.workloads), dict(trace.utilisation)
+    if policy.autoscaling:
+        # the policy's inference Deployments, scaling as their HPAs would
+        replicas, busy = inference_load(policy, int(days * DAY), seed)
+        workloads = sorted([*workloads, *replicas], key=lambda w: (w.submit_time, w.id))
+        utilisation = {**utilisation, **busy}
+    return workloads, utilisation
+
+
+def _run_all(
+    names: list[str],
+    policy: Policy,
+    workloads: list[Workload],
+    utilisation: dict[str, float],
+    config: SimConfig,
+    window: tuple[int, int],
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Each policy's run over the same workloads, with a progress bar on standard error."""
+    dev = {w.id for w in workloads if is_dev(w)}
     results: dict[str, dict[str, Any]] = {}
     series: dict[str, dict[str, Any]] = {}
+    err = console(stderr=True)
     for name in names:
         make_policy, make_workloads = POLICIES[name]
-        config = SimConfig(check_invariants=check_invariants, gpu_failures=gpu_failures)
-        sim = Simulator(make_policy(loaded.policy), make_workloads(workloads), utilisation, config)
+        sim = Simulator(make_policy(policy), make_workloads(workloads), utilisation, config)
         with Progress(
             TextColumn(f"simulating {name}"),
             BarColumn(),
@@ -352,50 +413,36 @@ def simulate(
             result = sim.run(progress=tick)
         results[name] = summarize(result, utilisation, window, dev)
         series[name] = timelines(result, window)
-    doc: dict[str, Any] = {"policy": loaded.policy.name, "results": results}
-    if failure_file is not None:
-        doc["gpu_failures"] = str(failure_file)
-    elif failure_rate:
-        doc["gpu_failures"] = {"per_gpu_day": failure_rate, "repair_hours": repair_hours}
-    if trace_file is not None:
-        doc["trace"] = str(trace_file)
-    else:
-        doc.update(seed=seed, days=days)
-        if load != 1.0:
-            doc["load"] = load
-    if out is not None:
-        (out / "results.json").write_text(
-            json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
-        )
-        verdict = _verdict(results) if {"kube-default", "gpucarve"} <= set(results) else ""
-        if verdict and case_study:
-            verdict += ". " + case_study_line(results)
-        rows = [(label, [fmt(results[n]) for n in names]) for label, fmt in ROWS]
-        page = report.render(
-            f"gpucarve simulation: {loaded.policy.name}, "
-            + (
-                f"trace {trace_file.name}"
-                if trace_file
-                else f"seed {seed}, {days:g} days of arrivals"
-            ),
-            rows,
-            names,
-            verdict,
-            series,
-            notes=[
-                "Time-sliced jobs slow down with the LUCID co-location fit (docs/simulator.md); "
-                "MIG instances do not interfere.",
-                "Figures cover the arrival window; runs continue until the work is done.",
-            ],
-        )
-        (out / "report.html").write_text(page)
-    if as_json:
-        typer.echo(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
-        return
-    c = console()
-    for table in _tables(results):
-        c.print(table)
-    if "kube-default" in results and "gpucarve" in results:
-        c.print(Text(_verdict(results)))
-        if case_study:
-            c.print(Text(case_study_line(results)))
+    return results, series
+
+
+def _write(
+    out: Path,
+    doc: dict[str, Any],
+    names: list[str],
+    series: dict[str, dict[str, Any]],
+    title: str,
+    case_study: bool,
+) -> None:
+    """results.json and report.html in `out`."""
+    results = doc["results"]
+    (out / "results.json").write_text(
+        json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    )
+    verdict = _verdict(results) if {"kube-default", "gpucarve"} <= set(results) else ""
+    if verdict and case_study:
+        verdict += ". " + case_study_line(results)
+    rows = [(label, [fmt(results[n]) for n in names]) for label, fmt in ROWS]
+    page = report.render(
+        title,
+        rows,
+        names,
+        verdict,
+        series,
+        notes=[
+            "Time-sliced jobs slow down with the LUCID co-location fit (docs/simulator.md); "
+            "MIG instances do not interfere.",
+            "Figures cover the arrival window; runs continue until the work is done.",
+        ],
+    )
+    (out / "report.html").write_text(page)

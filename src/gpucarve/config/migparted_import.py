@@ -8,6 +8,7 @@ geometry; problems name the configuration, the entry and the fix.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,11 +113,8 @@ def _read(path: str | Path) -> tuple[str, dict[str, list[Any]]]:
     return doc.source, configs
 
 
-def import_mig_config(
-    path: str | Path, catalog: Catalog, config: str | None = None, model: GpuModel | None = None
-) -> dict[str, dict[str, Any]]:
-    """model id -> the pool `mig:` block (`layout` or `perGpu`) of the chosen configuration."""
-    source, configs = _read(path)
+def _chosen(source: str, configs: Mapping[str, Any], config: str | None) -> str:
+    """The configuration to import: the one named, or the only one."""
     if config is None:
         if len(configs) != 1:
             raise InvalidInput(
@@ -143,6 +141,15 @@ def import_mig_config(
                 )
             ],
         )
+    return config
+
+
+def import_mig_config(
+    path: str | Path, catalog: Catalog, config: str | None = None, model: GpuModel | None = None
+) -> dict[str, dict[str, Any]]:
+    """model id -> the pool `mig:` block (`layout` or `perGpu`) of the chosen configuration."""
+    source, configs = _read(path)
+    config = _chosen(source, configs, config)
     out: dict[str, dict[str, Any]] = {}
     problems: list[Problem] = []
     for i, entry in enumerate(configs[config]):

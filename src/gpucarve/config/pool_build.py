@@ -220,9 +220,8 @@ def _mig_layouts(
     return tuple(by_gpu[g] for g in range(spec.gpusPerNode)), []
 
 
-def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | None, list[Problem]]:
-    model, problems = resolve_model(catalog, spec.gpuModel, (*path, "gpuModel"))
-    mode = SharingMode(spec.sharing)
+def _label_problems(spec: PoolSpec, path: Path) -> list[Problem]:
+    problems: list[Problem] = []
     for key, value in spec.nodeLabels.items():
         for msg in (label_key_problem(key), label_value_problem(value)):
             if msg:
@@ -233,6 +232,13 @@ def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | Non
         msg = label_key_problem(t.key) or label_value_problem(t.value)
         if msg:
             problems.append(Problem((*path, "taints", i), "bad-taint", msg, "fix the taint"))
+    return problems
+
+
+def _replica_problems(
+    spec: PoolSpec, mode: SharingMode, model: GpuModel | None, path: Path
+) -> list[Problem]:
+    problems: list[Problem] = []
     if mode in (SharingMode.TIME_SLICING, SharingMode.MPS):
         if spec.replicas is None:
             problems.append(
@@ -271,6 +277,11 @@ def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | Non
                 "remove `replicas`",
             )
         )
+    return problems
+
+
+def _section_problems(spec: PoolSpec, mode: SharingMode, path: Path) -> list[Problem]:
+    problems: list[Problem] = []
     if spec.mig is not None and mode is not SharingMode.MIG:
         problems.append(
             Problem(
@@ -305,6 +316,15 @@ def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | Non
                 f"use a multiple of {per_rack}, such as {per_rack * max(1, per_block // per_rack)}",
             )
         )
+    return problems
+
+
+def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | None, list[Problem]]:
+    model, problems = resolve_model(catalog, spec.gpuModel, (*path, "gpuModel"))
+    mode = SharingMode(spec.sharing)
+    problems += _label_problems(spec, path)
+    problems += _replica_problems(spec, mode, model, path)
+    problems += _section_problems(spec, mode, path)
     if model is None:
         return None, problems
     layouts: tuple[tuple[Instance, ...], ...] = ()

@@ -111,9 +111,8 @@ def _annotation_number(raw: str, maximum: int) -> int:
         return 0
 
 
-def _gpu_request(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[GpuRequest, list[Problem]]:
-    problems: list[Problem] = []
-    rpath = (*path, "resources")
+def _resource_requests(ps: PodSetSpec, rpath: Path, problems: list[Problem]) -> list[GpuRequest]:
+    """The pod set's nvidia.com/* resources as requests; what is wrong goes to `problems`."""
     names = sorted(
         {k for k in (*ps.resources.requests, *ps.resources.limits) if k.startswith("nvidia.com/")}
     )
@@ -161,46 +160,62 @@ def _gpu_request(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[GpuRequest
         if lim_n == 0:
             continue
         requests.append(_resource_to_request(name, lim_n))
+    return requests
+
+
+def _fraction(
+    ps: PodSetSpec, apath: Path, policy: Policy, problems: list[Problem]
+) -> tuple[int, int]:
+    """milli-GPU and MiB of one GPU from the gpucarve.io/gpu-* annotations (0: not asked or
+    invalid; what is wrong goes to `problems`)."""
     frac_raw = ps.annotations.get(FRACTION_ANNOTATION)
     mem_raw = ps.annotations.get(MEMORY_ANNOTATION)
-    if frac_raw is not None or mem_raw is not None:
-        milli, mem = 0, 0
-        apath = (*path, "annotations")
-        if frac_raw is not None:
-            milli = _annotation_number(frac_raw, 1000)
-            if not 1 <= milli <= 1000:
-                problems.append(
-                    Problem(
-                        (*apath, FRACTION_ANNOTATION),
-                        "bad-fraction",
-                        f"{FRACTION_ANNOTATION} is {frac_raw!r}: it is in milli-GPU, 1..1000",
-                        'write e.g. "500" for half a GPU (whole GPUs: request nvidia.com/gpu)',
-                    )
+    milli, mem = 0, 0
+    if frac_raw is not None:
+        milli = _annotation_number(frac_raw, 1000)
+        if not 1 <= milli <= 1000:
+            problems.append(
+                Problem(
+                    (*apath, FRACTION_ANNOTATION),
+                    "bad-fraction",
+                    f"{FRACTION_ANNOTATION} is {frac_raw!r}: it is in milli-GPU, 1..1000",
+                    'write e.g. "500" for half a GPU (whole GPUs: request nvidia.com/gpu)',
                 )
-                milli = 0
-        if mem_raw is not None:
-            mem = _annotation_number(mem_raw, 10**12)
-            if mem < 1:
+            )
+            milli = 0
+    if mem_raw is not None:
+        mem = _annotation_number(mem_raw, 10**12)
+        if mem < 1:
+            problems.append(
+                Problem(
+                    (*apath, MEMORY_ANNOTATION),
+                    "bad-gpu-memory",
+                    f"{MEMORY_ANNOTATION} is {mem_raw!r}: it is a positive number of MiB",
+                    'write e.g. "20480" for 20 GiB',
+                )
+            )
+            mem = 0
+        else:
+            largest = max((p.model.memory_mib for p in policy.pools), default=0)
+            if mem > largest:
                 problems.append(
                     Problem(
                         (*apath, MEMORY_ANNOTATION),
-                        "bad-gpu-memory",
-                        f"{MEMORY_ANNOTATION} is {mem_raw!r}: it is a positive number of MiB",
-                        'write e.g. "20480" for 20 GiB',
+                        "gpu-memory-too-large",
+                        f"{mem} MiB is more than any GPU of the policy has ({largest} MiB)",
+                        "ask for less, or whole GPUs",
                     )
                 )
-                mem = 0
-            else:
-                largest = max((p.model.memory_mib for p in policy.pools), default=0)
-                if mem > largest:
-                    problems.append(
-                        Problem(
-                            (*apath, MEMORY_ANNOTATION),
-                            "gpu-memory-too-large",
-                            f"{mem} MiB is more than any GPU of the policy has ({largest} MiB)",
-                            "ask for less, or whole GPUs",
-                        )
-                    )
+    return milli, mem
+
+
+def _gpu_request(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[GpuRequest, list[Problem]]:
+    problems: list[Problem] = []
+    rpath = (*path, "resources")
+    requests = _resource_requests(ps, rpath, problems)
+    if FRACTION_ANNOTATION in ps.annotations or MEMORY_ANNOTATION in ps.annotations:
+        apath = (*path, "annotations")
+        milli, mem = _fraction(ps, apath, policy, problems)
         if requests:
             problems.append(
                 Problem(

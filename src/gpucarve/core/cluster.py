@@ -238,6 +238,15 @@ def _node_labels(pool: Pool, policy: Policy, index: int) -> tuple[tuple[str, str
     return tuple(sorted(labels.items()))
 
 
+def gpu_of_slice(slice_id: str) -> int | None:
+    """The GPU index on its node of a slice this module named (`node/gpuN`, `node/gpuN/...`);
+    None for an id of another form."""
+    parts = slice_id.split("/")
+    if len(parts) < 2 or not parts[1].startswith("gpu") or not parts[1][3:].isdigit():
+        return None
+    return int(parts[1][3:])
+
+
 def _mig_slice(by_name: Mapping[str, Flavor], node: str, g: int, inst: Instance) -> Slice:
     f = by_name[inst.profile]
     return Slice(

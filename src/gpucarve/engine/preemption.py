@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine.quota import Quotas
@@ -109,8 +110,38 @@ def _lost(ws: Working, pods: tuple[PodAssignment, ...], start: int, now: int) ->
     return max(0, now - start) * charge
 
 
+class VictimOrder(Protocol):
+    """Which candidate victims are tried first (smallest key first): the policy of what
+    preemption and reclaim may destroy. A new policy is a new class handed to `Preemptor`."""
+
+    def key(self, v: Victim, ws: Working, now: int) -> tuple[object, ...]: ...
+
+
+class CheapestFirst:
+    """Lowest priority first; a surplus pod before a whole gang; then the least GPU-time
+    lost; then the newest."""
+
+    def key(self, v: Victim, ws: Working, now: int) -> tuple[object, ...]:
+        return (
+            v.workload.priority,
+            v.whole,
+            _lost(ws, v.held, v.rw.start_time, now),
+            -v.rw.start_time,
+            -v.workload.submit_time,
+            v.workload.id,
+        )
+
+
 class Preemptor:
-    def __init__(self, ws: Working, quotas: Quotas, now: int, min_runtime: int) -> None:
+    def __init__(
+        self,
+        ws: Working,
+        quotas: Quotas,
+        now: int,
+        min_runtime: int,
+        order: VictimOrder | None = None,
+    ) -> None:
+        self.order: VictimOrder = order or CheapestFirst()
         self.ws = ws
         self.quotas = quotas
         self.now = now
@@ -174,17 +205,7 @@ class Preemptor:
             # one victim per surplus pod, the last first: as few pods go as make room
             victims += [Victim(rw, (pod,)) for pod in reversed(extra)]
             victims.append(Victim(rw))
-        return sorted(
-            victims,
-            key=lambda v: (
-                v.workload.priority,
-                v.whole,
-                _lost(self.ws, v.held, v.rw.start_time, self.now),
-                -v.rw.start_time,
-                -v.workload.submit_time,
-                v.workload.id,
-            ),
-        )
+        return sorted(victims, key=lambda v: self.order.key(v, self.ws, self.now))
 
     def find(
         self,

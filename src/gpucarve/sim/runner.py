@@ -24,7 +24,7 @@ from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine import CycleResult, Engine
 from gpucarve.engine.apply import apply_in, derive, finish_in
-from gpucarve.engine.decisions import Cause
+from gpucarve.engine.decisions import Cause, Eviction
 from gpucarve.engine.invariants import check_step
 from gpucarve.sim import failures, mig_replay, slowdown
 from gpucarve.sim.fragmentation import FragmentationProbe
@@ -55,6 +55,19 @@ def _complete(rw: RunningWorkload) -> bool:
     for pod in rw.pods:
         placed[pod.pod_set] = placed.get(pod.pod_set, 0) + 1
     return all(placed.get(ps.name, 0) >= ps.min_count for ps in rw.workload.pod_sets)
+
+
+@dataclass(slots=True)
+class _Loop:
+    """The event loop's own counters, between its steps."""
+
+    arrivals_left: int
+    by_id: dict[str, Workload]
+    tick_gap: int
+    now: int = 0
+    cycles: int = 0
+    tick_at: int | None = None
+    next_sample: int = 0
 
 
 class Simulator:
@@ -129,93 +142,113 @@ class Simulator:
         for w in self.workloads:
             self.push(w.submit_time, Kind.ARRIVAL, w.id)
             self.result.submitted[w.id] = w
-        arrivals_left = len(self.workloads)
-        by_id = {w.id: w for w in self.workloads}
-        now = 0
-        cycles = 0
-        tick_at: int | None = None
-        tick_gap = self.config.tick_s
-        next_sample = 0
-        while self.events and cycles < self.config.max_cycles:
-            now = self.events[0][0]
-            if self.config.horizon_s is not None and now > self.config.horizon_s:
-                now = self.config.horizon_s
+        loop = _Loop(len(self.workloads), {w.id: w for w in self.workloads}, self.config.tick_s)
+        while self.events and loop.cycles < self.config.max_cycles:
+            now, past_horizon = self._instant()
+            loop.now = now
+            if past_horizon:
                 break
-            if self.config.batch_s:
-                # the scheduler runs a cycle per period: events inside it wait for its end
-                now = -(-now // self.config.batch_s) * self.config.batch_s
-                if self.config.horizon_s is not None:
-                    now = min(now, self.config.horizon_s)
-            arrivals: list[Workload] = []
-            moved = False  # did anything but a tick happen since the last cycle?
-            while self.events and self.events[0][0] <= now:
-                at, kind, _, payload = heapq.heappop(self.events)
-                moved = moved or kind != Kind.TICK
-                if kind == Kind.ARRIVAL:
-                    arrivals.append(by_id[payload])
-                    arrivals_left -= 1
-                elif kind == Kind.RECONFIGURED:
-                    mig_replay.reconfigured(self, payload)
-                elif kind == Kind.GPU_FAILED:
-                    failures.fail(self, payload, at)
-                elif kind == Kind.GPU_REPAIRED:
-                    failures.repair(self, payload, at)
-                elif kind == Kind.COMPLETION:
-                    wid, _, version = payload.rpartition("#")
-                    job = self.jobs.get(wid)
-                    if job is not None and job.version == int(version):
-                        self._complete(wid, at)
-                elif tick_at == at:
-                    tick_at = None
+            arrivals, moved = self._handle_events(loop)
             self.flush_finished()
             if arrivals:
-                for w in arrivals:
-                    self.queue[w.id] = w
-                    self._pend_add(w)
-                s = self.snapshot
-                self.snapshot = Snapshot(
-                    s.policy,
-                    s.cluster,
-                    s.running,
-                    tuple(self.pend_list),
-                    s.delta_with(),
-                    s.mig_changed_at,
-                )
-            stalled = False
-            mig_later = False
-            if self.snapshot.pending or self.holding:
-                before = self.snapshot
-                result = self.engine.run_cycle(before, now)
-                cycles += 1
-                self.apply_result(result, now)
-                if self.config.check_invariants:
-                    check_step(before, result, self.snapshot)
-                stalled = not (result.admissions or result.evictions or result.repartitions)
-                mig_later = mig_replay.may_change(self, result, now)
-                if progress is not None:
-                    progress(now, len(self.result.completed))
+                self._arrive(arrivals)
+            stalled, mig_later = self._cycle(loop, progress)
             # a GPU being reconfigured will free its new instances, a failed one its slices
             mig_later = mig_later or bool(self.reconfiguring) or bool(self.out_of_service)
-            if (moved or not stalled) and now >= next_sample:
+            if (moved or not stalled) and now >= loop.next_sample:
                 # after the cycle: what is free and what still waits for it (it only changes
                 # when something happened, so sampling then is exact)
                 self.result.fragmentation.append((now, self.probe.sample(self.snapshot.pending)))
-                next_sample = now + self.sample_s
-            if stalled and not self.jobs and not arrivals_left and not mig_later:
+                loop.next_sample = now + self.sample_s
+            if stalled and not self.jobs and not loop.arrivals_left and not mig_later:
                 # Nothing runs, nothing arrives and nothing moved: part-placed gangs wait on
                 # each other for good (a deadlock that gang scheduling prevents).
                 break
-            if moved or not stalled:
-                tick_gap = self.config.tick_s
-            elif tick_at is None:
-                tick_gap = min(2 * tick_gap, max(self.config.tick_s, self.config.idle_tick_max_s))
-            if (self.snapshot.pending or self.holding) and tick_at is None:
-                tick_at = now + tick_gap
-                self.push(tick_at, Kind.TICK, "")
-            if not self.snapshot.running and not arrivals_left and not mig_later:
+            self._next_tick(loop, moved, stalled)
+            if not self.snapshot.running and not loop.arrivals_left and not mig_later:
                 # Nothing runs, nothing will arrive and no MIG layout can still change: what
                 # still waits never fits.
                 break
+        return self._wrap_up(loop.now, loop.cycles)
+
+    def _instant(self) -> tuple[int, bool]:
+        """The next instant something happens, and whether it is past the horizon (then the
+        run ends at the horizon)."""
+        now = self.events[0][0]
+        horizon = self.config.horizon_s
+        if horizon is not None and now > horizon:
+            return horizon, True
+        if self.config.batch_s:
+            # the scheduler runs a cycle per period: events inside it wait for its end
+            now = -(-now // self.config.batch_s) * self.config.batch_s
+            if horizon is not None:
+                now = min(now, horizon)
+        return now, False
+
+    def _handle_events(self, loop: _Loop) -> tuple[list[Workload], bool]:
+        """Every event up to `loop.now`: the arrivals, and whether anything but a tick
+        happened since the last cycle."""
+        arrivals: list[Workload] = []
+        moved = False
+        while self.events and self.events[0][0] <= loop.now:
+            at, kind, _, payload = heapq.heappop(self.events)
+            moved = moved or kind != Kind.TICK
+            if kind == Kind.ARRIVAL:
+                arrivals.append(loop.by_id[payload])
+                loop.arrivals_left -= 1
+            elif kind == Kind.RECONFIGURED:
+                mig_replay.reconfigured(self, payload)
+            elif kind == Kind.GPU_FAILED:
+                failures.fail(self, payload, at)
+            elif kind == Kind.GPU_REPAIRED:
+                failures.repair(self, payload, at)
+            elif kind == Kind.COMPLETION:
+                wid, _, version = payload.rpartition("#")
+                job = self.jobs.get(wid)
+                if job is not None and job.version == int(version):
+                    self._complete(wid, at)
+            elif loop.tick_at == at:
+                loop.tick_at = None
+        return arrivals, moved
+
+    def _arrive(self, arrivals: list[Workload]) -> None:
+        for w in arrivals:
+            self.queue[w.id] = w
+            self._pend_add(w)
+        s = self.snapshot
+        self.snapshot = Snapshot(
+            s.policy, s.cluster, s.running, tuple(self.pend_list), s.delta_with(),
+            s.mig_changed_at,
+        )  # fmt: skip
+
+    def _cycle(self, loop: _Loop, progress: ProgressHook | None) -> tuple[bool, bool]:
+        """One engine cycle if anything waits: (nothing changed, a MIG layout may still)."""
+        if not (self.snapshot.pending or self.holding):
+            return False, False
+        before = self.snapshot
+        result = self.engine.run_cycle(before, loop.now)
+        loop.cycles += 1
+        self.apply_result(result, loop.now)
+        if self.config.check_invariants:
+            check_step(before, result, self.snapshot)
+        stalled = not (result.admissions or result.evictions or result.repartitions)
+        mig_later = mig_replay.may_change(self, result, loop.now)
+        if progress is not None:
+            progress(loop.now, len(self.result.completed))
+        return stalled, mig_later
+
+    def _next_tick(self, loop: _Loop, moved: bool, stalled: bool) -> None:
+        """While cycles change nothing the retry interval doubles, up to idle_tick_max_s."""
+        if moved or not stalled:
+            loop.tick_gap = self.config.tick_s
+        elif loop.tick_at is None:
+            cap = max(self.config.tick_s, self.config.idle_tick_max_s)
+            loop.tick_gap = min(2 * loop.tick_gap, cap)
+        if (self.snapshot.pending or self.holding) and loop.tick_at is None:
+            loop.tick_at = loop.now + loop.tick_gap
+            self.push(loop.tick_at, Kind.TICK, "")
+
+    def _wrap_up(self, now: int, cycles: int) -> SimResult:
         self.flush_finished()
         self.result.end = now
         self.result.cycles = cycles
@@ -275,33 +308,39 @@ class Simulator:
         return {w for g in gpus for w in self.gpu_jobs.get(g, ())}
 
     # ------------------------------------------------------------------ changes
+    def _evict(self, ev: Eviction, now: int, shrunk: set[str]) -> set[str]:
+        """An eviction's effect on the jobs and the record; the workloads that shared its
+        GPUs (their speed changes). `shrunk` gathers elastic gangs that keep running."""
+        rw = self.live[ev.workload]
+        going = set(ev.pods)
+        kept = [p for p in rw.pods if going and p.pod not in going]
+        gpus = self._gpus_of(rw.pods) - self._gpus_of(kept)
+        for g in gpus:
+            self.gpu_jobs[g].discard(ev.workload)
+        touched = self._neighbours(gpus)
+        failed = ev.cause is Cause.GPU_FAILURE  # recorded with the failure, no preemption
+        if not failed:
+            self.result.evictions.append((now, ev.workload, ev.by, str(ev.cause)))
+        if going:
+            shrunk.add(ev.workload)  # an elastic gang: it keeps running on the rest
+            return touched
+        shrunk.discard(ev.workload)
+        job = self.jobs.pop(ev.workload, None)
+        if job is not None:
+            self._close(ev.workload, job, now, "failed" if failed else "evicted")
+        elif (since := self.holding.pop(ev.workload, None)) is not None:
+            # a part-placed gang (no gang scheduling) on the failed GPU
+            iv = Interval(ev.workload, rw.workload.queue, since, now, rw.pods, "incomplete")
+            self.result.intervals.append(iv)
+            self.result.held_incomplete.add(ev.workload)
+        return touched
+
     def apply_result(self, result: CycleResult, now: int) -> None:
         running = self.live
         touched: set[str] = set()
         shrunk: set[str] = set()
         for ev in result.evictions:
-            rw = running[ev.workload]
-            going = set(ev.pods)
-            kept = [p for p in rw.pods if going and p.pod not in going]
-            gpus = self._gpus_of(rw.pods) - self._gpus_of(kept)
-            for g in gpus:
-                self.gpu_jobs[g].discard(ev.workload)
-            touched |= self._neighbours(gpus)
-            failed = ev.cause is Cause.GPU_FAILURE  # recorded with the failure, no preemption
-            if not failed:
-                self.result.evictions.append((now, ev.workload, ev.by, str(ev.cause)))
-            if going:
-                shrunk.add(ev.workload)  # an elastic gang: it keeps running on the rest
-                continue
-            shrunk.discard(ev.workload)
-            job = self.jobs.pop(ev.workload, None)
-            if job is not None:
-                self._close(ev.workload, job, now, "failed" if failed else "evicted")
-            elif (since := self.holding.pop(ev.workload, None)) is not None:
-                # a part-placed gang (no gang scheduling) on the failed GPU
-                iv = Interval(ev.workload, rw.workload.queue, since, now, rw.pods, "incomplete")
-                self.result.intervals.append(iv)
-                self.result.held_incomplete.add(ev.workload)
+            touched |= self._evict(ev, now, shrunk)
         # part-placed gangs' pods as they were, for the interval they held GPUs idle
         held_pods = {wid: running[wid].pods for wid in self.holding}
         slices = self.snapshot.cluster.slices

@@ -46,6 +46,7 @@ class Placer:
     def __init__(self, ws: Working, weights: ScoringWeights, candidates: int) -> None:
         self.ws = ws
         self.weights = weights
+        self.scores = plugins.profile(weights)
         self.candidates = candidates
         self._static: dict[tuple[int, int], str | None] = {}
         # Request shapes seen this cycle per flavor (slices per pod -> pods), for the
@@ -60,7 +61,7 @@ class Placer:
         self._previewed: dict[tuple[int, str | None], tuple[int, Choice | None]] = {}
 
     def _passes(self, ps: PodSet, node: NodeState) -> bool:
-        return all(f(ps, node) for _, f in plugins.STATIC_FILTERS)
+        return all(f.filter(ps, node) for f in plugins.STATIC_FILTERS)
 
     def _modelled(self, needs: PodNeeds) -> bool:
         return self.model.active and (
@@ -72,9 +73,9 @@ class Placer:
         key = (id(needs.pod_set), node.idx)
         if key not in self._static:
             verdict = None
-            for name, f in plugins.STATIC_FILTERS:
-                if not f(needs.pod_set, node):
-                    verdict = name
+            for f in plugins.STATIC_FILTERS:
+                if not f.filter(needs.pod_set, node):
+                    verdict = f.name
                     break
             self._static[key] = verdict
         return self._static[key]
@@ -113,18 +114,8 @@ class Placer:
     def _score(self, needs: PodNeeds, free: int, total: int) -> int:
         if needs.flavor is None:
             return 0
-        w = self.weights
-        score = 0
-        if w.binpack:
-            score += w.binpack * plugins.binpack(free, needs.slices, total)
-        if w.spread:
-            score += w.spread * plugins.spread(free, needs.slices, total)
-        if w.fragmentation:
-            shapes = self.shapes.get(needs.flavor)
-            if shapes:
-                frag = plugins.fragmentation(free, needs.slices, total, shapes)
-                score += w.fragmentation * frag
-        return score
+        shapes = self.shapes.get(needs.flavor)
+        return sum(w * p.score(free, needs.slices, total, shapes) for w, p in self.scores)
 
     def _node_order(self, needs: PodNeeds, group: list[int] | None) -> Iterable[Iterable[int]]:
         """Candidate nodes in runs of equal free count (one run per index level).

@@ -1,15 +1,19 @@
-"""Filter and score plugins for placing one pod, each small and named.
+"""Filter and score plugins for placing one pod, each small and named, behind one interface
+per extension point (as the Kubernetes scheduler framework has them).
 
-Filters answer "can this pod go on this node?" and name themselves when they say no, so a
-pending reason can tell which one refused how many nodes. Scores rank the feasible candidates
-(0-100 each) and a profile weighs them (`scheduling.scoring` in the policy).
+A `FilterPlugin` answers "can this pod go on this node?" and names itself when it says no, so
+a pending reason can tell which one refused how many nodes. A `ScorePlugin` ranks the feasible
+candidates (0-100) and the policy's profile weighs them (`scheduling.scoring`): a new filter or
+score is a new class and an entry in `STATIC_FILTERS` or `SCORES`, not an edit of the placer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
+from gpucarve.core.policy import ScoringWeights
 from gpucarve.core.workload import GpuKind, PodSet
 from gpucarve.engine.node_state import GpuSlots, NodeState
 
@@ -69,7 +73,30 @@ def shared_gpu(needs: PodNeeds, node: NodeState) -> GpuSlots | None:
     return best
 
 
-STATIC_FILTERS = (("node-selector", node_selector), ("taints", taints))
+class FilterPlugin(Protocol):
+    """A node check that depends on the pod set and the node's fixed facts (labels, taints)
+    only: its verdict is kept per pod set and node for the cycle."""
+
+    name: ClassVar[str]
+
+    def filter(self, ps: PodSet, node: NodeState) -> bool: ...
+
+
+class NodeSelector:
+    name: ClassVar[str] = "node-selector"
+
+    def filter(self, ps: PodSet, node: NodeState) -> bool:
+        return node_selector(ps, node)
+
+
+class Taints:
+    name: ClassVar[str] = "taints"
+
+    def filter(self, ps: PodSet, node: NodeState) -> bool:
+        return taints(ps, node)
+
+
+STATIC_FILTERS: tuple[FilterPlugin, ...] = (NodeSelector(), Taints())
 
 
 # ---------------------------------------------------------------------------- scores
@@ -100,3 +127,45 @@ def fragmentation(free_before: int, taken: int, total: int, shapes: Mapping[int,
         return 50
     delta = stranded(free_before - taken, shapes) - stranded(free_before, shapes)
     return max(0, min(100, 50 - 100 * delta // (weight * total)))
+
+
+class ScorePlugin(Protocol):
+    """How good a node is for a pod that takes `taken` of the `free` slices of its flavor there
+    (of `total`); `shapes`: the cycle's request shapes of that flavor (slices per pod ->
+    pods)."""
+
+    name: ClassVar[str]
+
+    def score(self, free: int, taken: int, total: int, shapes: Mapping[int, int] | None) -> int: ...
+
+
+class Binpack:
+    name: ClassVar[str] = "binpack"
+
+    def score(self, free: int, taken: int, total: int, shapes: Mapping[int, int] | None) -> int:
+        return binpack(free, taken, total)
+
+
+class Spread:
+    name: ClassVar[str] = "spread"
+
+    def score(self, free: int, taken: int, total: int, shapes: Mapping[int, int] | None) -> int:
+        return spread(free, taken, total)
+
+
+class Fragmentation:
+    name: ClassVar[str] = "fragmentation"
+
+    def score(self, free: int, taken: int, total: int, shapes: Mapping[int, int] | None) -> int:
+        # without the shapes asked for there is nothing to strand: no opinion
+        return fragmentation(free, taken, total, shapes) if shapes else 0
+
+
+SCORES: tuple[ScorePlugin, ...] = (Binpack(), Spread(), Fragmentation())
+
+
+def profile(weights: ScoringWeights) -> tuple[tuple[int, ScorePlugin], ...]:
+    """The score plugins a profile weighs, with their weights (a weight of 0 leaves one out)."""
+    by_name = {"binpack": weights.binpack, "spread": weights.spread,
+               "fragmentation": weights.fragmentation}  # fmt: skip
+    return tuple((by_name[p.name], p) for p in SCORES if by_name.get(p.name))

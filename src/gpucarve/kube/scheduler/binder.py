@@ -80,7 +80,7 @@ class Binder:
         obj = self.pods.get(pod)
         try:
             if obj is not None:
-                self.device_configs.write(obj, a.slices, a.shared_memory_mib)
+                self.device_configs.write(obj, a)
         except ApiError as err:
             return f"its device ConfigMap: {err}"
         body = {

@@ -18,33 +18,24 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
-from gpucarve.core.vocabulary import FRACTION_ANNOTATION as FRACTION
 from gpucarve.kube.api.client import ApiError, Client
+from gpucarve.kube.view.assigned import Assigned
 
 log = logging.getLogger("gpucarve.scheduler")
 
 
-def gpu_indices(slices: Iterable[str]) -> list[int]:
-    """`node/gpu3/...` slice ids -> [3], in order, once each."""
-    out: list[int] = []
-    for sid in slices:
-        part = sid.split("/")[1] if sid.count("/") >= 1 else ""
-        if part.startswith("gpu") and part[3:].isdigit() and int(part[3:]) not in out:
-            out.append(int(part[3:]))
-    return out
-
-
-def environment(pod: Mapping[str, Any], slices: Iterable[str], memory_mib: int) -> dict[str, str]:
-    env = {"NVIDIA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_indices(slices))}
-    if memory_mib:
-        env["CUDA_DEVICE_MEMORY_LIMIT"] = f"{memory_mib}m"
-    fraction = ((pod.get("metadata") or {}).get("annotations") or {}).get(FRACTION)
-    if fraction and str(fraction).isdigit():
-        env["CUDA_DEVICE_SM_LIMIT"] = str(max(1, int(fraction) // 10))  # percent of the GPU
+def environment(assigned: Assigned) -> dict[str, str]:
+    """The container environment of a fraction-only pod bound as `assigned`."""
+    env = {"NVIDIA_VISIBLE_DEVICES": ",".join(str(i) for i in assigned.gpus)}
+    if assigned.shared_memory_mib:
+        env["CUDA_DEVICE_MEMORY_LIMIT"] = f"{assigned.shared_memory_mib}m"
+    if assigned.fraction_milli:
+        # percent of the GPU's SMs
+        env["CUDA_DEVICE_SM_LIMIT"] = str(max(1, assigned.fraction_milli // 10))
     return env
 
 
@@ -54,7 +45,7 @@ class DeviceConfigs:
         self.written: dict[str, tuple[str, str]] = {}  # pod -> (namespace, ConfigMap)
         self._lock = threading.Lock()
 
-    def write(self, pod: Mapping[str, Any], slices: Iterable[str], memory_mib: int) -> None:
+    def write(self, pod: Mapping[str, Any], assigned: Assigned) -> None:
         """Before the binding, for a pod that names its device ConfigMap (else nothing)."""
         meta = pod.get("metadata") or {}
         name = (meta.get("annotations") or {}).get(DEVICE_CONFIG)
@@ -71,7 +62,7 @@ class DeviceConfigs:
                 "labels": {"app.kubernetes.io/managed-by": "gpucarve"},
                 "ownerReferences": [owner],
             },
-            "data": environment(pod, slices, memory_mib),
+            "data": environment(assigned),
         }
         path = f"/api/v1/namespaces/{ns}/configmaps"
         try:

@@ -21,14 +21,15 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from gpucarve.core.policy import Policy
+from gpucarve.core.workload import GpuKind, PodAssignment, Workload
 from gpucarve.engine.apply import apply
-from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.decisions import Admission, CycleResult
 from gpucarve.engine.engine import Engine
 from gpucarve.engine.invariants import check_step
 from gpucarve.kube.api.client import ApiError, Client
@@ -389,8 +390,9 @@ class Scheduler:
         report.evicted += evict_pods(self.client, self.reporter, view, result)
 
     def _bind(self, view: View, result: CycleResult, report: CycleReport) -> None:
+        workloads = _admitted(view, result)
         jobs = [
-            (view.pod_of(a.workload, p.pod), Assigned(p.node, p.slice_ids, p.shared_memory_mib))
+            (view.pod_of(a.workload, p.pod), Assigned.placed(p, _fraction(workloads, a, p)))
             for a in result.admissions
             if not a.after_evictions  # bound once the victims are gone
             for p in a.pods
@@ -399,3 +401,21 @@ class Scheduler:
         report.bound = len(jobs)
         for pod, _ in jobs:
             self.reporter.bound(pod)
+
+
+def _admitted(view: View, result: CycleResult) -> dict[str, Workload]:
+    """The workloads admitted this cycle (pending ones, or running ones that grew)."""
+    ids = {a.workload for a in result.admissions}
+    if not ids:
+        return {}
+    snap = view.snapshot
+    out = {w.id: w for w in snap.pending if w.id in ids}
+    out.update((r.workload.id, r.workload) for r in snap.running if r.workload.id in ids)
+    return out
+
+
+def _fraction(workloads: Mapping[str, Workload], a: Admission, pod: PodAssignment) -> int:
+    """The milli-GPU a fractional pod asked for, from the workload the engine admitted."""
+    w = workloads.get(a.workload)
+    ps = None if w is None else next((s for s in w.pod_sets if s.name == pod.pod_set), None)
+    return 0 if ps is None or ps.gpu.kind is not GpuKind.FRACTION else ps.gpu.milli

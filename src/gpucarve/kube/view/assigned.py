@@ -8,16 +8,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpucarve.core.cluster import gpu_of_slice
 from gpucarve.core.vocabulary import ASSIGNMENT_ANNOTATION as ASSIGNMENT
+from gpucarve.core.workload import PodAssignment
 
 
 @dataclass(frozen=True)
 class Assigned:
-    """Where a pod was bound: its node, slices and the memory promised on a shared GPU."""
+    """Where a pod was bound: its node, slices and the memory promised on a shared GPU; for a
+    binding made this cycle also the GPUs' indices and the fraction the engine placed, so the
+    binder and the device config read them from the decision, never from the pod again."""
 
     node: str
     slices: tuple[str, ...]
     shared_memory_mib: int = 0
+    gpus: tuple[int, ...] = ()
+    fraction_milli: int = 0
+
+    @classmethod
+    def placed(cls, pod: PodAssignment, fraction_milli: int) -> Assigned:
+        gpus = dict.fromkeys(g for s in pod.slice_ids if (g := gpu_of_slice(s)) is not None)
+        return cls(pod.node, pod.slice_ids, pod.shared_memory_mib, tuple(gpus), fraction_milli)
 
     def annotation(self) -> str:
         return json.dumps(

@@ -12,7 +12,7 @@ lacks. `assumed` holds bindings this process made that the watch has not shown y
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
@@ -21,15 +21,15 @@ from typing import Any
 from gpucarve.core.cluster import ClusterState
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import PartialGang, PodSet, Workload
+from gpucarve.core.workload import PartialGang, PodSet, RunningWorkload, Workload
 from gpucarve.engine.gang_timeout import gang_gpus
 from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.bound_view import BoundGroups, claim_bound
 from gpucarve.kube.view.held_slices import hold_free
 from gpucarve.kube.view.inventory import Inventory
 from gpucarve.kube.view.owner_kinds import group_of
-from gpucarve.kube.view.pod_facts import PodFactsMemo
-from gpucarve.kube.view.pods import GroupSpec, WorkloadCache, pending_workloads
+from gpucarve.kube.view.pod_facts import PodFacts, PodFactsMemo
+from gpucarve.kube.view.pods import GroupSpec, PendingGroup, WorkloadCache, pending_workloads
 from gpucarve.kube.view.slice_claims import SliceClaims
 
 REST = "+rest"
@@ -108,28 +108,7 @@ def build_view(
     assumed = assumed or {}
     b = SliceClaims(inventory, policy)
     view_invalid: dict[str, str] = {}
-    ours_bound: list[tuple[Mapping[str, Any], Assigned | None]] = []
-    ours_pending: list[Mapping[str, Any]] = []
-    foreign: list[Mapping[str, Any]] = []
-    for f, pod in sorted(((of(p), p) for p in pods), key=lambda e: e[0].key):
-        spec = pod.get("spec") or {}
-        if (pod.get("status") or {}).get("phase") in TERMINAL:
-            continue
-        mine = spec.get("schedulerName") == scheduler_name
-        k = f.key
-        if spec.get("nodeName"):
-            if mine:
-                ours_bound.append((pod, f.assigned))
-            else:
-                foreign.append(pod)
-        elif k in assumed:
-            a = assumed[k]
-            if bound is not None:
-                ours_bound.append((bound.assumed_pod(pod, a), a))
-            else:
-                ours_bound.append(({**pod, "spec": {**spec, "nodeName": a.node}}, a))
-        elif mine and not pod["metadata"].get("deletionTimestamp"):
-            ours_pending.append(pod)
+    ours_bound, ours_pending, foreign = _sorted_pods(pods, of, scheduler_name, assumed, bound)
 
     # The devices the kubelet reports first (the real device wins), then the running
     # workloads' slices as annotated (or the first free ones).
@@ -155,51 +134,11 @@ def build_view(
         for gk, names in waiting.items()
         if gk in min_members and len(names) + bound_count.get(gk, 0) < min_members[gk]
     }
-    short_running: dict[str, PartialGang] = {}
-    for (ns, group), names in short.items():
-        have = len(names) + bound_count.get((ns, group), 0)
-        if (held := running_by_key.get((ns, group))) is not None:
-            per_pod = gang_gpus(held.workload) / max(1, len(held.pods))
-            need = min_members[(ns, group)]
-            short_running[held.workload.id] = PartialGang(
-                need - len(held.pods), 0, round(per_pod * need)
-            )
-        for pod_key in names:
-            view_invalid[pod_key] = (
-                f"gang/min-member: pod group {ns}/{group} has {have} of its "
-                f"{min_members[(ns, group)]} pods (minMember); waiting for the rest"
-            )
+    short_running = _short_gangs(short, bound_count, running_by_key, min_members, view_invalid)
     ours_pending = [p for p in ours_pending if of(p).group not in short]
-    pending: list[Workload] = []
-    pending_sets: dict[str, tuple[tuple[str, ...], ...]] = {}
-    partial: dict[str, PartialGang] = {}
-    for g in pending_workloads(ours_pending, policy, epoch, wanted, cache, keyed=facts.group):
-        if g.workload is None:
-            why = "; ".join(p.plain() for p in g.problems)
-            for pod_key in g.pods:
-                view_invalid[pod_key] = why
-            continue
-        w = g.workload
-        if (clash := _disagrees(w, specs.get(group_key_of(w)))) is not None:
-            for pod_key in g.pods:
-                view_invalid[pod_key] = clash
-            continue
-        gk = group_key_of(w)
-        if gk in bound_count:
-            rest_spec = wanted.get(gk)
-            w = _rest(w, None if rest_spec is None else rest_spec.min_member)
-            rw = running_by_key[gk]
-            # Without a minMember the gang was whole when it was bound: later pods join it
-            # (a Ray cluster that scales, a replacement) and it never runs short.
-            need = min_members.get(gk, 0)
-            if bound_count[gk] < need:
-                # since its missing pods were created: they came back when it fell short
-                whole = gang_gpus(rw.workload) + gang_gpus(w)
-                partial[rw.workload.id] = PartialGang(
-                    need - bound_count[gk], w.submit_time, whole, w.id
-                )
-        pending.append(w)
-        pending_sets[w.id] = g.sets
+    groups = pending_workloads(ours_pending, policy, epoch, wanted, cache, keyed=facts.group)
+    rest = _Rest(wanted, min_members, bound_count, running_by_key)
+    pending, pending_sets, partial = _pending(groups, specs, rest, view_invalid)
     hold_free(b.cluster.slices, b.allocs, inventory)
     cluster = ClusterState(b.cluster.nodes, b.cluster.slices, MappingProxyType(b.allocs))
     changed = {
@@ -225,6 +164,119 @@ def build_view(
         short_running,
         moves,
     )
+
+
+Bound = list[tuple[Mapping[str, Any], Assigned | None]]
+
+
+def _sorted_pods(
+    pods: Sequence[Mapping[str, Any]],
+    of: Callable[[Mapping[str, Any]], PodFacts],
+    scheduler_name: str,
+    assumed: Mapping[str, Assigned],
+    bound: BoundGroups | None,
+) -> tuple[Bound, list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """The live pods in key order: gpucarve's bound (or assumed bound) with their assignment,
+    gpucarve's pending, and those another scheduler bound."""
+    ours_bound: Bound = []
+    ours_pending: list[Mapping[str, Any]] = []
+    foreign: list[Mapping[str, Any]] = []
+    for f, pod in sorted(((of(p), p) for p in pods), key=lambda e: e[0].key):
+        spec = pod.get("spec") or {}
+        if (pod.get("status") or {}).get("phase") in TERMINAL:
+            continue
+        mine = spec.get("schedulerName") == scheduler_name
+        k = f.key
+        if spec.get("nodeName"):
+            if mine:
+                ours_bound.append((pod, f.assigned))
+            else:
+                foreign.append(pod)
+        elif k in assumed:
+            a = assumed[k]
+            if bound is not None:
+                ours_bound.append((bound.assumed_pod(pod, a), a))
+            else:
+                ours_bound.append(({**pod, "spec": {**spec, "nodeName": a.node}}, a))
+        elif mine and not pod["metadata"].get("deletionTimestamp"):
+            ours_pending.append(pod)
+    return ours_bound, ours_pending, foreign
+
+
+def _short_gangs(
+    short: Mapping[tuple[str, str], list[str]],
+    bound_count: Mapping[tuple[str, str], int],
+    running_by_key: Mapping[tuple[str, str], RunningWorkload],
+    min_members: Mapping[tuple[str, str], int],
+    view_invalid: dict[str, str],
+) -> dict[str, PartialGang]:
+    """Gangs with fewer pods than their minimum: each pod says so; a running one is short."""
+    short_running: dict[str, PartialGang] = {}
+    for (ns, group), names in short.items():
+        have = len(names) + bound_count.get((ns, group), 0)
+        if (held := running_by_key.get((ns, group))) is not None:
+            per_pod = gang_gpus(held.workload) / max(1, len(held.pods))
+            need = min_members[(ns, group)]
+            short_running[held.workload.id] = PartialGang(
+                need - len(held.pods), 0, round(per_pod * need)
+            )
+        for pod_key in names:
+            view_invalid[pod_key] = (
+                f"gang/min-member: pod group {ns}/{group} has {have} of its "
+                f"{min_members[(ns, group)]} pods (minMember); waiting for the rest"
+            )
+    return short_running
+
+
+@dataclass(frozen=True)
+class _Rest:
+    """What a gang with pods already bound still waits for (`<group>+rest`)."""
+
+    wanted: Mapping[tuple[str, str], GroupSpec]
+    min_members: Mapping[tuple[str, str], int]
+    bound_count: Mapping[tuple[str, str], int]
+    running_by_key: Mapping[tuple[str, str], RunningWorkload]
+
+
+def _pending(
+    groups: Iterable[PendingGroup],
+    specs: Mapping[tuple[str, str], GroupSpec],
+    rest: _Rest,
+    view_invalid: dict[str, str],
+) -> tuple[list[Workload], dict[str, tuple[tuple[str, ...], ...]], dict[str, PartialGang]]:
+    """The pending workloads the pods make (the invalid ones say why instead), the pods of
+    each, and running gangs that are short of pods whose rest now waits."""
+    pending: list[Workload] = []
+    pending_sets: dict[str, tuple[tuple[str, ...], ...]] = {}
+    partial: dict[str, PartialGang] = {}
+    for g in groups:
+        if g.workload is None:
+            why = "; ".join(p.plain() for p in g.problems)
+            for pod_key in g.pods:
+                view_invalid[pod_key] = why
+            continue
+        w = g.workload
+        if (clash := _disagrees(w, specs.get(group_key_of(w)))) is not None:
+            for pod_key in g.pods:
+                view_invalid[pod_key] = clash
+            continue
+        gk = group_key_of(w)
+        if gk in rest.bound_count:
+            rest_spec = rest.wanted.get(gk)
+            w = _rest(w, None if rest_spec is None else rest_spec.min_member)
+            rw = rest.running_by_key[gk]
+            # Without a minMember the gang was whole when it was bound: later pods join it
+            # (a Ray cluster that scales, a replacement) and it never runs short.
+            need = rest.min_members.get(gk, 0)
+            if rest.bound_count[gk] < need:
+                # since its missing pods were created: they came back when it fell short
+                whole = gang_gpus(rw.workload) + gang_gpus(w)
+                partial[rw.workload.id] = PartialGang(
+                    need - rest.bound_count[gk], w.submit_time, whole, w.id
+                )
+        pending.append(w)
+        pending_sets[w.id] = g.sets
+    return pending, pending_sets, partial
 
 
 def _with_hints(

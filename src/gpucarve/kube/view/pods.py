@@ -181,7 +181,6 @@ def pending_workloads(
     for (namespace, name), members in sorted(groups.items()):
         members = sorted(members, key=lambda p: p["metadata"]["name"])
         group_spec = (specs or {}).get((namespace, name))
-        wanted = None if group_spec is None else group_spec.min_member
         versions = tuple(
             (p["metadata"]["name"], p["metadata"].get("resourceVersion")) for p in members
         )
@@ -192,37 +191,7 @@ def pending_workloads(
             if hit is not None:
                 out.append(hit)
                 continue
-        first = members[0]
-        labels = first["metadata"].get("labels") or {}
-        sets: dict[str, dict[str, Any]] = {}
-        set_pods: dict[str, list[str]] = {}
-        for pod in members:
-            template = _template(pod)
-            sig = json.dumps(template, sort_keys=True)
-            if sig not in sets:
-                sets[sig] = {"name": f"set-{len(sets)}", "count": 0, **template}
-                set_pods[sig] = []
-            sets[sig]["count"] += 1
-            set_pods[sig].append(f"{namespace}/{pod['metadata']['name']}")
-        pod_sets = list(sets.values())
-        if _group_of(first) is not None and wanted is not None and len(pod_sets) == 1:
-            pod_sets[0]["minCount"] = min(wanted, pod_sets[0]["count"])
-        doc: dict[str, Any] = {
-            "name": name,
-            "namespace": namespace,
-            "labels": {k: v for k, v in labels.items() if k in QUEUE_LABELS},
-            "submitTime": min(
-                seconds_since(p["metadata"]["creationTimestamp"], epoch) for p in members
-            ),
-            "podSets": pod_sets,
-        }
-        if priority := (first.get("spec") or {}).get("priorityClassName"):
-            doc["priorityClass"] = priority
-        if group_spec is not None and _group_of(first) is not None:
-            if group_spec.topology != "none":
-                doc["topology"] = group_spec.topology
-            if group_spec.timeout_s is not None:
-                doc["scheduleTimeoutSeconds"] = group_spec.timeout_s
+        doc, by_set = _group_doc(namespace, name, members, group_spec, epoch)
         built = None
         if cache is not None:
             sig = json.dumps(doc, sort_keys=True)
@@ -233,9 +202,52 @@ def pending_workloads(
                 cache.by_doc[sig] = built
         workload, problems = built
         pod_ids = tuple(f"{namespace}/{p['metadata']['name']}" for p in members)
-        by_set = tuple(tuple(set_pods[sig]) for sig in sets)
         group = PendingGroup(workload, pod_ids, tuple(problems), by_set)
         if cache is not None and exact is not None:
             cache.by_pods[exact] = group
         out.append(group)
     return out
+
+
+def _group_doc(
+    namespace: str,
+    name: str,
+    members: Sequence[Mapping[str, Any]],
+    group_spec: GroupSpec | None,
+    epoch: datetime,
+) -> tuple[dict[str, Any], tuple[tuple[str, ...], ...]]:
+    """A pending group as the workload document `build_workload` reads (pods with the same
+    template form one pod set), and the pods of each set."""
+    first = members[0]
+    labels = first["metadata"].get("labels") or {}
+    sets: dict[str, dict[str, Any]] = {}
+    set_pods: dict[str, list[str]] = {}
+    for pod in members:
+        template = _template(pod)
+        sig = json.dumps(template, sort_keys=True)
+        if sig not in sets:
+            sets[sig] = {"name": f"set-{len(sets)}", "count": 0, **template}
+            set_pods[sig] = []
+        sets[sig]["count"] += 1
+        set_pods[sig].append(f"{namespace}/{pod['metadata']['name']}")
+    pod_sets = list(sets.values())
+    in_group = _group_of(first) is not None
+    if in_group and group_spec is not None and len(pod_sets) == 1:
+        pod_sets[0]["minCount"] = min(group_spec.min_member, pod_sets[0]["count"])
+    doc: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {k: v for k, v in labels.items() if k in QUEUE_LABELS},
+        "submitTime": min(
+            seconds_since(p["metadata"]["creationTimestamp"], epoch) for p in members
+        ),
+        "podSets": pod_sets,
+    }
+    if priority := (first.get("spec") or {}).get("priorityClassName"):
+        doc["priorityClass"] = priority
+    if group_spec is not None and in_group:
+        if group_spec.topology != "none":
+            doc["topology"] = group_spec.topology
+        if group_spec.timeout_s is not None:
+            doc["scheduleTimeoutSeconds"] = group_spec.timeout_s
+    return doc, tuple(tuple(set_pods[sig]) for sig in sets)

@@ -30,6 +30,7 @@ from gpucarve.kube.api.client import Client
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.webhook.certs import issue
 from tests.integration.api import Api, wait_for
+from tests.integration.chart import CHART
 from tests.integration.kube_pods import node_of, pod, pods_in
 from tests.integration.stack_setup import populate, running
 from tests.paths import BUILTIN
@@ -86,6 +87,13 @@ class Webhook:
         return (self.certs.parent / "webhook.log").read_text(errors="replace")
 
 
+def owned_condition() -> str:
+    """The chart's CEL condition for the pod-update webhook, as the chart renders it."""
+    text = (CHART / "templates" / "_helpers.tpl").read_text()
+    block = text.split('define "gpucarve.ownedAnnotationsChanged" -}}')[1]
+    return block.split("{{- end")[0].strip()
+
+
 def _configurations(port: int, ca: bytes) -> list[tuple[str, dict[str, Any]]]:
     bundle = base64.b64encode(ca).decode()
     pods = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
@@ -96,6 +104,8 @@ def _configurations(port: int, ca: bytes) -> list[tuple[str, dict[str, Any]]]:
               "operations": ["CREATE", "UPDATE"], "resources": ["podgroups"]}  # fmt: skip
     queues = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "*",
               "operations": ["CREATE", "UPDATE"], "resources": ["queues"]}  # fmt: skip
+    updates = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+               "resources": ["pods"], "scope": "Namespaced"}  # fmt: skip
     ns_selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
                                          "operator": "In", "values": GOVERNED}]}  # fmt: skip
 
@@ -120,6 +130,10 @@ def _configurations(port: int, ca: bytes) -> list[tuple[str, dict[str, Any]]]:
         ("validatingwebhookconfigurations", {
             "metadata": {"name": "gpucarve"},
             "webhooks": [hook("pods.validate.gpucarve.io", "/validate", [pods, debug], True),
+                         {**hook("pod-updates.validate.gpucarve.io", "/validate", [updates],
+                                 False),
+                          "matchConditions": [{"name": "changes-scheduler-owned-annotations",
+                                               "expression": owned_condition()}]},
                          hook("podgroups.validate.gpucarve.io", "/validate", [groups], True),
                          hook("queues.validate.gpucarve.io", "/validate", [queues], False)]}),
     ]  # fmt: skip
@@ -227,7 +241,21 @@ def _attacks() -> list[tuple[str, dict[str, Any], str]]:
     profile = pod("serving", "odd", "nvidia.com/mig-4g.40gb")
     allgpus = pod("research", "sneaky", "cpu")
     allgpus["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    pinned = _plain("research", "pinned", "nvidia.com/gpu", 8)
+    pinned["spec"]["nodeName"] = "training-0"
+    elsewhere = pod("research", "volcanic", "nvidia.com/gpu", scheduler="volcano")
+    privileged = pod("research", "root", "cpu")
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    devices = pod("research", "devices", "cpu")
+    devices["spec"]["volumes"] = [{"name": "dev", "hostPath": {"path": "/dev"}}]
+    env_from = _plain("research", "settings", "nvidia.com/gpu")
+    env_from["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "settings"}}]
     return [
+        ("nodeName at creation", pinned, "nodeName 'training-0'"),
+        ("another scheduler", elsewhere, "schedulerName 'volcano'"),
+        ("a privileged container", privileged, "privileged container sees every GPU"),
+        ("the node's /dev", devices, "hostPath '/dev'"),
+        ("envFrom in a GPU container", env_from, "envFrom without a prefix"),
         ("another team's queue label", escape, "may not use queue 'production'"),
         ("a priority the queue may not use", priority, "production-critical"),
         ("a fraction above 1000", fraction, "gpu-fraction"),
@@ -387,3 +415,79 @@ def test_requests_unequal_to_limits_never_reach_a_scheduler(webhook: Webhook) ->
     status, body = _create(webhook.api, p)
     assert status == 422, body
     assert "must be equal to nvidia.com/gpu limit" in body["message"], body["message"]
+
+
+def test_a_cpu_container_taking_env_from_gets_no_gpu_through_it(webhook: Webhook) -> None:
+    api = webhook.api
+    _wait_admitted(api, _plain("research", "probe", "nvidia.com/gpu"))
+    cpu = pod("research", "configured", "cpu")
+    del cpu["spec"]["schedulerName"]
+    cpu["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "settings"}}]
+    status, created = _create(api, cpu)
+    assert status == 201, created
+    (var,) = created["spec"]["containers"][0]["env"]
+    assert var == {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+    # it is not a GPU pod: the default scheduler keeps it
+    assert created["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_annotations_the_scheduler_acts_on_are_gpucarves_alone(webhook: Webhook) -> None:
+    api = webhook.api
+    _wait_admitted(api, _plain("research", "probe", "nvidia.com/gpu"))
+    sneaky = _plain("research", "claims", "nvidia.com/gpu")
+    sneaky["metadata"]["annotations"] = {
+        "gpucarve.io/assignment": '{"slices":["training-0/gpu0"]}',
+        "gpucarve.io/device-config": "precious",
+        "team": "a",
+    }
+    status, created = _create(api, sneaky)
+    assert status == 201, created
+    kept = created["metadata"]["annotations"]
+    assert "gpucarve.io/assignment" not in kept and "gpucarve.io/device-config" not in kept
+    assert kept["team"] == "a" and "removed annotation" in kept["gpucarve.io/mutated"]
+    path = "/api/v1/namespaces/research/pods/claims"
+
+    def patch(annotations: dict[str, str | None]) -> tuple[int, Any]:
+        return api.call("PATCH", path, {"metadata": {"annotations": annotations}},
+                        "application/merge-patch+json")  # fmt: skip
+
+    status, body = patch({"gpucarve.io/assignment": '{"slices":["training-1/gpu7"]}'})
+    assert status == 403, body
+    assert "pod-updates.validate.gpucarve.io" in body["message"] and "fix:" in body["message"]
+    status, body = patch({"team": "b"})  # an ordinary update does not call the webhook
+    assert status == 200, body
+    webhook.stop()
+    try:
+        status, body = patch({"team": "c"})  # so it goes through with the webhook down
+        assert status == 200, body
+    finally:
+        webhook.start()
+
+
+def test_the_scheduler_never_overwrites_a_config_map_it_did_not_write(webhook: Webhook) -> None:
+    api, stack = webhook.api, webhook.stack
+    precious = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "precious", "namespace": "notebooks"},
+                "data": {"keep": "me"}}  # fmt: skip
+    api.create("/api/v1/namespaces/notebooks/configmaps", precious)
+    frac = pod("notebooks", "overwriter", "nvidia.com/gpu.shared")
+    del frac["spec"]["schedulerName"]
+    del frac["spec"]["containers"][0]["resources"]
+    frac["metadata"]["annotations"] = {
+        "gpucarve.io/gpu-fraction": "250",
+        "gpucarve.io/device-config": "precious",
+    }
+    frac["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "precious"}}]
+    _wait_admitted(api, _plain("notebooks", "probe", "nvidia.com/gpu.shared"))
+    status, created = _create(api, frac)
+    assert status == 201, created
+    sched = Scheduler(Client.from_kubeconfig(stack.kubeconfig()),
+                      load_policy(POLICY).policy, SchedulerConfig(interval_s=0.3))  # fmt: skip
+    with running(sched):
+        wait_for(lambda: any("overwriter" in f for f in sched.failed_binds), what="refused")
+        failure = next(f for f in sched.failed_binds if "overwriter" in f)
+        assert "is not gpucarve's device ConfigMap" in failure, failure
+    body = api.get("/api/v1/namespaces/notebooks/configmaps/precious")
+    assert body["data"] == {"keep": "me"} and "ownerReferences" not in body["metadata"]
+    assert not node_of(pods_in(api, "notebooks")["overwriter"])
+    api.call("DELETE", "/api/v1/namespaces/notebooks/pods/overwriter?gracePeriodSeconds=0")

@@ -48,3 +48,7 @@ COSCHEDULING_GROUP_LABEL = f"{COSCHEDULING_GROUP}/pod-group"
 
 QUEUE_LABELS = (QUEUE_LABEL, KUEUE_QUEUE_LABEL)
 GROUP_LABELS = (POD_GROUP_LABEL, COSCHEDULING_GROUP_LABEL)
+
+# Annotations that make the scheduler act (write an object by that name, trust an assignment):
+# only gpucarve sets them. The webhook removes a tenant's at creation and refuses a change.
+SCHEDULER_OWNED_ANNOTATIONS = (DEVICE_CONFIG_ANNOTATION, ASSIGNMENT_ANNOTATION)

@@ -270,6 +270,9 @@ class LocalStack:
                 f"--token-auth-file={self.workdir / 'tokens.csv'}",
                 "--authorization-mode=RBAC",
                 "--endpoint-reconciler-type=none",
+                # as kubeadm and the managed clusters run it: privileged pods are the cluster's
+                # policy to allow (gpucarve's webhook refuses them in governed namespaces)
+                "--allow-privileged=true",
                 # No controller-manager runs: no ServiceAccount is ever created for pods, and
                 # no node lifecycle controller would lift the not-ready taint that
                 # TaintNodesByCondition puts on every new node once kwok makes it Ready.

@@ -21,28 +21,27 @@ from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
 from gpucarve.core.vocabulary import MODE_LABEL, MUTATED_ANNOTATION, QUEUE_LABEL, QUEUE_LABELS
 from gpucarve.kube.view.gpu_mode import implied_mode
 from gpucarve.kube.view.pods import KEPT_ANNOTATIONS, PendingGroup, pending_workloads
+from gpucarve.webhook import bypass
+from gpucarve.webhook.bypass import DEFAULT_SCHEDULER, DEVICE_ENV, NO_DEVICES
 
-DEFAULT_SCHEDULER = "default-scheduler"
-# what the NVIDIA container toolkit reads to choose a container's devices
-DEVICE_ENV = frozenset({"NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES"})
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # submit time is irrelevant to admission
 
 
 def _containers(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
-    out = []
-    for kind in ("initContainers", "containers"):
-        for i, c in enumerate(spec.get(kind) or []):
-            out.append((kind, i, c))
-    return out
+    return bypass.containers(spec, ("initContainers", "containers"))
 
 
 def _requests_device(spec: Mapping[str, Any]) -> bool:
-    for _, _, c in _containers(spec):
-        res = c.get("resources") or {}
-        for kind in ("requests", "limits"):
-            if any(str(n).startswith("nvidia.com/") for n in res.get(kind) or {}):
-                return True
-    return False
+    return any(bypass.asks_device(c) for _, _, c in _containers(spec))
+
+
+def fraction_only(pod: Mapping[str, Any]) -> bool:
+    """Asks for a gpucarve fraction (or GPU memory) and no device-plugin resource: its GPU
+    comes through the device ConfigMap the scheduler writes."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return any(k in annotations for k in KEPT_ANNOTATIONS) and not _requests_device(
+        pod.get("spec") or {}
+    )
 
 
 def wants_gpu(pod: Mapping[str, Any]) -> bool:
@@ -65,6 +64,7 @@ class Mutation:
     patch: list[dict[str, Any]] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
     annotations: dict[str, str] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)  # annotations the patch removes
 
 
 def _device_config(m: Mutation, pod: Mapping[str, Any], review_uid: str) -> None:
@@ -93,8 +93,11 @@ def mutate(
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     namespace = str(meta.get("namespace") or "")
-    if not wants_gpu(pod) or not governed(policy, namespace):
+    if not governed(policy, namespace):
         return m
+    _close_bypasses(m, pod)
+    if not wants_gpu(pod):
+        return _annotate(m, meta)
     if spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER):
         m.patch.append({"op": "add", "path": "/spec/schedulerName", "value": scheduler_name})
         m.changes.append(f"schedulerName={scheduler_name}")
@@ -124,9 +127,15 @@ def mutate(
     _mode_selector(m, policy, pod)
     if review_uid:
         _device_config(m, pod, review_uid)
+    return _annotate(m, meta)
+
+
+def _annotate(m: Mutation, meta: Mapping[str, Any]) -> Mutation:
+    """The webhook's own annotations (what it changed, in words; the device ConfigMap)."""
     if m.changes:
         m.annotations[MUTATED_ANNOTATION] = json.dumps(m.changes)
-        if not meta.get("annotations"):
+        left = set(meta.get("annotations") or {}) - set(m.removed)
+        if not left:
             m.patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
         for key, value in m.annotations.items():
             path = f"/metadata/annotations/{_escape(key)}"
@@ -134,14 +143,45 @@ def mutate(
     return m
 
 
-def pod_problems(policy: Policy, pod: Mapping[str, Any]) -> list[Problem]:
-    """Why the scheduler could never run this pod (errors only); empty for a pod gpucarve
-    does not govern."""
+def _close_bypasses(m: Mutation, pod: Mapping[str, Any]) -> None:
+    """Remove a tenant's scheduler-owned annotations; give containers that get no GPU but
+    take envFrom an explicit NVIDIA_VISIBLE_DEVICES=void (webhook/bypass.py)."""
+    only = fraction_only(pod)
+    for key in bypass.strip_owned(pod, only):
+        m.patch.append({"op": "remove", "path": f"/metadata/annotations/{_escape(key)}"})
+        m.removed.append(key)
+        m.changes.append(f"removed annotation {key} (set by gpucarve only)")
+    spec = pod.get("spec") or {}
+    for kind, i in bypass.needs_void(pod, only):
+        c = spec[kind][i]
+        var = {"name": DEVICE_ENV[0], "value": NO_DEVICES}
+        if c.get("env"):
+            m.patch.append({"op": "add", "path": f"/spec/{kind}/{i}/env/-", "value": var})
+        else:
+            m.patch.append({"op": "add", "path": f"/spec/{kind}/{i}/env", "value": [var]})
+        name = c.get("name", i)
+        m.changes.append(
+            f"{kind}[{name}] env {DEVICE_ENV[0]}={NO_DEVICES} (no GPU through envFrom)"
+        )
+
+
+def pod_problems(
+    policy: Policy, pod: Mapping[str, Any], scheduler_name: str = "gpucarve"
+) -> list[Problem]:
+    """Why the scheduler could never run this pod, or why it would reach a GPU past its
+    queue (errors only); empty for a pod gpucarve does not govern."""
     meta = pod.get("metadata") or {}
     if not governed(policy, str(meta.get("namespace") or "")):
         return []
+    gpu, only = wants_gpu(pod), fraction_only(pod)
+    own = ((meta.get("annotations") or {}).get(DEVICE_CONFIG)) if only else None
     out = device_env_problems(pod)
-    if not wants_gpu(pod):
+    out += bypass.placement_problems(pod, scheduler_name, gpu)
+    out += bypass.device_access_problems(pod)
+    out += bypass.env_from_problems(pod, str(own) if own is not None else None)
+    out += bypass.owned_annotation_problems(pod, only)
+    out += bypass.unneutralised_problems(pod, only)
+    if not gpu:
         return out
     return out + [p for p in _as_scheduled(policy, pod).problems if p.severity is Severity.ERROR]
 
@@ -159,14 +199,17 @@ def device_env_problems(pod: Mapping[str, Any]) -> list[Problem]:
     for kind in ("initContainers", "containers", "ephemeralContainers"):
         for i, c in enumerate(spec.get(kind) or []):
             for var in c.get("env") or []:
-                if isinstance(var, Mapping) and var.get("name") in DEVICE_ENV:
-                    out.append(Problem((name, "spec", kind, c.get("name", str(i)), "env",
-                                        str(var["name"])), "device-env-set-by-pod",
-                                       f"{var['name']} chooses the node's GPUs outside the "
-                                       "scheduler (the toolkit honours it, `all` included)",
-                                       "remove it: request the GPUs as resources or a gpucarve "
-                                       "fraction, and the container gets the ones chosen for it")
-                               )  # fmt: skip
+                if not isinstance(var, Mapping) or var.get("name") not in DEVICE_ENV:
+                    continue
+                if var.get("value") == NO_DEVICES and "valueFrom" not in var:
+                    continue  # no GPU at all: what the webhook itself sets
+                out.append(Problem((name, "spec", kind, c.get("name", str(i)), "env",
+                                    str(var["name"])), "device-env-set-by-pod",
+                                   f"{var['name']} chooses the node's GPUs outside the "
+                                   "scheduler (the toolkit honours it, `all` included)",
+                                   "remove it: request the GPUs as resources or a gpucarve "
+                                   "fraction, and the container gets the ones chosen for it")
+                           )  # fmt: skip
     return out
 
 

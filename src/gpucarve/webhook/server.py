@@ -1,6 +1,7 @@
 """The admission webhook's HTTP side: AdmissionReview v1 in, a decision out (Starlette on
 uvicorn, TLS). `/mutate` returns the pod's JSON patch; `/validate` allows or denies pods and
-Queues with the scheduler's own checks (`kube.admission`). The serving certificate is read
+Queues with the scheduler's own checks (`admission`), and pod updates that would change what
+the scheduler acts on (`bypass.owned_changes`). The serving certificate is read
 again when its files change, into the same TLS context: new connections get the new one and
 no request in flight is dropped.
 """
@@ -32,6 +33,7 @@ from gpucarve.webhook.admission import (
     pod_problems,
     queue_problems,
 )
+from gpucarve.webhook.bypass import owned_changes
 
 log = logging.getLogger("gpucarve.webhook")
 MAX_REVIEW_BYTES = 3 * 1024 * 1024  # the API server's own limit on a request body
@@ -95,7 +97,11 @@ def app(policy: Callable[[], Policy], scheduler_name: str) -> Starlette:
         kind = req.get("kind", {}).get("kind")
         if kind == "Pod" and req.get("operation") == "CREATE":
             obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
-            problems = pod_problems(policy(), obj)
+            problems = pod_problems(policy(), obj, scheduler_name)
+        elif kind == "Pod" and req.get("operation") == "UPDATE" and not req.get("subResource"):
+            # only a change to what the scheduler acts on is refused (webhook/bypass.py)
+            old = req.get("oldObject")
+            problems = owned_changes(old, obj) if isinstance(old, dict) else []
         elif kind == "Pod" and req.get("subResource") == "ephemeralcontainers":
             # `kubectl debug` adds containers to a running pod: the same device rule holds
             ns = str(req.get("namespace") or "")

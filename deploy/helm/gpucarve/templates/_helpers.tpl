@@ -67,3 +67,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- toJson $kept -}}
 {{- end -}}
+
+{{/*
+CEL: an update changes one of the annotations only gpucarve sets
+(gpucarve.core.vocabulary.SCHEDULER_OWNED_ANNOTATIONS; a unit test holds the two equal).
+*/}}
+{{- define "gpucarve.ownedAnnotationsChanged" -}}
+['gpucarve.io/device-config', 'gpucarve.io/assignment'].exists(k, (has(object.metadata.annotations) && k in object.metadata.annotations ? object.metadata.annotations[k] : '') != (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations ? oldObject.metadata.annotations[k] : ''))
+{{- end }}

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
+from gpucarve.core.vocabulary import MANAGED_BY, MANAGED_BY_LABEL
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.view.assigned import Assigned
 
@@ -37,6 +38,17 @@ def environment(assigned: Assigned) -> dict[str, str]:
         # percent of the GPU's SMs
         env["CUDA_DEVICE_SM_LIMIT"] = str(max(1, assigned.fraction_milli // 10))
     return env
+
+
+def _ours_for(obj: Mapping[str, Any], pod_uid: object) -> bool:
+    """A ConfigMap gpucarve wrote for the pod with this uid: its label and owner say so."""
+    meta = obj.get("metadata") or {}
+    if (meta.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY:
+        return False
+    owners = meta.get("ownerReferences") or []
+    return pod_uid is not None and any(
+        o.get("kind") == "Pod" and o.get("uid") == pod_uid for o in owners
+    )
 
 
 class DeviceConfigs:
@@ -59,7 +71,7 @@ class DeviceConfigs:
             "metadata": {
                 "name": name,
                 "namespace": ns,
-                "labels": {"app.kubernetes.io/managed-by": "gpucarve"},
+                "labels": {MANAGED_BY_LABEL: MANAGED_BY},
                 "ownerReferences": [owner],
             },
             "data": environment(assigned),
@@ -70,7 +82,17 @@ class DeviceConfigs:
         except ApiError as err:
             if err.status != 409:
                 raise
-            # left by an earlier attempt, perhaps for other GPUs: written anew
+            # Left by an earlier attempt (perhaps for other GPUs): written anew, but only if
+            # it is gpucarve's for this very pod; anything else is never touched.
+            existing = self.client.get(f"{path}/{name}")
+            if not _ours_for(existing, meta.get("uid")):
+                raise ApiError(
+                    "POST",
+                    f"{path}/{name}",
+                    409,
+                    f"ConfigMap {ns}/{name} exists and is not gpucarve's device ConfigMap for "
+                    "this pod; it is left as it is and the pod is not bound",
+                ) from err
             self.client.call("DELETE", f"{path}/{name}")
             self.client.call("POST", path, body)
         with self._lock:

@@ -1,0 +1,220 @@
+"""The ways a pod could reach a GPU, or make gpucarve act, past its queue, and what admission
+does about each (docs/kubernetes.md, "Threat model"). Pure: a pod in, problems or patches out.
+
+- `spec.nodeName` at creation skips every scheduler: refused for a pod that asks for a GPU,
+  and for any pod that names gpucarve as its scheduler (only gpucarve binds those).
+- Another scheduler for a pod that asks for a GPU would place it outside the queue: refused.
+- A privileged container sees every device of its node, and a host path under /dev hands
+  device nodes in: refused in a governed namespace, whatever the pod asks.
+- The NVIDIA container toolkit gives a container the GPUs `NVIDIA_VISIBLE_DEVICES` names, and
+  the kubelet puts the pod's own environment after the device plugin's, so the pod's wins.
+  Set in `env` it is refused (`admission.device_env_problems`). Through `envFrom` (a ConfigMap
+  or Secret whose content admission cannot see, and which can change after admission):
+  a container that gets no GPU is given an explicit `NVIDIA_VISIBLE_DEVICES=void` (an
+  explicit entry wins over `envFrom`; `void` means no GPU to the toolkit); a container that
+  gets GPUs from the device plugin may use `envFrom` only with a prefix that cannot form the
+  variable's name; a fraction's containers must take gpucarve's device ConfigMap last, so its
+  value wins.
+- Annotations that make the scheduler act (`SCHEDULER_OWNED_ANNOTATIONS`) are gpucarve's: a
+  tenant's are removed at creation (the device ConfigMap's name is kept only for a pod whose
+  GPU comes through it), and a change to them on update is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpucarve.core.problems import Problem
+from gpucarve.core.vocabulary import (
+    ASSIGNMENT_ANNOTATION,
+    DEVICE_CONFIG_ANNOTATION,
+    SCHEDULER_OWNED_ANNOTATIONS,
+)
+
+DEFAULT_SCHEDULER = "default-scheduler"
+# what the NVIDIA container toolkit reads to choose a container's devices
+DEVICE_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES")
+# the toolkit's value for "no GPU" (as if unset): harmless whoever sets it
+NO_DEVICES = "void"
+POD_KINDS = ("initContainers", "containers", "ephemeralContainers")
+
+Obj = Mapping[str, Any]
+
+
+def _name(pod: Obj) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("name") or meta.get("generateName") or "pod")
+
+
+def containers(spec: Obj, kinds: tuple[str, ...] = POD_KINDS) -> list[tuple[str, int, Obj]]:
+    out = []
+    for kind in kinds:
+        for i, c in enumerate(spec.get(kind) or []):
+            if isinstance(c, Mapping):
+                out.append((kind, i, c))
+    return out
+
+
+def asks_device(c: Obj) -> bool:
+    """The container requests a device-plugin resource (`nvidia.com/*`)."""
+    res = c.get("resources") or {}
+    return any(
+        str(n).startswith("nvidia.com/") for kind in ("requests", "limits")
+        for n in (res.get(kind) or {})
+    )  # fmt: skip
+
+
+def _where(pod: Obj, *path: str) -> tuple[str, ...]:
+    return (_name(pod), *path)
+
+
+def placement_problems(pod: Obj, scheduler_name: str, wants_gpu: bool) -> list[Problem]:
+    """A pod that would be placed by something other than gpucarve's queue."""
+    spec = pod.get("spec") or {}
+    scheduler = spec.get("schedulerName") or DEFAULT_SCHEDULER
+    out: list[Problem] = []
+    if spec.get("nodeName") and (wants_gpu or scheduler == scheduler_name):
+        out.append(Problem(_where(pod, "spec", "nodeName"), "node-name-set",
+                           f"nodeName {spec['nodeName']!r} places the pod without a scheduler, "
+                           "outside its queue's quota",
+                           "remove nodeName; to pin the pod to that node use nodeSelector "
+                           f"kubernetes.io/hostname: {spec['nodeName']}"))  # fmt: skip
+    if wants_gpu and scheduler not in (DEFAULT_SCHEDULER, scheduler_name):
+        out.append(Problem(_where(pod, "spec", "schedulerName"), "other-scheduler",
+                           f"schedulerName {scheduler!r}: a pod that asks for a GPU in a "
+                           f"governed namespace is placed by {scheduler_name}",
+                           f"remove schedulerName (or set {scheduler_name})"))  # fmt: skip
+    return out
+
+
+def device_access_problems(pod: Obj) -> list[Problem]:
+    """Containers that would see devices no scheduler gave them."""
+    spec = pod.get("spec") or {}
+    out: list[Problem] = []
+    for kind, i, c in containers(spec):
+        ctx = c.get("securityContext") or {}
+        if isinstance(ctx, Mapping) and ctx.get("privileged") is True:
+            out.append(Problem(_where(pod, "spec", kind, str(c.get("name", i)),
+                                      "securityContext", "privileged"), "privileged",
+                               "a privileged container sees every GPU of its node",
+                               "remove privileged: true (GPUs come from requests; for tools "
+                               "that need more, run them in a namespace gpucarve does not "
+                               "govern)"))  # fmt: skip
+    for i, vol in enumerate(spec.get("volumes") or []):
+        host = (vol.get("hostPath") or {}) if isinstance(vol, Mapping) else {}
+        path = str(host.get("path") or "") if isinstance(host, Mapping) else ""
+        if path.rstrip("/") == "/dev" or path.startswith("/dev/"):
+            out.append(Problem(_where(pod, "spec", "volumes", str(vol.get("name", i)),
+                                      "hostPath", "path"), "device-host-path",
+                               f"hostPath {path!r} hands the node's device files in",
+                               "remove the volume: GPUs come from requests"))  # fmt: skip
+    return out
+
+
+def _prefix_safe(entry: Obj) -> bool:
+    prefix = str(entry.get("prefix") or "")
+    return bool(prefix) and not any(var.startswith(prefix) for var in DEVICE_ENV)
+
+
+def env_from_problems(pod: Obj, own_config: str | None) -> list[Problem]:
+    """`envFrom` that could set the device variables where gpucarve cannot override them:
+    in a container the device plugin gives GPUs, and in a fraction's containers unless
+    gpucarve's ConfigMap comes last."""
+    spec = pod.get("spec") or {}
+    out: list[Problem] = []
+    for kind, i, c in containers(spec, ("initContainers", "containers")):
+        sources = [e for e in c.get("envFrom") or [] if isinstance(e, Mapping)]
+        where = _where(pod, "spec", kind, str(c.get("name", i)), "envFrom")
+        if asks_device(c):
+            bad = [e for e in sources if not _prefix_safe(e)]
+            if bad:
+                out.append(Problem(where, "device-env-from",
+                                   "envFrom without a prefix may set NVIDIA_VISIBLE_DEVICES, "
+                                   "which the container toolkit honours over the GPUs the "
+                                   "device plugin chose (admission cannot see what the "
+                                   "ConfigMap or Secret holds, and it can change later)",
+                                   "give each envFrom a prefix (e.g. prefix: APP_), or list the "
+                                   "keys you need under env with valueFrom"))  # fmt: skip
+        elif own_config is not None and kind == "containers":
+            last = sources[-1] if sources else {}
+            ref = last.get("configMapRef") or {}
+            if not (isinstance(ref, Mapping) and ref.get("name") == own_config):
+                out.append(Problem(where, "device-config-not-last",
+                                   f"the fraction's GPU comes from ConfigMap {own_config}, "
+                                   "which must be the last envFrom so no other source "
+                                   "overrides it",
+                                   f"put configMapRef {own_config} last (the webhook adds it "
+                                   "there)"))  # fmt: skip
+    return out
+
+
+def owned_annotation_problems(pod: Obj, fraction_only: bool) -> list[Problem]:
+    """Scheduler-owned annotations a pod may not carry at creation (the mutating webhook
+    removes them; this catches a pod that reached validation without it)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    out: list[Problem] = []
+    for key in SCHEDULER_OWNED_ANNOTATIONS:
+        if key not in annotations:
+            continue
+        if key == DEVICE_CONFIG_ANNOTATION and fraction_only:
+            continue  # the fraction's own ConfigMap (env_from_problems checks its use)
+        out.append(Problem(_where(pod, "metadata", "annotations", key), "scheduler-owned",
+                           f"{key} is set by gpucarve only: the scheduler acts on it",
+                           "remove the annotation"))  # fmt: skip
+    return out
+
+
+def owned_changes(old: Obj, new: Obj) -> list[Problem]:
+    """An update that changes a scheduler-owned annotation (nothing of gpucarve's updates
+    pods: the scheduler writes the assignment through the binding)."""
+    before = (old.get("metadata") or {}).get("annotations") or {}
+    after = (new.get("metadata") or {}).get("annotations") or {}
+    return [
+        Problem(_where(new, "metadata", "annotations", key), "scheduler-owned",
+                f"{key} is set by gpucarve only: it may not change after creation",
+                f"keep its value ({before.get(key, 'unset')!r})")
+        for key in SCHEDULER_OWNED_ANNOTATIONS
+        if before.get(key) != after.get(key)
+    ]  # fmt: skip
+
+
+def strip_owned(pod: Obj, fraction_only: bool) -> list[str]:
+    """The scheduler-owned annotations the mutating webhook removes from a new pod: all of
+    them, but the device ConfigMap's name on a fraction-only pod (it may be gpucarve's own
+    from an earlier invocation of the same admission)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    keep = {DEVICE_CONFIG_ANNOTATION} if fraction_only else set()
+    return [
+        k for k in (ASSIGNMENT_ANNOTATION, DEVICE_CONFIG_ANNOTATION)
+        if k in annotations and k not in keep
+    ]  # fmt: skip
+
+
+def needs_void(pod: Obj, fraction_only: bool) -> list[tuple[str, int]]:
+    """Containers that get no GPU, take `envFrom` and do not set the variable themselves:
+    each gets `NVIDIA_VISIBLE_DEVICES=void`, which wins over any `envFrom`."""
+    spec = pod.get("spec") or {}
+    out = []
+    for kind, i, c in containers(spec, ("initContainers", "containers")):
+        if not c.get("envFrom") or asks_device(c):
+            continue
+        if fraction_only and kind == "containers":
+            continue  # its GPU comes through gpucarve's ConfigMap, last in envFrom
+        names = {e.get("name") for e in c.get("env") or [] if isinstance(e, Mapping)}
+        if DEVICE_ENV[0] not in names:
+            out.append((kind, i))
+    return out
+
+
+def unneutralised_problems(pod: Obj, fraction_only: bool) -> list[Problem]:
+    """Containers `needs_void` names that reached validation without the explicit variable
+    (the mutating webhook did not run on them)."""
+    spec = pod.get("spec") or {}
+    return [
+        Problem(_where(pod, "spec", kind, str(spec[kind][i].get("name", i)), "env"),
+                "device-env-from",
+                "envFrom may set NVIDIA_VISIBLE_DEVICES in a container that gets no GPU",
+                f"add env {DEVICE_ENV[0]}={NO_DEVICES} (gpucarve's mutating webhook does)")
+        for kind, i in needs_void(pod, fraction_only)
+    ]  # fmt: skip

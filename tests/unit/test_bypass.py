@@ -1,0 +1,160 @@
+"""The ways around the queue, closed at admission (webhook/bypass.py), without a server; the
+real API server's side is tests/integration/test_webhook.py."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpucarve.config.policy_build import load_policy
+from gpucarve.core.vocabulary import SCHEDULER_OWNED_ANNOTATIONS
+from gpucarve.webhook.admission import mutate, pod_problems
+from gpucarve.webhook.bypass import owned_changes
+from tests.paths import BUILTIN
+
+POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
+HELPERS = Path(__file__).resolve().parents[2] / "deploy/helm/gpucarve/templates/_helpers.tpl"
+
+
+def _pod(ns: str = "research", limits: dict[str, str] | None = None, **spec: Any) -> Any:
+    container: dict[str, Any] = {"name": "main"}
+    if limits is not None:
+        container["resources"] = {"limits": limits}
+    return {
+        "metadata": {"namespace": ns, "name": "p"},
+        "spec": {"containers": [container], **spec},
+    }
+
+
+def _codes(pod: Any) -> list[str]:
+    return sorted(p.code for p in pod_problems(POLICY, pod, "gpucarve"))
+
+
+def _apply(pod: Any, patch: list[dict[str, Any]]) -> Any:
+    """The JSON patch's add and remove ops (all the webhook emits), as the API server would."""
+    out = copy.deepcopy(pod)
+    for op in patch:
+        *parents, last = [
+            p.replace("~1", "/").replace("~0", "~") for p in op["path"][1:].split("/")
+        ]
+        node = out
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        if op["op"] == "remove":
+            del node[last]
+        elif isinstance(node, list):
+            node.append(op["value"]) if last == "-" else node.insert(int(last), op["value"])
+        else:
+            node[last] = op["value"]
+    return out
+
+
+GPU = {"nvidia.com/gpu": "1"}
+
+
+@pytest.mark.parametrize(
+    ("pod", "code"),
+    [
+        (_pod(limits=GPU, nodeName="h100-0"), "node-name-set"),
+        (_pod(limits={"cpu": "1"}, nodeName="h100-0", schedulerName="gpucarve"), "node-name-set"),
+        (_pod(limits=GPU, schedulerName="volcano"), "other-scheduler"),
+        (
+            _pod(limits=GPU, volumes=[{"name": "d", "hostPath": {"path": "/dev/nvidia0"}}]),
+            "device-host-path",
+        ),
+        (_pod(volumes=[{"name": "d", "hostPath": {"path": "/dev"}}]), "device-host-path"),
+    ],
+)
+def test_each_way_past_the_scheduler_is_refused(pod: Any, code: str) -> None:
+    assert code in _codes(pod)
+    elsewhere = copy.deepcopy(pod)
+    elsewhere["metadata"]["namespace"] = "elsewhere"
+    assert pod_problems(POLICY, elsewhere, "gpucarve") == []  # only governed namespaces
+
+
+def test_a_privileged_container_is_refused_even_without_a_gpu_request() -> None:
+    p = _pod()
+    p["spec"]["initContainers"] = [{"name": "i", "securityContext": {"privileged": True}}]
+    assert _codes(p) == ["privileged"]
+    p["spec"]["initContainers"][0]["securityContext"]["privileged"] = False
+    assert _codes(p) == []
+
+
+def test_what_stays_allowed() -> None:
+    # a CPU pod pinned to a node, the default scheduler's GPU pod (the webhook rewrites it),
+    # a host path outside /dev
+    assert _codes(_pod(limits={"cpu": "1"}, nodeName="cpu-0")) == []
+    assert _codes(_pod(limits=GPU)) == []
+    assert _codes(_pod(volumes=[{"name": "d", "hostPath": {"path": "/devices-data"}}])) == []
+
+
+def test_env_from_in_a_container_without_a_gpu_is_neutralised() -> None:
+    p = _pod()
+    p["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "settings"}}]
+    assert _codes(p) == ["device-env-from"]  # had the mutating webhook not run
+    m = mutate(POLICY, p, "gpucarve", "UID")
+    after = _apply(p, m.patch)
+    assert after["spec"]["containers"][0]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+    ]
+    assert _codes(after) == []
+    assert "NVIDIA_VISIBLE_DEVICES=void" in after["metadata"]["annotations"]["gpucarve.io/mutated"]
+    # a container that sets it itself to something else is refused, as before
+    p["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    assert "device-env-set-by-pod" in _codes(p)
+
+
+def test_env_from_in_a_gpu_container_needs_a_prefix_that_cannot_name_the_variable() -> None:
+    p = _pod(limits=GPU)
+    c = p["spec"]["containers"][0]
+    c["envFrom"] = [{"secretRef": {"name": "s"}}]
+    assert _codes(p) == ["device-env-from"]
+    c["envFrom"] = [{"secretRef": {"name": "s"}, "prefix": "NVIDIA_"}]
+    assert _codes(p) == ["device-env-from"]
+    c["envFrom"] = [{"secretRef": {"name": "s"}, "prefix": "APP_"}]
+    assert _codes(p) == []
+
+
+def test_a_fractions_config_map_comes_last() -> None:
+    p = _pod()
+    p["metadata"]["annotations"] = {"gpucarve.io/gpu-fraction": "250"}
+    p["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "settings"}}]
+    after = _apply(p, mutate(POLICY, p, "gpucarve", "ABC").patch)
+    refs = after["spec"]["containers"][0]["envFrom"]
+    assert refs[-1] == {"configMapRef": {"name": "gpucarve-gpu-abc"}}
+    assert "env" not in after["spec"]["containers"][0]  # its GPU comes through the ConfigMap
+    assert _codes(after) == []
+    after["spec"]["containers"][0]["envFrom"] = [*refs, {"configMapRef": {"name": "late"}}]
+    assert _codes(after) == ["device-config-not-last"]
+
+
+def test_scheduler_owned_annotations_are_removed_at_creation_and_frozen_after() -> None:
+    p = _pod(limits=GPU)
+    p["metadata"]["annotations"] = {
+        "gpucarve.io/device-config": "kube-root-ca.crt",
+        "gpucarve.io/assignment": '{"slices":["h100-0/gpu0"]}',
+        "team": "x",
+    }
+    assert _codes(p) == ["scheduler-owned", "scheduler-owned"]
+    after = _apply(p, mutate(POLICY, p, "gpucarve", "U").patch)
+    assert set(after["metadata"]["annotations"]) == {"team", "gpucarve.io/mutated"}
+    assert _codes(after) == []
+    # an update that sets or changes one is refused; other changes are not
+    changed = copy.deepcopy(after)
+    changed["metadata"]["annotations"]["gpucarve.io/assignment"] = "{}"
+    (problem,) = owned_changes(after, changed)
+    assert problem.code == "scheduler-owned" and "assignment" in str(problem.location)
+    relabelled = copy.deepcopy(after)
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    assert owned_changes(after, relabelled) == []
+
+
+def test_the_charts_update_condition_names_the_same_annotations() -> None:
+    text = HELPERS.read_text()
+    block = text.split('define "gpucarve.ownedAnnotationsChanged"')[1].split("{{- end")[0]
+    listed = re.findall(r"'(gpucarve\.io/[a-z-]+)'", block.split("].exists")[0])
+    assert tuple(listed) == SCHEDULER_OWNED_ANNOTATIONS

@@ -64,3 +64,69 @@ def test_a_review_gets_its_uid_and_patch_back() -> None:
     assert response["uid"] == "abc" and response["allowed"] is True
     patch = json.loads(base64.b64decode(response["patch"]))
     assert {"op": "add", "path": "/spec/schedulerName", "value": "gpucarve"} in patch
+
+
+def _review_of(obj: Any, kind: str = "Pod", operation: str = "CREATE", **extra: Any) -> bytes:
+    req = {"uid": "u1", "kind": {"kind": kind}, "operation": operation,
+           "namespace": "research", "object": obj, **extra}  # fmt: skip
+    return json.dumps({"request": req}).encode()
+
+
+def _deep_review(depth: int) -> bytes:
+    """A review whose pod spec nests `depth` levels (past what json can encode back)."""
+    spec = '{"a":[' * depth + '"x"' + "]}" * depth
+    head = '{"request": {"uid": "u1", "kind": {"kind": "Pod"}, "operation": "CREATE", '
+    return (head + '"object": {"metadata": {"name": "p"}, "spec": ' + spec + "}}}").encode()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # a lone surrogate in the uid, and nesting past the recursion limit
+        b'{"request": {"uid": "\\ud800", "kind": {"kind": "Pod"}, "object": {}}}',
+        _deep_review(100),
+        _deep_review(50_000),
+    ],
+)
+def test_hostile_reviews_are_400(body: bytes) -> None:
+    for path in ("/mutate", "/validate"):
+        assert _post(path, body)[0] == 400
+
+
+SHAPES: list[Any] = [
+    {"metadata": {"name": "p", "annotations": []}},
+    {"metadata": {"name": "p"}, "spec": {"containers": "x"}},
+    {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": []}]}},
+    {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"limits": "9"}}]}},
+    {"metadata": {"name": "p", "labels": {"gpucarve.io/queue": ["a"]}},
+     "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
+    {"metadata": {"name": "p\ud800"},
+     "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "x"}}}]}},
+    {"metadata": {"name": "q"}, "spec": {"quota": {"h100-full": [1]}, "cohort": 5}},
+    {"metadata": {"name": "q"}, "spec": []},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("obj", SHAPES)
+@pytest.mark.parametrize("kind", ["Pod", "Queue", "PodGroup"])
+def test_objects_of_unexpected_shapes_are_decided_never_a_server_error(obj: Any, kind: str) -> None:
+    req = {"uid": "u1", "kind": {"kind": kind}, "operation": "CREATE",
+           "namespace": "research", "object": obj}  # fmt: skip
+    body = json.dumps({"request": req}, ensure_ascii=True)
+    for path in ("/mutate", "/validate"):
+        status, raw = _post(path, body.encode())
+        assert status == 200, (path, raw[:300])
+        assert json.loads(raw)["response"]["uid"] == "u1"
+
+
+def test_a_pod_update_changing_an_owned_annotation_is_denied() -> None:
+    old = {"metadata": {"name": "p", "annotations": {}}}
+    new = {"metadata": {"name": "p", "annotations": {"gpucarve.io/assignment": "{}"}}}
+    status, raw = _post("/validate", _review_of(new, operation="UPDATE", oldObject=old))
+    assert status == 200
+    response = json.loads(raw)["response"]
+    assert (
+        response["allowed"] is False and "gpucarve.io/assignment" in response["status"]["message"]
+    )
+    status, raw = _post("/validate", _review_of(old, operation="UPDATE", oldObject=old))
+    assert json.loads(raw)["response"]["allowed"] is True

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gpucarve.core.policy import Policy
+from gpucarve.core.problems import Problem
 from gpucarve.webhook.admission import (
     denial,
     device_env_problems,
@@ -39,6 +41,21 @@ log = logging.getLogger("gpucarve.webhook")
 MAX_REVIEW_BYTES = 3 * 1024 * 1024  # the API server's own limit on a request body
 
 
+MAX_UID = 128  # the API server's uids are 36 characters
+# What the decision reads of an object; more nesting than this is no pod or Queue anyone
+# writes, and would cost recursion (json, pydantic) a malformed body should never buy.
+MAX_DEPTH = 64
+# The errors a malformed object (one whose shape the checks did not expect) raises in them.
+MALFORMED = (TypeError, AttributeError, KeyError, ValueError, IndexError, RecursionError)
+
+
+class AsciiJSON(JSONResponse):
+    """JSON escaped to ASCII: a lone surrogate in a name echoed into a message stays valid."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def _review(uid: str, allowed: bool, message: str = "", patch: list[Any] | None = None) -> Any:
     response: dict[str, Any] = {"uid": uid, "allowed": allowed}
     if not allowed:
@@ -49,73 +66,129 @@ def _review(uid: str, allowed: bool, message: str = "", patch: list[Any] | None 
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
+def _depth(value: Any, limit: int) -> bool:
+    """Whether `value` nests no deeper than `limit` (iterative: no recursion to exhaust)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return False
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return True
+
+
+def _parse(body: bytes) -> dict[str, Any] | str:
+    """The review's request, or why it is not an AdmissionReview v1 this server reads."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return "not JSON"
+    req = doc.get("request") if isinstance(doc, dict) else None
+    if not isinstance(req, dict):
+        return "no request"
+    uid = req.get("uid")
+    if not (isinstance(uid, str) and 0 < len(uid) <= MAX_UID and uid.isascii()
+            and uid.isprintable()):  # fmt: skip
+        return f"request.uid must be 1-{MAX_UID} printable ASCII characters"
+    for key in ("kind", "object", "oldObject"):
+        if req.get(key) is not None and not isinstance(req.get(key), dict):
+            return f"request.{key} is not an object"
+    if not isinstance((req.get("object") or {}).get("metadata") or {}, dict):
+        return "request.object.metadata is not an object"
+    if not _depth(req.get("object"), MAX_DEPTH) or not _depth(req.get("oldObject"), MAX_DEPTH):
+        return f"request.object nests deeper than {MAX_DEPTH} levels"
+    return req
+
+
 async def _read(request: Request) -> dict[str, Any] | Response:
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_REVIEW_BYTES:
             return Response("review too large", status_code=413)
-    try:
-        req = json.loads(body)["request"]
-    except (ValueError, KeyError, TypeError):
-        req = None
-    shape_ok = (
-        isinstance(req, dict)
-        and isinstance(req.get("uid"), str)
-        and isinstance(req.get("kind", {}), dict)
-        and isinstance(req.get("object") if req.get("object") is not None else {}, dict)
-        and isinstance((req.get("object") or {}).get("metadata") or {}, dict)
-    )
-    if not shape_ok:
-        return Response("not an AdmissionReview v1 (request.uid, .kind, .object)", 400)
-    assert isinstance(req, dict)
+    # parsed off the event loop: a large body must not hold up /healthz or other reviews
+    req = await run_in_threadpool(_parse, body)
+    if isinstance(req, str):
+        return Response(f"not an AdmissionReview v1 this server reads: {req}", 400)
     return req
 
 
+def _pod_update(req: dict[str, Any]) -> list[Problem]:
+    # only a change to what the scheduler acts on is refused (webhook/bypass.py)
+    old = req.get("oldObject")
+    return owned_changes(old, req.get("object") or {}) if isinstance(old, dict) else []
+
+
+def _problems(policy: Policy, req: dict[str, Any], scheduler_name: str) -> list[Problem]:
+    """What /validate refuses in this request (nothing for what it does not review)."""
+    obj = req.get("object") or {}
+    kind = (req.get("kind") or {}).get("kind")
+    op, sub = req.get("operation"), req.get("subResource")
+    if kind == "Pod" and op == "CREATE":
+        obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
+        return pod_problems(policy, obj, scheduler_name)
+    if kind == "Pod" and op == "UPDATE" and not sub:
+        return _pod_update(req)
+    if kind == "Pod" and sub == "ephemeralcontainers":
+        # `kubectl debug` adds containers to a running pod: the same device rule holds
+        ns = str(req.get("namespace") or "")
+        return device_env_problems(obj) if governed(policy, ns) else []
+    if kind == "Queue" and op in ("CREATE", "UPDATE"):
+        return queue_problems(policy, obj)
+    if kind == "PodGroup" and op in ("CREATE", "UPDATE"):
+        obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
+        return pod_group_problems(policy, obj)
+    return []
+
+
+def _validate(policy: Policy, req: dict[str, Any], scheduler_name: str) -> Any:
+    try:
+        problems = _problems(policy, req, scheduler_name)
+    except MALFORMED as exc:
+        # an object of a shape the checks do not know: refused (fail closed), never a 500
+        log.warning("review %s: malformed object refused: %s", req["uid"], exc)
+        return _review(req["uid"], False, f"gpucarve: the object is malformed ({exc!r:.200})")
+    if problems:
+        return _review(req["uid"], False, denial(problems))
+    return _review(req["uid"], True)
+
+
+def _mutate(policy: Policy, req: dict[str, Any], scheduler_name: str) -> Any:
+    obj = req.get("object") or {}
+    if (req.get("kind") or {}).get("kind") != "Pod" or req.get("operation") != "CREATE":
+        return _review(req["uid"], True)
+    try:
+        obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
+        m = mutate(policy, obj, scheduler_name, req["uid"])
+    except MALFORMED as exc:
+        # no patch; /validate refuses what it cannot read
+        log.warning("review %s: malformed pod left unchanged: %s", req["uid"], exc)
+        return _review(req["uid"], True)
+    if m.changes:
+        log.info("pod %s/%s: %s", req.get("namespace"), obj["metadata"].get("name") or
+                 obj["metadata"].get("generateName"), "; ".join(m.changes))  # fmt: skip
+    return _review(req["uid"], True, patch=m.patch)
+
+
 def app(policy: Callable[[], Policy], scheduler_name: str) -> Starlette:
-    """`policy` gives the current one (the server follows the same file as the scheduler)."""
+    """`policy` gives the current one (the server follows the same file as the scheduler).
+    Each decision runs in a worker thread, so the event loop keeps answering `/healthz` and
+    taking reviews while a large one is worked out."""
 
     async def do_mutate(request: Request) -> Response:
         req = await _read(request)
         if isinstance(req, Response):
             return req
-        obj = req.get("object") or {}
-        if req.get("kind", {}).get("kind") != "Pod" or req.get("operation") != "CREATE":
-            return JSONResponse(_review(req["uid"], True))
-        obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
-        m = mutate(policy(), obj, scheduler_name, req["uid"])
-        if m.changes:
-            log.info("pod %s/%s: %s", req.get("namespace"), obj["metadata"].get("name") or
-                     obj["metadata"].get("generateName"), "; ".join(m.changes))  # fmt: skip
-        return JSONResponse(_review(req["uid"], True, patch=m.patch))
+        return AsciiJSON(await run_in_threadpool(_mutate, policy(), req, scheduler_name))
 
     async def do_validate(request: Request) -> Response:
         req = await _read(request)
         if isinstance(req, Response):
             return req
-        obj = req.get("object") or {}
-        kind = req.get("kind", {}).get("kind")
-        if kind == "Pod" and req.get("operation") == "CREATE":
-            obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
-            problems = pod_problems(policy(), obj, scheduler_name)
-        elif kind == "Pod" and req.get("operation") == "UPDATE" and not req.get("subResource"):
-            # only a change to what the scheduler acts on is refused (webhook/bypass.py)
-            old = req.get("oldObject")
-            problems = owned_changes(old, obj) if isinstance(old, dict) else []
-        elif kind == "Pod" and req.get("subResource") == "ephemeralcontainers":
-            # `kubectl debug` adds containers to a running pod: the same device rule holds
-            ns = str(req.get("namespace") or "")
-            problems = device_env_problems(obj) if governed(policy(), ns) else []
-        elif kind == "Queue" and req.get("operation") in ("CREATE", "UPDATE"):
-            problems = queue_problems(policy(), obj)
-        elif kind == "PodGroup" and req.get("operation") in ("CREATE", "UPDATE"):
-            obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
-            problems = pod_group_problems(policy(), obj)
-        else:
-            problems = []
-        if problems:
-            return JSONResponse(_review(req["uid"], False, denial(problems)))
-        return JSONResponse(_review(req["uid"], True))
+        return AsciiJSON(await run_in_threadpool(_validate, policy(), req, scheduler_name))
 
     async def healthz(_: Request) -> Response:
         return JSONResponse({"ok": True})

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
 
+from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries, free_port
 from gpucarve.kube.api.client import Client
@@ -288,3 +290,30 @@ def test_metrics_scraped_after_a_scenario_match_it(
     assert at("gpucarve_leader") == 1
     assert at("gpucarve_pool_slices", pool="training", flavor="h100-full", state="allocated") == 32
     assert at("gpucarve_cycle_duration_seconds_count") >= 1
+
+
+def test_a_selector_no_node_matches_says_it_can_never_fit_in_every_layer(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler, policy_file: Path
+) -> None:
+    stack, api = cluster
+    # the product name the public guides use; GFD publishes NVIDIA-H100-80GB-HBM3
+    wrong = pod("research", "guide", "nvidia.com/gpu", 1)
+    wrong["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "H100-SXM5-80GB"}
+    create_pod(api, wrong)
+
+    def said() -> str | None:
+        c = condition(pods_in(api, "research")["guide"])
+        return c["message"] if c and c["status"] == "False" else None
+
+    message = wait_for(said, what="the pending reason")
+    assert "can never be admitted" in message, message
+    assert "did you mean nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3?" in message, message
+    events = api.get("/api/v1/namespaces/research/events")["items"]
+    assert any("did you mean" in e.get("message", "") for e in events
+               if e["involvedObject"]["name"] == "guide")  # fmt: skip
+    args = ["explain", "research/guide", "--policy", str(policy_file),
+            "--kubeconfig", str(stack.kubeconfig())]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "did you mean nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3?" in result.stdout
+    assert not node_of(pods_in(api, "research")["guide"])

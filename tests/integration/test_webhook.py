@@ -250,7 +250,18 @@ def _attacks() -> list[tuple[str, dict[str, Any], str]]:
     devices["spec"]["volumes"] = [{"name": "dev", "hostPath": {"path": "/dev"}}]
     env_from = _plain("research", "settings", "nvidia.com/gpu")
     env_from["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "settings"}}]
+    guide = _plain("research", "guide", "nvidia.com/gpu")
+    guide["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "H100-SXM5-80GB"}
+    thousand = _plain("research", "thousand", "nvidia.com/gpu", 1000)
+    no_quota = _plain("research", "unserved", "nvidia.com/mig-3g.40gb")
     return [
+        (
+            "a selector no GPU node matches",
+            guide,
+            "did you mean nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3?",
+        ),
+        ("a thousand GPUs", thousand, "no node has more than 8"),
+        ("a flavor its queue has no quota for", no_quota, "no quota for a flavor"),
         ("nodeName at creation", pinned, "nodeName 'training-0'"),
         ("another scheduler", elsewhere, "schedulerName 'volcano'"),
         ("a privileged container", privileged, "privileged container sees every GPU"),

@@ -158,3 +158,36 @@ def test_the_charts_update_condition_names_the_same_annotations() -> None:
     block = text.split('define "gpucarve.ownedAnnotationsChanged"')[1].split("{{- end")[0]
     listed = re.findall(r"'(gpucarve\.io/[a-z-]+)'", block.split("].exists")[0])
     assert tuple(listed) == SCHEDULER_OWNED_ANNOTATIONS
+
+
+def _problems(pod: Any) -> list[Any]:
+    return pod_problems(POLICY, pod, "gpucarve")
+
+
+def test_what_can_never_run_is_refused_with_what_to_change() -> None:
+    # research has no quota for the 3g.40gb MIG flavor
+    (p,) = _problems(_pod(limits={"nvidia.com/mig-3g.40gb": "1"}))
+    assert p.code == "can-never-fit" and "no quota for a flavor" in p.message
+    # a thousand GPUs, and sixteen in an init container: no node has more than eight
+    (p,) = _problems(_pod(limits={"nvidia.com/gpu": "1000"}))
+    assert p.code == "can-never-fit" and "no node has more than 8" in p.message
+    init = _pod(limits=GPU)
+    init["spec"]["initContainers"] = [
+        {"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "16"}}}
+    ]
+    (p,) = _problems(init)
+    assert "needs 16 h100-full" in p.message
+
+
+def test_a_selector_no_node_matches_names_the_label_gfd_publishes() -> None:
+    # the guides' product name; GPU Feature Discovery publishes NVIDIA-H100-80GB-HBM3
+    wrong = _pod(limits=GPU, nodeSelector={"nvidia.com/gpu.product": "H100-SXM5-80GB"})
+    (p,) = _problems(wrong)
+    assert p.code == "can-never-fit", p
+    assert "can never be admitted" in p.message
+    assert "did you mean nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3?" in p.message
+    right = _pod(limits=GPU, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    assert _problems(right) == []
+    typo = _pod(limits=GPU, nodeSelector={"nvidia.com/gpu.prodcut": "NVIDIA-H100-80GB-HBM3"})
+    (p,) = _problems(typo)
+    assert "did you mean nvidia.com/gpu.product?" in p.message

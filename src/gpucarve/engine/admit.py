@@ -43,24 +43,50 @@ def admit(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
     return outcome
 
 
+def _combos(per_set: list[list[Flavor]]) -> list[tuple[Flavor | None, ...]]:
+    choices: list[list[Flavor | None]] = [list(f) if f else [None] for f in per_set]
+    return list(itertools.islice(itertools.product(*choices), MAX_FLAVOR_COMBOS))
+
+
+def never_fits(c: CycleState, w: Workload) -> tuple[PendingReason, ...]:
+    """Why `w` can never run under this policy on this cluster, whatever frees up (empty:
+    it may): no flavor its queue has quota for serves a pod set, or every choice of flavors
+    passes a ceiling (`ceilings`). The webhook asks the same at admission."""
+    per_set = c.flavors_for(w)
+    unserved = _unserved(w, per_set)
+    if unserved is not None:
+        return (unserved,)
+    found = _ceilings(c, w, _combos(per_set))
+    return tuple(r for r in found if r is not None) if all(found) else ()
+
+
+def _unserved(w: Workload, per_set: list[list[Flavor]]) -> PendingReason | None:
+    for ps, flavors in zip(w.pod_sets, per_set, strict=True):
+        if ps.gpu.kind.value != "none" and not flavors:
+            return PendingReason(
+                Stage.VALIDATION,
+                Plugin.FLAVOR,
+                f"can never be admitted: queue {w.queue} has no quota for a flavor that "
+                f"serves {ps.gpu.describe()} (pod set {ps.name})",
+            )
+    return None
+
+
+def _ceilings(
+    c: CycleState, w: Workload, combos: list[tuple[Flavor | None, ...]]
+) -> list[PendingReason | None]:
+    return [c.ceilings.never_fits(w, combo) for combo in combos]
+
+
 def _try(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
     if not c.cfg.gang:
         return podwise.place_pods_alone(c, w, Counter(), ())
     per_set = c.flavors_for(w)
-    for ps, flavors in zip(w.pod_sets, per_set, strict=True):
-        if ps.gpu.kind.value != "none" and not flavors:
-            return Outcome(
-                False,
-                PendingReason(
-                    Stage.VALIDATION,
-                    Plugin.FLAVOR,
-                    f"queue {w.queue} has no quota for a flavor that serves "
-                    f"{ps.gpu.describe()} (pod set {ps.name})",
-                ),
-            )
-    choices: list[list[Flavor | None]] = [list(f) if f else [None] for f in per_set]
-    combos = list(itertools.islice(itertools.product(*choices), MAX_FLAVOR_COMBOS))
-    impossible = [c.ceilings.never_fits(w, combo) for combo in combos]
+    unserved = _unserved(w, per_set)
+    if unserved is not None:
+        return Outcome(False, unserved)
+    combos = _combos(per_set)
+    impossible = _ceilings(c, w, combos)
     if all(r is not None for r in impossible):
         # Not even an empty cluster with all the quota the queue can reach would hold it:
         # say so, and never let it hold its queue.

@@ -1,19 +1,22 @@
 """Workloads that can never be admitted, whatever else runs or leaves.
 
 A gang that needs more than its queue can ever reach (nominal plus what it may borrow), more
-slices on one node than any node has, more than the whole cluster holds, or more than any one
-node, NVLink domain or rack holds for its topology constraint would wait forever. Such a
-workload is reported (stage `validation`, plugin `ceiling`) and never holds its queue.
+slices on one node than any node has, more than the whole cluster holds, more than any one
+node, NVLink domain or rack holds for its topology constraint, or a node selector or required
+affinity that no node carrying its flavor matches, would wait forever. Such a workload is
+reported (stage `validation`, plugin `ceiling`; for a selector, the values the nodes do carry
+and the nearest one) and never holds its queue.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from collections.abc import Sequence
 
 from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import slices_per_pod
-from gpucarve.core.workload import TOPOLOGY_UNIT, TopologyMode, Workload
+from gpucarve.core.workload import TOPOLOGY_UNIT, PodSet, TopologyMode, Workload
 from gpucarve.engine.decisions import PendingReason, Plugin, Stage
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.working import Working
@@ -25,6 +28,8 @@ class Ceilings:
     def __init__(self, ws: Working, quotas: Quotas) -> None:
         self.ws = ws
         self.quotas = quotas
+        # (selector, affinity, flavor) -> why no node of the flavor matches, or None
+        self._unmatched: dict[tuple[object, ...], str | None] = {}
 
     def _largest_node(self, flavor: str) -> int:
         return self._largest_group(TopologyMode.NODE, flavor)
@@ -65,6 +70,10 @@ class Ceilings:
         for ps, f in zip(w.pod_sets, combo, strict=True):
             if f is None:
                 continue
+            if ps.node_selector or ps.affinity:
+                why = self._unmatched_by(ps, f.name)
+                if why is not None:
+                    return self._reason(why, f.name)
             per_pod = slices_per_pod(ps.gpu, f, self.ws.flavors[f.name].gpu_memory)
             if not self.ws.flavors[f.name].shared and per_pod > self._largest_node(f.name):
                 return self._reason(
@@ -99,3 +108,42 @@ class Ceilings:
         return PendingReason(
             Stage.VALIDATION, Plugin.CEILING, "can never be admitted: " + message, flavor
         )
+
+    def _unmatched_by(self, ps: PodSet, flavor: str) -> str | None:
+        """Why no node carrying `flavor` matches the pod set's selector and affinity (None:
+        one does). Nodes of a dynamic MIG pool that could carry it count."""
+        key = (ps.node_selector, ps.affinity, flavor)
+        if key not in self._unmatched:
+            nodes = [self.ws.nodes[n] for n in sorted(self._per_node(flavor))]
+            if any(_selected(ps, n.labels) for n in nodes):
+                self._unmatched[key] = None
+            else:
+                self._unmatched[key] = _mismatch(ps, [n.labels for n in nodes], flavor)
+        return self._unmatched[key]
+
+
+def _selected(ps: PodSet, labels: dict[str, str]) -> bool:
+    if any(labels.get(k) != v for k, v in ps.node_selector):
+        return False
+    return all(req.matches(labels) for req in ps.affinity)
+
+
+def _mismatch(ps: PodSet, nodes: list[dict[str, str]], flavor: str) -> str:
+    """The selector term no node of the flavor has, the values they carry, the nearest."""
+    if not nodes:
+        return f"no node carries {flavor}"
+    for k, v in ps.node_selector:
+        values = sorted({labels[k] for labels in nodes if k in labels})
+        if v in values:
+            continue
+        if not values:
+            keys = sorted({key for labels in nodes for key in labels})
+            near = difflib.get_close_matches(k, keys, n=1, cutoff=0.6)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            return f"no node carrying {flavor} has the label {k} (nodeSelector){hint}"
+        near = difflib.get_close_matches(v, values, n=1, cutoff=0.3)
+        shown = ", ".join(values[:5]) + (" …" if len(values) > 5 else "")
+        hint = f"; did you mean {k}={near[0]}?" if near else ""
+        return f"nodeSelector {k}={v} matches no node carrying {flavor}: {k} there is {shown}{hint}"
+    reqs = ", ".join(f"{r.key} {r.operator} {list(r.values)}" for r in ps.affinity)
+    return f"no node carrying {flavor} matches its required node affinity ({reqs})"

@@ -10,15 +10,22 @@ the webhook refuses is exactly what the scheduler would leave pending with the s
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem, Severity
+from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
 from gpucarve.core.vocabulary import MODE_LABEL, MUTATED_ANNOTATION, QUEUE_LABEL, QUEUE_LABELS
+from gpucarve.core.workload import Workload
+from gpucarve.engine.admit import never_fits
+from gpucarve.engine.state import CycleState
+from gpucarve.engine.working import Working
 from gpucarve.kube.view.gpu_mode import implied_mode
 from gpucarve.kube.view.pods import KEPT_ANNOTATIONS, PendingGroup, pending_workloads
 from gpucarve.webhook import bypass
@@ -183,7 +190,46 @@ def pod_problems(
     out += bypass.unneutralised_problems(pod, only)
     if not gpu:
         return out
-    return out + [p for p in _as_scheduled(policy, pod).problems if p.severity is Severity.ERROR]
+    group = _as_scheduled(policy, pod)
+    out += [p for p in group.problems if p.severity is Severity.ERROR]
+    if group.workload is not None and not out:
+        out += never_fit_problems(policy, pod, group.workload)
+    return out
+
+
+_FITS_LOCK = threading.Lock()
+_FITS: dict[int, tuple[Policy, CycleState]] = {}
+MEMO_LIMIT = 10_000
+
+
+def _empty_cycle(policy: Policy) -> CycleState:
+    """The engine's cycle state on the policy's cluster with nothing running, built once per
+    policy (the webhook follows the policy file)."""
+    hit = _FITS.get(id(policy))
+    if hit is None or hit[0] is not policy:
+        _FITS.clear()
+        snapshot = Snapshot(policy, build_cluster(policy), (), ())
+        hit = _FITS[id(policy)] = (policy, CycleState(snapshot, 0, Working(snapshot)))
+    state = hit[1]
+    for memo in (state.ws.flavor_memo, state.ws.shape_memo):
+        if len(memo) > MEMO_LIMIT:
+            memo.clear()  # one entry per workload admitted: bounded
+    return state
+
+
+def never_fit_problems(policy: Policy, pod: Mapping[str, Any], w: Workload) -> list[Problem]:
+    """What the scheduler would report as never admissible (no flavor of the queue serves
+    it, or a ceiling: more than any node or the queue's reach, a selector no node matches),
+    from the engine's own checks on the policy's cluster: refused at `kubectl apply`."""
+    with _FITS_LOCK:  # the decisions run in worker threads; the engine's memos are shared
+        reasons = never_fits(_empty_cycle(policy), w)
+    meta = pod.get("metadata") or {}
+    name = str(meta.get("name") or meta.get("generateName") or "pod")
+    return [
+        Problem((name, "spec"), "can-never-fit", f"{r.message} ({r.stage}/{r.plugin})",
+                "change what the message names: nothing that frees up would let it run")
+        for r in reasons[:1]
+    ]  # fmt: skip
 
 
 def device_env_problems(pod: Mapping[str, Any]) -> list[Problem]:

@@ -317,3 +317,24 @@ def test_a_selector_no_node_matches_says_it_can_never_fit_in_every_layer(
     assert result.exit_code == 0, result.output
     assert "did you mean nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3?" in result.stdout
     assert not node_of(pods_in(api, "research")["guide"])
+
+
+def test_ored_affinity_terms_place_where_kube_scheduler_would(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    p = pod("research", "either", "nvidia.com/gpu", 1)
+    terms = [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["mars"]}]},
+        {"matchExpressions": [
+            {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40000"]}]},
+    ]  # fmt: skip
+    required = {"nodeSelectorTerms": terms}
+    p["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    }
+    create_pod(api, p)
+    bound = wait_for(lambda: _bound(api, "research", ["either"]), what="the ORed pod bound")
+    node = api.get(f"/api/v1/nodes/{node_of(bound['either'])}")
+    # the second term holds there (kube-scheduler ORs terms: any one that holds admits a node)
+    assert int(node["metadata"]["labels"]["nvidia.com/gpu.memory"]) > 40000

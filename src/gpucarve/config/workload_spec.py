@@ -49,7 +49,7 @@ class ResourcesSpec(_Strict):
 
 class RequirementSpec(_Strict):
     key: str = Field(min_length=1)
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
     values: list[str] = []
 
 
@@ -67,7 +67,10 @@ class PodSetSpec(_Strict):
     resources: ResourcesSpec = ResourcesSpec()
     annotations: dict[str, str] = {}
     nodeSelector: dict[str, str] = {}
+    # required node affinity: `affinity` is one term (its expressions ANDed); `affinityTerms`
+    # are several, ORed, as Kubernetes' nodeSelectorTerms
     affinity: list[RequirementSpec] = []
+    affinityTerms: list[list[RequirementSpec]] = Field(default=[], max_length=64)
     tolerations: list[TolerationSpec] = []
 
 
@@ -332,8 +335,44 @@ def _priority(
     return name, cls.value, cls.preemptible, []
 
 
+def _terms(ps: PodSetSpec) -> list[list[RequirementSpec]]:
+    return [ps.affinity] if ps.affinity else list(ps.affinityTerms)
+
+
+def _affinity_problems(ps: PodSetSpec, path: Path) -> list[Problem]:
+    """The rules Kubernetes gives node affinity expressions, and one way of writing terms."""
+    if ps.affinity and ps.affinityTerms:
+        return [Problem((*path, "affinityTerms"), "affinity-twice",
+                        "both `affinity` (one term) and `affinityTerms` (several) are set",
+                        "put the expressions of `affinity` into each of `affinityTerms`, or "
+                        "keep one of the two")]  # fmt: skip
+    out: list[Problem] = []
+    where = "affinity" if ps.affinity else "affinityTerms"
+    for t, term in enumerate(_terms(ps)):
+        for i, req in enumerate(term):
+            at = (*path, where, i) if ps.affinity else (*path, where, t, i)
+            if req.operator in ("Gt", "Lt") and (len(req.values) != 1 or not _whole(req.values[0])):
+                out.append(Problem((*at, "values"), "bad-affinity",
+                                   f"{req.operator} takes exactly one whole number, got "
+                                   f"{req.values}", 'write e.g. values: ["40000"]'))  # fmt: skip
+            elif req.operator in ("In", "NotIn") and not req.values:
+                out.append(Problem((*at, "values"), "bad-affinity",
+                                   f"{req.operator} needs at least one value",
+                                   "list the values, or use Exists / DoesNotExist"))  # fmt: skip
+            elif req.operator in ("Exists", "DoesNotExist") and req.values:
+                out.append(Problem((*at, "values"), "bad-affinity",
+                                   f"{req.operator} takes no values", "remove values"))  # fmt: skip
+    return out
+
+
+def _whole(text: str) -> bool:
+    body = text[1:] if text[:1] in "+-" else text
+    return body.isascii() and body.isdigit() and len(body) <= 18
+
+
 def _pod_set(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[PodSet | None, list[Problem]]:
     gpu, problems = _gpu_request(ps, path, policy)
+    problems += _affinity_problems(ps, path)
     cpu = mem = 0
     rpath = (*path, "resources", "requests")
     try:
@@ -374,7 +413,8 @@ def _pod_set(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[PodSet | None,
             memory_mib=mem,
             node_selector=tuple(sorted(ps.nodeSelector.items())),
             affinity=tuple(
-                LabelRequirement(a.key, Operator(a.operator), tuple(a.values)) for a in ps.affinity
+                tuple(LabelRequirement(a.key, Operator(a.operator), tuple(a.values)) for a in term)
+                for term in _terms(ps)
             ),
             tolerations=tuple(
                 Toleration(t.key, t.operator, t.value, t.effect) for t in ps.tolerations

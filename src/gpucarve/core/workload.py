@@ -55,6 +55,8 @@ class Operator(StrEnum):
     NOT_IN = "NotIn"
     EXISTS = "Exists"
     DOES_NOT_EXIST = "DoesNotExist"
+    GT = "Gt"  # the label's value, an integer, is greater than the one value given
+    LT = "Lt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +75,19 @@ class LabelRequirement:
             return value is None or value not in self.values
         if self.operator is Operator.EXISTS:
             return value is not None
-        return value is None
+        if self.operator is Operator.DOES_NOT_EXIST:
+            return value is None
+        # Gt, Lt: as Kubernetes compares them, both sides whole numbers, else no match
+        if value is None or not _is_int(value) or not _is_int(self.values[0]):
+            return False
+        if self.operator is Operator.GT:
+            return int(value) > int(self.values[0])
+        return int(value) < int(self.values[0])
+
+
+def _is_int(text: str) -> bool:
+    body = text[1:] if text[:1] in "+-" else text
+    return body.isascii() and body.isdigit() and len(body) <= 19
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +114,18 @@ class PodSet:
     cpu_milli: int = 0
     memory_mib: int = 0
     node_selector: tuple[tuple[str, str], ...] = ()
-    affinity: tuple[LabelRequirement, ...] = ()
+    # required node affinity: terms ORed, the expressions of a term ANDed (Kubernetes'
+    # nodeSelectorTerms); empty: any node
+    affinity: tuple[tuple[LabelRequirement, ...], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+
+    def selects(self, labels: dict[str, str]) -> bool:
+        """The node selector and the required affinity both hold for a node's labels."""
+        if any(labels.get(k) != v for k, v in self.node_selector):
+            return False
+        return not self.affinity or any(
+            all(req.matches(labels) for req in term) for term in self.affinity
+        )
 
 
 class TopologyMode(StrEnum):

@@ -115,17 +115,11 @@ class Ceilings:
         key = (ps.node_selector, ps.affinity, flavor)
         if key not in self._unmatched:
             nodes = [self.ws.nodes[n] for n in sorted(self._per_node(flavor))]
-            if any(_selected(ps, n.labels) for n in nodes):
+            if any(ps.selects(n.labels) for n in nodes):
                 self._unmatched[key] = None
             else:
                 self._unmatched[key] = _mismatch(ps, [n.labels for n in nodes], flavor)
         return self._unmatched[key]
-
-
-def _selected(ps: PodSet, labels: dict[str, str]) -> bool:
-    if any(labels.get(k) != v for k, v in ps.node_selector):
-        return False
-    return all(req.matches(labels) for req in ps.affinity)
 
 
 def _mismatch(ps: PodSet, nodes: list[dict[str, str]], flavor: str) -> str:
@@ -145,5 +139,8 @@ def _mismatch(ps: PodSet, nodes: list[dict[str, str]], flavor: str) -> str:
         shown = ", ".join(values[:5]) + (" …" if len(values) > 5 else "")
         hint = f"; did you mean {k}={near[0]}?" if near else ""
         return f"nodeSelector {k}={v} matches no node carrying {flavor}: {k} there is {shown}{hint}"
-    reqs = ", ".join(f"{r.key} {r.operator} {list(r.values)}" for r in ps.affinity)
-    return f"no node carrying {flavor} matches its required node affinity ({reqs})"
+    terms = " or ".join(
+        "(" + ", ".join(f"{r.key} {r.operator} {list(r.values)}" for r in term) + ")"
+        for term in ps.affinity
+    )
+    return f"no node carrying {flavor} matches its required node affinity {terms}"

@@ -131,9 +131,9 @@ def build(nodes: Nodes) -> FillEngine:
 def workload(pods: Pods, i: int, serial: int) -> Workload:
     n, m = int(pods.num_gpu[i]), int(pods.gpu_milli[i])
     parts = max(1, n)
-    affinity: tuple[LabelRequirement, ...] = ()
+    affinity: tuple[tuple[LabelRequirement, ...], ...] = ()
     if pods.spec[i]:
-        affinity = (LabelRequirement(MODEL_LABEL, Operator.IN, tuple(sorted(pods.spec[i]))),)
+        affinity = ((LabelRequirement(MODEL_LABEL, Operator.IN, tuple(sorted(pods.spec[i]))),),)
     gpu = GpuRequest(GpuKind.FRACTION, milli=m if n else 0) if n else GpuRequest()
     ps = PodSet(
         "pod",

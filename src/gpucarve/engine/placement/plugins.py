@@ -37,11 +37,7 @@ class PodNeeds:
 
 
 def node_selector(ps: PodSet, node: NodeState) -> bool:
-    labels = node.labels
-    for k, v in ps.node_selector:
-        if labels.get(k) != v:
-            return False
-    return all(req.matches(labels) for req in ps.affinity)
+    return ps.selects(node.labels)
 
 
 def taints(ps: PodSet, node: NodeState) -> bool:

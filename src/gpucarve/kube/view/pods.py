@@ -131,19 +131,22 @@ def _resources(spec: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     return out
 
 
-def _affinity(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _affinity(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod's required node affinity as the workload document says it: one term as
+    `affinity`, several (ORed, as Kubernetes reads nodeSelectorTerms) as `affinityTerms`."""
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or {}
-    terms = required.get("nodeSelectorTerms") or []
-    if not terms:
-        return []
-    # one term is ANDed expressions; several terms are ORed, which a pod set cannot say: the
-    # first term is kept and the scheduler reports the rest
-    return [
-        {"key": e["key"], "operator": e["operator"], "values": list(e.get("values") or [])}
-        for e in terms[0].get("matchExpressions") or []
+    terms = [
+        [
+            {"key": e["key"], "operator": e["operator"], "values": list(e.get("values") or [])}
+            for e in term.get("matchExpressions") or []
+        ]
+        for term in required.get("nodeSelectorTerms") or []
     ]
+    if len(terms) == 1:
+        return {"affinity": terms[0]}
+    return {"affinityTerms": terms} if terms else {"affinity": []}
 
 
 def _template(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,7 +156,7 @@ def _template(pod: Mapping[str, Any]) -> dict[str, Any]:
         "resources": _resources(spec),
         "annotations": {k: v for k, v in annotations.items() if k in KEPT_ANNOTATIONS},
         "nodeSelector": dict(spec.get("nodeSelector") or {}),
-        "affinity": _affinity(spec),
+        **_affinity(spec),
         "tolerations": [
             {k: t[k] for k in ("key", "operator", "value", "effect") if k in t}
             for t in spec.get("tolerations") or []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.render.namespaces import namespace_objects
+from gpucarve.render.namespaces import namespace_objects, split_warnings
 from tests.paths import BUILTIN
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
@@ -24,8 +24,14 @@ def test_each_namespace_is_capped_at_its_queues_ceiling() -> None:
     assert set(quotas) == {"research", "production", "serving", "data-science", "notebooks"}
     # research: h100-full nominal 16 + borrowing limit 16
     assert quotas["research"]["requests.nvidia.com/gpu"] == "32"
-    # production lends but may not borrow h100 beyond its nominal... its namespaces share it
-    assert quotas["production"] == quotas["serving"]
+    # production's two namespaces share its ceiling: together they never exceed it
+    objs = namespace_objects(POLICY, split=False)
+    whole = {o["metadata"]["namespace"]: o["spec"]["hard"]
+             for o in objs if o["kind"] == "ResourceQuota"}  # fmt: skip
+    for key, total in whole["production"].items():
+        assert int(quotas["production"][key]) + int(quotas["serving"][key]) == int(total), key
+        assert int(quotas["production"][key]) - int(quotas["serving"][key]) in (0, 1), key
+    assert whole["production"] == whole["serving"]
     # no limits. keys: extended resources take only requests.
     assert not any(k.startswith("limits.") for q in quotas.values() for k in q)
 
@@ -41,3 +47,24 @@ def test_priority_classes_come_along() -> None:
         o["metadata"]["name"] for o in namespace_objects(POLICY) if o["kind"] == "PriorityClass"
     }
     assert len(names) == len(POLICY.priority_classes)
+
+
+def test_every_gpu_resource_is_capped_in_every_namespace() -> None:
+    resources = {f"requests.{f.resource_name}" for f in POLICY.flavors.values()}
+    for ns, hard in _by("ResourceQuota").items():
+        assert set(hard) == resources, ns
+    # research has no quota for 3g.40gb or 1g.10gb: none may bypass gpucarve to get one
+    research = _by("ResourceQuota")["research"]
+    assert research["requests.nvidia.com/mig-3g.40gb"] == "0"
+    assert research["requests.nvidia.com/mig-1g.10gb"] == "0"
+
+
+def test_a_share_of_nothing_is_warned() -> None:
+    from tests.unit.test_kube_admission import load_policy_text
+
+    many = ", ".join(f"team-{i}" for i in range(25))
+    raw = (BUILTIN / "three-teams.yaml").read_text()
+    raw = raw.replace("namespaces: [data-science, notebooks]", f"namespaces: [{many}]")
+    warnings = split_warnings(load_policy_text(raw))
+    assert any("namespace team-24 gets 0 of" in w for w in warnings), warnings
+    assert split_warnings(POLICY) == []

@@ -17,7 +17,7 @@ from gpucarve.render.autoscaling import adapter_config_map, adapter_rules, hpa
 from gpucarve.render.migparted import mig_parted_config
 from gpucarve.render.migparted import node_labels as mig_labels
 from gpucarve.render.monitoring import grafana_dashboard, prometheus_rule
-from gpucarve.render.namespaces import namespace_objects
+from gpucarve.render.namespaces import namespace_objects, split_warnings
 from gpucarve.render.yaml_out import dump
 
 app = typer.Typer(
@@ -110,13 +110,28 @@ def gpu_operator(
 
 
 @app.command("namespaces")
-def namespaces(policy: PolicyOption, catalog: CatalogOption = None) -> None:
-    """Per namespace a queue lists, a ResourceQuota (each GPU resource capped at what its
-    queue can ever hold) and a LimitRange (one container at most the queue's
-    maxPerWorkload), and the PriorityClasses: a backstop for pods that bypass gpucarve."""
+def namespaces(
+    policy: PolicyOption,
+    whole: Annotated[
+        bool,
+        typer.Option(
+            "--whole-ceiling",
+            help="Give each namespace of a queue the queue's whole ceiling instead of a share "
+            "(looser backstop; no namespace is held below what the queue may use).",
+        ),
+    ] = False,
+    catalog: CatalogOption = None,
+) -> None:
+    """Per namespace a queue lists, a ResourceQuota (every GPU resource of the cluster, capped
+    at the namespace's share of what its queue can ever hold, 0 where it has no quota) and a
+    LimitRange (one container at most the queue's maxPerWorkload), and the PriorityClasses:
+    a backstop for pods that bypass gpucarve."""
     loaded = policy_or_exit(policy, catalog)
-    objs = namespace_objects(loaded.policy)
-    _echo_objects(objs)
+    if not whole:
+        err = console(stderr=True)
+        for line in split_warnings(loaded.policy):
+            err.print(Text("warning: " + line, style="yellow"))
+    _echo_objects(namespace_objects(loaded.policy, split=not whole))
 
 
 @app.command("monitoring")

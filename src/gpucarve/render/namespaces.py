@@ -2,10 +2,20 @@
 queue lists, a ResourceQuota capping each GPU resource at what its queue can ever hold
 (nominal + borrowing limit; capacity of the pools when borrowing is unlimited) and a
 LimitRange capping one container at the queue's `maxPerWorkload`. They are a backstop for
-pods that bypass gpucarve (another scheduler, no webhook): gpucarve's own quotas are shared
-by a queue's namespaces and its cohort, which a ResourceQuota cannot express, so each
-namespace gets its queue's whole ceiling. Extended resources take only the `requests.`
-prefix in a ResourceQuota (they cannot be overcommitted, so requests equal limits).
+pods that bypass gpucarve (another scheduler, no webhook).
+
+- Every GPU resource any pool publishes is in every ResourceQuota, at 0 where the queue has
+  no quota for it: a resource left out would be unlimited for a pod that bypasses gpucarve.
+- A queue of several namespaces has its ceiling split between them (evenly, the remainder
+  to the first in the order the policy lists them), so together they never exceed it. A
+  ResourceQuota counts gpucarve's own pods too: one namespace of such a queue then cannot
+  hold more than its share even when the queue could; `split=False` gives each the whole
+  ceiling instead (the backstop is then N times looser). `split_warnings` says where a
+  share comes out at 0.
+
+Extended resources take only the `requests.` prefix in a ResourceQuota (they cannot be
+overcommitted, so requests equal limits). A gpucarve fraction asks for no device resource;
+only the scheduler and the webhook govern it.
 """
 
 from __future__ import annotations
@@ -46,13 +56,48 @@ def _per_container(policy: Policy, q: Queue) -> dict[str, int]:
     return out
 
 
-def namespace_objects(policy: Policy) -> list[dict[str, Any]]:
-    objs: list[dict[str, Any]] = []
+def _all_resources(policy: Policy) -> list[str]:
+    return sorted({f.resource_name for f in policy.flavors.values()})
+
+
+def _shares(
+    ceilings: dict[str, int], namespaces: tuple[str, ...], split: bool
+) -> list[dict[str, int]]:
+    """Each namespace's part of the queue's ceilings."""
+    if not split or len(namespaces) < 2:
+        return [dict(ceilings) for _ in namespaces]
+    out: list[dict[str, int]] = [{} for _ in namespaces]
+    for r, total in ceilings.items():
+        base, extra = divmod(total, len(namespaces))
+        for i, part in enumerate(out):
+            part[r] = base + (1 if i < extra else 0)
+    return out
+
+
+def split_warnings(policy: Policy) -> list[str]:
+    """Where splitting a queue's ceiling leaves a namespace none of a resource it has."""
+    out = []
     for q in sorted(policy.queues, key=lambda q: q.name):
-        hard = {f"requests.{r}": str(n) for r, n in sorted(_ceilings(policy, q).items())}
+        ceilings = _ceilings(policy, q)
+        for ns, share in zip(q.namespaces, _shares(ceilings, q.namespaces, True), strict=True):
+            zero = sorted(r for r, n in share.items() if n == 0 and ceilings[r] > 0)
+            if zero:
+                out.append(f"queue {q.name}: namespace {ns} gets 0 of {', '.join(zero)} "
+                           f"(the queue's ceiling is smaller than its {len(q.namespaces)} "
+                           "namespaces); render with the whole ceiling per namespace, or list "
+                           "fewer namespaces")  # fmt: skip
+    return out
+
+
+def namespace_objects(policy: Policy, split: bool = True) -> list[dict[str, Any]]:
+    objs: list[dict[str, Any]] = []
+    every = _all_resources(policy)
+    for q in sorted(policy.queues, key=lambda q: q.name):
+        ceilings = dict.fromkeys(every, 0) | _ceilings(policy, q)
         biggest = {r: str(n) for r, n in sorted(_per_container(policy, q).items())}
-        for ns in q.namespaces:
+        for ns, share in zip(q.namespaces, _shares(ceilings, q.namespaces, split), strict=True):
             meta = {"namespace": ns, "labels": {**MANAGED, QUEUE_LABEL: q.name}}
+            hard = {f"requests.{r}": str(n) for r, n in sorted(share.items())}
             if hard:
                 objs.append({"apiVersion": "v1", "kind": "ResourceQuota",
                              "metadata": {"name": "gpucarve-gpus", **meta},

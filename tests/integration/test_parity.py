@@ -345,3 +345,41 @@ def test_the_fragmentation_model_fills_the_used_node_on_both_paths(
     planned = plan(policy_file, [gang(n, 1, g, k) for k, (n, g) in enumerate(order)], tmp_path)
     placed = {a["workload"]: [p["node"] for p in a["pods"]] for a in planned["admissions"]}
     assert placed == {f"research/{n}": [bound[n]] for n, _ in order}
+
+
+def test_a_gang_whose_pod_is_deleted_and_not_replaced_is_released(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    pod_group(api, "research", "lone", 2, scheduleTimeoutSeconds=3)
+    names = ["lone-0", "lone-1"]
+    for n in names:
+        create_pod(api, _quick_exit(pod("research", n, "nvidia.com/gpu", 8, group="lone")))
+    wait_for(lambda: _bound_nodes(api, "research", names), what="the gang bound")
+    # one pod is deleted and nothing creates it again: its survivor holds 8 GPUs for nothing
+    api.call("DELETE", "/api/v1/namespaces/research/pods/lone-1?gracePeriodSeconds=0")
+    wait_for(lambda: "lone-0" not in pods_in(api, "research"), what="the survivor released")
+    events = api.get("/api/v1/namespaces/research/events")["items"]
+    said = [
+        e["message"]
+        for e in events
+        if e["involvedObject"]["name"] == "lone-0" and e["reason"] == "GangTimeout"
+    ]
+    assert said and "1 short" in said[0], said
+
+
+def test_a_gang_that_never_gathers_says_its_timeout_passed(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    pod_group(api, "research", "few", 3, scheduleTimeoutSeconds=2)
+    for n in ("few-0", "few-1"):
+        create_pod(api, pod("research", n, "nvidia.com/gpu", 1, group="few"))
+
+    def said() -> str | None:
+        c = condition(pods_in(api, "research")["few-0"])
+        message = c["message"] if c else ""
+        return message if "scheduleTimeoutSeconds (2 s) passed" in message else None
+
+    message = wait_for(said, what="the timeout said")
+    assert "has 2 of its 3 pods" in message and "lower minMember" in message

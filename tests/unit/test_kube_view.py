@@ -236,3 +236,40 @@ def test_nodes_come_in_the_order_plan_builds_them_whatever_the_api_lists() -> No
     assert [m["metadata"]["name"] for m in listed] != planned, "the example sorts alike anyway"
     built = build_inventory(policy, listed).cluster.nodes
     assert [n.name for n in built] == planned
+
+
+def test_a_pod_that_ran_before_the_scheduler_started_keeps_its_runtime() -> None:
+    # the scheduler (re)started at EPOCH; the pod had been running for an hour by then
+    inv = build_inventory(POLICY, ready_nodes())
+    running = pod("old", "research", {"nvidia.com/gpu": "8"}, node="training-0")
+    running["status"] = {"phase": "Running", "startTime": "2026-11-28T23:00:00Z"}
+    view = build_view(POLICY, inv, [running], "gpucarve", EPOCH, {})
+    (rw,) = view.snapshot.running
+    assert rw.start_time == -3600  # not 0: its minimum runtime is not served again
+
+
+def test_a_running_gang_whose_pod_is_gone_is_short_and_completed_pods_count() -> None:
+    inv = build_inventory(POLICY, ready_nodes())
+    survivor = pod("g-0", "research", {"nvidia.com/gpu": "8"}, "training-0",
+                   [f"training-0/gpu{i}" for i in range(8)], group="g")  # fmt: skip
+    specs = {("research", "g"): GroupSpec(2, timeout_s=20)}
+    # g-1 was deleted and nothing replaced it: the survivor's gang is short, for the timeout
+    view = build_view(POLICY, inv, [survivor], "gpucarve", EPOCH, specs)
+    assert dict(view.short_running) == {"research/g": PartialGang(missing=1, since=0, gpus=16)}
+    # g-1 completed instead: the gang is whole
+    finished = pod("g-1", "research", {"nvidia.com/gpu": "8"}, "training-1", group="g")
+    finished["status"] = {"phase": "Succeeded"}
+    view = build_view(POLICY, inv, [survivor, finished], "gpucarve", EPOCH, specs)
+    assert dict(view.short_running) == {}
+
+
+def test_a_gang_that_never_gathers_says_its_timeout_passed() -> None:
+    inv = build_inventory(POLICY, ready_nodes())
+    pods = [pod(f"g-{i}", "research", {"nvidia.com/gpu": "1"}, group="g") for i in range(2)]
+    specs = {("research", "g"): GroupSpec(3, timeout_s=5)}
+    early = build_view(POLICY, inv, pods, "gpucarve", EPOCH, specs, now=12)
+    assert early.invalid["research/g-0"].endswith("waiting for the rest")
+    late = build_view(POLICY, inv, pods, "gpucarve", EPOCH, specs, now=40)
+    message = late.invalid["research/g-0"]
+    assert "has 2 of its 3 pods" in message
+    assert "scheduleTimeoutSeconds (5 s) passed 25 s ago" in message

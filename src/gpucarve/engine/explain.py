@@ -147,14 +147,14 @@ def _hints(
     out: list[str] = []
     flavor = e.reason.flavor or next(iter(sorted(demand)), None)
     if stage is Stage.QUOTA and flavor is not None:
-        out += _quota_hints(snapshot, w, quotas, flavor, demand.get(flavor, 0))
+        out += _quota_hints(snapshot, w, quotas, flavor, demand.get(flavor, 0), result.now)
     if stage is Stage.PLACEMENT and flavor is not None:
         out += _placement_hints(snapshot, flavor, demand.get(flavor, 0))
     return out or [str(e.reason)]
 
 
 def _quota_hints(
-    snapshot: Snapshot, w: Workload, quotas: Quotas, flavor: str, need: int
+    snapshot: Snapshot, w: Workload, quotas: Quotas, flavor: str, need: int, now: int
 ) -> list[str]:
     queue = snapshot.policy.queue(w.queue)
     st = quotas.standing(w.queue, flavor, need)
@@ -172,9 +172,14 @@ def _quota_hints(
             held = sum(len(p.slice_ids) for p in rw.pods if p.flavor == flavor)
             if held:
                 at = rw.start_time + min_runtime
+                when = (
+                    f"possible from t={at} s (minimum runtime {min_runtime} s)"
+                    if at > now
+                    else f"possible now (it has run its minimum runtime of {min_runtime} s)"
+                )
                 out.append(
                     f"reclaim {held} {flavor} from queue {other.queue} ({other.id}, borrowing), "
-                    f"possible from t={at} s (minimum runtime {min_runtime} s)"
+                    + when
                 )
         return out[:5] or [f"wait for queue {w.queue}'s own {flavor} to be given back"]
     own = [rw for rw in snapshot.running if rw.workload.queue == w.queue]

@@ -58,7 +58,9 @@ def read_view(
     ]
     epoch = min([*stamps, now])
     inventory = build_inventory(policy, nodes)
-    return build_view(policy, inventory, pods, scheduler, epoch, specs), epoch
+    now_s = int((now - epoch).total_seconds())
+    view = build_view(policy, inventory, pods, scheduler, epoch, specs, now=now_s)
+    return view, epoch
 
 
 def _workload_of(view: View, pod: str) -> str | None:

@@ -300,6 +300,7 @@ class Scheduler:
             self.workloads,
             self.facts,
             self.bound,
+            now=int((self.clock() - self.epoch).total_seconds()),
         )
 
     def cycle(self) -> CycleReport:

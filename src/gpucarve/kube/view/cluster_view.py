@@ -12,6 +12,7 @@ lacks. `assumed` holds bindings this process made that the watch has not shown y
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -95,12 +96,14 @@ def build_view(
     cache: WorkloadCache | None = None,
     facts: PodFactsMemo | None = None,
     bound: BoundGroups | None = None,
+    now: int | None = None,
 ) -> View:
     """`specs`: per pod group what its PodGroup object asks (minMember, topology, timeout),
     and the queue and priority class its pods must agree with (a gang cannot be charged to
     one queue and claimed by another). `facts`: a scheduler that builds a view every cycle
     passes one memo, so only the pods changed since the last cycle are parsed again, and one
-    `bound`, so only the gangs changed since then are worked out again."""
+    `bound`, so only the gangs changed since then are worked out again. `now` (seconds from
+    `epoch`): a gang short of pods past its timeout says so."""
     facts = facts if facts is not None and facts.epoch == epoch else PodFactsMemo(epoch)
     of = facts.of
     specs = _with_hints(specs, pods)
@@ -108,7 +111,7 @@ def build_view(
     assumed = assumed or {}
     b = SliceClaims(inventory, policy)
     view_invalid: dict[str, str] = {}
-    ours_bound, ours_pending, foreign = _sorted_pods(pods, of, scheduler_name, assumed, bound)
+    ours_bound, ours_pending, foreign, done = _sorted_pods(pods, of, scheduler_name, assumed, bound)
 
     # The devices the kubelet reports first (the real device wins), then the running
     # workloads' slices as annotated (or the first free ones).
@@ -129,12 +132,24 @@ def build_view(
     waiting: dict[tuple[str, str], list[str]] = {}
     for p in ours_pending:
         waiting.setdefault(of(p).group, []).append(of(p).key)
+    have = Counter({gk: n + done.get(gk, 0) for gk, n in bound_count.items()})
     short = {
         gk: names
         for gk, names in waiting.items()
-        if gk in min_members and len(names) + bound_count.get(gk, 0) < min_members[gk]
+        if gk in min_members and len(names) + have.get(gk, 0) < min_members[gk]
     }
-    short_running = _short_gangs(short, bound_count, running_by_key, min_members, view_invalid)
+    # A running gang whose missing pods do not exist at all (deleted, not replaced) is short
+    # too: released once its timeout passes.
+    short |= {
+        gk: []
+        for gk, n in have.items()
+        if gk not in waiting and gk in min_members and n < min_members[gk]
+    }
+    created = {gk: min(of(p).started for p in ours_pending if of(p).group == gk)
+               for gk, names in short.items() if names}  # fmt: skip
+    short_running = _short_gangs(
+        _Short(short, have, running_by_key, min_members, created, specs, now), view_invalid
+    )
     ours_pending = [p for p in ours_pending if of(p).group not in short]
     groups = pending_workloads(ours_pending, policy, epoch, wanted, cache, keyed=facts.group)
     rest = _Rest(wanted, min_members, bound_count, running_by_key)
@@ -175,17 +190,22 @@ def _sorted_pods(
     scheduler_name: str,
     assumed: Mapping[str, Assigned],
     bound: BoundGroups | None,
-) -> tuple[Bound, list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+) -> tuple[Bound, list[Mapping[str, Any]], list[Mapping[str, Any]], Counter[tuple[str, str]]]:
     """The live pods in key order: gpucarve's bound (or assumed bound) with their assignment,
-    gpucarve's pending, and those another scheduler bound."""
+    gpucarve's pending, and those another scheduler bound; and per gang, how many of
+    gpucarve's pods completed (they count towards a gang's members)."""
     ours_bound: Bound = []
     ours_pending: list[Mapping[str, Any]] = []
     foreign: list[Mapping[str, Any]] = []
+    done: Counter[tuple[str, str]] = Counter()
     for f, pod in sorted(((of(p), p) for p in pods), key=lambda e: e[0].key):
         spec = pod.get("spec") or {}
-        if (pod.get("status") or {}).get("phase") in TERMINAL:
-            continue
         mine = spec.get("schedulerName") == scheduler_name
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in TERMINAL:
+            if mine and phase == "Succeeded":
+                done[f.group] += 1
+            continue
         k = f.key
         if spec.get("nodeName"):
             if mine:
@@ -200,31 +220,50 @@ def _sorted_pods(
                 ours_bound.append(({**pod, "spec": {**spec, "nodeName": a.node}}, a))
         elif mine and not pod["metadata"].get("deletionTimestamp"):
             ours_pending.append(pod)
-    return ours_bound, ours_pending, foreign
+    return ours_bound, ours_pending, foreign, done
 
 
-def _short_gangs(
-    short: Mapping[tuple[str, str], list[str]],
-    bound_count: Mapping[tuple[str, str], int],
-    running_by_key: Mapping[tuple[str, str], RunningWorkload],
-    min_members: Mapping[tuple[str, str], int],
-    view_invalid: dict[str, str],
-) -> dict[str, PartialGang]:
-    """Gangs with fewer pods than their minimum: each pod says so; a running one is short."""
+@dataclass(frozen=True)
+class _Short:
+    """Gangs with fewer pods than their minimum, and what their messages need."""
+
+    names: Mapping[tuple[str, str], list[str]]  # their pods waiting (none: all bound or gone)
+    have: Mapping[tuple[str, str], int]  # bound or completed
+    running_by_key: Mapping[tuple[str, str], RunningWorkload]
+    min_members: Mapping[tuple[str, str], int]
+    created: Mapping[tuple[str, str], int]  # its oldest waiting pod's creation
+    specs: Mapping[tuple[str, str], GroupSpec]
+    now: int | None
+
+
+def _short_gangs(s: _Short, view_invalid: dict[str, str]) -> dict[str, PartialGang]:
+    """Gangs with fewer pods than their minimum: each pod says so (and whether the gang's
+    timeout passed); a running one is short, for the engine's gang timeout."""
     short_running: dict[str, PartialGang] = {}
-    for (ns, group), names in short.items():
-        have = len(names) + bound_count.get((ns, group), 0)
-        if (held := running_by_key.get((ns, group))) is not None:
+    for (ns, group), names in s.names.items():
+        gk = (ns, group)
+        have = len(names) + s.have.get(gk, 0)
+        need = s.min_members[gk]
+        if (held := s.running_by_key.get(gk)) is not None:
             per_pod = gang_gpus(held.workload) / max(1, len(held.pods))
-            need = min_members[(ns, group)]
             short_running[held.workload.id] = PartialGang(
-                need - len(held.pods), 0, round(per_pod * need)
+                need - s.have.get(gk, 0), 0, round(per_pod * need)
             )
+        message = (
+            f"gang/min-member: pod group {ns}/{group} has {have} of its {need} pods "
+            "(minMember); waiting for the rest"
+        )
+        spec = s.specs.get(gk)
+        limit = None if spec is None else spec.timeout_s
+        if limit is not None and s.now is not None and gk in s.created:
+            late = s.now - s.created[gk] - limit
+            if late >= 0:
+                message += (
+                    f"; its scheduleTimeoutSeconds ({limit} s) passed {late} s ago: create "
+                    "the missing pods, or lower minMember"
+                )
         for pod_key in names:
-            view_invalid[pod_key] = (
-                f"gang/min-member: pod group {ns}/{group} has {have} of its "
-                f"{min_members[(ns, group)]} pods (minMember); waiting for the rest"
-            )
+            view_invalid[pod_key] = message
     return short_running
 
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from gpucarve.kube.view.assigned import Assigned, assigned_of
-from gpucarve.kube.view.pods import group_key, seconds_since
+from gpucarve.kube.view.pods import group_key, seconds_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +23,9 @@ class PodFacts:
     key: str  # namespace/name
     group: tuple[str, str]  # (namespace, pod group), or the pod itself without one
     assigned: Assigned | None  # the assignment annotation of a bound pod
-    started: int  # seconds after the epoch: status.startTime, else the creation time
+    # seconds after the epoch (before it: negative): status.startTime, else the creation time;
+    # a pod that ran before the scheduler (re)started keeps its minimum runtime served
+    started: int
 
 
 class PodFactsMemo:
@@ -48,7 +50,7 @@ class PodFactsMemo:
                 f"{meta['namespace']}/{meta['name']}",
                 group_key(pod),
                 assigned_of(pod),
-                seconds_since(stamp, self.epoch),
+                seconds_from(stamp, self.epoch),
             )
         self._now[i] = (pod, facts)
         return facts

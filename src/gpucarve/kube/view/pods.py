@@ -83,7 +83,12 @@ def group_key(pod: Mapping[str, Any]) -> tuple[str, str]:
 
 def seconds_since(stamp: str, epoch: datetime) -> int:
     """An API timestamp as whole seconds after the scheduler's clock origin (0 if before)."""
-    return max(0, int((datetime.fromisoformat(stamp) - epoch).total_seconds()))
+    return max(0, seconds_from(stamp, epoch))
+
+
+def seconds_from(stamp: str, epoch: datetime) -> int:
+    """An API timestamp as whole seconds from the scheduler's clock origin, negative before."""
+    return int((datetime.fromisoformat(stamp) - epoch).total_seconds())
 
 
 def _total(values: list[str], pick_max: bool = False) -> Fraction | None:

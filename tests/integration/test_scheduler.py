@@ -19,18 +19,19 @@ from gpucarve.config.policy_build import load_policy
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries, free_port
 from gpucarve.kube.api.client import Client
 from gpucarve.kube.scheduler.health import Health, ProbeServer
-from gpucarve.kube.scheduler.loop import CycleReport, Scheduler
+from gpucarve.kube.scheduler.loop import CycleReport, Scheduler, SchedulerConfig
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import (
     condition,
     create_pod,
     delete_all,
+    install_coscheduling_crd,
     node_of,
     pod,
     pod_group,
     pods_in,
 )
-from tests.integration.stack_setup import example_policy, populate, scheduling
+from tests.integration.stack_setup import example_policy, populate, running, scheduling
 from tests.paths import BUILTIN
 
 pytestmark = pytest.mark.integration
@@ -338,3 +339,32 @@ def test_ored_affinity_terms_place_where_kube_scheduler_would(
     node = api.get(f"/api/v1/nodes/{node_of(bound['either'])}")
     # the second term holds there (kube-scheduler ORs terms: any one that holds admits a node)
     assert int(node["metadata"]["labels"]["nvidia.com/gpu.memory"]) > 40000
+
+
+def test_a_crd_installed_while_the_scheduler_runs_is_read(
+    cluster: tuple[LocalStack, Api], policy_file: Path
+) -> None:
+    stack, api = cluster
+    sched = Scheduler(
+        Client.from_kubeconfig(stack.kubeconfig()),
+        load_policy(policy_file, []).policy,
+        SchedulerConfig(interval_s=0.3, discover_s=0.5),
+    )
+    with running(sched):
+        wait_for(lambda: sched.cycles > 0, what="a cycle")
+        assert "coscheduling PodGroup" not in sched.served  # no CRD at start
+        install_coscheduling_crd(api)
+        wait_for(lambda: "coscheduling PodGroup" in sched.served, what="the CRD found")
+        pod_group(api, "research", "late", 3, group="scheduling.x-k8s.io")
+        for i in range(2):
+            create_pod(api, pod("research", f"late-{i}", "nvidia.com/gpu", 4, group="late"))
+
+        def waits() -> str | None:
+            c = condition(pods_in(api, "research").get("late-0") or {})
+            return c["message"] if c and "minMember" in c.get("message", "") else None
+
+        # its minMember holds: the two pods wait for the third instead of running short
+        assert "has 2 of its 3 pods" in wait_for(waits, what="the gang's reason")
+        assert not any(node_of(p) for p in pods_in(api, "research").values())
+    delete_all(api, NAMESPACES)
+    wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")

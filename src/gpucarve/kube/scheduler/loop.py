@@ -65,6 +65,7 @@ class SchedulerConfig:
     name: str = "gpucarve"  # the pods' spec.schedulerName
     interval_s: float = 2.0  # cycle at least this often (aging, retries) while pods wait
     settle_s: float = 0.05  # let a burst of changes arrive before a cycle
+    discover_s: float = 30.0  # how often a missing owner kind's CRD is looked for again
     bind_workers: int = 16
     mig: HandoffConfig = field(default_factory=HandoffConfig)
     # Debug mode: check every rule on each cycle's decisions before acting on any of them
@@ -109,6 +110,7 @@ class Scheduler:
             name: Informer(client, w.path, self._wake.set) for name, w in self.owner_watch
         }
         self.served = set(self.owners)  # the kinds whose objects the API server serves
+        self._discover_at = 0.0  # when to look again for CRDs installed meanwhile
         self.workloads = WorkloadCache()
         self.facts, self.bound = PodFactsMemo(self.epoch), BoundGroups()
         self.engine = Engine()
@@ -150,16 +152,17 @@ class Scheduler:
             *(self.owners[name] for name, _ in self.owner_watch if name in self.served),
         ]
 
-    def _served(self, name: str, w: Watched) -> bool:
+    def _served(self, name: str, w: Watched, quiet: bool = False) -> bool:
         try:
             self.client.get(w.path + "?limit=1")
         except ApiError as err:
             if not w.expected and err.status == 403:
-                log.warning("%s; %s objects are not read", err, name)
+                if not quiet:
+                    log.warning("%s; %s objects are not read", err, name)
                 return False
             if err.status != 404:
                 raise
-            if w.expected:
+            if w.expected and not quiet:
                 # Without the CRD, pod groups are still gangs: of all their pods.
                 log.warning(
                     "the %s CRD is not installed (run gpucarve apply): minMember unread", name
@@ -170,6 +173,7 @@ class Scheduler:
     def start(self, timeout_s: float = 60.0, stop: threading.Event | None = None) -> None:
         # Kinds whose CRD is not installed (coscheduling's PodGroups, say) are not read.
         self.served = {n for n, w in self.owner_watch if not w.crd or self._served(n, w)}
+        self._discover_at = time.monotonic() + self.cfg.discover_s
         for inf in self._informers():
             inf.start()
         deadline = time.monotonic() + timeout_s
@@ -220,9 +224,34 @@ class Scheduler:
                 elif self.reloader.refused > refused:
                     self.metrics.reloads.labels("refused").inc()
             try:
+                self.discover()
                 self.cycle()
             except ApiError as err:
                 log.warning("cycle failed: %s; retrying", err)
+
+    def discover(self) -> list[str]:
+        """Owner kinds whose CRD was installed since the scheduler started (coscheduling's
+        PodGroups, say): their informers start and their objects count from this cycle. At
+        most one look every `discover_s` seconds; the kinds found are returned (and logged)."""
+        missing = [(n, w) for n, w in self.owner_watch if n not in self.served]
+        now = time.monotonic()
+        if not missing or now < self._discover_at:
+            return []
+        self._discover_at = now + self.cfg.discover_s
+        found = []
+        for name, w in missing:
+            if not self._served(name, w, quiet=True):
+                continue
+            inf = self.owners[name]
+            inf.start()
+            if not inf.wait_synced(30.0):
+                inf.stop()
+                self.owners[name] = Informer(self.client, w.path, self._wake.set)
+                continue
+            self.served.add(name)
+            found.append(name)
+            log.info("the %s CRD is installed now: its objects are read from this cycle", name)
+        return found
 
     def set_policy(self, policy: Policy) -> None:
         """Schedule by `policy` from the next cycle on. Everything derived from the old one

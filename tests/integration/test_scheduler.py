@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
@@ -366,5 +367,51 @@ def test_a_crd_installed_while_the_scheduler_runs_is_read(
         # its minMember holds: the two pods wait for the third instead of running short
         assert "has 2 of its 3 pods" in wait_for(waits, what="the gang's reason")
         assert not any(node_of(p) for p in pods_in(api, "research").values())
+    delete_all(api, NAMESPACES)
+    wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")
+
+
+def _rogue(name: str) -> dict[str, Any]:
+    """A GPU pod bound past gpucarve: nodeName at creation (no webhook on this cluster)."""
+    p = pod("research", name, "nvidia.com/gpu", 8, scheduler="default-scheduler")
+    p["spec"]["nodeName"] = "training-0"
+    return p
+
+
+def test_a_gpu_pod_bound_elsewhere_is_charged_reported_once_and_kept(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    create_pod(api, _rogue("rogue"))
+
+    def charged() -> dict[str, Any] | None:
+        status = api.get("/apis/gpucarve.io/v1alpha1/queues/research").get("status") or {}
+        return status if (status.get("usage") or {}).get("h100-full") == 8 else None
+
+    wait_for(charged, what="its GPUs charged to research")
+    start = scheduler.cycles
+    wait_for(lambda: scheduler.cycles > start + 3, what="more cycles")
+    events = api.get("/api/v1/namespaces/research/events")["items"]
+    said = [
+        e
+        for e in events
+        if e["involvedObject"]["name"] == "rogue" and e["reason"] == "BoundElsewhere"
+    ]
+    assert len(said) == 1 and said[0].get("count", 1) == 1, said
+    assert "charged to queue research" in said[0]["message"]
+    assert "rogue" in pods_in(api, "research")  # kept
+
+
+def test_under_evict_a_gpu_pod_bound_elsewhere_is_evicted(
+    cluster: tuple[LocalStack, Api], policy_file: Path, tmp_path: Path
+) -> None:
+    stack, api = cluster
+    doc = yaml.safe_load(policy_file.read_text())
+    doc["scheduling"]["boundElsewhere"] = "evict"
+    evicting = tmp_path / "evict.yaml"
+    evicting.write_text(yaml.safe_dump(doc))
+    create_pod(api, _rogue("rogue-2"))
+    with scheduling(stack, evicting):
+        wait_for(lambda: "rogue-2" not in pods_in(api, "research"), what="it evicted")
     delete_all(api, NAMESPACES)
     wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")

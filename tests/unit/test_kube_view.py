@@ -273,3 +273,20 @@ def test_a_gang_that_never_gathers_says_its_timeout_passed() -> None:
     message = late.invalid["research/g-0"]
     assert "has 2 of its 3 pods" in message
     assert "scheduleTimeoutSeconds (5 s) passed 25 s ago" in message
+
+
+def test_a_gpu_pod_bound_elsewhere_is_charged_to_its_queue() -> None:
+    inv = build_inventory(POLICY, ready_nodes())
+    rogue = pod("rogue", "research", {"nvidia.com/gpu": "8"}, node="training-0",
+                scheduler="default-scheduler")  # fmt: skip
+    view = build_view(POLICY, inv, [rogue], "gpucarve", EPOCH, {})
+    assert view.elsewhere == {"research/rogue": "research"}
+    (rw,) = view.snapshot.running
+    assert rw.workload.queue == "research" and not rw.workload.preemptible  # keep: never a victim
+    assert [len(p.slice_ids) for p in rw.pods] == [8]
+    # outside the governed namespaces it only holds its slices, as before
+    free = pod("free", "elsewhere", {"nvidia.com/gpu": "8"}, node="training-0",
+               scheduler="default-scheduler")  # fmt: skip
+    view = build_view(POLICY, inv, [free], "gpucarve", EPOCH, {})
+    assert view.elsewhere == {} and view.snapshot.running == ()
+    assert len(view.snapshot.cluster.allocations) == 8

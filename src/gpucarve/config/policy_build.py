@@ -389,6 +389,7 @@ def _scheduling(spec: PolicySpec) -> SchedulingConfig:
         scoring=ScoringWeights(s.scoring.binpack, s.scoring.spread, s.scoring.fragmentation),
         candidates_per_pod=s.candidatesPerPod,
         gang=s.gang,
+        bound_elsewhere=s.boundElsewhere,
     )
 
 

@@ -240,6 +240,12 @@ class SchedulingSpec(_Strict):
     candidatesPerPod: int = Field(
         default=16, ge=1, le=10_000, description="Feasible nodes scored per pod (search bound)."
     )
+    boundElsewhere: Literal["keep", "evict"] = Field(
+        default="keep",
+        description="A GPU pod of a governed namespace that something else bound (another "
+        "scheduler, nodeName): keep it, charged to its queue, or evict it (it is charged "
+        "until it is gone).",
+    )
 
 
 class MonitoringSpec(_Strict):

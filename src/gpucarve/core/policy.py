@@ -264,6 +264,10 @@ class SchedulingConfig:
     # False models schedulers without gangs (kube-scheduler): each pod is placed on its own as
     # room appears, and the pods already placed hold their GPUs while the rest wait.
     gang: bool = True
+    # A GPU pod of a governed namespace bound by something other than gpucarve (another
+    # scheduler, nodeName): "keep" charges it to its queue and never evicts it; "evict" also
+    # evicts it.
+    bound_elsewhere: str = "keep"
 
 
 @dataclass(frozen=True, slots=True)

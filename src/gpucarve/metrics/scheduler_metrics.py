@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
@@ -60,6 +60,12 @@ class SchedulerMetrics:
         q, qf = ["queue"], ["queue", "flavor"]
         self.nominal = Gauge("gpucarve_queue_nominal_slices", "Nominal quota", qf, registry=r)
         self.usage = Gauge("gpucarve_queue_usage_slices", "Slices in use", qf, registry=r)
+        self.elsewhere = Gauge(
+            "gpucarve_pods_bound_elsewhere",
+            "GPU pods of a governed namespace bound by something other than gpucarve",
+            q,
+            registry=r,
+        )
         self.borrowed = Gauge(
             "gpucarve_queue_borrowed_slices", "Slices used beyond nominal", qf, registry=r
         )
@@ -212,6 +218,12 @@ class SchedulerMetrics:
                     gpu_share += policy.flavors[p.flavor].compute_milli * len(p.slice_ids) / 1000
             ran = max(0, result.now - rw.start_time)
             self.lost.labels(e.queue, str(e.cause)).inc(gpu_share * ran)
+
+    def observe_elsewhere(self, per_queue: Mapping[str, int]) -> None:
+        """GPU pods something other than gpucarve bound, charged to each queue."""
+        self.elsewhere.clear()
+        for queue, n in sorted(per_queue.items()):
+            self.elsewhere.labels(queue).set(n)
 
     def observe_health(self, snapshot: Snapshot, unhealthy: Iterable[str], evicted: int) -> None:
         """`unhealthy`: the GPUs out of service (`node/gpuN`)."""

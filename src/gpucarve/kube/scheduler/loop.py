@@ -36,6 +36,7 @@ from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.api.informer import Informer
 from gpucarve.kube.api.leader import LeaderElector
 from gpucarve.kube.scheduler.binder import Binder
+from gpucarve.kube.scheduler.bound_elsewhere import BoundElsewhere
 from gpucarve.kube.scheduler.device_config import DeviceConfigs
 from gpucarve.kube.scheduler.evictions import awaited_pods, evict_pods
 from gpucarve.kube.scheduler.failed_gpus import FailedGpuPods
@@ -124,6 +125,8 @@ class Scheduler:
         self._node_keys: dict[tuple[str, str], str] = {}  # (name, resourceVersion)
         self.reporter = Reporter(client, clock, self._uid_of)
         self.failed_gpus = FailedGpuPods(client, self.reporter)
+        self.elsewhere = BoundElsewhere(client, self.reporter, self.metrics)
+        self._warned: set[str] = set()  # the view's warnings logged already
         self.device_configs = DeviceConfigs(client)
         self.binder = Binder(
             client, self.pods, self.device_configs, self.metrics, self._wake.set,
@@ -340,8 +343,11 @@ class Scheduler:
         if self.device_configs.written:
             self.device_configs.forget_gone({pod_id(p) for p in self.pods.items()})
         for w in view.warnings:
-            log.warning("%s", w)
+            if w not in self._warned:  # once while it lasts, not every cycle
+                log.warning("%s", w)
+        self._warned = set(view.warnings)
         self.reporter.orphans(view)
+        self.elsewhere.handle(view, self.policy.scheduling.bound_elsewhere)
         self.reporter.device_moves(view)
         unhealthy = self.inventory().unhealthy
         evict = self.policy.gpu_health.evict_pods

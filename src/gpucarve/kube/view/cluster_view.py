@@ -22,7 +22,13 @@ from typing import Any
 from gpucarve.core.cluster import ClusterState
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import PartialGang, PodSet, RunningWorkload, Workload
+from gpucarve.core.workload import (
+    PartialGang,
+    PodAssignment,
+    PodSet,
+    RunningWorkload,
+    Workload,
+)
 from gpucarve.engine.gang_timeout import gang_gpus
 from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.bound_view import BoundGroups, claim_bound
@@ -31,7 +37,7 @@ from gpucarve.kube.view.inventory import Inventory
 from gpucarve.kube.view.owner_kinds import group_of
 from gpucarve.kube.view.pod_facts import PodFacts, PodFactsMemo
 from gpucarve.kube.view.pods import GroupSpec, PendingGroup, WorkloadCache, pending_workloads
-from gpucarve.kube.view.slice_claims import SliceClaims
+from gpucarve.kube.view.slice_claims import SliceClaims, gpu_requests
 
 REST = "+rest"
 TERMINAL = ("Succeeded", "Failed")
@@ -56,6 +62,8 @@ class View:
     short_running: dict[str, PartialGang] = field(default_factory=dict)
     # bound pod -> how the devices the kubelet gave it differ from gpucarve's assignment
     device_moves: dict[str, str] = field(default_factory=dict)
+    # GPU pod of a governed namespace that something else bound -> the queue it is charged to
+    elsewhere: dict[str, str] = field(default_factory=dict)
 
     def pod_of(self, workload: str, engine_pod: str) -> str:
         """The real pod behind the engine's `<workload>/<set>-<i>`."""
@@ -120,8 +128,15 @@ def build_view(
     running, running_pods = section.running, section.running_pods
     bound_count, running_by_key = section.bound_count, section.running_by_key
     orphans = section.orphans
+    governed = {ns for q in policy.queues for ns in q.namespaces}
+    elsewhere = [p for p in foreign if p["metadata"]["namespace"] in governed and gpu_requests(p)]
+    charged_ids = {id(p) for p in elsewhere}
     for pod in foreign:
-        b.fallback(f"foreign:{of(pod).key}", pod)
+        if id(pod) not in charged_ids:
+            b.fallback(f"foreign:{of(pod).key}", pod)
+    charged = _charge_elsewhere(b, elsewhere, policy, epoch, cache, of)
+    running = [*running, *(rw for rw, _ in charged.values())]
+    running_pods = {**running_pods, **{rw.workload.id: (k,) for k, (rw, _) in charged.items()}}
 
     # Pending groups; those with pods already bound wait as `<group>+rest` for the remainder.
     wanted = dict(specs)
@@ -178,6 +193,7 @@ def build_view(
         orphans,
         short_running,
         moves,
+        {k: q for k, (_, q) in charged.items()},
     )
 
 
@@ -316,6 +332,44 @@ def _pending(
         pending.append(w)
         pending_sets[w.id] = g.sets
     return pending, pending_sets, partial
+
+
+def _alone(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """A pod as a workload of its own, whatever gang its labels name."""
+    return str(pod["metadata"]["namespace"]), str(pod["metadata"]["name"])
+
+
+def _charge_elsewhere(
+    b: SliceClaims,
+    pods: Sequence[Mapping[str, Any]],
+    policy: Policy,
+    epoch: datetime,
+    cache: WorkloadCache | None,
+    of: Callable[[Mapping[str, Any]], PodFacts],
+) -> dict[str, tuple[RunningWorkload, str]]:
+    """GPU pods of governed namespaces that something else bound, each a running workload of
+    its own charged to its queue (its devices: the first free slices of its node, as the
+    device plugin hands them out). With the policy's `boundElsewhere: keep` gpucarve never
+    preempts one; a pod that is no valid workload (another team's queue label…) only holds
+    its slices, as before."""
+    keep = policy.scheduling.bound_elsewhere == "keep"
+    out: dict[str, tuple[RunningWorkload, str]] = {}
+    for pod in pods:
+        f = of(pod)
+        a = b.fallback(f.key, pod)
+        (group,) = pending_workloads([pod], policy, epoch, None, cache, keyed=_alone)
+        w = group.workload
+        if a is None or w is None or len(w.pod_sets) != 1:
+            continue
+        flavors = {b.cluster.slices[s].flavor for s in a.slices}
+        flavor = flavors.pop() if len(flavors) == 1 else None
+        placed = PodAssignment(f.key, w.pod_sets[0].name, a.node, a.slices, flavor,
+                               a.shared_memory_mib)  # fmt: skip
+        if keep:
+            w = dataclasses.replace(w, preemptible=False)
+        terminating = bool(pod["metadata"].get("deletionTimestamp"))
+        out[f.key] = (RunningWorkload(w, (placed,), f.started, terminating), w.queue)
+    return out
 
 
 def _with_hints(

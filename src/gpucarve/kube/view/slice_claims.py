@@ -15,7 +15,8 @@ from gpucarve.kube.view.device_truth import resolve
 from gpucarve.kube.view.inventory import Inventory
 
 
-def _requests(pod: Mapping[str, Any]) -> dict[str, int]:
+def gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """The pod's `nvidia.com/*` limits, summed over its containers."""
     out: dict[str, int] = {}
     for c in (pod.get("spec") or {}).get("containers") or []:
         for name, value in ((c.get("resources") or {}).get("limits") or {}).items():
@@ -72,7 +73,7 @@ class SliceClaims:
             node = self.cluster.node(node_name)
         except KeyError:
             return None
-        wanted = _requests(pod)
+        wanted = gpu_requests(pod)
         if not wanted:
             return Assigned(node_name, ())
         chosen: list[str] = []

@@ -47,3 +47,29 @@ def test_a_kubectl_list_is_read_and_an_ambiguous_resource_refused(tmp_path: Path
     path.write_text(yaml.safe_dump(doc))
     (q,) = import_quotas(path, POLICY)["queues"]
     assert q == {"name": "team-a", "namespaces": ["team-a"], "quota": {"h100-full": {"nominal": 4}}}
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("kind: List\nitems: 5\n", "not-a-list"),
+        ("kind: ResourceQuota\nmetadata: [1]\n", "bad-object"),
+        ("kind: ResourceQuota\nmetadata: {namespace: a}\nspec: [1]\n", "bad-object"),
+        ("kind: ResourceQuota\nmetadata: {namespace: a}\nspec: {hard: [1]}\n", "bad-object"),
+        ("kind: PriorityClass\nmetadata: {name: p, labels: [1]}\nvalue: 1\n", "bad-object"),
+        ("kind: PriorityClass\nmetadata: {name: p}\nvalue: high\n", "bad-priority-class"),
+        ("kind: PriorityClass\nmetadata: {name: p}\nvalue: 1e30\n", "bad-priority-class"),
+        ("kind: PriorityClass\nmetadata: {name: p}\nvalue: .nan\n", "bad-priority-class"),
+        ("kind: ResourceQuota\nmetadata: {namespace: ''}\nspec: {hard: {}}\n", "bad-object"),
+        # 2Ki is 2,048 GPUs: more than the policy's 32 H100s
+        ("kind: ResourceQuota\nmetadata: {namespace: a}\n"
+         "spec: {hard: {requests.nvidia.com/gpu: 2Ki}}\n", "quota-exceeds-capacity"),
+    ],
+)  # fmt: skip
+def test_what_the_policy_would_refuse_is_refused_here(tmp_path: Path, text: str, code: str) -> None:
+    path = tmp_path / "objs.yaml"
+    path.write_text(text)
+    with pytest.raises(InvalidInput) as err:
+        import_quotas(path, POLICY)
+    (problem,) = err.value.problems
+    assert problem.code == code and problem.fix, problem

@@ -14,9 +14,13 @@ evicted; `render namespaces` writes that label).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from gpucarve.config.policy_model import PriorityClassSpec
 from gpucarve.config.textfile import read_text
 from gpucarve.config.yaml_source import parse_yaml
 from gpucarve.core.policy import Policy
@@ -26,11 +30,14 @@ from gpucarve.core.vocabulary import PREEMPTIBLE_LABEL
 
 MAX_BYTES = 16 * 1024 * 1024
 _SEPARATOR = re.compile(r"^---\s*$", re.MULTILINE)
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # a queue (and namespace) name
+Where = tuple[str | int, ...]
 
 
-def _objects(path: str | Path) -> tuple[str, list[dict[str, Any]]]:
+def _objects(path: str | Path, problems: list[Problem]) -> tuple[str, list[tuple[Where, Any]]]:
+    """Each object with where it came from; what is no object goes to `problems`."""
     text = read_text(path, "ResourceQuotas and PriorityClasses", MAX_BYTES)
-    out: list[dict[str, Any]] = []
+    out: list[tuple[Where, Any]] = []
     for i, chunk in enumerate(_SEPARATOR.split(text)):
         if not chunk.strip() or all(
             not line.strip() or line.lstrip().startswith("#") for line in chunk.splitlines()
@@ -38,77 +45,144 @@ def _objects(path: str | Path) -> tuple[str, list[dict[str, Any]]]:
             continue
         data = parse_yaml(chunk, f"{path} (document {i + 1})").data
         if isinstance(data, dict) and data.get("kind") == "List":
-            out += [o for o in data.get("items") or [] if isinstance(o, dict)]
-        elif isinstance(data, dict):
-            out.append(data)
+            items = data.get("items")
+            if not isinstance(items, list):
+                where: Where = (f"document {i + 1}", "items")
+                fix = "write items: [...] (as kubectl get -o yaml does)"
+                problems.append(
+                    Problem(where, "not-a-list", "a List's items must be a list of objects", fix)
+                )
+                continue
+            out += [((f"document {i + 1}", "items", k), o) for k, o in enumerate(items)]
+        elif data is not None:
+            out.append(((f"document {i + 1}",), data))
     return str(path), out
+
+
+def _bad(where: Where, what: str, fix: str, code: str = "bad-object") -> Problem:
+    return Problem(where, code, what, fix)
+
+
+def _priority_class(where: Where, obj: Mapping[str, Any], meta: Mapping[str, Any]) -> Any:
+    """The policy's priorityClasses entry, checked as the policy's own reader checks it."""
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, dict):
+        return _bad((*where, "metadata", "labels"), "labels is not a map", "write key: value")
+    pc: dict[str, Any] = {
+        "name": meta.get("name"),
+        "value": obj.get("value", 0),
+        "preemptible": labels.get(PREEMPTIBLE_LABEL) != "false",
+    }
+    if obj.get("globalDefault"):
+        pc["default"] = True
+    if obj.get("description"):
+        pc["description"] = obj["description"]
+    try:
+        PriorityClassSpec.model_validate(pc, strict=True)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "value"
+        return _bad((*where, field), f"{field} {pc.get(field)!r}: {err['msg']}",
+                    "a name of lowercase letters, digits and '-', a whole value at most "
+                    "1,000,000,000", "bad-priority-class")  # fmt: skip
+    return pc
+
+
+def _hard(where: Where, obj: Mapping[str, Any]) -> Mapping[str, Any] | Problem:
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, dict):
+        return _bad((*where, "spec"), "spec is not a map", "write spec: {hard: {...}}")
+    hard = spec.get("hard") or {}
+    if not isinstance(hard, dict):
+        return _bad((*where, "spec", "hard"), "hard is not a map", "write resource: count")
+    return hard
+
+
+def _quota_entry(
+    where: Where, key: str, value: object, by_resource: Mapping[str, list[str]], policy: Policy
+) -> tuple[str, int] | Problem | None:
+    """One hard limit as (flavor, nominal); None for what is no GPU request limit."""
+    resource = key.removeprefix("requests.").removeprefix("limits.")
+    if not resource.startswith("nvidia.com/") or key.startswith("limits."):
+        return None
+    at = (*where, "spec", "hard", key)
+    flavors = by_resource.get(resource, [])
+    if len(flavors) != 1:
+        fix = (
+            f"add a pool that publishes {resource}"
+            if not flavors
+            else f"split the quota by hand among {', '.join(flavors)}"
+        )
+        return _bad(at, f"{resource} is published by {len(flavors)} flavors of the policy", fix,
+                    "no-single-flavor")  # fmt: skip
+    try:
+        n = whole_count(str(value))
+    except QuantityError as exc:
+        return _bad(at, str(exc), "write a whole number", "bad-quantity")
+    capacity = policy.capacity.get(flavors[0], 0)
+    if n > capacity:
+        return _bad(at, f"{value} {resource} but the policy's pools hold {capacity} "
+                    f"{flavors[0]}", f"lower it to at most {capacity}, or add capacity",
+                    "quota-exceeds-capacity")  # fmt: skip
+    return flavors[0], n
 
 
 def import_quotas(path: str | Path, policy: Policy) -> dict[str, Any]:
     """`{"queues": [...], "priorityClasses": [...]}` blocks, or InvalidInput naming the object."""
-    source, objs = _objects(path)
+    problems: list[Problem] = []
+    source, objs = _objects(path, problems)
     by_resource: dict[str, list[str]] = {}
     for name, flavor in sorted(policy.flavors.items()):
         by_resource.setdefault(flavor.resource_name, []).append(name)
-    problems: list[Problem] = []
     queues: dict[str, dict[str, int]] = {}
     classes: list[dict[str, Any]] = []
-    for obj in objs:
-        kind, meta = obj.get("kind"), obj.get("metadata") or {}
-        where = (f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}".replace("//", "/"),)
+    for where, obj in objs:
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            problems.append(_bad(where, "not an object with metadata",
+                                 "give each object kind, metadata and spec"))  # fmt: skip
+            continue
+        kind = obj.get("kind")
+        where = (*where, f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}")
         if kind == "PriorityClass":
-            labels = meta.get("labels") or {}
-            pc: dict[str, Any] = {
-                "name": meta.get("name"),
-                "value": obj.get("value", 0),
-                "preemptible": labels.get(PREEMPTIBLE_LABEL) != "false",
-            }
-            if obj.get("globalDefault"):
-                pc["default"] = True
-            if obj.get("description"):
-                pc["description"] = obj["description"]
-            classes.append(pc)
+            pc = _priority_class(where, obj, meta)
+            (problems if isinstance(pc, Problem) else classes).append(pc)
             continue
         if kind != "ResourceQuota":
             continue
-        ns = str(meta.get("namespace") or "")
-        quota = queues.setdefault(ns, {})
-        for key, value in sorted(((obj.get("spec") or {}).get("hard") or {}).items()):
-            resource = str(key).removeprefix("requests.").removeprefix("limits.")
-            if not resource.startswith("nvidia.com/") or str(key).startswith("limits."):
-                continue
-            flavors = by_resource.get(resource, [])
-            if len(flavors) != 1:
-                fix = (
-                    f"add a pool that publishes {resource}"
-                    if not flavors
-                    else f"split the quota by hand among {', '.join(flavors)}"
-                )
-                problems.append(
-                    Problem(
-                        (*where, "spec", "hard", str(key)),
-                        "no-single-flavor",
-                        f"{resource} is published by {len(flavors)} flavors of the policy",
-                        fix,
-                    )
-                )
-                continue
-            try:
-                quota[flavors[0]] = max(quota.get(flavors[0], 0), whole_count(str(value)))
-            except QuantityError as exc:
-                problems.append(
-                    Problem(
-                        (*where, "spec", "hard", str(key)),
-                        "bad-quantity",
-                        str(exc),
-                        "write a whole number",
-                    )
-                )
+        problems += _resource_quota(where, obj, meta, by_resource, policy, queues)
     if problems:
         raise InvalidInput(source, problems)
     blocks = [
         {"name": ns, "namespaces": [ns], "quota": {f: {"nominal": n} for f, n in sorted(q.items())}}
-        for ns, q in sorted(queues.items())
+        for ns, q in sorted((ns, {f: n for f, n in q.items() if n}) for ns, q in queues.items())
         if q
     ]
     return {"queues": blocks, "priorityClasses": sorted(classes, key=lambda c: str(c["name"]))}
+
+
+def _resource_quota(
+    where: Where,
+    obj: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    by_resource: Mapping[str, list[str]],
+    policy: Policy,
+    queues: dict[str, dict[str, int]],
+) -> list[Problem]:
+    """One ResourceQuota into its namespace's queue; what is wrong with it."""
+    ns = meta.get("namespace")
+    if not isinstance(ns, str) or not _NAME.match(ns) or len(ns) > 63:
+        return [_bad((*where, "metadata", "namespace"), f"namespace {ns!r} is no queue name",
+                     "a namespace name: lowercase letters, digits and '-', at most 63")]  # fmt: skip
+    hard = _hard(where, obj)
+    if isinstance(hard, Problem):
+        return [hard]
+    quota = queues.setdefault(ns, {})
+    out: list[Problem] = []
+    for key, value in sorted(hard.items(), key=lambda kv: str(kv[0])):
+        got = _quota_entry(where, str(key), value, by_resource, policy)
+        if isinstance(got, Problem):
+            out.append(got)
+        elif got is not None:
+            quota[got[0]] = max(quota.get(got[0], 0), got[1])
+    return out

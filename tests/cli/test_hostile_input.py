@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -528,3 +529,44 @@ def test_a_geometry_too_large_to_search_says_so(tmp_path: Path) -> None:
     dynamic = pool.replace("1g.1gb: 9", "1g.1gb: 8") % ", dynamic: {}"
     rc, err = invoke("validate", write(tmp_path, "d.yaml", dynamic), "--catalog", cat)
     assert rc == 2 and "[mig-geometry-too-large]" in err
+
+
+def _silent_server() -> tuple[Any, int]:
+    """A TCP server on loopback that accepts connections and never answers."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    return sock, sock.getsockname()[1]
+
+
+def _kubeconfig(tmp: Path, port: int) -> str:
+    doc = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+    }  # fmt: skip
+    return write(tmp, "kubeconfig", json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["queues"], ["explain", "research/train-0", "--policy", str(BUILTIN / "three-teams.yaml")]],
+)
+def test_an_api_server_that_never_answers_ends_the_command(tmp_path: Path, args: list[str]) -> None:
+    sock, port = _silent_server()
+    try:
+        rc, err = invoke(*args, "--kubeconfig", _kubeconfig(tmp_path, port),
+                         "--request-timeout", "2")  # fmt: skip
+    finally:
+        sock.close()
+    assert rc == 2, err
+    assert "in time" in err and "fix:" in err, err
+
+
+def test_explain_refuses_a_name_kubernetes_would_not_have(tmp_path: Path) -> None:
+    rc, err = invoke("explain", "research/trÄin-0", "--policy", str(BUILTIN / "three-teams.yaml"))
+    assert rc == 2 and "no Kubernetes name" in err and "fix:" in err, err

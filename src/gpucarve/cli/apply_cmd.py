@@ -14,6 +14,7 @@ from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.kube_options import (
     ContextOption,
     KubeconfigOption,
+    RequestTimeoutOption,
     api_error_exit,
     client_or_exit,
 )
@@ -63,10 +64,14 @@ def apply(
         api_error_exit(exc)
 
 
-def queues(kubeconfig: KubeconfigOption = None, context: ContextOption = None) -> None:
+def queues(
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    request_timeout: RequestTimeoutOption = 60.0,
+) -> None:
     """List the cluster's gpucarve Queues: quota per flavor and, once the scheduler runs,
     usage and pending work."""
-    client = client_or_exit(kubeconfig, context)
+    client = client_or_exit(kubeconfig, context, request_timeout)
     try:
         items = client.get(f"/apis/{GROUP}/{VERSION}/queues")["items"]
     except ApiError as exc:

@@ -4,6 +4,7 @@ from the cluster, decided by the scheduler's own engine, nothing written."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -15,6 +16,7 @@ from gpucarve.cli.common import CatalogOption, fail, policy_or_exit
 from gpucarve.cli.kube_options import (
     ContextOption,
     KubeconfigOption,
+    RequestTimeoutOption,
     api_error_exit,
     client_or_exit,
 )
@@ -28,6 +30,10 @@ from gpucarve.kube.scheduler.explain import NoSuchPod, explain_pod
 POLICY_KEY = "policy.yaml"
 
 
+# a Kubernetes object name (DNS-1123 subdomain); a pod name is never anything else
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
 def _policy(
     client: Client, path: Path | None, config_map: str | None, catalog: list[Path] | None
 ) -> Policy:
@@ -35,8 +41,8 @@ def _policy(
         return policy_or_exit(path, catalog).policy
     assert config_map is not None
     ns, _, name = config_map.partition("/")
-    if not ns or not name:
-        _refuse(f"--policy-config-map {config_map!r}", "write it as NAMESPACE/NAME")
+    if not ns or not name or not (_NAME.match(ns) and _NAME.match(name)):
+        _refuse(f"--policy-config-map {config_map!a}", "write it as NAMESPACE/NAME")
     try:
         data = client.get(f"/api/v1/namespaces/{ns}/configmaps/{name}").get("data") or {}
     except ApiError as err:
@@ -80,15 +86,19 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
+    request_timeout: RequestTimeoutOption = 60.0,
     catalog: CatalogOption = None,
 ) -> None:
     """Why POD waits: its queue's quota and usage, its turn by fair share, its gang, the
     decision and which filters refused how many nodes, and what would let it run."""
     if "/" not in pod or pod.count("/") != 1 or not all(pod.split("/")):
-        _refuse(f"pod {pod!r}", "write it as NAMESPACE/NAME, e.g. research/train-0")
+        _refuse(f"pod {pod!a}", "write it as NAMESPACE/NAME, e.g. research/train-0")
+    if not all(_NAME.match(part) and len(part) <= 253 for part in pod.split("/")):
+        fix = "names are lowercase letters, digits, '-' and '.' (kubectl get pods -n NS)"
+        _refuse(f"pod {pod!a} is no Kubernetes name", fix)
     if (policy is None) == (policy_config_map is None):
         _refuse("which policy?", "pass --policy FILE or --policy-config-map NAMESPACE/NAME")
-    client = client_or_exit(kubeconfig, context)
+    client = client_or_exit(kubeconfig, context, request_timeout)
     chosen = _policy(client, policy, policy_config_map, catalog)
     try:
         found = explain_pod(client, chosen, pod, scheduler_name, datetime.now(UTC))

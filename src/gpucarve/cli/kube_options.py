@@ -3,6 +3,7 @@ failures said in one line with the object, the verb and the fix."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -26,9 +27,27 @@ ContextOption = Annotated[
 ]
 
 
-def client_or_exit(kubeconfig: Path | None, context: str | None = None) -> Client:
+RequestTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--request-timeout",
+        help="Seconds the whole command may wait on the API server before it gives up.",
+        min=1,
+        max=3600,
+    ),
+]
+
+
+def client_or_exit(
+    kubeconfig: Path | None, context: str | None = None, deadline_s: float | None = None
+) -> Client:
+    """`deadline_s`: a command that ends gives up (one line, exit 2) when the API server has
+    not answered everything it asked within this many seconds."""
     try:
-        return Client.from_kubeconfig(kubeconfig, context)
+        client = Client.from_kubeconfig(kubeconfig, context)
+        if deadline_s is not None:
+            client.deadline = time.monotonic() + deadline_s
+        return client
     except ConfigProblem as exc:
         err = console(stderr=True)
         err.print(Text(f"cannot use the kubeconfig: {exc.what}", style="red"))

@@ -172,8 +172,8 @@ def _resource_quota(
     """One ResourceQuota into its namespace's queue; what is wrong with it."""
     ns = meta.get("namespace")
     if not isinstance(ns, str) or not _NAME.match(ns) or len(ns) > 63:
-        return [_bad((*where, "metadata", "namespace"), f"namespace {ns!r} is no queue name",
-                     "a namespace name: lowercase letters, digits and '-', at most 63")]  # fmt: skip
+        fix = "a namespace name: lowercase letters, digits and '-', at most 63"
+        return [_bad((*where, "metadata", "namespace"), f"namespace {ns!r} is no queue name", fix)]
     hard = _hard(where, obj)
     if isinstance(hard, Problem):
         return [hard]

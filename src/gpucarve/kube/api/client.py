@@ -40,6 +40,9 @@ class Client:
     headers: dict[str, str]
     timeout_s: float = 30.0
     credentials: Credentials | None = None  # a token that renews (exec plugins, rotation)
+    # time.monotonic() by which every call must have its answer (a command's whole deadline;
+    # None: each call has timeout_s per attempt, for the long-running scheduler)
+    deadline: float | None = None
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
     @classmethod
@@ -63,12 +66,26 @@ class Client:
             return http.client.HTTPSConnection(host, port, timeout=timeout_s, context=self.context)
         return http.client.HTTPConnection(host, port, timeout=timeout_s)
 
+    def _left(self, method: str, path: str) -> float:
+        """Seconds this attempt may take: timeout_s, or what is left of the deadline."""
+        if self.deadline is None:
+            return self.timeout_s
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise ApiError(method, path, 0, f"no answer from {self.server} in time (the "
+                           "command's deadline passed)")  # fmt: skip
+        return min(self.timeout_s, left)
+
     def _send(
         self, method: str, path: str, data: bytes | None, content_type: str
     ) -> tuple[int, bytes]:
+        timeout = self._left(method, path)
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = self._connect(self.timeout_s)
+            conn = self._local.conn = self._connect(timeout)
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
         headers = self._headers({"Content-Type": content_type, "Accept": "application/json"})
         try:
             conn.request(method, path, body=data, headers=headers)
@@ -93,10 +110,10 @@ class Client:
             except (OSError, http.client.HTTPException) as err:
                 if last:
                     raise ApiError(method, path, 0, f"cannot reach {self.server}: {err}") from None
-                time.sleep(BACKOFF_S * 2**attempt)
+                self._pause(method, path, attempt)
                 continue
             if (status >= 500 or status == 429) and not last:
-                time.sleep(BACKOFF_S * 2**attempt)
+                self._pause(method, path, attempt)
                 continue
             if status == 401 and self.credentials is not None and not renewed:
                 renewed = True  # an expired or rotated token: load it again, once
@@ -106,6 +123,13 @@ class Client:
                 raise ApiError(method, path, status, _message(raw))
             return json.loads(raw) if raw else None
         raise AssertionError("unreachable")
+
+    def _pause(self, method: str, path: str, attempt: int) -> None:
+        """The back-off before a retry, never past the deadline."""
+        wait = BACKOFF_S * 2**attempt
+        if self.deadline is not None:
+            wait = min(wait, max(0.0, self._left(method, path)))
+        time.sleep(wait)
 
     def watch(
         self,

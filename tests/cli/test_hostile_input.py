@@ -570,3 +570,28 @@ def test_an_api_server_that_never_answers_ends_the_command(tmp_path: Path, args:
 def test_explain_refuses_a_name_kubernetes_would_not_have(tmp_path: Path) -> None:
     rc, err = invoke("explain", "research/trÄin-0", "--policy", str(BUILTIN / "three-teams.yaml"))
     assert rc == 2 and "no Kubernetes name" in err and "fix:" in err, err
+
+
+def test_a_policy_may_not_govern_kubernetes_own_namespaces(tmp_path: Path) -> None:
+    text = POLICY.replace("namespaces: [research]", "namespaces: [research, kube-system]")
+    rc, err = invoke("validate", write(tmp_path, "p.yaml", text))
+    assert rc == 2 and "[system-namespace]" in err and "fix:" in err, err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["render", "device-plugin", "--namespace", "Bad_NS"],
+        ["render", "mig-config", "--config-map", "--name", "x" * 64],
+        ["render", "monitoring", "--namespace", "-x"],
+    ],
+)
+def test_render_names_are_kubernetes_names(args: list[str]) -> None:
+    rc, err = invoke(*args, "--policy", str(BUILTIN / "three-teams.yaml"))
+    err = " ".join(err.replace("│", " ").split())  # the usage box wraps the message
+    assert rc == 2 and "no Kubernetes name" in err and "fix:" in err, err
+
+
+def test_plan_refuses_a_clock_before_zero() -> None:
+    rc, err = invoke("plan", "--now", "-1")
+    assert rc == 2 and "--now" in err, err

@@ -90,7 +90,9 @@ def plan(
             show_default=False,
         ),
     ] = None,
-    now: Annotated[int, typer.Option(help="Clock for the cycle, in seconds.")] = 0,
+    now: Annotated[
+        int, typer.Option(help="Clock for the cycle, in seconds.", min=0, max=10**10)
+    ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     explain_workload: Annotated[
         str | None,

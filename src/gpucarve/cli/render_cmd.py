@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +25,26 @@ app = typer.Typer(
     help="Render the NVIDIA stack's configuration from a policy.", no_args_is_help=True
 )
 PolicyOption = Annotated[Path, typer.Option("--policy", help="Policy YAML file.")]
-NamespaceOption = Annotated[str, typer.Option("--namespace", help="The GPU Operator's namespace.")]
+
+
+def _k8s_name(value: str) -> str:
+    """A Kubernetes object or namespace name (DNS-1123), or a usage error naming the fix."""
+    if not _NAME.match(value) or len(value) > 63:
+        raise typer.BadParameter(
+            f"{value!a} is no Kubernetes name; fix: lowercase letters, digits and '-', at most "
+            "63, starting and ending with a letter or digit"
+        )
+    return value
+
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+NamespaceOption = Annotated[
+    str,
+    typer.Option("--namespace", help="The GPU Operator's namespace.", callback=_k8s_name),
+]
+NameOption = Annotated[
+    str, typer.Option("--name", help="The ConfigMap's name.", callback=_k8s_name)
+]
 
 
 def _echo_objects(objs: list[dict[str, Any]]) -> None:
@@ -51,9 +71,7 @@ def mig_config(
         ),
     ] = False,
     namespace: NamespaceOption = "gpu-operator",
-    name: Annotated[str, typer.Option("--name", help="The ConfigMap's name.")] = (
-        nvidia.MIG_CONFIG_MAP
-    ),
+    name: NameOption = (nvidia.MIG_CONFIG_MAP),
     catalog: CatalogOption = None,
 ) -> None:
     """The mig-parted configuration (for the MIG manager's ConfigMap) of the policy's static
@@ -70,9 +88,7 @@ def mig_config(
 def device_plugin(
     policy: PolicyOption,
     namespace: NamespaceOption = "gpu-operator",
-    name: Annotated[str, typer.Option("--name", help="The ConfigMap's name.")] = (
-        nvidia.DEVICE_PLUGIN_CONFIG_MAP
-    ),
+    name: NameOption = (nvidia.DEVICE_PLUGIN_CONFIG_MAP),
     catalog: CatalogOption = None,
 ) -> None:
     """The NVIDIA device plugin's ConfigMap: one named configuration per pool (time-slicing
@@ -138,7 +154,10 @@ def namespaces(
 def monitoring(
     policy: PolicyOption,
     namespace: Annotated[
-        str, typer.Option("--namespace", help="Where the PrometheusRule and dashboard go.")
+        str,
+        typer.Option(
+            "--namespace", help="Where the PrometheusRule and dashboard go.", callback=_k8s_name
+        ),
     ] = "gpucarve-system",
     dashboard_only: Annotated[
         bool, typer.Option("--dashboard", help="Print only the Grafana dashboard's JSON.")
@@ -166,7 +185,10 @@ def monitoring(
 def autoscaling(
     policy: PolicyOption,
     adapter_namespace: Annotated[
-        str, typer.Option("--adapter-namespace", help="prometheus-adapter's namespace.")
+        str,
+        typer.Option(
+            "--adapter-namespace", help="prometheus-adapter's namespace.", callback=_k8s_name
+        ),
     ] = "monitoring",
     adapter_config_map_name: Annotated[
         str, typer.Option("--adapter-config-map", help="The ConfigMap its --config reads.")

@@ -49,6 +49,10 @@ class LoadedPolicy:
     document: YamlDocument | None = None
 
 
+# namespaces Kubernetes itself runs in: no queue may govern them
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+
+
 def _flavors(
     pools: Sequence[tuple[int, Pool]],
 ) -> tuple[dict[str, Flavor], dict[str, int], list[Problem]]:
@@ -206,6 +210,16 @@ def _cross_checks(
     for i, q in enumerate(spec.queues):
         out += _check_queue(i, q, flavors, cohorts, classes)
         for j, ns in enumerate(q.namespaces):
+            if ns in SYSTEM_NAMESPACES:
+                out.append(
+                    Problem(
+                        ("queues", i, "namespaces", j),
+                        "system-namespace",
+                        f"namespace {ns!r} is Kubernetes' own: its pods (the control plane's "
+                        "add-ons) must never wait on a GPU queue or carry its ResourceQuota",
+                        "list the namespaces your teams run GPU work in",
+                    )
+                )
             if ns in namespace_owner and namespace_owner[ns] != q.name:
                 out.append(
                     Problem(

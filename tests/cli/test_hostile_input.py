@@ -595,3 +595,10 @@ def test_render_names_are_kubernetes_names(args: list[str]) -> None:
 def test_plan_refuses_a_clock_before_zero() -> None:
     rc, err = invoke("plan", "--now", "-1")
     assert rc == 2 and "--now" in err, err
+
+
+def test_a_gpu_out_for_decades_is_refused_not_simulated(tmp_path: Path) -> None:
+    failures = write(tmp_path, "f.csv", "time_s,node,gpu,repair_s\n0,training-0,0,1000000000\n")
+    rc, err = invoke("simulate", "--days", "0.1", "--gpu-failures", failures,
+                     "--out", str(tmp_path / "out"))  # fmt: skip
+    assert rc == 2 and "repair_s" in err and "30 days" in err, err

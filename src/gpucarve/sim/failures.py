@@ -27,6 +27,9 @@ from gpucarve.sim.sim_port import SimulatorPort
 FAILED = "unhealthy:"
 MAX_FAILURES = 100_000
 COLUMNS = ("time_s", "node", "gpu", "repair_s")
+# a failure within a year of the trace's start; a repair within 30 days (as
+# --gpu-repair-hours): a GPU out for longer is gone, not failing, and takes it out of the policy
+LIMITS = {"time_s": 366 * 86400, "gpu": 15, "repair_s": 30 * 86400}
 
 
 def _gpus(cluster: ClusterState) -> list[str]:
@@ -75,10 +78,11 @@ def load_failures(path: str, cluster: ClusterState) -> tuple[GpuFailure, ...]:
         values: dict[str, int | None] = {}
         for col in ("time_s", "gpu", "repair_s"):
             try:
-                values[col] = whole_number(row.get(col), col, 10**9)
+                values[col] = whole_number(row.get(col), col, LIMITS[col])
             except QuantityError as err:
                 problems.append(row_problem(row.line, str(err), f"write {col} in whole seconds "
-                                            "(gpu: the GPU's index on its node)"))  # fmt: skip
+                                            f"up to {LIMITS[col]:,} (gpu: the GPU's index on its "
+                                            "node; repair_s: at most 30 days)"))  # fmt: skip
                 values[col] = None
         node = row.get("node")
         if node not in nodes:

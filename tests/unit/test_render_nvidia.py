@@ -126,3 +126,21 @@ def test_what_gpucarve_cannot_express_is_refused_with_the_fix(
         import_device_plugin(_config_file(tmp_path, body))
     (p,) = info.value.problems
     assert p.code == code and p.fix
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "version: v1\nsharing: [timeSlicing]\n",
+        "version: v1\nsharing: {timeSlicing: 4}\n",
+        "version: v1\nsharing: {timeSlicing: {resources: {name: nvidia.com/gpu}}}\n",
+        "version: v1\nsharing: {mps: {resources: [nvidia.com/gpu]}}\n",
+    ],
+)
+def test_a_malformed_sharing_block_is_refused_never_read_as_exclusive(
+    tmp_path: Path, body: str
+) -> None:
+    with pytest.raises(InvalidInput) as err:
+        import_device_plugin(_config_file(tmp_path, body))
+    (problem,) = err.value.problems
+    assert problem.code == "bad-config" and "sharing" in str(problem.location), problem

@@ -96,6 +96,29 @@ def _shares(resource: Any) -> bool:
     return not isinstance(n, int) or n > 1  # a bad count is reported, not skipped
 
 
+def _malformed_sharing(where: tuple[str | int, ...], sharing: Any) -> list[Problem]:
+    """A `sharing:` block of the wrong shape is refused, never read as no sharing."""
+    fix = "write sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: N}]}}"
+    if not isinstance(sharing, dict):
+        return [_problem((*where, "sharing"), "bad-config", "sharing is not a map", fix)]
+    out = []
+    for key in ("mps", "timeSlicing"):
+        block = sharing.get(key)
+        if block is None:
+            continue
+        if not isinstance(block, dict):
+            out.append(_problem((*where, "sharing", key), "bad-config",
+                                f"sharing.{key} is not a map", fix))  # fmt: skip
+            continue
+        resources = block.get("resources")
+        if resources is not None and (
+            not isinstance(resources, list) or not all(isinstance(r, dict) for r in resources)
+        ):
+            out.append(_problem((*where, "sharing", key, "resources"), "bad-config",
+                                f"sharing.{key}.resources is not a list of maps", fix))  # fmt: skip
+    return out
+
+
 def _one(name: str, doc: Any, problems: list[Problem]) -> ImportedConfig | None:
     where: tuple[str | int, ...] = (name,)
     if not isinstance(doc, dict):
@@ -119,6 +142,10 @@ def _one(name: str, doc: Any, problems: list[Problem]) -> ImportedConfig | None:
         )
         return None
     sharing = doc.get("sharing") or {}
+    malformed = _malformed_sharing(where, sharing)
+    if malformed:
+        problems += malformed
+        return None
     notes: list[str] = []
     chosen = None
     for key, mode in (("mps", "mps"), ("timeSlicing", "time-slicing")):

@@ -265,7 +265,7 @@ def test_simulate_one_policy_and_unknown_policy(tmp_path: Path) -> None:
     )
     assert code == 0 and list(json.loads(out)["results"]) == ["gpucarve"]
     code, _, err = run("simulate", "--compare", "slurm")
-    assert code == 2 and "unknown policy slurm" in err
+    assert code == 2 and "[unknown-policy]" in err and "no policy slurm" in err and "fix:" in err
 
 
 def test_simulate_bad_policy_exits_2() -> None:
@@ -321,7 +321,7 @@ def test_bench_fill_json_shape_and_bad_input(tmp_path: Path) -> None:
     code, _, err = run(*args, "--seeds", "51-42")
     assert code == 2 and "--seeds" in err
     code, _, err = run(*args, "--policy", "tetris")
-    assert code == 2 and "unknown policy tetris" in err
+    assert code == 2 and "[unknown-policy]" in err and "no policy tetris" in err
     code, _, err = run(
         "bench", "fill", "--nodes", str(tmp_path / "none.csv"), "--pods", str(tmp_path / "none.csv")
     )

@@ -10,10 +10,9 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-from rich.text import Text
 
 from gpucarve.cli.common import fail
-from gpucarve.cli.output import Exit, console
+from gpucarve.cli.output import console, refuse
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.quantity import QuantityError, whole_number
 from gpucarve.sim import fill_engine
@@ -103,11 +102,10 @@ def fill(
     try:
         seed_list = _seeds(seeds)
     except ValueError as exc:
-        err.print(Text(f"--seeds: {exc}", style="red"))
-        raise typer.Exit(Exit.INVALID) from None
+        refuse("--seeds", "bad-seeds", str(exc), "write seeds and ranges, e.g. 42-51 or 1,7,9")
     if unknown:
-        err.print(Text(f"unknown policy {', '.join(unknown)}; use {', '.join(KNOWN)}", style="red"))
-        raise typer.Exit(Exit.INVALID)
+        refuse("--policy", "unknown-policy", f"no policy {', '.join(unknown)}",
+               f"use one of {', '.join(KNOWN)}")  # fmt: skip
     try:
         cluster, trace = load_nodes(nodes), load_pods(pods)
     except InvalidInput as exc:

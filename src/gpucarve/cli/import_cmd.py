@@ -17,7 +17,7 @@ from gpucarve.cli.common import (
     out_dir_or_exit,
     policy_or_exit,
 )
-from gpucarve.cli.output import Exit, console, print_problems
+from gpucarve.cli.output import Exit, console, print_problems, refuse
 from gpucarve.config.device_plugin_import import import_device_plugin
 from gpucarve.config.policy_build import load_policy
 from gpucarve.config.quota_import import import_quotas
@@ -32,10 +32,8 @@ def _model_map(items: list[str]) -> dict[str, str]:
     for item in items:
         code, sep, model = item.partition("=")
         if not sep or not code or not model:
-            console(stderr=True).print(
-                Text(f"--model-map {item!r}: write CODE=MODEL, e.g. G2=V100-32GB", style="red")
-            )
-            raise typer.Exit(Exit.INVALID)
+            refuse("--model-map", "bad-model-map", f"{item!a} is not CODE=MODEL",
+                   "write CODE=MODEL, e.g. G2=V100-32GB")  # fmt: skip
         out[code] = model
     return out
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 import yaml
@@ -13,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, catalog_or_exit, fail, model_or_exit
-from gpucarve.cli.output import Exit, console
+from gpucarve.cli.output import Exit, console, refuse
 from gpucarve.config.migparted_import import import_mig_config
 from gpucarve.core import mig
 from gpucarve.core.problems import InvalidInput
@@ -44,8 +45,7 @@ def layouts(
     gpu = model_or_exit(catalog_or_exit(catalog), model)
     geom = gpu.mig
     if geom is None:
-        console(stderr=True).print(Text(f"{gpu.id} does not support MIG", style="red"))
-        raise typer.Exit(Exit.INVALID)
+        _no_mig(gpu.id, catalog)
     try:
         keys = mig.maximal_layouts(geom, media) if maximal else mig.enumerate_layouts(geom, media)
     except mig.LayoutSearchTooLarge as exc:
@@ -105,8 +105,7 @@ def check(
     gpu = model_or_exit(catalog_or_exit(catalog), model)
     err = console(stderr=True)
     if gpu.mig is None:
-        err.print(Text(f"{gpu.id} does not support MIG", style="red"))
-        raise typer.Exit(Exit.INVALID)
+        _no_mig(gpu.id, catalog)
     geom = gpu.mig
     counts = _parse_profiles(profiles)
     zero = sorted(name for name, n in counts.items() if n < 1)
@@ -116,10 +115,11 @@ def check(
         raise typer.Exit(Exit.INVALID)
     unknown = mig.unknown_profiles(geom, counts)
     if unknown:
-        for name in unknown:
-            err.print(Text(f"{gpu.id} has no MIG profile {name!r}", style="red"))
-        err.print(Text(f"profiles of {gpu.id}: {', '.join(geom.profile_names)}"))
-        raise typer.Exit(Exit.INVALID)
+        near = difflib.get_close_matches(unknown[0], geom.profile_names, n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        refuse(f"profile {unknown[0]!a}", "unknown-profile",
+               f"{gpu.id} has no MIG profile {', '.join(map(repr, unknown))}",
+               f"{hint}{gpu.id} has {', '.join(geom.profile_names)}")  # fmt: skip
     result = mig.place(geom, counts)
     layout = mig.describe_layout(counts, geom)
     out = console()
@@ -172,3 +172,9 @@ def import_config(
     for model_id, block in sorted(blocks.items()):
         typer.echo(f"# pools of {model_id}:")
         typer.echo(yaml.safe_dump({"sharing": "mig", "mig": block}, sort_keys=False), nl=False)
+
+
+def _no_mig(model: str, catalog: list[Path] | None) -> NoReturn:
+    models = [m.id for m in catalog_or_exit(catalog).models if m.mig_capable]
+    refuse(f"model {model}", "mig-unsupported", f"{model} does not support MIG",
+           f"use a MIG-capable model: {', '.join(models)}")  # fmt: skip

@@ -6,7 +6,9 @@ import json
 import os
 from collections.abc import Sequence
 from enum import IntEnum
+from typing import NoReturn
 
+import typer
 from rich.console import Console
 from rich.text import Text
 
@@ -66,3 +68,13 @@ def print_problems(source: str, problems: Sequence[Problem], out: Console) -> No
 def print_problems_json(source: str, problems: Sequence[Problem], out: Console) -> None:
     doc = {"source": source, "problems": [problem_dict(p) for p in problems]}
     out.print_json(json.dumps(doc), highlight=False)
+
+
+def refuse(where: str, code: str, message: str, fix: str) -> NoReturn:
+    """A bad argument, said as every problem is: where, the stable code, what, and the fix;
+    exit 2."""
+    err = console(stderr=True)
+    err.print(Text(f"error: {where} [{code}]", style="red"))
+    err.print(Text(f"  {message}"))
+    err.print(Text(f"  fix: {fix}"))
+    raise typer.Exit(Exit.INVALID)

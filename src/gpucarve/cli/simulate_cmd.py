@@ -20,7 +20,7 @@ from gpucarve.cli.common import (
     policy_file,
     policy_or_exit,
 )
-from gpucarve.cli.output import Exit, console
+from gpucarve.cli.output import console, refuse
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
@@ -270,10 +270,8 @@ def simulate(
     names = policies or list(POLICIES)
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
-        console(stderr=True).print(
-            Text(f"unknown policy {', '.join(unknown)}; use {', '.join(POLICIES)}", style="red")
-        )
-        raise typer.Exit(Exit.INVALID)
+        refuse("--compare", "unknown-policy", f"no policy {', '.join(unknown)}",
+               f"use one of {', '.join(POLICIES)}")  # fmt: skip
     try:
         if trace_file is not None:
             workloads, utilisation = _trace_workloads(trace_file, loaded.policy, lenient)

@@ -28,6 +28,9 @@ app = typer.Typer(help="The admission webhook and its certificate.", no_args_is_
 log = logging.getLogger("gpucarve.webhook")
 
 
+STARTUP_DEADLINE_S = 60.0  # for the first certificate, from the API server
+
+
 @app.command("serve")
 def serve(
     policy: Annotated[Path, typer.Option("--policy", help="The policy YAML.")],
@@ -124,12 +127,16 @@ def _keep_certs(
         err.print(Text(f"{what}: expected NAMESPACE/NAME, mutating/NAME or validating/NAME",
                        style="red"))  # fmt: skip
         raise typer.Exit(Exit.INVALID)
-    keeper = CertKeeper(client_or_exit(kubeconfig), ns, name, service, configurations, cert_dir,
+    # the first certificate within a deadline (or exit with the reason): a server that never
+    # answers must not leave the pod starting for ever; the renewals after it have none
+    client = client_or_exit(kubeconfig, deadline_s=STARTUP_DEADLINE_S)
+    keeper = CertKeeper(client, ns, name, service, configurations, cert_dir,
                         lambda: datetime.now(UTC))  # fmt: skip
     try:
         keeper.ensure()
     except ApiError as exc:
         api_error_exit(exc)
+    client.deadline = None
 
     def loop() -> None:
         while not stop.wait(every_s):

@@ -415,3 +415,19 @@ def test_under_evict_a_gpu_pod_bound_elsewhere_is_evicted(
         wait_for(lambda: "rogue-2" not in pods_in(api, "research"), what="it evicted")
     delete_all(api, NAMESPACES)
     wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")
+
+
+def test_preferred_affinity_puts_the_pod_in_the_rack_it_prefers(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    _, api = cluster
+    p = pod("research", "near", "nvidia.com/gpu", 1)
+    term = {"matchExpressions": [
+        {"key": "gpucarve.io/rack", "operator": "In", "values": ["training-rack1"]}]}  # fmt: skip
+    preferred = [{"weight": 40, "preference": term}]
+    p["spec"]["affinity"] = {
+        "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}
+    }
+    create_pod(api, p)
+    bound = wait_for(lambda: _bound(api, "research", ["near"]), what="the pod bound")
+    assert node_of(bound["near"]) in ("training-2", "training-3")

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.snapshot import Snapshot
@@ -69,3 +71,55 @@ def test_a_single_term_reads_as_before_and_bad_expressions_are_refused() -> None
     assert group.workload is None
     (problem,) = group.problems
     assert problem.code == "bad-affinity" and "exactly one whole number" in problem.message
+
+
+ZONES = """
+apiVersion: gpucarve.io/v1alpha1
+kind: Policy
+metadata: {name: zones}
+pools:
+  - {name: a, gpuModel: H100-SXM5-80GB, nodes: 2, gpusPerNode: 8, sharing: exclusive,
+     nodeLabels: {zone: a}}
+  - {name: b, gpuModel: H100-SXM5-80GB, nodes: 2, gpusPerNode: 8, sharing: exclusive,
+     nodeLabels: {zone: b}}
+queues:
+  - {name: research, namespaces: [research], quota: {h100-full: {nominal: 32}}}
+"""
+
+
+def _preferring(weight_terms: list[tuple[int, str]]) -> Any:
+    p = _pod([])
+    preferred = [
+        {"weight": w, "preference": {"matchExpressions": [
+            {"key": "zone", "operator": "In", "values": [zone]}]}}
+        for w, zone in weight_terms
+    ]  # fmt: skip
+    p["spec"]["affinity"] = {
+        "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}
+    }
+    return p
+
+
+def _zone_of(pod: dict[str, Any], scoring: str = "") -> str | None:
+    from tests.unit.test_kube_admission import load_policy_text
+
+    policy = load_policy_text(ZONES + scoring)
+    (group,) = pending_workloads([pod], policy, EPOCH)
+    assert group.workload is not None, group.problems
+    result = run_cycle(Snapshot(policy, build_cluster(policy), (), (group.workload,)), 0)
+    nodes = {n.name: n for n in build_cluster(policy).nodes}
+    placed = [p.node for a in result.admissions for p in a.pods]
+    return dict(nodes[placed[0]].labels)["zone"] if placed else None
+
+
+@pytest.mark.parametrize(
+    "scoring",
+    ["", "scheduling: {scoring: {binpack: 1, fragmentation: 0}}\n"],
+    ids=["fragmentation-model", "weighted-plugins"],
+)
+def test_preferred_terms_put_the_pod_where_most_weight_matches(scoring: str) -> None:
+    assert _zone_of(_pod([]), scoring) == "a"  # left to itself, placement takes zone a
+    assert _zone_of(_preferring([(50, "b")]), scoring) == "b"
+    assert _zone_of(_preferring([(90, "a"), (10, "b")]), scoring) == "a"
+    assert _zone_of(_preferring([(10, "a"), (90, "b")]), scoring) == "b"
+    assert _zone_of(_preferring([(1, "mars")]), scoring) == "a"  # none matches: placed anyway

@@ -53,6 +53,11 @@ class RequirementSpec(_Strict):
     values: list[str] = []
 
 
+class PreferredSpec(_Strict):
+    weight: int = Field(ge=1, le=100)
+    preference: list[RequirementSpec] = Field(min_length=1)
+
+
 class TolerationSpec(_Strict):
     key: str = ""
     operator: Literal["Equal", "Exists"] = "Equal"
@@ -71,6 +76,8 @@ class PodSetSpec(_Strict):
     # are several, ORed, as Kubernetes' nodeSelectorTerms
     affinity: list[RequirementSpec] = []
     affinityTerms: list[list[RequirementSpec]] = Field(default=[], max_length=64)
+    # preferredDuringScheduling: weighted terms, the nodes matching the most weight first
+    preferredAffinity: list[PreferredSpec] = Field(default=[], max_length=64)
     tolerations: list[TolerationSpec] = []
 
 
@@ -335,6 +342,10 @@ def _priority(
     return name, cls.value, cls.preemptible, []
 
 
+def _requirement(a: RequirementSpec) -> LabelRequirement:
+    return LabelRequirement(a.key, Operator(a.operator), tuple(a.values))
+
+
 def _terms(ps: PodSetSpec) -> list[list[RequirementSpec]]:
     return [ps.affinity] if ps.affinity else list(ps.affinityTerms)
 
@@ -348,21 +359,34 @@ def _affinity_problems(ps: PodSetSpec, path: Path) -> list[Problem]:
                         "keep one of the two")]  # fmt: skip
     out: list[Problem] = []
     where = "affinity" if ps.affinity else "affinityTerms"
-    for t, term in enumerate(_terms(ps)):
-        for i, req in enumerate(term):
-            at = (*path, where, i) if ps.affinity else (*path, where, t, i)
-            if req.operator in ("Gt", "Lt") and (len(req.values) != 1 or not _whole(req.values[0])):
-                out.append(Problem((*at, "values"), "bad-affinity",
-                                   f"{req.operator} takes exactly one whole number, got "
-                                   f"{req.values}", 'write e.g. values: ["40000"]'))  # fmt: skip
-            elif req.operator in ("In", "NotIn") and not req.values:
-                out.append(Problem((*at, "values"), "bad-affinity",
-                                   f"{req.operator} needs at least one value",
-                                   "list the values, or use Exists / DoesNotExist"))  # fmt: skip
-            elif req.operator in ("Exists", "DoesNotExist") and req.values:
-                out.append(Problem((*at, "values"), "bad-affinity",
-                                   f"{req.operator} takes no values", "remove values"))  # fmt: skip
+    located = [
+        ((*path, where, i) if ps.affinity else (*path, where, t, i), req)
+        for t, term in enumerate(_terms(ps))
+        for i, req in enumerate(term)
+    ]
+    located += [
+        ((*path, "preferredAffinity", t, "preference", i), req)
+        for t, p in enumerate(ps.preferredAffinity)
+        for i, req in enumerate(p.preference)
+    ]
+    for at, req in located:
+        out += _expression_problems(at, req)
     return out
+
+
+def _expression_problems(at: Path, req: RequirementSpec) -> list[Problem]:
+    if req.operator in ("Gt", "Lt") and (len(req.values) != 1 or not _whole(req.values[0])):
+        return [Problem((*at, "values"), "bad-affinity",
+                        f"{req.operator} takes exactly one whole number, got {req.values}",
+                        'write e.g. values: ["40000"]')]  # fmt: skip
+    if req.operator in ("In", "NotIn") and not req.values:
+        return [Problem((*at, "values"), "bad-affinity",
+                        f"{req.operator} needs at least one value",
+                        "list the values, or use Exists / DoesNotExist")]  # fmt: skip
+    if req.operator in ("Exists", "DoesNotExist") and req.values:
+        return [Problem((*at, "values"), "bad-affinity", f"{req.operator} takes no values",
+                        "remove values")]  # fmt: skip
+    return []
 
 
 def _whole(text: str) -> bool:
@@ -412,12 +436,13 @@ def _pod_set(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[PodSet | None,
             cpu_milli=cpu,
             memory_mib=mem,
             node_selector=tuple(sorted(ps.nodeSelector.items())),
-            affinity=tuple(
-                tuple(LabelRequirement(a.key, Operator(a.operator), tuple(a.values)) for a in term)
-                for term in _terms(ps)
-            ),
+            affinity=tuple(tuple(_requirement(a) for a in term) for term in _terms(ps)),
             tolerations=tuple(
                 Toleration(t.key, t.operator, t.value, t.effect) for t in ps.tolerations
+            ),
+            preferred=tuple(
+                (p.weight, tuple(_requirement(a) for a in p.preference))
+                for p in ps.preferredAffinity
             ),
         ),
         [],

@@ -118,6 +118,13 @@ class PodSet:
     # nodeSelectorTerms); empty: any node
     affinity: tuple[tuple[LabelRequirement, ...], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    # preferred node affinity: (weight 1-100, a term of ANDed expressions); placement puts a
+    # pod among the nodes whose matching terms weigh most, then scores as usual
+    preferred: tuple[tuple[int, tuple[LabelRequirement, ...]], ...] = ()
+
+    def preference(self, labels: dict[str, str]) -> int:
+        """The summed weight of the preferred terms a node's labels match."""
+        return sum(w for w, term in self.preferred if all(r.matches(labels) for r in term))
 
     def selects(self, labels: dict[str, str]) -> bool:
         """The node selector and the required affinity both hold for a node's labels."""

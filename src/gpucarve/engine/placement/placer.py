@@ -175,6 +175,8 @@ class Placer:
         cached = self._previewed.pop((id(needs.pod_set), needs.flavor), None)
         if group is not None or cached is None or cached[0] != ws.checkpoint():
             cached = None
+        if needs.pod_set.preferred and len(cand):
+            cand, cached = self._most_preferred(needs.pod_set, cand), None
         while True:
             if cached is not None:
                 choice, cached = cached[1], None
@@ -200,6 +202,14 @@ class Placer:
                     excluded.add(node.idx)
                     continue
             return self._assign(needs, pod_id, node, gpu)
+
+    def _most_preferred(self, ps: PodSet, cand: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+        """The candidates whose labels match the most weight of the pod's preferred terms
+        (as kube-scheduler's NodeAffinity score, taken first; the model scores among them)."""
+        nodes = self.ws.nodes
+        weights = np.asarray([ps.preference(nodes[int(i)].labels) for i in cand])
+        out: npt.NDArray[np.intp] = cand[weights == weights.max()]
+        return out
 
     def _assign(
         self, needs: PodNeeds, pod_id: str, node: NodeState, gpu: GpuSlots | None
@@ -227,14 +237,19 @@ class Placer:
                 return placed
             # nothing fits: the filters below count who refused, for the pending reason
         ws = self.ws
-        best: tuple[int, int] | None = None
+        best: tuple[int, int, int] | None = None
         best_gpu: GpuSlots | None = None
-        scored: set[tuple[int, int]] = set()
+        scored: set[tuple[int, int, int]] = set()
         evaluated = 0
         flavor = needs.flavor
         # A shared GPU's fit varies inside a run (the node's fullest fitting GPU); look a
-        # little further there, and nowhere beyond the first feasible node otherwise.
+        # little further there, and nowhere beyond the first feasible node otherwise. Nodes of
+        # a run differ in how much of a pod's preferred affinity they match: then all count.
         per_run = SHARED_NODES_PER_RUN if needs.shared else 1
+        preferred = needs.pod_set.preferred
+        limit = self.candidates
+        if preferred:
+            per_run = limit = len(ws.nodes)
         for run in self._node_order(needs, group):
             in_run = 0
             for n in run:
@@ -250,19 +265,20 @@ class Placer:
                     sig = (len(gpu.free), gpu.total)
                 else:
                     sig = (ws.index[flavor].count[n], ws.total[(flavor, n)])
-                if sig not in scored:
-                    scored.add(sig)
-                    key = (self._score(needs, *sig), -n)
+                pref = needs.pod_set.preference(node.labels) if preferred else 0
+                if (pref, *sig) not in scored:
+                    scored.add((pref, *sig))
+                    key = (pref, self._score(needs, *sig), -n)
                     if best is None or key > best:
                         best, best_gpu = key, gpu
                     evaluated += 1
                 if in_run >= per_run:
                     break
-            if evaluated >= self.candidates:
+            if evaluated >= limit:
                 break
         if best is None:
             return None
-        return self._assign(needs, pod_id, ws.nodes[-best[1]], best_gpu)
+        return self._assign(needs, pod_id, ws.nodes[-best[2]], best_gpu)
 
     def _take(self, needs: PodNeeds, node: NodeState, gpu: GpuSlots | None) -> list[int]:
         ws = self.ws

@@ -142,16 +142,28 @@ def _affinity(spec: Mapping[str, Any]) -> dict[str, Any]:
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or {}
-    terms = [
-        [
-            {"key": e["key"], "operator": e["operator"], "values": list(e.get("values") or [])}
-            for e in term.get("matchExpressions") or []
-        ]
-        for term in required.get("nodeSelectorTerms") or []
-    ]
+    terms = [_expressions(term) for term in required.get("nodeSelectorTerms") or []]
+    out: dict[str, Any] = {"affinity": []}
     if len(terms) == 1:
-        return {"affinity": terms[0]}
-    return {"affinityTerms": terms} if terms else {"affinity": []}
+        out = {"affinity": terms[0]}
+    elif terms:
+        out = {"affinityTerms": terms}
+    preferred = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ) or []
+    if preferred:
+        out["preferredAffinity"] = [
+            {"weight": p.get("weight"), "preference": _expressions(p.get("preference") or {})}
+            for p in preferred
+        ]
+    return out
+
+
+def _expressions(term: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"key": e["key"], "operator": e["operator"], "values": list(e.get("values") or [])}
+        for e in term.get("matchExpressions") or []
+    ]
 
 
 def _template(pod: Mapping[str, Any]) -> dict[str, Any]:

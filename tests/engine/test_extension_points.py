@@ -87,3 +87,35 @@ def test_a_victim_order_is_a_class_the_preemptor_takes() -> None:
     # the shipped order loses the least GPU-time: the newer one; the other, the older
     assert picked["cheapest"][0] == "research/new"
     assert picked["oldest"][0] == "research/old"
+
+
+def test_a_placers_filter_verdicts_never_follow_an_objects_id() -> None:
+    # A placer that outlives the pod sets it saw (the fill experiment keeps one) must not hand
+    # a dead pod set's verdict to a new one that CPython gives the same id.
+    import dataclasses
+
+    from gpucarve.core.cluster import build_cluster
+    from gpucarve.core.snapshot import Snapshot
+    from gpucarve.engine.placement.placer import Placer
+    from gpucarve.engine.placement.plugins import PodNeeds
+
+    p = policy(
+        pools=[pool("a", "H100-SXM5-80GB", 1, 8, nodeLabels={"zone": "a"})],
+        queues=[queue("research", {"h100-full": {"nominal": 8}})],
+    )
+    ws = Working(Snapshot(p, build_cluster(p), (), ()))
+    placer = Placer(ws, p.scheduling.scoring, 16)
+    node = ws.nodes[0]
+    base = workload(p, "w", "research", gpus=1).pod_sets[0]
+    reused = False
+    for _ in range(100):
+        picky = dataclasses.replace(base, node_selector=(("zone", "b"),))
+        dead = id(picky)
+        assert placer._static_reject(PodNeeds(picky, None, 0, False, 0, 0, 0), node) == (
+            "node-selector"
+        )
+        del picky
+        plain = dataclasses.replace(base)
+        reused = reused or id(plain) == dead
+        assert placer._static_reject(PodNeeds(plain, None, 0, False, 0, 0, 0), node) is None
+    assert placer._static_reject(PodNeeds(base, None, 0, False, 0, 0, 0), node) is None

@@ -15,7 +15,14 @@ import numpy as np
 import numpy.typing as npt
 
 from gpucarve.core.policy import ScoringWeights, SliceKind
-from gpucarve.core.workload import TOPOLOGY_UNIT, PodAssignment, PodSet, TopologyMode, Workload
+from gpucarve.core.workload import (
+    TOPOLOGY_UNIT,
+    GpuKind,
+    PodAssignment,
+    PodSet,
+    TopologyMode,
+    Workload,
+)
 from gpucarve.engine.decisions import PendingReason, Plugin, Stage
 from gpucarve.engine.mig.hint import repartition_hint
 from gpucarve.engine.node_state import GpuSlots, NodeState
@@ -48,7 +55,7 @@ class Placer:
         self.weights = weights
         self.scores = plugins.profile(weights)
         self.candidates = candidates
-        self._static: dict[tuple[int, int], str | None] = {}
+        self._static: dict[tuple[object, ...], str | None] = {}
         # Request shapes seen this cycle per flavor (slices per pod -> pods), for the
         # fragmentation score.
         self.shapes: dict[str, Counter[int]] = {}
@@ -70,7 +77,11 @@ class Placer:
 
     # -------------------------------------------------------------- filters
     def _static_reject(self, needs: PodNeeds, node: NodeState) -> str | None:
-        key = (id(needs.pod_set), node.idx)
+        # Keyed by what the static filters read, never by id(): a placer that outlives the
+        # pod sets it saw (the fill experiment's) would hand a dead one's verdict to a new
+        # pod set given the same id.
+        ps = needs.pod_set
+        key = (ps.node_selector, ps.affinity, ps.tolerations, ps.gpu.kind is GpuKind.NONE, node.idx)
         if key not in self._static:
             verdict = None
             for f in plugins.STATIC_FILTERS:

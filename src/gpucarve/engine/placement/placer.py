@@ -8,7 +8,7 @@ whole gang is tried inside one group (node, NVLink domain or rack) at a time.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +49,10 @@ class Rejections:
         return "; nodes refused: " + ", ".join(parts)
 
 
+Chosen = tuple[NodeState, GpuSlots | None] | None
+Chooser = Callable[[PodNeeds, list[int] | None, Rejections], Chosen]
+
+
 class Placer:
     def __init__(self, ws: Working, weights: ScoringWeights, candidates: int) -> None:
         self.ws = ws
@@ -65,7 +69,7 @@ class Placer:
         self.current: Workload | None = None
         self.model = ModelPlacer(ws, weights, self._passes)
         # (pod set, flavor) -> (working state mark, the model's choice) from `preview`
-        self._previewed: dict[tuple[int, str | None], tuple[int, Choice | None]] = {}
+        self._previewed: dict[tuple[int, str | None], tuple[int, Choice | None, PodSet]] = {}
 
     def _passes(self, ps: PodSet, node: NodeState) -> bool:
         return all(f.filter(ps, node) for f in plugins.STATIC_FILTERS)
@@ -174,18 +178,19 @@ class Placer:
             # need not score again
             mark = self.ws.checkpoint()
             for n, k in zip(needs, idx, strict=True):
-                self._previewed[(id(n.pod_set), n.flavor)] = (mark, out[k])
+                self._previewed[(id(n.pod_set), n.flavor)] = (mark, out[k], n.pod_set)
         return out
 
-    def _place_by_model(
-        self, needs: PodNeeds, pod_id: str, group: list[int] | None
-    ) -> PodAssignment | None:
+    def _by_model(self, needs: PodNeeds, group: list[int] | None, rej: Rejections) -> Chosen:
+        """The fragmentation model's node (and GPU): the best of the feasible candidates."""
         ws = self.ws
         cand = self._unreserved(self.model.candidates(needs, group), needs.flavor)
         excluded: set[int] = set()
         cached = self._previewed.pop((id(needs.pod_set), needs.flavor), None)
         if group is not None or cached is None or cached[0] != ws.checkpoint():
             cached = None
+        elif cached[2] is not needs.pod_set:
+            cached = None  # another pod set that was given a dead one's id
         if needs.pod_set.preferred and len(cand):
             cand, cached = self._most_preferred(needs.pod_set, cand), None
         while True:
@@ -212,7 +217,7 @@ class Placer:
                 if gpu is None:  # the GPU memory promised there is short: try the next node
                     excluded.add(node.idx)
                     continue
-            return self._assign(needs, pod_id, node, gpu)
+            return node, gpu
 
     def _most_preferred(self, ps: PodSet, cand: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
         """The candidates whose labels match the most weight of the pod's preferred terms
@@ -242,11 +247,24 @@ class Placer:
     def place_pod(
         self, needs: PodNeeds, pod_id: str, group: list[int] | None, rej: Rejections
     ) -> PodAssignment | None:
+        """One path for every pod: the choosers the profile gives it, in order, and the first
+        node one of them picks. The fragmentation model comes first where it weighs the
+        flavor; the weighted plugins after it (when the model finds nothing they also count
+        which filter refused each node, for the pending reason)."""
+        for choose in self._choosers(needs):
+            chosen = choose(needs, group, rej)
+            if chosen is not None:
+                return self._assign(needs, pod_id, *chosen)
+        return None
+
+    def _choosers(self, needs: PodNeeds) -> tuple[Chooser, ...]:
         if self._modelled(needs):
-            placed = self._place_by_model(needs, pod_id, group)
-            if placed is not None:
-                return placed
-            # nothing fits: the filters below count who refused, for the pending reason
+            return (self._by_model, self._by_plugins)
+        return (self._by_plugins,)
+
+    def _by_plugins(self, needs: PodNeeds, group: list[int] | None, rej: Rejections) -> Chosen:
+        """The weighted score plugins' node (and GPU), nodes taken in runs of equal free
+        count; every node refused is counted in `rej` by the filter that refused it."""
         ws = self.ws
         best: tuple[int, int, int] | None = None
         best_gpu: GpuSlots | None = None
@@ -289,7 +307,7 @@ class Placer:
                 break
         if best is None:
             return None
-        return self._assign(needs, pod_id, ws.nodes[-best[2]], best_gpu)
+        return ws.nodes[-best[2]], best_gpu
 
     def _take(self, needs: PodNeeds, node: NodeState, gpu: GpuSlots | None) -> list[int]:
         ws = self.ws

@@ -554,7 +554,11 @@ def _kubeconfig(tmp: Path, port: int) -> str:
 
 @pytest.mark.parametrize(
     "args",
-    [["queues"], ["explain", "research/train-0", "--policy", str(BUILTIN / "three-teams.yaml")]],
+    [
+        ["queues"],
+        ["explain", "research/train-0", "--policy", str(BUILTIN / "three-teams.yaml")],
+        ["apply", "--policy", str(BUILTIN / "three-teams.yaml")],
+    ],
 )
 def test_an_api_server_that_never_answers_ends_the_command(tmp_path: Path, args: list[str]) -> None:
     sock, port = _silent_server()

@@ -43,6 +43,7 @@ def apply(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the objects instead of applying them.")
     ] = False,
+    request_timeout: RequestTimeoutOption = 120.0,
     catalog: CatalogOption = None,
 ) -> None:
     """Apply the CRDs, the policy's priority classes and its queues to a cluster (server-side
@@ -52,7 +53,7 @@ def apply(
     if dry_run:
         typer.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
         return
-    client = client_or_exit(kubeconfig, context)
+    client = client_or_exit(kubeconfig, context, request_timeout)
     out = console()
     try:
         for obj in objects:

@@ -107,15 +107,13 @@ def test_a_placers_filter_verdicts_never_follow_an_objects_id() -> None:
     placer = Placer(ws, p.scheduling.scoring, 16)
     node = ws.nodes[0]
     base = workload(p, "w", "research", gpus=1).pod_sets[0]
-    reused = False
     for _ in range(100):
         picky = dataclasses.replace(base, node_selector=(("zone", "b"),))
-        dead = id(picky)
         assert placer._static_reject(PodNeeds(picky, None, 0, False, 0, 0, 0), node) == (
             "node-selector"
         )
         del picky
         plain = dataclasses.replace(base)
-        reused = reused or id(plain) == dead
+        # (CPython mostly gives `plain` the dead `picky`'s id: the case that went wrong)
         assert placer._static_reject(PodNeeds(plain, None, 0, False, 0, 0, 0), node) is None
     assert placer._static_reject(PodNeeds(base, None, 0, False, 0, 0, 0), node) is None

@@ -19,6 +19,7 @@ from gpucarve.cli.output import Exit, console
 from gpucarve.core.problems import InvalidInput
 from gpucarve.kube.api.client import ApiError
 from gpucarve.kube.scheduler.policy_reload import PolicyReloader, digest
+from gpucarve.webhook.admission import warm
 from gpucarve.webhook.cert_secret import CertKeeper
 from gpucarve.webhook.certs import issue, service_names
 from gpucarve.webhook.server import CertReloader
@@ -89,9 +90,11 @@ def serve(
     def follow() -> None:
         while not stop.wait(2.0):
             if (new := reloader.poll()) is not None:
+                warm(new)
                 current[0] = new
                 log.info("policy %s loaded", new.name)
 
+    warm(current[0])
     threading.Thread(target=follow, name="policy reload", daemon=True).start()
     certs.follow(stop)
     config = uvicorn.Config(

@@ -217,6 +217,13 @@ def _empty_cycle(policy: Policy) -> CycleState:
     return state
 
 
+def warm(policy: Policy) -> None:
+    """Build the engine's state on the policy's cluster now (the server does it at start and on
+    each policy reload), so that no review waits for it: on a large cluster it takes seconds."""
+    with _FITS_LOCK:
+        _empty_cycle(policy)
+
+
 def never_fit_problems(policy: Policy, pod: Mapping[str, Any], w: Workload) -> list[Problem]:
     """What the scheduler would report as never admissible (no flavor of the queue serves
     it, or a ceiling: more than any node or the queue's reach, a selector no node matches),

@@ -404,6 +404,10 @@ def _scheduling(spec: PolicySpec) -> SchedulingConfig:
         candidates_per_pod=s.candidatesPerPod,
         gang=s.gang,
         bound_elsewhere=s.boundElsewhere,
+        reserve_after_s=s.reserveAfterSeconds,
+        default_runtime_s=s.defaultRuntimeSeconds,
+        reclaim_large_ratio=s.reclaimLargeVictimRatio,
+        reclaim_large_after_s=s.reclaimLargeVictimAfterSeconds,
     )
 
 

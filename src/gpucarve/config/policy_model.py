@@ -236,6 +236,39 @@ class SchedulingSpec(_Strict):
         description="All-or-nothing gangs. false places pods one by one as kube-scheduler does "
         "(for baselines): placed pods hold their GPUs while the rest of the gang waits.",
     )
+    reserveAfterSeconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=30 * 86400,
+        description="A gang that found no room and has waited this long reserves the nodes where "
+        "it will fit soonest (by when the work there is expected to end); meanwhile only work "
+        "expected to end before then, or that leaves it room, may use them. null (the "
+        "default): never; see docs/engine.md for what it trades.",
+    )
+    defaultRuntimeSeconds: int = Field(
+        default=86400,
+        ge=60,
+        le=365 * 86400,
+        description="How long work is taken to run when it declares nothing "
+        "(gpucarve.io/expected-runtime, a Job's activeDeadlineSeconds) and too little of its "
+        "kind has finished to learn from.",
+    )
+    reclaimLargeVictimRatio: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description="Reclaim spares a whole gang more than this many times the reclaimer's "
+        "size (a 32-GPU gang for a 4-GPU job) until the reclaimer has waited "
+        "reclaimLargeVictimAfterSeconds. null (the default): no gang is spared; see "
+        "docs/engine.md for what it trades.",
+    )
+    reclaimLargeVictimAfterSeconds: int = Field(
+        default=43200,
+        ge=0,
+        le=7 * 86400,
+        description="How long a queue within its nominal quota may wait before reclaim evicts "
+        "a gang many times its size: the bound on how late its guarantee comes.",
+    )
     scoring: ScoringSpec = ScoringSpec()
     candidatesPerPod: int = Field(
         default=16, ge=1, le=10_000, description="Feasible nodes scored per pod (search bound)."

@@ -268,6 +268,18 @@ class SchedulingConfig:
     # scheduler, nodeName): "keep" charges it to its queue and never evicts it; "evict" also
     # evicts it.
     bound_elsewhere: str = "keep"
+    # A gang that failed on placement and has waited this long reserves the nodes where it
+    # will fit soonest (None: never); work expected to end after then may not take what it
+    # needs there (engine.reservation).
+    reserve_after_s: int | None = None
+    # Seconds work runs when nothing says (no declaration, too few finished runs of its
+    # kind): long, so unknown work never backfills a reservation it might delay.
+    default_runtime_s: int = 86_400
+    # Reclaim spares a whole gang more than this many times the reclaimer's size until the
+    # reclaimer has waited `reclaim_large_after_s` (None: no gang is spared); something
+    # cheaper, or the gang's own end, usually comes first.
+    reclaim_large_ratio: int | None = None
+    reclaim_large_after_s: int = 43_200
 
 
 @dataclass(frozen=True, slots=True)

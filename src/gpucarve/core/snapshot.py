@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from gpucarve.core.cluster import Allocation, ClusterState
 from gpucarve.core.policy import Policy
+from gpucarve.core.runtime import RuntimeBook
 from gpucarve.core.workload import PartialGang, RunningWorkload, Workload
 
 
@@ -72,6 +73,9 @@ class Snapshot:
     # Running gangs short of their minimum, by workload id (only a cluster has them: the
     # simulator places gangs whole and nothing fails there in part).
     partial: Mapping[str, PartialGang] = field(default_factory=lambda: MappingProxyType({}))
+    # How long finished work of each kind ran (the driver's book, as it stands): what
+    # reservations judge expected ends by. Not compared: it is history, not cluster state.
+    runtimes: RuntimeBook = field(default_factory=RuntimeBook, compare=False, repr=False)
 
     def delta_with(self, step: Step | None = None) -> Delta:
         """The delta of a snapshot derived from this one by `step` (none: same cluster)."""

@@ -18,6 +18,8 @@ QUEUE_LABEL = f"{GROUP}/queue"
 POD_GROUP_LABEL = f"{GROUP}/pod-group"
 FRACTION_ANNOTATION = f"{GROUP}/gpu-fraction"  # milli-GPU of one GPU
 MEMORY_ANNOTATION = f"{GROUP}/gpu-memory"  # MiB of one GPU
+# seconds a workload is expected to run once started (reservations judge backfill by it)
+EXPECTED_RUNTIME_ANNOTATION = f"{GROUP}/expected-runtime"
 GANG_ANNOTATION = f"{GROUP}/gang"  # "false": not a gang, whatever the owner
 PREEMPTIBLE_LABEL = f"{GROUP}/preemptible"  # on a PriorityClass
 

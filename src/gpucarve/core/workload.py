@@ -167,6 +167,9 @@ class Workload:
     duration: int | None = None  # for the simulator: seconds of work once running
     # Seconds a gang may stay in part placed before it is released (None: by its size).
     timeout_s: int | None = None
+    # Seconds it is expected to run once started, as it declares (an annotation, a Job's
+    # activeDeadlineSeconds); None: learned from finished work of its kind (core.runtime).
+    expected_runtime_s: int | None = None
 
     @property
     def pods(self) -> int:

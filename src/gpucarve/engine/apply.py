@@ -124,6 +124,7 @@ def derive(
         pending,
         snapshot.delta_with(step),
         snapshot.mig_changed_at,
+        runtimes=snapshot.runtimes,
     )
 
 

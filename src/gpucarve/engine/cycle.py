@@ -33,7 +33,7 @@ from collections import deque
 
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
-from gpucarve.engine import gang_timeout, podwise, queueing, repartition
+from gpucarve.engine import gang_timeout, podwise, queueing, repartition, reservation
 from gpucarve.engine.admit import admit
 from gpucarve.engine.decisions import CycleResult, CycleStats, Pending
 from gpucarve.engine.state import CycleState
@@ -53,6 +53,7 @@ class Cycle:
         if not s.cfg.gang:
             podwise.continue_partial_gangs(s)
         skip = gang_timeout.release(s)
+        reservation.reserve_starving(s)
         by_queue: dict[str, deque[Workload]] = {}
         for w in sorted(s.snapshot.pending, key=lambda w: (-w.priority, w.submit_time, w.id)):
             if w.id not in skip:
@@ -80,10 +81,12 @@ class Cycle:
                     # placed in part (no gangs): it runs short of pods, and says why
                     s.pending.append(Pending(w.id, w.queue, outcome.reason))
                 if not outcome.admitted:
-                    assert outcome.reason is not None
-                    s.pending.append(Pending(w.id, w.queue, outcome.reason, outcome.tried))
-                    if queueing.holds_queue(s, w, outcome.reason):
-                        queueing.hold(s, w, outcome.reason)
+                    reason = outcome.reason
+                    assert reason is not None
+                    if queueing.holds_queue(s, w, reason):
+                        queueing.hold(s, w, reason)
+                    reason = reservation.noted(s, w.id, reason)
+                    s.pending.append(Pending(w.id, w.queue, reason, outcome.tried))
             if items:
                 heapq.heappush(heap, self._key(name, items[0]))
         if s.cfg.gang:
@@ -104,6 +107,7 @@ class Cycle:
             stats,
             repartitions,
             unserved,
+            tuple(s.reservations),
         )
 
     def _key(self, queue: str, head: Workload) -> tuple[int, int, int, str]:

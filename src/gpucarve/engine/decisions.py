@@ -39,6 +39,7 @@ class Plugin(StrEnum):
     CPU_MEMORY = "cpu-memory"  # GPUs free but not the CPU or memory beside them
     MIG_REPARTITION = "mig-repartition"  # waits for MIG instances a repartition creates
     RECLAIM = "reclaim"  # withdrawn by reclaim before it started
+    RESERVATION = "reservation"  # found no room; holds the nodes where it fits soonest
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,17 @@ class CycleStats:
     pending: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A waiting gang's reservation this cycle, for explain, metrics and status."""
+
+    workload: str
+    queue: str
+    start: int  # when it is expected to fit
+    nodes: tuple[str, ...]
+    waits_for: tuple[str, ...]  # running work expected to end first (the last sets `start`)
+
+
 @dataclass(frozen=True)
 class CycleResult:
     now: int
@@ -125,6 +137,8 @@ class CycleResult:
     repartitions: tuple[Repartition, ...] = ()
     # MIG instances per profile still wanted after the repartitions (dynamic pools only)
     mig_unserved: tuple[tuple[str, int], ...] = ()
+    # gangs that wait for room and the nodes they reserve (engine.reservation)
+    reservations: tuple[Reservation, ...] = ()
 
     def pending_reason(self, workload: str) -> PendingReason | None:
         for p in self.pending:

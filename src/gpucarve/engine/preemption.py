@@ -148,6 +148,9 @@ class Preemptor:
         self.min_runtime = min_runtime
         self._by_queue: dict[str, tuple[int, list[RunningWorkload]]] = {}
         self.fresh: Mapping[str, object] = {}
+        # (ratio, seconds): reclaim spares a whole gang more than `ratio` times the
+        # reclaimer's size until the reclaimer has waited `seconds` (ratio None: never spares)
+        self.large: tuple[int | None, int] = (None, 0)
 
     def _running_of(self, queue: str) -> list[RunningWorkload]:
         """Eligible running workloads of a queue (re-listed when that queue's running set
@@ -187,7 +190,17 @@ class Preemptor:
                 for rw in self._running_of(other)
                 if any(q.borrowed(other, f) > 0 for f in _holds(rw, flavors))
             ]
-        return self._order(out)
+        return self._order(out, self._spared(w, demand))
+
+    def _spared(self, w: Workload, demand: dict[str, int]) -> int | None:
+        """The most slices a whole gang may hold and still be reclaimed for `w` now (None: any
+        size). A reclaim that evicts a gang many times the reclaimer's size destroys far more
+        work than it frees for the reclaimer; it waits for something cheaper, or the gang's
+        end, for `large[1]` seconds at most: the nominal guarantee comes that much later."""
+        ratio, after = self.large
+        if ratio is None or self.now - w.submit_time >= after:
+            return None
+        return ratio * max(1, sum(demand.values()))
 
     def preempt_candidates(self, w: Workload, demand: dict[str, int]) -> list[Victim]:
         flavors = set(demand)
@@ -198,13 +211,17 @@ class Preemptor:
         ]
         return self._order(out)
 
-    def _order(self, rws: list[RunningWorkload]) -> list[Victim]:
+    def _order(self, rws: list[RunningWorkload], largest: int | None = None) -> list[Victim]:
+        """Victims cheapest first; a whole gang holding more than `largest` slices is left
+        out (its surplus pods may still go)."""
         victims: list[Victim] = []
         for rw in rws:
             extra = () if rw.workload.id in self.fresh else surplus(rw)
             # one victim per surplus pod, the last first: as few pods go as make room
             victims += [Victim(rw, (pod,)) for pod in reversed(extra)]
-            victims.append(Victim(rw))
+            held = sum(len(p.slice_ids) for p in rw.pods)
+            if largest is None or rw.workload.id in self.fresh or held <= largest:
+                victims.append(Victim(rw))
         return sorted(victims, key=lambda v: self.order.key(v, self.ws, self.now))
 
     def find(

@@ -1,10 +1,11 @@
-"""Queue order under pressure: strict heads, and the nodes a starving head reserves.
+"""Queue order under pressure: strict heads, and the reservations of gangs that wait for room.
 
 A head that cannot be admitted holds its queue for the flavors it needs once it has waited
-`scheduling.maxHeadWaitSeconds` (at once under strict FIFO); on a placement failure it also
-reserves, on the nodes most likely to hold it first, the flavors it needs: newer or
-lower-priority work may not take them there. Other flavors of those nodes stay open (a MIG node
-reserved for a waiting 1g.10gb pod still runs 4g.40gb work on its other instances).
+`scheduling.maxHeadWaitSeconds` (at once under strict FIFO), if what it asks still fits its
+queue's nominal quota beside what the queue already uses. A gang with a reservation
+(`engine.reservation`) holds its queue's quota of the flavors it needs against later work that
+is expected to run past the gang's expected start; other flavors stay open (a starving training
+gang does not stop the team's notebooks).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from gpucarve.core.policy import QueueingStrategy
 from gpucarve.core.workload import TopologyMode, Workload
 from gpucarve.engine.decisions import PendingReason, Plugin, Stage
 from gpucarve.engine.placement import groups as topology_groups
+from gpucarve.engine.placement.holds import Hold
 from gpucarve.engine.state import CycleState
 
 
@@ -27,36 +29,40 @@ def holds_queue(c: CycleState, w: Workload, reason: PendingReason) -> bool:
 
 
 def within_nominal(c: CycleState, w: Workload) -> bool:
-    """Whether the workload fits its queue's nominal quota on its first flavor choice. Only
-    such a head may hold its queue: beyond nominal it runs on what the cohort happens to lend,
-    which may never all be idle at once, and holding would idle the queue's own guaranteed
-    quota meanwhile (and lend it out, pushing the borrowed room further away)."""
+    """Whether a starving head may hold its queue. Beyond nominal a head runs on what the
+    cohort happens to lend, and holding the queue would idle the queue's own guaranteed quota
+    meanwhile. With runtime-aware reservations on, the head must fit beside what its queue
+    already uses (the reservation keeps the queue's quota for it, letting through work that
+    ends first); without them, its size alone is weighed, or a head whose queue's own work
+    keeps its quota busy would never run."""
+    if c.cfg.reserve_after_s is not None:
+        return c.within_nominal(w)
     for ps, flavors in zip(w.pod_sets, c.flavors_for(w), strict=True):
-        if not flavors:
-            continue
-        f = flavors[0]
-        need = c.needs_of(ps, f).slices * ps.min_count
-        if need > c.quotas.nominal(w.queue, f.name):
-            return False
+        if flavors:
+            f = flavors[0]
+            if c.needs_of(ps, f).slices * ps.min_count > c.quotas.nominal(w.queue, f.name):
+                return False
     return True
 
 
 def hold(c: CycleState, head: Workload, reason: PendingReason) -> None:
     """The head holds its queue's later work for the flavors it needs (work for other
-    flavors goes on: a starving training gang does not stop the team's notebooks) and,
-    when it failed on placement, those flavors against newer or lower work of any queue."""
+    flavors goes on: a starving training gang does not stop the team's notebooks) and, when
+    it failed on placement and runtime-aware reservations are off, those flavors on the
+    nodes most likely to hold it against newer or lower work of any queue."""
     for flavors in c.flavors_for(head):
         for f in flavors:
             c.queue_holds.setdefault((head.queue, f.name), head)
-    if reason.stage is Stage.PLACEMENT:
-        reserve(c, head)
+    if reason.stage is Stage.PLACEMENT and c.cfg.reserve_after_s is None:
+        reserve_emptiest(c, head)
 
 
-def reserve(c: CycleState, head: Workload) -> None:
-    """Reserve, for a starving head that found no room, the nodes most likely to hold it
-    first: for a topology constraint the group with the most free capacity, otherwise the
-    emptiest nodes until their size covers the gang. Other work may still use every other
-    node of the flavor (backfill), so one big gang no longer drains a whole pool."""
+def reserve_emptiest(c: CycleState, head: Workload) -> None:
+    """Without runtime-aware reservations (`scheduling.reserve_after_s` unset): reserve, for
+    a starving head that found no room, the nodes most likely to hold it first: for a topology
+    constraint the group with the most free capacity, otherwise the emptiest nodes until their
+    size covers the gang. Newer or lower work may not take the flavor there at all; it may
+    still use every other node of the flavor, so one big gang does not drain a whole pool."""
     demand: Counter[str] = Counter()
     for ps, flavors in zip(head.pod_sets, c.flavors_for(head), strict=True):
         if flavors:
@@ -84,10 +90,14 @@ def reserve(c: CycleState, head: Workload) -> None:
                 nodes.append(n)
                 size += ws.total[(flavor, n)]
         for n in nodes:
-            c.placer.reserved.setdefault((n, flavor), head)
+            c.placer.reserved.setdefault((n, flavor), Hold(head, -1, 0, 0, shared=True))
 
 
 def behind(c: CycleState, w: Workload) -> PendingReason | None:
+    if c.queue_reserved:
+        reason = _behind_reservation(c, w)
+        if reason is not None:
+            return reason
     if not c.queue_holds:
         return None
     for flavors in c.flavors_for(w):
@@ -107,3 +117,35 @@ def behind(c: CycleState, w: Workload) -> PendingReason | None:
                     )
                 return reason
     return None
+
+
+def _behind_reservation(c: CycleState, w: Workload) -> PendingReason | None:
+    """Work of a queue whose reserving gang (older, or of higher priority) waits for the
+    queue's quota to free up may go first only if it is expected to end before the gang's
+    expected start."""
+    end: int | None = None
+    for flavors in c.flavors_for(w):
+        for f in flavors:
+            held = c.queue_reserved.get((w.queue, f.name))
+            if held is None or held.head.id == w.id or not senior(held.head, w):
+                continue
+            if end is None:
+                end = c.ends_at(w)
+            if end > held.start:
+                seconds, source = c.runtime(w)
+                return PendingReason(
+                    Stage.QUEUEING,
+                    Plugin.RESERVATION,
+                    f"behind {held.head.id}, which reserved queue {w.queue}'s {f.name} quota "
+                    f"from {held.start}s (in {held.start - c.now}s); this workload is "
+                    f"expected to run {seconds}s ({source}), past that",
+                    f.name,
+                )
+    return None
+
+
+def senior(head: Workload, w: Workload) -> bool:
+    """Whether `head` comes before `w`: higher priority, or the same and submitted first."""
+    return head.priority > w.priority or (
+        head.priority == w.priority and (head.submit_time, head.id) <= (w.submit_time, w.id)
+    )

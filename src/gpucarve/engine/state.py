@@ -24,10 +24,12 @@ from gpucarve.engine.decisions import (
     Outcome,
     Pending,
     PendingReason,
+    Reservation,
     Stage,
 )
 from gpucarve.engine.mig.hint import shapes_from
 from gpucarve.engine.placement.flavor_rank import first_flavor_needs
+from gpucarve.engine.placement.holds import Hold
 from gpucarve.engine.placement.placer import Placer
 from gpucarve.engine.placement.plugins import PodNeeds
 from gpucarve.engine.preemption import Preemptor
@@ -48,6 +50,7 @@ class CycleState:
         self.placer = Placer(self.ws, self.cfg.scoring, self.cfg.candidates_per_pod)
         self.ceilings = Ceilings(self.ws, self.quotas)
         self.preemptor = Preemptor(self.ws, self.quotas, now, self.cfg.min_runtime_s)
+        self.preemptor.large = (self.cfg.reclaim_large_ratio, self.cfg.reclaim_large_after_s)
         self.admissions: list[Admission] = []
         self.evictions: list[Eviction] = []
         self.pending: list[Pending] = []
@@ -70,8 +73,43 @@ class CycleState:
         # (queue, flavor, head) -> why work behind that head waits, this cycle
         self.behind_reasons: dict[tuple[str, str, str], PendingReason] = {}
         self.placer.shapes = self._shapes()
+        self.placer.ends_at = self.ends_at
+        self.placer.guaranteed = self.within_nominal
+        self.reservations: list[Reservation] = []
+        # (queue, flavor) -> the reserving gang that holds the queue's quota of the flavor
+        # against later work expected to run past its start (queueing.behind)
+        self.queue_reserved: dict[tuple[str, str], Hold] = {}
+        self.reserved_notes: dict[str, str] = {}  # workload -> what it reserved, for its reason
         if self.placer.model.active:
             self.placer.model.set_demand(snapshot.pending, self._first_needs)
+
+    def runtime(self, w: Workload) -> tuple[int, str]:
+        """Seconds `w` is expected to run, and whence: declared, learned, or the policy's
+        default."""
+        seconds, source = self.snapshot.runtimes.expected(w)
+        if seconds is None:
+            return self.cfg.default_runtime_s, "default"
+        return seconds, source
+
+    def within_nominal(self, w: Workload) -> bool:
+        """Whether `w`, beside what its queue already uses, fits the queue's nominal quota on
+        its first flavor choice (what the queue is guaranteed, whatever others borrow)."""
+        need: dict[str, int] = {}
+        for ps, flavors in zip(w.pod_sets, self.flavors_for(w), strict=True):
+            if flavors:
+                f = flavors[0]
+                need[f.name] = need.get(f.name, 0) + self.needs_of(ps, f).slices * ps.min_count
+        q = self.quotas
+        return all(q.used(w.queue, f) + n <= q.nominal(w.queue, f) for f, n in need.items())
+
+    def ends_at(self, w: Workload) -> int:
+        """When `w`, started now, is expected to end."""
+        return self.now + self.runtime(w)[0]
+
+    def end_of(self, rw: RunningWorkload) -> int:
+        """When running work is expected to end; work past its estimate any moment now (it is
+        never stopped for overrunning: a reservation behind it moves)."""
+        return max(rw.start_time + self.runtime(rw.workload)[0], self.now + 1)
 
     def _first_needs(self, w: Workload) -> list[PodNeeds | None]:
         return first_flavor_needs(w, self.flavors_for(w), self.needs_of)

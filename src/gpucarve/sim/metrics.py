@@ -163,6 +163,7 @@ def summarize(
         for p in sorted(pool_capacity)
     }
     total_cap = sum(pool_capacity.values())
+    completion = completion_times(result)
     teams = {}
     for q in policy.queues:
         ws = waits.get(q.name, [])
@@ -171,6 +172,7 @@ def summarize(
             "wait_p50_s": percentile(ws, 50),
             "wait_p95_s": percentile(ws, 95),
             "wait_max_s": max(ws, default=0.0),
+            **completion_figures(completion, q.name),
             "gpu_hours": round(team_gpu_s[q.name] / HOUR, 2),
             "cost_usd": round(team_cost[q.name], 2),
             "quota_use": {
@@ -192,6 +194,8 @@ def summarize(
         "wait_p50_s": percentile(waits["all"], 50),
         "wait_p95_s": percentile(waits["all"], 95),
         "wait_max_s": max(waits["all"], default=0.0),
+        **completion_figures(completion, "all"),
+        "gpu_hours_redone": round((lost_gpu_s + failed_gpu_s) / HOUR, 2),
         "dev_time_to_first_gpu_p50_s": percentile(dev_waits, 50),
         "dev_time_to_first_gpu_p95_s": percentile(dev_waits, 95),
         "gpu_busy": round(sum(gpu_busy.values()) / (sum(physical.values()) * span), 4)
@@ -217,6 +221,41 @@ def summarize(
         ),
         "pools": pools,
         "teams": teams,
+    }
+
+
+Completion = dict[str, tuple[list[float], list[float], list[float]]]
+
+
+def completion_times(result: SimResult) -> Completion:
+    """Per queue (and "all"): each workload's wait until its last start (a gang evicted and
+    started again waited for that start too), its completion time (submission to end) and
+    its slowdown (completion time over the time its last run took). Work that never finished
+    counts to the end of the run."""
+    last_start: dict[str, int] = {}
+    for iv in result.intervals:
+        if iv.outcome != "incomplete":
+            last_start[iv.workload] = max(iv.start, last_start.get(iv.workload, iv.start))
+    out: Completion = defaultdict(lambda: ([], [], []))
+    for w in result.submitted.values():
+        start = last_start.get(w.id, result.end)
+        end = result.completed.get(w.id, result.end)
+        ran = max(1, end - start)
+        for key in (w.queue, "all"):
+            waits, completions, slowdowns = out[key]
+            waits.append(float(start - w.submit_time))
+            completions.append(float(end - w.submit_time))
+            slowdowns.append((end - w.submit_time) / ran)
+    return out
+
+
+def completion_figures(completion: Completion, queue: str) -> dict[str, float]:
+    waits, completions, slowdowns = completion.get(queue, ([], [], []))
+    return {
+        "wait_until_last_start_p95_s": percentile(waits, 95),
+        "completion_p95_s": percentile(completions, 95),
+        "slowdown_p50": round(percentile(slowdowns, 50), 2),
+        "slowdown_p95": round(percentile(slowdowns, 95), 2),
     }
 
 

@@ -56,6 +56,7 @@ def repartition(sim: SimulatorPort, result: CycleResult, now: int) -> None:
         s.pending,
         None,
         MappingProxyType(changed),
+        runtimes=s.runtimes,
     )
     sim.probe = FragmentationProbe(sim.policy, sim.snapshot.cluster)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from gpucarve.core.cluster import Allocation, build_cluster
 from gpucarve.core.policy import Policy, SliceKind
+from gpucarve.core.runtime import RuntimeBook
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine import CycleResult, Engine
@@ -87,7 +88,7 @@ class Simulator:
         self.utilisation = dict(utilisation or {})
         self.config = config
         self.engine = Engine()
-        self.snapshot = Snapshot(policy, build_cluster(policy))
+        self.snapshot = Snapshot(policy, build_cluster(policy), runtimes=RuntimeBook())
         self.events: list[tuple[int, int, int, str]] = []
         self.seq = 0
         self.versions = 0
@@ -218,7 +219,7 @@ class Simulator:
         s = self.snapshot
         self.snapshot = Snapshot(
             s.policy, s.cluster, s.running, tuple(self.pend_list), s.delta_with(),
-            s.mig_changed_at,
+            s.mig_changed_at, runtimes=s.runtimes,
         )  # fmt: skip
 
     def _cycle(self, loop: _Loop, progress: ProgressHook | None) -> tuple[bool, bool]:
@@ -392,6 +393,8 @@ class Simulator:
         for g in gpus:
             self.gpu_jobs[g].discard(wid)
         job = self.jobs.pop(wid)
+        # what the reservations learn from: how long this kind of work ran, seen as it ended
+        self.snapshot.runtimes.record(job.workload, now - job.start)
         self._close(wid, job, now, "completed")
         self.result.completed[wid] = now
         self.finished.append(wid)

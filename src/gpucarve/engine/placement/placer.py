@@ -29,6 +29,7 @@ from gpucarve.engine.node_state import GpuSlots, NodeState
 from gpucarve.engine.placement import groups as topology_groups
 from gpucarve.engine.placement import plugins
 from gpucarve.engine.placement.frag_place import Choice, ModelPlacer
+from gpucarve.engine.placement.holds import Hold
 from gpucarve.engine.placement.plugins import PodNeeds
 from gpucarve.engine.working import Working
 
@@ -63,10 +64,19 @@ class Placer:
         # Request shapes seen this cycle per flavor (slices per pod -> pods), for the
         # fragmentation score.
         self.shapes: dict[str, Counter[int]] = {}
-        # node -> the starving workload it is kept for; `current` is the workload being placed
-        # (node, flavor) -> the starving head that holds it (see queueing.reserve)
-        self.reserved: dict[tuple[int, str], Workload] = {}
+        # (node, flavor) -> what a waiting gang's reservation keeps there (engine.reservation);
+        # `current` is the workload being placed and `current_end` when it is expected to end
+        self.reserved: dict[tuple[int, str], Hold] = {}
         self.current: Workload | None = None
+        self.current_end = 0
+        # While a reservation looks ahead, earlier reservations hold their nodes outright:
+        # their budgets are as of now, not of the later start being tried.
+        self.strict_holds = False
+        # when a workload placed now is expected to end, and whether it stays within its
+        # queue's nominal quota (the cycle sets both)
+        self.ends_at: Callable[[Workload], int] = lambda w: 0
+        self.guaranteed: Callable[[Workload], bool] = lambda w: False
+        self.current_guaranteed = False
         self.model = ModelPlacer(ws, weights, self._passes)
         # (pod set, flavor) -> (working state mark, the model's choice) from `preview`
         self._previewed: dict[tuple[int, str | None], tuple[int, Choice | None, PodSet]] = {}
@@ -99,7 +109,7 @@ class Placer:
         self, needs: PodNeeds, node: NodeState, rej: Rejections
     ) -> GpuSlots | bool | None:
         why = self._static_reject(needs, node)
-        if why is None and self.reserved and self._kept_from(node, needs.flavor):
+        if why is None and self.reserved and self._kept_from(node, needs):
             why = "reservation"
         if why is None and not plugins.cpu_memory(needs, node):
             why = "cpu-memory"
@@ -114,16 +124,31 @@ class Placer:
             return False
         return True
 
-    def _kept_from(self, node: NodeState, flavor: str | None) -> bool:
+    def _begin(self, w: Workload) -> None:
+        self.current = w
+        self.current_end = self.ends_at(w) if self.reserved else 0
+        self.current_guaranteed = bool(self.reserved) and self.guaranteed(w)
+
+    def _kept_from(self, node: NodeState, needs: PodNeeds) -> bool:
+        """Whether a reservation keeps the workload being placed off this node: it is newer or
+        of lower priority than the gang that holds it, and would delay that gang there."""
+        flavor = needs.flavor
         if flavor is None:
             return False
-        holder = self.reserved.get((node.idx, flavor))
+        hold = self.reserved.get((node.idx, flavor))
         w = self.current
-        if holder is None or w is None or holder.id == w.id:
+        if hold is None or w is None or hold.head.id == w.id:
             return False
-        return holder.priority > w.priority or (
+        holder = hold.head
+        senior = holder.priority > w.priority or (
             holder.priority == w.priority and holder.submit_time <= w.submit_time
         )
+        if not senior or (hold.borrows and self.current_guaranteed):
+            return False
+        if self.strict_holds:
+            return True
+        free = self.ws.index[flavor].count.get(node.idx, 0)
+        return not hold.allows(self.current_end, needs.slices, free)
 
     # -------------------------------------------------------------- one pod
     def _score(self, needs: PodNeeds, free: int, total: int) -> int:
@@ -146,11 +171,11 @@ class Placer:
             return [[n for n in group if index.count.get(n, 0) >= needs.slices]]
         return index.levels(needs.slices, self.weights.spread > self.weights.binpack)
 
-    def _unreserved(self, cand: npt.NDArray[np.intp], flavor: str | None) -> npt.NDArray[np.intp]:
+    def _unreserved(self, cand: npt.NDArray[np.intp], needs: PodNeeds) -> npt.NDArray[np.intp]:
         if not self.reserved:
             return cand
         nodes = self.ws.nodes
-        keep = np.asarray([not self._kept_from(nodes[int(i)], flavor) for i in cand], dtype=bool)
+        keep = np.asarray([not self._kept_from(nodes[int(i)], needs) for i in cand], dtype=bool)
         out: npt.NDArray[np.intp] = cand[keep]
         return out
 
@@ -161,6 +186,7 @@ class Placer:
         whole gang when it must share a node), without placing it: to rank the workload's
         candidate flavors. None for a plan it does not weigh or cannot place."""
         out: list[Choice | None] = [None] * len(plans)
+        self._begin(w)
         self._previewed.clear()  # only the latest preview may stand for a placement
         if w.topology not in (TopologyMode.NONE, TopologyMode.NODE):
             return out
@@ -170,7 +196,7 @@ class Placer:
             return out
         needs = [plans[k][0][0] for k in idx]  # type: ignore[index]
         gang = plans[idx[0]][0][1] if w.topology is TopologyMode.NODE else 1  # type: ignore[index]
-        cands = [self._unreserved(self.model.candidates(n, None), n.flavor) for n in needs]
+        cands = [self._unreserved(self.model.candidates(n, None), n) for n in needs]
         for k, choice in zip(idx, self.model.best_each(needs, cands, gang), strict=True):
             out[k] = choice
         if gang == 1:
@@ -184,7 +210,7 @@ class Placer:
     def _by_model(self, needs: PodNeeds, group: list[int] | None, rej: Rejections) -> Chosen:
         """The fragmentation model's node (and GPU): the best of the feasible candidates."""
         ws = self.ws
-        cand = self._unreserved(self.model.candidates(needs, group), needs.flavor)
+        cand = self._unreserved(self.model.candidates(needs, group), needs)
         excluded: set[int] = set()
         cached = self._previewed.pop((id(needs.pod_set), needs.flavor), None)
         if group is not None or cached is None or cached[0] != ws.checkpoint():
@@ -338,7 +364,7 @@ class Placer:
         self, w: Workload, plan: list[tuple[PodNeeds, int, int]]
     ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
         """`plan`: (needs, pods wanted, pods required) per pod set."""
-        self.current = w
+        self._begin(w)
         if w.topology is TopologyMode.NODE:
             # a one-node gang the model can weigh as one request: on the node it picks
             choice = self.preview(w, [plan])[0]

@@ -25,6 +25,7 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem
 from gpucarve.core.quantity import parse_quantity
 from gpucarve.core.vocabulary import (
+    EXPECTED_RUNTIME_ANNOTATION,
     FRACTION_ANNOTATION,
     GROUP_LABELS,
     MEMORY_ANNOTATION,
@@ -265,9 +266,24 @@ def _group_doc(
     }
     if priority := (first.get("spec") or {}).get("priorityClassName"):
         doc["priorityClass"] = priority
+    expected = _expected_runtime(first)
+    if expected is not None:
+        doc["expectedRuntimeSeconds"] = expected
     if group_spec is not None and in_group:
         if group_spec.topology != "none":
             doc["topology"] = group_spec.topology
         if group_spec.timeout_s is not None:
             doc["scheduleTimeoutSeconds"] = group_spec.timeout_s
     return doc, tuple(tuple(set_pods[sig]) for sig in sets)
+
+
+def _expected_runtime(pod: Mapping[str, Any]) -> object:
+    """What a pod says of how long it runs: the gpucarve.io/expected-runtime annotation
+    (seconds), else its activeDeadlineSeconds (it is stopped by then, so it ends by then). A
+    malformed annotation is passed on as it is, for validation to name."""
+    annotations = pod["metadata"].get("annotations") or {}
+    raw = annotations.get(EXPECTED_RUNTIME_ANNOTATION)
+    if raw is not None:
+        return int(raw) if isinstance(raw, str) and raw.isdigit() else raw
+    deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+    return deadline if isinstance(deadline, int) and deadline > 0 else None

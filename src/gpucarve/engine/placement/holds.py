@@ -1,0 +1,29 @@
+"""What a waiting gang's reservation keeps on one node (engine.reservation works it out; the
+placer keeps other work to what it allows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpucarve.core.workload import Workload
+
+
+@dataclass(slots=True)
+class Hold:
+    """What a reservation keeps on one node for one flavor."""
+
+    head: Workload
+    start: int  # when the gang is expected to fit
+    need: int  # slices of the flavor the gang needs free here at `start`
+    releasing: int  # slices of the flavor that work running here is expected to free by then
+    shared: bool  # a shared flavor's free count is per GPU: no budget, only early enders
+    # the gang must borrow to run: it does not keep out work within its own queue's nominal
+    # quota (the lenders' guarantee comes before a loan)
+    borrows: bool = False
+
+    def allows(self, ends_at: int, slices: int, free: int) -> bool:
+        """Whether a workload expected to end at `ends_at` may take `slices` of the `free`
+        slices of the flavor on this node now."""
+        if ends_at <= self.start:
+            return True
+        return not self.shared and free - slices + self.releasing >= self.need

@@ -10,8 +10,17 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.runtime import MIN_SAMPLES, RuntimeBook
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
+from gpucarve.engine.apply import finish
 from gpucarve.engine.decisions import Plugin, Stage
-from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
+from tests.engine.builders import (
+    cycle,
+    policy,
+    pool,
+    queue,
+    snapshot,
+    submit,
+    workload,
+)
 
 RESERVE = {"reserveAfterSeconds": 100, "minRuntimeSeconds": 0}
 
@@ -179,3 +188,29 @@ def test_reclaim_spares_a_gang_many_times_its_size_until_the_bound() -> None:
     two = workload(p, "two", "d", gpus=2, submit=100)
     result, _ = cycle(submit(s, two), now=500)
     assert [e.workload for e in result.evictions] == ["r/gang"]
+
+
+def test_the_api_servers_scenario_in_the_engine() -> None:
+    # tests/integration/test_reservations.py on the real API server, cycle by cycle here
+    p = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 2, 8)],
+        cohorts=[{"name": "lab"}],
+        queues=[
+            queue("research", {"h100-full": {"nominal": 12}}, cohort="lab"),
+            queue("other", {"h100-full": {"nominal": 4, "borrowingLimit": 8}}, cohort="lab"),
+        ],
+        scheduling={"minRuntimeSeconds": 0, "reserveAfterSeconds": 0},
+    )
+    _, s = cycle(snapshot(p, [expecting(workload(p, "run", "other", gpus=4), 3600)]))
+    result, s = cycle(submit(s, workload(p, "gang", "research", gpus=6, pods=2, submit=5)), 10)
+    gang = result.pending_reason("research/gang")
+    assert gang is not None and "expected in 59 min, once 1 running workload(s) end" in gang.message
+    assert "other/run, by its declared runtime" in gang.message
+    quick = expecting(workload(p, "quick", "other", gpus=2, submit=20), 60)
+    late = expecting(workload(p, "late", "other", gpus=4, submit=21), 7200)
+    result, s = cycle(submit(s, quick, late), 30)
+    assert result.admitted_ids() == ["other/quick"]
+    assert "by reservation" in result.pending_reason("other/late").message  # type: ignore[union-attr]
+    s = finish(s, "other/run")
+    result, _ = cycle(s, 100)
+    assert result.admitted_ids() == ["research/gang"]

@@ -99,3 +99,29 @@ def test_a_gang_admitted_after_waiting_is_no_first_try() -> None:
     admitted = run_cycle(s, 2)
     m.observe_cycle(s, admitted, 0.0)
     assert value(m, "gpucarve_gang_admissions_total", queue="a", first_try="false") == 1
+
+
+def test_a_reserving_gang_and_its_expected_start_are_exported() -> None:
+    import dataclasses
+
+    spare = {"taints": [{"key": "spare", "value": "x", "effect": "NoSchedule"}]}
+    p = policy(
+        pools=[
+            pool("train", "H100-SXM5-80GB", 1, 8),
+            pool("spare", "H100-SXM5-80GB", 1, 8, **spare),
+        ],
+        queues=[
+            queue("a", {"h100-full": {"nominal": 8}}),
+            queue("b", {"h100-full": {"nominal": 8}}),
+        ],
+        scheduling={"minRuntimeSeconds": 0, "reserveAfterSeconds": 0},
+    )
+    running = dataclasses.replace(workload(p, "run", "b", gpus=4), expected_runtime_s=900)
+    _, s = cycle(snapshot(p, [running]))
+    s = submit(s, workload(p, "gang", "a", gpus=8, submit=10))
+    m = SchedulerMetrics()
+    result = run_cycle(s, 100)
+    m.observe_cycle(s, result, 0.01)
+    assert value(m, "gpucarve_reserving_workloads", queue="a") == 1
+    assert value(m, "gpucarve_reserving_workloads", queue="b") == 0
+    assert value(m, "gpucarve_reservation_start_seconds", queue="a") == 800

@@ -18,10 +18,12 @@ that overruns its estimate is not killed: it counts as ending any moment, and th
 with it. Nothing is stored between cycles: each cycle works the reservation out again from
 what runs, so a reservation lasts exactly as long as its gang waits and cannot fit.
 
-At most RESERVATIONS_PER_CYCLE gangs reserve per cycle, out of at most CANDIDATES_PER_CYCLE
-tried (each costs a few trial placements); a later gang cannot land on an earlier gang's
-nodes, so they do not overlap. Taking them before the queues' turns matters: a queue that
-borrows comes late in fair-share order, and its gang's nodes would be gone by then.
+Each queue's first starving workload in queue order may reserve, at most
+RESERVATIONS_PER_CYCLE in all per cycle (each costs a few trial placements); a later gang
+cannot land on an earlier gang's nodes, so they do not overlap. Taking them before the queues'
+turns matters: a queue that borrows comes late in fair-share order, and its gang's nodes would
+be gone by then. Only a gang whose size fits its queue's nominal quota reserves: one that can
+only run on loan would drain nodes for a start the lenders' own work then reclaims.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from gpucarve.engine.state import CycleState
 from gpucarve.engine.working import Working
 
 RESERVATIONS_PER_CYCLE = 4
-CANDIDATES_PER_CYCLE = 16
 # Running workloads looked through for the end of the wait, soonest first: a gang that would
 # need more of them to end waits without a reservation.
 LOOKAHEAD = 256
@@ -135,8 +136,11 @@ def reserve_starving(c: CycleState) -> None:
         for w in c.snapshot.pending
         if w.submit_time <= due and any(ps.gpu.kind is not GpuKind.NONE for ps in w.pod_sets)
     ]
-    starving.sort(key=lambda w: (w.submit_time, -w.priority, w.id))
-    for w in starving[:CANDIDATES_PER_CYCLE]:
+    # one per queue, its first in queue order (priority, then age); the oldest of those first
+    heads: dict[str, Workload] = {}
+    for w in sorted(starving, key=lambda w: (-w.priority, w.submit_time, w.id)):
+        heads.setdefault(w.queue, w)
+    for w in sorted(heads.values(), key=lambda w: (w.submit_time, -w.priority, w.id)):
         if len(c.reservations) >= RESERVATIONS_PER_CYCLE:
             return
         _reserve(c, w)
@@ -152,7 +156,7 @@ def _reserve(c: CycleState, head: Workload) -> None:
     assert plan is not None
     if any(n > c.quotas.nominal(head.queue, f) for f, n in demand.items()):
         # It can only ever run on loan: draining nodes for it idles them for a start that
-        # the lenders' own work reclaims (see docs/engine.md).
+        # the lenders' own work reclaims (measured: docs/engine.md, "Reservations").
         return
 
     def place() -> list[PodAssignment] | None:
@@ -179,8 +183,12 @@ def _reserve(c: CycleState, head: Workload) -> None:
     for key, h in holds_for(c.ws, head, start, placed, ended).items():
         h.borrows = borrows
         c.placer.reserved.setdefault(key, h)
-    for flavor, n in demand.items():
-        c.queue_reserved.setdefault((head.queue, flavor), Hold(head, start, n, 0, False))
+    if not c.quotas.check(head.queue, demand).fits:
+        # Its own queue's work (or the cohort's) keeps the quota it needs: that quota is kept
+        # for it too. (A gang short only of room holds no quota: its queue's other work may
+        # fit elsewhere.)
+        for flavor, n in demand.items():
+            c.queue_reserved.setdefault((head.queue, flavor), Hold(head, start, n, 0, False))
     nodes = tuple(sorted({p.node for p in placed}))
     c.reservations.append(
         Reservation(head.id, head.queue, start, nodes, tuple(rw.workload.id for rw in ended))

@@ -81,6 +81,18 @@ class SchedulerMetrics:
             ["queue", "reason"],
             registry=r,
         )
+        self.reserving = Gauge(
+            "gpucarve_reserving_workloads",
+            "Waiting gangs holding a reservation (scheduling.reserveAfterSeconds)",
+            q,
+            registry=r,
+        )
+        self.reserved_start = Gauge(
+            "gpucarve_reservation_start_seconds",
+            "Seconds until the latest expected start among the queue's reservations",
+            q,
+            registry=r,
+        )
         self.wait = Histogram(
             "gpucarve_admission_wait_seconds",
             "Submission to admission",
@@ -173,6 +185,7 @@ class SchedulerMetrics:
             self.pending.labels(q.name, "quota").set(0)  # present, so a query sees zeros
         for (queue, stage), n in sorted(pending.items()):
             self.pending.labels(queue, stage).set(n)
+        self._reservations(policy, result)
         submitted = {w.id: w for w in snapshot.pending}
         for a in result.admissions:
             w = submitted.get(a.workload)
@@ -191,6 +204,15 @@ class SchedulerMetrics:
         if self._pools_at is None or at - self._pools_at >= self.pools_every_s:
             self._pools_at = at
             self._pools(snapshot, result)
+
+    def _reservations(self, policy: Policy, result: CycleResult) -> None:
+        count: Counter[str] = Counter(r.queue for r in result.reservations)
+        latest: dict[str, int] = {}
+        for r in result.reservations:
+            latest[r.queue] = max(latest.get(r.queue, 0), max(0, r.start - result.now))
+        for q in policy.queues:
+            self.reserving.labels(q.name).set(count[q.name])
+            self.reserved_start.labels(q.name).set(latest.get(q.name, 0))
 
     def _quota(self, policy: Policy, snapshot: Snapshot, result: CycleResult) -> None:
         quotas = Quotas(policy, dict(usage_after(snapshot.running, result)))

@@ -17,8 +17,9 @@ class Hold:
     need: int  # slices of the flavor the gang needs free here at `start`
     releasing: int  # slices of the flavor that work running here is expected to free by then
     shared: bool  # a shared flavor's free count is per GPU: no budget, only early enders
-    # the gang must borrow to run: it does not keep out work within its own queue's nominal
-    # quota (the lenders' guarantee comes before a loan)
+    # The gang's queue uses part of its nominal quota, so the gang needs a loan until that
+    # work ends: it does not keep out work within its own queue's nominal quota (the lenders'
+    # guarantee comes before a loan; without this, lenders wait and then reclaim).
     borrows: bool = False
 
     def allows(self, ends_at: int, slices: int, free: int) -> bool:

@@ -141,7 +141,8 @@ class Placer:
             return False
         holder = hold.head
         senior = holder.priority > w.priority or (
-            holder.priority == w.priority and holder.submit_time <= w.submit_time
+            holder.priority == w.priority
+            and (holder.submit_time, holder.id) <= (w.submit_time, w.id)
         )
         if not senior or (hold.borrows and self.current_guaranteed):
             return False

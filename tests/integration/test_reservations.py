@@ -1,0 +1,134 @@
+"""Reservations on a real API server, and `plan` on the same workloads: a gang that finds no room
+reserves the nodes where it fits soonest, judged by the runtimes the pods declare
+(`gpucarve.io/expected-runtime`); work that ends first still runs there, work that would delay
+the gang waits, and the gang binds once the work it waits for is gone. The engine's side of the
+same scenario (what `plan` and `simulate` run) is
+tests/engine/test_reservations.py::test_the_api_servers_scenario_in_the_engine."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucarve.core.vocabulary import EXPECTED_RUNTIME_ANNOTATION
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from tests.integration.api import Api, wait_for
+from tests.integration.kube_pods import (
+    condition,
+    create_pod,
+    install_coscheduling_crd,
+    node_of,
+    pod,
+    pod_group,
+    pods_in,
+)
+from tests.integration.stack_setup import populate, scheduling
+
+pytestmark = pytest.mark.integration
+
+POLICY = {
+    "apiVersion": "gpucarve.io/v1alpha1",
+    "kind": "Policy",
+    "metadata": {"name": "reserve"},
+    "pools": [
+        {
+            "name": "train",
+            "gpuModel": "H100-SXM5-80GB",
+            "nodes": 2,
+            "gpusPerNode": 8,
+            "sharing": "exclusive",
+        },
+    ],
+    "cohorts": [{"name": "lab"}],
+    "queues": [
+        {
+            "name": "research",
+            "namespaces": ["research"],
+            "cohort": "lab",
+            "quota": {"h100-full": {"nominal": 12}},
+        },
+        {
+            "name": "other",
+            "namespaces": ["other"],
+            "cohort": "lab",
+            "quota": {"h100-full": {"nominal": 4, "borrowingLimit": 8}},
+        },
+    ],
+    "scheduling": {"minRuntimeSeconds": 0, "reserveAfterSeconds": 0},
+}
+
+
+@pytest.fixture(scope="module")
+def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
+    path.write_text(yaml.safe_dump(POLICY))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, policy_file: Path
+) -> Iterator[tuple[LocalStack, Api]]:
+    with LocalStack(find_binaries(), tmp_path_factory.mktemp("reserve")) as stack:
+        api = Api(stack.server, stack.tokens[ADMIN_USER])
+        populate(stack, api, policy_file, ["research", "other"])
+        install_coscheduling_crd(api)
+        yield stack, api
+
+
+def timed(manifest: dict[str, Any], seconds: int) -> dict[str, Any]:
+    manifest["metadata"]["annotations"] = {EXPECTED_RUNTIME_ANNOTATION: str(seconds)}
+    return manifest
+
+
+def _bound(api: Api, ns: str, name: str) -> str | None:
+    return node_of(pods_in(api, ns).get(name) or {})
+
+
+def _waits(api: Api, ns: str, name: str) -> str | None:
+    c = condition(pods_in(api, ns).get(name) or {})
+    return c["message"] if c and c["status"] == "False" else None
+
+
+def test_a_gang_reserves_where_it_fits_soonest_and_binds_when_that_work_is_gone(
+    cluster: tuple[LocalStack, Api], policy_file: Path
+) -> None:
+    stack, api = cluster
+    with scheduling(stack, policy_file):
+        # other runs 4 GPUs for an hour: the gang of two 6-GPU pods cannot fit beside it
+        create_pod(api, timed(pod("other", "run", "nvidia.com/gpu", 4), 3600))
+        held = wait_for(lambda: _bound(api, "other", "run"), what="other/run bound")
+        pod_group(api, "research", "gang", 2)
+        for i in range(2):
+            create_pod(api, pod("research", f"gang-{i}", "nvidia.com/gpu", 6, group="gang"))
+        message = wait_for(
+            lambda: (m := _waits(api, "research", "gang-0")) and "reserved" in m and m,
+            what="the gang's reservation",
+        )
+        assert "once 1 running workload(s) end" in message, message
+        assert "other/run, by its declared runtime" in message, message
+        # work that ends before the gang can start runs on the reserved nodes; work that would
+        # run past its start waits, though GPUs are free. (Submission times are seconds, as
+        # creationTimestamp is: a second later, these are newer than the gang whatever the ids.)
+        time.sleep(1.1)
+        create_pod(api, timed(pod("other", "quick", "nvidia.com/gpu", 2), 60))
+        create_pod(api, timed(pod("other", "late", "nvidia.com/gpu", 4), 7200))
+        wait_for(lambda: _bound(api, "other", "quick"), what="other/quick bound")
+        late = wait_for(
+            lambda: (m := _waits(api, "other", "late")) and "by reservation" in m and m,
+            what="other/late kept off the reserved nodes",
+        )
+        assert _bound(api, "other", "late") is None, late
+        assert held and _bound(api, "other", "quick") is not None
+        # the work it waited for ends: the gang binds, before other/late
+        api.call("DELETE", "/api/v1/namespaces/other/pods/run?gracePeriodSeconds=0")
+        wait_for(
+            lambda: all(_bound(api, "research", f"gang-{i}") for i in range(2)),
+            what="the gang bound",
+        )
+        assert _bound(api, "other", "late") is None

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpucarve.core.vocabulary import EXPECTED_RUNTIME_ANNOTATION
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
@@ -99,7 +101,7 @@ def test_a_gang_reserves_where_it_fits_soonest_and_binds_when_that_work_is_gone(
     cluster: tuple[LocalStack, Api], policy_file: Path
 ) -> None:
     stack, api = cluster
-    with scheduling(stack, policy_file):
+    with scheduling(stack, policy_file) as sched:
         # other runs 4 GPUs for an hour: the gang of two 6-GPU pods cannot fit beside it
         create_pod(api, timed(pod("other", "run", "nvidia.com/gpu", 4), 3600))
         held = wait_for(lambda: _bound(api, "other", "run"), what="other/run bound")
@@ -125,6 +127,12 @@ def test_a_gang_reserves_where_it_fits_soonest_and_binds_when_that_work_is_gone(
         )
         assert _bound(api, "other", "late") is None, late
         assert held and _bound(api, "other", "quick") is not None
+        # the scheduler exports why the reserved GPUs sit free, as the simulator sums it
+        idle = wait_for(
+            lambda: _idle_seconds(sched.metrics.registry, "reservation"),
+            what="idle GPU-seconds kept for the reservation",
+        )
+        assert idle > 0
         # the work it waited for ends: the gang binds, before other/late
         api.call("DELETE", "/api/v1/namespaces/other/pods/run?gracePeriodSeconds=0")
         wait_for(
@@ -132,3 +140,15 @@ def test_a_gang_reserves_where_it_fits_soonest_and_binds_when_that_work_is_gone(
             what="the gang bound",
         )
         assert _bound(api, "other", "late") is None
+
+
+def _idle_seconds(registry: CollectorRegistry, cause: str) -> float:
+    text = generate_latest(registry).decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "gpucarve_idle_gpu_seconds_total" and sample.labels == {
+                "pool": "train",
+                "cause": cause,
+            }:
+                return float(sample.value)
+    return 0.0

@@ -125,3 +125,22 @@ def test_a_reserving_gang_and_its_expected_start_are_exported() -> None:
     assert value(m, "gpucarve_reserving_workloads", queue="a") == 1
     assert value(m, "gpucarve_reserving_workloads", queue="b") == 0
     assert value(m, "gpucarve_reservation_start_seconds", queue="a") == 800
+
+
+def test_idle_gpu_seconds_by_cause_count_each_cycles_shares_until_the_next() -> None:
+    # b runs 4 of its 8 and asks 8 more: 12 H100s sit free while it waits on its nominal
+    # quota, counted from the cycle that saw it until the next
+    p = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 2, 8)],
+        queues=[
+            queue("a", {"h100-full": {"nominal": 8}}),
+            queue("b", {"h100-full": {"nominal": 8}}),
+        ],
+    )
+    _, s = cycle(snapshot(p, [workload(p, "run", "b", gpus=4)]))
+    s = submit(s, workload(p, "more", "b", gpus=8, submit=5))
+    m = SchedulerMetrics()
+    for now in (10, 40):
+        m.observe_cycle(s, run_cycle(s, now), 0.01)
+    got = value(m, "gpucarve_idle_gpu_seconds_total", pool="train", cause="nominal-quota")
+    assert got == 12 * 30

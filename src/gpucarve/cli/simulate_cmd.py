@@ -60,6 +60,9 @@ ROWS: list[tuple[str, Any]] = [
     ("wait p50", lambda s: _hours(s["wait_p50_s"])),
     ("wait p95", lambda s: _hours(s["wait_p95_s"])),
     ("wait max", lambda s: _hours(s["wait_max_s"])),
+    ("wait until last start p95", lambda s: _hours(s["wait_until_last_start_p95_s"])),
+    ("completion time p95", lambda s: _hours(s["completion_p95_s"])),
+    ("slowdown p95 (completion / run time)", lambda s: f"{s['slowdown_p95']:.2f}"),
     ("dev: time to first GPU p50", lambda s: _hours(s["dev_time_to_first_gpu_p50_s"])),
     ("dev: time to first GPU p95", lambda s: _hours(s["dev_time_to_first_gpu_p95_s"])),
     ("gang first-try success", lambda s: f"{_pct(s['gang_first_try_success'])} of {s['gangs']}"),
@@ -119,7 +122,24 @@ def _tables(results: dict[str, dict[str, Any]]) -> list[Table]:
         "teams",
         lambda t: f"{_hours(t['wait_p95_s'])} / {t['gpu_hours']:,.0f} / {t['cost_usd']:,.0f}",
     )
-    return [overall, pools, teams]
+    return [overall, pools, teams, _idle_table(results)]
+
+
+def _idle_table(results: dict[str, dict[str, Any]]) -> Table:
+    """GPU-hours free while work waited, by cause (results.json's `idle_gpu_hours`)."""
+    names = list(results)
+    table = Table(title="Idle GPU-hours by cause (free while work waited; then nothing waiting)")
+    table.add_column("cause")
+    for n in names:
+        table.add_column(n, justify="right")
+    causes = sorted(
+        {c for n in names for c in results[n]["idle_gpu_hours"]},
+        key=lambda c: (c == "nothing-waiting", c),
+    )
+    for cause in causes:
+        cells = [results[n]["idle_gpu_hours"].get(cause) for n in names]
+        table.add_row(cause, *("-" if v is None else f"{v:,.1f}" for v in cells))
+    return table
 
 
 # The published case study the three-team example follows: exclusive GPUs -> MIG, time-slicing,

@@ -177,7 +177,13 @@ def plan_for(
     return (
         None,
         {},
-        PendingReason(Stage.QUOTA, Plugin.CAPACITY_QUOTA, message, verdict.flavor),
+        PendingReason(
+            Stage.QUOTA,
+            Plugin.CAPACITY_QUOTA,
+            message,
+            verdict.flavor,
+            limit=None if verdict.limit is None else verdict.limit.value,
+        ),
     )
 
 

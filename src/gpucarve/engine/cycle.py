@@ -33,7 +33,7 @@ from collections import deque
 
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
-from gpucarve.engine import gang_timeout, podwise, queueing, repartition, reservation
+from gpucarve.engine import gang_timeout, idle, podwise, queueing, repartition, reservation
 from gpucarve.engine.admit import admit
 from gpucarve.engine.decisions import CycleResult, CycleStats, Pending
 from gpucarve.engine.state import CycleState
@@ -108,6 +108,7 @@ class Cycle:
             repartitions,
             unserved,
             tuple(s.reservations),
+            idle.account(s),
         )
 
     def _key(self, queue: str, head: Workload) -> tuple[int, int, int, str]:

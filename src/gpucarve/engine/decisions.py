@@ -51,6 +51,9 @@ class PendingReason:
     # GPUs of a dynamic MIG pool whose repartition could make the instance that is missing
     # (placement says so in its message too; metrics and explain read this)
     repartition_gpus: int = 0
+    # for a quota reason, the limit it ran into first (quota.Limit's value): the idle
+    # accounting tells nominal quota, borrowing limit and cohort lending apart by it
+    limit: str | None = None
 
     def __str__(self) -> str:
         return f"{self.stage}/{self.plugin}: {self.message}"
@@ -116,6 +119,36 @@ class CycleStats:
     pending: int = 0
 
 
+class IdleCause(StrEnum):
+    """Why free capacity was not used while work waited (engine.idle)."""
+
+    NOTHING_WAITING = "nothing-waiting"  # no waiting work could use it
+    NOMINAL_QUOTA = "nominal-quota"  # the work waits for its queue's nominal quota
+    BORROWING_LIMIT = "borrowing-limit"
+    COHORT_LENDING = "cohort-lending"  # the cohort has less to lend than it must borrow
+    GANG_LARGER = "gang-larger-than-free"  # it needs more than is free in all
+    FRAGMENTATION = "fragmentation"  # enough is free in all, not where one placement fits
+    TOPOLOGY = "topology"
+    CPU_MEMORY = "cpu-memory"
+    MIG_LAYOUT = "mig-layout"  # free instances of a profile nobody waits for; others wait
+    SHARING_MODE = "sharing-mode"  # work waits for this model shared another way
+    QUEUE_ORDER = "queue-order"  # behind its queue's head
+    RESERVATION = "reservation"
+    OTHER = "other"  # a gang short of pods, an admission withdrawn
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """Free slices of a flavor after a cycle and why no waiting work took them: `workload` is
+    the first waiting workload that could use them (empty for nothing-waiting and the
+    mismatch causes), whose reason is the cause."""
+
+    flavor: str
+    cause: IdleCause
+    slices: int
+    workload: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class Reservation:
     """A waiting gang's reservation this cycle, for explain, metrics and status."""
@@ -139,6 +172,8 @@ class CycleResult:
     mig_unserved: tuple[tuple[str, int], ...] = ()
     # gangs that wait for room and the nodes they reserve (engine.reservation)
     reservations: tuple[Reservation, ...] = ()
+    # every flavor's free slices after the cycle, by why no waiting work used them
+    idle: tuple[Idle, ...] = ()
 
     def pending_reason(self, workload: str) -> PendingReason | None:
         for p in self.pending:

@@ -86,8 +86,13 @@ def place_pods_alone(
                 if f is not None:
                     verdict = c.quotas.check(w.queue, {f.name: needs.slices})
                     if not verdict.fits:
+                        limit = None if verdict.limit is None else verdict.limit.value
                         reason = PendingReason(
-                            Stage.QUOTA, Plugin.CAPACITY_QUOTA, verdict.message, f.name
+                            Stage.QUOTA,
+                            Plugin.CAPACITY_QUOTA,
+                            verdict.message,
+                            f.name,
+                            limit=limit,
                         )
                         continue
                 rej = Rejections(Counter())

@@ -215,6 +215,7 @@ def noted(c: CycleState, wid: str, reason: PendingReason) -> PendingReason:
         f"{reason.message}; {note}",
         reason.flavor,
         reason.repartition_gpus,
+        reason.limit,
     )
 
 

@@ -19,7 +19,7 @@ from prometheus_client import Counter as PromCounter
 
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.engine.decisions import CycleResult, PendingReason, Plugin, Stage
+from gpucarve.engine.decisions import CycleResult, Idle, PendingReason, Plugin, Stage
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.usage import usage_after
 from gpucarve.metrics.fragmentation import pool_slices
@@ -93,6 +93,15 @@ class SchedulerMetrics:
             q,
             registry=r,
         )
+        self.idle = PromCounter(
+            "gpucarve_idle_gpu_seconds",
+            "GPU-seconds free, by why no waiting work used them (nothing-waiting: none could)",
+            ["pool", "cause"],
+            registry=r,
+        )
+        # the last cycle's idle shares, held until the next cycle: (when, shares)
+        self._idle_since: tuple[int, tuple[Idle, ...]] | None = None
+        self._flavor_pools: tuple[Policy, dict[str, tuple[str, float]]] | None = None
         self.wait = Histogram(
             "gpucarve_admission_wait_seconds",
             "Submission to admission",
@@ -186,6 +195,7 @@ class SchedulerMetrics:
         for (queue, stage), n in sorted(pending.items()):
             self.pending.labels(queue, stage).set(n)
         self._reservations(policy, result)
+        self._idle(snapshot, result)
         submitted = {w.id: w for w in snapshot.pending}
         for a in result.admissions:
             w = submitted.get(a.workload)
@@ -204,6 +214,36 @@ class SchedulerMetrics:
         if self._pools_at is None or at - self._pools_at >= self.pools_every_s:
             self._pools_at = at
             self._pools(snapshot, result)
+
+    def _idle(self, snapshot: Snapshot, result: CycleResult) -> None:
+        """Each cycle's idle shares count from that cycle until the next (as the simulator
+        sums them), in GPUs: slices times what one slice is worth."""
+        since = self._idle_since
+        self._idle_since = (result.now, result.idle)
+        if since is None or result.now <= since[0]:
+            return
+        pools = self._pools_of(snapshot)
+        seconds = result.now - since[0]
+        for share in since[1]:
+            pool, gpus = pools.get(share.flavor, ("none", 0.0))
+            self.idle.labels(pool, share.cause.value).inc(share.slices * gpus * seconds)
+
+    def _pools_of(self, snapshot: Snapshot) -> dict[str, tuple[str, float]]:
+        """Flavor -> (its pool, pools joined by + when several serve it; GPUs per slice)."""
+        cached = self._flavor_pools
+        if cached is not None and cached[0] is snapshot.policy:
+            return cached[1]
+        node_pool = {n.name: n.pool for n in snapshot.cluster.nodes}
+        pools: dict[str, set[str]] = {}
+        for sl in snapshot.cluster.slices.values():
+            pools.setdefault(sl.flavor, set()).add(node_pool[sl.node])
+        flavors = snapshot.policy.flavors
+        out = {
+            f: ("+".join(sorted(ps)), flavors[f].compute_milli / 1000 if f in flavors else 0.0)
+            for f, ps in pools.items()
+        }
+        self._flavor_pools = (snapshot.policy, out)
+        return out
 
     def _reservations(self, policy: Policy, result: CycleResult) -> None:
         count: Counter[str] = Counter(r.queue for r in result.reservations)

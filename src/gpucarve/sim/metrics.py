@@ -18,6 +18,7 @@ from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.requests import charge_milli, gpu_memory_of
 from gpucarve.core.workload import GpuKind, Workload
 from gpucarve.sim.failures import gpu_seconds_out
+from gpucarve.sim.idle import by_cause, idle_gpu_seconds
 from gpucarve.sim.records import SimResult
 
 HOUR = 3600.0
@@ -146,7 +147,7 @@ def summarize(
     stranded = stranded_gpu_seconds(result, w_start, w_end)
     gpu_busy, gpu_in_use = gpu_seconds(result, util, w_start, w_end, book)
     physical = {p.name: p.gpus for p in policy.pools}
-    pools = {
+    pools: dict[str, dict[str, Any]] = {
         p: {
             "gpus": round(pool_capacity[p], 3),
             "gpu_busy": round(gpu_busy.get(p, 0.0) / (physical[p] * span), 4)
@@ -163,6 +164,10 @@ def summarize(
         for p in sorted(pool_capacity)
     }
     total_cap = sum(pool_capacity.values())
+    idle = _idle(result, book, held, (w_start, w_end))
+    for p, causes in idle.items():
+        if p in pools:
+            pools[p]["idle_gpu_hours"] = causes
     completion = completion_times(result)
     teams = {}
     for q in policy.queues:
@@ -219,9 +224,43 @@ def summarize(
         "gpu_hours_out_of_service": round(
             gpu_seconds_out([f[:3] for f in result.gpu_failures], w_start, w_end) / HOUR, 2
         ),
+        "idle_gpu_hours": _total_idle(idle),
         "pools": pools,
         "teams": teams,
     }
+
+
+def _idle(
+    result: SimResult, book: SliceBook, held: Mapping[str, float], window: tuple[int, int]
+) -> dict[str, dict[str, float]]:
+    """Pool -> cause -> GPU-hours free while work waited (sim/idle.py)."""
+    start, end = window
+    span = max(1, end - start)
+    pools_of: defaultdict[str, set[str]] = defaultdict(set)
+    node_pool: dict[str, str] = {}
+    for sid, (pool, flavor) in book.slices.items():
+        pools_of[flavor].add(pool)
+        node_pool[sid.split("/", 1)[0]] = pool
+    pool_of = {f: "+".join(sorted(ps)) for f, ps in pools_of.items()}
+    out_of_service: defaultdict[str, float] = defaultdict(float)
+    for at, gpu, back, _ in result.gpu_failures:
+        down = node_pool.get(gpu.split("/", 1)[0])
+        if down is not None:
+            out_of_service[down] += gpu_seconds_out([(at, gpu, back)], start, end)
+    free = {
+        p: max(0.0, cap * span - held.get(p, 0.0) - out_of_service[p])
+        for p, cap in book.pool_gpus.items()
+    }
+    attributed = idle_gpu_seconds(result.idle, book.gpu, pool_of, start, end)
+    return by_cause(attributed, free)
+
+
+def _total_idle(idle: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    total: defaultdict[str, float] = defaultdict(float)
+    for causes in idle.values():
+        for cause, hours in causes.items():
+            total[cause] += hours
+    return {c: round(h, 2) for c, h in sorted(total.items())}
 
 
 Completion = dict[str, tuple[list[float], list[float], list[float]]]

@@ -8,6 +8,7 @@ from enum import IntEnum
 
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import PodAssignment, Workload
+from gpucarve.engine.decisions import Idle
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -82,5 +83,8 @@ class SimResult:
     # (time, stranded milli-GPU per pool) samples; see sim/fragmentation.py
     fragmentation: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     repartitions: list[tuple[int, str, str]] = field(default_factory=list)  # t, GPU, reason
+    # (time, the cycle's idle shares) after every cycle, and (time, None) where an instant
+    # passes with nothing waiting (all that is free then is nothing-waiting); see sim/idle.py
+    idle: list[tuple[int, tuple[Idle, ...] | None]] = field(default_factory=list)
     # t, GPU, when repaired (None: still out at the end), the workloads it stopped
     gpu_failures: list[tuple[int, str, int | None, tuple[str, ...]]] = field(default_factory=list)

@@ -225,9 +225,13 @@ class Simulator:
     def _cycle(self, loop: _Loop, progress: ProgressHook | None) -> tuple[bool, bool]:
         """One engine cycle if anything waits: (nothing changed, a MIG layout may still)."""
         if not (self.snapshot.pending or self.holding):
+            idle = self.result.idle
+            if idle and idle[-1][1] is not None:
+                idle.append((loop.now, None))
             return False, False
         before = self.snapshot
         result = self.engine.run_cycle(before, loop.now)
+        self.result.idle.append((loop.now, result.idle))
         loop.cycles += 1
         self.apply_result(result, loop.now)
         if self.config.check_invariants:

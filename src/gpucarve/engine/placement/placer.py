@@ -450,4 +450,6 @@ class Placer:
             hint = repartition_hint(self.ws, needs.flavor)
             if hint:
                 msg += f"; {hint} GPU{'s' if hint != 1 else ''} could make one by repartitioning"
-        return PendingReason(Stage.PLACEMENT, Plugin.GPU_SLICES, msg, needs.flavor, hint)
+        # kept off nodes a waiting gang reserved: the reservation, not a lack of slices
+        plugin = Plugin.RESERVATION if rej.counts.get("reservation") else Plugin.GPU_SLICES
+        return PendingReason(Stage.PLACEMENT, plugin, msg, needs.flavor, hint)

@@ -49,3 +49,29 @@ def test_an_admitted_workload_says_where() -> None:
     assert e is not None and e.state == "admitted"
     assert e.hints == ("admitted this cycle: 1 pods on train-0",)
     assert explain(s, run_cycle(s, 0), "a/nothing") is None
+
+
+def test_explain_says_what_is_free_while_it_waits_and_why() -> None:
+    p = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 2, 8)],
+        queues=[
+            queue("a", {"h100-full": {"nominal": 8}}),
+            queue("b", {"h100-full": {"nominal": 8}}),
+        ],
+    )
+    _, s = cycle(snapshot(p, [workload(p, "run", "b", gpus=4)]))
+    s = submit(
+        s, workload(p, "more", "b", gpus=8, submit=5), workload(p, "next", "b", gpus=8, submit=6)
+    )
+    result = run_cycle(s, 10)
+    lines = render(explain(s, result, "b/more"))  # type: ignore[arg-type]
+    i = lines.index("free while it waits:")
+    assert lines[i + 1] == (
+        "  - 12 h100-full free: nominal-quota "
+        "(this workload's reason: it is the first waiting that could use them)"
+    )
+    later = render(explain(s, result, "b/next"))  # type: ignore[arg-type]
+    assert (
+        "  - 12 h100-full free: nominal-quota (the reason of b/more, the first waiting that "
+        "could use them)" in later
+    )

@@ -47,6 +47,8 @@ class Explanation:
     quota: tuple[QuotaLine, ...] = ()
     fair_share: str = ""
     hints: tuple[str, ...] = field(default_factory=tuple)
+    # the free slices of its flavors after the cycle and why they sit idle (engine.idle)
+    idle: tuple[str, ...] = ()
 
 
 def _demand(snapshot: Snapshot, w: Workload) -> dict[str, int]:
@@ -116,6 +118,7 @@ def explain(snapshot: Snapshot, result: CycleResult, workload: str) -> Explanati
         admission=admission,
         quota=tuple(lines),
         fair_share=_fair_share(snapshot, quotas, w.queue),
+        idle=_idle(result, w.id, demand) if pend is not None else (),
     )
     hints = _hints(after, result, explanation, w, quotas, demand)
     return Explanation(**{**explanation.__dict__, "hints": tuple(hints)})
@@ -151,6 +154,21 @@ def _hints(
     if stage is Stage.PLACEMENT and flavor is not None:
         out += _placement_hints(snapshot, flavor, demand.get(flavor, 0))
     return out or [str(e.reason)]
+
+
+def _idle(result: CycleResult, workload: str, demand: dict[str, int]) -> tuple[str, ...]:
+    """What is free of the flavors it asks for, and why that sits idle while it waits."""
+    out = []
+    for share in result.idle:
+        if share.flavor not in demand:
+            continue
+        line = f"{share.slices} {share.flavor} free: {share.cause}"
+        if share.workload == workload:
+            line += " (this workload's reason: it is the first waiting that could use them)"
+        elif share.workload:
+            line += f" (the reason of {share.workload}, the first waiting that could use them)"
+        out.append(line)
+    return tuple(out)
 
 
 def _quota_hints(
@@ -245,6 +263,9 @@ def render(e: Explanation) -> list[str]:
     if e.reason is not None:
         out.append(f"decision: {e.reason}")
         out += [f"  also tried: {t}" for t in e.tried if t != e.reason]
+    if e.idle:
+        out.append("free while it waits:")
+        out += [f"  - {line}" for line in e.idle]
     out.append("what would let it run:" if e.state == "pending" else "now:")
     out += [f"  - {h}" for h in e.hints]
     return out

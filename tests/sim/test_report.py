@@ -61,12 +61,14 @@ def test_report_is_valid_html_with_plots(tmp_path: Path) -> None:
     assert checker.errors == [] and checker.stack == []
     assert checker.external == []  # nothing is fetched from elsewhere
     svgs = re.findall(r"<svg.*?</svg>", page, flags=re.S)
-    assert len(svgs) == 7  # allocation and queue usage per policy, and the wait CDF
+    # allocation, queue usage and idle GPUs by cause per policy, and the wait CDF
+    assert len(svgs) == 10
     for svg in svgs:
         root = ET.fromstring(svg)  # each plot is well-formed SVG
         assert root.findall(".//{http://www.w3.org/2000/svg}polyline")
     for needle in (
         "GPU allocation (time-weighted)",
+        "GPUs free while work waited, by cause",
         "gang first-try success",
         "kube-default",
         "static-quota",
@@ -97,3 +99,18 @@ def test_cdf_and_timelines() -> None:
     assert tl["queue_gpus"]["r"] == [0.0, 4.0, 4.0, 0.0, 0.0]
     assert tl["queue_nominal_gpus"] == {"r": 8.0}
     assert tl["waits"] == [0]
+
+
+def test_idle_by_cause_over_time() -> None:
+    # a 6-GPU job runs 0-100 s; an 8-GPU job waits for it on quota from 20 s: 2 GPUs sit
+    # free for nominal-quota until 100 s
+    p = policy(
+        pools=[pool("h", "H100-SXM5-80GB", 1, 8)],
+        queues=[queue("r", {"h100-full": {"nominal": 8}})],
+    )
+    ws = [
+        workload(p, "a", "r", gpus=6, duration=100),
+        workload(p, "b", "r", gpus=8, duration=100, submit=20),
+    ]
+    tl = timelines(Simulator(p, ws).run(), (0, 200), samples=4)
+    assert tl["idle_by_cause"] == {"nominal-quota": [0.0, 2.0, 0.0, 0.0, 0.0]}

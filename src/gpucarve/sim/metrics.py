@@ -17,6 +17,7 @@ from gpucarve.core.cluster import ClusterState, Slice, build_cluster, potential_
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.requests import charge_milli, gpu_memory_of
 from gpucarve.core.workload import GpuKind, Workload
+from gpucarve.engine.decisions import Idle, IdleCause
 from gpucarve.sim.failures import gpu_seconds_out
 from gpucarve.sim.idle import by_cause, idle_gpu_seconds
 from gpucarve.sim.records import SimResult
@@ -364,6 +365,25 @@ def gpu_seconds(
     return dict(busy), dict(in_use)
 
 
+def idle_series(
+    samples: Sequence[tuple[int, tuple[Idle, ...] | None]],
+    gpu_per_slice: Mapping[str, float],
+    times: Sequence[int],
+) -> dict[str, list[float]]:
+    """GPUs free while work waited, by cause, at each of `times` (the cycle sample in force
+    then; nothing-waiting left out)."""
+    out: defaultdict[str, list[float]] = defaultdict(lambda: [0.0] * len(times))
+    j = -1
+    for i, t in enumerate(times):
+        while j + 1 < len(samples) and samples[j + 1][0] <= t:
+            j += 1
+        shares = samples[j][1] if j >= 0 else None
+        for share in shares or ():
+            if share.cause is not IdleCause.NOTHING_WAITING:
+                out[share.cause.value][i] += share.slices * gpu_per_slice[share.flavor]
+    return {c: [round(v, 3) for v in series] for c, series in sorted(out.items())}
+
+
 def timelines(result: SimResult, window: tuple[int, int], samples: int = 120) -> dict[str, Any]:
     """Series for the report: per pool the allocated share and per queue the GPU-equivalents
     held, at `samples` evenly spaced instants of the window; and every workload's wait."""
@@ -401,6 +421,7 @@ def timelines(result: SimResult, window: tuple[int, int], samples: int = 120) ->
     )
     return {
         "times": times,
+        "idle_by_cause": idle_series(result.idle, charge, times),
         "pool_allocation": {
             p: [round(v / capacity[p], 4) for v in series] for p, series in pools.items()
         },

@@ -167,6 +167,21 @@ def render(
                 dashed=tl["queue_nominal_gpus"],
             )
         )
+    parts.append("<h2>GPUs free while work waited, by cause</h2>")
+    for policy in policies:
+        tl = series[policy]
+        if not tl.get("idle_by_cause"):
+            continue
+        hours = [t / 3600 for t in tl["times"]]
+        parts.append(
+            line_chart(
+                f"{policy}: free GPUs by why waiting work did not take them",
+                tl["idle_by_cause"],
+                hours,
+                x_label="hours",
+                y_label="GPU-equivalents",
+            )
+        )
     parts.append("<h2>Waiting time</h2>")
     # one shared x axis: evaluate every policy's CDF on the union of quantile points
     grid = sorted({x for p in policies for x in cdf([w / 3600 for w in series[p]["waits"]])[0]})

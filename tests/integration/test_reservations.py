@@ -17,6 +17,9 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpucarve.config.policy_build import load_policy
+from gpucarve.config.workload_spec import build_workload
+from gpucarve.core.runtime import MIN_SAMPLES
 from gpucarve.core.vocabulary import EXPECTED_RUNTIME_ANNOTATION
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
@@ -152,3 +155,67 @@ def _idle_seconds(registry: CollectorRegistry, cause: str) -> float:
             }:
                 return float(sample.value)
     return 0.0
+
+
+def test_the_scheduler_learns_how_long_work_of_a_kind_runs_from_pods_that_succeeded(
+    cluster: tuple[LocalStack, Api], policy_file: Path
+) -> None:
+    stack, api = cluster
+    with scheduling(stack, policy_file) as sched:
+        for i in range(MIN_SAMPLES):
+            create_pod(api, _completing(api, f"done-{i}"))
+        names = [f"done-{i}" for i in range(MIN_SAMPLES)]
+        wait_for(
+            lambda: all(_phase(api, n) == "Succeeded" for n in names), what="the pods succeeded"
+        )
+        # a workload of the same kind (queue, priority, one pod of one GPU) is now expected
+        # to run about as long as those did
+        kind = build_workload(
+            {
+                "name": "probe",
+                "namespace": "other",
+                "podSets": [{"name": "set-0", "count": 1, "resources": _ONE_GPU}],
+            },
+            load_policy(policy_file).policy,
+        )[0]
+        assert kind is not None
+        learned = wait_for(
+            lambda: (s := sched.runtimes.book.learned(kind)) is not None and (s,),
+            what="a runtime learned from the pods that succeeded",
+        )
+        assert 0 <= learned[0] <= 120
+
+
+_ONE_GPU = {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+
+
+def _phase(api: Api, name: str) -> str | None:
+    got: str | None = ((pods_in(api, "other").get(name) or {}).get("status") or {}).get("phase")
+    return got
+
+
+def _completing(api: Api, name: str) -> dict[str, Any]:
+    """A one-GPU pod that the kwok node completes a second after it starts (kwok completes
+    pods a Job owns; no job controller runs, the suspended Job is only their owner)."""
+    job = api.create(
+        "/apis/batch/v1/namespaces/other/jobs",
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "main", "image": "fake"}],
+                    }
+                },
+            },
+        },
+    )
+    manifest = pod("other", name, "nvidia.com/gpu", 1)
+    manifest["metadata"]["annotations"] = {"pod-complete.stage.kwok.x-k8s.io/delay": "1s"}
+    manifest["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job["metadata"]["uid"]}
+    ]
+    manifest["spec"]["restartPolicy"] = "Never"
+    return manifest

@@ -45,6 +45,7 @@ from gpucarve.kube.scheduler.mig_handoff import HandoffConfig, MigHandoff
 from gpucarve.kube.scheduler.node_labels import label_nodes
 from gpucarve.kube.scheduler.policy_reload import PolicyReloader
 from gpucarve.kube.scheduler.reporter import Reporter
+from gpucarve.kube.scheduler.runtimes import RuntimeLearner
 from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.bound_view import BoundGroups
 from gpucarve.kube.view.cluster_view import View, build_view
@@ -117,6 +118,7 @@ class Scheduler:
         self.engine = Engine()
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.short_gangs = ShortGangs()
+        self.runtimes = RuntimeLearner()
         self.node_problems: set[str] = set()
         self.mig = MigHandoff(client, policy, config.mig, clock, self._repartitioned)
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
@@ -313,6 +315,10 @@ class Scheduler:
             got = self._node_keys[version] = node_key(node)
         return got
 
+    def _phase_of(self, pod_key: str) -> str | None:
+        pod = self.pods.get(pod_key)
+        return None if pod is None else (pod.get("status") or {}).get("phase")
+
     def view(self) -> View:
         with self.binder.lock:
             for pod_key in list(self.assumed):
@@ -359,6 +365,8 @@ class Scheduler:
             kept = tuple(w for w in snapshot.pending if w.id not in waiting)
             snapshot = dataclasses.replace(snapshot, pending=kept)
         now = int((self.clock() - self.epoch).total_seconds())
+        self.runtimes.observe(view.snapshot, view.running_pods, self._phase_of, now)
+        snapshot = dataclasses.replace(snapshot, runtimes=self.runtimes.book)
         snapshot = self.short_gangs.dated(view, snapshot, now)
         started = time.perf_counter()  # a duration for the metrics, never read by a decision
         result = self.engine.run_cycle(snapshot, now)

@@ -1,0 +1,34 @@
+"""The scheduler learns runs only from workloads whose pods all Succeeded: evicted, deleted or
+failed work did not finish."""
+
+from __future__ import annotations
+
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.kube.scheduler.runtimes import RuntimeLearner
+from tests.engine.builders import cycle, policy, pool, queue, snapshot, workload
+
+P = policy(
+    pools=[pool("train", "H100-SXM5-80GB", 1, 8)],
+    queues=[queue("r", {"h100-full": {"nominal": 8}})],
+)
+
+
+def _running(names: list[str]) -> Snapshot:
+    _, s = cycle(snapshot(P, [workload(P, n, "r", gpus=2) for n in names]), 100)
+    return s
+
+
+def test_only_runs_whose_pods_all_succeeded_are_learned() -> None:
+    learner = RuntimeLearner()
+    s = _running(["a", "b", "c", "d"])
+    pods = {rw.workload.id: (f"{rw.workload.id}-pod",) for rw in s.running}
+    learner.observe(s, pods, lambda p: "Running", 100)
+    phases = {"r/a-pod": "Succeeded", "r/b-pod": "Succeeded", "r/c-pod": "Failed"}
+    empty = Snapshot(P, s.cluster)
+    learner.observe(empty, {}, phases.get, 400)  # d's pod is gone: deleted, not a run
+    kind = workload(P, "next", "r", gpus=2)
+    assert len(learner.book) == 2
+    assert learner.book.learned(kind) is None  # two runs: one short of an estimate
+    learner.observe(_running(["e"]), {"r/e": ("r/e-pod",)}, lambda p: "Running", 500)
+    learner.observe(empty, {}, lambda p: "Succeeded", 400)
+    assert learner.book.learned(kind) == 300

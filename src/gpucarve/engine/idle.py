@@ -56,34 +56,53 @@ def account(c: CycleState) -> tuple[Idle, ...]:
     if not free:
         return ()
     first: dict[str, tuple[Pending, int]] = {}  # flavor -> first waiting that could use it
-    models: set[tuple[str, SliceKind]] = set()  # (model, kind) someone waits for
+    models: set[tuple[str, str]] = set()  # (model, slice kind) someone waits for
+    unclaimed = set(free)
     if c.pending:
         waiting = {w.id: w for w in c.snapshot.pending}
         for p in c.pending:
+            if not unclaimed:
+                break  # every free flavor has its first waiting workload
             w = waiting.get(p.workload)
             if w is None or p.reason.stage is Stage.VALIDATION:
                 continue
-            for flavor, need in _needs(c, w).items():
-                first.setdefault(flavor, (p, need))
-                f = c.ws.flavors[flavor].flavor
-                models.add((f.model_id, f.kind))
+            names, kinds = _flavors_of(c, w)
+            models |= kinds
+            claims = names & unclaimed
+            if claims:
+                needs = _needs(c, w)
+                for name in claims:
+                    first[name] = (p, needs[name])
+                unclaimed -= claims
     out: list[Idle] = []
     for flavor, n in sorted(free.items()):
         hit = first.get(flavor)
         if hit is not None:
-            p, need = hit
-            out.append(Idle(flavor, cause_of(p.reason, need, n), n, p.workload))
+            pend, need = hit
+            out.append(Idle(flavor, cause_of(pend.reason, need, n), n, pend.workload))
             continue
         f = c.ws.flavors[flavor].flavor
-        kinds = {k for m, k in models if m == f.model_id}
-        if f.kind is SliceKind.MIG and SliceKind.MIG in kinds:
+        waited = {k for m, k in models if m == f.model_id}
+        if f.kind is SliceKind.MIG and SliceKind.MIG.value in waited:
             cause = IdleCause.MIG_LAYOUT
-        elif kinds:
+        elif waited:
             cause = IdleCause.SHARING_MODE
         else:
             cause = IdleCause.NOTHING_WAITING
         out.append(Idle(flavor, cause, n))
     return tuple(out)
+
+
+def _flavors_of(c: CycleState, w: Workload) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+    """The flavors a waiting workload could run on, and their (model, slice kind)."""
+    hit = c.ws.idle_memo.get(w.id)
+    if hit is not None and hit[0] is w:
+        return hit[1], hit[2]
+    names = frozenset(f.name for fs in c.flavors_for(w) for f in fs)
+    flavors = c.ws.flavors
+    kinds = frozenset((flavors[n].flavor.model_id, flavors[n].flavor.kind.value) for n in names)
+    c.ws.idle_memo[w.id] = (w, names, kinds)
+    return names, kinds
 
 
 def _needs(c: CycleState, w: Workload) -> dict[str, int]:

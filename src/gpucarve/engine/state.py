@@ -67,7 +67,7 @@ class CycleState:
         self.withdrawn: set[str] = set()
         self.preemptor.fresh = self.fresh
         self._flavor_cache: dict[tuple[str, GpuRequest], list[Flavor]] = {}
-        for memo in (ws.flavor_memo, ws.shape_memo):
+        for memo in (ws.flavor_memo, ws.shape_memo, ws.idle_memo):
             if len(memo) > MEMO_LIMIT:
                 memo.clear()  # a long-lived scheduler sees workloads come and go
         # (queue, flavor, head) -> why work behind that head waits, this cycle

@@ -98,6 +98,9 @@ class Working:
         self.flavor_memo: dict[str, tuple[object, list[list[Flavor]]]] = {}
         # workload id -> (the workload, pods per (flavor, slices per pod)), likewise
         self.shape_memo: dict[str, tuple[object, list[tuple[tuple[str, int], int]]]] = {}
+        # workload id -> (the workload, the flavors it could run on, their (model, kind)), for
+        # the idle accounting's pass over what waits
+        self.idle_memo: dict[str, tuple[object, frozenset[str], frozenset[tuple[str, str]]]] = {}
         # Running pods per (flavor, slices per pod), for the fragmentation score's demand mix.
         self.running_shapes: dict[tuple[str, int], int] = {}
         self.running: dict[str, RunningWorkload] = {}

@@ -395,3 +395,22 @@ def test_plan_explains_a_workload_it_leaves_pending() -> None:
     assert lines[0].startswith("workload research/big-sweep: 5 pods (all at once)")
     assert any(x.startswith("decision: validation/ceiling: ") for x in lines)
     assert "  - never under this policy as it is: change the request or the policy" in lines
+
+
+def test_usage_errors_name_the_option_a_code_and_the_fix() -> None:
+    def console(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gpucarve", *args], capture_output=True, text=True, check=False
+        )
+
+    proc = console("simulate", "--sed", "4")
+    assert proc.returncode == 2
+    assert "error: --sed [no-such-option]" in proc.stderr
+    assert "fix: use --seed; `" in proc.stderr and "simulate --help` lists every" in proc.stderr
+    proc = console("plan", "--now", "-1")
+    assert proc.returncode == 2 and "error: --now [bad-parameter]" in proc.stderr
+    assert "greater than or equal to 0" in proc.stderr and "fix:" in proc.stderr
+    proc = console("frobnicate")
+    assert proc.returncode == 2 and "error: frobnicate [usage]" in proc.stderr
+    assert "--help` lists the commands" in proc.stderr
+    assert "Traceback" not in proc.stderr and "╭" not in proc.stderr

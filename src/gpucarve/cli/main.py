@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 from rich.text import Text
+from typer.exceptions import Abort, TyperException
 
 from gpucarve import __version__
 from gpucarve.cli import (
@@ -25,6 +26,7 @@ from gpucarve.cli import (
     render_cmd,
     scheduler_cmd,
     simulate_cmd,
+    usage,
     webhook_cmd,
 )
 from gpucarve.cli.common import CatalogOption, catalog_or_exit, model_or_exit
@@ -170,7 +172,12 @@ def run() -> None:
     """The console script: bad input exits 2 with its problems (the commands do that); anything
     else that escapes is gpucarve's own failure, one line and exit 3, never a traceback."""
     try:
-        app()
+        rv = app(standalone_mode=False)
+    except TyperException as exc:  # the parser's: an unknown option, a value of the wrong type
+        sys.exit(usage.report(exc))
+    except Abort:
+        print("gpucarve: aborted", file=sys.stderr)
+        sys.exit(1)
     except Exception as exc:
         if os.environ.get("GPUCARVE_DEBUG"):
             raise
@@ -179,3 +186,4 @@ def run() -> None:
             what = what[:297] + "..."
         print(f"gpucarve: internal error ({what}); {BUG_REPORT}", file=sys.stderr)
         sys.exit(Exit.BUG)
+    sys.exit(rv if isinstance(rv, int) else 0)

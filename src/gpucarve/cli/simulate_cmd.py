@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from gpucarve.cli import recommend_out
 from gpucarve.cli.common import (
     CatalogOption,
     fail,
@@ -21,6 +22,7 @@ from gpucarve.cli.common import (
     policy_or_exit,
 )
 from gpucarve.cli.output import console, refuse
+from gpucarve.config.policy_build import LoadedPolicy
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
@@ -278,6 +280,15 @@ def simulate(
             max=24 * 30,
         ),
     ] = 4.0,
+    recommend: Annotated[
+        bool,
+        typer.Option(
+            "--recommend",
+            help="From the idle accounting, propose policy changes (today: a MIG pool's layout "
+            "matched to demand, with quotas that follow it), replay each on this trace and on "
+            "another (the next seed), and write the proposal and its diff to --out.",
+        ),
+    ] = False,
     catalog: CatalogOption = None,
 ) -> None:
     """Replay a seeded three-team synthetic workload on POLICY under kube-default,
@@ -328,6 +339,11 @@ def simulate(
     elif failure_rate:
         doc["gpu_failures"] = {"per_gpu_day": failure_rate, "repair_hours": repair_hours}
     doc.update(_source(trace_file, seed, days, load))
+    if recommend and "gpucarve" in results:
+        doc["recommendations"] = _recommend(
+            loaded, (workloads, utilisation), results["gpucarve"], trace_file, seed, days, load,
+            window, catalog, out,
+        )  # fmt: skip
     if out is not None:
         what = (
             f"trace {trace_file.name}" if trace_file else f"seed {seed}, {days:g} days of arrivals"
@@ -344,6 +360,30 @@ def simulate(
         c.print(Text(_verdict(results)))
         if case_study:
             c.print(Text(case_study_line(results)))
+
+
+def _recommend(
+    loaded: LoadedPolicy,
+    trace: tuple[list[Workload], dict[str, float]],
+    before: dict[str, Any],
+    trace_file: Path | None,
+    seed: int,
+    days: float,
+    load: float,
+    window: tuple[int, int],
+    catalog: list[Path] | None,
+    out: Path | None,
+) -> list[dict[str, Any]]:
+    """`--recommend`: a synthetic trace is checked on the next seed too; a replayed one only on
+    itself (the report says so by leaving that column out)."""
+    held_out = None
+    if trace_file is None:
+        scenario = _scenario(loaded.policy, days, load, "the policy")
+
+        def held_out() -> tuple[list[Workload], dict[str, float]]:
+            return _synthetic_workloads(loaded.policy, scenario, days, seed + 1)
+
+    return recommend_out.recommend(loaded, trace, before, held_out, window, catalog or [], out)
 
 
 def _source(trace_file: Path | None, seed: int, days: float, load: float) -> dict[str, Any]:

@@ -1,0 +1,166 @@
+"""Policy changes the idle accounting points to, proven by replay: `gpucarve simulate --recommend`.
+
+Today one kind of change is proposed, where the accounting shows its cause: a MIG pool whose
+free instances sat idle for `mig-layout` (instances of profiles nobody waited for, while work
+waited for others) gets a layout matched to the demand the trace showed — the mean number of
+instances of each profile in use if every MIG workload of the pool's model ran as it arrived,
+scaled to the pool's GPUs and planned per GPU (`engine.mig.pool_plan`) — and each queue's quota
+of the pool's profiles follows that demand (each profile's new capacity split between the queues
+in proportion to what their work asked of it; borrowing and lending limits kept, lending at most
+the new nominal). Each proposal is replayed on the trace it came from and on another one it was
+not derived from (the next seed), beside the policy as it is; the report says what each team
+gains or loses on both, so a gain that holds only where it was fitted shows.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpucarve.core.catalog import MigGeometry
+from gpucarve.core.mig import place, profiles_by_size
+from gpucarve.core.policy import Policy, SliceKind
+from gpucarve.core.workload import GpuKind, Workload
+from gpucarve.engine.mig.gpu_plan import PoolGpu
+from gpucarve.engine.mig.pool_plan import plan_pool
+
+
+@dataclass(frozen=True)
+class Proposal:
+    name: str
+    why: str
+    doc: dict[str, Any]  # the whole policy document, changed
+
+
+def mean_instances(
+    workloads: Sequence[Workload], flavors: Mapping[str, str]
+) -> dict[str, dict[str, float]]:
+    """Per profile (of `flavors`: profile -> flavor), per queue: the mean number of instances in
+    use over the arrivals if every MIG workload asking for it ran as it arrived (pods ×
+    instances × duration / span)."""
+    if not workloads:
+        return {}
+    span = max(1, max(w.submit_time for w in workloads) - min(w.submit_time for w in workloads))
+    out: defaultdict[str, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for w in workloads:
+        for ps in w.pod_sets:
+            if ps.gpu.kind is not GpuKind.MIG or ps.gpu.profile is None:
+                continue
+            if ps.gpu.profile not in flavors:
+                continue
+            out[ps.gpu.profile][w.queue] += ps.count * ps.gpu.count * (w.duration or 0) / span
+    return {p: dict(q) for p, q in out.items()}
+
+
+def layouts_for(mean: Mapping[str, float], geom: MigGeometry, gpus: int) -> list[dict[str, int]]:
+    """Layouts of one node's `gpus` GPUs for a mean concurrent mix of instances, scaled to fill
+    them, at least one of each profile asked for."""
+    compute = {name: c for c, name in profiles_by_size(geom)}
+    total = sum(compute[p] * n for p, n in mean.items())
+    scale = gpus * geom.compute_slices / total if total else 0.0
+    demand = {p: max(1, int(n * scale)) for p, n in mean.items() if n > 0}
+    while sum(compute[p] * n for p, n in demand.items()) > gpus * geom.compute_slices:
+        most = max(demand, key=lambda p: (demand[p] * compute[p], p))
+        if demand[most] == 1:
+            break
+        demand[most] -= 1
+    weight = {p: float(compute[p]) for p in demand}
+    empty = [PoolGpu(f"n/gpu{i}", geom, (), ()) for i in range(gpus)]
+    plans, _ = plan_pool(empty, demand, weight)
+    by_gpu = {p.gpu: p.layout for p in plans}
+    out = []
+    for g in empty:
+        layout = list(by_gpu.get(g.gpu, ()))
+        for _, name in reversed(profiles_by_size(geom)):  # fill what is left, largest first
+            while name in demand:
+                placed = place(geom, {name: 1}, layout)
+                if placed.instances is None:
+                    break
+                layout.extend(placed.instances)
+        out.append(dict(sorted(Counter(i.profile for i in layout).items())))
+    return out
+
+
+def _split(capacity: int, asked: Mapping[str, float]) -> dict[str, int]:
+    """`capacity` instances between queues in proportion to what they asked (largest
+    remainders last, by name on ties)."""
+    total = sum(asked.values())
+    if not total:
+        return {}
+    shares = {q: capacity * a / total for q, a in asked.items()}
+    out = {q: int(s) for q, s in shares.items()}
+    for q in sorted(shares, key=lambda q: (-(shares[q] - out[q]), q))[
+        : capacity - sum(out.values())
+    ]:
+        out[q] += 1
+    return {q: n for q, n in out.items() if n > 0}
+
+
+def mig_layout(
+    doc: Mapping[str, Any],
+    policy: Policy,
+    workloads: Sequence[Workload],
+    idle_by_pool: Mapping[str, Mapping[str, float]],
+) -> list[Proposal]:
+    """A demand-matched layout for each MIG pool that idled for `mig-layout`."""
+    out = []
+    for i, pool in enumerate(policy.pools):
+        if idle_by_pool.get(pool.name, {}).get("mig-layout", 0.0) <= 0:
+            continue
+        geom = pool.model.mig
+        if geom is None:
+            continue
+        flavors = {
+            f.profile: f.name
+            for f in policy.flavors.values()
+            if f.kind is SliceKind.MIG and f.model_id == pool.model.id and f.profile
+        }
+        asked = mean_instances(workloads, flavors)
+        if not asked:
+            continue
+        mean = {p: sum(q.values()) for p, q in asked.items()}
+        layouts = layouts_for(mean, geom, pool.gpus_per_node)
+        new = copy.deepcopy(dict(doc))
+        spec = new["pools"][i]
+        spec["mig"] = {
+            "perGpu": [{"gpus": [g], "layout": layout} for g, layout in enumerate(layouts)]
+        }
+        capacity = Counter[str]()
+        for layout in layouts:
+            for profile, n in layout.items():
+                capacity[profile] += n * pool.nodes
+        _requota(new, {flavors[p]: (capacity[p], asked.get(p, {})) for p in flavors})
+        per_node = " + ".join(
+            "{" + ", ".join(f"{p}: {n}" for p, n in layout.items()) + "}" for layout in layouts
+        )
+        hours = idle_by_pool[pool.name]["mig-layout"]
+        out.append(
+            Proposal(
+                f"{pool.name}: layout matched to demand",
+                f"{hours:,.0f} GPU-hours idle for mig-layout; per node {per_node}, and the "
+                "queues' quotas of its profiles follow what their work asked",
+                new,
+            )
+        )
+    return out
+
+
+def _requota(doc: dict[str, Any], flavors: Mapping[str, tuple[int, Mapping[str, float]]]) -> None:
+    """Each flavor's new capacity split between the queues by what they asked of it."""
+    for flavor, (capacity, asked) in flavors.items():
+        shares = _split(capacity, asked)
+        for q in doc.get("queues", []):
+            quota = q.setdefault("quota", {})
+            n = shares.get(q["name"], 0)
+            if n == 0:
+                quota.pop(flavor, None)
+                (q.get("maxPerWorkload") or {}).pop(flavor, None)
+                continue
+            entry = dict(quota.get(flavor) or {})
+            entry["nominal"] = n
+            if entry.get("lendingLimit") is not None:
+                entry["lendingLimit"] = min(int(entry["lendingLimit"]), n)
+            quota[flavor] = entry

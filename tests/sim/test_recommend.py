@@ -52,3 +52,12 @@ def test_recommend_replays_a_layout_that_serves_the_waiting_profile(tmp_path: Pa
     diff = (tmp_path / "recommended-production.diff").read_text()
     assert diff.startswith("--- policy (as read)") and "-      2g.20gb: 1" in diff
     assert "Recommendation: production: layout matched to demand" in result.output
+
+
+def test_a_profile_asked_for_is_not_lost_to_a_greedy_plan() -> None:
+    geom = packaged_catalog().lookup("A100-80GB").mig
+    assert geom is not None
+    # planned alone, 2 × 3g.40gb per GPU takes all of both GPUs' memory: no 1g.10gb at all
+    layouts = layouts_for({"3g.40gb": 2.0, "1g.10gb": 1.0}, geom, 2)
+    held = {p: sum(lay.get(p, 0) for lay in layouts) for p in ("3g.40gb", "1g.10gb")}
+    assert held["1g.10gb"] >= 1 and held["3g.40gb"] >= 2

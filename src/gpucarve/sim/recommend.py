@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucarve.core.catalog import MigGeometry
-from gpucarve.core.mig import place, profiles_by_size
+from gpucarve.core.mig import Instance, place, profiles_by_size
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.workload import GpuKind, Workload
 from gpucarve.engine.mig.gpu_plan import PoolGpu
@@ -71,17 +71,33 @@ def layouts_for(mean: Mapping[str, float], geom: MigGeometry, gpus: int) -> list
     empty = [PoolGpu(f"n/gpu{i}", geom, (), ()) for i in range(gpus)]
     plans, _ = plan_pool(empty, demand, weight)
     by_gpu = {p.gpu: p.layout for p in plans}
-    out = []
-    for g in empty:
-        layout = list(by_gpu.get(g.gpu, ()))
-        for _, name in reversed(profiles_by_size(geom)):  # fill what is left, largest first
-            while name in demand:
-                placed = place(geom, {name: 1}, layout)
-                if placed.instances is None:
-                    break
-                layout.extend(placed.instances)
-        out.append(dict(sorted(Counter(i.profile for i in layout).items())))
-    return out
+    layouts = [_filled(geom, list(by_gpu.get(g.gpu, ())), demand) for g in empty]
+    # The plan is greedy: a profile asked for may have found no room (two 3g.40gb instances
+    # take all of an A100's memory). The GPU holding the most of the best-served profile is
+    # laid out again with the missing one first.
+    for profile in sorted(demand):
+        if any(i.profile == profile for layout in layouts for i in layout):
+            continue
+        held = Counter(i.profile for layout in layouts for i in layout)
+        if not held:
+            break
+        richest = max(held, key=lambda p: (held[p] / demand.get(p, 1), p))
+        k = max(range(len(layouts)), key=lambda k: sum(i.profile == richest for i in layouts[k]))
+        first = place(geom, {profile: 1}, [])
+        if first.instances is not None:
+            layouts[k] = _filled(geom, list(first.instances), demand)
+    return [dict(sorted(Counter(i.profile for i in layout).items())) for layout in layouts]
+
+
+def _filled(geom: MigGeometry, layout: list[Instance], demand: Mapping[str, int]) -> list[Instance]:
+    """`layout` with the room left given to the profiles asked for, largest first."""
+    for _, name in reversed(profiles_by_size(geom)):
+        while name in demand:
+            placed = place(geom, {name: 1}, layout)
+            if placed.instances is None:
+                break
+            layout.extend(placed.instances)
+    return layout
 
 
 def _split(capacity: int, asked: Mapping[str, float]) -> dict[str, int]:

@@ -32,3 +32,24 @@ def test_only_runs_whose_pods_all_succeeded_are_learned() -> None:
     learner.observe(_running(["e"]), {"r/e": ("r/e-pod",)}, lambda p: "Running", 500)
     learner.observe(empty, {}, lambda p: "Succeeded", 400)
     assert learner.book.learned(kind) == 300
+
+
+def test_a_finished_workload_is_exported_with_its_completion_and_run_time() -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
+
+    m = SchedulerMetrics()
+    learner = RuntimeLearner(m.observe_finished)
+    s = _running(["a"])  # submitted at 0, started at 100
+    learner.observe(s, {"r/a": ("r/a-pod",)}, lambda p: "Running", 100)
+    learner.observe(Snapshot(P, s.cluster), {}, lambda p: "Succeeded", 400)
+    text = generate_latest(m.registry).decode()
+    got = {
+        (x.name, x.labels.get("queue")): x.value
+        for f in text_string_to_metric_families(text)
+        for x in f.samples
+    }
+    assert got[("gpucarve_completion_seconds_sum", "r")] == 400
+    assert got[("gpucarve_runtime_seconds_sum", "r")] == 300

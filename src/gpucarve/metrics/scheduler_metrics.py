@@ -19,6 +19,7 @@ from prometheus_client import Counter as PromCounter
 
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import Workload
 from gpucarve.engine.decisions import CycleResult, Idle, PendingReason, Plugin, Stage
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.usage import usage_after
@@ -102,6 +103,20 @@ class SchedulerMetrics:
         # the last cycle's idle shares, held until the next cycle: (when, shares)
         self._idle_since: tuple[int, tuple[Idle, ...]] | None = None
         self._flavor_pools: tuple[Policy, dict[str, tuple[str, float]]] | None = None
+        self.completion = Histogram(
+            "gpucarve_completion_seconds",
+            "Submission to the end of a workload whose pods all Succeeded",
+            q,
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.runtime = Histogram(
+            "gpucarve_runtime_seconds",
+            "Start to the end of a workload whose pods all Succeeded (what reservations learn)",
+            q,
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
         self.wait = Histogram(
             "gpucarve_admission_wait_seconds",
             "Submission to admission",
@@ -214,6 +229,11 @@ class SchedulerMetrics:
         if self._pools_at is None or at - self._pools_at >= self.pools_every_s:
             self._pools_at = at
             self._pools(snapshot, result)
+
+    def observe_finished(self, w: Workload, started: int, now: int) -> None:
+        """A workload that ran to the end (its pods all Succeeded)."""
+        self.completion.labels(w.queue).observe(max(0, now - w.submit_time))
+        self.runtime.labels(w.queue).observe(max(0, now - started))
 
     def _idle(self, snapshot: Snapshot, result: CycleResult) -> None:
         """Each cycle's idle shares count from that cycle until the next (as the simulator

@@ -147,6 +147,13 @@ def dashboard_queries(policy: Policy) -> dict[str, str]:
         ),
         "Borrowed slices per team": "sum by (queue) (gpucarve_queue_borrowed_slices)",
         "Pending workloads by reason": "sum by (reason) (gpucarve_pending_workloads)",
+        "GPUs free while work waits, by cause": (
+            'sum by (cause) (rate(gpucarve_idle_gpu_seconds_total{cause!="nothing-waiting"}[5m]))'
+        ),
+        "Workload completion time p90 per team": (
+            "histogram_quantile(0.9, sum by (queue, le) "
+            "(rate(gpucarve_completion_seconds_bucket[1h])))"
+        ),
         "Admission wait p90 per team": (
             "histogram_quantile(0.9, sum by (queue, le) "
             "(rate(gpucarve_admission_wait_seconds_bucket[1h])))"
@@ -178,6 +185,7 @@ def grafana_dashboard(policy: Policy) -> dict[str, Any]:
         "GPU memory used per team (DCGM)": "decmbytes",
         "GPU temperature (DCGM)": "celsius",
         "Admission wait p90 per team": "s",
+        "Workload completion time p90 per team": "s",
         "Cycle duration p99": "s",
         "GPU utilisation per team (DCGM)": "percent",
     }

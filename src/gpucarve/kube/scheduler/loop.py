@@ -118,7 +118,7 @@ class Scheduler:
         self.engine = Engine()
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.short_gangs = ShortGangs()
-        self.runtimes = RuntimeLearner()
+        self.runtimes = RuntimeLearner(self.metrics.observe_finished)
         self.node_problems: set[str] = set()
         self.mig = MigHandoff(client, policy, config.mig, clock, self._repartitioned)
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)

@@ -11,14 +11,16 @@ from collections.abc import Callable, Mapping
 
 from gpucarve.core.runtime import RuntimeBook
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import RunningWorkload
+from gpucarve.core.workload import RunningWorkload, Workload
 
 PhaseOf = Callable[[str], str | None]  # pod (namespace/name) -> its phase; None: gone
+Finished = Callable[[Workload, int, int], None]  # (workload, started, ended)
 
 
 class RuntimeLearner:
-    def __init__(self) -> None:
+    def __init__(self, finished: Finished | None = None) -> None:
         self.book = RuntimeBook()
+        self.finished = finished
         self._running: dict[str, tuple[RunningWorkload, tuple[str, ...]]] = {}
 
     def observe(
@@ -35,4 +37,6 @@ class RuntimeLearner:
                 continue
             if all(phase_of(p) == "Succeeded" for p in pods):
                 self.book.record(rw.workload, now - rw.start_time)
+                if self.finished is not None:
+                    self.finished(rw.workload, rw.start_time, now)
         self._running = {wid: (rw, running_pods.get(wid, ())) for wid, rw in current.items()}

@@ -11,6 +11,7 @@ from gpucarve.config.examples import POLICY, example_path
 from gpucarve.config.policy_build import load_policy
 from gpucarve.sim.metrics import summarize
 from gpucarve.sim.policy_scenario import scenario_for
+from gpucarve.sim.records import SimConfig
 from gpucarve.sim.runner import Simulator
 from gpucarve.sim.synthetic import DAY, generate
 from tests.engine.builders import policy, pool, queue, workload
@@ -62,3 +63,16 @@ def test_a_short_run_idles_for_its_gang_then_for_nothing() -> None:
     # (6 of 8 used); 3600-7200: all busy; 7200-10800: 8 free, nothing waits
     assert idle["nominal-quota"] == round(2 * 3540 / 3600, 2)
     assert idle["nothing-waiting"] == round((2 * 60 + 8 * 3600) / 3600, 2)
+
+
+def test_the_invariants_hold_on_every_cycle_with_reservations_and_sparing_on() -> None:
+    p = load_policy(example_path(POLICY)).policy
+    on = dataclasses.replace(
+        p.scheduling, reserve_after_s=900, reclaim_large_ratio=4, reclaim_large_after_s=7200
+    )
+    p = dataclasses.replace(p, scheduling=on)
+    trace = generate(p, scenario_for(p, 1.0), 42)
+    config = SimConfig(check_invariants=True)  # stops at the first broken rule
+    result = Simulator(p, trace.workloads, trace.utilisation, config).run()
+    assert len(result.completed) == len(trace.workloads)
+    assert result.cycles > 100

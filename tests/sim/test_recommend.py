@@ -40,8 +40,8 @@ def test_recommend_replays_a_layout_that_serves_the_waiting_profile(tmp_path: Pa
     result = CliRunner().invoke(app, [*args, "--recommend", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "results.json").read_text())
-    (rec,) = doc["recommendations"]
-    assert rec["proposal"] == "production: layout matched to demand"
+    recs = {r["proposal"]: r for r in doc["recommendations"]}
+    rec = recs["production: layout matched to demand"]
     before, after = rec["derived_from"]["before"], rec["derived_from"]["after"]
     assert after["pools"]["production"] > before["pools"]["production"] + 0.03
     assert after["wait_p95_h"]["production"] < before["wait_p95_h"]["production"]
@@ -61,3 +61,23 @@ def test_a_profile_asked_for_is_not_lost_to_a_greedy_plan() -> None:
     layouts = layouts_for({"3g.40gb": 2.0, "1g.10gb": 1.0}, geom, 2)
     held = {p: sum(lay.get(p, 0) for lay in layouts) for p in ("3g.40gb", "1g.10gb")}
     assert held["1g.10gb"] >= 1 and held["3g.40gb"] >= 2
+
+
+def test_scheduling_proposals_follow_the_figures_that_call_for_them() -> None:
+    from gpucarve.sim.recommend import scheduling
+
+    quiet = {"idle_gpu_hours": {"nothing-waiting": 10.0}, "teams": {"a": {"gpu_hours": 100.0}},
+             "gpu_hours_lost_to_preemption": 1.0}  # fmt: skip
+    assert scheduling({}, quiet) == []
+    busy = {
+        "idle_gpu_hours": {"gang-larger-than-free": 40.0},
+        "teams": {"a": {"gpu_hours": 100.0}},
+        "gpu_hours_lost_to_preemption": 9.0,
+    }
+    names = [p.name for p in scheduling({}, busy)]
+    assert names == ["scheduling: reservations", "scheduling: spare large gangs from reclaim"]
+    # already set: nothing to propose
+    assert scheduling({"scheduling": {"reserveAfterSeconds": 60, "reclaimLargeVictimRatio": 8}},
+                      busy) == []  # fmt: skip
+    (spare,) = [p for p in scheduling({}, busy) if "spare" in p.name]
+    assert spare.doc["scheduling"] == {"reclaimLargeVictimRatio": 4}

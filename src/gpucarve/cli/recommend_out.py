@@ -18,7 +18,7 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.workload import Workload
 from gpucarve.sim.metrics import summarize
-from gpucarve.sim.recommend import Proposal, mig_layout
+from gpucarve.sim.recommend import Proposal, mig_layout, scheduling
 from gpucarve.sim.records import SimConfig
 from gpucarve.sim.runner import Simulator
 
@@ -39,6 +39,10 @@ def _figures(s: dict[str, Any]) -> dict[str, Any]:
         "idle_while_waiting_gpu_hours": round(
             sum(h for c, h in s["idle_gpu_hours"].items() if c != "nothing-waiting"), 1
         ),
+        "gpu_hours_lost_to_preemption": s["gpu_hours_lost_to_preemption"],
+        "wait_until_last_start_p95_h": {
+            t: round(v["wait_until_last_start_p95_s"] / HOUR, 2) for t, v in s["teams"].items()
+        },
     }
 
 
@@ -55,7 +59,11 @@ def recommend(
     c = console()
     doc = loaded.document.data if loaded.document is not None else None
     idle = {p: v.get("idle_gpu_hours", {}) for p, v in before["pools"].items()}
-    proposals = [] if doc is None else mig_layout(doc, loaded.policy, derived[0], idle)
+    proposals = (
+        []
+        if doc is None
+        else [*mig_layout(doc, loaded.policy, derived[0], idle), *scheduling(doc, before)]
+    )
     if not proposals:
         c.print(
             Text(
@@ -112,6 +120,10 @@ def _table(entry: dict[str, Any]) -> Table:
             f"{r['before']['wait_p95_h'][team]:.1f} h → {r['after']['wait_p95_h'][team]:.1f} h"
             for _, r in runs
         ))  # fmt: skip
+    t.add_row("GPU-hours lost to preemption", *(
+        f"{r['before']['gpu_hours_lost_to_preemption']:,.0f} → "
+        f"{r['after']['gpu_hours_lost_to_preemption']:,.0f}" for _, r in runs
+    ))  # fmt: skip
     t.add_row("GPU-hours idle while work waited", *(
         f"{r['before']['idle_while_waiting_gpu_hours']:,.0f} → "
         f"{r['after']['idle_while_waiting_gpu_hours']:,.0f}" for _, r in runs
@@ -121,6 +133,8 @@ def _table(entry: dict[str, Any]) -> Table:
 
 def _save(out: Path, doc: Any, prop: Proposal, text: str) -> None:
     slug = prop.name.split(":")[0].strip().replace(" ", "-")
+    if slug == "scheduling":
+        slug = "-".join(prop.name.split(":")[1].split()[:2])
     (out / f"recommended-{slug}.yaml").write_text(text)
     before = yaml.safe_dump(doc, sort_keys=False).splitlines(keepends=True)
     diff = difflib.unified_diff(

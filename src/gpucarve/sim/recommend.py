@@ -180,3 +180,45 @@ def _requota(doc: dict[str, Any], flavors: Mapping[str, tuple[int, Mapping[str, 
             if entry.get("lendingLimit") is not None:
                 entry["lendingLimit"] = min(int(entry["lendingLimit"]), n)
             quota[flavor] = entry
+
+
+# Idle causes that a reservation addresses (a big gang that never finds its room while small
+# work keeps taking it), and the share of the run's GPU-hours lost to preemption past which
+# sparing large gangs from reclaim is worth a replay.
+RESERVATION_CAUSES = ("gang-larger-than-free", "fragmentation", "queue-order", "topology")
+LOST_SHARE = 0.02
+
+
+def scheduling(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Proposal]:
+    """Scheduling settings the run's figures point to: reservations where big gangs idled GPUs
+    waiting for room, sparing large gangs from reclaim where preemption destroyed work."""
+    out = []
+    sched = dict(doc.get("scheduling") or {})
+    idle = summary.get("idle_gpu_hours", {})
+    waited = sum(idle.get(c, 0.0) for c in RESERVATION_CAUSES)
+    if waited > 0 and sched.get("reserveAfterSeconds") is None:
+        new = copy.deepcopy(dict(doc))
+        new.setdefault("scheduling", {})["reserveAfterSeconds"] = 900
+        out.append(
+            Proposal(
+                "scheduling: reservations",
+                f"{waited:,.0f} GPU-hours idle while gangs waited for room "
+                f"({', '.join(c for c in RESERVATION_CAUSES if idle.get(c))}); "
+                "reserveAfterSeconds: 900",
+                new,
+            )
+        )
+    used = sum(t.get("gpu_hours", 0.0) for t in summary.get("teams", {}).values())
+    lost = summary.get("gpu_hours_lost_to_preemption", 0.0)
+    if used and lost / used > LOST_SHARE and sched.get("reclaimLargeVictimRatio") is None:
+        new = copy.deepcopy(dict(doc))
+        new.setdefault("scheduling", {})["reclaimLargeVictimRatio"] = 4
+        out.append(
+            Proposal(
+                "scheduling: spare large gangs from reclaim",
+                f"{lost:,.0f} of {used:,.0f} GPU-hours lost to preemption; "
+                "reclaimLargeVictimRatio: 4 (for up to 12 h)",
+                new,
+            )
+        )
+    return out

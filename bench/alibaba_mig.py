@@ -42,13 +42,12 @@ from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.config.policy_build import build_policy
 from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.catalog import MigGeometry
-from gpucarve.core.mig import place, profiles_by_size, smallest_profile_for
+from gpucarve.core.mig import profiles_by_size, smallest_profile_for
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import Workload
-from gpucarve.engine.mig.gpu_plan import PoolGpu
-from gpucarve.engine.mig.pool_plan import plan_pool
 from gpucarve.sim.alibaba_csv import TracePod, read_pods
 from gpucarve.sim.metrics import percentile, summarize
+from gpucarve.sim.recommend import layouts_for
 from gpucarve.sim.records import SimConfig, SimResult
 from gpucarve.sim.runner import Simulator
 
@@ -143,36 +142,12 @@ def static_layouts(
     ws: list[Workload], geom: MigGeometry, gpus: int, profile_of: dict[str, str]
 ) -> list[dict[str, int]]:
     """Layouts of one node's `gpus` empty GPUs planned for the trace's mean concurrent
-    instances per profile, scaled to fill them."""
+    instances per profile, scaled to fill them (`gpucarve simulate --recommend`'s planner)."""
     span = max(1, max(w.submit_time for w in ws) - min(w.submit_time for w in ws))
     mean: Counter[str] = Counter()
     for w in ws:
         mean[profile_of[w.id]] += (w.duration or 0) / span
-    compute = {name: c for c, name in profiles_by_size(geom)}
-    total = sum(compute[p] * n for p, n in mean.items())
-    scale = gpus * geom.compute_slices / total if total else 0.0
-    # at least one of each profile the trace asks for, so that nothing is refused outright
-    demand = {p: max(1, int(n * scale)) for p, n in mean.items()}
-    while sum(compute[p] * n for p, n in demand.items()) > gpus * geom.compute_slices:
-        most = max(demand, key=lambda p: (demand[p] * compute[p], p))
-        demand[most] -= 1
-    # weighted by compute, so that the plan fills the GPUs rather than counting instances
-    weight = {p: float(compute[p]) for p in demand}
-    empty = [PoolGpu(f"n/gpu{i}", geom, (), ()) for i in range(gpus)]
-    plans, _ = plan_pool(empty, demand, weight)
-    by_gpu = {p.gpu: p.layout for p in plans}
-    out = []
-    for g in empty:
-        layout = list(by_gpu.get(g.gpu, ()))
-        # room the plan left goes to the largest profile the trace uses that still fits
-        for _, name in reversed(profiles_by_size(geom)):
-            while name in demand:
-                placed = place(geom, {name: 1}, layout)
-                if placed.instances is None:
-                    break
-                layout.extend(placed.instances)
-        out.append(dict(Counter(i.profile for i in layout)))
-    return out
+    return layouts_for(dict(mean), geom, gpus)
 
 
 def active_gpus(result: SimResult, window: tuple[int, int]) -> float:

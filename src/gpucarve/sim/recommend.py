@@ -197,28 +197,20 @@ def scheduling(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Propo
     idle = summary.get("idle_gpu_hours", {})
     waited = sum(idle.get(c, 0.0) for c in RESERVATION_CAUSES)
     if waited > 0 and sched.get("reserveAfterSeconds") is None:
-        new = copy.deepcopy(dict(doc))
-        new.setdefault("scheduling", {})["reserveAfterSeconds"] = 900
-        out.append(
-            Proposal(
-                "scheduling: reservations",
-                f"{waited:,.0f} GPU-hours idle while gangs waited for room "
-                f"({', '.join(c for c in RESERVATION_CAUSES if idle.get(c))}); "
-                "reserveAfterSeconds: 900",
-                new,
-            )
-        )
+        causes = ", ".join(c for c in RESERVATION_CAUSES if idle.get(c))
+        why = f"{waited:,.0f} GPU-hours idle while gangs waited for room ({causes})"
+        out.append(_setting(doc, "reservations", "reserveAfterSeconds", 900, why))
     used = sum(t.get("gpu_hours", 0.0) for t in summary.get("teams", {}).values())
     lost = summary.get("gpu_hours_lost_to_preemption", 0.0)
     if used and lost / used > LOST_SHARE and sched.get("reclaimLargeVictimRatio") is None:
-        new = copy.deepcopy(dict(doc))
-        new.setdefault("scheduling", {})["reclaimLargeVictimRatio"] = 4
+        why = f"{lost:,.0f} of {used:,.0f} GPU-hours lost to preemption (for up to 12 h)"
         out.append(
-            Proposal(
-                "scheduling: spare large gangs from reclaim",
-                f"{lost:,.0f} of {used:,.0f} GPU-hours lost to preemption; "
-                "reclaimLargeVictimRatio: 4 (for up to 12 h)",
-                new,
-            )
+            _setting(doc, "spare large gangs from reclaim", "reclaimLargeVictimRatio", 4, why)
         )
     return out
+
+
+def _setting(doc: Mapping[str, Any], name: str, key: str, value: int, why: str) -> Proposal:
+    new = copy.deepcopy(dict(doc))
+    new.setdefault("scheduling", {})[key] = value
+    return Proposal(f"scheduling: {name}", f"{why}; {key}: {value}", new)

@@ -46,11 +46,11 @@ def test_shares_add_up_to_what_is_free_and_name_the_first_waiting_reason() -> No
 
 
 def test_free_slices_where_no_placement_fits_are_fragmentation() -> None:
-    spare = {"taints": [{"key": "spare", "value": "x", "effect": "NoSchedule"}]}
+    taint = [{"key": "spare", "value": "x", "effect": "NoSchedule"}]
     p = policy(
         pools=[
             pool("train", "H100-SXM5-80GB", 1, 8),
-            pool("spare", "H100-SXM5-80GB", 1, 8, **spare),
+            pool("spare", "H100-SXM5-80GB", 1, 8, taints=taint),
         ],
         queues=[queue("r", {"h100-full": {"nominal": 16}})],
     )

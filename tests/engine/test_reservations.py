@@ -67,8 +67,8 @@ def test_the_runtime_book_prefers_declarations_then_learns_a_high_quantile() -> 
         book.record(workload(p, f"x{seconds}", "r", gpus=2), seconds)
     assert book.expected(w) == (None, "unknown")  # one run short of an estimate
     book.record(workload(p, "last", "r", gpus=2), 1000)
-    seconds, source = book.expected(w)
-    assert source == "learned" and seconds == 1000  # the high quantile, not the mean
+    learned, source = book.expected(w)
+    assert source == "learned" and learned == 1000  # the high quantile, not the mean
     # another kind (other size) learns nothing from these; a declaration beats learning
     assert book.expected(workload(p, "y", "r", gpus=4)) == (None, "unknown")
     assert book.expected(expecting(w, 42)) == (42, "declared")

@@ -29,7 +29,7 @@ def _example(load: float, seed: int) -> dict[str, Any]:
 
 
 def _free_hours(pool_summary: dict[str, Any], window_s: int) -> float:
-    return pool_summary["gpus"] * (1 - pool_summary["allocation"]) * window_s / 3600
+    return float(pool_summary["gpus"] * (1 - pool_summary["allocation"]) * window_s / 3600)
 
 
 def test_causes_add_up_to_each_pools_free_gpu_hours() -> None:

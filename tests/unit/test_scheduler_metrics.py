@@ -104,11 +104,11 @@ def test_a_gang_admitted_after_waiting_is_no_first_try() -> None:
 def test_a_reserving_gang_and_its_expected_start_are_exported() -> None:
     import dataclasses
 
-    spare = {"taints": [{"key": "spare", "value": "x", "effect": "NoSchedule"}]}
+    taint = [{"key": "spare", "value": "x", "effect": "NoSchedule"}]
     p = policy(
         pools=[
             pool("train", "H100-SXM5-80GB", 1, 8),
-            pool("spare", "H100-SXM5-80GB", 1, 8, **spare),
+            pool("spare", "H100-SXM5-80GB", 1, 8, taints=taint),
         ],
         queues=[
             queue("a", {"h100-full": {"nominal": 8}}),

@@ -104,3 +104,32 @@ def test_gpus_asked_for_by_init_containers_and_sidecars_are_counted() -> None:
         assert g.workload is not None, g.problems
         counts[name] = g.workload.pod_sets[0].gpu.count
     assert counts == {"research/hidden": 4, "research/side": 3, "research/only": 2}
+
+
+def test_a_declared_runtime_comes_from_the_annotation_or_the_deadline() -> None:
+    policy = load_policy(EXAMPLE).policy
+
+    def timed(name: str, **extra: Any) -> dict[str, Any]:
+        p = pod(name, "research", {"nvidia.com/gpu": "1"}, **extra.pop("spec", {}))
+        p["metadata"]["annotations"] = extra
+        return p
+
+    pods = [
+        timed("a", **{"gpucarve.io/expected-runtime": "2h"}),
+        timed("b", **{"gpucarve.io/expected-runtime": "5400"}),
+        timed("c", spec={"activeDeadlineSeconds": 600}),
+        timed("d"),
+        timed("e", **{"gpucarve.io/expected-runtime": "soon"}),
+    ]
+    got = {g.pods[0]: g for g in pending_workloads(pods, policy, EPOCH)}
+    runtimes = {k: g.workload.expected_runtime_s for k, g in got.items() if g.workload}
+    assert runtimes == {
+        "research/a": 7200,
+        "research/b": 5400,
+        "research/c": 600,
+        "research/d": None,
+    }
+    bad = got["research/e"]
+    assert bad.workload is None and any(
+        "expectedRuntimeSeconds" in ".".join(map(str, p.path)) for p in bad.problems
+    ), bad.problems

@@ -279,11 +279,25 @@ def _group_doc(
 
 def _expected_runtime(pod: Mapping[str, Any]) -> object:
     """What a pod says of how long it runs: the gpucarve.io/expected-runtime annotation
-    (seconds), else its activeDeadlineSeconds (it is stopped by then, so it ends by then). A
-    malformed annotation is passed on as it is, for validation to name."""
+    (seconds, or a number with s, m, h or d), else its activeDeadlineSeconds (it is stopped by
+    then, so it ends by then). A malformed annotation is passed on as it is, for validation to
+    name."""
     annotations = pod["metadata"].get("annotations") or {}
     raw = annotations.get(EXPECTED_RUNTIME_ANNOTATION)
     if raw is not None:
-        return int(raw) if isinstance(raw, str) and raw.isdigit() else raw
+        seconds = _duration(raw) if isinstance(raw, str) else None
+        return raw if seconds is None else seconds
     deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
     return deadline if isinstance(deadline, int) and deadline > 0 else None
+
+
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def _duration(text: str) -> int | None:
+    number, unit = text[:-1], text[-1:]
+    if unit.isdigit():
+        number, unit = text, ""
+    if not number.isdigit() or len(number) > 9 or unit not in _UNITS:
+        return None
+    return int(number) * _UNITS[unit]

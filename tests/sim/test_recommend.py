@@ -41,15 +41,21 @@ def test_recommend_replays_a_layout_that_serves_the_waiting_profile(tmp_path: Pa
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "results.json").read_text())
     recs = {r["proposal"]: r for r in doc["recommendations"]}
+    assert "production: dynamic MIG" in recs  # replayed as well: it validated
+    dynamic = yaml.safe_load((tmp_path / "recommended-production-dynamic-mig.yaml").read_text())
+    (pool,) = [p for p in dynamic["pools"] if p["name"] == "production"]
+    assert pool["mig"]["dynamic"]["profiles"] == ["1g.10gb", "3g.40gb"]
     rec = recs["production: layout matched to demand"]
     before, after = rec["derived_from"]["before"], rec["derived_from"]["after"]
     assert after["pools"]["production"] > before["pools"]["production"] + 0.03
     assert after["wait_p95_h"]["production"] < before["wait_p95_h"]["production"]
     assert "held_out" in rec  # checked on a trace it was not derived from too
-    policy = yaml.safe_load((tmp_path / "recommended-production.yaml").read_text())
+    policy = yaml.safe_load(
+        (tmp_path / "recommended-production-layout-matched-to-demand.yaml").read_text()
+    )
     (pool,) = [p for p in policy["pools"] if p["name"] == "production"]
     assert "perGpu" in pool["mig"]
-    diff = (tmp_path / "recommended-production.diff").read_text()
+    diff = (tmp_path / "recommended-production-layout-matched-to-demand.diff").read_text()
     assert diff.startswith("--- policy (as read)") and "-      2g.20gb: 1" in diff
     assert "Recommendation: production: layout matched to demand" in result.output
 

@@ -4,6 +4,7 @@ from and on one it did not, beside the policy as it is; print and save what each
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -132,9 +133,7 @@ def _table(entry: dict[str, Any]) -> Table:
 
 
 def _save(out: Path, doc: Any, prop: Proposal, text: str) -> None:
-    slug = prop.name.split(":")[0].strip().replace(" ", "-")
-    if slug == "scheduling":
-        slug = "-".join(prop.name.split(":")[1].split()[:2])
+    slug = re.sub(r"[^a-z0-9]+", "-", prop.name.lower()).strip("-")
     (out / f"recommended-{slug}.yaml").write_text(text)
     before = yaml.safe_dump(doc, sort_keys=False).splitlines(keepends=True)
     diff = difflib.unified_diff(

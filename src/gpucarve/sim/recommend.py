@@ -161,7 +161,39 @@ def mig_layout(
                 new,
             )
         )
+        out.append(_dynamic(doc, i, pool.name, geom, pool.gpus, flavors, asked, hours))
     return out
+
+
+def _dynamic(
+    doc: Mapping[str, Any],
+    index: int,
+    pool: str,
+    geom: MigGeometry,
+    gpus: int,
+    flavors: Mapping[str, str],
+    asked: Mapping[str, Mapping[str, float]],
+    hours: float,
+) -> Proposal:
+    """The pool's layout as it is, repartitioned on demand between the profiles asked for;
+    each profile's quota is what all the pool's GPUs could hold of it, split by demand (a
+    quota per profile no larger than the layout of the moment would leave nothing to reshape
+    into)."""
+    new = copy.deepcopy(dict(doc))
+    profiles = sorted(asked)
+    new["pools"][index].setdefault("mig", {})["dynamic"] = {
+        "minSecondsBetweenChanges": 600,
+        "maxGpusPerCycle": 4,
+        "profiles": profiles,
+    }
+    most = {p.name: p.max_instances for p in geom.profiles}
+    _requota(new, {flavors[p]: (gpus * most[p], asked[p]) for p in profiles})
+    return Proposal(
+        f"{pool}: dynamic MIG",
+        f"{hours:,.0f} GPU-hours idle for mig-layout; repartition on demand between "
+        f"{', '.join(profiles)}, quotas following what each queue asked",
+        new,
+    )
 
 
 def _requota(doc: dict[str, Any], flavors: Mapping[str, tuple[int, Mapping[str, float]]]) -> None:

@@ -68,8 +68,9 @@ def recommend(
     if not proposals:
         c.print(
             Text(
-                "recommend: nothing to propose: no pool idled for a cause a layout change would "
-                "remove (see the idle table); what is left is bound by demand or quota"
+                "recommend: nothing to propose: no pool idled for its MIG layout or while gangs "
+                "waited for room, and preemption destroyed little (see the idle table); what "
+                "is left is bound by demand or quota"
             )
         )
         return []

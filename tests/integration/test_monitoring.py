@@ -91,6 +91,14 @@ CASES = [
           "10m", "GpucarveRepartitionsFailing", [{"pool": "p"}]),
     _case({"gpucarve_leader": "0x10"}, "5m", "GpucarveNoLeader", [{}]),
     _case({"gpucarve_leader": "1x10"}, "5m", "GpucarveNoLeader", []),
+    # two GPUs free for an hour while work waits for another MIG profile fires; half a GPU,
+    # and free GPUs nothing waits for, do not
+    _case({'gpucarve_idle_gpu_seconds_total{pool="p",cause="mig-layout"}': "0+120x90",
+           'gpucarve_idle_gpu_seconds_total{pool="q",cause="nominal-quota"}': "0+30x90",
+           'gpucarve_idle_gpu_seconds_total{pool="p",cause="nothing-waiting"}': "0+600x90"},
+          "80m", "GpucarveGpusIdleWhileWorkWaits", [{"pool": "p", "cause": "mig-layout"}]),
+    _case({'gpucarve_idle_gpu_seconds_total{pool="p",cause="mig-layout"}': "0+120x50"},
+          "50m", "GpucarveGpusIdleWhileWorkWaits", []),
 ]  # fmt: skip
 
 
@@ -98,7 +106,7 @@ def test_the_rules_load_and_each_alert_fires_only_past_its_threshold(tmp_path: P
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": alert_rules(POLICY)}))
     checked = promtool("check", "rules", "rules.yaml", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 7 rules found" in checked.stdout
+    assert f"SUCCESS: {len(RULES)} rules found" in checked.stdout
     tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": CASES}
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests, allow_unicode=True))
     ran = promtool("test", "rules", "tests.yaml", cwd=tmp_path)

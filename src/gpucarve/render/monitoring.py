@@ -120,6 +120,23 @@ def alert_rules(policy: Policy) -> list[dict[str, Any]]:
                 "description": "Check the scheduler's pods and its Lease.",
             },
         },
+        {
+            # at least one GPU free on average, for an hour, while work that could use it
+            # waits: the idle accounting names why (engine/idle.py)
+            "alert": "GpucarveGpusIdleWhileWorkWaits",
+            "expr": (
+                "sum by (pool, cause) "
+                '(rate(gpucarve_idle_gpu_seconds_total{cause!="nothing-waiting"}[15m])) >= 1'
+            ),
+            "for": "1h",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Pool {{ $labels.pool }} has kept GPUs free for an hour while work "
+                "waited ({{ $labels.cause }})",
+                "description": "`gpucarve explain` on a waiting pod says why; `gpucarve simulate "
+                "--recommend` on the policy says what would use them.",
+            },
+        },
     ]
     return [{"name": "gpucarve-dcgm", "rules": dcgm}, {"name": "gpucarve", "rules": own}]
 

@@ -61,8 +61,10 @@ def test_report_is_valid_html_with_plots(tmp_path: Path) -> None:
     assert checker.errors == [] and checker.stack == []
     assert checker.external == []  # nothing is fetched from elsewhere
     svgs = re.findall(r"<svg.*?</svg>", page, flags=re.S)
-    # allocation, queue usage and idle GPUs by cause per policy, and the wait CDF
-    assert len(svgs) == 10
+    # allocation, queue usage and idle GPUs by cause per policy (and per pool where gpucarve
+    # kept GPUs free while work waited), and the wait CDF
+    per_pool = page.count('aria-label="gpucarve, pool ')
+    assert per_pool >= 1 and len(svgs) == 10 + per_pool
     for svg in svgs:
         root = ET.fromstring(svg)  # each plot is well-formed SVG
         assert root.findall(".//{http://www.w3.org/2000/svg}polyline")
@@ -113,4 +115,6 @@ def test_idle_by_cause_over_time() -> None:
         workload(p, "b", "r", gpus=8, duration=100, submit=20),
     ]
     tl = timelines(Simulator(p, ws).run(), (0, 200), samples=4)
-    assert tl["idle_by_cause"] == {"nominal-quota": [0.0, 2.0, 0.0, 0.0, 0.0]}
+    # in all, and per pool
+    series = {"nominal-quota": [0.0, 2.0, 0.0, 0.0, 0.0]}
+    assert tl["idle_by_cause"] == {"all": series, "h": series}

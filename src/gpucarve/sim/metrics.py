@@ -369,19 +369,37 @@ def idle_series(
     samples: Sequence[tuple[int, tuple[Idle, ...] | None]],
     gpu_per_slice: Mapping[str, float],
     times: Sequence[int],
-) -> dict[str, list[float]]:
+    pool_of: Mapping[str, str] | None = None,
+) -> dict[str, dict[str, list[float]]]:
     """GPUs free while work waited, by cause, at each of `times` (the cycle sample in force
-    then; nothing-waiting left out)."""
-    out: defaultdict[str, list[float]] = defaultdict(lambda: [0.0] * len(times))
+    then; nothing-waiting left out): in all (key "all") and, with `pool_of` (flavor -> pool),
+    per pool."""
+    out: defaultdict[str, defaultdict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(lambda: [0.0] * len(times))
+    )
     j = -1
     for i, t in enumerate(times):
         while j + 1 < len(samples) and samples[j + 1][0] <= t:
             j += 1
         shares = samples[j][1] if j >= 0 else None
         for share in shares or ():
-            if share.cause is not IdleCause.NOTHING_WAITING:
-                out[share.cause.value][i] += share.slices * gpu_per_slice[share.flavor]
-    return {c: [round(v, 3) for v in series] for c, series in sorted(out.items())}
+            if share.cause is IdleCause.NOTHING_WAITING:
+                continue
+            gpus = share.slices * gpu_per_slice[share.flavor]
+            out["all"][share.cause.value][i] += gpus
+            if pool_of is not None:
+                out[pool_of[share.flavor]][share.cause.value][i] += gpus
+    return {
+        key: {c: [round(v, 3) for v in series] for c, series in sorted(causes.items())}
+        for key, causes in sorted(out.items())
+    }
+
+
+def _pool_of_flavor(book: SliceBook) -> dict[str, str]:
+    pools: defaultdict[str, set[str]] = defaultdict(set)
+    for pool, flavor in book.slices.values():
+        pools[flavor].add(pool)
+    return {f: "+".join(sorted(ps)) for f, ps in pools.items()}
 
 
 def timelines(result: SimResult, window: tuple[int, int], samples: int = 120) -> dict[str, Any]:
@@ -421,7 +439,7 @@ def timelines(result: SimResult, window: tuple[int, int], samples: int = 120) ->
     )
     return {
         "times": times,
-        "idle_by_cause": idle_series(result.idle, charge, times),
+        "idle_by_cause": idle_series(result.idle, charge, times, _pool_of_flavor(book)),
         "pool_allocation": {
             p: [round(v / capacity[p], 4) for v in series] for p, series in pools.items()
         },

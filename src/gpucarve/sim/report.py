@@ -170,18 +170,23 @@ def render(
     parts.append("<h2>GPUs free while work waited, by cause</h2>")
     for policy in policies:
         tl = series[policy]
-        if not tl.get("idle_by_cause"):
-            continue
+        idle = tl.get("idle_by_cause", {})
         hours = [t / 3600 for t in tl["times"]]
-        parts.append(
-            line_chart(
-                f"{policy}: free GPUs by why waiting work did not take them",
-                tl["idle_by_cause"],
-                hours,
-                x_label="hours",
-                y_label="GPU-equivalents",
+        # in all for every policy; per pool for the last (gpucarve's, when it runs)
+        keys = ["all"] + ([k for k in idle if k != "all"] if policy == policies[-1] else [])
+        for key in keys:
+            if not idle.get(key):
+                continue
+            where = "all pools" if key == "all" else f"pool {key}"
+            parts.append(
+                line_chart(
+                    f"{policy}, {where}: free GPUs by why waiting work did not take them",
+                    idle[key],
+                    hours,
+                    x_label="hours",
+                    y_label="GPU-equivalents",
+                )
             )
-        )
     parts.append("<h2>Waiting time</h2>")
     # one shared x axis: evaluate every policy's CDF on the union of quantile points
     grid = sorted({x for p in policies for x in cdf([w / 3600 for w in series[p]["waits"]])[0]})

@@ -214,3 +214,14 @@ def test_the_api_servers_scenario_in_the_engine() -> None:
     s = finish(s, "other/run")
     result, _ = cycle(s, 100)
     assert result.admitted_ids() == ["research/gang"]
+
+
+def test_only_work_needing_a_whole_node_reserves() -> None:
+    p = one_node(**RESERVE)
+    s = snapshot(p, [expecting(workload(p, "a", "o", gpus=4), 1000)])
+    _, s = cycle(s)
+    # 6 GPUs: less than a node; it runs as soon as 6 free, and reserving would only idle
+    result, _ = cycle(submit(s, workload(p, "six", "r", gpus=6, submit=10)), 200)
+    assert result.reservations == ()
+    result, _ = cycle(submit(s, workload(p, "eight", "r", gpus=8, submit=10)), 200)
+    assert [r.workload for r in result.reservations] == ["r/eight"]

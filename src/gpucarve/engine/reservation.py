@@ -131,11 +131,10 @@ def reserve_starving(c: CycleState) -> None:
     if c.cfg.queueing is QueueingStrategy.STRICT_FIFO:
         after = 0
     due = c.now - after
-    starving = [
-        w
-        for w in c.snapshot.pending
-        if w.submit_time <= due and any(ps.gpu.kind is not GpuKind.NONE for ps in w.pod_sets)
-    ]
+    node_size: dict[str, int] = {}
+    for (flavor, _), n in c.ws.total.items():
+        node_size[flavor] = max(node_size.get(flavor, 0), n)
+    starving = [w for w in c.snapshot.pending if w.submit_time <= due and _big(c, w, node_size)]
     # one per queue, its first in queue order (priority, then age); the oldest of those first
     heads: dict[str, Workload] = {}
     for w in sorted(starving, key=lambda w: (-w.priority, w.submit_time, w.id)):
@@ -144,6 +143,18 @@ def reserve_starving(c: CycleState) -> None:
         if len(c.reservations) >= RESERVATIONS_PER_CYCLE:
             return
         _reserve(c, w)
+
+
+def _big(c: CycleState, w: Workload, node_size: dict[str, int]) -> bool:
+    """Whether the workload needs at least a whole node's worth of a flavor: smaller work
+    fits as soon as anything of its size frees, and reserving for it only idles GPUs (both
+    the example and a stream of one- and two-GPU jobs measured so)."""
+    need: dict[str, int] = {}
+    for ps, flavors in zip(w.pod_sets, c.flavors_for(w), strict=True):
+        if flavors and ps.gpu.kind is not GpuKind.NONE:
+            f = flavors[0].name
+            need[f] = need.get(f, 0) + c.needs_of(ps, flavors[0]).slices * ps.min_count
+    return any(n >= node_size.get(f, 0) > 0 for f, n in need.items())
 
 
 def _reserve(c: CycleState, head: Workload) -> None:

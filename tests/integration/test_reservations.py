@@ -1,7 +1,8 @@
 """Reservations on a real API server, and `plan` on the same workloads: a gang that finds no room
 reserves the nodes where it fits soonest, judged by the runtimes the pods declare
-(`gpucarve.io/expected-runtime`); work that ends first still runs there, work that would delay
-the gang waits, and the gang binds once the work it waits for is gone. The engine's side of the
+(their activeDeadlineSeconds); work that ends first still runs there, work that would delay the
+gang waits (so does work that only claims to end first), and the gang binds once the work it
+waits for is gone. The engine's side of the
 same scenario (what `plan` and `simulate` run) is
 tests/engine/test_reservations.py::test_the_api_servers_scenario_in_the_engine."""
 
@@ -87,7 +88,14 @@ def cluster(
 
 
 def timed(manifest: dict[str, Any], seconds: int) -> dict[str, Any]:
-    manifest["metadata"]["annotations"] = {EXPECTED_RUNTIME_ANNOTATION: str(seconds)}
+    """A pod the kubelet stops after `seconds` (activeDeadlineSeconds): it ends by then."""
+    manifest["spec"]["activeDeadlineSeconds"] = seconds
+    return manifest
+
+
+def claiming(manifest: dict[str, Any], seconds: str) -> dict[str, Any]:
+    """A pod that only says how long it runs (nothing stops it then)."""
+    manifest["metadata"]["annotations"] = {EXPECTED_RUNTIME_ANNOTATION: seconds}
     return manifest
 
 
@@ -116,19 +124,23 @@ def test_a_gang_reserves_where_it_fits_soonest_and_binds_when_that_work_is_gone(
             what="the gang's reservation",
         )
         assert "once 1 running workload(s) end" in message, message
-        assert "other/run, by its declared runtime" in message, message
+        assert "other/run, by its deadline" in message, message
         # work that ends before the gang can start runs on the reserved nodes; work that would
         # run past its start waits, though GPUs are free. (Submission times are seconds, as
         # creationTimestamp is: a second later, these are newer than the gang whatever the ids.)
         time.sleep(1.1)
         create_pod(api, timed(pod("other", "quick", "nvidia.com/gpu", 2), 60))
         create_pod(api, timed(pod("other", "late", "nvidia.com/gpu", 4), 7200))
+        # a claim binds nothing: a pod that only says it runs a minute is kept off too
+        create_pod(api, claiming(pod("other", "liar", "nvidia.com/gpu", 4), "1m"))
         wait_for(lambda: _bound(api, "other", "quick"), what="other/quick bound")
         late = wait_for(
             lambda: (m := _waits(api, "other", "late")) and "by reservation" in m and m,
             what="other/late kept off the reserved nodes",
         )
         assert _bound(api, "other", "late") is None, late
+        liar = wait_for(lambda: _waits(api, "other", "liar"), what="other/liar's reason")
+        assert _bound(api, "other", "liar") is None and "by reservation" in liar, liar
         assert held and _bound(api, "other", "quick") is not None
         # the scheduler exports why the reserved GPUs sit free, as the simulator sums it
         idle = wait_for(

@@ -122,12 +122,16 @@ def test_a_declared_runtime_comes_from_the_annotation_or_the_deadline() -> None:
         timed("e", **{"gpucarve.io/expected-runtime": "soon"}),
     ]
     got = {g.pods[0]: g for g in pending_workloads(pods, policy, EPOCH)}
-    runtimes = {k: g.workload.expected_runtime_s for k, g in got.items() if g.workload}
+    runtimes = {
+        k: (g.workload.expected_runtime_s, g.workload.runtime_limit_s)
+        for k, g in got.items()
+        if g.workload
+    }
     assert runtimes == {
-        "research/a": 7200,
-        "research/b": 5400,
-        "research/c": 600,
-        "research/d": None,
+        "research/a": (7200, None),  # claims
+        "research/b": (5400, None),
+        "research/c": (None, 600),  # a deadline the kubelet enforces
+        "research/d": (None, None),
     }
     bad = got["research/e"]
     assert bad.workload is None and any(

@@ -116,7 +116,7 @@ def test_a_reserving_gang_and_its_expected_start_are_exported() -> None:
         ],
         scheduling={"minRuntimeSeconds": 0, "reserveAfterSeconds": 0},
     )
-    running = dataclasses.replace(workload(p, "run", "b", gpus=4), expected_runtime_s=900)
+    running = dataclasses.replace(workload(p, "run", "b", gpus=4), runtime_limit_s=900)
     _, s = cycle(snapshot(p, [running]))
     s = submit(s, workload(p, "gang", "a", gpus=8, submit=10))
     m = SchedulerMetrics()

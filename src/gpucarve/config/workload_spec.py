@@ -93,9 +93,12 @@ class WorkloadSpec(_Strict):
     # How long a gang may stay in part placed (some pods running, the rest waiting) before
     # what it holds is released; default by size (engine.gang_timeout).
     scheduleTimeoutSeconds: int | None = Field(default=None, ge=1, le=7 * 86400)
-    # How long it is expected to run once started (reservations judge backfill by it); unset:
-    # learned from finished work of its kind (core.runtime).
+    # How long it says it runs once started: a claim, which may only lengthen what finished
+    # work of its kind took (core.runtime).
     expectedRuntimeSeconds: int | None = Field(default=None, ge=1, le=365 * 86400)
+    # Seconds after which it is stopped once started (a pod's activeDeadlineSeconds): it ends
+    # by then, so reservations let it backfill by it.
+    activeDeadlineSeconds: int | None = Field(default=None, ge=1, le=365 * 86400)
     podSets: list[PodSetSpec] = Field(min_length=1, max_length=8)
 
 
@@ -518,6 +521,7 @@ def build_workload(
         duration=spec.duration,
         timeout_s=spec.scheduleTimeoutSeconds,
         expected_runtime_s=spec.expectedRuntimeSeconds,
+        runtime_limit_s=spec.activeDeadlineSeconds,
     )
     problems = _max_per_workload(w, policy, path)
     return (None if problems else w), problems

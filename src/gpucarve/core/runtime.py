@@ -1,5 +1,6 @@
-"""How long work is expected to run once started: what it declares, else what finished work of
-its kind took, else nothing (the engine then assumes the policy's conservative default).
+"""How long work is expected to run once started: by its deadline if something stops it then,
+else what finished work of its kind took (or the policy's conservative default), lengthened by
+what it claims but never shortened: a claim binds nothing.
 
 Reservations need it: a gang that waits for room gets the nodes where it fits soonest, judged by
 when what runs there is expected to end, and other work may use those nodes meanwhile only if
@@ -70,15 +71,18 @@ class RuntimeBook:
         self._estimates[k] = estimate
         return estimate
 
-    def expected(self, w: Workload) -> tuple[int | None, str]:
-        """Seconds `w` is expected to run and where that comes from: `declared` (the workload
-        says), `learned` (finished work of its kind), or (None, `unknown`)."""
-        if w.expected_runtime_s is not None:
-            return w.expected_runtime_s, "declared"
+    def expected(self, w: Workload, default: int) -> tuple[int, str]:
+        """Seconds `w` is expected to run and whence. A deadline that stops it (`deadline`)
+        bounds it for sure. Otherwise what finished work of its kind took (`learned`), or
+        `default` before enough has; a claim (`declared`) may only lengthen that: nothing
+        stops work that claimed less, so a short claim would let it jump a reservation."""
+        if w.runtime_limit_s is not None:
+            return w.runtime_limit_s, "deadline"
         learned = self.learned(w)
-        if learned is not None:
-            return learned, "learned"
-        return None, "unknown"
+        base, source = (learned, "learned") if learned is not None else (default, "default")
+        if w.expected_runtime_s is not None and w.expected_runtime_s > base:
+            return w.expected_runtime_s, "declared"
+        return base, source
 
     def __len__(self) -> int:
         return sum(len(r) for r in self._runs.values())

@@ -167,9 +167,13 @@ class Workload:
     duration: int | None = None  # for the simulator: seconds of work once running
     # Seconds a gang may stay in part placed before it is released (None: by its size).
     timeout_s: int | None = None
-    # Seconds it is expected to run once started, as it declares (an annotation, a Job's
-    # activeDeadlineSeconds); None: learned from finished work of its kind (core.runtime).
+    # Seconds it says it runs once started (the gpucarve.io/expected-runtime annotation): a
+    # claim, nothing stops it running longer, so it may only lengthen what history says
+    # (core.runtime); None: learned from finished work of its kind.
     expected_runtime_s: int | None = None
+    # Seconds after which it is stopped once started (a pod's activeDeadlineSeconds, which the
+    # kubelet enforces): it ends by then, whatever it claims.
+    runtime_limit_s: int | None = None
 
     @property
     def pods(self) -> int:

@@ -266,9 +266,12 @@ def _group_doc(
     }
     if priority := (first.get("spec") or {}).get("priorityClassName"):
         doc["priorityClass"] = priority
-    expected = _expected_runtime(first)
-    if expected is not None:
-        doc["expectedRuntimeSeconds"] = expected
+    claimed = _claimed_runtime(first)
+    if claimed is not None:
+        doc["expectedRuntimeSeconds"] = claimed
+    deadline = (first.get("spec") or {}).get("activeDeadlineSeconds")
+    if deadline is not None:
+        doc["activeDeadlineSeconds"] = deadline
     if group_spec is not None and in_group:
         if group_spec.topology != "none":
             doc["topology"] = group_spec.topology
@@ -277,18 +280,14 @@ def _group_doc(
     return doc, tuple(tuple(set_pods[sig]) for sig in sets)
 
 
-def _expected_runtime(pod: Mapping[str, Any]) -> object:
-    """What a pod says of how long it runs: the gpucarve.io/expected-runtime annotation
-    (seconds, or a number with s, m, h or d), else its activeDeadlineSeconds (it is stopped by
-    then, so it ends by then). A malformed annotation is passed on as it is, for validation to
-    name."""
-    annotations = pod["metadata"].get("annotations") or {}
-    raw = annotations.get(EXPECTED_RUNTIME_ANNOTATION)
-    if raw is not None:
-        seconds = _duration(raw) if isinstance(raw, str) else None
-        return raw if seconds is None else seconds
-    deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
-    return deadline if isinstance(deadline, int) and deadline > 0 else None
+def _claimed_runtime(pod: Mapping[str, Any]) -> object:
+    """How long a pod says it runs: the gpucarve.io/expected-runtime annotation (seconds, or a
+    number with s, m, h or d). A malformed one is passed on as it is, for validation to name."""
+    raw = (pod["metadata"].get("annotations") or {}).get(EXPECTED_RUNTIME_ANNOTATION)
+    if raw is None:
+        return None
+    seconds = _duration(raw) if isinstance(raw, str) else None
+    return raw if seconds is None else seconds
 
 
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}

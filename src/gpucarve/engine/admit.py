@@ -190,12 +190,14 @@ def plan_for(
 def _place(
     c: CycleState, w: Workload, plan: Plan
 ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
-    sig = signature(w, plan)
-    cached = c.no_room.get(sig)
+    # Under reservations a verdict depends on the workload (its seniority, its expected end),
+    # not on its shape alone: no shape memo then.
+    sig = None if c.placer.reserved else signature(w, plan)
+    cached = c.no_room.get(sig) if sig is not None else None
     if cached is not None and cached[0] == c.ws.release_epoch:
         return None, cached[1]
     placed, reason = c.placer.place_gang(w, plan)
-    if placed is None:
+    if placed is None and sig is not None:
         assert reason is not None
         c.no_room[sig] = (c.ws.release_epoch, reason)
     return placed, reason

@@ -20,9 +20,10 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> b
     """Reclaim, then priority preemption, for `w` on `plan`: evict the fewest victims that let
     the gang place (an admission of this cycle is withdrawn instead)."""
     pre = c.preemptor
-    # A shape that found no victims finds none again until capacity is given back.
-    key = (w.queue, w.priority, signature(w, plan))
-    if c.no_victims.get(key) == c.ws.release_epoch:
+    # A shape that found no victims finds none again until capacity is given back (not under
+    # reservations: there a placement depends on the workload, not on its shape alone).
+    key = None if c.placer.reserved else (w.queue, w.priority, signature(w, plan))
+    if key is not None and c.no_victims.get(key) == c.ws.release_epoch:
         return False
     # Like Kueue, which considers only queue heads, bound the victim searches per queue
     # and cycle: the rest wait for the next cycle, when these evictions have settled.
@@ -61,7 +62,8 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> b
         evicted = [v.workload.id for v in victims if v.workload.id not in c.withdrawn]
         c.record(w, placed, Stage.PREEMPTION, list(dict.fromkeys(evicted)))
         return True
-    c.no_victims[key] = c.ws.release_epoch
+    if key is not None:
+        c.no_victims[key] = c.ws.release_epoch
     return False
 
 

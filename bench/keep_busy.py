@@ -78,8 +78,13 @@ def main() -> None:
     ap.add_argument("--scenario", choices=("example", "stream"), default="example")
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")
+    if not lo.isdigit() or not (hi or lo).isdigit() or int(hi or lo) < int(lo):
+        ap.error(f"--seeds {args.seeds!r}: give a seed or a range such as 42-45")
     seeds = list(range(int(lo), int(hi or lo) + 1))
-    loads = [float(x) for x in args.loads.split(",")]
+    try:
+        loads = [float(x) for x in args.loads.split(",")]
+    except ValueError:
+        ap.error(f"--loads {args.loads!r}: give numbers separated by commas, such as 1,2")
     if args.scenario == "stream":
         stream(seeds, args.days)
         return

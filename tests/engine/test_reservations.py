@@ -26,6 +26,12 @@ RESERVE = {"reserveAfterSeconds": 100, "minRuntimeSeconds": 0}
 
 
 def expecting(w: Workload, seconds: int) -> Workload:
+    """`w` with a deadline (a pod's activeDeadlineSeconds): it ends by then."""
+    return dataclasses.replace(w, runtime_limit_s=seconds)
+
+
+def claiming(w: Workload, seconds: int) -> Workload:
+    """`w` with a claimed runtime (the annotation): nothing stops it running longer."""
     return dataclasses.replace(w, expected_runtime_s=seconds)
 
 
@@ -62,16 +68,19 @@ def test_the_runtime_book_prefers_declarations_then_learns_a_high_quantile() -> 
     p = one_node()
     book = RuntimeBook()
     w = workload(p, "x", "r", gpus=2)
-    assert book.expected(w) == (None, "unknown")
+    assert book.expected(w, 5000) == (5000, "default")
     for seconds in range(100, 100 * MIN_SAMPLES, 100):
         book.record(workload(p, f"x{seconds}", "r", gpus=2), seconds)
-    assert book.expected(w) == (None, "unknown")  # one run short of an estimate
+    assert book.expected(w, 5000) == (5000, "default")  # one run short of an estimate
     book.record(workload(p, "last", "r", gpus=2), 1000)
-    learned, source = book.expected(w)
-    assert source == "learned" and learned == 1000  # the high quantile, not the mean
-    # another kind (other size) learns nothing from these; a declaration beats learning
-    assert book.expected(workload(p, "y", "r", gpus=4)) == (None, "unknown")
-    assert book.expected(expecting(w, 42)) == (42, "declared")
+    assert book.learned(w) == 1000  # the high quantile, not the mean
+    assert book.expected(w, 5000) == (1000, "learned")
+    # another kind (other size) learns nothing from these
+    assert book.expected(workload(p, "y", "r", gpus=4), 5000) == (5000, "default")
+    # a deadline bounds it; a claim may lengthen what history says, never shorten it
+    assert book.expected(expecting(w, 42), 5000) == (42, "deadline")
+    assert book.expected(claiming(w, 3000), 5000) == (3000, "declared")
+    assert book.expected(claiming(w, 42), 5000) == (1000, "learned")
 
 
 def test_a_reserving_gang_lets_through_only_work_that_ends_before_it_starts() -> None:
@@ -90,7 +99,7 @@ def test_a_reserving_gang_lets_through_only_work_that_ends_before_it_starts() ->
     )
     big = result.pending_reason("r/big")
     assert big is not None and big.plugin is Plugin.RESERVATION
-    assert "reserved train-0" in big.message and "by its declared runtime" in big.message
+    assert "reserved train-0" in big.message and "by its deadline" in big.message
     slow_reason = result.pending_reason("o/slow")
     assert slow_reason is not None and "by reservation" in slow_reason.message
 
@@ -205,7 +214,7 @@ def test_the_api_servers_scenario_in_the_engine() -> None:
     result, s = cycle(submit(s, workload(p, "gang", "research", gpus=6, pods=2, submit=5)), 10)
     gang = result.pending_reason("research/gang")
     assert gang is not None and "expected in 59 min, once 1 running workload(s) end" in gang.message
-    assert "other/run, by its declared runtime" in gang.message
+    assert "other/run, by its deadline" in gang.message
     quick = expecting(workload(p, "quick", "other", gpus=2, submit=20), 60)
     late = expecting(workload(p, "late", "other", gpus=4, submit=21), 7200)
     result, s = cycle(submit(s, quick, late), 30)
@@ -225,3 +234,16 @@ def test_only_work_needing_a_whole_node_reserves() -> None:
     assert result.reservations == ()
     result, _ = cycle(submit(s, workload(p, "eight", "r", gpus=8, submit=10)), 200)
     assert [r.workload for r in result.reservations] == ["r/eight"]
+
+
+def test_a_short_claim_does_not_jump_a_reservation() -> None:
+    # a claimed runtime binds nothing (nothing stops the work at it): without a deadline or
+    # history, the work counts as running the policy's default, and waits
+    p = one_node(**RESERVE)
+    s = half_busy(p, ends_in=1000)
+    liar = claiming(workload(p, "liar", "o", gpus=2, submit=20), 60)
+    result, _ = cycle(submit(s, liar), now=200)
+    assert result.admitted_ids() == []
+    honest = expecting(workload(p, "honest", "o", gpus=2, submit=21), 60)
+    result, _ = cycle(submit(s, liar, honest), now=200)
+    assert result.admitted_ids() == ["o/honest"]

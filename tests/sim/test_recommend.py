@@ -87,3 +87,18 @@ def test_scheduling_proposals_follow_the_figures_that_call_for_them() -> None:
                       busy) == []  # fmt: skip
     (spare,) = [p for p in scheduling({}, busy) if "spare" in p.name]
     assert spare.doc["scheduling"] == {"reclaimLargeVictimRatio": 4}
+
+
+def test_recommend_needs_gpucarve_and_keeps_json_clean(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["simulate", "--compare", "kube-default", "--recommend", "--days", "0.2"]
+    )
+    assert result.exit_code == 2
+    assert "--recommend [needs-gpucarve]" in result.output and "fix: add --compare gpucarve" in (
+        result.output
+    )
+    args = ["simulate", "--compare", "gpucarve", "--days", "0.5", "--load", "2", "--recommend"]
+    result = CliRunner().invoke(app, [*args, "--json", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)  # the tables went to stderr
+    assert "recommendations" in doc

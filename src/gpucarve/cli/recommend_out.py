@@ -55,9 +55,11 @@ def recommend(
     window: tuple[int, int],
     catalog: Sequence[Path],
     out: Path | None,
+    quiet: bool = False,
 ) -> list[dict[str, Any]]:
-    """Replay the proposals; print a table per proposal and return what results.json keeps."""
-    c = console()
+    """Replay the proposals; print a table per proposal (on stderr when `quiet`: stdout
+    then carries JSON) and return what results.json keeps."""
+    c = console(stderr=quiet)
     doc = loaded.document.data if loaded.document is not None else None
     idle = {p: v.get("idle_gpu_hours", {}) for p, v in before["pools"].items()}
     proposals = (

@@ -298,11 +298,7 @@ def simulate(
     loaded = policy_or_exit(policy_file(policy), catalog)
     if out is not None:
         out_dir_or_exit(out, "--out")
-    names = policies or list(POLICIES)
-    unknown = [n for n in names if n not in POLICIES]
-    if unknown:
-        refuse("--compare", "unknown-policy", f"no policy {', '.join(unknown)}",
-               f"use one of {', '.join(POLICIES)}")  # fmt: skip
+    names = _names(policies, recommend)
     try:
         if trace_file is not None:
             workloads, utilisation = _trace_workloads(trace_file, loaded.policy, lenient)
@@ -339,10 +335,10 @@ def simulate(
     elif failure_rate:
         doc["gpu_failures"] = {"per_gpu_day": failure_rate, "repair_hours": repair_hours}
     doc.update(_source(trace_file, seed, days, load))
-    if recommend and "gpucarve" in results:
+    if recommend:
         doc["recommendations"] = _recommend(
             loaded, (workloads, utilisation), results["gpucarve"], trace_file, seed, days, load,
-            window, catalog, out,
+            window, catalog, out, as_json,
         )  # fmt: skip
     if out is not None:
         what = (
@@ -362,6 +358,19 @@ def simulate(
             c.print(Text(case_study_line(results)))
 
 
+def _names(policies: list[str] | None, recommend: bool) -> list[str]:
+    """The policies to run, or a refusal naming the option and the fix."""
+    names = policies or list(POLICIES)
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        refuse("--compare", "unknown-policy", f"no policy {', '.join(unknown)}",
+               f"use one of {', '.join(POLICIES)}")  # fmt: skip
+    if recommend and "gpucarve" not in names:
+        refuse("--recommend", "needs-gpucarve", "--recommend replays gpucarve's run, which "
+               "--compare leaves out", "add --compare gpucarve")  # fmt: skip
+    return names
+
+
 def _recommend(
     loaded: LoadedPolicy,
     trace: tuple[list[Workload], dict[str, float]],
@@ -373,6 +382,7 @@ def _recommend(
     window: tuple[int, int],
     catalog: list[Path] | None,
     out: Path | None,
+    quiet: bool,
 ) -> list[dict[str, Any]]:
     """`--recommend`: a synthetic trace is checked on the next seed too; a replayed one only on
     itself (the report says so by leaving that column out)."""
@@ -383,7 +393,9 @@ def _recommend(
         def held_out() -> tuple[list[Workload], dict[str, float]]:
             return _synthetic_workloads(loaded.policy, scenario, days, seed + 1)
 
-    return recommend_out.recommend(loaded, trace, before, held_out, window, catalog or [], out)
+    return recommend_out.recommend(
+        loaded, trace, before, held_out, window, catalog or [], out, quiet
+    )
 
 
 def _source(trace_file: Path | None, seed: int, days: float, load: float) -> dict[str, Any]:

@@ -60,8 +60,4 @@ def report(exc: TyperException) -> int:
         f"  fix: {_fix(exc, command)}",
         file=sys.stderr,
     )
-    return (
-        int(Exit.INVALID)
-        if isinstance(exc.exit_code, int) and exc.exit_code == 2
-        else int(exc.exit_code)
-    )
+    return int(exc.exit_code)  # 2 (Exit.INVALID) for every usage error

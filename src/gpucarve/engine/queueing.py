@@ -1,22 +1,20 @@
 """Queue order under pressure: strict heads, and the reservations of gangs that wait for room.
 
 A head that cannot be admitted holds its queue for the flavors it needs once it has waited
-`scheduling.maxHeadWaitSeconds` (at once under strict FIFO), if what it asks still fits its
-queue's nominal quota beside what the queue already uses. A gang with a reservation
-(`engine.reservation`) holds its queue's quota of the flavors it needs against later work that
-is expected to run past the gang's expected start; other flavors stay open (a starving training
-gang does not stop the team's notebooks).
+`scheduling.maxHeadWaitSeconds` (at once under strict FIFO), if what it asks fits its queue's
+nominal quota (beside what the queue already uses, when reservations are on). A gang with a
+reservation (`engine.reservation`) short of quota holds its queue's quota of the flavors it
+needs against later work expected to run past the gang's expected start; other flavors stay
+open (a starving training gang does not stop the team's notebooks).
 """
 
 from __future__ import annotations
-
-from collections import Counter
 
 from gpucarve.core.policy import QueueingStrategy
 from gpucarve.core.workload import TopologyMode, Workload
 from gpucarve.engine.decisions import PendingReason, Plugin, Stage
 from gpucarve.engine.placement import groups as topology_groups
-from gpucarve.engine.placement.holds import Hold
+from gpucarve.engine.placement.holds import Hold, senior
 from gpucarve.engine.state import CycleState
 
 
@@ -63,11 +61,7 @@ def reserve_emptiest(c: CycleState, head: Workload) -> None:
     constraint the group with the most free capacity, otherwise the emptiest nodes until their
     size covers the gang. Newer or lower work may not take the flavor there at all; it may
     still use every other node of the flavor, so one big gang does not drain a whole pool."""
-    demand: Counter[str] = Counter()
-    for ps, flavors in zip(head.pod_sets, c.flavors_for(head), strict=True):
-        if flavors:
-            f = flavors[0]
-            demand[f.name] += c.needs_of(ps, f).slices * ps.min_count
+    demand = c.first_demand(head)
     groups = c.ws.groups_for(head.topology)
     ws = c.ws
     for flavor, need in sorted(demand.items()):
@@ -142,10 +136,3 @@ def _behind_reservation(c: CycleState, w: Workload) -> PendingReason | None:
                     f.name,
                 )
     return None
-
-
-def senior(head: Workload, w: Workload) -> bool:
-    """Whether `head` comes before `w`: higher priority, or the same and submitted first."""
-    return head.priority > w.priority or (
-        head.priority == w.priority and (head.submit_time, head.id) <= (w.submit_time, w.id)
-    )

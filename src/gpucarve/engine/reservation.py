@@ -41,6 +41,13 @@ from gpucarve.engine.state import CycleState
 from gpucarve.engine.working import Working
 
 RESERVATIONS_PER_CYCLE = 4
+# how a reason names where an expected end came from (core.runtime)
+WHENCE = {
+    "deadline": "its deadline",
+    "learned": "its learned runtime",
+    "declared": "the runtime it declares",
+    "default": "the default runtime",
+}
 # Running workloads looked through for the end of the wait, soonest first: a gang that would
 # need more of them to end waits without a reservation.
 LOOKAHEAD = 256
@@ -68,13 +75,16 @@ def look_ahead(
     holding.sort(key=lambda rw: (end_of(rw), rw.workload.id))
     holding = holding[:LOOKAHEAD]
 
+    tried: dict[int, list[PodAssignment] | None] = {}
+
     def fits_after(k: int) -> list[PodAssignment] | None:
-        cp = ws.checkpoint()
-        for rw in holding[:k]:
-            evict(ws, ws.running[rw.workload.id])
-        placed = place()
-        ws.rollback(cp)
-        return placed
+        if k not in tried:
+            cp = ws.checkpoint()
+            for rw in holding[:k]:
+                evict(ws, ws.running[rw.workload.id])
+            tried[k] = place()
+            ws.rollback(cp)
+        return tried[k]
 
     if not holding or fits_after(len(holding)) is None:
         return None
@@ -149,12 +159,7 @@ def _big(c: CycleState, w: Workload, node_size: dict[str, int]) -> bool:
     """Whether the workload needs at least a whole node's worth of a flavor: smaller work
     fits as soon as anything of its size frees, and reserving for it only idles GPUs (both
     the example and a stream of one- and two-GPU jobs measured so)."""
-    need: dict[str, int] = {}
-    for ps, flavors in zip(w.pod_sets, c.flavors_for(w), strict=True):
-        if flavors and ps.gpu.kind is not GpuKind.NONE:
-            f = flavors[0].name
-            need[f] = need.get(f, 0) + c.needs_of(ps, flavors[0]).slices * ps.min_count
-    return any(n >= node_size.get(f, 0) > 0 for f, n in need.items())
+    return any(n >= node_size.get(f, 0) > 0 for f, n in c.first_demand(w).items())
 
 
 def _reserve(c: CycleState, head: Workload) -> None:
@@ -194,7 +199,8 @@ def _reserve(c: CycleState, head: Workload) -> None:
     for key, h in holds_for(c.ws, head, start, placed, ended).items():
         h.borrows = borrows
         c.placer.reserved.setdefault(key, h)
-    if not c.quotas.check(head.queue, demand).fits:
+    holds_quota = not c.quotas.check(head.queue, demand).fits
+    if holds_quota:
         # Its own queue's work (or the cohort's) keeps the quota it needs: that quota is kept
         # for it too. (A gang short only of room holds no quota: its queue's other work may
         # fit elsewhere.)
@@ -207,9 +213,10 @@ def _reserve(c: CycleState, head: Workload) -> None:
     if ended:
         last = ended[-1].workload
         c.reserved_notes[head.id] = (
-            f"reserved {', '.join(nodes)} and its queue's quota, where and when it fits "
+            f"reserved {', '.join(nodes)}{' and its queue quota' if holds_quota else ''}, "
+            "where and when it fits "
             f"soonest: expected in {_span(start - c.now)}, once {len(ended)} running "
-            f"workload(s) end (the last, {last.id}, by its {c.runtime(last)[1]} runtime); "
+            f"workload(s) end (the last, {last.id}, by {WHENCE[c.runtime(last)[1]]}); "
             "meanwhile other work runs there only if it is expected to end first or leaves "
             "the gang its room"
         )

@@ -84,23 +84,26 @@ class CycleState:
             self.placer.model.set_demand(snapshot.pending, self._first_needs)
 
     def runtime(self, w: Workload) -> tuple[int, str]:
-        """Seconds `w` is expected to run, and whence: declared, learned, or the policy's
-        default."""
-        seconds, source = self.snapshot.runtimes.expected(w)
-        if seconds is None:
-            return self.cfg.default_runtime_s, "default"
-        return seconds, source
+        """Seconds `w` is expected to run, and whence (core.runtime)."""
+        return self.snapshot.runtimes.expected(w, self.cfg.default_runtime_s)
 
-    def within_nominal(self, w: Workload) -> bool:
-        """Whether `w`, beside what its queue already uses, fits the queue's nominal quota on
-        its first flavor choice (what the queue is guaranteed, whatever others borrow)."""
+    def first_demand(self, w: Workload) -> dict[str, int]:
+        """Slices per flavor the workload's minimum pods need on their first flavor choice
+        (the one holds, quotas and reservations weigh)."""
         need: dict[str, int] = {}
         for ps, flavors in zip(w.pod_sets, self.flavors_for(w), strict=True):
             if flavors:
                 f = flavors[0]
                 need[f.name] = need.get(f.name, 0) + self.needs_of(ps, f).slices * ps.min_count
+        return need
+
+    def within_nominal(self, w: Workload) -> bool:
+        """Whether `w`, beside what its queue already uses, fits the queue's nominal quota on
+        its first flavor choice (what the queue is guaranteed, whatever others borrow)."""
         q = self.quotas
-        return all(q.used(w.queue, f) + n <= q.nominal(w.queue, f) for f, n in need.items())
+        return all(
+            q.used(w.queue, f) + n <= q.nominal(w.queue, f) for f, n in self.first_demand(w).items()
+        )
 
     def ends_at(self, w: Workload) -> int:
         """When `w`, started now, is expected to end."""

@@ -8,6 +8,14 @@ from dataclasses import dataclass
 from gpucarve.core.workload import Workload
 
 
+def senior(head: Workload, w: Workload) -> bool:
+    """Whether `head` comes before `w`: higher priority, or the same and submitted first (by
+    id when submitted the same second). Only work `head` is senior to is kept off its hold."""
+    return head.priority > w.priority or (
+        head.priority == w.priority and (head.submit_time, head.id) <= (w.submit_time, w.id)
+    )
+
+
 @dataclass(slots=True)
 class Hold:
     """What a reservation keeps on one node for one flavor."""

@@ -29,7 +29,7 @@ from gpucarve.engine.node_state import GpuSlots, NodeState
 from gpucarve.engine.placement import groups as topology_groups
 from gpucarve.engine.placement import plugins
 from gpucarve.engine.placement.frag_place import Choice, ModelPlacer
-from gpucarve.engine.placement.holds import Hold
+from gpucarve.engine.placement.holds import Hold, senior
 from gpucarve.engine.placement.plugins import PodNeeds
 from gpucarve.engine.working import Working
 
@@ -76,7 +76,7 @@ class Placer:
         # queue's nominal quota (the cycle sets both)
         self.ends_at: Callable[[Workload], int] = lambda w: 0
         self.guaranteed: Callable[[Workload], bool] = lambda w: False
-        self.current_guaranteed = False
+        self._current_guaranteed: bool | None = None  # worked out when a hold asks
         self.model = ModelPlacer(ws, weights, self._passes)
         # (pod set, flavor) -> (working state mark, the model's choice) from `preview`
         self._previewed: dict[tuple[int, str | None], tuple[int, Choice | None, PodSet]] = {}
@@ -127,7 +127,12 @@ class Placer:
     def _begin(self, w: Workload) -> None:
         self.current = w
         self.current_end = self.ends_at(w) if self.reserved else 0
-        self.current_guaranteed = bool(self.reserved) and self.guaranteed(w)
+        self._current_guaranteed = None
+
+    def _guaranteed(self, w: Workload) -> bool:
+        if self._current_guaranteed is None:
+            self._current_guaranteed = self.guaranteed(w)
+        return self._current_guaranteed
 
     def _kept_from(self, node: NodeState, needs: PodNeeds) -> bool:
         """Whether a reservation keeps the workload being placed off this node: it is newer or
@@ -139,12 +144,7 @@ class Placer:
         w = self.current
         if hold is None or w is None or hold.head.id == w.id:
             return False
-        holder = hold.head
-        senior = holder.priority > w.priority or (
-            holder.priority == w.priority
-            and (holder.submit_time, holder.id) <= (w.submit_time, w.id)
-        )
-        if not senior or (hold.borrows and self.current_guaranteed):
+        if not senior(hold.head, w) or (hold.borrows and self._guaranteed(w)):
             return False
         if self.strict_holds:
             return True

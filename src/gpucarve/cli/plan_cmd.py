@@ -24,6 +24,7 @@ from gpucarve.config.examples import WORKLOADS, example_path
 from gpucarve.config.workload_spec import build_workloads
 from gpucarve.config.yaml_source import read_yaml
 from gpucarve.core.cluster import build_cluster
+from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.problems import Path as ProblemPath
 from gpucarve.core.snapshot import Snapshot
@@ -47,6 +48,11 @@ def _items(data: Any, source: str) -> tuple[list[Any], ProblemPath]:
             )
         ],
     )
+
+
+def _amount(policy: Policy, key: str, n: int) -> str:
+    unit = policy.units.get(key)
+    return f"{n} {key}" if unit is None else f"{unit.gpus_text(n)} {key} GPUs"
 
 
 def _as_json(result: CycleResult) -> str:
@@ -152,7 +158,7 @@ def plan(
             a.workload,
             a.queue,
             ", ".join(f"{n} {f}" for f, n in a.charged) or "-",
-            ", ".join(f"{n} {f}" for f, n in a.borrowed) or "-",
+            ", ".join(_amount(loaded.policy, k, n) for k, n in a.borrowed) or "-",
             f"{len(a.pods)} pod{'s' if len(a.pods) != 1 else ''} on {where}",
         )
     out.print(admitted)

@@ -63,6 +63,27 @@ def validate(
             style="green",
         )
     )
+    for line in unit_lines(p):
+        out.print(Text(line))
+
+
+def unit_lines(p: Policy) -> list[str]:
+    """What each quota in a GPU unit comes to in the unit's flavors."""
+    out = []
+    for q in p.queues:
+        for x in q.quotas:
+            unit = p.units.get(x.flavor)
+            if unit is None:
+                continue
+            each = ", ".join(
+                f"{x.nominal // cost} × {name} ({unit.gpus_text(cost)} GPU each)"
+                for name, cost in unit.charges
+            )
+            out.append(
+                f"queue {q.name}: {x.flavor} {unit.gpus_text(x.nominal)} GPUs "
+                f"({unit.model_id}) = up to {each}"
+            )
+    return out
 
 
 @policy_app.command("schema")
@@ -79,6 +100,11 @@ def _sharing(policy: Policy, name: str) -> str:
     if pool.sharing in (SharingMode.TIME_SLICING, SharingMode.MPS):
         return f"{pool.sharing} ×{pool.replicas}"
     return str(pool.sharing)
+
+
+def _key(p: Policy, key: str, n: int) -> str:
+    unit = p.units.get(key)
+    return f"{key} {n}" if unit is None else f"{key} {unit.gpus_text(n)} GPUs"
 
 
 def _money(v: float | None) -> str:
@@ -148,7 +174,15 @@ def summary(file: OptionalPolicyFile = None, catalog: CatalogOption = None) -> N
     ):
         flavors.add_column(col, justify="right" if col in ("slices", "quota (nominal)") else "left")
     for name, f in p.flavors.items():
-        nominal = sum(qt.nominal for queue in p.queues if (qt := queue.quota(name)))
+        # a GPU unit's quota may go to any of its flavors: counted where it covers this one
+        nominal = sum(
+            min(
+                (qt.nominal // cost for key, cost in keys if (qt := queue.quota(key))),
+                default=0,
+            )
+            for queue in p.queues
+            if (keys := p.quota_keys(queue, name))
+        )
         flavors.add_row(
             name,
             str(f.kind),
@@ -169,15 +203,17 @@ def summary(file: OptionalPolicyFile = None, catalog: CatalogOption = None) -> N
                 q.name,
                 q.cohort or "-",
                 f"{q.weight_milli / 1000:g}",
-                ", ".join(f"{x.flavor} {x.nominal}" for x in q.quotas),
+                ", ".join(_key(p, x.flavor, x.nominal) for x in q.quotas),
                 ", ".join(
-                    f"{x.flavor} {x.borrowing_limit}"
+                    _key(p, x.flavor, x.borrowing_limit)
                     for x in q.quotas
                     if x.borrowing_limit is not None
                 )
                 or "-",
                 ", ".join(
-                    f"{x.flavor} {x.lending_limit}" for x in q.quotas if x.lending_limit is not None
+                    _key(p, x.flavor, x.lending_limit)
+                    for x in q.quotas
+                    if x.lending_limit is not None
                 )
                 or "-",
             )

@@ -8,7 +8,6 @@ all of them at once. Entry points: `build_policy(data, catalog)` for an already-
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path as FsPath
@@ -26,20 +25,22 @@ from gpucarve.core.policy import (
     Cohort,
     Flavor,
     GpuHealth,
+    GpuUnit,
     Monitoring,
     Policy,
     Pool,
     PriorityClass,
     Queue,
     QueueingStrategy,
-    Quota,
     SchedulingConfig,
     ScoringWeights,
     TopologyKeys,
+    gpu_units,
 )
 from gpucarve.core.problems import InvalidInput, Path, Problem, Severity, errors
 
 from .policy_model import PolicySpec, QueueSpec
+from .quota_build import capacity_checks, check_quota, quota_of, suggest
 
 
 @dataclass(frozen=True)
@@ -92,16 +93,14 @@ def _slice(f: Flavor) -> str:
     return f"{f.model_id} {f.kind}" + (f" ×{f.replicas}" if f.replicas > 1 else "") + single
 
 
-def _suggest(name: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
-    listing = ", ".join(sorted(choices)) or "(none)"
-    return (f"did you mean {close[0]!r}? " if close else "") + f"known: {listing}"
+_suggest = suggest
 
 
 def _check_queue(
     i: int,
     q: QueueSpec,
     flavors: Mapping[str, Flavor],
+    units: Mapping[str, GpuUnit],
     cohorts: set[str],
     classes: set[str],
 ) -> list[Problem]:
@@ -119,25 +118,7 @@ def _check_queue(
         )
     for flavor, quota in q.quota.items():
         fpath = (*path, "quota", flavor)
-        if flavor not in flavors:
-            out.append(
-                Problem(
-                    fpath,
-                    "unknown-flavor",
-                    f"no pool provides flavor {flavor!r}",
-                    _suggest(flavor, sorted(flavors)),
-                )
-            )
-        if quota.lendingLimit is not None and quota.lendingLimit > quota.nominal:
-            out.append(
-                Problem(
-                    (*fpath, "lendingLimit"),
-                    "out-of-range",
-                    f"lendingLimit {quota.lendingLimit} exceeds nominal {quota.nominal}: a "
-                    "queue can only lend quota it has",
-                    f"use lendingLimit ≤ {quota.nominal}",
-                )
-            )
+        out += check_quota(fpath, flavor, quota, flavors, units)
         for key, value in (
             ("borrowingLimit", quota.borrowingLimit),
             ("lendingLimit", quota.lendingLimit),
@@ -197,7 +178,10 @@ def _unique(items: Sequence[str], section: str, what: str) -> list[Problem]:
 
 
 def _cross_checks(
-    spec: PolicySpec, flavors: Mapping[str, Flavor], capacity: Mapping[str, int]
+    spec: PolicySpec,
+    flavors: Mapping[str, Flavor],
+    capacity: Mapping[str, int],
+    units: Mapping[str, GpuUnit],
 ) -> list[Problem]:
     out: list[Problem] = []
     out += _unique([p.name for p in spec.pools], "pools", "pool")
@@ -208,7 +192,7 @@ def _cross_checks(
     classes = {c.name for c in spec.priorityClasses}
     namespace_owner: dict[str, str] = {}
     for i, q in enumerate(spec.queues):
-        out += _check_queue(i, q, flavors, cohorts, classes)
+        out += _check_queue(i, q, flavors, units, cohorts, classes)
         for j, ns in enumerate(q.namespaces):
             if ns in SYSTEM_NAMESPACES:
                 out.append(
@@ -240,37 +224,7 @@ def _cross_checks(
                 "mark at most one `default: true`",
             )
         )
-    for flavor in sorted(flavors):
-        asked = [(q.name, q.quota[flavor].nominal) for q in spec.queues if flavor in q.quota]
-        total = sum(n for _, n in asked)
-        if total > capacity[flavor]:
-            shares = ", ".join(f"{name} {n}" for name, n in asked)
-            out.append(
-                Problem(
-                    ("queues",),
-                    "quota-exceeds-capacity",
-                    f"nominal quotas for {flavor} add up to {total} ({shares}) but the pools "
-                    f"hold {capacity[flavor]}",
-                    f"lower the nominal quotas to a total ≤ {capacity[flavor]}, or add capacity",
-                )
-            )
-        elif total < capacity[flavor]:
-            # Borrowing draws on other queues' unused nominal quota only: slices outside every
-            # nominal quota are never admitted to, which silently caps utilisation.
-            out.append(
-                Problem(
-                    ("queues",),
-                    "quota-leaves-capacity-idle",
-                    f"nominal quotas for {flavor} add up to {total} of the {capacity[flavor]} "
-                    f"slices the pools hold: {capacity[flavor] - total} can never be used"
-                    if asked
-                    else f"no queue has quota for {flavor}: its {capacity[flavor]} slices can "
-                    "never be used",
-                    f"give the {capacity[flavor] - total} slices to a queue's nominal quota (a "
-                    "cohort lends what its owner does not use)",
-                    Severity.WARNING,
-                )
-            )
+    out += capacity_checks(spec, flavors, capacity, units)
     members: dict[str, list[str]] = {c.name: [] for c in spec.cohorts}
     for q in spec.queues:
         if q.cohort in members:
@@ -305,9 +259,10 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
     flavors, capacity, probs = _flavors(pools)
     problems.extend(probs)
     problems.extend(_size_checks(pools))
+    units = gpu_units([p for _, p in pools])
     if len(pools) == len(spec.pools):
         # Quota checks need every pool's flavors; with a broken pool they would mislead.
-        problems.extend(_cross_checks(spec, flavors, capacity))
+        problems.extend(_cross_checks(spec, flavors, capacity, units))
     if errors(problems):
         raise InvalidInput(source, problems)
     policy = Policy(
@@ -316,7 +271,7 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
         pools=tuple(p for _, p in pools),
         flavors=dict(sorted(flavors.items())),
         capacity=dict(sorted(capacity.items())),
-        queues=tuple(_queue(q) for q in spec.queues),
+        queues=tuple(_queue(q, units) for q in spec.queues),
         cohorts=tuple(Cohort(c.name, c.description) for c in spec.cohorts),
         priority_classes=tuple(
             PriorityClass(c.name, c.value, c.preemptible, c.default, c.description)
@@ -327,6 +282,7 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
         ),
         scheduling=_scheduling(spec),
         monitoring=_monitoring(spec),
+        units=units,
         gpu_health=GpuHealth(
             spec.gpuHealth.checkSeconds,
             spec.gpuHealth.temperatureCelsius,
@@ -411,15 +367,12 @@ def _scheduling(spec: PolicySpec) -> SchedulingConfig:
     )
 
 
-def _queue(q: QueueSpec) -> Queue:
+def _queue(q: QueueSpec, units: Mapping[str, GpuUnit]) -> Queue:
     return Queue(
         name=q.name,
         namespaces=tuple(q.namespaces),
         cohort=q.cohort,
-        quotas=tuple(
-            Quota(f, s.nominal, s.borrowingLimit, s.lendingLimit)
-            for f, s in sorted(q.quota.items())
-        ),
+        quotas=tuple(quota_of(key, s, units) for key, s in sorted(q.quota.items())),
         weight_milli=round(q.weight * 1000),
         max_per_workload=tuple(sorted(q.maxPerWorkload.items())),
         allowed_priority_classes=tuple(q.priorityClasses),

@@ -154,20 +154,23 @@ class PoolSpec(_Strict):
 
 
 class QuotaSpec(_Strict):
-    nominal: int = Field(
-        ge=0, le=MAX_SLICES, description="Slices of the flavor guaranteed to the queue."
+    # Whole slices for a flavor; GPUs (fractions allowed) for a GPU unit (a flavor prefix).
+    nominal: int | float = Field(
+        ge=0,
+        le=MAX_SLICES,
+        description="Slices of the flavor (or GPUs of the unit) guaranteed to the queue.",
     )
-    borrowingLimit: int | None = Field(
+    borrowingLimit: int | float | None = Field(
         default=None,
         ge=0,
         le=MAX_SLICES,
-        description="Most slices borrowed from the cohort (absent: no limit).",
+        description="Most slices (or GPUs) borrowed from the cohort (absent: no limit).",
     )
-    lendingLimit: int | None = Field(
+    lendingLimit: int | float | None = Field(
         default=None,
         ge=0,
         le=MAX_SLICES,
-        description="Most unused nominal slices lent (absent: all of them).",
+        description="Most unused nominal slices (or GPUs) lent (absent: all of them).",
     )
 
 
@@ -178,7 +181,10 @@ class QueueSpec(_Strict):
     )
     cohort: str | None = None
     weight: float = Field(default=1.0, gt=0, le=1000, description="Fair-share weight.")
-    quota: dict[str, QuotaSpec] = Field(description="Flavor name -> quota.")
+    quota: dict[str, QuotaSpec] = Field(
+        description="Flavor name, or a GPU unit (a flavor prefix: GPUs of that model however "
+        "carved) -> quota."
+    )
     maxPerWorkload: dict[str, SliceCount] = Field(
         default={}, description="Flavor name -> most slices one workload may request."
     )

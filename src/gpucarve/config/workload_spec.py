@@ -460,7 +460,7 @@ def _max_per_workload(w: Workload, policy: Policy, path: Path) -> list[Problem]:
     limits = dict(queue.max_per_workload)
     out: list[Problem] = []
     for i, ps in enumerate(w.pod_sets):
-        flavors = [f for f in candidate_flavors(policy, ps.gpu) if queue.quota(f.name)]
+        flavors = [f for f in candidate_flavors(policy, ps.gpu) if policy.quota_keys(queue, f.name)]
         if not flavors:
             continue
         need = {

@@ -6,8 +6,9 @@ downstream (cluster model, engine, simulator, renderers) reads only these types.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gpucarve.core.catalog import MILLI_PER_GPU, GpuModel
@@ -184,8 +185,72 @@ class Pool:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuUnit:
+    """One quota unit across every flavor of a flavor prefix (one GPU model): GPUs, whichever
+    way they are carved. A quota keyed by the unit's name counts `parts_per_gpu` parts to the
+    GPU; a slice of each flavor costs `charges[flavor]` parts. A MIG instance costs its share of
+    the GPU's memory slices (its placement size: 3g.40gb on an A100 is half the GPU, whatever
+    else shares it), a whole GPU all of it, a time-slicing or MPS replica its equal share."""
+
+    name: str
+    model_id: str
+    parts_per_gpu: int
+    charges: tuple[tuple[str, int], ...]
+    gpus: int
+
+    def charge(self, flavor: str) -> int | None:
+        for name, parts in self.charges:
+            if name == flavor:
+                return parts
+        return None
+
+    def gpus_text(self, parts: int) -> str:
+        """`parts` as GPUs: `6`, `5.5`, `0.125`."""
+        whole, rest = divmod(parts, self.parts_per_gpu)
+        if not rest:
+            return str(whole)
+        return f"{parts / self.parts_per_gpu:.6g}"
+
+
+def unit_parts_per_slice(flavor: Flavor, model: GpuModel, parts_per_gpu: int) -> int:
+    if flavor.kind is SliceKind.MIG:
+        assert model.mig is not None and flavor.profile is not None
+        prof = model.mig.profile(flavor.profile)
+        assert prof is not None
+        return parts_per_gpu * prof.memory_slices // model.mig.memory_slices
+    return parts_per_gpu // flavor.replicas
+
+
+def gpu_units(pools: tuple[Pool, ...] | list[Pool]) -> dict[str, GpuUnit]:
+    """A unit per flavor prefix whose pools all hold one GPU model."""
+    by_prefix: dict[str, list[Pool]] = {}
+    for pool in pools:
+        by_prefix.setdefault(pool.flavor_prefix, []).append(pool)
+    out: dict[str, GpuUnit] = {}
+    for prefix, members in sorted(by_prefix.items()):
+        model = members[0].model
+        if any(p.model.id != model.id for p in members):
+            continue
+        denominators = [1]
+        for p in members:
+            if p.sharing is SharingMode.MIG and model.mig is not None:
+                denominators.append(model.mig.memory_slices)
+            else:
+                denominators.append(p.replicas)
+        parts = math.lcm(*denominators)
+        charges = {
+            f.name: unit_parts_per_slice(f, model, parts) for p in members for f in p.flavors()
+        }
+        out[prefix] = GpuUnit(
+            prefix, model.id, parts, tuple(sorted(charges.items())), sum(p.gpus for p in members)
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class Quota:
-    """A queue's quota in one flavor, in slices. `None` limits mean unlimited."""
+    """A queue's quota in one flavor, in slices, or in a GPU unit, in its parts. `None` limits
+    mean unlimited."""
 
     flavor: str
     nominal: int
@@ -348,6 +413,22 @@ class Policy:
     monitoring: Monitoring = Monitoring()
     gpu_health: GpuHealth = GpuHealth()
     autoscaling: tuple[Autoscale, ...] = ()
+    # quota units by name (a flavor prefix); see GpuUnit
+    units: Mapping[str, GpuUnit] = field(default_factory=dict)
+
+    def quota_keys(self, queue: Queue, flavor: str) -> tuple[tuple[str, int], ...]:
+        """What one slice of `flavor` is charged to in `queue`: its own quota and its GPU
+        unit's, each with the slice's cost there (empty: the queue has no quota for it)."""
+        out: list[tuple[str, int]] = []
+        for q in queue.quotas:
+            if q.flavor == flavor:
+                out.append((flavor, 1))
+            else:
+                unit = self.units.get(q.flavor)
+                parts = None if unit is None else unit.charge(flavor)
+                if parts is not None:
+                    out.append((q.flavor, parts))
+        return tuple(out)
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:

@@ -66,6 +66,8 @@ class Admission:
     pods: tuple[PodAssignment, ...]
     # Slices per flavor this admission charges to the queue.
     charged: tuple[tuple[str, int], ...]
+    # What the queue then holds past nominal, per quota key it charged (slices of a flavor,
+    # parts of a GPU unit: `core.policy.GpuUnit`).
     borrowed: tuple[tuple[str, int], ...] = ()
     # Only when preemption made room: these workloads must be gone before the pods start.
     after_evictions: tuple[str, ...] = ()

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gpucarve.core.policy import GpuUnit
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import Workload
+from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import Admission, CycleResult, PendingReason, Stage
 from gpucarve.engine.gang_timeout import gang_gpus, timeout_of
@@ -22,13 +23,19 @@ from gpucarve.engine.usage import usage_after
 
 @dataclass(frozen=True, slots=True)
 class QuotaLine:
-    flavor: str
+    flavor: str  # the quota key: a flavor (slices), or a GPU unit (parts of a GPU)
     nominal: int
     borrowing_limit: int | None
     used: int
     borrowed: int
-    needs: int  # what the workload asks of this flavor (its first choice), 0 if none
+    needs: int  # what the workload asks of this key (its first choice), 0 if none
     cohort_free: int | None  # what the cohort can still lend; None without a cohort
+    unit: GpuUnit | None = None
+
+    def amount(self, n: int | None) -> str:
+        if n is None:
+            return "-"
+        return str(n) if self.unit is None else self.unit.gpus_text(n)
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ def explain(snapshot: Snapshot, result: CycleResult, workload: str) -> Explanati
     quotas = Quotas(policy, dict(usage_after(snapshot.running, result)))
     queue = policy.queue(w.queue)
     demand = _demand(snapshot, w)
+    charged = quotas.charge(w.queue, demand)
     lines = []
     for q in queue.quotas:
         free = None
@@ -99,7 +107,8 @@ def explain(snapshot: Snapshot, result: CycleResult, workload: str) -> Explanati
         used = quotas.used(w.queue, q.flavor)
         lines.append(
             QuotaLine(q.flavor, q.nominal, q.borrowing_limit, used,
-                      quotas.borrowed(w.queue, q.flavor), demand.get(q.flavor, 0), free)
+                      quotas.borrowed(w.queue, q.flavor), charged.get(q.flavor, 0), free,
+                      policy.units.get(q.flavor))
         )  # fmt: skip
     admission = next((a for a in result.admissions if a.workload == workload), None)
     pend = next((p for p in result.pending if p.workload == workload), None)
@@ -150,7 +159,8 @@ def _hints(
     out: list[str] = []
     flavor = e.reason.flavor or next(iter(sorted(demand)), None)
     if stage is Stage.QUOTA and flavor is not None:
-        out += _quota_hints(snapshot, w, quotas, flavor, demand.get(flavor, 0), result.now)
+        need = quotas.charge(w.queue, demand).get(flavor, 0)
+        out += _quota_hints(snapshot, w, quotas, flavor, need, result.now)
     if stage is Stage.PLACEMENT and flavor is not None:
         out += _placement_hints(snapshot, flavor, demand.get(flavor, 0))
     return out or [str(e.reason)]
@@ -171,11 +181,26 @@ def _idle(result: CycleResult, workload: str, demand: dict[str, int]) -> tuple[s
     return tuple(out)
 
 
+def _held(quotas: Quotas, rw: RunningWorkload, key: str) -> int:
+    """What a running workload holds of a quota key of its queue (slices, or parts)."""
+    q = rw.workload.queue
+    return sum(
+        len(p.slice_ids) * cost
+        for p in rw.pods
+        if p.flavor is not None
+        for k, cost in quotas.keys(q, p.flavor)
+        if k == key
+    )
+
+
 def _quota_hints(
     snapshot: Snapshot, w: Workload, quotas: Quotas, flavor: str, need: int, now: int
 ) -> list[str]:
+    """`flavor` is the quota key the demand ran into (a flavor, or a GPU unit)."""
     queue = snapshot.policy.queue(w.queue)
     st = quotas.standing(w.queue, flavor, need)
+    n = st.amount
+    what = flavor if st.unit is None else f"{flavor} GPUs"
     out: list[str] = []
     if st.borrow <= 0 and queue.cohort is not None:
         min_runtime = snapshot.policy.scheduling.min_runtime_s
@@ -187,7 +212,7 @@ def _quota_hints(
                 continue
             if quotas.borrowed(other.queue, flavor) <= 0:
                 continue
-            held = sum(len(p.slice_ids) for p in rw.pods if p.flavor == flavor)
+            held = _held(quotas, rw, flavor)
             if held:
                 at = rw.start_time + min_runtime
                 when = (
@@ -196,29 +221,30 @@ def _quota_hints(
                     else f"possible now (it has run its minimum runtime of {min_runtime} s)"
                 )
                 out.append(
-                    f"reclaim {held} {flavor} from queue {other.queue} ({other.id}, borrowing), "
+                    f"reclaim {n(held)} {what} from queue {other.queue} ({other.id}, borrowing), "
                     + when
                 )
-        return out[:5] or [f"wait for queue {w.queue}'s own {flavor} to be given back"]
+        return out[:5] or [f"wait for queue {w.queue}'s own {what} to be given back"]
     own = [rw for rw in snapshot.running if rw.workload.queue == w.queue]
-    held = sum(len(p.slice_ids) for rw in own for p in rw.pods if p.flavor == flavor)
-    out.append(f"queue {w.queue} holds {held} {flavor} in {len(own)} running workloads")
+    held = sum(_held(quotas, rw, flavor) for rw in own)
+    out.append(f"queue {w.queue} holds {n(held)} {what} in {len(own)} running workloads")
     if st.over_borrowing_limit:
         assert st.borrowing_limit is not None
         most = st.nominal + st.borrowing_limit
         out.append(
-            f"its borrowing limit lets it hold {most}: {st.used + need - most} "
-            f"of its own {flavor} must be given back first, or raise borrowingLimit"
+            f"its borrowing limit lets it hold {n(most)}: {n(st.used + need - most)} "
+            f"of its own {what} must be given back first, or raise borrowingLimit"
         )
     if queue.cohort is not None and st.borrow > 0:
         if st.borrow > st.cohort_lends:
             out.append(
-                f"it must borrow {st.borrow} and cohort {queue.cohort} lends {st.cohort_lends} "
-                f"now: {st.borrow - st.cohort_lends} more {flavor} must be given back in the "
+                f"it must borrow {n(st.borrow)} and cohort {queue.cohort} lends "
+                f"{n(st.cohort_lends)} now: {n(st.borrow - st.cohort_lends)} more {what} must be "
+                "given back in the "
                 "cohort (work of its queues finishing), or raise nominal quota"
             )
     elif queue.cohort is None:
-        out.append(f"it is in no cohort: raise its nominal {flavor} or wait for its own work")
+        out.append(f"it is in no cohort: raise its nominal {what} or wait for its own work")
     return out
 
 
@@ -253,10 +279,10 @@ def render(e: Explanation) -> list[str]:
     )
     rows = [("flavor", "nominal", "borrowing-limit", "used", "borrowed", "needs", "cohort-lends")]
     for q in e.quota:
-        limit = "-" if q.borrowing_limit is None else str(q.borrowing_limit)
-        lend = "-" if q.cohort_free is None else str(q.cohort_free)
-        numbers = (str(q.nominal), limit, str(q.used), str(q.borrowed), str(q.needs), lend)
-        rows.append((q.flavor, *numbers))
+        name = q.flavor if q.unit is None else f"{q.flavor} (GPUs)"
+        numbers = (q.nominal, q.borrowing_limit, q.used, q.borrowed, q.needs, q.cohort_free)
+        a, b, c, d, e_, f = (q.amount(n) for n in numbers)
+        rows.append((name, a, b, c, d, e_, f))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         out.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

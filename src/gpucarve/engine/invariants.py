@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpucarve.core.policy import Policy
+from gpucarve.core.policy import Policy, Queue
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine.decisions import Cause, CycleResult
 from gpucarve.engine.gang_timeout import timeout_of
@@ -32,6 +32,14 @@ def _usage(s: Snapshot) -> Counter[tuple[str, str]]:
     return usage
 
 
+def _key_used(p: Policy, q: Queue, key: str, usage: Counter[tuple[str, str]]) -> int:
+    """What queue `q` holds of a quota key: slices of a flavor, or parts of a GPU unit."""
+    unit = p.units.get(key)
+    if unit is None:
+        return usage[(q.name, key)]
+    return sum(usage[(q.name, f)] * cost for f, cost in unit.charges)
+
+
 def _quota(p: Policy, after: Snapshot) -> list[str]:
     out: list[str] = []
     usage = _usage(after)
@@ -39,7 +47,7 @@ def _quota(p: Policy, after: Snapshot) -> list[str]:
     lendable: Counter[tuple[str, str]] = Counter()
     for q in p.queues:
         for quota in q.quotas:
-            used = usage[(q.name, quota.flavor)]
+            used = _key_used(p, q, quota.flavor, usage)
             can_lend = quota.nominal if quota.lending_limit is None else quota.lending_limit
             if q.cohort is None:
                 if used > quota.nominal:
@@ -107,8 +115,9 @@ def _borrowed_when_evicted(
         if a.queue == queue:
             for f, n in a.charged:
                 usage[(queue, f)] += n
-    nominal = {f: quota.nominal for f in flavors if (quota := q.quota(f)) is not None}
-    return any(usage[(queue, f)] > nominal.get(f, 0) for f in flavors)
+    keys = {k for f in flavors for k, _ in before.policy.quota_keys(q, f)}
+    nominal = {x.flavor: x.nominal for x in q.quotas}
+    return any(_key_used(before.policy, q, k, usage) > nominal[k] for k in keys)
 
 
 def _evictions(before: Snapshot, result: CycleResult) -> list[str]:

@@ -177,20 +177,27 @@ class Preemptor:
         cohort = q.queues[w.queue].cohort
         if cohort is None:
             return []
-        for flavor, d in demand.items():
-            if q.used(w.queue, flavor) + d > q.nominal(w.queue, flavor):
-                return []  # reclaim only serves a queue that stays within its nominal quota
-        flavors = set(demand)
+        if not q.within_nominal(w.queue, demand):
+            return []  # reclaim only serves a queue that stays within its nominal quota
+        keys = set(q.charge(w.queue, demand))
         out = []
         for other in q.members.get(cohort, ()):
-            if other == w.queue or not any(q.borrowed(other, f) > 0 for f in flavors):
+            if other == w.queue or not any(q.borrowed(other, k) > 0 for k in keys):
                 continue
             out += [
                 rw
                 for rw in self._running_of(other)
-                if any(q.borrowed(other, f) > 0 for f in _holds(rw, flavors))
+                if self._lends_back(other, {p.flavor for p in rw.pods if p.flavor}, keys)
             ]
         return self._order(out, self._spared(w, demand))
+
+    def _lends_back(self, queue: str, held: set[str], keys: set[str]) -> bool:
+        """Whether evicting what `queue` holds of the flavors `held` gives the cohort back
+        quota in one of `keys` (the reclaimer's): the queue borrows there."""
+        q = self.quotas
+        return any(
+            k in keys and q.borrowed(queue, k) > 0 for f in held for k, _ in q.keys(queue, f)
+        )
 
     def _spared(self, w: Workload, demand: dict[str, int]) -> int | None:
         """The most slices a whole gang may hold and still be reclaimed for `w` now (None: any
@@ -248,15 +255,56 @@ class Preemptor:
         ws.rollback(cp)
         if not possible:
             return None
+        keys = set(self.quotas.charge(w.queue, demand))
+        loans = self._loans(w, candidates[:MAX_VICTIMS], keys)
+        # Cheapest first, each taken while its queue still borrows. A loan in a flavor is in
+        # the shape the reclaimer needs; one in a GPU unit need not be (a queue can borrow in
+        # 2g.20gb while the 3g.40gb asked for are within its nominal GPUs): failing that, any
+        # that make room, as long as the set takes back no more than the loans (below).
+        chosen, skipped = self._grow(w, demand, candidates, attempt, keys, strict=True)
+        if chosen is None and skipped and any(k in self.quotas.units for k in keys):
+            chosen, _ = self._grow(w, demand, candidates, attempt, keys, strict=False)
+        if chosen is None:
+            return None
+        needed = list(chosen)
+        for v in reversed(chosen):
+            trial = [x for x in needed if x is not v]
+            if self._works(w, demand, trial, attempt):
+                needed = trial
+        if not self._within_loans(w, needed, keys, loans):
+            return None
+        for v in needed:
+            evict_victim(ws, v)
+        placed = attempt()
+        assert placed is not None, "the minimal victim set stopped working"
+        return placed, needed
+
+    def _grow(
+        self,
+        w: Workload,
+        demand: dict[str, int],
+        candidates: list[Victim],
+        attempt: Attempt,
+        keys: set[str],
+        strict: bool,
+    ) -> tuple[list[Victim] | None, bool]:
+        """Candidates evicted in order until the workload places (the state is left as it
+        was); `strict`: one whose queue stopped borrowing after earlier evictions is skipped
+        (and the second value says whether one was)."""
+        ws = self.ws
+        cp = ws.checkpoint()
         chosen: list[Victim] = []
-        flavors = set(demand)
-        found = False
+        found = skipped = False
         for v in candidates[:MAX_VICTIMS]:
-            if v.workload.queue != w.queue and not any(
-                self.quotas.borrowed(v.workload.queue, f) > 0
-                for f in {p.flavor for p in v.held if p.flavor in flavors}
+            if (
+                strict
+                and v.workload.queue != w.queue
+                and not self._lends_back(
+                    v.workload.queue, {p.flavor for p in v.held if p.flavor}, keys
+                )
             ):
-                continue  # its queue stopped borrowing after earlier evictions
+                skipped = True
+                continue
             evict_victim(ws, v)
             chosen.append(v)
             if self.quotas.check(w.queue, demand).fits and self._room_may_fit(demand):
@@ -266,18 +314,49 @@ class Preemptor:
                     ws.rollback(inner)
                     break
         ws.rollback(cp)
-        if not found:
-            return None
-        needed = list(chosen)
-        for v in reversed(chosen):
-            trial = [x for x in needed if x is not v]
-            if self._works(w, demand, trial, attempt):
-                needed = trial
-        for v in needed:
-            evict_victim(ws, v)
-        placed = attempt()
-        assert placed is not None, "the minimal victim set stopped working"
-        return placed, needed
+        return (chosen if found else None), skipped
+
+    def _parts(self, v: Victim, key: str) -> int:
+        q = self.quotas
+        return sum(
+            len(p.slice_ids) * cost
+            for p in v.held
+            if p.flavor is not None
+            for k, cost in q.keys(v.workload.queue, p.flavor)
+            if k == key
+        )
+
+    def _loans(
+        self, w: Workload, victims: list[Victim], keys: set[str]
+    ) -> dict[tuple[str, str], int]:
+        """What each other queue among the victims borrows, per reclaimer's key, now."""
+        out: dict[tuple[str, str], int] = {}
+        for v in victims:
+            queue = v.workload.queue
+            if queue != w.queue:
+                for k in keys:
+                    out[(queue, k)] = self.quotas.borrowed(queue, k)
+        return out
+
+    def _within_loans(
+        self,
+        w: Workload,
+        victims: list[Victim],
+        keys: set[str],
+        loans: dict[tuple[str, str], int],
+    ) -> bool:
+        """Reclaim takes back loans only: per queue and key, evicted in some order (the
+        largest last), each victim goes while its queue still borrows there."""
+        taken: dict[tuple[str, str], list[int]] = {}
+        for v in victims:
+            if v.workload.queue == w.queue:
+                continue
+            for k in keys:
+                taken.setdefault((v.workload.queue, k), []).append(self._parts(v, k))
+        return all(
+            not any(parts) or sum(parts) - max(parts) < loans.get(qk, 0)
+            for qk, parts in taken.items()
+        )
 
     def _room_may_fit(self, demand: dict[str, int]) -> bool:
         """A cheap necessary condition before trying a placement: enough free slices in

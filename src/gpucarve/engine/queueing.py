@@ -35,12 +35,7 @@ def within_nominal(c: CycleState, w: Workload) -> bool:
     keeps its quota busy would never run."""
     if c.cfg.reserve_after_s is not None:
         return c.within_nominal(w)
-    for ps, flavors in zip(w.pod_sets, c.flavors_for(w), strict=True):
-        if flavors:
-            f = flavors[0]
-            if c.needs_of(ps, f).slices * ps.min_count > c.quotas.nominal(w.queue, f.name):
-                return False
-    return True
+    return not c.quotas.exceeds_nominal(w.queue, c.first_demand(w))
 
 
 def hold(c: CycleState, head: Workload, reason: PendingReason) -> None:

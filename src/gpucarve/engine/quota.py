@@ -1,6 +1,11 @@
 """Quota: what a queue may use in each flavor, borrowing through its cohort, and fair share.
 
-Per queue and flavor: `nominal` slices are the queue's; of those, `lendable` (its lending limit,
+A quota is keyed by a flavor (counted in slices) or by a GPU unit (`core.policy.GpuUnit`:
+every flavor of one model, counted in parts of a GPU, so one quota covers a model's MIG
+profiles, whole GPUs and shared replicas alike); a slice is charged to each key of its queue
+that covers its flavor, and must fit all of them (a flavor key beside a unit caps that flavor).
+
+Per queue and key: `nominal` slices are the queue's; of those, `lendable` (its lending limit,
 all of nominal when unset) go into its cohort's pool and the rest is guaranteed to it alone.
 Usage above the guaranteed part draws on the cohort's pool. A queue may use up to
 `nominal + borrowingLimit` (no limit when unset) as long as the pool has room. When others have
@@ -13,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpucarve.core.policy import Policy, Queue
+from gpucarve.core.policy import GpuUnit, Policy, Queue
 
 SCALE = 1000
 
@@ -29,11 +34,12 @@ class Limit(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Standing:
-    """A queue's standing in one flavor against a demand of `need` more slices: every fact
-    admission, explain, metrics and the idle accounting read, worked out once, here."""
+    """A queue's standing in one quota key against a demand of `need` more (slices of a
+    flavor, or parts of a GPU unit): every fact admission, explain, metrics and the idle
+    accounting read, worked out once, here."""
 
     queue: str
-    flavor: str
+    flavor: str  # the quota key: a flavor, or a GPU unit
     need: int
     used: int = 0
     nominal: int = 0
@@ -45,6 +51,7 @@ class Standing:
     pool_draw: int = 0
     pool_room: int = 0
     has_quota: bool = True
+    unit: GpuUnit | None = None
 
     @property
     def borrow(self) -> int:
@@ -84,13 +91,19 @@ class Standing:
         """The failure is one reclaim can cure: within nominal, the cohort lent it out."""
         return self.limits == (Limit.COHORT,) and self.borrow <= 0
 
+    def amount(self, n: int | None) -> str:
+        if n is None:
+            return "-"
+        return str(n) if self.unit is None else self.unit.gpus_text(n)
+
     def message(self) -> str:
         limits = self.limits
         if not limits:
             return ""
+        what = self.flavor if self.unit is None else f"{self.flavor} GPUs"
         at = (
-            f"queue {self.queue} at {self.used}/{self.nominal} {self.flavor}, "
-            f"needs {self.need} more"
+            f"queue {self.queue} at {self.amount(self.used)}/{self.amount(self.nominal)} "
+            f"{what}, needs {self.amount(self.need)} more"
         )
         first = limits[0]
         if first is Limit.NO_QUOTA:
@@ -98,14 +111,14 @@ class Standing:
         if first is Limit.NOMINAL:
             return at + " and is in no cohort to borrow from"
         if first is Limit.BORROWING_LIMIT:
-            return at + f"; borrowing limit {self.borrowing_limit}"
-        return at + f"; cohort {self.cohort} has {self.cohort_lends} to lend"
+            return at + f"; borrowing limit {self.amount(self.borrowing_limit)}"
+        return at + f"; cohort {self.cohort} has {self.amount(self.cohort_lends)} to lend"
 
 
 @dataclass(frozen=True, slots=True)
 class QuotaVerdict:
     fits: bool
-    standing: Standing | None = None  # the first flavor that does not fit
+    standing: Standing | None = None  # the first quota key that does not fit
 
     @property
     def message(self) -> str:
@@ -132,13 +145,19 @@ class _Limits:
     borrowing_limit: int | None
 
 
+Charges = tuple[tuple[str, int], ...]
+
+
 class Quotas:
     def __init__(self, policy: Policy, usage: dict[tuple[str, str], int]) -> None:
-        self.usage = usage  # shared with Working, which records undo for it
+        self.usage = usage  # per (queue, flavor) in slices; shared with Working (undo)
+        self.policy = policy
         self.queues: dict[str, Queue] = {q.name: q for q in policy.queues}
+        self.units = policy.units
         self.limits: dict[tuple[str, str], _Limits] = {}
         self.members: dict[str, list[str]] = {}
         self.pool: dict[tuple[str, str], int] = {}
+        self._keys: dict[tuple[str, str], Charges] = {}
         for q in policy.queues:
             if q.cohort is not None:
                 self.members.setdefault(q.cohort, []).append(q.name)
@@ -152,60 +171,105 @@ class Quotas:
                     key = (q.cohort, quota.flavor)
                     self.pool[key] = self.pool.get(key, 0) + lendable
 
+    def keys(self, queue: str, flavor: str) -> Charges:
+        """The quota keys a slice of `flavor` is charged to in `queue`, with its cost in each."""
+        hit = self._keys.get((queue, flavor))
+        if hit is None:
+            q = self.queues.get(queue)
+            hit = () if q is None else self.policy.quota_keys(q, flavor)
+            self._keys[(queue, flavor)] = hit
+        return hit
+
     def has_quota(self, queue: str, flavor: str) -> bool:
-        return (queue, flavor) in self.limits
+        return bool(self.keys(queue, flavor))
 
-    def used(self, queue: str, flavor: str) -> int:
-        return self.usage.get((queue, flavor), 0)
+    def used(self, queue: str, key: str) -> int:
+        """What the queue holds of a quota key: slices of a flavor, parts of a GPU unit."""
+        unit = self.units.get(key)
+        if unit is None:
+            return self.usage.get((queue, key), 0)
+        usage = self.usage
+        return sum(usage.get((queue, f), 0) * cost for f, cost in unit.charges)
 
-    def nominal(self, queue: str, flavor: str) -> int:
-        lim = self.limits.get((queue, flavor))
+    def nominal(self, queue: str, key: str) -> int:
+        lim = self.limits.get((queue, key))
         return 0 if lim is None else lim.nominal
 
-    def pool_used(self, cohort: str, flavor: str) -> int:
+    def pool_used(self, cohort: str, key: str) -> int:
         total = 0
         for q in self.members.get(cohort, ()):
-            lim = self.limits.get((q, flavor))
+            lim = self.limits.get((q, key))
             if lim is not None:
-                total += max(0, self.used(q, flavor) - lim.guaranteed)
+                total += max(0, self.used(q, key) - lim.guaranteed)
         return total
 
-    def borrowed(self, queue: str, flavor: str) -> int:
-        return max(0, self.used(queue, flavor) - self.nominal(queue, flavor))
+    def borrowed(self, queue: str, key: str) -> int:
+        return max(0, self.used(queue, key) - self.nominal(queue, key))
 
-    def standing(self, queue: str, flavor: str, need: int) -> Standing:
-        lim = self.limits.get((queue, flavor))
+    def borrows(self, queue: str, flavor: str) -> bool:
+        """Whether the queue is past its nominal quota in a key that covers `flavor`."""
+        return any(self.borrowed(queue, key) > 0 for key, _ in self.keys(queue, flavor))
+
+    def charge(self, queue: str, demand: Mapping[str, int]) -> dict[str, int]:
+        """A demand in slices per flavor as what it costs per quota key of the queue (a flavor
+        no key covers is charged to itself, where the queue has no quota)."""
+        out: dict[str, int] = {}
+        for flavor, n in demand.items():
+            keys = self.keys(queue, flavor) or ((flavor, 1),)
+            for key, cost in keys:
+                out[key] = out.get(key, 0) + n * cost
+        return out
+
+    def exceeds_nominal(self, queue: str, demand: Mapping[str, int]) -> bool:
+        """Whether `demand`, with nothing else held, is past the queue's nominal quota."""
+        return any(n > self.nominal(queue, k) for k, n in self.charge(queue, demand).items())
+
+    def within_nominal(self, queue: str, demand: Mapping[str, int]) -> bool:
+        """Whether `demand`, beside what the queue holds, is within its nominal quota."""
+        return all(
+            self.used(queue, k) + n <= self.nominal(queue, k)
+            for k, n in self.charge(queue, demand).items()
+        )
+
+    def standing(self, queue: str, key: str, need: int) -> Standing:
+        lim = self.limits.get((queue, key))
+        unit = self.units.get(key)
         if lim is None:
-            return Standing(queue, flavor, need, has_quota=False)
-        used = self.used(queue, flavor)
+            return Standing(queue, key, need, has_quota=False, unit=unit)
+        used = self.used(queue, key)
         cohort = self.queues[queue].cohort
         room = draw = 0
         if cohort is not None:
-            room = self.pool.get((cohort, flavor), 0) - self.pool_used(cohort, flavor)
+            room = self.pool.get((cohort, key), 0) - self.pool_used(cohort, key)
             draw = max(0, used + need - lim.guaranteed) - max(0, used - lim.guaranteed)
         return Standing(
-            queue, flavor, need, used, lim.nominal, lim.borrowing_limit, cohort, draw, room
-        )
+            queue, key, need, used, lim.nominal, lim.borrowing_limit, cohort, draw, room, True,
+            unit,
+        )  # fmt: skip
 
     def check(self, queue: str, demand: Mapping[str, int]) -> QuotaVerdict:
-        for flavor, d in sorted(demand.items()):
-            st = self.standing(queue, flavor, d)
+        for key, d in sorted(self.charge(queue, demand).items()):
+            st = self.standing(queue, key, d)
             if st.limits:
                 return QuotaVerdict(False, st)
         return QuotaVerdict(True)
 
-    def reach(self, queue: str, flavor: str) -> int:
-        """The most slices of `flavor` the queue could ever hold: nominal plus what it may
-        borrow of what the rest of its cohort lends."""
-        lim = self.limits.get((queue, flavor))
-        if lim is None:
-            return 0
+    def _reach_key(self, queue: str, key: str) -> int:
+        lim = self.limits[(queue, key)]
         cohort = self.queues[queue].cohort
         if cohort is None:
             return lim.nominal
-        others = self.pool.get((cohort, flavor), 0) - lim.lendable
+        others = self.pool.get((cohort, key), 0) - lim.lendable
         borrow = others if lim.borrowing_limit is None else min(lim.borrowing_limit, others)
         return lim.nominal + max(0, borrow)
+
+    def reach(self, queue: str, flavor: str) -> int:
+        """The most slices of `flavor` the queue could ever hold: nominal plus what it may
+        borrow of what the rest of its cohort lends, in every key that covers it."""
+        keys = self.keys(queue, flavor)
+        if not keys:
+            return 0
+        return min(self._reach_key(queue, key) // cost for key, cost in keys)
 
     def fair_share(self, queue: str) -> int:
         """Dominant share of what the queue borrows, over its weight (lower goes first)."""

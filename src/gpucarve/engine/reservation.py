@@ -170,7 +170,7 @@ def _reserve(c: CycleState, head: Workload) -> None:
         return  # no flavor serves it: it never runs, and reserves nothing
     plan, demand, _ = plan_for(c, head, combo, ignore_quota=True)
     assert plan is not None
-    if any(n > c.quotas.nominal(head.queue, f) for f, n in demand.items()):
+    if c.quotas.exceeds_nominal(head.queue, demand):
         # It can only ever run on loan: draining nodes for it idles them for a start that
         # the lenders' own work reclaims (measured: docs/engine.md, "Reservations").
         return

@@ -100,10 +100,7 @@ class CycleState:
     def within_nominal(self, w: Workload) -> bool:
         """Whether `w`, beside what its queue already uses, fits the queue's nominal quota on
         its first flavor choice (what the queue is guaranteed, whatever others borrow)."""
-        q = self.quotas
-        return all(
-            q.used(w.queue, f) + n <= q.nominal(w.queue, f) for f, n in self.first_demand(w).items()
-        )
+        return self.quotas.within_nominal(w.queue, self.first_demand(w))
 
     def ends_at(self, w: Workload) -> int:
         """When `w`, started now, is expected to end."""
@@ -189,7 +186,9 @@ class CycleState:
             for flavor, n in sorted(charged.items()):
                 self.ws.adjust_usage(w.queue, flavor, n)
         borrowed = tuple(
-            (f, b) for f in sorted(charged) if (b := self.quotas.borrowed(w.queue, f)) > 0
+            (k, b)
+            for k in sorted(self.quotas.charge(w.queue, charged))
+            if (b := self.quotas.borrowed(w.queue, k)) > 0
         )
         self.pods_placed += len(placed)
         admission = Admission(

@@ -59,8 +59,12 @@ class SchedulerMetrics:
         self._pools_at: float | None = None
         r = self.registry
         q, qf = ["queue"], ["queue", "flavor"]
-        self.nominal = Gauge("gpucarve_queue_nominal_slices", "Nominal quota", qf, registry=r)
-        self.usage = Gauge("gpucarve_queue_usage_slices", "Slices in use", qf, registry=r)
+        self.nominal = Gauge(
+            "gpucarve_queue_nominal_slices", "Nominal quota (GPUs for a GPU unit)", qf, registry=r
+        )
+        self.usage = Gauge(
+            "gpucarve_queue_usage_slices", "Slices in use (GPUs for a GPU unit)", qf, registry=r
+        )
         self.elsewhere = Gauge(
             "gpucarve_pods_bound_elsewhere",
             "GPU pods of a governed namespace bound by something other than gpucarve",
@@ -68,7 +72,10 @@ class SchedulerMetrics:
             registry=r,
         )
         self.borrowed = Gauge(
-            "gpucarve_queue_borrowed_slices", "Slices used beyond nominal", qf, registry=r
+            "gpucarve_queue_borrowed_slices",
+            "Slices (GPUs of a unit) beyond nominal",
+            qf,
+            registry=r,
         )
         self.lent = Gauge(
             "gpucarve_queue_lent_slices",
@@ -280,10 +287,13 @@ class SchedulerMetrics:
         for q in policy.queues:
             for quota in q.quotas:
                 f = quota.flavor
-                self.nominal.labels(q.name, f).set(quota.nominal)
-                self.usage.labels(q.name, f).set(quotas.used(q.name, f))
-                self.borrowed.labels(q.name, f).set(quotas.borrowed(q.name, f))
-                self.lent.labels(q.name, f).set(lent.get((q.name, f), 0))
+                # a GPU unit's quota is reported in GPUs, a flavor's in slices
+                unit = policy.units.get(f)
+                per = 1 if unit is None else unit.parts_per_gpu
+                self.nominal.labels(q.name, f).set(quota.nominal / per)
+                self.usage.labels(q.name, f).set(quotas.used(q.name, f) / per)
+                self.borrowed.labels(q.name, f).set(quotas.borrowed(q.name, f) / per)
+                self.lent.labels(q.name, f).set(lent.get((q.name, f), 0) / per)
 
     def _evictions(self, snapshot: Snapshot, result: CycleResult) -> None:
         running = {rw.workload.id: rw for rw in snapshot.running}

@@ -31,18 +31,27 @@ MANAGED = {MANAGED_BY_LABEL: "gpucarve"}
 
 
 def _ceilings(policy: Policy, q: Queue) -> dict[str, int]:
-    """Per device resource, the most the queue can ever hold."""
+    """Per device resource, the most the queue can ever hold: per flavor, the least any of
+    its quota keys allows (a GPU unit's converted into the flavor's slices, as if all of it
+    went to that flavor: a ResourceQuota cannot sum across resources)."""
     out: dict[str, int] = defaultdict(int)
-    for quota in q.quotas:
-        flavor = policy.flavors.get(quota.flavor)
-        if flavor is None:
+    keys = {x.flavor: x for x in q.quotas}
+    for name, flavor in policy.flavors.items():
+        charges = policy.quota_keys(q, name)
+        if not charges:
             continue
-        capacity = policy.capacity.get(quota.flavor, 0)
-        if quota.borrowing_limit is None:
-            most = capacity if q.cohort is not None else quota.nominal
-        else:
-            most = quota.nominal + quota.borrowing_limit
-        out[flavor.resource_name] += min(most, capacity)
+        capacity = policy.capacity.get(name, 0)
+        most = capacity
+        for key, cost in charges:
+            quota = keys[key]
+            unit = policy.units.get(key)
+            whole = capacity * cost if unit is None else unit.gpus * unit.parts_per_gpu
+            if quota.borrowing_limit is None:
+                top = whole if q.cohort is not None else quota.nominal
+            else:
+                top = quota.nominal + quota.borrowing_limit
+            most = min(most, top // cost)
+        out[flavor.resource_name] += most
     return dict(out)
 
 

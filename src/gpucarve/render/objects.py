@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from gpucarve.core.policy import Policy, PriorityClass, Queue
+from gpucarve.core.policy import GpuUnit, Policy, PriorityClass, Queue
 from gpucarve.core.vocabulary import GROUP, PREEMPTIBLE_LABEL, VERSION
 from gpucarve.core.vocabulary import MANAGED_BY_LABEL as MANAGED_LABEL
 
 
-def queue_manifest(q: Queue) -> dict[str, Any]:
-    quota: dict[str, dict[str, int]] = {}
+def queue_manifest(q: Queue, units: Mapping[str, GpuUnit]) -> dict[str, Any]:
+    quota: dict[str, dict[str, int | float]] = {}
     for qt in q.quotas:
-        entry = {"nominal": qt.nominal}
+        unit = units.get(qt.flavor)
+
+        def amount(n: int, unit: GpuUnit | None = unit) -> int | float:
+            # a GPU unit's quota is written in GPUs, as in the policy
+            if unit is None or n % unit.parts_per_gpu == 0:
+                return n if unit is None else n // unit.parts_per_gpu
+            return n / unit.parts_per_gpu
+
+        entry = {"nominal": amount(qt.nominal)}
         if qt.borrowing_limit is not None:
-            entry["borrowingLimit"] = qt.borrowing_limit
+            entry["borrowingLimit"] = amount(qt.borrowing_limit)
         if qt.lending_limit is not None:
-            entry["lendingLimit"] = qt.lending_limit
+            entry["lendingLimit"] = amount(qt.lending_limit)
         quota[qt.flavor] = entry
     spec: dict[str, Any] = {
         "weight": q.weight_milli / 1000,
@@ -63,7 +72,7 @@ def policy_objects(policy: Policy) -> list[dict[str, Any]]:
     """Priority classes, then queues, in name order."""
     return [
         *(priority_class_manifest(pc) for pc in sorted(policy.priority_classes, key=_name)),
-        *(queue_manifest(q) for q in sorted(policy.queues, key=lambda q: q.name)),
+        *(queue_manifest(q, policy.units) for q in sorted(policy.queues, key=lambda q: q.name)),
     ]
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucarve.core.cluster import ClusterState, Slice, build_cluster, potential_mig_slices
-from gpucarve.core.policy import Policy, SliceKind
+from gpucarve.core.policy import Policy, Queue, SliceKind
 from gpucarve.core.requests import charge_milli, gpu_memory_of
 from gpucarve.core.workload import GpuKind, Workload
 from gpucarve.engine.decisions import Idle, IdleCause
@@ -182,7 +182,9 @@ def summarize(
             "gpu_hours": round(team_gpu_s[q.name] / HOUR, 2),
             "cost_usd": round(team_cost[q.name], 2),
             "quota_use": {
-                quota.flavor: round(quota_use[(q.name, quota.flavor)] / (quota.nominal * span), 4)
+                quota.flavor: round(
+                    _key_use(policy, q.name, quota.flavor, quota_use) / (quota.nominal * span), 4
+                )
                 for quota in q.quotas
                 if quota.nominal
             },
@@ -229,6 +231,28 @@ def summarize(
         "pools": pools,
         "teams": teams,
     }
+
+
+def _nominal_gpus(policy: Policy, q: Queue, gpu: Mapping[str, float]) -> float:
+    """The queue's nominal quota in GPUs: its GPU units', and its flavors' that no unit of
+    its covers (a flavor quota beside a unit only caps that flavor)."""
+    total = 0.0
+    units = [policy.units[x.flavor] for x in q.quotas if x.flavor in policy.units]
+    for x in q.quotas:
+        unit = policy.units.get(x.flavor)
+        if unit is not None:
+            total += x.nominal / unit.parts_per_gpu
+        elif x.flavor in gpu and not any(u.charge(x.flavor) for u in units):
+            total += x.nominal * gpu[x.flavor]
+    return total
+
+
+def _key_use(policy: Policy, queue: str, key: str, use: Mapping[tuple[str, str], float]) -> float:
+    """Slice-seconds of a flavor key, or part-seconds of a GPU unit, the queue used."""
+    unit = policy.units.get(key)
+    if unit is None:
+        return use.get((queue, key), 0.0)
+    return sum(use.get((queue, f), 0.0) * cost for f, cost in unit.charges)
 
 
 def _idle(
@@ -429,10 +453,7 @@ def timelines(result: SimResult, window: tuple[int, int], samples: int = 120) ->
             for pool, gpu in held.items():
                 pools[pool][i] += gpu
             queues[iv.queue][i] += total
-    nominal = {
-        q.name: sum(x.nominal * charge[x.flavor] for x in q.quotas if x.flavor in charge)
-        for q in policy.queues
-    }
+    nominal = {q.name: _nominal_gpus(policy, q, charge) for q in policy.queues}
     waits = sorted(
         (result.first_start.get(w.id, result.end) - w.submit_time)
         for w in result.submitted.values()

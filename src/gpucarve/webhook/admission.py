@@ -319,14 +319,44 @@ def queue_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
                            "or add it to the policy's cohorts"))  # fmt: skip
     for flavor, q in sorted((spec.get("quota") or {}).items()):
         where = (name, "spec", "quota", str(flavor))
-        if flavor not in policy.flavors:
-            out.append(Problem(where, "unknown-flavor", f"no pool provides flavor {flavor!r}",
-                               f"use one of: {', '.join(sorted(policy.flavors))}"))  # fmt: skip
+        if flavor not in policy.flavors and flavor not in policy.units:
+            known = ", ".join(sorted([*policy.flavors, *policy.units]))
+            out.append(Problem(where, "unknown-flavor",
+                               f"no pool provides flavor {flavor!r}, nor is it a GPU unit",
+                               f"use one of: {known}"))  # fmt: skip
             continue
-        nominal, capacity = (q or {}).get("nominal"), policy.capacity.get(flavor, 0)
-        if isinstance(nominal, int) and nominal > capacity:
+        out += _quota_amounts(policy, where, str(flavor), q or {})
+    return out
+
+
+def _quota_amounts(
+    policy: Policy, where: tuple[str, ...], key: str, q: Mapping[str, Any]
+) -> list[Problem]:
+    """A flavor's quota in whole slices within what the pools hold; a GPU unit's in steps
+    of its smallest slice, within its GPUs."""
+    out: list[Problem] = []
+    unit = policy.units.get(key)
+    for name in ("nominal", "borrowingLimit", "lendingLimit"):
+        value = q.get(name)
+        if not isinstance(value, int | float):
+            continue
+        at = (*where, name)
+        if unit is None and value != int(value):
+            out.append(Problem(at, "not-whole-slices", f"{name} {value} {key}: a flavor's "
+                               "quota counts whole slices", "use a whole number"))  # fmt: skip
+        elif unit is not None and abs(value * unit.parts_per_gpu - round(
+                value * unit.parts_per_gpu)) > 1e-9:  # fmt: skip
+            step = f"1/{unit.parts_per_gpu}"
+            out.append(Problem(at, "not-whole-parts", f"{name} {value} GPUs of unit {key}: "
+                               f"its slices come in steps of {step} GPU",
+                               f"use a multiple of {step}"))  # fmt: skip
+    nominal = q.get("nominal")
+    if isinstance(nominal, int | float):
+        capacity = policy.capacity.get(key, 0) if unit is None else unit.gpus
+        what = key if unit is None else f"{key} GPUs"
+        if nominal > capacity:
             out.append(Problem((*where, "nominal"), "quota-exceeds-capacity",
-                               f"nominal {nominal} {flavor} but the pools hold {capacity}",
+                               f"nominal {nominal} {what} but the pools hold {capacity}",
                                f"lower it to at most {capacity}, or add capacity"))  # fmt: skip
     return out
 

@@ -1,5 +1,5 @@
 """What the scheduler writes into each Queue's status after a cycle: workloads admitted and
-pending, and slices used and borrowed (beyond nominal) per flavor."""
+pending, and slices used and borrowed (beyond nominal) per flavor; GPUs per GPU unit."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.quota import Quotas
 from gpucarve.engine.usage import evicted_pods, usage_after
 
 
@@ -24,8 +25,10 @@ def queue_statuses(
     admitted: Counter[str] = Counter()
     pending: Counter[str] = Counter()
     usage: dict[str, Counter[str]] = {q.name: Counter() for q in policy.queues}
-    for (queue, flavor), n in usage_after(running, result).items():
+    after = usage_after(running, result)
+    for (queue, flavor), n in after.items():
         usage[queue][flavor] += n
+    quotas = Quotas(policy, dict(after))
     gone = evicted_pods(result)
     ran = {rw.workload.id for rw in running}
     for rw in running:
@@ -40,13 +43,17 @@ def queue_statuses(
         pending[w.queue] += 1
     out: dict[str, dict[str, Any]] = {}
     for q in policy.queues:
-        used = usage[q.name]
-        borrowed = {}
-        for flavor, n in used.items():
-            quota = q.quota(flavor)
-            over = n - (quota.nominal if quota is not None else 0)
+        used: dict[str, int | float] = dict(usage[q.name])
+        borrowed: dict[str, int | float] = {}
+        keys = {x.flavor for x in q.quotas} | {f for f in used if not quotas.has_quota(q.name, f)}
+        for key in keys:
+            unit = policy.units.get(key)
+            if unit is not None:
+                # a GPU unit's figures are GPUs (its flavors' slices are listed too)
+                used[key] = quotas.used(q.name, key) / unit.parts_per_gpu
+            over = quotas.borrowed(q.name, key)
             if over > 0:
-                borrowed[flavor] = over
+                borrowed[key] = over if unit is None else over / unit.parts_per_gpu
         out[q.name] = {
             "admittedWorkloads": admitted[q.name],
             "pendingWorkloads": pending[q.name],

@@ -2,7 +2,7 @@
 
     python bench/alibaba_mig.py [--pods PODS.csv] [--model A100-80GB] [--nodes 2]
                                 [--days 7] [--speedup 1] [--reconfigure 60]
-                                [--granularity gpu|instance] [--json]
+                                [--granularity gpu|instance] [--drain] [--json]
 
 The trace (`$GPUCARVE_TRACES/alibaba-gpu-v2023/`, default `../shared/traces`; the README says
 where to get it) has no MIG. Its single-GPU pods become MIG workloads: a pod asking for
@@ -89,7 +89,12 @@ def workloads(
 
 
 def policy_doc(
-    model: str, nodes: int, per_gpu: list[dict[str, int]], dynamic: bool, granularity: str = "gpu"
+    model: str,
+    nodes: int,
+    per_gpu: list[dict[str, int]],
+    dynamic: bool,
+    granularity: str = "gpu",
+    drain: bool = False,
 ) -> Any:
     flavor = packaged_catalog().lookup(model).flavor_prefix
     profiles = sorted({p for layout in per_gpu for p in layout})
@@ -105,6 +110,7 @@ def policy_doc(
             "maxGpusPerCycle": 8,
             "profiles": profiles,
             "granularity": granularity,
+            "drain": drain,
         }
     most = {p.name: p.max_instances for p in geom.profiles}
 
@@ -212,6 +218,9 @@ def main() -> None:
     ap.add_argument("--speedup", type=float, default=1.0)
     ap.add_argument("--reconfigure", type=int, default=60)
     ap.add_argument("--granularity", choices=["gpu", "instance"], default="gpu")
+    ap.add_argument(
+        "--drain", action="store_true", help="mig.dynamic.drain (granularity gpu): see engine.drain"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     catalog = packaged_catalog()
@@ -237,7 +246,7 @@ def main() -> None:
     window = (0, end)
     for name, dynamic in (("static", False), ("dynamic", True)):
         # every node carries the same per-GPU layouts, one per GPU index
-        doc = policy_doc(args.model, args.nodes, layouts, dynamic, args.granularity)
+        doc = policy_doc(args.model, args.nodes, layouts, dynamic, args.granularity, args.drain)
         policy = build_policy(doc, catalog).policy
         ws_p, _ = workloads(pods, geom, policy, args.days, args.speedup)
         sim = Simulator(policy, ws_p, None, SimConfig(mig_reconfigure_s=args.reconfigure))

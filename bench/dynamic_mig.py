@@ -1,7 +1,7 @@
 """Static MIG layouts against dynamic MIG on the three-team example.
 
     python bench/dynamic_mig.py [--days 2] [--seed 42] [--load 1.0] [--reconfigure 60]
-                                [--granularity gpu|instance] [--json]
+                                [--granularity gpu|instance] [--drain] [--json]
 
 Runs the example's synthetic trace under the gpucarve policy twice: as written (every A100 of
 the production pool carved 3g.40gb + 2g.20gb + 2 × 1g.10gb, for good) and with
@@ -54,6 +54,9 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=1.0)
     ap.add_argument("--reconfigure", type=int, default=60)
     ap.add_argument("--granularity", choices=["gpu", "instance"], default="gpu")
+    ap.add_argument(
+        "--drain", action="store_true", help="mig.dynamic.drain (granularity gpu): see engine.drain"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
@@ -69,6 +72,7 @@ def main() -> None:
                 "minSecondsBetweenChanges": 600,
                 "maxGpusPerCycle": 4,
                 "granularity": args.granularity,
+                "drain": args.drain,
             }
     # The example's MIG quotas bind before its layout does (production may hold 4 of the 32
     # 1g.10gb): in both runs production's nominal quota is all the pool can hold of each

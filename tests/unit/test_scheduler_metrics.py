@@ -144,3 +144,16 @@ def test_idle_gpu_seconds_by_cause_count_each_cycles_shares_until_the_next() -> 
         m.observe_cycle(s, run_cycle(s, now), 0.01)
     got = value(m, "gpucarve_idle_gpu_seconds_total", pool="train", cause="nominal-quota")
     assert got == 12 * 30
+
+
+def test_draining_gpus_and_unit_quotas_are_exported() -> None:
+    from tests.engine.test_drain import _busy, _policy, _three_big
+
+    p = _policy(drain=True)
+    s = _three_big(p, _busy(p), 100)
+    m = SchedulerMetrics()
+    m.observe_cycle(s, run_cycle(s, 100), 0.01)
+    assert value(m, "gpucarve_mig_draining_gpus", pool="inf") == 1
+    # the team's quota is one GPU unit: reported in GPUs (3g.40gb + 1g.10gb = 0.625)
+    assert value(m, "gpucarve_queue_nominal_slices", queue="team", flavor="a100") == 2
+    assert value(m, "gpucarve_queue_usage_slices", queue="team", flavor="a100") == 0.625

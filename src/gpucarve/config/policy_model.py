@@ -99,6 +99,12 @@ class MigDynamicSpec(_Strict):
         "it changes); instance: instances in use stay in place while free ones are reshaped "
         "(needs a node agent creating single GPU instances; simulator only).",
     )
+    drain: bool = Field(
+        default=False,
+        description="With granularity gpu: when MIG work within its quota waits for "
+        "instances nobody frees, keep new work off the GPUs expected to empty soonest so they "
+        "can be repartitioned (their free instances idle meanwhile).",
+    )
 
 
 class MigSpec(_Strict):

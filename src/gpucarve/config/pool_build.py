@@ -381,6 +381,7 @@ def _dynamic(spec: PoolSpec) -> MigDynamic | None:
         d.maxGpusPerCycle,
         tuple(d.profiles or ()),
         keep_in_use=d.granularity == "instance",
+        drain=d.drain and d.granularity == "gpu",
     )
 
 

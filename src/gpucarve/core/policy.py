@@ -101,6 +101,9 @@ class MigDynamic:
     # False: only GPUs with no instance in use change (whole-GPU reconfiguration, as the
     # GPU Operator's MIG manager does); True: instances in use are kept in place
     keep_in_use: bool = False
+    # whole-GPU granularity: drain the GPUs that empty soonest for waiting MIG work
+    # (engine.drain)
+    drain: bool = False
 
 
 @dataclass(frozen=True, slots=True)

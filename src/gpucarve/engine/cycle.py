@@ -33,7 +33,15 @@ from collections import deque
 
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
-from gpucarve.engine import gang_timeout, idle, podwise, queueing, repartition, reservation
+from gpucarve.engine import (
+    drain,
+    gang_timeout,
+    idle,
+    podwise,
+    queueing,
+    repartition,
+    reservation,
+)
 from gpucarve.engine.admit import admit
 from gpucarve.engine.decisions import CycleResult, CycleStats, Pending
 from gpucarve.engine.state import CycleState
@@ -54,6 +62,7 @@ class Cycle:
             podwise.continue_partial_gangs(s)
         skip = gang_timeout.release(s)
         reservation.reserve_starving(s)
+        drained = drain.drain(s)
         by_queue: dict[str, deque[Workload]] = {}
         for w in sorted(s.snapshot.pending, key=lambda w: (-w.priority, w.submit_time, w.id)):
             if w.id not in skip:
@@ -91,6 +100,7 @@ class Cycle:
                 heapq.heappush(heap, self._key(name, items[0]))
         if s.cfg.gang:
             podwise.grow_elastic(s)
+        drain.release(s, drained)
         repartitions, unserved = repartition.plan(s)
         stats = CycleStats(
             attempted=attempted,
@@ -109,6 +119,7 @@ class Cycle:
             unserved,
             tuple(s.reservations),
             idle.account(s),
+            tuple(s.drains),
         )
 
     def _key(self, queue: str, head: Workload) -> tuple[int, int, int, str]:

@@ -162,6 +162,16 @@ class Reservation:
     waits_for: tuple[str, ...]  # running work expected to end first (the last sets `start`)
 
 
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """A GPU kept free of new work this cycle so that it empties for a repartition
+    (engine.drain)."""
+
+    gpu_id: str
+    until: int  # when the work on it is expected to end
+    reason: str
+
+
 @dataclass(frozen=True)
 class CycleResult:
     now: int
@@ -176,6 +186,8 @@ class CycleResult:
     reservations: tuple[Reservation, ...] = ()
     # every flavor's free slices after the cycle, by why no waiting work used them
     idle: tuple[Idle, ...] = ()
+    # GPUs of dynamic MIG pools kept free of new work to empty for a repartition
+    drains: tuple[Drain, ...] = ()
 
     def pending_reason(self, workload: str) -> PendingReason | None:
         for p in self.pending:

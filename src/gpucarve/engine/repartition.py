@@ -57,7 +57,7 @@ def plan(c: CycleState) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int],
                 demand[pool_name][f.profile] += ps.min_count
                 top[pool_name][f.profile] = max(top[pool_name][f.profile], w.priority + 1)
                 break
-    used, coming = _in_use(c)
+    used, coming = instances_in_use(c)
     out: list[Repartition] = []
     unserved: Counter[str] = Counter()
     for name, pool in sorted(dynamic.items()):
@@ -161,8 +161,8 @@ class Reshaper:
         pool = self.dynamic[name]
         assert pool.mig_dynamic is not None
         if self._coming is None:
-            self._coming = _coming(self.c)
-        used, coming = _in_use(self.c, self._coming)
+            self._coming = instances_coming(self.c)
+        used, coming = instances_in_use(self.c, self._coming)
         gpus, arriving = _eligible(self.c, name, pool, used, coming)
         want = _beyond_free(gpus, need + self.promised.get(name, Counter()), arriving)
         if not want:
@@ -172,14 +172,14 @@ class Reshaper:
         return not left
 
 
-def _in_use(
+def instances_in_use(
     c: CycleState, coming: dict[str, Counter[str]] | None = None
 ) -> tuple[Container[str], dict[str, Counter[str]]]:
     """Slice ids in use (the snapshot's allocations and this cycle's admissions), and per GPU
-    being reconfigured the instances it is creating (`_coming`, passed when known)."""
+    being reconfigured the instances it is creating (`instances_coming`, passed when known)."""
     admitted = {sid for a in c.admissions for pod in a.pods for sid in pod.slice_ids}
     used = _InUse(admitted, c.snapshot.cluster.allocations)
-    return used, _coming(c) if coming is None else coming
+    return used, instances_coming(c) if coming is None else coming
 
 
 class _InUse(Container[str]):
@@ -193,7 +193,7 @@ class _InUse(Container[str]):
         return sid in self.admitted or sid in self.allocated
 
 
-def _coming(c: CycleState) -> dict[str, Counter[str]]:
+def instances_coming(c: CycleState) -> dict[str, Counter[str]]:
     """Per GPU being reconfigured, the instances it is creating (fixed for the cycle)."""
     out: dict[str, Counter[str]] = {}
     for sid, alloc in c.snapshot.cluster.allocations.items():

@@ -20,6 +20,7 @@ from gpucarve.core.workload import GpuRequest, PodAssignment, PodSet, RunningWor
 from gpucarve.engine.ceilings import Ceilings
 from gpucarve.engine.decisions import (
     Admission,
+    Drain,
     Eviction,
     Outcome,
     Pending,
@@ -76,6 +77,7 @@ class CycleState:
         self.placer.ends_at = self.ends_at
         self.placer.guaranteed = self.within_nominal
         self.reservations: list[Reservation] = []
+        self.drains: list[Drain] = []
         # (queue, flavor) -> the reserving gang that holds the queue's quota of the flavor
         # against later work expected to run past its start (queueing.behind)
         self.queue_reserved: dict[tuple[str, str], Hold] = {}

@@ -95,6 +95,13 @@ class SchedulerMetrics:
             q,
             registry=r,
         )
+        self.draining = Gauge(
+            "gpucarve_mig_draining_gpus",
+            "GPUs of a dynamic MIG pool kept free of new work to empty for a repartition "
+            "(mig.dynamic.drain)",
+            ["pool"],
+            registry=r,
+        )
         self.reserved_start = Gauge(
             "gpucarve_reservation_start_seconds",
             "Seconds until the latest expected start among the queue's reservations",
@@ -217,6 +224,7 @@ class SchedulerMetrics:
         for (queue, stage), n in sorted(pending.items()):
             self.pending.labels(queue, stage).set(n)
         self._reservations(policy, result)
+        self._drains(snapshot, result)
         self._idle(snapshot, result)
         submitted = {w.id: w for w in snapshot.pending}
         for a in result.admissions:
@@ -280,6 +288,13 @@ class SchedulerMetrics:
         for q in policy.queues:
             self.reserving.labels(q.name).set(count[q.name])
             self.reserved_start.labels(q.name).set(latest.get(q.name, 0))
+
+    def _drains(self, snapshot: Snapshot, result: CycleResult) -> None:
+        pool_of = {n.name: n.pool for n in snapshot.cluster.nodes}
+        drained = Counter(pool_of.get(d.gpu_id.rpartition("/gpu")[0], "") for d in result.drains)
+        for pool in snapshot.policy.pools:
+            if pool.mig_dynamic is not None:
+                self.draining.labels(pool.name).set(drained[pool.name])
 
     def _quota(self, policy: Policy, snapshot: Snapshot, result: CycleResult) -> None:
         quotas = Quotas(policy, dict(usage_after(snapshot.running, result)))

@@ -271,3 +271,86 @@ def test_the_static_configurations_are_published_for_the_gpu_operator(
     with _run(st, api, path, fail=False, manager_runs=False):
         configs = wait_for(published, what="the static configuration published")
     assert configs["gpucarve-inf"] == want["gpucarve-inf"]
+
+
+def _drain_doc(drain: bool) -> dict[str, Any]:
+    """The engine's drain scenario (tests/engine/test_drain.py) with GPU-unit quotas: every
+    A100 starts 3g.40gb + 2g.20gb + 2 × 1g.10gb; queues hold GPUs of the unit, in eighths."""
+    doc = dynamic_mig_doc()
+    (p,) = doc["pools"]
+    p["mig"] = {
+        "layout": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2},
+        "dynamic": {"minSecondsBetweenChanges": 0, "maxGpusPerCycle": 2, "drain": drain},
+    }
+    doc["queues"] = [
+        {"name": "serving", "namespaces": ["serving"], "quota": {"a100": {"nominal": 1.75}}},
+        {"name": "other", "namespaces": ["other"], "quota": {"a100": {"nominal": 0.25}}},
+    ]
+    return doc
+
+
+@pytest.mark.parametrize("drain", [True, False])
+def test_a_drained_gpu_is_reshaped_for_the_work_a_unit_quota_admits(
+    tmp_path: Path, drain: bool
+) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(_drain_doc(drain)))
+    layout = [{"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}] * 2
+    with LocalStack(find_binaries(), tmp_path / "stack") as st:
+        api = Api(st.server, st.tokens[ADMIN_USER])
+        populate(st, api, path, ("serving", "other", CM_NS))
+        # the Queue objects carry the unit quotas as written (GPUs, fractions allowed)
+        queue = api.get("/apis/gpucarve.io/v1alpha1/queues/serving")
+        assert queue["spec"]["quota"] == {"a100": {"nominal": 1.75}}
+        policy = load_policy(path, []).policy
+        manager = MigManagerStandIn(api, CM_NS, CM_NAME, {NODE: layout})
+        manager.start()
+        mig = HandoffConfig(CM_NS, CM_NAME, propagation_s=0.5, timeout_s=60)
+        client = Client.from_kubeconfig(st.kubeconfig())
+        sched = Scheduler(client, policy, SchedulerConfig(interval_s=0.3, mig=mig))
+        try:
+            with running(sched):
+                create_pod(api, pod("serving", "long", "nvidia.com/mig-3g.40gb"))
+                create_pod(api, pod("serving", "short", "nvidia.com/mig-1g.10gb"))
+                for name in ("long", "short"):
+                    wait_for(lambda n=name: node_of(pods_in(api, "serving").get(n) or {}),
+                             what=f"{name} bound")  # fmt: skip
+                busy = _gpu_of(pods_in(api, "serving")["long"])
+                assert _gpu_of(pods_in(api, "serving")["short"]) == busy, "not packed"
+                for i in range(3):
+                    create_pod(api, pod("serving", f"big{i}", "nvidia.com/mig-3g.40gb"))
+
+                def two_bound() -> dict[str, dict[str, Any]] | None:
+                    pods = pods_in(api, "serving")
+                    done = [n for n in ("big0", "big1", "big2") if node_of(pods.get(n) or {})]
+                    return pods if len(done) >= (2 if drain else 1) else None
+
+                pods = wait_for(two_bound, timeout_s=60, what="3g.40gb pods bound")
+                time.sleep(1.5)  # a few more cycles: nothing else changes
+                pods = pods_in(api, "serving")
+                bound = sorted(n for n in ("big0", "big1", "big2") if node_of(pods[n]))
+                status = wait_for(
+                    lambda: (
+                        api.get("/apis/gpucarve.io/v1alpha1/queues/serving")
+                        .get("status", {})
+                        .get("usage", {})
+                        .get("a100")
+                    ),
+                    what="queue status",
+                )
+        finally:
+            manager.stop.set()
+    if drain:
+        # the idle GPU took no pod in its old layout: it became 2 × 3g.40gb, then took two
+        (done,) = manager.applied
+        assert done.state == "success"
+        (changed,) = done.changed_gpus
+        assert {changed} != busy
+        assert bound == ["big0", "big1"]
+        assert all(_gpu_of(pods[n]) == {changed} for n in bound)
+        assert status == 0.5 + 0.125 + 1.0
+    else:
+        # refilled in its old layout: one 3g.40gb, no change
+        assert not manager.applied
+        assert bound == ["big0"]
+        assert status == 0.5 + 0.125 + 0.5

@@ -102,3 +102,51 @@ def test_recommend_needs_gpucarve_and_keeps_json_clean(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)  # the tables went to stderr
     assert "recommendations" in doc
+
+
+def test_the_unit_proposal_keeps_each_queues_gpus_and_turns_on_drain() -> None:
+    from gpucarve.config.examples import POLICY, example_path
+    from gpucarve.config.policy_build import build_policy, load_policy
+    from gpucarve.sim.recommend import mig_layout
+
+    loaded = load_policy(example_path(POLICY))
+    doc = loaded.document.data if loaded.document is not None else None
+    assert doc is not None
+    idle = {"production": {"mig-layout": 100.0}}
+    # one 3g.40gb workload's worth of demand is enough to call for the proposals
+    from tests.engine.builders import workload
+
+    w = workload(loaded.policy, "s", "production", mig="3g.40gb", duration=3600)
+    props = {p.name: p for p in mig_layout(doc, loaded.policy, [w], idle)}
+    unit = props["production: one GPU quota per queue, dynamic MIG with drain"]
+    quotas = {q["name"]: q["quota"] for q in unit.doc["queues"]}
+    # research 8 × 2g.20gb = 2 GPUs; production 12 × 3g.40gb + 16 × 1g.10gb = 8 GPUs, its
+    # borrowing limit on 3g.40gb alone (none on 1g.10gb): unset; data science 16 1g + 8 2g +
+    # 4 3g = 6 GPUs
+    assert quotas["research"]["a100"] == {"nominal": 2}
+    assert quotas["production"]["a100"] == {"nominal": 8}
+    assert quotas["data-science"]["a100"] == {"nominal": 6}
+    assert not any(k.startswith("a100-mig-") for q in quotas.values() for k in q)
+    (pool,) = [p for p in unit.doc["pools"] if p["name"] == "production"]
+    assert pool["mig"]["dynamic"]["drain"] is True
+    built = build_policy(unit.doc, packaged_catalog()).policy  # it validates
+    assert built.units["a100"].gpus == 16
+
+
+def test_limits_are_lifted_only_where_the_pool_idled_for_them_and_it_changes_something() -> None:
+    from gpucarve.config.examples import POLICY, example_path
+    from gpucarve.config.policy_build import load_policy
+    from gpucarve.sim.recommend import limits
+
+    loaded = load_policy(example_path(POLICY))
+    doc = loaded.document.data if loaded.document is not None else None
+    assert doc is not None
+    assert limits(doc, loaded.policy, {"training": {"borrowing-limit": 0.5}}) == []
+    (prop,) = limits(doc, loaded.policy, {"training": {"borrowing-limit": 30.0}})
+    assert prop.name == "training: borrowing limits lifted"
+    quotas = {q["name"]: q["quota"] for q in prop.doc["queues"]}
+    assert quotas["research"]["h100-full"] == {"nominal": 16}
+    assert quotas["data-science"]["h100-full"] == {"nominal": 6}
+    assert quotas["production"]["a100-mig-3g.40gb"]["borrowingLimit"] == 4  # another pool
+    # production lends all of its nominal h100-full already: lifting that changes nothing
+    assert limits(doc, loaded.policy, {"training": {"cohort-lending": 90.0}}) == []

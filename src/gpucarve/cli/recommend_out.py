@@ -19,7 +19,7 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.workload import Workload
 from gpucarve.sim.metrics import summarize
-from gpucarve.sim.recommend import Proposal, mig_layout, scheduling
+from gpucarve.sim.recommend import Proposal, limits, mig_layout, scheduling
 from gpucarve.sim.records import SimConfig
 from gpucarve.sim.runner import Simulator
 
@@ -65,7 +65,11 @@ def recommend(
     proposals = (
         []
         if doc is None
-        else [*mig_layout(doc, loaded.policy, derived[0], idle), *scheduling(doc, before)]
+        else [
+            *mig_layout(doc, loaded.policy, derived[0], idle),
+            *limits(doc, loaded.policy, idle),
+            *scheduling(doc, before),
+        ]
     )
     if not proposals:
         c.print(

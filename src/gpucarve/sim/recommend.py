@@ -22,7 +22,7 @@ from typing import Any
 
 from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.mig import Instance, place, profiles_by_size
-from gpucarve.core.policy import Policy, SliceKind
+from gpucarve.core.policy import GpuUnit, Policy, Pool, SliceKind
 from gpucarve.core.workload import GpuKind, Workload
 from gpucarve.engine.mig.gpu_plan import PoolGpu
 from gpucarve.engine.mig.pool_plan import plan_pool
@@ -162,7 +162,57 @@ def mig_layout(
             )
         )
         out.append(_dynamic(doc, i, pool.name, geom, pool.gpus, flavors, asked, hours))
+        unit = policy.units.get(pool.flavor_prefix)
+        if unit is not None and all(f in pool_flavors(pool) for f, _ in unit.charges):
+            out.append(_unit(doc, i, pool.name, unit, sorted(asked), hours))
     return out
+
+
+def pool_flavors(pool: Pool) -> set[str]:
+    return {f.name for f in pool.flavors()}
+
+
+def _unit(
+    doc: Mapping[str, Any],
+    index: int,
+    pool: str,
+    unit: GpuUnit,
+    profiles: list[str],
+    hours: float,
+) -> Proposal:
+    """The pool's layout as it is, repartitioned on demand, draining the GPUs that empty
+    soonest; each queue's quotas of the pool's flavors become one quota in GPUs of the unit,
+    worth what they were (a limit set on every one of them is kept as their sum; one left
+    unset on any stays unset), so a queue's GPUs may be carved whichever way its work asks."""
+    new = copy.deepcopy(dict(doc))
+    new["pools"][index].setdefault("mig", {})["dynamic"] = {
+        "minSecondsBetweenChanges": 600,
+        "maxGpusPerCycle": 4,
+        "profiles": profiles,
+        "drain": True,
+    }
+    cost = dict(unit.charges)
+    for q in new.get("queues", []):
+        quota = q.get("quota") or {}
+        mine = {f: quota.pop(f) for f in sorted(quota) if f in cost}
+        if not mine:
+            continue
+        entry: dict[str, float] = {}
+        for key in ("nominal", "borrowingLimit", "lendingLimit"):
+            values = [(spec.get(key), cost[f]) for f, spec in mine.items()]
+            if all(v is not None for v, _ in values):
+                parts = sum(int(v) * c for v, c in values if v is not None)
+                gpus = parts / unit.parts_per_gpu
+                entry[key] = int(gpus) if gpus == int(gpus) else gpus
+        quota[unit.name] = entry
+    return Proposal(
+        f"{pool}: one GPU quota per queue, dynamic MIG with drain",
+        f"{hours:,.0f} GPU-hours idle for mig-layout; each queue's quotas of the pool's "
+        f"profiles become one quota of {unit.name} GPUs (carved as its work asks), the pool "
+        f"repartitions on demand between {', '.join(profiles)} and drains the GPUs that "
+        "empty soonest",
+        new,
+    )
 
 
 def _dynamic(
@@ -214,6 +264,53 @@ def _requota(doc: dict[str, Any], flavors: Mapping[str, tuple[int, Mapping[str, 
             quota[flavor] = entry
 
 
+# Limits a pool idled for, and the quota field that set it.
+LIMIT_CAUSES = (("borrowing-limit", "borrowingLimit"), ("cohort-lending", "lendingLimit"))
+# GPU-hours of a cause below which no change is worth a replay
+WORTH_HOURS = 1.0
+
+
+def limits(
+    doc: Mapping[str, Any], policy: Policy, idle_by_pool: Mapping[str, Mapping[str, float]]
+) -> list[Proposal]:
+    """Per pool that idled while a borrowing limit (or a lending limit) kept waiting work out:
+    the queues' limits on that pool's quotas lifted (a guarantee stays one: nominal quota is
+    not touched, and lent quota is reclaimed when its owner needs it)."""
+    out = []
+    for pool in policy.pools:
+        keys = {f.name for f in pool.flavors()}
+        unit = policy.units.get(pool.flavor_prefix)
+        if unit is not None:
+            keys.add(unit.name)
+        for cause, field in LIMIT_CAUSES:
+            hours = idle_by_pool.get(pool.name, {}).get(cause, 0.0)
+            if hours < WORTH_HOURS:
+                continue
+            new = copy.deepcopy(dict(doc))
+            lifted = []
+            for q in new.get("queues", []):
+                for key, spec in sorted((q.get("quota") or {}).items()):
+                    if key not in keys or not isinstance(spec, dict):
+                        continue
+                    value = spec.get(field)
+                    # a lending limit of all of nominal is no limit: lifting it changes nothing
+                    if value is None or (field == "lendingLimit" and value >= spec["nominal"]):
+                        continue
+                    del spec[field]
+                    lifted.append(f"{q['name']} {key}")
+            if lifted:
+                what = "borrowing" if field == "borrowingLimit" else "lending"
+                out.append(
+                    Proposal(
+                        f"{pool.name}: {what} limits lifted",
+                        f"{hours:,.0f} GPU-hours idle for {cause}; {field} removed from "
+                        + ", ".join(lifted),
+                        new,
+                    )
+                )
+    return out
+
+
 # Idle causes that a reservation addresses (a big gang that never finds its room while small
 # work keeps taking it), and the share of the run's GPU-hours lost to preemption past which
 # sparing large gangs from reclaim is worth a replay.
@@ -228,7 +325,7 @@ def scheduling(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Propo
     sched = dict(doc.get("scheduling") or {})
     idle = summary.get("idle_gpu_hours", {})
     waited = sum(idle.get(c, 0.0) for c in RESERVATION_CAUSES)
-    if waited > 0 and sched.get("reserveAfterSeconds") is None:
+    if waited >= WORTH_HOURS and sched.get("reserveAfterSeconds") is None:
         causes = ", ".join(c for c in RESERVATION_CAUSES if idle.get(c))
         why = f"{waited:,.0f} GPU-hours idle while gangs waited for room ({causes})"
         out.append(_setting(doc, "reservations", "reserveAfterSeconds", 900, why))

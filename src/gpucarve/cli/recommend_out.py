@@ -18,6 +18,7 @@ from gpucarve.config.policy_build import LoadedPolicy, load_policy_text
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.workload import Workload
+from gpucarve.sim.demand_bound import demand_bound
 from gpucarve.sim.metrics import summarize
 from gpucarve.sim.recommend import Proposal, limits, mig_layout, scheduling
 from gpucarve.sim.records import SimConfig
@@ -45,6 +46,35 @@ def _figures(s: dict[str, Any]) -> dict[str, Any]:
             t: round(v["wait_until_last_start_p95_s"] / HOUR, 2) for t, v in s["teams"].items()
         },
     }
+
+
+def bound_table(
+    policy: Policy,
+    workloads: Sequence[Workload],
+    window: tuple[int, int],
+    run: dict[str, Any],
+    quiet: bool,
+) -> dict[str, dict[str, float]]:
+    """Print and return, per pool, what the run held against the demand bound (GPUs)."""
+    bound = demand_bound(policy, workloads, window)
+    t = Table(
+        title="Demand bound: GPUs held on average (as allocation counts them) against the most "
+        "the pool's work could have held (perfect packing, no quota, first come first served "
+        "with backfill)"
+    )
+    for col in ("pool", "held", "at most", "of the bound"):
+        t.add_column(col, justify="left" if col == "pool" else "right")
+    out: dict[str, dict[str, float]] = {}
+    for pool, most in bound.items():
+        figures = run["pools"].get(pool)
+        if figures is None:
+            continue
+        held = round(figures["allocation"] * figures["gpus"], 2)
+        out[pool] = {"held": held, "at_most": most}
+        share = f"{held / most:.0%}" if most else "-"
+        t.add_row(pool, f"{held:.1f}", f"{most:.1f}", share)
+    console(stderr=quiet).print(t)
+    return out
 
 
 def recommend(

@@ -336,6 +336,9 @@ def simulate(
         doc["gpu_failures"] = {"per_gpu_day": failure_rate, "repair_hours": repair_hours}
     doc.update(_source(trace_file, seed, days, load))
     if recommend:
+        doc["demand_bound_gpus"] = recommend_out.bound_table(
+            loaded.policy, workloads, window, results["gpucarve"], as_json
+        )
         doc["recommendations"] = _recommend(
             loaded, (workloads, utilisation), results["gpucarve"], trace_file, seed, days, load,
             window, catalog, out, as_json,

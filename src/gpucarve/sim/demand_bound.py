@@ -1,0 +1,121 @@
+"""How busy a pool could have been on a trace, whatever the policy: the demand bound.
+
+Each pool's work is replayed as if its GPUs were one pot with perfect packing: no nodes, no MIG
+placements, no quotas, no gangs spread over nodes, first come first served with every later
+arrival that fits started at once (backfill). Every pod set one of the pool's flavors could
+serve counts (work another pool could take too counts in both: the bound stays a bound). A pod
+set takes its share of the pot: a MIG instance its memory slices' share of a GPU (its
+placement size), a whole GPU one, a shared replica 1/replicas; it holds its charge (the
+allocation figures' measure) for its own duration. What that replay holds on average over the
+window is about the most any policy could hold on the real cluster (work slowed by sharing a
+GPU runs longer than its duration, so a shared pool's run can exceed it), so a run near it is
+bound by demand and a recommendation cannot do much better (`simulate --recommend` prints both).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpucarve.core.policy import Flavor, Policy, SliceKind
+from gpucarve.core.requests import candidate_flavors, charge_milli, gpu_memory_of, slices_per_pod
+from gpucarve.core.workload import Workload
+
+# queued work looked through for backfill at each event (the bound stays linear on long traces)
+SCAN = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    arrival: int
+    size: float  # share of the pot (GPUs)
+    charge: float  # GPUs held, as the allocation figures count them
+    duration: int
+
+
+def _share(policy: Policy, f: Flavor) -> float:
+    if f.kind is SliceKind.MIG:
+        model = next(p.model for p in policy.pools if p.model.id == f.model_id)
+        assert model.mig is not None and f.profile is not None
+        prof = model.mig.profile(f.profile)
+        assert prof is not None
+        return prof.memory_slices / model.mig.memory_slices
+    return 1.0 / f.replicas
+
+
+def _pools_of(policy: Policy) -> dict[str, str]:
+    """Flavor -> the pool serving it (pools joined by `+` when several do)."""
+    out: defaultdict[str, list[str]] = defaultdict(list)
+    for pool in policy.pools:
+        for f in pool.flavors():
+            out[f.name].append(pool.name)
+    return {f: "+".join(sorted(ps)) for f, ps in out.items()}
+
+
+def _jobs(policy: Policy, workloads: Sequence[Workload]) -> dict[str, list[_Job]]:
+    pools = _pools_of(policy)
+    out: defaultdict[str, list[_Job]] = defaultdict(list)
+    for w in workloads:
+        if w.duration is None:
+            continue
+        for ps in w.pod_sets:
+            first: dict[str, Flavor] = {}
+            for f in candidate_flavors(policy, ps.gpu):
+                first.setdefault(pools[f.name], f)  # the pool's first choice for it
+            for pool, f in first.items():
+                memory = gpu_memory_of(policy, f)
+                slices = slices_per_pod(ps.gpu, f, memory) * ps.count
+                charge = slices * charge_milli(f, memory) / 1000
+                out[pool].append(
+                    _Job(w.submit_time, slices * _share(policy, f), charge, w.duration)
+                )
+    return out
+
+
+def _held(jobs: list[_Job], capacity: float, start: int, end: int) -> float:
+    """GPU-seconds (charge) held within [start, end) by the pot replay."""
+    jobs = sorted(jobs, key=lambda j: (j.arrival, -j.size))
+    running: list[tuple[int, float, float]] = []  # (end, size, charge)
+    queue: list[_Job] = []
+    busy = held = 0.0
+    i = 0
+    t = start
+    while (i < len(jobs) or running) and t < end:
+        nxt = min(jobs[i].arrival if i < len(jobs) else end, running[0][0] if running else end)
+        t = max(t, nxt)
+        while running and running[0][0] <= t:
+            _, size, _ = heapq.heappop(running)
+            busy -= size
+        while i < len(jobs) and jobs[i].arrival <= t:
+            queue.append(jobs[i])
+            i += 1
+        kept = []
+        for k, j in enumerate(queue):
+            if k < SCAN and busy + j.size <= capacity + 1e-9:
+                busy += j.size
+                heapq.heappush(running, (t + j.duration, j.size, j.charge))
+                held += j.charge * max(0, min(t + j.duration, end) - max(t, start))
+            else:
+                kept.append(j)
+        queue = kept
+        if not running and i >= len(jobs):
+            break
+    return held
+
+
+def demand_bound(
+    policy: Policy, workloads: Sequence[Workload], window: tuple[int, int]
+) -> dict[str, float]:
+    """Pool -> the most GPUs (charge) its work could have held on average over `window`."""
+    start, end = window
+    span = max(1, end - start)
+    gpus: defaultdict[str, float] = defaultdict(float)
+    for pool in policy.pools:
+        gpus[pool.name] = pool.gpus
+    out: dict[str, float] = {}
+    for name, jobs in sorted(_jobs(policy, workloads).items()):
+        capacity = sum(gpus[p] for p in name.split("+"))
+        out[name] = round(_held(jobs, capacity, start, end) / span, 2)
+    return out

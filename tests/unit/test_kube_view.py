@@ -290,3 +290,14 @@ def test_a_gpu_pod_bound_elsewhere_is_charged_to_its_queue() -> None:
     view = build_view(POLICY, inv, [free], "gpucarve", EPOCH, {})
     assert view.elsewhere == {} and view.snapshot.running == ()
     assert len(view.snapshot.cluster.allocations) == 8
+
+
+def test_a_shared_pool_advertised_under_the_other_name_gets_the_renaming_fix() -> None:
+    nodes = ready_nodes()
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    # dev-1's device plugin runs renameByDefault: false: its 8 replicas are nvidia.com/gpu
+    alloc = by_name["dev-1"]["status"]["allocatable"]
+    alloc["nvidia.com/gpu"] = alloc.pop("nvidia.com/gpu.shared")
+    text = "\n".join(map(str, build_inventory(POLICY, nodes).problems))
+    assert "node dev-1: allocatable nvidia.com/gpu is 8 where pool dev expects" in text
+    assert "set `renameByDefault: false` on the pool" in text

@@ -27,6 +27,7 @@ class ImportedConfig:
     sharing: str  # exclusive | time-slicing | mps
     replicas: int
     notes: tuple[str, ...] = ()
+    renamed: bool = True  # replicas published as nvidia.com/gpu.shared
 
     def pool_block(self) -> dict[str, Any]:
         # `gpucarve render device-plugin` names its configurations gpucarve-<pool>
@@ -34,6 +35,8 @@ class ImportedConfig:
                                  "sharing": self.sharing}  # fmt: skip
         if self.sharing != "exclusive":
             block["replicas"] = self.replicas
+            if not self.renamed:
+                block["renameByDefault"] = False
         return block
 
 
@@ -199,12 +202,13 @@ def _one(name: str, doc: Any, problems: list[Problem]) -> ImportedConfig | None:
             )
         )
         return None
-    if not (sharing[key].get("renameByDefault") or res.get("rename")):
+    renamed = bool(sharing[key].get("renameByDefault") or res.get("rename"))
+    if not renamed:
         notes.append(
-            "shared GPUs are advertised as nvidia.com/gpu; gpucarve expects "
-            "nvidia.com/gpu.shared (renameByDefault: true, as `gpucarve render device-plugin`)"
+            "shared GPUs are advertised as nvidia.com/gpu (renameByDefault: false): the pool "
+            "keeps that, and pods asking nvidia.com/gpu get replicas there"
         )
-    return ImportedConfig(name, mode, replicas, tuple(notes))
+    return ImportedConfig(name, mode, replicas, tuple(notes), renamed)
 
 
 def import_device_plugin(path: str | Path) -> list[ImportedConfig]:

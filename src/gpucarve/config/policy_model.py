@@ -142,6 +142,12 @@ class PoolSpec(_Strict):
         le=MAX_TIME_SLICING_REPLICAS,
         description="Replicas per GPU for time-slicing (2..100) and mps (2..48).",
     )
+    renameByDefault: bool | None = Field(
+        default=None,
+        description="Time-slicing and mps: true (the default) publishes replicas as "
+        "nvidia.com/gpu.shared; false as nvidia.com/gpu, as the NVIDIA device plugin does "
+        "unless told to rename (pods written for it then ask nvidia.com/gpu).",
+    )
     mig: MigSpec | None = None
     cpusPerNode: int | None = Field(default=None, ge=1, le=4096)
     memoryGiBPerNode: int | None = Field(default=None, ge=1, le=65_536)

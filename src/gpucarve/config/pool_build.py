@@ -277,6 +277,15 @@ def _replica_problems(
                 "remove `replicas`",
             )
         )
+    if spec.renameByDefault is not None and mode not in (SharingMode.TIME_SLICING, SharingMode.MPS):
+        problems.append(
+            Problem(
+                (*path, "renameByDefault"),
+                "rename-not-allowed",
+                f"`renameByDefault` only applies to time-slicing and mps, not to {mode}",
+                "remove `renameByDefault`",
+            )
+        )
     return problems
 
 
@@ -368,6 +377,7 @@ def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | Non
         memory_mib_per_node=spec.memoryGiBPerNode * 1024 if spec.memoryGiBPerNode else None,
         mig_dynamic=_dynamic(spec),
         mig_single=spec.mig is not None and spec.mig.strategy == "single",
+        renamed=spec.renameByDefault is not False,
     )
     return pool, []
 

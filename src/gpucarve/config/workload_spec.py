@@ -428,7 +428,7 @@ def _pod_set(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[PodSet | None,
                 (*path, "resources"),
                 "no-flavor-serves",
                 f"no pool of the policy serves {gpu.describe()}",
-                "flavors: " + ", ".join(policy.flavors) if policy.flavors else "add a pool",
+                _no_flavor_fix(policy, gpu),
             )
         )
     if problems:
@@ -453,6 +453,16 @@ def _pod_set(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[PodSet | None,
         ),
         [],
     )
+
+
+def _no_flavor_fix(policy: Policy, gpu: GpuRequest) -> str:
+    plain = [f.name for f in policy.flavors.values() if f.unrenamed]
+    if gpu.kind is GpuKind.SHARED and plain:
+        return (
+            f"{', '.join(plain)} publish replicas as nvidia.com/gpu (renameByDefault: false): "
+            "ask for nvidia.com/gpu"
+        )
+    return "flavors: " + ", ".join(policy.flavors) if policy.flavors else "add a pool"
 
 
 def _max_per_workload(w: Workload, policy: Policy, path: Path) -> list[Problem]:

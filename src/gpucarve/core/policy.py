@@ -58,11 +58,14 @@ class Flavor:
     sm_count: int
     # MIG instances the device plugin's single strategy publishes as `nvidia.com/gpu`
     single: bool = False
+    # time-slicing or MPS replicas published as `nvidia.com/gpu` (the device plugin's
+    # `renameByDefault: false`, its default): a request for that resource gets replicas here
+    unrenamed: bool = False
 
     @property
     def resource_name(self) -> str:
         """The Kubernetes extended resource a pod requests for one slice of this flavor."""
-        if self.single:
+        if self.single or self.unrenamed:
             return "nvidia.com/gpu"
         if self.kind is SliceKind.MIG:
             assert self.profile is not None
@@ -127,6 +130,9 @@ class Pool:
     mig_dynamic: MigDynamic | None = None
     # The device plugin's single MIG strategy: every instance is an `nvidia.com/gpu`.
     mig_single: bool = False
+    # Time-slicing and MPS: replicas published as `nvidia.com/gpu.shared` (False: as
+    # `nvidia.com/gpu`, the device plugin's own default).
+    renamed: bool = True
 
     @property
     def gpus(self) -> int:
@@ -183,6 +189,7 @@ class Pool:
             compute_milli=MILLI_PER_GPU // self.replicas,
             memory_mib=m.memory_mib // self.replicas,
             sm_count=m.sm_count // self.replicas,
+            unrenamed=kind is not SliceKind.WHOLE and not self.renamed,
         )
         return [(flavor, self.gpus_per_node * self.replicas)]
 

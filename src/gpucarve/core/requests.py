@@ -54,7 +54,10 @@ def slices_per_pod(request: GpuRequest, flavor: Flavor, gpu_memory_mib: int) -> 
 def serves(request: GpuRequest, flavor: Flavor, gpu_memory_mib: int) -> bool:
     """Whether slices of `flavor` can hold the request at all (ignoring what is free)."""
     if request.kind is GpuKind.WHOLE:
-        # under the single MIG strategy an instance is what `nvidia.com/gpu: 1` gets
+        # under the single MIG strategy an instance is what `nvidia.com/gpu: 1` gets, and on
+        # an unrenamed time-slicing or MPS GPU a replica
+        if flavor.unrenamed:
+            return request.count <= flavor.replicas
         return flavor.kind is SliceKind.WHOLE or flavor.single
     if request.kind is GpuKind.MIG:
         # a single-strategy pool publishes no `nvidia.com/mig-*` resource for the kubelet
@@ -62,7 +65,12 @@ def serves(request: GpuRequest, flavor: Flavor, gpu_memory_mib: int) -> bool:
             flavor.kind is SliceKind.MIG and flavor.profile == request.profile and not flavor.single
         )
     if request.kind is GpuKind.SHARED:
-        return flavor.kind in SHARED_KINDS and request.count <= flavor.replicas
+        # an unrenamed pool publishes no `nvidia.com/gpu.shared` for the kubelet
+        return (
+            flavor.kind in SHARED_KINDS
+            and request.count <= flavor.replicas
+            and not flavor.unrenamed
+        )
     if request.kind is GpuKind.FRACTION:
         return (
             flavor.kind in SHARED_KINDS

@@ -8,7 +8,9 @@ Formats are k8s-device-plugin's `version: v1` file and the gpu-operator chart's 
   expects; MPS pools run `migStrategy: none` (the plugin refuses MPS with `mixed`); a pool
   with `mig: {strategy: single}` runs `single` (each instance one `nvidia.com/gpu`);
 - time-slicing and MPS pools share `nvidia.com/gpu` with `renameByDefault: true`, so shared
-  GPUs appear as `nvidia.com/gpu.shared` and never satisfy a request for a whole GPU;
+  GPUs appear as `nvidia.com/gpu.shared` and never satisfy a request for a whole GPU; a pool
+  with `renameByDefault: false` publishes them as `nvidia.com/gpu`, as the plugin does by
+  default (a pod asking `nvidia.com/gpu: 1` there gets one replica);
 - `failRequestsGreaterThanOne: false`: gpucarve gives a pod several replicas of one GPU for a
   larger share, which the plugin would otherwise refuse.
 """
@@ -45,7 +47,7 @@ def device_plugin_config(pool: Pool | None) -> dict[str, Any]:
     key = "mps" if mps else "timeSlicing"
     doc["sharing"] = {
         key: {
-            "renameByDefault": True,
+            "renameByDefault": pool.renamed,
             "failRequestsGreaterThanOne": False,
             "resources": [{"name": "nvidia.com/gpu", "replicas": pool.replicas}],
         }

@@ -105,6 +105,24 @@ def _ready(node: Mapping[str, Any]) -> bool:
     return False
 
 
+def _renaming(pool: Pool, seen: Mapping[str, int | None], expected: Counter[str]) -> str | None:
+    """A time-slicing or MPS node whose replicas come under the other name than the pool's
+    (the device plugin's `renameByDefault`): the one fix that makes them agree."""
+    if pool.sharing not in (SharingMode.TIME_SLICING, SharingMode.MPS):
+        return None
+    plain, shared = "nvidia.com/gpu", "nvidia.com/gpu.shared"
+    have, want = (plain, shared) if pool.renamed else (shared, plain)
+    count = expected.get(want, 0)
+    if not count or seen.get(have) != count or seen.get(want):
+        return None
+    return (
+        f"allocatable {have} is {count} where pool {pool.name} expects {want}: the device "
+        f"plugin runs renameByDefault: {str(not pool.renamed).lower()}; set "
+        f"`renameByDefault: {str(not pool.renamed).lower()}` on the pool (or render the "
+        "device plugin's configuration from the policy: gpucarve render device-plugin)"
+    )
+
+
 def _mismatches(
     node: Mapping[str, Any], pool: Pool, expected: Counter[str], allocatable: Mapping[str, Any]
 ) -> list[str]:
@@ -149,6 +167,9 @@ def _mismatches(
                 f"migStrategy to {want} (gpucarve render device-plugin)"
             )
     seen = {k: _quantity(v, 1) for k, v in allocatable.items() if str(k).startswith(GPU_PREFIX)}
+    renaming = _renaming(pool, seen, expected)
+    if renaming is not None:
+        return [*out, renaming]
     for name in sorted(set(seen) | set(expected)):
         have, want = seen.get(name) or 0, expected.get(name, 0)
         if have != want:

@@ -1,0 +1,90 @@
+"""Time-slicing as the NVIDIA device plugin publishes it by default (`renameByDefault: false`)
+on the real API server: nodes that advertise their replicas as `nvidia.com/gpu` are the pool's,
+not a mismatch, and pods written for them (`nvidia.com/gpu: 1`) get replicas, where
+`gpucarve plan` puts them; a whole-GPU pod in the same namespace's queue still gets an H100."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpucarve.cli.main import app
+from gpucarve.config.policy_build import load_policy
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.api.client import Client
+from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
+from tests.integration.api import Api, wait_for
+from tests.integration.kube_pods import create_pod, node_of, pod, pods_in
+from tests.integration.stack_setup import populate, running
+
+pytestmark = pytest.mark.integration
+
+
+def _doc() -> dict[str, Any]:
+    return {
+        "apiVersion": "gpucarve.io/v1alpha1",
+        "kind": "Policy",
+        "metadata": {"name": "unrenamed"},
+        "pools": [
+            {"name": "dev", "gpuModel": "L40S", "nodes": 2, "gpusPerNode": 1,
+             "sharing": "time-slicing", "replicas": 4, "renameByDefault": False,
+             "nodeLabels": {"gpucarve.io/pool": "dev"}},
+        ],
+        "queues": [{"name": "web", "namespaces": ["web"], "quota": {"l40s": {"nominal": 2}}}],
+    }  # fmt: skip
+
+
+def test_pods_asking_nvidia_com_gpu_get_replicas_of_an_unrenamed_pool(tmp_path: Path) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(_doc()))
+    with LocalStack(find_binaries(), tmp_path / "stack") as stack:
+        api = Api(stack.server, stack.tokens[ADMIN_USER])
+        populate(stack, api, policy_file, ["web"])
+        node = api.get("/api/v1/nodes/dev-0")
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+        assert "nvidia.com/gpu.shared" not in node["status"]["allocatable"]
+        sched = Scheduler(
+            Client.from_kubeconfig(stack.kubeconfig()),
+            load_policy(policy_file, []).policy,
+            SchedulerConfig(interval_s=0.5, check_invariants=True),
+        )
+        with running(sched):
+            # eight pods of a Deployment written for the device plugin's defaults
+            for i in range(8):
+                create_pod(api, pod("web", f"web-{i}", "nvidia.com/gpu", 1))
+            wait_for(lambda: all(node_of(p) for p in pods_in(api, "web").values()), what="bound")
+            assert sched.node_problems == set()
+            bound = {
+                n: json.loads(p["metadata"]["annotations"]["gpucarve.io/assignment"])["slices"]
+                for n, p in pods_in(api, "web").items()
+            }
+            # a ninth exceeds the queue's two GPUs (eight replicas): it waits, with the reason
+            create_pod(api, pod("web", "web-8", "nvidia.com/gpu", 1))
+            reason = wait_for(
+                lambda: next(
+                    (c for c in (pods_in(api, "web")["web-8"].get("status") or {}).get(
+                        "conditions") or [] if c.get("type") == "PodScheduled"), None),
+                what="the ninth pod's reason",
+            )  # fmt: skip
+            assert reason["status"] == "False" and "l40s GPUs" in reason["message"]
+    assert sorted({s[0].split("/")[0] for s in bound.values()}) == ["dev-0", "dev-1"]
+    workloads = tmp_path / "workloads.yaml"
+    limits = {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+    items = [
+        {"name": f"web-{i}", "namespace": "web", "submitTime": i,
+         "podSets": [{"name": "set-0", "resources": limits}]}
+        for i in range(8)
+    ]  # fmt: skip
+    workloads.write_text(yaml.safe_dump({"workloads": items}))
+    result = CliRunner().invoke(app, ["plan", str(policy_file), str(workloads), "--json"])
+    assert result.exit_code == 0, result.output
+    planned = {
+        a["workload"].split("/")[1]: [s for p in a["pods"] for s in p["slices"]]
+        for a in json.loads(result.output)["admissions"]
+    }
+    assert planned == bound

@@ -243,10 +243,11 @@ def test_plan_bad_workloads_exit_2(tmp_path: Path) -> None:
 
 def test_simulate_writes_identical_results_for_the_same_seed(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
-    code, out, _ = run(
+    code, out, err = run(
         "simulate", "--policy", THREE, "--days", "0.3", "--seed", "7", "--out", str(a)
     )
     assert code == 0
+    assert f"wrote {a / 'results.json'} and {a / 'report.html'}" in err.replace("\n", "")
     assert "GPU allocation (time-weighted)" in out and "kube-default" in out
     assert "gpucarve against kube-default" in out
     run("simulate", "--policy", THREE, "--days", "0.3", "--seed", "7", "--out", str(b))

@@ -349,6 +349,11 @@ def simulate(
         )
         _write(out, doc, names, series, f"gpucarve simulation: {loaded.policy.name}, {what}",
                case_study)  # fmt: skip
+        # on standard error: standard output may carry --json
+        wrote = f"wrote {out / 'results.json'} and {out / 'report.html'}"
+        if recommend:
+            wrote += f" (and the recommended policies, recommended-*.yaml and .diff, in {out})"
+        console(stderr=True).print(Text(wrote))
     if as_json:
         typer.echo(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
         return

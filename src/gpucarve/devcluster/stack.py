@@ -62,22 +62,55 @@ def free_ports(count: int) -> list[int]:
         return ports
 
 
+def cache_dir() -> Path:
+    """Where `tools/testenv.sh` keeps what it builds, per user (as the script computes it)."""
+    if env := os.environ.get("GPUCARVE_TESTENV_CACHE"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gpucarve" / "testenv"
+
+
+def _cached() -> Path | None:
+    """The newest complete bin folder in the per-user cache (a pip install has no script to
+    ask, but the binaries a checkout built are there)."""
+    root = cache_dir()
+    if not root.is_dir():
+        return None
+    done = [d for d in sorted(root.glob("bin-*"), reverse=True) if _complete(d)]
+    return done[0] if done else None
+
+
+def _complete(folder: Path) -> bool:
+    return all((folder / b).is_file() for b in BINARIES)
+
+
+def checkout_script() -> Path:
+    """`tools/testenv.sh` of the checkout this package runs from (absent in a pip install)."""
+    return Path(__file__).resolve().parents[3] / "tools" / "testenv.sh"
+
+
 def find_binaries(bin_dir: str | Path | None = None) -> Path:
     """The folder holding the test environment's BINARIES: `bin_dir`, $GPUCARVE_TESTENV_BIN,
-    or what `tools/testenv.sh` prints (it builds them when missing)."""
+    what `tools/testenv.sh` prints (it builds them when missing) from a checkout, or else the
+    per-user cache that script fills."""
     candidates: list[Path] = []
     if bin_dir is not None:
         candidates.append(Path(bin_dir))
     if env := os.environ.get("GPUCARVE_TESTENV_BIN"):
         candidates.append(Path(env))
     for c in candidates:
-        if all((c / b).is_file() for b in BINARIES):
+        if _complete(c):
             return c
-    script = Path(__file__).resolve().parents[3] / "tools" / "testenv.sh"
+    script = checkout_script()
     if not script.is_file():
+        cached = _cached()
+        if cached is not None:
+            return cached
         raise StackError(
-            f"{', '.join(BINARIES)} not found: set GPUCARVE_TESTENV_BIN to their folder "
-            "or run tools/testenv.sh from a gpucarve checkout"
+            f"{', '.join(BINARIES)} not found in $GPUCARVE_TESTENV_BIN or {cache_dir()}/bin-*: "
+            "clone gpucarve and run tools/testenv.sh (it builds them with Go 1.26 from the Go "
+            "module proxy into that cache, about 20 minutes cold), or set "
+            "GPUCARVE_TESTENV_BIN to a folder holding them"
         )
     try:
         out = subprocess.run([str(script)], check=True, capture_output=True, text=True)

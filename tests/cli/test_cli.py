@@ -415,3 +415,15 @@ def test_usage_errors_name_the_option_a_code_and_the_fix() -> None:
     assert proc.returncode == 2 and "error: frobnicate [usage]" in proc.stderr
     assert "--help` lists the commands" in proc.stderr
     assert "Traceback" not in proc.stderr and "╭" not in proc.stderr
+
+
+def test_the_policy_may_be_given_as_simulate_takes_it() -> None:
+    code, out, _ = run("validate", "--policy", THREE)
+    assert code == 0 and "valid policy" in out
+    code, out, _ = run("cluster", "summary", "--policy", THREE)
+    assert code == 0 and "Pools of three-teams" in out
+    workloads = str(Path(THREE).parent / "three-teams-workloads.yaml")
+    code, out, _ = run("plan", "--policy", THREE, workloads, "--json")
+    assert code == 0 and json.loads(out)["admissions"]
+    code, _, err = run("validate", THREE, "--policy", workloads)
+    assert code == 2 and "[two-policies]" in err and "give it once" in err

@@ -59,6 +59,31 @@ OptionalPolicyFile = Annotated[
 ]
 
 
+# The same file as an option, as `simulate` and the Kubernetes commands take it.
+PolicyOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--policy",
+        help="Policy YAML file, as simulate takes it (the same as the FILE argument).",
+        show_default=False,
+    ),
+]
+
+
+def one_policy(positional: Path | None, option: Path | None) -> Path | None:
+    """The policy given as the argument or as --policy; both, differing, is a usage error."""
+    if positional is not None and option is not None and positional != option:
+        console(stderr=True).print(
+            Text(
+                f"error: policy given twice ({positional} and --policy {option}) "
+                "[two-policies]; fix: give it once, as FILE or as --policy",
+                style="red",
+            )
+        )
+        raise typer.Exit(2)
+    return option if option is not None else positional
+
+
 def policy_file(path: Path | None) -> Path:
     """The user's policy, or the built-in example (said on stderr, so output stays clean)."""
     if path is not None:

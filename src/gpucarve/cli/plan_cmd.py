@@ -15,7 +15,9 @@ from rich.text import Text
 from gpucarve.cli.common import (
     CatalogOption,
     OptionalPolicyFile,
+    PolicyOption,
     fail,
+    one_policy,
     policy_file,
     policy_or_exit,
 )
@@ -108,9 +110,15 @@ def plan(
         ),
     ] = None,
     catalog: CatalogOption = None,
+    policy_option: PolicyOption = None,
 ) -> None:
     """Admit and place WORKLOADS on the empty cluster of POLICY in one cycle; say why each
     workload that stays pending does."""
+    if policy_option is not None and workloads is None:
+        # `plan --policy P W`: the one argument is the workloads
+        policy, workloads = policy_option, policy
+    else:
+        policy = one_policy(policy, policy_option)
     if workloads is None:
         if policy is not None:
             console(stderr=True).print(

@@ -10,7 +10,14 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from gpucarve.cli.common import CatalogOption, OptionalPolicyFile, policy_file, policy_or_exit
+from gpucarve.cli.common import (
+    CatalogOption,
+    OptionalPolicyFile,
+    PolicyOption,
+    one_policy,
+    policy_file,
+    policy_or_exit,
+)
 from gpucarve.cli.output import Exit, console, print_problems, print_problems_json
 from gpucarve.config.policy_build import load_policy
 from gpucarve.config.policy_model import policy_json_schema
@@ -33,13 +40,14 @@ def validate(
     file: OptionalPolicyFile = None,
     catalog: CatalogOption = None,
     output: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.text,
+    policy: PolicyOption = None,
 ) -> None:
     """Validate a policy file: print every problem with its path, reason and fix.
 
     Exit 0 when valid (warnings allowed), 2 when it has errors.
     """
     out = console()
-    file = policy_file(file)
+    file = policy_file(one_policy(file, policy))
     try:
         # catalog files are read here too: their errors are reported like the policy's
         loaded = load_policy(file, catalog or [])
@@ -112,9 +120,11 @@ def _money(v: float | None) -> str:
 
 
 @cluster_app.command("summary")
-def summary(file: OptionalPolicyFile = None, catalog: CatalogOption = None) -> None:
+def summary(
+    file: OptionalPolicyFile = None, catalog: CatalogOption = None, policy: PolicyOption = None
+) -> None:
     """Print the pools, GPUs, slices per flavor and hourly price of a policy's cluster."""
-    loaded = policy_or_exit(policy_file(file), catalog)
+    loaded = policy_or_exit(policy_file(one_policy(file, policy)), catalog)
     p = loaded.policy
     state = build_cluster(p)
     out = console()

@@ -144,3 +144,60 @@ def test_a_malformed_sharing_block_is_refused_never_read_as_exclusive(
         import_device_plugin(_config_file(tmp_path, body))
     (problem,) = err.value.problems
     assert problem.code == "bad-config" and "sharing" in str(problem.location), problem
+
+
+def test_configurations_import_as_clusters_keep_them(tmp_path: Path) -> None:
+    """Several `---` documents: a ConfigMap keyed by GFD product names, a mig-parted ConfigMap,
+    an object of another kind and the plugin's DaemonSet; every configuration is read, models
+    come from the product names, pool names are valid, and nothing is dropped unsaid."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        """apiVersion: v1
+kind: ConfigMap
+metadata: {name: plugin-configs}
+data:
+  A100-SXM4-80GB: |
+    version: v1
+    flags: {migStrategy: mixed}
+  Tesla-T4: |
+    version: v1
+    sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 4}]}}
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: custom-mig-config}
+  data:
+    config.yaml: |
+      version: v1
+      mig-configs: {all-disabled: [{devices: all, mig-enabled: false}]}
+- apiVersion: nvidia.com/v1
+  kind: MigManager
+  metadata: {name: mm}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: nvidia-device-plugin}
+spec:
+  template:
+    spec:
+      containers:
+      - name: nvidia-device-plugin-ctr
+        image: nvidia/k8s-device-plugin:v0.17.0
+        args: ["--mig-strategy=mixed"]
+"""
+    )
+    imported = import_device_plugin(path)
+    blocks = {c.pool_block()["name"]: c.pool_block() for c in imported}
+    assert set(blocks) == {"a100-sxm4-80gb", "tesla-t4", "nvidia-device-plugin"}
+    assert blocks["a100-sxm4-80gb"]["gpuModel"] == "A100-80GB"
+    assert blocks["tesla-t4"] == {
+        "name": "tesla-t4", "sharing": "time-slicing", "gpuModel": "T4", "replicas": 4,
+        "renameByDefault": False,
+    }  # fmt: skip
+    notes = [n for c in imported for n in c.notes]
+    assert any("skipped MigManager mm" in n for n in notes)
+    assert any("custom-mig-config" in n and "gpucarve mig import" in n for n in notes)
+    assert sum("migStrategy mixed" in n for n in notes) == 2  # the ConfigMap's and the flags'

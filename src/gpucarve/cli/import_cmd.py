@@ -133,7 +133,7 @@ def device_plugin(
     for c in imported:
         for note in c.notes:
             err.print(Text(f"{file}: {c.name}: {note}", style="yellow"))
-    pools = [{**c.pool_block(), "gpuModel": "FILL-IN", "nodes": 0} for c in imported]
+    pools = [{"gpuModel": "FILL-IN", **c.pool_block(), "nodes": 0} for c in imported]
     err.print(Text(f"{len(pools)} configurations read from {file}", style="green"))
     typer.echo(
         "\n".join(lines) + "\n" + yaml.safe_dump({"pools": pools}, sort_keys=False), nl=False

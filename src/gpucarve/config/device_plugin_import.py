@@ -11,11 +11,14 @@ since a device-plugin configuration does not hold them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gpucarve.config.yaml_source import parse_yaml, read_yaml
+from gpucarve.config.catalog_file import packaged_catalog
+from gpucarve.config.yaml_source import YamlDocument, parse_yaml, read_yaml_all
+from gpucarve.core.catalog import AmbiguousModel, Catalog, UnknownModel
 from gpucarve.core.problems import InvalidInput, Problem
 
 MAX_REPLICAS = 100  # as the policy's time-slicing bound
@@ -28,11 +31,15 @@ class ImportedConfig:
     replicas: int
     notes: tuple[str, ...] = ()
     renamed: bool = True  # replicas published as nvidia.com/gpu.shared
+    # the catalog model a configuration named after a GPU (a GFD product name) is for
+    model: str | None = None
 
     def pool_block(self) -> dict[str, Any]:
         # `gpucarve render device-plugin` names its configurations gpucarve-<pool>
-        block: dict[str, Any] = {"name": self.name.removeprefix("gpucarve-"),
+        block: dict[str, Any] = {"name": pool_name(self.name.removeprefix("gpucarve-")),
                                  "sharing": self.sharing}  # fmt: skip
+        if self.model is not None:
+            block["gpuModel"] = self.model
         if self.sharing != "exclusive":
             block["replicas"] = self.replicas
             if not self.renamed:
@@ -40,56 +47,143 @@ class ImportedConfig:
         return block
 
 
+def pool_name(name: str) -> str:
+    """A configuration's name as a valid pool name (a DNS label): `A100-SXM4-80GB` becomes
+    `a100-sxm4-80gb`."""
+    label = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:63].strip("-")
+    return label or "pool"
+
+
+def _model(name: str, catalog: Catalog) -> str | None:
+    """The catalog model a configuration is named after (GFD's product label, an alias)."""
+    try:
+        return catalog.lookup(name).id
+    except (UnknownModel, AmbiguousModel):
+        return None
+
+
 def _problem(path: tuple[str | int, ...], code: str, message: str, fix: str) -> Problem:
     return Problem(path, code, message, fix)
 
 
-def _configs(path: str | Path) -> tuple[str, dict[str, Any]]:
-    doc = read_yaml(path, "a device-plugin configuration or ConfigMap")
-    data = doc.data
-    if isinstance(data, dict) and data.get("kind") == "ConfigMap":
-        raw = data.get("data")
-        if not isinstance(raw, dict) or not raw:
-            raise InvalidInput(
-                doc.source,
-                [
-                    _problem(
-                        ("data",),
-                        "empty-config-map",
-                        "the ConfigMap has no data",
-                        "export it with `kubectl get cm NAME -o yaml`",
-                    )
-                ],
-            )
-        out: dict[str, Any] = {}
-        for key, text in raw.items():
-            if not isinstance(text, str):
-                raise InvalidInput(
-                    doc.source,
-                    [
-                        _problem(
-                            ("data", str(key)),
-                            "bad-config",
-                            f"data.{key} is not a string",
-                            "each key holds one configuration file",
-                        )
-                    ],
-                )
-            out[str(key)] = parse_yaml(text, f"{doc.source}: data.{key}").data
-        return doc.source, out
-    if isinstance(data, dict) and ("version" in data or "sharing" in data or "flags" in data):
-        return doc.source, {Path(path).stem: data}
-    raise InvalidInput(
-        doc.source,
-        [
+@dataclass
+class _Read:
+    source: str
+    configs: dict[str, Any]
+    skipped: list[str]
+    problems: list[Problem]
+
+
+def _configs(path: str | Path) -> _Read:
+    """Every configuration in the file, however it is kept: one configuration, a ConfigMap of
+    named ones, the device plugin's DaemonSet (its flags and environment), several of these as
+    `---` documents or a kubectl List. Objects that hold none are named in `skipped`."""
+    docs = read_yaml_all(path, "a device-plugin configuration, ConfigMap or DaemonSet")
+    read = _Read(docs[0].source if len(docs) == 1 else str(path), {}, [], [])
+    for doc in docs:
+        for i, obj in enumerate(_objects(doc.data)):
+            _object(read, doc, obj, i, Path(path).stem)
+    if not read.configs and not read.problems:
+        read.problems.append(
             _problem(
                 (),
                 "not-device-plugin",
-                "neither a ConfigMap nor a device-plugin configuration (`version: v1`)",
-                "pass the ConfigMap (`kubectl get cm -n gpu-operator NAME -o yaml`) or one file",
+                "no device-plugin configuration, ConfigMap or DaemonSet in the file"
+                + (f" ({'; '.join(read.skipped)})" if read.skipped else ""),
+                "pass the ConfigMap (`kubectl get cm -n gpu-operator NAME -o yaml`), the "
+                "plugin's DaemonSet, or one configuration file (`version: v1`)",
             )
-        ],
-    )
+        )
+    return read
+
+
+def _objects(data: Any) -> list[Any]:
+    """A kubectl List's items, or the object itself."""
+    if (
+        isinstance(data, dict)
+        and data.get("kind") == "List"
+        and isinstance(data.get("items"), list)
+    ):
+        return list(data["items"])
+    return [data]
+
+
+def _object(read: _Read, doc: YamlDocument, obj: Any, index: int, stem: str) -> None:
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    name = str(((obj.get("metadata") or {}) if isinstance(obj, dict) else {}).get("name") or "")
+    if kind == "ConfigMap":
+        _config_map(read, doc, obj, name)
+    elif kind == "DaemonSet":
+        _daemon_set(read, obj, name)
+    elif (
+        isinstance(obj, dict)
+        and kind is None
+        and ("version" in obj or "sharing" in obj or "flags" in obj)
+    ):
+        read.configs[stem if index == 0 and stem not in read.configs else f"{stem}-{index}"] = obj
+    else:
+        what = f"{kind} {name}".strip() if kind else f"a {type(obj).__name__}"
+        read.skipped.append(f"{what}: not a device-plugin configuration, ConfigMap or DaemonSet")
+
+
+def _config_map(read: _Read, doc: YamlDocument, obj: dict[str, Any], name: str) -> None:
+    raw = obj.get("data")
+    if not isinstance(raw, dict) or not raw:
+        read.problems.append(
+            _problem(
+                (name, "data"),
+                "empty-config-map",
+                f"ConfigMap {name} has no data",
+                "export it with `kubectl get cm NAME -o yaml`",
+            )
+        )
+        return
+    for key, text in raw.items():
+        if not isinstance(text, str):
+            read.problems.append(
+                _problem(
+                    (name, "data", str(key)),
+                    "bad-config",
+                    f"data.{key} is not a string",
+                    "each key holds one configuration file",
+                )
+            )
+            continue
+        parsed = parse_yaml(text, f"{doc.source}: {name}: data.{key}").data
+        if isinstance(parsed, dict) and ("mig-configs" in parsed):
+            read.skipped.append(
+                f"ConfigMap {name} data.{key}: a mig-parted configuration "
+                "(gpucarve mig import reads it)"
+            )
+            continue
+        read.configs[str(key)] = parsed
+
+
+def _daemon_set(read: _Read, obj: dict[str, Any], name: str) -> None:
+    """The plugin's flags as its DaemonSet passes them: `--mig-strategy=` arguments or the
+    MIG_STRATEGY environment variable (an argument wins, as in the plugin)."""
+    containers = (((obj.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+        "containers"
+    ) or []
+    for c in containers:
+        if not isinstance(c, dict) or "device-plugin" not in str(c.get("image", "")) + str(
+            c.get("name", "")
+        ):
+            continue
+        strategy = None
+        for e in c.get("env") or []:
+            if isinstance(e, dict) and e.get("name") == "MIG_STRATEGY":
+                strategy = str(e.get("value"))
+        args = [str(a) for a in (c.get("args") or []) + (c.get("command") or [])]
+        for i, a in enumerate(args):
+            if a.startswith("--mig-strategy="):
+                strategy = a.split("=", 1)[1]
+            elif a == "--mig-strategy" and i + 1 < len(args):
+                strategy = args[i + 1]
+        flags = {} if strategy is None else {"migStrategy": strategy}
+        read.configs[name or "device-plugin"] = {"version": "v1", "flags": flags}
+        return
+    read.skipped.append(f"DaemonSet {name}: runs no NVIDIA device plugin container")
 
 
 def _shares(resource: Any) -> bool:
@@ -160,6 +254,15 @@ def _one(name: str, doc: Any, problems: list[Problem]) -> ImportedConfig | None:
             else:
                 notes.append(f"sharing.{key} ignored: the plugin uses sharing.{chosen[0]}")
     if chosen is None:
+        flags = doc.get("flags")
+        strategy = flags.get("migStrategy") if isinstance(flags, dict) else None
+        if strategy in ("mixed", "single"):
+            notes.append(
+                f"migStrategy {strategy}: GPUs without MIG are whole GPUs here; where they run "
+                "MIG, make the pool `sharing: mig` with its layout (gpucarve mig import reads "
+                "the MIG manager's configuration)"
+                + ("; single: add `mig: {strategy: single}`" if strategy == "single" else "")
+            )
         return ImportedConfig(name, "exclusive", 1, tuple(notes))
     key, mode, resources = chosen
     path = (*where, "sharing", key, "resources")
@@ -212,9 +315,15 @@ def _one(name: str, doc: Any, problems: list[Problem]) -> ImportedConfig | None:
 
 
 def import_device_plugin(path: str | Path) -> list[ImportedConfig]:
-    source, configs = _configs(path)
-    problems: list[Problem] = []
-    out = [c for name, doc in sorted(configs.items()) if (c := _one(name, doc, problems))]
+    read = _configs(path)
+    problems = list(read.problems)
+    out = [c for name, doc in sorted(read.configs.items()) if (c := _one(name, doc, problems))]
     if problems:
-        raise InvalidInput(source, problems)
+        raise InvalidInput(read.source, problems)
+    catalog = packaged_catalog()
+    out = [replace(c, model=_model(c.name, catalog)) for c in out]
+    if read.skipped:
+        # never dropped in silence: said with the first configuration's notes
+        first = out[0]
+        out[0] = replace(first, notes=(*first.notes, *(f"skipped {s}" for s in read.skipped)))
     return out

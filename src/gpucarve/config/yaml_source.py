@@ -192,6 +192,33 @@ def parse_yaml(text: str, source: str) -> YamlDocument:
                 )
             ],
         )
+    try:
+        return _document(loader, nodes[0], source)
+    finally:
+        loader.dispose()
+
+
+def parse_yaml_all(text: str, source: str) -> list[YamlDocument]:
+    """Every document of a `---`-separated stream (as `kubectl get -o yaml` and manifests
+    are kept), each checked as `parse_yaml` checks one; empty documents are skipped."""
+    loader, nodes = _compose(text, source)
+    if not nodes:
+        raise InvalidInput(
+            source, [_problem("the file is empty", "write a YAML document", code="empty-document")]
+        )
+    out = []
+    try:
+        for i, node in enumerate(nodes):
+            doc = _document(loader, node, source if len(nodes) == 1 else f"{source}#{i + 1}")
+            if doc.data is not None:
+                out.append(doc)
+    finally:
+        loader.dispose()
+    return out
+
+
+def _document(loader: _Loader, node: yaml.Node, source: str) -> YamlDocument:
+    nodes = [node]
     added = _expansion(nodes[0])
     if added > MAX_EXPANSION:
         raise InvalidInput(
@@ -214,8 +241,6 @@ def parse_yaml(text: str, source: str) -> YamlDocument:
         data = loader.construct_document(nodes[0])
     except yaml.YAMLError as exc:  # e.g. a bad timestamp or an unhashable key
         raise InvalidInput(source, [_problem(f"malformed YAML: {exc}", "fix the value")]) from None
-    finally:
-        loader.dispose()
     return YamlDocument(source, data, lines)
 
 
@@ -255,3 +280,7 @@ def _walk(node: yaml.Node, path: Path, lines: dict[Path, int], problems: list[Pr
 
 def read_yaml(path: str | FsPath, what: str = "a YAML file") -> YamlDocument:
     return parse_yaml(read_text(path, what, POLICY_MAX_BYTES), str(path))
+
+
+def read_yaml_all(path: str | FsPath, what: str = "a YAML file") -> list[YamlDocument]:
+    return parse_yaml_all(read_text(path, what, POLICY_MAX_BYTES), str(path))

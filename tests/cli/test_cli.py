@@ -427,3 +427,27 @@ def test_the_policy_may_be_given_as_simulate_takes_it() -> None:
     assert code == 0 and json.loads(out)["admissions"]
     code, _, err = run("validate", THREE, "--policy", workloads)
     assert code == 2 and "[two-policies]" in err and "give it once" in err
+
+
+def test_mig_import_reads_every_configuration_and_prints_a_yaml_stream(tmp_path: Path) -> None:
+    import yaml as _yaml
+
+    inner = {"version": "v1", "mig-configs": {
+        "a": [{"device-filter": "0x20B510DE", "devices": "all", "mig-enabled": True,
+               "mig-devices": {"1g.10gb": 7}}],
+        "b": [{"device-filter": "0x20B510DE", "devices": [0], "mig-enabled": True,
+               "mig-devices": {"3g.40gb": 2}},
+              {"device-filter": "0x20B510DE", "devices": [1], "mig-enabled": False}]}}  # fmt: skip
+    f = tmp_path / "cm.yaml"
+    f.write_text(_yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": "m"},
+                                  "data": {"config.yaml": _yaml.safe_dump(inner)}}))  # fmt: skip
+    code, out, err = run("mig", "import", str(f))
+    assert code == 0, err
+    blocks = [d for d in _yaml.safe_load_all(out) if d]
+    assert [b["mig"] for b in blocks] == [
+        {"layout": {"1g.10gb": 7}},
+        {"perGpu": [{"gpus": [0], "layout": {"3g.40gb": 2}}]},
+    ]
+    assert "configuration b: devices [1] without MIG" in out
+    assert "2 configurations read" in err

@@ -92,3 +92,41 @@ def test_not_a_mig_parted_file(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput) as err:
         import_mig_config(write(tmp_path, {"apiVersion": "v1"}), packaged_catalog())
     assert err.value.problems[0].code == "not-mig-parted"
+
+
+def test_every_configuration_of_a_config_map_as_deployed_at_once(tmp_path: Path) -> None:
+    from gpucarve.config.migparted_import import import_mig_configs
+
+    inner = {
+        "version": "v1",
+        "mig-configs": {
+            "all-disabled": [{"devices": "all", "mig-enabled": False}],
+            "all-1g.10gb": [{"device-filter": "0x20B510DE", "devices": "all",
+                             "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
+            "mixed": [
+                {"device-filter": "0x20B510DE", "devices": [0, 1], "mig-enabled": True,
+                 "mig-devices": {"3g.40gb": 2}},
+                {"device-filter": "0x20B510DE", "devices": [2, 3], "mig-enabled": False},
+            ],
+            "nofilter": [{"devices": "all", "mig-enabled": True, "mig-devices": {"7g.80gb": 1}}],
+        },
+    }  # fmt: skip
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "custom-mig-config"},
+          "data": {"config.yaml": yaml.safe_dump(inner)}}  # fmt: skip
+    other = {"apiVersion": "nvidia.com/v1", "kind": "MigManager", "metadata": {"name": "mm"}}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all([cm, other]))
+    found = import_mig_configs(path, packaged_catalog())
+    assert found.configs["all-1g.10gb"] == {"A100-80GB": {"layout": {"1g.10gb": 7}}}
+    assert found.configs["mixed"] == {
+        "A100-80GB": {"perGpu": [{"gpus": [0, 1], "layout": {"3g.40gb": 2}}]}
+    }
+    # GPUs left without MIG are said, never dropped
+    assert found.whole == {"all-disabled": ["devices 'all'"], "mixed": ["devices [2, 3]"]}
+    assert "nofilter" not in found.configs
+    assert any("nofilter" in n and "--model" in n for n in found.notes)
+    assert any("MigManager mm" in n for n in found.notes)
+    with_model = import_mig_configs(
+        path, packaged_catalog(), packaged_catalog().lookup("A100-80GB")
+    )
+    assert with_model.configs["nofilter"] == {"A100-80GB": {"layout": {"7g.80gb": 1}}}

@@ -15,8 +15,9 @@ from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, catalog_or_exit, fail, model_or_exit
 from gpucarve.cli.output import Exit, console, refuse
-from gpucarve.config.migparted_import import import_mig_config
+from gpucarve.config.migparted_import import import_mig_config, import_mig_configs
 from gpucarve.core import mig
+from gpucarve.core.catalog import Catalog, GpuModel
 from gpucarve.core.problems import InvalidInput
 
 app = typer.Typer(
@@ -151,9 +152,16 @@ def check(
 
 @app.command("import")
 def import_config(
-    file: Annotated[Path, typer.Argument(help="A mig-parted configuration file (version: v1).")],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="A mig-parted configuration (version: v1), the ConfigMap holding it, or "
+            "several as --- documents or a kubectl List."
+        ),
+    ],
     config: Annotated[
-        str | None, typer.Option("--config", help="Which of its mig-configs (needed if several).")
+        str | None,
+        typer.Option("--config", help="Only this one of its mig-configs (default: every one)."),
     ] = None,
     model: Annotated[
         str | None,
@@ -165,6 +173,9 @@ def import_config(
     (every layout checked against the model's MIG geometry)."""
     cat = catalog_or_exit(catalog)
     gpu = model_or_exit(cat, model) if model is not None else None
+    if config is None:
+        _import_all(file, cat, gpu)
+        return
     try:
         blocks = import_mig_config(file, cat, config, gpu)
     except InvalidInput as exc:
@@ -172,6 +183,29 @@ def import_config(
     for model_id, block in sorted(blocks.items()):
         typer.echo(f"# pools of {model_id}:")
         typer.echo(yaml.safe_dump({"sharing": "mig", "mig": block}, sort_keys=False), nl=False)
+
+
+def _import_all(file: Path, cat: Catalog, gpu: GpuModel | None) -> None:
+    try:
+        found = import_mig_configs(file, cat, gpu)
+    except InvalidInput as exc:
+        fail(exc)
+    err = console(stderr=True)
+    for note in found.notes:
+        err.print(Text(f"{file}: {note}", style="yellow"))
+    for name, blocks in sorted(found.configs.items()):
+        whole = found.whole.get(name)
+        if whole:
+            # a pool is MIG or not: GPUs without MIG go to a pool of their own
+            typer.echo(
+                f"# configuration {name}: {', '.join(whole)} without MIG (mig-enabled: "
+                "false): whole GPUs, a `sharing: exclusive` pool of their own"
+            )
+        for model_id, block in sorted(blocks.items()):
+            # one YAML document per pool block: the output reads back as a stream
+            typer.echo(f"--- # configuration {name}: pools of {model_id}")
+            typer.echo(yaml.safe_dump({"sharing": "mig", "mig": block}, sort_keys=False), nl=False)
+    err.print(Text(f"{len(found.configs)} configurations read from {file}", style="green"))
 
 
 def _no_mig(model: str, catalog: list[Path] | None) -> NoReturn:

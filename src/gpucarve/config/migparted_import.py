@@ -9,10 +9,11 @@ geometry; problems name the configuration, the entry and the fix.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpucarve.config.yaml_source import read_yaml
+from gpucarve.config.yaml_source import parse_yaml, read_yaml_all
 from gpucarve.core.catalog import Catalog, GpuModel
 from gpucarve.core.mig import place
 from gpucarve.core.problems import InvalidInput, Problem
@@ -69,48 +70,102 @@ def _models_for(
     return [m for m in catalog.models if ids & {p.upper() for p in m.pci_device_ids}], []
 
 
-def _read(path: str | Path) -> tuple[str, dict[str, list[Any]]]:
-    doc = read_yaml(path, "a mig-parted YAML file")
-    data = doc.data
-    if not isinstance(data, dict) or data.get("version") != "v1" or "mig-configs" not in data:
+def _read(path: str | Path) -> tuple[str, dict[str, list[Any]], list[str]]:
+    """The configurations of every mig-parted file in `path`, however it is kept: the file
+    itself, a ConfigMap holding it (the GPU Operator's `custom-mig-config`), several of these
+    as `---` documents or a kubectl List. Objects that hold none are named in the notes."""
+    docs = read_yaml_all(path, "a mig-parted YAML file or ConfigMap")
+    source = docs[0].source if len(docs) == 1 else str(path)
+    configs: dict[str, list[Any]] = {}
+    notes: list[str] = []
+    problems: list[Problem] = []
+    for doc in docs:
+        for obj in _objects(doc.data):
+            for where, data in _mig_parted_in(obj, doc.source, notes):
+                configs.update(_configs_of(data, where, problems))
+    if problems:
+        raise InvalidInput(source, problems)
+    if not configs:
+        said = f" ({'; '.join(notes)})" if notes else ""
         raise InvalidInput(
-            doc.source,
+            source,
             [
                 _problem(
                     (),
                     "not-mig-parted",
-                    "not a mig-parted configuration",
-                    "expect `version: v1` and a `mig-configs:` map",
+                    "no mig-parted configuration in the file" + said,
+                    "expect `version: v1` and a `mig-configs:` map, or the ConfigMap holding it "
+                    "(`kubectl get cm -n gpu-operator NAME -o yaml`)",
                 )
             ],
         )
+    return source, configs, notes
+
+
+def _objects(data: Any) -> list[Any]:
+    items = data.get("items") if isinstance(data, dict) else None
+    if isinstance(data, dict) and data.get("kind") == "List" and isinstance(items, list):
+        return list(items)
+    return [data]
+
+
+def _mig_parted_in(obj: Any, source: str, notes: list[str]) -> list[tuple[tuple[str, ...], Any]]:
+    """(where, parsed mig-parted document) for what `obj` holds."""
+    if isinstance(obj, dict) and "mig-configs" in obj:
+        return [((), obj)]
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    name = str(((obj.get("metadata") or {}) if isinstance(obj, dict) else {}).get("name") or "")
+    if kind == "ConfigMap" and isinstance(obj.get("data"), dict):
+        out: list[tuple[tuple[str, ...], Any]] = []
+        for key, text in obj["data"].items():
+            parsed = parse_yaml(str(text), f"{source}: {name}: data.{key}").data
+            if isinstance(parsed, dict) and "mig-configs" in parsed:
+                out.append(((name, "data", str(key)), parsed))
+            else:
+                notes.append(f"ConfigMap {name} data.{key}: not a mig-parted configuration")
+        return out
+    what = f"{kind} {name}".strip() if kind else f"a {type(obj).__name__}"
+    notes.append(f"{what}: not a mig-parted configuration or a ConfigMap holding one")
+    return []
+
+
+def _configs_of(
+    data: dict[str, Any], where: tuple[str, ...], problems: list[Problem]
+) -> dict[str, list[Any]]:
+    if data.get("version") != "v1":
+        problems.append(
+            _problem(
+                (*where, "version"),
+                "not-mig-parted",
+                f"version {data.get('version')!r}: mig-parted reads v1",
+                "write `version: v1`",
+            )
+        )
+        return {}
     raw = data["mig-configs"]
-    problems: list[Problem] = []
     if not isinstance(raw, dict):
         problems.append(
             _problem(
-                ("mig-configs",),
+                (*where, "mig-configs"),
                 "not-mig-parted",
                 f"mig-configs is a {type(raw).__name__}, not a map of configurations",
                 "write `mig-configs: {all-1g.10gb: [{devices: all, ...}]}`",
             )
         )
-        raise InvalidInput(doc.source, problems)
+        return {}
     # mig-parted's names are strings; YAML reads `5:` as the integer 5
     configs = {str(k): v for k, v in raw.items()}
     for name, entries in configs.items():
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             problems.append(
                 _problem(
-                    ("mig-configs", name),
+                    (*where, "mig-configs", name),
                     "bad-config",
                     f"configuration {name!r} is {_shown(entries)}, not a list of entries",
                     "write a list: [{devices: all, mig-enabled: true, mig-devices: {...}}]",
                 )
             )
-    if problems:
-        raise InvalidInput(doc.source, problems)
-    return doc.source, configs
+    return configs
 
 
 def _chosen(source: str, configs: Mapping[str, Any], config: str | None) -> str:
@@ -148,13 +203,73 @@ def import_mig_config(
     path: str | Path, catalog: Catalog, config: str | None = None, model: GpuModel | None = None
 ) -> dict[str, dict[str, Any]]:
     """model id -> the pool `mig:` block (`layout` or `perGpu`) of the chosen configuration."""
-    source, configs = _read(path)
+    source, configs, _ = _read(path)
     config = _chosen(source, configs, config)
+    out, _, problems = _blocks(configs, config, catalog, model)
+    if problems:
+        raise InvalidInput(source, problems)
+    if not out:
+        raise InvalidInput(
+            source,
+            [
+                _problem(
+                    ("mig-configs", config),
+                    "no-mig-entry",
+                    f"configuration {config!r} has no entry with `mig-enabled: true`",
+                    "name a configuration that enables MIG with --config",
+                )
+            ],
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class MigImport:
+    # configuration -> model id -> the pool `mig:` block
+    configs: dict[str, dict[str, dict[str, Any]]]
+    # configuration -> GPUs it leaves without MIG (said, never dropped)
+    whole: dict[str, list[str]]
+    notes: list[str]
+
+
+def import_mig_configs(
+    path: str | Path, catalog: Catalog, model: GpuModel | None = None
+) -> MigImport:
+    """Every configuration of every mig-parted file in `path` at once."""
+    source, configs, notes = _read(path)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    whole: dict[str, list[str]] = {}
+    problems: list[Problem] = []
+    for name in sorted(configs):
+        blocks, plain, bad = _blocks(configs, name, catalog, model)
+        if bad and all(p.code == "unknown-device" for p in bad):
+            # not an error of the file: this configuration's GPUs are named by nothing in it
+            notes.append(
+                f"configuration {name}: {len(bad)} entries name no GPU model (no "
+                "device-filter): pass --model to read them"
+            )
+            continue
+        problems += bad
+        out[name] = blocks
+        if plain:
+            whole[name] = plain
+    if problems:
+        raise InvalidInput(source, problems)
+    return MigImport(out, whole, notes)
+
+
+def _blocks(
+    configs: Mapping[str, list[Any]], config: str, catalog: Catalog, model: GpuModel | None
+) -> tuple[dict[str, dict[str, Any]], list[str], list[Problem]]:
+    """One configuration's `mig:` blocks per model, the GPUs it leaves without MIG (as
+    mig-parted's `devices`), and its problems."""
     out: dict[str, dict[str, Any]] = {}
+    whole: list[str] = []
     problems: list[Problem] = []
     for i, entry in enumerate(configs[config]):
         where: tuple[str | int, ...] = ("mig-configs", config, i)
         if entry.get("mig-enabled") is not True:
+            whole.append(f"devices {_shown(entry.get('devices'))}")
             continue
         models, bad = _models_for(entry, catalog, model, where)
         problems.extend(bad)
@@ -222,18 +337,4 @@ def import_mig_config(
                         "use `all` or [0, 1, ...]",
                     )
                 )
-    if problems:
-        raise InvalidInput(source, problems)
-    if not out:
-        raise InvalidInput(
-            source,
-            [
-                _problem(
-                    ("mig-configs", config),
-                    "no-mig-entry",
-                    f"configuration {config!r} has no entry with `mig-enabled: true`",
-                    "name a configuration that enables MIG with --config",
-                )
-            ],
-        )
-    return out
+    return out, whole, problems

@@ -354,3 +354,32 @@ def test_a_drained_gpu_is_reshaped_for_the_work_a_unit_quota_admits(
         assert not manager.applied
         assert bound == ["big0"]
         assert status == 0.5 + 0.125 + 0.5
+
+
+def test_helm_install_after_a_cli_trial_keeps_the_trials_mig_config_map(
+    stack: tuple[LocalStack, Api, Path],
+) -> None:
+    """A scheduler run from the CLI created the MIG manager's ConfigMap; the real `helm install`
+    (and `helm upgrade`) of the chart then succeeds and leaves it, with what it holds."""
+    from tests.integration.chart import CHART, helm
+
+    st, api, path = stack
+    with _run(st, api, path, fail=False, manager_runs=False):
+        wait_for(
+            lambda: api.call("GET", f"/api/v1/namespaces/{CM_NS}/configmaps/{CM_NAME}")[0] == 200,
+            what="the trial's ConfigMap",
+        )
+    before = api.get(f"/api/v1/namespaces/{CM_NS}/configmaps/{CM_NAME}")["data"]
+    args = ["--namespace", "gpucarve-system", "--create-namespace", "--kubeconfig",
+            str(st.kubeconfig()), "--set-file", f"policy={path}", "--set", "webhook.enabled=false",
+            "--set", "nodeAgent.enabled=false", "--set", f"migHandoff.namespace={CM_NS}",
+            "--set", f"migHandoff.configMap={CM_NAME}"]  # fmt: skip
+    for verb in ("install", "upgrade"):
+        done = helm(verb, "gpucarve", str(CHART), *args)
+        assert done.returncode == 0, done.stderr
+    after = api.get(f"/api/v1/namespaces/{CM_NS}/configmaps/{CM_NAME}")["data"]
+    assert after == before and "gpucarve-inf" in after["config.yaml"]
+    deploy = api.get("/apis/apps/v1/namespaces/gpucarve-system/deployments/gpucarve")
+    assert any(f"--mig-config-map={CM_NS}/{CM_NAME}" in a
+               for c in deploy["spec"]["template"]["spec"]["containers"]
+               for a in c.get("args", []))  # fmt: skip

@@ -13,6 +13,7 @@ from typer.exceptions import Abort, TyperException
 
 from gpucarve import __version__
 from gpucarve.cli import (
+    adopt_cmd,
     agent_cmd,
     apply_cmd,
     bench_cmd,
@@ -47,6 +48,7 @@ app.command("apply")(apply_cmd.apply)
 app.command("queues")(apply_cmd.queues)
 app.command("scheduler")(scheduler_cmd.scheduler)
 app.command("explain")(explain_cmd.explain)
+app.command("adopt")(adopt_cmd.adopt)
 app.command("node-agent")(agent_cmd.node_agent)
 app.add_typer(policy_cmd.policy_app, name="policy")
 app.add_typer(policy_cmd.cluster_app, name="cluster")

@@ -14,7 +14,7 @@ evicted; `render namespaces` writes that label).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +131,19 @@ def import_quotas(path: str | Path, policy: Policy) -> dict[str, Any]:
     """`{"queues": [...], "priorityClasses": [...]}` blocks, or InvalidInput naming the object."""
     problems: list[Problem] = []
     source, objs = _objects(path, problems)
+    blocks, more = quota_blocks(objs, policy)
+    problems += more
+    if problems:
+        raise InvalidInput(source, problems)
+    return blocks
+
+
+def quota_blocks(
+    objs: Sequence[tuple[Where, Any]], policy: Policy
+) -> tuple[dict[str, Any], list[Problem]]:
+    """The blocks of ResourceQuota and PriorityClass objects (each with where it came from),
+    and what is wrong with them (a caller may report those and keep the rest)."""
+    problems: list[Problem] = []
     by_resource: dict[str, list[str]] = {}
     for name, flavor in sorted(policy.flavors.items()):
         by_resource.setdefault(flavor.resource_name, []).append(name)
@@ -151,14 +164,13 @@ def import_quotas(path: str | Path, policy: Policy) -> dict[str, Any]:
         if kind != "ResourceQuota":
             continue
         problems += _resource_quota(where, obj, meta, by_resource, policy, queues)
-    if problems:
-        raise InvalidInput(source, problems)
     blocks = [
         {"name": ns, "namespaces": [ns], "quota": {f: {"nominal": n} for f, n in sorted(q.items())}}
         for ns, q in sorted((ns, {f: n for f, n in q.items() if n}) for ns, q in queues.items())
         if q
     ]
-    return {"queues": blocks, "priorityClasses": sorted(classes, key=lambda c: str(c["name"]))}
+    classes = sorted(classes, key=lambda c: str(c["name"]))
+    return {"queues": blocks, "priorityClasses": classes}, problems
 
 
 def _resource_quota(

@@ -1,0 +1,312 @@
+"""A live cluster read into a policy (`gpucarve adopt`): the inverse of the scheduler's view.
+
+Nodes become pools by what GPU Feature Discovery and the device plugin say of them: the model
+(`nvidia.com/gpu.product`, mapped to the catalog; `<product>-MIG-<profile>` under the single MIG
+strategy), GPUs per node (`nvidia.com/gpu.count`), the sharing mode (`nvidia.com/mig-*`
+resources: MIG, with the layout their counts imply; `nvidia.com/gpu.sharing-strategy` or
+`nvidia.com/gpu.shared`: time-slicing or MPS with `nvidia.com/gpu.replicas`, renamed or not;
+else exclusive) and the node's CPU and memory. Nodes alike in all of that are one pool, which
+selects them by the labels that tell them apart. ResourceQuotas become queues (their GPU hard
+limits nominal quota of the flavor publishing the resource: `config.quota_import`), and
+PriorityClasses priority classes. Pure: objects in, a policy document and a report out; nothing
+in the cluster is changed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpucarve.config.device_plugin_import import pool_name
+from gpucarve.config.quota_import import quota_blocks
+from gpucarve.core.catalog import AmbiguousModel, Catalog, GpuModel, UnknownModel
+from gpucarve.core.policy import Policy
+from gpucarve.core.quantity import QuantityError, whole_count
+
+PRODUCT = "nvidia.com/gpu.product"
+COUNT = "nvidia.com/gpu.count"
+REPLICAS = "nvidia.com/gpu.replicas"
+STRATEGY = "nvidia.com/gpu.sharing-strategy"
+MIG_PREFIX = "nvidia.com/mig-"
+GPU = "nvidia.com/gpu"
+SHARED = "nvidia.com/gpu.shared"
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What makes nodes one pool."""
+
+    model: str
+    product: str
+    gpus: int
+    sharing: str
+    replicas: int | None = None
+    renamed: bool = True
+    layout: tuple[tuple[str, int], ...] = ()
+    single: bool = False
+    cpus: int | None = None
+    memory_gib: int | None = None
+    taints: tuple[tuple[str, str, str], ...] = ()
+
+
+@dataclass
+class Adopted:
+    doc: dict[str, Any]
+    report: list[str] = field(default_factory=list)
+
+
+def _count(value: Any) -> int | None:
+    try:
+        return whole_count(str(value))
+    except QuantityError:
+        return None
+
+
+def _model(catalog: Catalog, product: str) -> GpuModel | None:
+    try:
+        return catalog.lookup(product)
+    except (UnknownModel, AmbiguousModel):
+        return None
+
+
+def _shape(node: Mapping[str, Any], catalog: Catalog, report: list[str]) -> _Shape | None:
+    meta = node.get("metadata") or {}
+    name = meta.get("name", "?")
+    labels = meta.get("labels") or {}
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    gpu_resources = {k: _count(v) for k, v in alloc.items() if str(k).startswith("nvidia.com/")}
+    if not any(gpu_resources.values()):
+        return None  # no GPUs: not gpucarve's
+    product = labels.get(PRODUCT)
+    if not product:
+        report.append(f"node {name}: GPUs but no {PRODUCT} label (GPU Feature Discovery): "
+                      "left out; run GFD (the GPU Operator does) and adopt again")  # fmt: skip
+        return None
+    base, _, single_profile = str(product).partition("-MIG-")
+    model = _model(catalog, base)
+    if model is None:
+        report.append(f"node {name}: {PRODUCT}={product} is no catalog model: left out; add it "
+                      "to a catalog file (--catalog)")  # fmt: skip
+        return None
+    gpus = _count(labels.get(COUNT)) or 0
+    extra = _resources(node)
+    mig = {k.removeprefix(MIG_PREFIX): n for k, n in gpu_resources.items() if k.startswith(
+        MIG_PREFIX) and n}  # fmt: skip
+    if single_profile:
+        # single strategy: GFD counts instances; the GPUs are the instances over per-GPU ones
+        return _single(name, model, str(product), single_profile, gpu_resources, extra, report)
+    if mig:
+        return _mig(name, model, str(product), gpus, mig, extra, report)
+    strategy = labels.get(STRATEGY)
+    if strategy in ("time-slicing", "mps") or gpu_resources.get(SHARED):
+        replicas = _count(labels.get(REPLICAS))
+        renamed = bool(gpu_resources.get(SHARED))
+        published = gpu_resources.get(SHARED if renamed else GPU) or 0
+        if not replicas and gpus:
+            replicas = published // gpus
+        mode = "mps" if strategy == "mps" else "time-slicing"
+        return _Shape(model.id, str(product), gpus, mode, replicas, renamed, **extra)
+    return _Shape(model.id, str(product), gpus or (gpu_resources.get(GPU) or 0), "exclusive",
+                  **extra)  # fmt: skip
+
+
+def _resources(node: Mapping[str, Any]) -> dict[str, Any]:
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    cpu = str(alloc.get("cpu", ""))
+    cpus = int(cpu[:-1]) // 1000 if cpu.endswith("m") and cpu[:-1].isdigit() else _count(cpu)
+    mem = str(alloc.get("memory", ""))
+    memory_gib = None
+    for suffix, per_gib in (("Ki", 1024 * 1024), ("Mi", 1024), ("Gi", 1)):
+        if mem.endswith(suffix) and mem[: -len(suffix)].isdigit():
+            memory_gib = int(mem[: -len(suffix)]) // per_gib
+    taints = tuple(
+        sorted(
+            (str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
+            for t in ((node.get("spec") or {}).get("taints") or [])
+            if str(t.get("key", "")).startswith("nvidia.com/")
+        )
+    )
+    return {"cpus": cpus or None, "memory_gib": memory_gib or None, "taints": taints}
+
+
+def _mig(
+    name: str,
+    model: GpuModel,
+    product: str,
+    gpus: int,
+    mig: Mapping[str, int],
+    extra: dict[str, Any],
+    report: list[str],
+) -> _Shape | None:
+    if not gpus or any(n % gpus for n in mig.values()):
+        report.append(f"node {name}: MIG instances {dict(mig)} do not split evenly over its "
+                      f"{gpus} GPUs: left out; give its pool a perGpu layout by hand "
+                      "(gpucarve mig import reads the MIG manager's configuration)")  # fmt: skip
+        return None
+    layout = tuple(sorted((p, n // gpus) for p, n in mig.items()))
+    return _Shape(model.id, product, gpus, "mig", layout=layout, **extra)
+
+
+def _single(
+    name: str,
+    model: GpuModel,
+    product: str,
+    profile: str,
+    resources: Mapping[str, int | None],
+    extra: dict[str, Any],
+    report: list[str],
+) -> _Shape | None:
+    instances = resources.get(GPU) or 0
+    prof = model.mig.profile(profile) if model.mig is not None else None
+    if prof is None:
+        report.append(f"node {name}: {product}: {model.id} has no MIG profile {profile}: left out")
+        return None
+    per_gpu = prof.max_instances
+    if not instances or instances % per_gpu:
+        report.append(f"node {name}: {instances} {profile} instances are not whole GPUs of "
+                      f"{per_gpu}: left out")  # fmt: skip
+        return None
+    return _Shape(model.id, product, instances // per_gpu, "mig", layout=((profile, per_gpu),),
+                  single=True, **extra)  # fmt: skip
+
+
+def _pool(shape: _Shape, name: str, nodes: int, labels: dict[str, str]) -> dict[str, Any]:
+    block: dict[str, Any] = {"name": name, "gpuModel": shape.model, "nodes": nodes,
+                             "gpusPerNode": shape.gpus, "sharing": shape.sharing}  # fmt: skip
+    if shape.cpus:
+        block["cpusPerNode"] = shape.cpus
+    if shape.memory_gib:
+        block["memoryGiBPerNode"] = shape.memory_gib
+    if shape.sharing in ("time-slicing", "mps"):
+        block["replicas"] = shape.replicas
+        if not shape.renamed:
+            block["renameByDefault"] = False
+    if shape.sharing == "mig":
+        block["mig"] = {"layout": dict(shape.layout)}
+        if shape.single:
+            block["mig"]["strategy"] = "single"
+    block["nodeLabels"] = labels
+    if shape.taints:
+        block["taints"] = [{"key": k, "value": v, "effect": e} for k, v, e in shape.taints]
+    return block
+
+
+def _selectors(
+    shapes: Mapping[_Shape, list[Mapping[str, Any]]],
+) -> dict[_Shape, dict[str, str]]:
+    """Per pool, labels all its nodes share that no other pool's nodes carry all of: the
+    product first, then the sharing strategy and the MIG configuration GFD and the MIG manager
+    set; the pool's own `gpucarve.io/pool` label when nothing else tells it apart."""
+    out: dict[_Shape, dict[str, str]] = {}
+    keys = (PRODUCT, STRATEGY, "nvidia.com/mig.config", REPLICAS)
+    for shape, nodes in shapes.items():
+        common: dict[str, str] = {}
+        chosen: dict[str, str] = {}
+        for key in keys:
+            values = {str((n.get("metadata") or {}).get("labels", {}).get(key)) for n in nodes}
+            if len(values) == 1 and "None" not in values:
+                common[key] = values.pop()
+        for key in keys:
+            if key not in common:
+                continue
+            chosen[key] = common[key]
+            if not _others_match(shapes, shape, chosen):
+                break
+        out[shape] = chosen if chosen and not _others_match(shapes, shape, chosen) else {}
+    return out
+
+
+def _others_match(
+    shapes: Mapping[_Shape, list[Mapping[str, Any]]], me: _Shape, labels: Mapping[str, str]
+) -> bool:
+    for shape, nodes in shapes.items():
+        if shape == me:
+            continue
+        for n in nodes:
+            have = (n.get("metadata") or {}).get("labels") or {}
+            if all(have.get(k) == v for k, v in labels.items()):
+                return True
+    return False
+
+
+def adopt(nodes: Sequence[Mapping[str, Any]], catalog: Catalog, name: str = "adopted") -> Adopted:
+    """The pools a cluster's `nodes` already are (queues come with `with_quotas`, once the
+    pools' flavors are known)."""
+    report: list[str] = []
+    groups: dict[_Shape, list[Mapping[str, Any]]] = {}
+    for node in sorted(nodes, key=lambda n: str((n.get("metadata") or {}).get("name"))):
+        shape = _shape(node, catalog, report)
+        if shape is not None:
+            groups.setdefault(shape, []).append(node)
+    selectors = _selectors(groups)
+    pools: list[dict[str, Any]] = []
+    used: Counter[str] = Counter()
+    for shape, members in groups.items():
+        prefix = model_prefix(catalog, shape.model)
+        base = pool_name(f"{prefix}-{shape.sharing}")
+        used[base] += 1
+        pname = base if used[base] == 1 else f"{base}-{used[base]}"
+        labels = selectors[shape] or {"gpucarve.io/pool": pname}
+        if not selectors[shape]:
+            report.append(f"pool {pname}: no label tells its {len(members)} nodes from other "
+                          f"pools': label them gpucarve.io/pool={pname}")  # fmt: skip
+        pools.append(_pool(shape, pname, len(members), labels))
+        names = ", ".join(str((n.get("metadata") or {}).get("name")) for n in members[:5])
+        more = f" and {len(members) - 5} more" if len(members) > 5 else ""
+        report.append(f"pool {pname}: {len(members)} nodes ({names}{more}), {shape.gpus} × "
+                      f"{shape.model}, {shape.sharing}")  # fmt: skip
+    doc: dict[str, Any] = {
+        "apiVersion": "gpucarve.io/v1alpha1",
+        "kind": "Policy",
+        "metadata": {"name": name, "description": "Read from a live cluster by gpucarve adopt."},
+        "pools": pools,
+        "queues": [],
+        "priorityClasses": [],
+    }
+    return Adopted(doc, report)
+
+
+def model_prefix(catalog: Catalog, model_id: str) -> str:
+    return next(m.flavor_prefix for m in catalog.models if m.id == model_id)
+
+
+def gpu_namespaces(pods: Sequence[Mapping[str, Any]]) -> Counter[str]:
+    """Namespace -> GPU pods bound and not finished."""
+    out: Counter[str] = Counter()
+    for p in pods:
+        spec = p.get("spec") or {}
+        phase = (p.get("status") or {}).get("phase")
+        if not spec.get("nodeName") or phase not in ("Running", "Pending"):
+            continue
+        for c in spec.get("containers") or []:
+            limits = (c.get("resources") or {}).get("limits") or {}
+            if any(str(k).startswith("nvidia.com/") for k in limits):
+                out[str((p.get("metadata") or {}).get("namespace"))] += 1
+                break
+    return out
+
+
+def with_quotas(
+    adopted: Adopted,
+    objects: Sequence[Mapping[str, Any]],
+    policy: Policy,
+    pods: Sequence[Mapping[str, Any]],
+) -> None:
+    """Queues and priority classes from ResourceQuotas and PriorityClasses, against the pools'
+    flavors (`policy`, built from the pools); a quota that cannot be read is reported, and so
+    is what runs where."""
+    objs = [((f"object {i + 1}",), o) for i, o in enumerate(objects)]
+    blocks, problems = quota_blocks(objs, policy)
+    adopted.doc["queues"] = blocks["queues"]
+    adopted.doc["priorityClasses"] = blocks["priorityClasses"]
+    adopted.report += [f"left out: {p}" for p in problems]
+    governed = {ns for q in blocks["queues"] for ns in q["namespaces"]}
+    running = gpu_namespaces(pods)
+    adopted.report += [f"namespace {ns}: {n} GPU pods" for ns, n in sorted(running.items())]
+    for ns in sorted(set(running) - governed):
+        adopted.report.append(
+            f"namespace {ns} runs GPU pods without a ResourceQuota on GPUs: give it a queue "
+            "(gpucarve governs only namespaces a queue lists)"
+        )

@@ -1,0 +1,65 @@
+"""`gpucarve adopt` against the real API server: a cluster shaped like a GPU Operator cluster
+(nodes as GFD and the device plugin describe them, ResourceQuotas, a PriorityClass) is read
+into a policy that validates and reproduces its pools, MIG layouts and quotas; nothing in the
+cluster changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpucarve.cli.main import app
+from gpucarve.config.examples import POLICY, example_path
+from gpucarve.config.policy_build import load_policy
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.view.nodes import node_manifests
+from tests.integration.api import Api
+
+pytestmark = pytest.mark.integration
+
+
+def test_adopt_reads_the_cluster_into_a_policy_that_validates(tmp_path: Path) -> None:
+    example = load_policy(example_path(POLICY)).policy
+    with LocalStack(find_binaries(), tmp_path / "stack") as stack:
+        api = Api(stack.server, stack.tokens[ADMIN_USER])
+        for m in node_manifests(example):
+            m["metadata"]["labels"].pop("gpucarve.io/pool", None)  # not gpucarve's cluster
+            api.create("/api/v1/nodes", m)
+        for ns in ("research", "serving"):
+            api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                              "metadata": {"name": ns}})  # fmt: skip
+        hard = {"research": {"requests.nvidia.com/gpu": "16"},
+                "serving": {"requests.nvidia.com/mig-3g.40gb": "12"}}  # fmt: skip
+        for ns, h in hard.items():
+            api.create(f"/api/v1/namespaces/{ns}/resourcequotas",
+                       {"apiVersion": "v1", "kind": "ResourceQuota",
+                        "metadata": {"name": "gpus"}, "spec": {"hard": h}})  # fmt: skip
+        api.create("/apis/scheduling.k8s.io/v1/priorityclasses",
+                   {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                    "metadata": {"name": "serving-critical"}, "value": 100000})  # fmt: skip
+        before = api.get("/api/v1/nodes")["items"]
+        out = tmp_path / "adopted.yaml"
+        result = CliRunner().invoke(
+            app, ["adopt", "--kubeconfig", str(stack.kubeconfig()), "--out", str(out)]
+        )
+        assert result.exit_code == 0, result.output
+        after = api.get("/api/v1/nodes")["items"]
+    assert [n["metadata"]["resourceVersion"] for n in after] == [
+        n["metadata"]["resourceVersion"] for n in before
+    ], "adopt changed a node"
+    adopted = load_policy(out).policy  # it validates
+    by_model = {p.model.id: p for p in adopted.pools}
+    for original in example.pools:
+        got = by_model[original.model.id]
+        want = (original.nodes, original.gpus_per_node, original.sharing, original.replicas)
+        assert (got.nodes, got.gpus_per_node, got.sharing, got.replicas) == want
+        assert got.mig_layouts == original.mig_layouts
+    quotas = {q.name: {x.flavor: x.nominal for x in q.quotas} for q in adopted.queues}
+    assert quotas == {"research": {"h100-full": 16}, "serving": {"a100-mig-3g.40gb": 12}}
+    assert [c.name for c in adopted.priority_classes] == ["serving-critical"]
+    doc = yaml.safe_load(out.read_text())
+    assert doc["metadata"]["name"] == "adopted"
+    assert "pool h100-exclusive: 4 nodes" in result.output

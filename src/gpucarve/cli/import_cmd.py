@@ -19,6 +19,7 @@ from gpucarve.cli.common import (
 )
 from gpucarve.cli.output import Exit, console, print_problems, refuse
 from gpucarve.config.device_plugin_import import import_device_plugin
+from gpucarve.config.gpu_operator_import import import_gpu_operator, report
 from gpucarve.config.policy_build import load_policy
 from gpucarve.config.quota_import import import_quotas
 from gpucarve.core.problems import InvalidInput
@@ -138,6 +139,36 @@ def device_plugin(
     typer.echo(
         "\n".join(lines) + "\n" + yaml.safe_dump({"pools": pools}, sort_keys=False), nl=False
     )
+
+
+@app.command("gpu-operator")
+def gpu_operator(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="The operator's ClusterPolicy (kubectl get clusterpolicy -o yaml) "
+            "or the Helm values it was installed with."
+        ),
+    ],
+) -> None:
+    """Read the GPU Operator's configuration: its MIG strategy, the ConfigMaps its device
+    plugin and MIG manager read, device-plugin configurations given inline (as pool blocks),
+    and whether GPU Feature Discovery runs."""
+    try:
+        cfg = import_gpu_operator(file)
+    except InvalidInput as exc:
+        fail(exc)
+    err = console(stderr=True)
+    for line in report(cfg):
+        err.print(Text(line))
+    for c in cfg.inline:
+        for note in c.notes:
+            err.print(Text(f"{file}: {c.name}: {note}", style="yellow"))
+    if cfg.inline:
+        pools = [{"gpuModel": "FILL-IN", **c.pool_block(), "nodes": 0} for c in cfg.inline]
+        if cfg.mig_strategy == "single":
+            err.print(Text("MIG pools among these: add `mig: {strategy: single}`", style="yellow"))
+        typer.echo(yaml.safe_dump({"pools": pools}, sort_keys=False), nl=False)
 
 
 @app.command("quotas")

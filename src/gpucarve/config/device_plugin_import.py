@@ -216,6 +216,12 @@ def _malformed_sharing(where: tuple[str | int, ...], sharing: Any) -> list[Probl
     return out
 
 
+def one_config(name: str, doc: Any, problems: list[Problem]) -> ImportedConfig | None:
+    """One named configuration as a pool (its model when the name is a GPU's)."""
+    got = _one(name, doc, problems)
+    return None if got is None else replace(got, model=_model(name, packaged_catalog()))
+
+
 def _one(name: str, doc: Any, problems: list[Problem]) -> ImportedConfig | None:
     where: tuple[str | int, ...] = (name,)
     if not isinstance(doc, dict):
@@ -317,11 +323,11 @@ def _one(name: str, doc: Any, problems: list[Problem]) -> ImportedConfig | None:
 def import_device_plugin(path: str | Path) -> list[ImportedConfig]:
     read = _configs(path)
     problems = list(read.problems)
-    out = [c for name, doc in sorted(read.configs.items()) if (c := _one(name, doc, problems))]
+    out = [
+        c for name, doc in sorted(read.configs.items()) if (c := one_config(name, doc, problems))
+    ]
     if problems:
         raise InvalidInput(read.source, problems)
-    catalog = packaged_catalog()
-    out = [replace(c, model=_model(c.name, catalog)) for c in out]
     if read.skipped:
         # never dropped in silence: said with the first configuration's notes
         first = out[0]

@@ -1,0 +1,53 @@
+"""The GPU Operator's configuration, as a ClusterPolicy or as Helm values: its MIG strategy,
+the ConfigMaps its device plugin and MIG manager read, inline device-plugin configurations, and
+GPU Feature Discovery; anything else is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpucarve.config.gpu_operator_import import import_gpu_operator, report
+from gpucarve.core.problems import InvalidInput
+
+
+def test_a_cluster_policy_names_the_config_maps_to_import(tmp_path: Path) -> None:
+    policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+              "metadata": {"name": "cluster-policy"},
+              "spec": {"mig": {"strategy": "mixed"},
+                       "devicePlugin": {"config": {"name": "ts", "default": "any"}},
+                       "migManager": {"config": {"name": "custom-mig-config"}}}}  # fmt: skip
+    path = tmp_path / "cp.yaml"
+    path.write_text(yaml.safe_dump_all([policy, {"kind": "Namespace", "metadata": {}}]))
+    cfg = import_gpu_operator(path)
+    assert (cfg.mig_strategy, cfg.device_plugin_config_map, cfg.device_plugin_default) == (
+        "mixed", "ts", "any")  # fmt: skip
+    assert cfg.mig_manager_config_map == "custom-mig-config" and cfg.gfd
+    lines = report(cfg)
+    assert any("gpucarve import device-plugin" in line for line in lines)
+    assert any("skipped Namespace" in line for line in lines)
+
+
+def test_helm_values_with_inline_configurations_give_pool_blocks(tmp_path: Path) -> None:
+    data = ("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n"
+            "    resources:\n    - {name: nvidia.com/gpu, replicas: 4}\n")  # fmt: skip
+    plugin = {"config": {"create": True, "name": "pc", "data": {"t4": data}}}
+    values = {"mig": {"strategy": "single"}, "gfd": {"enabled": False}, "devicePlugin": plugin}
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    cfg = import_gpu_operator(path)
+    (block,) = [c.pool_block() for c in cfg.inline]
+    assert block == {"name": "t4", "sharing": "time-slicing", "gpuModel": "T4", "replicas": 4}
+    text = "\n".join(report(cfg))
+    assert "mig: {strategy: single}" in text and "gfd.enabled false" in text
+
+
+def test_anything_else_is_refused_with_what_it_held(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(yaml.safe_dump({"kind": "ConfigMap", "metadata": {"name": "x"}}))
+    with pytest.raises(InvalidInput) as exc:
+        import_gpu_operator(path)
+    (p,) = exc.value.problems
+    assert p.code == "not-gpu-operator" and "skipped ConfigMap" in p.message and p.fix

@@ -451,3 +451,19 @@ def test_mig_import_reads_every_configuration_and_prints_a_yaml_stream(tmp_path:
     ]
     assert "configuration b: devices [1] without MIG" in out
     assert "2 configurations read" in err
+
+
+def test_the_readmes_usage_lists_every_command() -> None:
+    import re
+
+    import typer.main
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    usage = readme.split("## Usage", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    group = typer.main.get_command(app)
+    wanted = []
+    for name, cmd in sorted(group.commands.items()):  # type: ignore[attr-defined]
+        subs = sorted(getattr(cmd, "commands", {}))
+        wanted += [f"{name} {s}" for s in subs] if subs else [name]
+    missing = [w for w in wanted if not re.search(rf"(gpucarve|\|) {re.escape(w)}\b", usage)]
+    assert missing == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,7 +18,10 @@ from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.output import Exit, console
-from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, StackError, find_binaries
+from gpucarve.core.policy import Policy
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, StackError, find_binaries, free_port
+from gpucarve.devcluster.webhook import configurations
+from gpucarve.devcluster.webhook import start as start_webhook
 from gpucarve.kube.view.nodes import node_manifests
 
 app = typer.Typer(
@@ -55,9 +59,19 @@ def up(
     policy: Annotated[Path, typer.Option("--policy", help="Policy YAML whose pools to fake.")],
     state: DirOption = DEFAULT_DIR,
     catalog: CatalogOption = None,
+    webhook: Annotated[
+        bool,
+        typer.Option(help="Run gpucarve's admission webhook, wired in as the chart wires it."),
+    ] = True,
+    controllers: Annotated[
+        bool,
+        typer.Option(help="Run kube-controller-manager: Deployments and Jobs make pods."),
+    ] = True,
 ) -> None:
-    """Start etcd, kube-apiserver and kwok on loopback and create the policy's nodes (GPU
-    capacity, allocatable and GPU Feature Discovery labels). Prints the kubeconfig to use."""
+    """Start etcd, kube-apiserver, kwok, the controllers and the admission webhook on loopback
+    and create the policy's nodes (GPU capacity, allocatable and GPU Feature Discovery labels,
+    as the device plugin publishes them for each pool's sharing mode). Prints the kubeconfig
+    to use."""
     loaded = policy_or_exit(policy, catalog)
     err = console(stderr=True)
     if (state / "pids.json").exists():
@@ -68,25 +82,57 @@ def up(
         err.print(Text(f"--dir {state} is a file, not a folder", style="red"))
         err.print(Text("fix: pass a folder (it is created when missing)"))
         raise typer.Exit(Exit.INVALID)
+    needed = ["etcd", "kube-apiserver", "kwok", "kwok-stages.yaml"]
+    if controllers:
+        needed.append("kube-controller-manager")
     try:
-        stack = LocalStack(find_binaries(), state.resolve()).start()
+        stack = LocalStack(
+            find_binaries(needed=needed), state.resolve(), with_controllers=controllers
+        ).start()
     except (StackError, OSError) as exc:
         err.print(Text(f"could not start the dev cluster: {exc}", style="red"))
         raise typer.Exit(Exit.INVALID) from None
+    extra: dict[str, int] = {}
     try:
         nodes = node_manifests(loaded.policy)
         for m in nodes:
             _post(stack, "/api/v1/nodes", m)
+        if webhook:
+            extra["webhook"] = _wire_webhook(stack, policy.resolve(), loaded.policy, state)
     except StackError as exc:
         stack.stop()
+        _stop(extra)
         err.print(Text(str(exc), style="red"))
         raise typer.Exit(Exit.INVALID) from None
     # Leave the processes running: `down` stops them by PID.
-    (state / "pids.json").write_text(json.dumps(stack.detach(), sort_keys=True))
+    pids = {**stack.detach(), **extra}
+    (state / "pids.json").write_text(json.dumps(pids, sort_keys=True))
     out = console()
     out.print(f"dev cluster up: {stack.server}, {len(nodes)} fake GPU nodes from {policy}")
     out.print(Text(f"export KUBECONFIG={stack.kubeconfig()}", style="bold"))
+    if webhook:
+        out.print(f"admission webhook: {state / 'webhook.log'}")
     out.print(f"stop it with: gpucarve dev-cluster down --dir {state}")
+
+
+def _wire_webhook(stack: LocalStack, policy_file: Path, policy: Policy, state: Path) -> int:
+    """The webhook process and its configurations; the namespaces its queues list, so that
+    pods can be created in them at once."""
+    port = free_port()
+    pid, ca = start_webhook(policy_file, state.resolve(), port)
+    governed = sorted({ns for q in policy.queues for ns in q.namespaces})
+    for ns in governed:
+        _post(stack, "/api/v1/namespaces",
+              {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})  # fmt: skip
+    for plural, body in configurations(f"https://127.0.0.1:{port}", ca, governed):
+        _post(stack, f"/apis/admissionregistration.k8s.io/v1/{plural}", body)
+    return pid
+
+
+def _stop(pids: dict[str, int]) -> None:
+    for pid in pids.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
 
 
 def _gone(pid: int) -> bool:
@@ -121,7 +167,7 @@ def down(state: DirOption = DEFAULT_DIR) -> None:
         err.print(Text("fix: stop the processes by hand (see the *.log files), then remove it"))
         raise typer.Exit(Exit.INVALID)
     pids: dict[str, int] = loaded
-    for name in ("kwok", "kube-apiserver", "etcd"):
+    for name in ("webhook", "kube-controller-manager", "kwok", "kube-apiserver", "etcd"):
         pid = pids.get(name)
         if pid is None:
             continue

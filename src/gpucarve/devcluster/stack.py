@@ -21,7 +21,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,18 +70,18 @@ def cache_dir() -> Path:
     return Path(base) / "gpucarve" / "testenv"
 
 
-def _cached() -> Path | None:
+def _cached(needed: Sequence[str]) -> Path | None:
     """The newest complete bin folder in the per-user cache (a pip install has no script to
     ask, but the binaries a checkout built are there)."""
     root = cache_dir()
     if not root.is_dir():
         return None
-    done = [d for d in sorted(root.glob("bin-*"), reverse=True) if _complete(d)]
+    done = [d for d in sorted(root.glob("bin-*"), reverse=True) if _complete(d, needed)]
     return done[0] if done else None
 
 
-def _complete(folder: Path) -> bool:
-    return all((folder / b).is_file() for b in BINARIES)
+def _complete(folder: Path, needed: Sequence[str] = BINARIES) -> bool:
+    return all((folder / b).is_file() for b in needed)
 
 
 def checkout_script() -> Path:
@@ -89,25 +89,25 @@ def checkout_script() -> Path:
     return Path(__file__).resolve().parents[3] / "tools" / "testenv.sh"
 
 
-def find_binaries(bin_dir: str | Path | None = None) -> Path:
-    """The folder holding the test environment's BINARIES: `bin_dir`, $GPUCARVE_TESTENV_BIN,
-    what `tools/testenv.sh` prints (it builds them when missing) from a checkout, or else the
-    per-user cache that script fills."""
+def find_binaries(bin_dir: str | Path | None = None, needed: Sequence[str] = BINARIES) -> Path:
+    """The folder holding the test environment's binaries (`needed`: what the caller runs):
+    `bin_dir`, $GPUCARVE_TESTENV_BIN, what `tools/testenv.sh` prints (it builds them when
+    missing) from a checkout, or else the per-user cache that script fills."""
     candidates: list[Path] = []
     if bin_dir is not None:
         candidates.append(Path(bin_dir))
     if env := os.environ.get("GPUCARVE_TESTENV_BIN"):
         candidates.append(Path(env))
     for c in candidates:
-        if _complete(c):
+        if _complete(c, needed):
             return c
     script = checkout_script()
     if not script.is_file():
-        cached = _cached()
+        cached = _cached(needed)
         if cached is not None:
             return cached
         raise StackError(
-            f"{', '.join(BINARIES)} not found in $GPUCARVE_TESTENV_BIN or {cache_dir()}/bin-*: "
+            f"{', '.join(needed)} not found in $GPUCARVE_TESTENV_BIN or {cache_dir()}/bin-*: "
             "clone gpucarve and run tools/testenv.sh (it builds them with Go 1.26 from the Go "
             "module proxy into that cache, about 20 minutes cold), or set "
             "GPUCARVE_TESTENV_BIN to a folder holding them"
@@ -124,8 +124,8 @@ def find_binaries(bin_dir: str | Path | None = None) -> Path:
     if not lines:
         raise StackError("tools/testenv.sh printed no bin folder")
     found = Path(lines[-1])
-    if not all((found / b).is_file() for b in BINARIES):
-        raise StackError(f"tools/testenv.sh did not produce {', '.join(BINARIES)} in {found}")
+    if not _complete(found, needed):
+        raise StackError(f"tools/testenv.sh did not produce {', '.join(needed)} in {found}")
     return found
 
 

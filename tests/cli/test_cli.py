@@ -467,3 +467,22 @@ def test_the_readmes_usage_lists_every_command() -> None:
         wanted += [f"{name} {s}" for s in subs] if subs else [name]
     missing = [w for w in wanted if not re.search(rf"(gpucarve|\|) {re.escape(w)}\b", usage)]
     assert missing == []
+
+
+def test_every_help_names_every_option_whole_at_80_columns() -> None:
+    import typer.main
+
+    group = typer.main.get_command(app)
+    cut = []
+    for name, cmd in sorted(group.commands.items()):  # type: ignore[attr-defined]
+        subs = getattr(cmd, "commands", None) or {None: cmd}
+        for sub, leaf in sorted(subs.items(), key=lambda kv: str(kv[0])):
+            args = [name] + ([sub] if sub else []) + ["--help"]
+            r = runner.invoke(app, args, env={"COLUMNS": "80"}, terminal_width=80)
+            assert r.exit_code == 0, (args, r.output)
+            for param in leaf.params:
+                for opt in param.opts:
+                    if opt.startswith("--") and opt not in r.stdout:
+                        cut.append(f"{' '.join(args[:-1])} {opt}")
+            assert "…" not in r.stdout, args
+    assert cut == []

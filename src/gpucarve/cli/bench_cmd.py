@@ -22,7 +22,11 @@ from gpucarve.sim.fill_bound_rule import bounds_at
 from gpucarve.sim.fill_marks import MARKS, FillRun
 from gpucarve.sim.fill_trace import load_nodes, load_pods
 
-app = typer.Typer(help="Benchmarks that reproduce published experiments.", no_args_is_help=True)
+app = typer.Typer(
+    rich_markup_mode=None,
+    help="Benchmarks that reproduce published experiments.",
+    no_args_is_help=True,
+)
 
 ALL = [*POLICIES, "gpucarve"]
 # gpucarve's model on the experiment's own arrays: the engine path's fast reference

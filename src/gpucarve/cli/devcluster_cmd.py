@@ -25,7 +25,9 @@ from gpucarve.devcluster.webhook import start as start_webhook
 from gpucarve.kube.view.nodes import node_manifests
 
 app = typer.Typer(
-    help="A local Kubernetes control plane with fake GPU nodes.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="A local Kubernetes control plane with fake GPU nodes.",
+    no_args_is_help=True,
 )
 
 DirOption = Annotated[

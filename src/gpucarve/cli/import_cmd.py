@@ -25,7 +25,7 @@ from gpucarve.config.quota_import import import_quotas
 from gpucarve.core.problems import InvalidInput
 from gpucarve.sim.alibaba import import_trace
 
-app = typer.Typer(help="Import other tools' files.", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode=None, help="Import other tools' files.", no_args_is_help=True)
 
 
 def _model_map(items: list[str]) -> dict[str, str]:

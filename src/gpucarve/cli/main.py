@@ -34,6 +34,7 @@ from gpucarve.cli.common import CatalogOption, catalog_or_exit, model_or_exit
 from gpucarve.cli.output import Exit, console
 
 app = typer.Typer(
+    rich_markup_mode=None,
     name="gpucarve",
     help="Share a Kubernetes cluster's GPUs fully and fairly.",
     no_args_is_help=True,
@@ -59,7 +60,7 @@ app.add_typer(devcluster_cmd.app, name="dev-cluster")
 app.add_typer(render_cmd.app, name="render")
 app.add_typer(webhook_cmd.app, name="webhook")
 
-catalog_app = typer.Typer(help="The GPU catalog.", no_args_is_help=True)
+catalog_app = typer.Typer(rich_markup_mode=None, help="The GPU catalog.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
 
 

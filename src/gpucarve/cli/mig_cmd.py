@@ -21,7 +21,9 @@ from gpucarve.core.catalog import Catalog, GpuModel
 from gpucarve.core.problems import InvalidInput
 
 app = typer.Typer(
-    help="MIG geometry: valid layouts of a GPU model, and checks.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="MIG geometry: valid layouts of a GPU model, and checks.",
+    no_args_is_help=True,
 )
 
 _COUNTED = re.compile(r"^(\d+)\s*[x×*]\s*(\S+)$")

@@ -27,8 +27,12 @@ from gpucarve.core.problems import InvalidInput
 
 HOURS_PER_MONTH = 730
 
-policy_app = typer.Typer(help="The policy file format.", no_args_is_help=True)
-cluster_app = typer.Typer(help="The cluster a policy describes.", no_args_is_help=True)
+policy_app = typer.Typer(
+    rich_markup_mode=None, help="The policy file format.", no_args_is_help=True
+)
+cluster_app = typer.Typer(
+    rich_markup_mode=None, help="The cluster a policy describes.", no_args_is_help=True
+)
 
 
 class Format(StrEnum):

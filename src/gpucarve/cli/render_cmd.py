@@ -22,7 +22,9 @@ from gpucarve.render.namespaces import namespace_objects, split_warnings
 from gpucarve.render.yaml_out import dump
 
 app = typer.Typer(
-    help="Render the NVIDIA stack's configuration from a policy.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="Render the NVIDIA stack's configuration from a policy.",
+    no_args_is_help=True,
 )
 PolicyOption = Annotated[Path, typer.Option("--policy", help="Policy YAML file.")]
 

@@ -25,7 +25,9 @@ from gpucarve.webhook.certs import issue, service_names
 from gpucarve.webhook.server import CertReloader
 from gpucarve.webhook.server import app as webhook_app
 
-app = typer.Typer(help="The admission webhook and its certificate.", no_args_is_help=True)
+app = typer.Typer(
+    rich_markup_mode=None, help="The admission webhook and its certificate.", no_args_is_help=True
+)
 log = logging.getLogger("gpucarve.webhook")
 
 

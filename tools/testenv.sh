@@ -132,12 +132,33 @@ kwok_stages() {
   mv -f "$out" "$BIN/kwok-stages.yaml"
 }
 
-[ -x "$BIN/etcd" ] || { log "building etcd $ETCD_VERSION"; (build_etcd); }
-[ -x "$BIN/kwok" ] || { log "building kwok $KWOK_VERSION"; (build_kwok); }
+# A cold build runs for minutes without a word from go: say it is alive once a minute.
+heartbeat() {  # what, then the command
+  local what="$1"
+  shift
+  ("$@") &
+  local pid=$! start=$SECONDS next=60
+  while sleep 2 && kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS - start >= next)); then
+      log "still building $what ($((next / 60)) min)"
+      next=$((next + 60))
+    fi
+  done
+  wait "$pid"
+}
+
+[ -x "$BIN/etcd" ] || { log "building etcd $ETCD_VERSION"; heartbeat etcd build_etcd; }
+[ -x "$BIN/kwok" ] || { log "building kwok $KWOK_VERSION"; heartbeat kwok build_kwok; }
 [ -f "$BIN/kwok-stages.yaml" ] || kwok_stages
 for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-  [ -x "$BIN/$cmd" ] || { log "building $cmd $K8S_VERSION (minutes on a cold cache)"; (build_kube "$cmd"); }
+  [ -x "$BIN/$cmd" ] || {
+    log "building $cmd $K8S_VERSION (minutes on a cold cache)"
+    heartbeat "$cmd" build_kube "$cmd"
+  }
 done
-[ -x "$BIN/helm" ] || { log "building helm $HELM_VERSION"; (build_helm); }
-[ -x "$BIN/promtool" ] || { log "building promtool $PROMETHEUS_VERSION"; (build_promtool); }
+[ -x "$BIN/helm" ] || { log "building helm $HELM_VERSION"; heartbeat helm build_helm; }
+[ -x "$BIN/promtool" ] || {
+  log "building promtool $PROMETHEUS_VERSION"
+  heartbeat promtool build_promtool
+}
 echo "$BIN"

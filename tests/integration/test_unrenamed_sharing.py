@@ -25,23 +25,31 @@ from tests.integration.stack_setup import populate, running
 pytestmark = pytest.mark.integration
 
 
-def _doc() -> dict[str, Any]:
+def _doc(sharing: str) -> dict[str, Any]:
+    model, prefix = ("L40S", "l40s") if sharing == "time-slicing" else ("T4", "t4")
     return {
         "apiVersion": "gpucarve.io/v1alpha1",
         "kind": "Policy",
         "metadata": {"name": "unrenamed"},
         "pools": [
-            {"name": "dev", "gpuModel": "L40S", "nodes": 2, "gpusPerNode": 1,
-             "sharing": "time-slicing", "replicas": 4, "renameByDefault": False,
+            {"name": "dev", "gpuModel": model, "nodes": 2, "gpusPerNode": 1,
+             "sharing": sharing, "replicas": 4, "renameByDefault": False,
              "nodeLabels": {"gpucarve.io/pool": "dev"}},
+            # whole GPUs beside them publish nvidia.com/gpu too: the shared pool is the queue's
+            {"name": "train", "gpuModel": "H100-SXM5-80GB", "nodes": 1, "gpusPerNode": 8,
+             "sharing": "exclusive", "nodeLabels": {"gpucarve.io/pool": "train"}},
         ],
-        "queues": [{"name": "web", "namespaces": ["web"], "quota": {"l40s": {"nominal": 2}}}],
+        "queues": [{"name": "web", "namespaces": ["web"], "quota": {prefix: {"nominal": 2}}},
+                   {"name": "ml", "namespaces": ["ml"], "quota": {"h100-full": {"nominal": 8}}}],
     }  # fmt: skip
 
 
-def test_pods_asking_nvidia_com_gpu_get_replicas_of_an_unrenamed_pool(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sharing", ["time-slicing", "mps"])
+def test_pods_asking_nvidia_com_gpu_get_replicas_of_an_unrenamed_pool(
+    tmp_path: Path, sharing: str
+) -> None:
     policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text(yaml.safe_dump(_doc()))
+    policy_file.write_text(yaml.safe_dump(_doc(sharing)))
     with LocalStack(find_binaries(), tmp_path / "stack") as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, ["web"])
@@ -71,7 +79,7 @@ def test_pods_asking_nvidia_com_gpu_get_replicas_of_an_unrenamed_pool(tmp_path: 
                         "conditions") or [] if c.get("type") == "PodScheduled"), None),
                 what="the ninth pod's reason",
             )  # fmt: skip
-            assert reason["status"] == "False" and "l40s GPUs" in reason["message"]
+            assert reason["status"] == "False" and " GPUs, needs 0.25 more" in reason["message"]
     assert sorted({s[0].split("/")[0] for s in bound.values()}) == ["dev-0", "dev-1"]
     workloads = tmp_path / "workloads.yaml"
     limits = {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}

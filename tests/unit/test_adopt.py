@@ -96,3 +96,19 @@ def test_nodes_that_cannot_be_read_are_named() -> None:
     assert f"node {nodes[0]['metadata']['name']}: GPUs but no nvidia.com/gpu.product" in text
     assert "Imaginary-GPU-9000 is no catalog model" in text
     assert "node production-0: MIG instances" in text and "perGpu" in text
+
+
+def test_quotas_that_already_bind_are_reported() -> None:
+    adopted = adopt(node_manifests(EXAMPLE), packaged_catalog())
+    pools_only = build_policy(adopted.doc, packaged_catalog()).policy
+    full = _quota("serving", {"requests.nvidia.com/mig-3g.40gb": "2"})
+    roomy = _quota("research", {"requests.nvidia.com/gpu": "16"})
+    roomy["status"] = {"used": {"requests.nvidia.com/gpu": "8"}}
+    pods = [_gpu_pod("serving", f"s{i}", "production-0", "nvidia.com/mig-3g.40gb")
+            for i in range(2)]  # fmt: skip
+    with_quotas(adopted, [full, roomy], pools_only, pods)
+    binds = [line for line in adopted.report if line.startswith("quota binds")]
+    assert binds == [
+        "quota binds: namespace serving uses 2 of its 2 nvidia.com/mig-3g.40gb (no more such "
+        "pods start until some finish; in gpucarve a queue borrows what its cohort leaves unused)"
+    ]

@@ -288,6 +288,50 @@ def gpu_namespaces(pods: Sequence[Mapping[str, Any]]) -> Counter[str]:
     return out
 
 
+def _gpu_use(pods: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], int]:
+    """(namespace, GPU resource) -> what its bound, unfinished pods request."""
+    out: Counter[tuple[str, str]] = Counter()
+    for p in pods:
+        spec = p.get("spec") or {}
+        if not spec.get("nodeName") or (p.get("status") or {}).get("phase") not in (
+            "Running",
+            "Pending",
+        ):
+            continue
+        ns = str((p.get("metadata") or {}).get("namespace"))
+        for c in spec.get("containers") or []:
+            limits = (c.get("resources") or {}).get("limits") or {}
+            for k, v in limits.items():
+                n = _count(v)
+                if str(k).startswith("nvidia.com/") and n:
+                    out[(ns, str(k))] += n
+    return dict(out)
+
+
+def binding(objects: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ResourceQuotas whose GPU limits are reached: their namespace can start no more GPU
+    pods until some finish (what Kubernetes reports in the quota's status, or the pods')."""
+    use = _gpu_use(pods)
+    out = []
+    for obj in objects:
+        if obj.get("kind") != "ResourceQuota":
+            continue
+        meta = obj.get("metadata") or {}
+        ns = str(meta.get("namespace"))
+        used = (obj.get("status") or {}).get("used") or {}
+        for key, value in sorted(((obj.get("spec") or {}).get("hard") or {}).items()):
+            resource = str(key).removeprefix("requests.")
+            hard = _count(value)
+            if not resource.startswith("nvidia.com/") or hard is None:
+                continue
+            have = _count(used[key]) if key in used else use.get((ns, resource), 0)
+            if have is not None and have >= hard:
+                out.append(f"quota binds: namespace {ns} uses {have} of its {hard} {resource} "
+                           "(no more such pods start until some finish; in gpucarve a "
+                           "queue borrows what its cohort leaves unused)")  # fmt: skip
+    return out
+
+
 def with_quotas(
     adopted: Adopted,
     objects: Sequence[Mapping[str, Any]],
@@ -302,6 +346,7 @@ def with_quotas(
     adopted.doc["queues"] = blocks["queues"]
     adopted.doc["priorityClasses"] = blocks["priorityClasses"]
     adopted.report += [f"left out: {p}" for p in problems]
+    adopted.report += binding(objects, pods)
     governed = {ns for q in blocks["queues"] for ns in q["namespaces"]}
     running = gpu_namespaces(pods)
     adopted.report += [f"namespace {ns}: {n} GPU pods" for ns, n in sorted(running.items())]

@@ -350,6 +350,12 @@ def with_quotas(
     governed = {ns for q in blocks["queues"] for ns in q["namespaces"]}
     running = gpu_namespaces(pods)
     adopted.report += [f"namespace {ns}: {n} GPU pods" for ns, n in sorted(running.items())]
+    if running:
+        adopted.report.append(
+            "what would move: nothing that runs; pods bound before gpucarve keep their GPUs and "
+            "count against their queue's quota (scheduling.boundElsewhere: keep), so a queue "
+            "over its quota as read waits for its own pods to finish"
+        )
     for ns in sorted(set(running) - governed):
         adopted.report.append(
             f"namespace {ns} runs GPU pods without a ResourceQuota on GPUs: give it a queue "

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import yaml
+from typer.testing import CliRunner
 
+from gpucarve.cli.main import app
 from tests.integration.api import Api, wait_for
 
 COSCHEDULING_CRD = Path(__file__).parent / "data" / "coscheduling-podgroups.yaml"
@@ -115,3 +118,22 @@ def install_coscheduling_crd(api: Api) -> None:
         )
 
     wait_for(established, what="the coscheduling CRD established")
+
+
+def planned(policy_file: Path, namespace: str, names: list[str], resource: str) -> dict[str, Any]:
+    """Where `gpucarve plan` puts one-pod workloads asking one `resource` each, submitted in
+    order: name -> the slices of its pod (to hold the scheduler's bindings against)."""
+    workloads = policy_file.parent / "workloads.yaml"
+    limits = {"requests": {"cpu": "1", resource: "1"}, "limits": {resource: "1"}}
+    items = [
+        {"name": n, "namespace": namespace, "submitTime": i,
+         "podSets": [{"name": "set-0", "resources": limits}]}
+        for i, n in enumerate(names)
+    ]  # fmt: skip
+    workloads.write_text(yaml.safe_dump({"workloads": items}))
+    result = CliRunner().invoke(app, ["plan", str(policy_file), str(workloads), "--json"])
+    assert result.exit_code == 0, result.output
+    return {
+        a["workload"].split("/")[1]: [s for p in a["pods"] for s in p["slices"]]
+        for a in json.loads(result.output)["admissions"]
+    }

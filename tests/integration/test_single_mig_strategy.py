@@ -9,15 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.api.client import Client
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from tests.integration.api import Api, wait_for
-from tests.integration.kube_pods import create_pod, node_of, pod, pods_in
+from tests.integration.kube_pods import create_pod, node_of, planned, pod, pods_in
 from tests.integration.stack_setup import populate, running
 from tests.unit.test_single_mig import doc
 
@@ -46,19 +44,5 @@ def test_a_gpu_request_binds_to_an_instance_of_a_single_strategy_pool(tmp_path: 
                 n: json.loads(p["metadata"]["annotations"]["gpucarve.io/assignment"])["slices"]
                 for n, p in pods_in(api, "serving").items()
             }
-    workloads = tmp_path / "workloads.yaml"
-    limits = {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
-    items = [
-        {"name": f"s{i}", "namespace": "serving", "submitTime": i,
-         "podSets": [{"name": "set-0", "resources": limits}]}
-        for i in range(2)
-    ]  # fmt: skip
-    workloads.write_text(yaml.safe_dump({"workloads": items}))
-    result = CliRunner().invoke(app, ["plan", str(policy_file), str(workloads), "--json"])
-    assert result.exit_code == 0, result.output
-    planned = {
-        a["workload"].split("/")[1]: [s for p in a["pods"] for s in p["slices"]]
-        for a in json.loads(result.output)["admissions"]
-    }
-    assert planned == bound
+    assert planned(policy_file, "serving", ["s0", "s1"], "nvidia.com/gpu") == bound
     assert all("/1g.10gb@" in s[0] for s in bound.values())

@@ -11,15 +11,13 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.api.client import Client
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from tests.integration.api import Api, wait_for
-from tests.integration.kube_pods import create_pod, node_of, pod, pods_in
+from tests.integration.kube_pods import create_pod, node_of, planned, pod, pods_in
 from tests.integration.stack_setup import populate, running
 
 pytestmark = pytest.mark.integration
@@ -81,18 +79,5 @@ def test_pods_asking_nvidia_com_gpu_get_replicas_of_an_unrenamed_pool(
             )  # fmt: skip
             assert reason["status"] == "False" and " GPUs, needs 0.25 more" in reason["message"]
     assert sorted({s[0].split("/")[0] for s in bound.values()}) == ["dev-0", "dev-1"]
-    workloads = tmp_path / "workloads.yaml"
-    limits = {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
-    items = [
-        {"name": f"web-{i}", "namespace": "web", "submitTime": i,
-         "podSets": [{"name": "set-0", "resources": limits}]}
-        for i in range(8)
-    ]  # fmt: skip
-    workloads.write_text(yaml.safe_dump({"workloads": items}))
-    result = CliRunner().invoke(app, ["plan", str(policy_file), str(workloads), "--json"])
-    assert result.exit_code == 0, result.output
-    planned = {
-        a["workload"].split("/")[1]: [s for p in a["pods"] for s in p["slices"]]
-        for a in json.loads(result.output)["admissions"]
-    }
-    assert planned == bound
+    names = [f"web-{i}" for i in range(8)]
+    assert planned(policy_file, "web", names, "nvidia.com/gpu") == bound

@@ -6,7 +6,6 @@ drops none."""
 
 from __future__ import annotations
 
-import base64
 import json
 import signal
 import ssl
@@ -26,6 +25,7 @@ import yaml
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from gpucarve.devcluster.webhook import configurations
 from gpucarve.kube.api.client import Client
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.webhook.certs import issue
@@ -95,48 +95,20 @@ def owned_condition() -> str:
 
 
 def _configurations(port: int, ca: bytes) -> list[tuple[str, dict[str, Any]]]:
-    bundle = base64.b64encode(ca).decode()
-    pods = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-            "resources": ["pods"], "scope": "Namespaced"}  # fmt: skip
-    debug = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
-             "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}  # fmt: skip
-    groups = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "Namespaced",
-              "operations": ["CREATE", "UPDATE"], "resources": ["podgroups"]}  # fmt: skip
-    queues = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "*",
-              "operations": ["CREATE", "UPDATE"], "resources": ["queues"]}  # fmt: skip
+    """The dev cluster's configurations (those the chart installs, by URL), with the chart's
+    pod-update hook and its CEL condition, which the dev cluster leaves out."""
+    url = f"https://127.0.0.1:{port}"
+    out = configurations(url, ca, GOVERNED)
     updates = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
                "resources": ["pods"], "scope": "Namespaced"}  # fmt: skip
-    ns_selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
-                                         "operator": "In", "values": GOVERNED}]}  # fmt: skip
-
-    def hook(name: str, path: str, rules: list[dict[str, Any]], selector: bool) -> dict[str, Any]:
-        h: dict[str, Any] = {
-            "name": name,
-            "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle},
-            "rules": rules,
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "failurePolicy": "Fail",
-            "timeoutSeconds": 5,
-        }
-        if selector:
-            h["namespaceSelector"] = ns_selector
-        return h
-
-    return [
-        ("mutatingwebhookconfigurations", {
-            "metadata": {"name": "gpucarve"},
-            "webhooks": [hook("pods.mutate.gpucarve.io", "/mutate", [pods], True)]}),
-        ("validatingwebhookconfigurations", {
-            "metadata": {"name": "gpucarve"},
-            "webhooks": [hook("pods.validate.gpucarve.io", "/validate", [pods, debug], True),
-                         {**hook("pod-updates.validate.gpucarve.io", "/validate", [updates],
-                                 False),
-                          "matchConditions": [{"name": "changes-scheduler-owned-annotations",
-                                               "expression": owned_condition()}]},
-                         hook("podgroups.validate.gpucarve.io", "/validate", [groups], True),
-                         hook("queues.validate.gpucarve.io", "/validate", [queues], False)]}),
-    ]  # fmt: skip
+    validating = out[1][1]
+    first = validating["webhooks"][0]
+    validating["webhooks"].insert(1, {
+        **first, "name": "pod-updates.validate.gpucarve.io", "rules": [updates],
+        "matchConditions": [{"name": "changes-scheduler-owned-annotations",
+                             "expression": owned_condition()}]})  # fmt: skip
+    validating["webhooks"][1].pop("namespaceSelector")
+    return out
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,9 @@ def configurations(url: str, ca_pem: bytes, governed: Sequence[str]) -> list[tup
     bundle = base64.b64encode(ca_pem).decode()
     pods = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
             "resources": ["pods"], "scope": "Namespaced"}  # fmt: skip
+    # `kubectl debug` adds containers by this subresource: a way around the pod checks
+    debug = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+             "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}  # fmt: skip
     groups = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "Namespaced",
               "operations": ["CREATE", "UPDATE"], "resources": ["podgroups"]}  # fmt: skip
     queues = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "*",
@@ -53,7 +56,7 @@ def configurations(url: str, ca_pem: bytes, governed: Sequence[str]) -> list[tup
     mutating = {"metadata": {"name": "gpucarve"},
                 "webhooks": [hook("pods.mutate.gpucarve.io", MUTATE, [pods], True)]}  # fmt: skip
     validating = {"metadata": {"name": "gpucarve"}, "webhooks": [
-        hook("pods.validate.gpucarve.io", VALIDATE, [pods], True),
+        hook("pods.validate.gpucarve.io", VALIDATE, [pods, debug], True),
         hook("podgroups.validate.gpucarve.io", VALIDATE, [groups], True),
         hook("queues.validate.gpucarve.io", VALIDATE, [queues], False),
     ]}  # fmt: skip

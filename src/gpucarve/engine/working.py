@@ -306,17 +306,17 @@ class Working:
         return ids
 
     def give_back(self, ordinals: list[int], shared_mem: int) -> None:
-        touched: dict[int, GpuSlots] = {}
+        touched: dict[int, tuple[GpuSlots, int]] = {}
         for o in ordinals:
             gs = self.slice_gpu[o]
             bisect.insort(gs.free, o)
             self.gpu_used[(gs.node, gs.gpu)] -= 1
-            touched[id(gs)] = gs
+            seen = touched.get(id(gs))
+            touched[id(gs)] = (gs, 1 if seen is None else seen[1] + 1)
         if ordinals and shared_mem:
             self.slice_gpu[ordinals[0]].mem_free += shared_mem
-        for gs in touched.values():
-            self.recount(self.nodes[gs.node], gs.flavor)
-            self.gpu_rows.touch(gs)
+        for gs, n in touched.values():
+            self._recounted(gs, n)
         self.release_epoch += 1
 
         def undo() -> None:
@@ -326,11 +326,22 @@ class Working:
                 self.gpu_used[(gs.node, gs.gpu)] += 1
             if ordinals and shared_mem:
                 self.slice_gpu[ordinals[0]].mem_free -= shared_mem
-            for gs in touched.values():
-                self.recount(self.nodes[gs.node], gs.flavor)
-                self.gpu_rows.touch(gs)
+            for gs, n in touched.values():
+                self._recounted(gs, -n)
 
         self.log.append(undo)
+
+    def _recounted(self, gs: GpuSlots, n: int) -> None:
+        """A node's count of `gs`'s flavor after `n` of its slices came free (or were taken
+        again): a whole or MIG flavor's is the sum over its GPUs, adjusted by n rather than
+        summed again; a shared flavor's is a maximum and is recounted."""
+        node = self.nodes[gs.node]
+        if self.flavors[gs.flavor].shared:
+            self.recount(node, gs.flavor)
+        else:
+            index = self.index[gs.flavor]
+            index.set(node.idx, index.count[node.idx] + n)
+        self.gpu_rows.touch(gs)
 
     def adjust_node(self, node: NodeState, cpu: int, mem: int) -> None:
         node.cpu_free += cpu

@@ -306,19 +306,22 @@ def test_a_drained_gpu_is_reshaped_for_the_work_a_unit_quota_admits(
         manager = MigManagerStandIn(api, CM_NS, CM_NAME, {NODE: layout})
         manager.start()
         mig = HandoffConfig(CM_NS, CM_NAME, propagation_s=0.5, timeout_s=60)
-        client = Client.from_kubeconfig(st.kubeconfig())
-        sched = Scheduler(client, policy, SchedulerConfig(interval_s=0.3, mig=mig))
+        config = SchedulerConfig(interval_s=0.3, mig=mig)
         try:
-            with running(sched):
+            with running(Scheduler(Client.from_kubeconfig(st.kubeconfig()), policy, config)):
                 create_pod(api, pod("serving", "long", "nvidia.com/mig-3g.40gb"))
                 create_pod(api, pod("serving", "short", "nvidia.com/mig-1g.10gb"))
                 for name in ("long", "short"):
                     wait_for(lambda n=name: node_of(pods_in(api, "serving").get(n) or {}),
                              what=f"{name} bound")  # fmt: skip
-                busy = _gpu_of(pods_in(api, "serving")["long"])
-                assert _gpu_of(pods_in(api, "serving")["short"]) == busy, "not packed"
-                for i in range(3):
-                    create_pod(api, pod("serving", f"big{i}", "nvidia.com/mig-3g.40gb"))
+            busy = _gpu_of(pods_in(api, "serving")["long"])
+            assert _gpu_of(pods_in(api, "serving")["short"]) == busy, "not packed"
+            # the three arrive together, as in the engine's scenario: with the scheduler
+            # stopped, so that its first cycle sees all of them (one at a time, the first
+            # would take the idle GPU's 3g.40gb before the demand for more existed)
+            for i in range(3):
+                create_pod(api, pod("serving", f"big{i}", "nvidia.com/mig-3g.40gb"))
+            with running(Scheduler(Client.from_kubeconfig(st.kubeconfig()), policy, config)):
 
                 def two_bound() -> dict[str, dict[str, Any]] | None:
                     pods = pods_in(api, "serving")

@@ -201,3 +201,17 @@ spec:
     assert any("skipped MigManager mm" in n for n in notes)
     assert any("custom-mig-config" in n and "gpucarve mig import" in n for n in notes)
     assert sum("migStrategy mixed" in n for n in notes) == 2  # the ConfigMap's and the flags'
+
+
+def test_a_malformed_daemon_set_is_named_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "ds.yaml"
+    path.write_text(
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: odd}\n"
+        "spec: {template: {spec: {containers: 5}}}\n---\n"
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: plugin}\n"
+        "spec: {template: {spec: {containers: [{name: nvidia-device-plugin, args: oops, "
+        "env: 3}]}}}\n"
+    )
+    (c,) = import_device_plugin(path)  # the second reads as a plugin with no flags
+    assert c.pool_block()["name"] == "plugin" and c.sharing == "exclusive"
+    assert any("DaemonSet odd: runs no NVIDIA device plugin container" in n for n in c.notes)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucarve.config.catalog_file import packaged_catalog
-from gpucarve.config.yaml_source import YamlDocument, parse_yaml, read_yaml_all
+from gpucarve.config.yaml_source import YamlDocument, objects_of, parse_yaml, read_yaml_all
 from gpucarve.core.catalog import AmbiguousModel, Catalog, UnknownModel
 from gpucarve.core.problems import InvalidInput, Problem
 
@@ -81,7 +81,7 @@ def _configs(path: str | Path) -> _Read:
     docs = read_yaml_all(path, "a device-plugin configuration, ConfigMap or DaemonSet")
     read = _Read(docs[0].source if len(docs) == 1 else str(path), {}, [], [])
     for doc in docs:
-        for i, obj in enumerate(_objects(doc.data)):
+        for i, obj in enumerate(objects_of(doc.data)):
             _object(read, doc, obj, i, Path(path).stem)
     if not read.configs and not read.problems:
         read.problems.append(
@@ -95,17 +95,6 @@ def _configs(path: str | Path) -> _Read:
             )
         )
     return read
-
-
-def _objects(data: Any) -> list[Any]:
-    """A kubectl List's items, or the object itself."""
-    if (
-        isinstance(data, dict)
-        and data.get("kind") == "List"
-        and isinstance(data.get("items"), list)
-    ):
-        return list(data["items"])
-    return [data]
 
 
 def _object(read: _Read, doc: YamlDocument, obj: Any, index: int, stem: str) -> None:
@@ -159,22 +148,30 @@ def _config_map(read: _Read, doc: YamlDocument, obj: dict[str, Any], name: str) 
         read.configs[str(key)] = parsed
 
 
+def _map(value: Any) -> dict[str, Any]:
+    """A field that should be a map, or an empty one (a malformed object reads as holding
+    nothing, and is then named as such)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _seq(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _daemon_set(read: _Read, obj: dict[str, Any], name: str) -> None:
     """The plugin's flags as its DaemonSet passes them: `--mig-strategy=` arguments or the
     MIG_STRATEGY environment variable (an argument wins, as in the plugin)."""
-    containers = (((obj.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
-        "containers"
-    ) or []
-    for c in containers:
+    spec = _map(_map(_map(obj.get("spec")).get("template")).get("spec"))
+    for c in _seq(spec.get("containers")):
         if not isinstance(c, dict) or "device-plugin" not in str(c.get("image", "")) + str(
             c.get("name", "")
         ):
             continue
         strategy = None
-        for e in c.get("env") or []:
+        for e in _seq(c.get("env")):
             if isinstance(e, dict) and e.get("name") == "MIG_STRATEGY":
                 strategy = str(e.get("value"))
-        args = [str(a) for a in (c.get("args") or []) + (c.get("command") or [])]
+        args = [str(a) for a in [*_seq(c.get("args")), *_seq(c.get("command"))]]
         for i, a in enumerate(args):
             if a.startswith("--mig-strategy="):
                 strategy = a.split("=", 1)[1]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucarve.config.device_plugin_import import ImportedConfig, one_config
-from gpucarve.config.yaml_source import parse_yaml, read_yaml_all
+from gpucarve.config.yaml_source import objects_of, parse_yaml, read_yaml_all
 from gpucarve.core.problems import InvalidInput, Problem
 
 
@@ -50,8 +50,7 @@ def import_gpu_operator(path: str | Path) -> OperatorConfig:
     found: list[tuple[dict[str, Any], str]] = []
     skipped: list[str] = []
     for doc in docs:
-        items = doc.data.get("items") if isinstance(doc.data, dict) else None
-        for obj in items if isinstance(items, list) else [doc.data]:
+        for obj in objects_of(doc.data):
             got = _spec(obj)
             if got is None:
                 kind = obj.get("kind") if isinstance(obj, dict) else type(obj).__name__

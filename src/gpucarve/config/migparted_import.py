@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpucarve.config.yaml_source import parse_yaml, read_yaml_all
+from gpucarve.config.yaml_source import objects_of, parse_yaml, read_yaml_all
 from gpucarve.core.catalog import Catalog, GpuModel
 from gpucarve.core.mig import place
 from gpucarve.core.problems import InvalidInput, Problem
@@ -80,7 +80,7 @@ def _read(path: str | Path) -> tuple[str, dict[str, list[Any]], list[str]]:
     notes: list[str] = []
     problems: list[Problem] = []
     for doc in docs:
-        for obj in _objects(doc.data):
+        for obj in objects_of(doc.data):
             for where, data in _mig_parted_in(obj, doc.source, notes):
                 configs.update(_configs_of(data, where, problems))
     if problems:
@@ -100,13 +100,6 @@ def _read(path: str | Path) -> tuple[str, dict[str, list[Any]], list[str]]:
             ],
         )
     return source, configs, notes
-
-
-def _objects(data: Any) -> list[Any]:
-    items = data.get("items") if isinstance(data, dict) else None
-    if isinstance(data, dict) and data.get("kind") == "List" and isinstance(items, list):
-        return list(items)
-    return [data]
 
 
 def _mig_parted_in(obj: Any, source: str, notes: list[str]) -> list[tuple[tuple[str, ...], Any]]:

@@ -93,9 +93,6 @@ def _slice(f: Flavor) -> str:
     return f"{f.model_id} {f.kind}" + (f" ×{f.replicas}" if f.replicas > 1 else "") + single
 
 
-_suggest = suggest
-
-
 def _check_queue(
     i: int,
     q: QueueSpec,
@@ -113,7 +110,7 @@ def _check_queue(
                 "unknown-cohort",
                 f"queue {q.name} joins cohort {q.cohort!r}, which `cohorts:` does not declare",
                 "declare it under `cohorts:` or fix the name; "
-                + _suggest(q.cohort, sorted(cohorts)),
+                + suggest(q.cohort, sorted(cohorts)),
             )
         )
     for flavor, quota in q.quota.items():
@@ -140,7 +137,7 @@ def _check_queue(
                     mpath,
                     "unknown-flavor",
                     f"no pool provides flavor {flavor!r}",
-                    _suggest(flavor, sorted(flavors)),
+                    suggest(flavor, sorted(flavors)),
                 )
             )
         if most < 1:
@@ -154,7 +151,7 @@ def _check_queue(
                     (*path, "priorityClasses", j),
                     "unknown-priority-class",
                     f"priority class {name!r} is not defined",
-                    f"define it under `priorityClasses:`; {_suggest(name, sorted(classes))}",
+                    f"define it under `priorityClasses:`; {suggest(name, sorted(classes))}",
                 )
             )
     return out

@@ -278,6 +278,15 @@ def _walk(node: yaml.Node, path: Path, lines: dict[Path, int], problems: list[Pr
             _walk(item, (*path, i), lines, problems)
 
 
+def objects_of(data: Any) -> list[Any]:
+    """A kubectl List's items, or the document itself (what `kubectl get -o yaml` prints for
+    one object or several)."""
+    items = data.get("items") if isinstance(data, dict) else None
+    if isinstance(data, dict) and data.get("kind") == "List" and isinstance(items, list):
+        return list(items)
+    return [data]
+
+
 def read_yaml(path: str | FsPath, what: str = "a YAML file") -> YamlDocument:
     return parse_yaml(read_text(path, what, POLICY_MAX_BYTES), str(path))
 

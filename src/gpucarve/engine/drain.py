@@ -25,6 +25,7 @@ from collections import Counter
 from gpucarve.core.cluster import UNAVAILABLE_TAINTS
 from gpucarve.core.policy import Pool, SliceKind
 from gpucarve.engine.decisions import Drain
+from gpucarve.engine.node_state import GpuSlots
 from gpucarve.engine.repartition import instances_coming
 from gpucarve.engine.state import CycleState
 
@@ -123,24 +124,23 @@ def _soonest(c: CycleState, pool: Pool, excess: set[str]) -> list[tuple[str, int
     return sorted(out, key=lambda x: (x[1], x[0]))
 
 
-def _holds_free(c: CycleState, gpu_id: str, profiles: set[str]) -> bool:
+def _slots(c: CycleState, gpu_id: str) -> list[GpuSlots]:
+    """The working state's slots (one per flavor) of one GPU, `<node>/gpu<index>`."""
     node_name, _, index = gpu_id.rpartition("/gpu")
-    ws = c.ws
-    node = ws.nodes[ws.node_index[node_name]]
+    node = c.ws.nodes[c.ws.node_index[node_name]]
+    return [gs for slots in node.gpus.values() for gs in slots if gs.gpu == int(index)]
+
+
+def _holds_free(c: CycleState, gpu_id: str, profiles: set[str]) -> bool:
+    flavors = c.ws.flavors
     return any(
-        gs.free and gs.gpu == int(index) and ws.flavors[f].flavor.profile in profiles
-        for f, slots in node.gpus.items()
-        for gs in slots
+        gs.free and flavors[gs.flavor].flavor.profile in profiles for gs in _slots(c, gpu_id)
     )
 
 
 def _take_free(c: CycleState, gpu_id: str) -> list[int]:
-    node_name, _, index = gpu_id.rpartition("/gpu")
-    ws = c.ws
-    node = ws.nodes[ws.node_index[node_name]]
     out: list[int] = []
-    for slots in node.gpus.values():
-        for gs in slots:
-            if gs.gpu == int(index) and gs.free:
-                out += ws.take(gs, len(gs.free), 0)
+    for gs in _slots(c, gpu_id):
+        if gs.free:
+            out += c.ws.take(gs, len(gs.free), 0)
     return out

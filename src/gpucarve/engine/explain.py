@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from gpucarve.core.policy import GpuUnit
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import RunningWorkload, Workload
+from gpucarve.core.workload import Workload
 from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import Admission, CycleResult, PendingReason, Stage
 from gpucarve.engine.gang_timeout import gang_gpus, timeout_of
@@ -181,18 +181,6 @@ def _idle(result: CycleResult, workload: str, demand: dict[str, int]) -> tuple[s
     return tuple(out)
 
 
-def _held(quotas: Quotas, rw: RunningWorkload, key: str) -> int:
-    """What a running workload holds of a quota key of its queue (slices, or parts)."""
-    q = rw.workload.queue
-    return sum(
-        len(p.slice_ids) * cost
-        for p in rw.pods
-        if p.flavor is not None
-        for k, cost in quotas.keys(q, p.flavor)
-        if k == key
-    )
-
-
 def _quota_hints(
     snapshot: Snapshot, w: Workload, quotas: Quotas, flavor: str, need: int, now: int
 ) -> list[str]:
@@ -212,7 +200,7 @@ def _quota_hints(
                 continue
             if quotas.borrowed(other.queue, flavor) <= 0:
                 continue
-            held = _held(quotas, rw, flavor)
+            held = quotas.held(other.queue, rw.pods, flavor)
             if held:
                 at = rw.start_time + min_runtime
                 when = (
@@ -226,7 +214,7 @@ def _quota_hints(
                 )
         return out[:5] or [f"wait for queue {w.queue}'s own {what} to be given back"]
     own = [rw for rw in snapshot.running if rw.workload.queue == w.queue]
-    held = sum(_held(quotas, rw, flavor) for rw in own)
+    held = sum(quotas.held(w.queue, rw.pods, flavor) for rw in own)
     out.append(f"queue {w.queue} holds {n(held)} {what} in {len(own)} running workloads")
     if st.over_borrowing_limit:
         assert st.borrowing_limit is not None

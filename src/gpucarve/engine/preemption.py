@@ -316,16 +316,6 @@ class Preemptor:
         ws.rollback(cp)
         return (chosen if found else None), skipped
 
-    def _parts(self, v: Victim, key: str) -> int:
-        q = self.quotas
-        return sum(
-            len(p.slice_ids) * cost
-            for p in v.held
-            if p.flavor is not None
-            for k, cost in q.keys(v.workload.queue, p.flavor)
-            if k == key
-        )
-
     def _loans(
         self, w: Workload, victims: list[Victim], keys: set[str]
     ) -> dict[tuple[str, str], int]:
@@ -352,7 +342,9 @@ class Preemptor:
             if v.workload.queue == w.queue:
                 continue
             for k in keys:
-                taken.setdefault((v.workload.queue, k), []).append(self._parts(v, k))
+                taken.setdefault((v.workload.queue, k), []).append(
+                    self.quotas.held(v.workload.queue, v.held, k)
+                )
         return all(
             not any(parts) or sum(parts) - max(parts) < loans.get(qk, 0)
             for qk, parts in taken.items()

@@ -14,11 +14,12 @@ taken pool capacity that a queue needs to reach its own nominal quota, it can re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from gpucarve.core.policy import GpuUnit, Policy, Queue
+from gpucarve.core.workload import PodAssignment
 
 SCALE = 1000
 
@@ -179,6 +180,16 @@ class Quotas:
             hit = () if q is None else self.policy.quota_keys(q, flavor)
             self._keys[(queue, flavor)] = hit
         return hit
+
+    def held(self, queue: str, pods: Iterable[PodAssignment], key: str) -> int:
+        """What `pods` of `queue` hold of one of its quota keys (slices, or parts of a unit)."""
+        return sum(
+            len(p.slice_ids) * cost
+            for p in pods
+            if p.flavor is not None
+            for k, cost in self.keys(queue, p.flavor)
+            if k == key
+        )
 
     def has_quota(self, queue: str, flavor: str) -> bool:
         return bool(self.keys(queue, flavor))

@@ -15,7 +15,7 @@ in the cluster is changed.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,7 @@ from gpucarve.config.device_plugin_import import pool_name
 from gpucarve.config.quota_import import quota_blocks
 from gpucarve.core.catalog import AmbiguousModel, Catalog, GpuModel, UnknownModel
 from gpucarve.core.policy import Policy
-from gpucarve.core.quantity import QuantityError, whole_count
+from gpucarve.core.quantity import QuantityError, cpu_milli, memory_mib, whole_count
 
 PRODUCT = "nvidia.com/gpu.product"
 COUNT = "nvidia.com/gpu.count"
@@ -114,13 +114,11 @@ def _shape(node: Mapping[str, Any], catalog: Catalog, report: list[str]) -> _Sha
 
 def _resources(node: Mapping[str, Any]) -> dict[str, Any]:
     alloc = (node.get("status") or {}).get("allocatable") or {}
-    cpu = str(alloc.get("cpu", ""))
-    cpus = int(cpu[:-1]) // 1000 if cpu.endswith("m") and cpu[:-1].isdigit() else _count(cpu)
-    mem = str(alloc.get("memory", ""))
-    memory_gib = None
-    for suffix, per_gib in (("Ki", 1024 * 1024), ("Mi", 1024), ("Gi", 1)):
-        if mem.endswith(suffix) and mem[: -len(suffix)].isdigit():
-            memory_gib = int(mem[: -len(suffix)]) // per_gib
+    try:
+        cpus = cpu_milli(str(alloc["cpu"])) // 1000 if "cpu" in alloc else None
+        memory_gib = memory_mib(str(alloc["memory"])) // 1024 if "memory" in alloc else None
+    except QuantityError:
+        cpus = memory_gib = None  # unreadable: the pool leaves them out
     taints = tuple(
         sorted(
             (str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
@@ -272,25 +270,11 @@ def model_prefix(catalog: Catalog, model_id: str) -> str:
     return next(m.flavor_prefix for m in catalog.models if m.id == model_id)
 
 
-def gpu_namespaces(pods: Sequence[Mapping[str, Any]]) -> Counter[str]:
-    """Namespace -> GPU pods bound and not finished."""
-    out: Counter[str] = Counter()
-    for p in pods:
-        spec = p.get("spec") or {}
-        phase = (p.get("status") or {}).get("phase")
-        if not spec.get("nodeName") or phase not in ("Running", "Pending"):
-            continue
-        for c in spec.get("containers") or []:
-            limits = (c.get("resources") or {}).get("limits") or {}
-            if any(str(k).startswith("nvidia.com/") for k in limits):
-                out[str((p.get("metadata") or {}).get("namespace"))] += 1
-                break
-    return out
-
-
-def _gpu_use(pods: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], int]:
-    """(namespace, GPU resource) -> what its bound, unfinished pods request."""
-    out: Counter[tuple[str, str]] = Counter()
+def _bound_gpu_pods(
+    pods: Sequence[Mapping[str, Any]],
+) -> Iterator[tuple[str, dict[str, int]]]:
+    """(namespace, GPU resource -> count) of each pod bound and not finished that asks for a
+    GPU."""
     for p in pods:
         spec = p.get("spec") or {}
         if not spec.get("nodeName") or (p.get("status") or {}).get("phase") not in (
@@ -298,13 +282,27 @@ def _gpu_use(pods: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], int]:
             "Pending",
         ):
             continue
-        ns = str((p.get("metadata") or {}).get("namespace"))
+        asked: Counter[str] = Counter()
         for c in spec.get("containers") or []:
-            limits = (c.get("resources") or {}).get("limits") or {}
-            for k, v in limits.items():
+            for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
                 n = _count(v)
                 if str(k).startswith("nvidia.com/") and n:
-                    out[(ns, str(k))] += n
+                    asked[str(k)] += n
+        if asked:
+            yield str((p.get("metadata") or {}).get("namespace")), dict(asked)
+
+
+def gpu_namespaces(pods: Sequence[Mapping[str, Any]]) -> Counter[str]:
+    """Namespace -> GPU pods bound and not finished."""
+    return Counter(ns for ns, _ in _bound_gpu_pods(pods))
+
+
+def _gpu_use(pods: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], int]:
+    """(namespace, GPU resource) -> what its bound, unfinished pods request."""
+    out: Counter[tuple[str, str]] = Counter()
+    for ns, asked in _bound_gpu_pods(pods):
+        for resource, n in asked.items():
+            out[(ns, resource)] += n
     return dict(out)
 
 

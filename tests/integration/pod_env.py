@@ -84,6 +84,7 @@ def pod_environment(stack: LocalStack, sa_dir: Path, pod_name: str, home: Path) 
         KUBERNETES_SERVICE_PORT=str(stack.api_port),
         GPUCARVE_SERVICE_ACCOUNT_DIR=str(sa_dir),
         POD_NAME=pod_name,
+        POD_NAMESPACE=NAMESPACE,
         HOME=str(home),
     )
     return env

@@ -11,6 +11,8 @@ import re
 import ssl
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +22,14 @@ import yaml
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
+from gpucarve.core.vocabulary import LEADER_LABEL
+from gpucarve.dashboard.access import KubeAccess
+from gpucarve.dashboard.server import Board, app
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.api.leader import LeaderElector
+from gpucarve.kube.scheduler.health import ThreadServer
+from gpucarve.kube.scheduler.leader_label import mark
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig
 from tests.dynamic_mig_policy import dynamic_mig_doc
@@ -43,6 +50,8 @@ from tests.integration.stack_setup import populate
 
 CM_NS, CM_NAME = "gpu-operator", "gpucarve-mig-parted-config"
 LEASE = "gpucarve-scheduler"
+LEADER_POD = "gpucarve-scheduler-0"
+_NOBODYS = {"schedulerName": "nobody", "containers": [{"name": "main", "image": "gpucarve"}]}
 Triple = tuple[str, str, str]  # (verb, API group, resource[/subresource])
 
 _PATH = re.compile(
@@ -215,6 +224,24 @@ class Scenario:
     recording: Recording
     target: Triple | None  # the call expected to be refused; None: everything must work
     timeout_s: float = 45.0
+    dashboard: str = ""  # the dashboard's base URL
+
+    def dashboard_reviews(self) -> None:
+        """A request to the dashboard with the admin's token: a TokenReview and access
+        reviews."""
+
+        def answered() -> bool:
+            req = urllib.request.Request(
+                f"{self.dashboard}/api/whoami",
+                headers={"Authorization": f"Bearer {self.admin.token}"},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=10) as reply:
+                    return bool(json.loads(reply.read())["cluster"])
+            except urllib.error.HTTPError:
+                return False
+
+        self.until(answered, "the dashboard's access reviews")
 
     def until(self, check: Callable[[], Any], what: str) -> Any:
         deadline = time.monotonic() + self.timeout_s
@@ -270,6 +297,12 @@ class Scenario:
             create_pod(a, pod("serving", f"small{i}", "nvidia.com/mig-1g.10gb"))
         self.until(lambda: self.bound("serving", ["small0", "small1"]), "a MIG change")
         self.fraction()
+        self.dashboard_reviews()
+        self.until(self._leader_labelled, "the leader's pod labelled")
+
+    def _leader_labelled(self) -> bool:
+        got = self.admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{LEADER_POD}")
+        return bool(got["metadata"].get("labels", {}).get(LEADER_LABEL) == "true")
 
     def fraction(self) -> None:
         """A fraction-only pod, as the webhook leaves it: its device ConfigMap is written at
@@ -347,6 +380,8 @@ def run(workdir: Path, chart_objs: list[dict[str, Any]], target: Triple | None) 
         token = service_account_token(admin)
         client = RecordingClient(stack.server, ctx, {"Authorization": f"Bearer {token}"})
         client.recording = recording
+        # the scheduler's own pod, which it labels while it leads (nothing schedules it)
+        create_pod(admin, {**pod(NAMESPACE, LEADER_POD, "cpu"), "spec": _NOBODYS})
         manager = MigManagerStandIn(admin, CM_NS, CM_NAME, {"inf-0": [{"7g.80gb": 1}] * 2})
         manager.start()
         scenario = Scenario(stack, admin, policy_file, recording, target)
@@ -367,10 +402,17 @@ def _with_scheduler(client: Client, policy_file: Path, scenario: Scenario) -> No
         SchedulerConfig(interval_s=0.3, mig=mig, check_invariants=True),
     )
 
+    board = Board()
+    sched.observers.append(board.observe)
+    server = ThreadServer(app(board, KubeAccess(client, lambda: ["research"])), "127.0.0.1", 0)
+    server.start()
+    scenario.dashboard = f"http://127.0.0.1:{server.port}"
+
     def leads_then_schedules() -> None:
         if not elector.acquire(stop, retry_s=0.3):
             return
         elector.keep_renewing(stop)
+        mark(client, f"{NAMESPACE}/{LEADER_POD}", leading=True)
         with contextlib.suppress(ApiError):  # recorded; the scenario sees the refusal
             sched.run(stop, elector)
 
@@ -386,6 +428,7 @@ def _with_scheduler(client: Client, policy_file: Path, scenario: Scenario) -> No
         stop.set()
         thread.join(15)
         sched.stop()
+        server.stop()
         elector.release()
 
 

@@ -102,12 +102,24 @@ def test_the_rendered_objects_are_accepted_by_the_api_server(admin: Api) -> None
     assert "--leader-elect" in c["args"]
     assert f"--lease-namespace={NAMESPACE}" in c["args"]
     # the metrics Service reaches the scheduler's pods on the port serving /metrics
-    (svc,) = kinds["Service"]
+    services = {s["metadata"]["labels"]["app.kubernetes.io/component"]: s for s in kinds["Service"]}
+    assert sorted(services) == ["dashboard", "metrics"]
+    svc = services["metrics"]
     labels = spec["template"]["metadata"]["labels"]
     assert svc["spec"]["selector"].items() <= labels.items()
     (port,) = svc["spec"]["ports"]
     assert port["targetPort"] in {p["name"] for p in c["ports"]}
     assert f"--health-port={port['port']}" in c["args"]
+    # the dashboard's Service reaches the leading replica only, on the dashboard's port
+    dash = services["dashboard"]["spec"]
+    assert dash["selector"] == {**svc["spec"]["selector"], "gpucarve.io/leader": "true"}
+    (dport,) = dash["ports"]
+    (served,) = [p for p in c["ports"] if p["name"] == dport["targetPort"]]
+    assert f"--dashboard-port={served['containerPort']}" in c["args"]
+    assert "--dashboard-auth=kube" in c["args"]
+    assert "--leader-pod=$(POD_NAMESPACE)/$(POD_NAME)" in c["args"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"] if "valueFrom" in e}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
     # the policy the scheduler reads is the file given to helm, byte for byte
     cms = {c["metadata"]["name"]: c for c in kinds["ConfigMap"]}
     assert set(cms) == {f"{RELEASE}-policy", "gpucarve-mig-parted-config"}
@@ -168,3 +180,24 @@ def test_the_rendered_namespace_objects_are_accepted(admin: Api) -> None:
             ensure_namespace(admin, ns)
         status, body = apply(admin, obj, dry_run=True)
         assert status in (200, 201), (obj["kind"], obj["metadata"], body)
+
+
+def test_the_dashboard_ingress_is_accepted_and_routes_to_its_service(admin: Api) -> None:
+    values = [
+        "webhook.enabled=false",
+        "nodeAgent.enabled=false",
+        "dashboard.ingress.enabled=true",
+        "dashboard.ingress.host=gpus.example.internal",
+        "dashboard.ingress.tlsSecretName=gpus-tls",
+        "dashboard.ingress.className=nginx",
+    ]
+    objs = [o for o in render(POLICY, values, crds=False) if o["kind"] in ("Ingress", "Service")]
+    ingress = next(o for o in objs if o["kind"] == "Ingress")
+    install(admin, objs, [NAMESPACE])
+    stored = admin.get(object_path(admin, ingress))["spec"]
+    (rule,) = stored["rules"]
+    assert rule["host"] == "gpus.example.internal"
+    backend = rule["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": f"{RELEASE}-dashboard", "port": {"name": "http"}}
+    assert stored["tls"] == [{"secretName": "gpus-tls", "hosts": ["gpus.example.internal"]}]
+    assert stored["ingressClassName"] == "nginx"

@@ -56,11 +56,15 @@ class Replica:
     proc: subprocess.Popen[bytes]
     port: int
     log: Path
+    dashboard: int = 0
 
-    def probe(self, path: str) -> tuple[int, dict[str, Any]]:
-        url = f"http://127.0.0.1:{self.port}{path}"
+    def probe(self, path: str, port: int = 0, token: str = "") -> tuple[int, dict[str, Any]]:
+        url = f"http://127.0.0.1:{port or self.port}{path}"
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, headers=headers), timeout=5
+            ) as reply:
                 return reply.status, json.loads(reply.read())
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read())
@@ -99,11 +103,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         replicas = []
         for i in range(2):
             name = f"gpucarve-{i}"
+            # the replica's pod, which it labels while it leads (nothing schedules it)
+            spec = {"schedulerName": "nobody", "containers": [{"name": "s", "image": "gpucarve"}]}
+            admin.create(
+                f"/api/v1/namespaces/{NAMESPACE}/pods",
+                {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec},
+            )
             env = pod_environment(stack, sa_dir, name, work)
-            port = free_port()
-            args = container_args(deployment, env, policy=str(mount.path), health_port=str(port))
+            port, dash = free_port(), free_port()
+            args = container_args(
+                deployment, env, policy=str(mount.path), health_port=str(port),
+                dashboard_port=str(dash),
+            )  # fmt: skip
             log = work / f"{name}.log"
-            replicas.append(Replica(name, start_scheduler(args, env, log), port, log))
+            replicas.append(Replica(name, start_scheduler(args, env, log), port, log, dash))
         try:
             yield Cluster(stack, admin, mount, sa_dir, replicas)
         finally:
@@ -128,6 +141,20 @@ def _leader(c: Cluster) -> Replica:
     return leader
 
 
+def _labels(c: Cluster) -> dict[str, str]:
+    out = {}
+    for r in c.replicas:
+        got = c.admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{r.name}")
+        value = (got["metadata"].get("labels") or {}).get("gpucarve.io/leader")
+        if value is not None:
+            out[r.name] = value
+    return out
+
+
+def _standby(c: Cluster, leader: Replica, value: str) -> dict[str, str]:
+    return {r.name: value for r in c.replicas if r is not leader}
+
+
 def _bound(c: Cluster, name: str) -> str | None:
     return node_of(pods_in(c.admin, "research").get(name) or {})
 
@@ -143,6 +170,20 @@ def test_one_replica_leads_both_are_ready_and_a_pod_binds(cluster: Cluster) -> N
         assert r.probe("/healthz")[0] == 200
     create_pod(cluster.admin, pod("research", "first", "nvidia.com/gpu"))
     assert wait_for(lambda: _bound(cluster, "first"), what="first bound") == "train-0"
+    # the dashboard's Service selects the leader's pod: only it is labelled, and it answers
+    wait_for(lambda: _labels(cluster) == {leader.name: "true"} | _standby(cluster, leader, "false"),
+             what="the leader's pod labelled")  # fmt: skip
+    admin = cluster.stack.tokens[ADMIN_USER]
+
+    def shows_first() -> bool:
+        status, _ = leader.probe("/api/pending", leader.dashboard, admin)
+        return status == 200 and leader.probe("/api/cluster", leader.dashboard, admin)[0] == 200
+
+    wait_for(shows_first, what="the leader's dashboard")
+    (standby,) = [r for r in cluster.replicas if r is not leader]
+    status, body = standby.probe("/api/cluster", standby.dashboard, admin)
+    assert status == 503 and "not finished a cycle" in body["message"]
+    assert leader.probe("/api/cluster", leader.dashboard, "wrong")[0] == 401
 
 
 def test_the_policy_is_followed_and_an_invalid_one_refused(cluster: Cluster) -> None:
@@ -195,6 +236,9 @@ def test_on_sigterm_the_standby_takes_over(cluster: Cluster) -> None:
     assert leader.proc.wait(20) == 0, leader.output()
     (standby,) = [r for r in c.replicas if r is not leader]
     wait_for(lambda: _holder(c) == standby.name, timeout_s=30, what="the standby leads")
+    # the Service now reaches the new leader; the old one said it no longer leads
+    wait_for(lambda: _labels(c) == {standby.name: "true", leader.name: "false"},
+             what="the new leader's pod labelled")  # fmt: skip
     create_pod(c.admin, pod("research", "fourth", "nvidia.com/gpu"))
     assert wait_for(lambda: _bound(c, "fourth"), what="fourth bound by the new leader")
     status, body = standby.probe("/readyz")

@@ -9,21 +9,28 @@ import signal
 import socket
 import threading
 from datetime import UTC, datetime
+from enum import StrEnum
 from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.kube_options import ContextOption, KubeconfigOption, client_or_exit
 from gpucarve.cli.output import Exit, console
+from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, errors
+from gpucarve.dashboard.access import KubeAccess, Open
+from gpucarve.dashboard.server import Board
+from gpucarve.dashboard.server import app as dashboard_app
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.api.events import post_event
 from gpucarve.kube.api.leader import LeaderElector
-from gpucarve.kube.scheduler.health import Health, ProbeServer
+from gpucarve.kube.scheduler.health import Health, ProbeServer, ThreadServer
+from gpucarve.kube.scheduler.leader_label import mark
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig
 from gpucarve.kube.scheduler.policy_reload import PolicyReloader, digest
@@ -32,6 +39,11 @@ from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 GC_THRESHOLDS = (50_000, 50, 100)  # generation 0 allocations, then collections of 0 and 1
 
 log = logging.getLogger("gpucarve.scheduler")
+
+
+class DashboardAuth(StrEnum):
+    KUBE = "kube"
+    NONE = "none"
 
 
 def _policy_refused(client: Client, config_map: str | None, exc: InvalidInput) -> None:
@@ -128,6 +140,35 @@ def scheduler(
             "at the first broken one instead of binding.",
         ),
     ] = False,
+    dashboard_port: Annotated[
+        int,
+        typer.Option(
+            "--dashboard-port",
+            min=0,
+            max=65535,
+            help="Serve the web dashboard on this port (0: not at all).",
+        ),
+    ] = 0,
+    dashboard_host: Annotated[
+        str, typer.Option("--dashboard-host", help="Address the dashboard listens on.")
+    ] = "0.0.0.0",
+    leader_pod: Annotated[
+        str | None,
+        typer.Option(
+            "--leader-pod",
+            help="NAMESPACE/NAME of this replica's pod: labelled gpucarve.io/leader=true while "
+            "it leads, so the dashboard's Service reaches the leader.",
+        ),
+    ] = None,
+    dashboard_auth: Annotated[
+        DashboardAuth,
+        typer.Option(
+            "--dashboard-auth",
+            help="kube: each request's bearer token is reviewed by the API server (TokenReview "
+            "and SubjectAccessReview); none: everyone sees everything (only behind kubectl "
+            "port-forward).",
+        ),
+    ] = DashboardAuth.KUBE,
     catalog: CatalogOption = None,
 ) -> None:
     """Run the gpucarve scheduler: bind pending pods by the policy's quotas, gangs and
@@ -140,18 +181,7 @@ def scheduler(
     read_as = digest(policy)  # before the read: a change in between is picked up later
     loaded = policy_or_exit(policy, catalog)
     err = console(stderr=True)
-    for i, pool in enumerate(loaded.policy.pools):
-        if pool.mig_dynamic is not None and pool.mig_dynamic.keep_in_use:
-            err.print(
-                Text(
-                    f"{policy}: pools[{i}].mig.dynamic.granularity: pool {pool.name} asks for "
-                    "`instance`, which keeps instances in use while their GPU changes; the GPU "
-                    "Operator's MIG manager recreates every instance of a GPU it changes",
-                    style="red",
-                )
-            )
-            err.print(Text("fix: use `granularity: gpu` (the default) on Kubernetes"))
-            raise typer.Exit(Exit.INVALID)
+    _refuse_instance_granularity(policy, loaded.policy, err)
     namespace, _, cm_name = mig_config_map.partition("/")
     if not namespace or not cm_name:
         err.print(Text(f"--mig-config-map {mig_config_map!r} is not NAMESPACE/NAME", style="red"))
@@ -190,11 +220,16 @@ def scheduler(
             duration_s=lease_duration,
             renew_s=max(1.0, lease_duration / 5),
         )
-        log.info("%s waiting for the lease %s/%s-scheduler", who, lease_namespace, name)
-        if not elector.acquire(stop, on_try=health.beat):
-            return
-        health.leader = True
-        elector.keep_renewing(stop)
+    # served from the start (a standby answers that it has no cycle to show; a taken port
+    # fails now, not once the replica leads); the scheduler tells it its cycles once it leads
+    board, policy_now = Board(), [loaded.policy]
+    dashboard = _dashboard(
+        client, board, policy_now, dashboard_auth, dashboard_host, dashboard_port
+    )
+    if not _lead(client, elector, health, stop, leader_pod):
+        if dashboard is not None:
+            dashboard.stop()
+        return
     mig = HandoffConfig(namespace, cm_name, mig_propagation, mig_timeout)
     cfg = SchedulerConfig(name=name, mig=mig, check_invariants=check_invariants)
     reloader = None
@@ -206,6 +241,8 @@ def scheduler(
             loaded=read_as,
         )
     sched = Scheduler(client, loaded.policy, cfg, health=health, reloader=reloader, metrics=metrics)
+    sched.observers.append(board.observe)
+    sched.observers.append(lambda seen: policy_now.__setitem__(0, seen.policy))
     # The informers hold every pod and node as long-lived dicts (hundreds of thousands of
     # objects at 10,000 pods); with CPython's default thresholds a full collection walks them
     # every few cycles and doubled a 0.1 s view now and then. JSON objects hold no reference
@@ -220,7 +257,77 @@ def scheduler(
         sched.stop()
         if probes is not None:
             probes.stop()
+        if dashboard is not None:
+            dashboard.stop()
         if elector is not None and stop.is_set():
             elector.release()
+        if leader_pod:
+            mark(client, leader_pod, leading=False)
     if elector is not None and not stop.is_set():
         raise typer.Exit(1)  # lost the lease: exit so the supervisor restarts us as standby
+
+
+def _lead(
+    client: Client,
+    elector: LeaderElector | None,
+    health: Health,
+    stop: threading.Event,
+    leader_pod: str | None,
+) -> bool:
+    """Wait for the Lease (without leader election, lead at once); False: stopped first.
+    The pod's leader label says which, for the dashboard's Service."""
+    if leader_pod:
+        mark(client, leader_pod, leading=elector is None)
+    if elector is None:
+        return True
+    log.info("%s waiting for the lease %s/%s", elector.identity, elector.path, elector.name)
+    if not elector.acquire(stop, on_try=health.beat):
+        return False
+    health.leader = True
+    elector.keep_renewing(stop)
+    if leader_pod:
+        mark(client, leader_pod, leading=True)
+    return True
+
+
+def _dashboard(
+    client: Client,
+    board: Board,
+    policy_now: list[Policy],
+    auth: DashboardAuth,
+    host: str,
+    port: int,
+) -> ThreadServer | None:
+    """The dashboard on host:port (port 0: none); `policy_now[0]`: the policy in force, whose
+    namespaces the access reviews ask about."""
+    if not port:
+        return None
+
+    def namespaces() -> list[str]:
+        return [ns for q in policy_now[0].queues for ns in q.namespaces]
+
+    access = Open() if auth is DashboardAuth.NONE else KubeAccess(client, namespaces)
+    server = ThreadServer(dashboard_app(board, access), host, port, "dashboard")
+    try:
+        server.start()
+    except OSError as exc:
+        console(stderr=True).print(Text(f"--dashboard-port {port}: {exc}", style="red"))
+        console(stderr=True).print(Text("fix: pick a free port"))
+        raise typer.Exit(Exit.INVALID) from None
+    log.info("dashboard on %s:%d", host, server.port)
+    return server
+
+
+def _refuse_instance_granularity(path: Path, policy: Policy, err: Console) -> None:
+    for i, pool in enumerate(policy.pools):
+        if pool.mig_dynamic is not None and pool.mig_dynamic.keep_in_use:
+            err.print(
+                Text(
+                    f"{path}: pools[{i}].mig.dynamic.granularity: pool {pool.name} asks for "
+                    "`instance`, which keeps instances in use while their GPU changes; the GPU "
+                    "Operator's MIG manager recreates every instance of a GPU it changes",
+                    style="red",
+                )
+            )
+            err.print(Text("fix: use `granularity: gpu` (the default) on Kubernetes"))
+            raise typer.Exit(Exit.INVALID)

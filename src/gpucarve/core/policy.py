@@ -222,6 +222,17 @@ class GpuUnit:
         return f"{parts / self.parts_per_gpu:.6g}"
 
 
+def gpu_share(flavor: Flavor, model: GpuModel) -> float:
+    """What one slice of `flavor` is of its GPU, as GPU units charge it: a MIG instance its
+    memory slices' share (its placement size), a replica its equal share, a whole GPU one."""
+    if flavor.kind is SliceKind.MIG:
+        assert model.mig is not None and flavor.profile is not None
+        prof = model.mig.profile(flavor.profile)
+        assert prof is not None
+        return prof.memory_slices / model.mig.memory_slices
+    return 1.0 / flavor.replicas
+
+
 def unit_parts_per_slice(flavor: Flavor, model: GpuModel, parts_per_gpu: int) -> int:
     if flavor.kind is SliceKind.MIG:
         assert model.mig is not None and flavor.profile is not None

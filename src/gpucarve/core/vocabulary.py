@@ -39,6 +39,8 @@ UNHEALTHY_ANNOTATION = f"{GROUP}/unhealthy-gpus"
 UNHEALTHY_TAINT = f"{GROUP}/gpu-unhealthy"
 MIG_LAYOUT_ANNOTATION = f"{GROUP}/mig-layout"
 MIG_CHANGE_ANNOTATION = f"{GROUP}/mig-change"
+# on the scheduler's own pod: "true" while it holds the Lease (the dashboard's Service selects it)
+LEADER_LABEL = f"{GROUP}/leader"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpucarve"
 

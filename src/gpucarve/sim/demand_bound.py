@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpucarve.core.policy import Flavor, Policy, SliceKind
+from gpucarve.core.policy import Flavor, Policy, gpu_share
 from gpucarve.core.requests import candidate_flavors, charge_milli, gpu_memory_of, slices_per_pod
 from gpucarve.core.workload import Workload
 
@@ -36,13 +36,7 @@ class _Job:
 
 
 def _share(policy: Policy, f: Flavor) -> float:
-    if f.kind is SliceKind.MIG:
-        model = next(p.model for p in policy.pools if p.model.id == f.model_id)
-        assert model.mig is not None and f.profile is not None
-        prof = model.mig.profile(f.profile)
-        assert prof is not None
-        return prof.memory_slices / model.mig.memory_slices
-    return 1.0 / f.replicas
+    return gpu_share(f, next(p.model for p in policy.pools if p.model.id == f.model_id))
 
 
 def _pools_of(policy: Policy) -> dict[str, str]:

@@ -69,16 +69,14 @@ def app(health: Health, registry: CollectorRegistry | None = None) -> Starlette:
     return Starlette(routes=routes)
 
 
-class ProbeServer:
-    """uvicorn serving `app(health)` on host:port from a daemon thread. The socket is bound
+class ThreadServer:
+    """uvicorn serving an ASGI app on host:port from a daemon thread. The socket is bound
     here, so a taken port is an `OSError` from `start()` (uvicorn would exit its thread)."""
 
-    def __init__(
-        self, health: Health, host: str, port: int, registry: CollectorRegistry | None = None
-    ) -> None:
-        config = uvicorn.Config(app(health, registry), host=host, port=port, log_level="warning")
+    def __init__(self, asgi: Starlette, host: str, port: int, what: str = "server") -> None:
+        config = uvicorn.Config(asgi, host=host, port=port, log_level="warning")
         self.server = uvicorn.Server(config)
-        self.host, self.port = host, port
+        self.host, self.port, self.what = host, port, what
         self.thread: threading.Thread | None = None
 
     def start(self, timeout_s: float = 10.0) -> None:
@@ -91,17 +89,28 @@ class ProbeServer:
             sock.close()
             raise OSError(f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
         sock.set_inheritable(True)
+        if self.port == 0:
+            self.port = sock.getsockname()[1]
         self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [sock]}, name="probes", daemon=True
+            target=self.server.run, kwargs={"sockets": [sock]}, name=self.what, daemon=True
         )
         self.thread.start()
         deadline = time.monotonic() + timeout_s
         while not self.server.started and time.monotonic() < deadline:
             if not self.thread.is_alive():
-                raise OSError(f"the probe server on {self.host}:{self.port} could not start")
+                raise OSError(f"the {self.what} on {self.host}:{self.port} could not start")
             time.sleep(0.02)
 
     def stop(self) -> None:
         self.server.should_exit = True
         if self.thread is not None:
             self.thread.join(timeout=5)
+
+
+class ProbeServer(ThreadServer):
+    """The probes (and /metrics) of `app(health, registry)`."""
+
+    def __init__(
+        self, health: Health, host: str, port: int, registry: CollectorRegistry | None = None
+    ) -> None:
+        super().__init__(app(health, registry), host, port, "probe server")

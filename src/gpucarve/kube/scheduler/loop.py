@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpucarve.core.policy import Policy
+from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import GpuKind, PodAssignment, Workload
 from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import Admission, CycleResult
@@ -43,6 +44,7 @@ from gpucarve.kube.scheduler.failed_gpus import FailedGpuPods
 from gpucarve.kube.scheduler.health import Health
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig, MigHandoff
 from gpucarve.kube.scheduler.node_labels import label_nodes
+from gpucarve.kube.scheduler.observed import CycleSeen, Observer, tell
 from gpucarve.kube.scheduler.policy_reload import PolicyReloader
 from gpucarve.kube.scheduler.reporter import Reporter
 from gpucarve.kube.scheduler.runtimes import RuntimeLearner
@@ -135,6 +137,8 @@ class Scheduler:
             config.bind_workers,
         )  # fmt: skip
         self.cycles = 0
+        # told each cycle's decisions after they are acted on (the dashboard)
+        self.observers: list[Observer] = []
 
     @property
     def assumed(self) -> dict[str, Assigned]:
@@ -388,6 +392,8 @@ class Scheduler:
             self.reporter.groups(self.owners[POD_GROUPS].items(), pods, assumed, result)
         if self.dynamic_mig:
             self._repartition(view, result)
+        if self.observers:
+            self._tell(view, snapshot, result)
         if result.admissions or result.evictions:
             log.info(
                 "cycle %d: %d pods bound, %d workloads evicted, %d pending",
@@ -397,6 +403,17 @@ class Scheduler:
                 report.pending,
             )
         return report
+
+    def _tell(self, view: View, snapshot: Snapshot, result: CycleResult) -> None:
+        inv = self.inventory()
+        changing = frozenset(
+            f"{node}/gpu{g}" for node, change in inv.changes.items() for g in change.gpus
+        )
+        seen = CycleSeen(
+            self.policy, snapshot, result, self.clock(), inv.unhealthy, changing,
+            view.pending_sets, view.running_pods,
+        )  # fmt: skip
+        tell(self.observers, seen)
 
     def _repartitioned(self, node: str, result: str) -> None:
         pool = next((n.pool for n in self.inventory().cluster.nodes if n.name == node), "none")

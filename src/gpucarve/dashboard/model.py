@@ -1,0 +1,358 @@
+"""What the dashboard shows, as plain JSON-able values, from one cycle's snapshot and result:
+pure functions, so the live scheduler and a test (or the simulator) draw the same pictures.
+
+The cluster is drawn after the cycle's decisions (evictions gone, admissions in), as the
+scheduler is about to make it. Sizes are in GPUs: a slice counts its share of its GPU (a MIG
+instance its memory slices, a shared replica 1/replicas, a whole GPU one), so a pool's states
+add up to its GPUs however they are carved. Names of work in namespaces a viewer may not list
+are left out (`Viewer`); its team's colour stays, so the picture is the same for everyone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpucarve.core.cluster import RECONFIGURING, Gpu, Node, Slice
+from gpucarve.core.policy import Policy, gpu_share
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.explain import explain, render
+from gpucarve.engine.quota import SCALE, Quotas
+from gpucarve.engine.usage import evicted_pods, usage_after
+
+FREE, USED, OUT, CHANGING, RESERVED, OTHER = (
+    "free", "used", "out-of-service", "reconfiguring", "reserved", "other",
+)  # fmt: skip
+STATES = (USED, FREE, RESERVED, OUT, CHANGING, OTHER)
+UNHEALTHY_OWNER = "unhealthy:"
+PAGE = 200  # nodes of a pool per page
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Who is looking: `cluster` (may list nodes: pools, queues, idle, changes) and the
+    namespaces whose workloads they may see by name (None: all)."""
+
+    name: str
+    cluster: bool = True
+    namespaces: frozenset[str] | None = None
+
+    def sees(self, workload: str) -> bool:
+        return self.namespaces is None or workload.partition("/")[0] in self.namespaces
+
+
+EVERYONE = Viewer("anyone")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One cycle as the dashboard reads it."""
+
+    snapshot: Snapshot
+    result: CycleResult
+    unhealthy: Mapping[str, str] = field(default_factory=dict)  # node/gpuN -> why
+    reconfiguring: frozenset[str] = frozenset()  # node/gpuN
+
+    @property
+    def policy(self) -> Policy:
+        return self.snapshot.policy
+
+
+@dataclass
+class Holders:
+    """Slice -> (workload, queue) after the cycle; reserved nodes -> the gang."""
+
+    slices: dict[str, tuple[str, str]]
+    reserved: dict[str, str]
+
+
+def holders(frame: Frame) -> Holders:
+    gone = evicted_pods(frame.result)
+    out: dict[str, tuple[str, str]] = {}
+    for rw in frame.snapshot.running:
+        w = rw.workload
+        whole = w.id in gone and gone[w.id] is None
+        for pod in rw.pods:
+            if whole or pod.pod in (gone.get(w.id) or ()):
+                continue
+            for sid in pod.slice_ids:
+                out[sid] = (w.id, w.queue)
+    for a in frame.result.admissions:
+        for pod in a.pods:
+            for sid in pod.slice_ids:
+                out[sid] = (a.workload, a.queue)
+    reserved = {n: r.workload for r in frame.result.reservations for n in r.nodes}
+    return Holders(out, reserved)
+
+
+def share(s: Slice, policy: Policy) -> float:
+    """What a slice is of its GPU (`core.policy.gpu_share`)."""
+    f = policy.flavors[s.flavor]
+    return gpu_share(f, next(p.model for p in policy.pools if p.model.id == f.model_id))
+
+
+def state_of(frame: Frame, h: Holders, s: Slice) -> str:
+    gpu = f"{s.node}/gpu{s.gpu}"
+    if s.id in h.slices:
+        return USED
+    alloc = frame.snapshot.cluster.allocations.get(s.id)
+    if gpu in frame.reconfiguring or (alloc is not None and alloc.owner.startswith(RECONFIGURING)):
+        return CHANGING
+    if gpu in frame.unhealthy or (alloc is not None and alloc.owner.startswith(UNHEALTHY_OWNER)):
+        return OUT
+    if alloc is not None:
+        return OTHER  # held by something the policy does not govern
+    if s.node in h.reserved:
+        return RESERVED
+    return FREE
+
+
+def _teams(policy: Policy) -> list[str]:
+    return [q.name for q in policy.queues]
+
+
+def cluster(frame: Frame) -> dict[str, Any]:
+    """Per pool: GPUs by state and by team, nodes, GPUs out of service."""
+    policy, h = frame.policy, holders(frame)
+    by_pool: dict[str, dict[str, Any]] = {}
+    for p in policy.pools:
+        by_pool[p.name] = {
+            "name": p.name,
+            "model": p.model.id,
+            "sharing": p.sharing.value,
+            "nodes": 0,
+            "gpus": 0,
+            "states": Counter(),
+            "teams": Counter(),
+            "outOfService": 0,
+        }
+    for node in frame.snapshot.cluster.nodes:
+        row = by_pool.get(node.pool)
+        if row is None:
+            continue
+        row["nodes"] += 1
+        row["gpus"] += len(node.gpus)
+        for gpu in node.gpus:
+            row["outOfService"] += gpu.id in frame.unhealthy
+            _count_gpu(frame, h, gpu, row)
+    pools = []
+    for row in by_pool.values():
+        row["states"] = {k: round(v, 3) for k, v in sorted(row["states"].items())}
+        row["teams"] = {k: round(v, 3) for k, v in sorted(row["teams"].items())}
+        pools.append(row)
+    return {"pools": pools, "teams": _teams(policy)}
+
+
+def _count_gpu(frame: Frame, h: Holders, gpu: Gpu, row: dict[str, Any]) -> None:
+    slices = frame.snapshot.cluster.slices
+    for sid in gpu.slice_ids:
+        s = slices[sid]
+        part = share(s, frame.policy)
+        state = state_of(frame, h, s)
+        row["states"][state] += part
+        if state == USED:
+            row["teams"][h.slices[sid][1]] += part
+
+
+def _slice_row(frame: Frame, h: Holders, viewer: Viewer, s: Slice, gpu: Gpu) -> dict[str, Any]:
+    state = state_of(frame, h, s)
+    row: dict[str, Any] = {
+        "id": s.id,
+        "label": s.profile or (f"replica {s.replica}" if s.replica is not None else "GPU"),
+        "share": round(share(s, frame.policy), 4),
+        "start": s.start,
+        "state": state,
+    }
+    if state == USED:
+        workload, queue = h.slices[s.id]
+        row["team"] = queue
+        if viewer.sees(workload):
+            row["workload"] = workload
+    elif state == RESERVED:
+        gang = h.reserved[s.node]
+        if viewer.sees(gang):
+            row["reservedFor"] = gang
+    return row
+
+
+def _gpu_row(frame: Frame, h: Holders, viewer: Viewer, gpu: Gpu) -> dict[str, Any]:
+    slices = frame.snapshot.cluster.slices
+    rows = [_slice_row(frame, h, viewer, slices[sid], gpu) for sid in gpu.slice_ids]
+    # MIG instances in their placement order, as the GPU holds them
+    rows.sort(key=lambda r: (r["start"] is None, r["start"] or 0, r["id"]))
+    out: dict[str, Any] = {"index": gpu.index, "id": gpu.id, "slices": rows}
+    why = frame.unhealthy.get(gpu.id)
+    if why is not None:
+        out["outOfService"] = why
+    if gpu.id in frame.reconfiguring:
+        out["reconfiguring"] = True
+    return out
+
+
+def _node_row(frame: Frame, h: Holders, viewer: Viewer, node: Node) -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "pool": node.pool,
+        "gpus": [_gpu_row(frame, h, viewer, g) for g in node.gpus],
+        "reservedFor": h.reserved.get(node.name)
+        if viewer.sees(h.reserved.get(node.name, ""))
+        else None,
+    }
+
+
+def pool_nodes(frame: Frame, viewer: Viewer, pool: str, offset: int = 0) -> dict[str, Any] | None:
+    """One page of a pool's nodes with their GPUs and slices (None: no such pool)."""
+    if all(p.name != pool for p in frame.policy.pools):
+        return None
+    nodes = [n for n in frame.snapshot.cluster.nodes if n.pool == pool]
+    h = holders(frame)
+    page = nodes[offset : offset + PAGE]
+    return {
+        "pool": pool,
+        "total": len(nodes),
+        "offset": offset,
+        "nodes": [_node_row(frame, h, viewer, n) for n in page],
+    }
+
+
+def node(frame: Frame, viewer: Viewer, name: str) -> dict[str, Any] | None:
+    for n in frame.snapshot.cluster.nodes:
+        if n.name == name:
+            return _node_row(frame, holders(frame), viewer, n)
+    return None
+
+
+def queues(frame: Frame) -> dict[str, Any]:
+    """Per queue and quota key: nominal, limits, used, borrowed (beyond nominal) and lent (its
+    unused nominal that others of its cohort hold), in slices or, for a GPU unit, GPUs."""
+    policy = frame.policy
+    after = usage_after(frame.snapshot.running, frame.result)
+    q = Quotas(policy, dict(after))
+    pending: Counter[str] = Counter(p.queue for p in frame.result.pending)
+    out = []
+    for queue in policy.queues:
+        rows = [_quota_row(q, policy, queue.name, queue.cohort, quota) for quota in queue.quotas]
+        out.append(
+            {
+                "name": queue.name,
+                "cohort": queue.cohort,
+                "weight": queue.weight_milli / 1000,
+                "namespaces": list(queue.namespaces),
+                "pending": pending[queue.name],
+                "fairShare": round(q.fair_share(queue.name) / SCALE**2, 4),
+                "quota": rows,
+            }
+        )
+    return {"queues": out}
+
+
+def _quota_row(
+    q: Quotas, policy: Policy, queue: str, cohort: str | None, quota: Any
+) -> dict[str, Any]:
+    key = quota.flavor
+    unit = policy.units.get(key)
+    per = unit.parts_per_gpu if unit is not None else 1
+    used = q.used(queue, key)
+    borrowed = q.borrowed(queue, key)
+    others = 0
+    if cohort is not None:
+        others = sum(q.borrowed(m, key) for m in q.members.get(cohort, ()) if m != queue)
+    lent = min(max(0, quota.nominal - used), others)
+    return {
+        "key": key,
+        "unit": "GPUs" if unit is not None else "slices",
+        "nominal": quota.nominal / per,
+        "borrowingLimit": None if quota.borrowing_limit is None else quota.borrowing_limit / per,
+        "lendingLimit": None if quota.lending_limit is None else quota.lending_limit / per,
+        "used": used / per,
+        "borrowed": borrowed / per,
+        "lent": lent / per,
+    }
+
+
+def pending(
+    frame: Frame, viewer: Viewer, team: str | None = None, limit: int = 500
+) -> dict[str, Any]:
+    """Waiting workloads the viewer may see, oldest first, each with explain's chain."""
+    by_id = {w.id: w for w in frame.snapshot.pending}
+    rows = []
+    for p in frame.result.pending:
+        if (team and p.queue != team) or not viewer.sees(p.workload):
+            continue
+        w = by_id.get(p.workload)
+        rows.append((w.submit_time if w is not None else 0, p.workload, p))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    out = []
+    for submitted, wid, p in rows[:limit]:
+        e = explain(frame.snapshot, frame.result, wid)
+        out.append(
+            {
+                "workload": wid,
+                "queue": p.queue,
+                "waitingSeconds": max(0, frame.result.now - submitted),
+                "stage": p.reason.stage.value,
+                "plugin": p.reason.plugin.value,
+                "reason": p.reason.message,
+                "explain": render(e) if e is not None else [],
+            }
+        )
+    return {"total": len(rows), "workloads": out}
+
+
+def idle_now(frame: Frame) -> dict[str, dict[str, float]]:
+    """Pool -> cause -> GPUs free after this cycle for that cause."""
+    policy = frame.policy
+    pool_of = {f.name: _pool_of(policy, f.name) for f in policy.flavors.values()}
+    per_gpu = _slice_gpu_share(frame)
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for i in frame.result.idle:
+        pool = pool_of.get(i.flavor) or "?"
+        gpus = i.slices * per_gpu.get(i.flavor, 1.0)
+        out[pool][i.cause.value] = round(out[pool].get(i.cause.value, 0.0) + gpus, 4)
+    return dict(out)
+
+
+def _pool_of(policy: Policy, flavor: str) -> str | None:
+    f = policy.flavors[flavor]
+    for p in policy.pools:
+        if p.model.id == f.model_id and flavor.startswith(p.flavor_prefix):
+            return p.name
+    return None
+
+
+def _slice_gpu_share(frame: Frame) -> dict[str, float]:
+    """Flavor -> what one of its slices is of a GPU (from the first slice of it found)."""
+    out: dict[str, float] = {}
+    cluster_ = frame.snapshot.cluster
+    for n in cluster_.nodes:
+        for g in n.gpus:
+            for sid in g.slice_ids:
+                s = cluster_.slices[sid]
+                if s.flavor not in out:
+                    out[s.flavor] = share(s, frame.policy)
+        if len(out) == len(frame.policy.flavors):
+            break
+    return out
+
+
+def changes(frame: Frame) -> dict[str, Any]:
+    """GPUs out of service and MIG changes in flight now; this cycle's repartitions."""
+    return {
+        "outOfService": [{"gpu": g, "why": why} for g, why in sorted(frame.unhealthy.items())],
+        "reconfiguring": sorted(frame.reconfiguring),
+        "repartitions": [
+            {
+                "gpu": f"{r.node}/gpu{r.gpu}",
+                "layout": [i.profile for i in r.layout],
+                "reason": r.reason,
+            }
+            for r in frame.result.repartitions
+        ],
+    }
+
+
+def names(items: Iterable[str]) -> list[str]:
+    return sorted(set(items))

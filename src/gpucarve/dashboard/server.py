@@ -1,0 +1,210 @@
+"""The dashboard over HTTP: a read-only JSON API on the scheduler's last cycle and the page
+that draws it (`static/`: plain HTML, CSS and one JavaScript module, no build step, nothing
+fetched from elsewhere).
+
+The scheduler tells the `Board` each cycle's decisions (`Scheduler.observers`); requests read
+the board, never the API server (only the access reviews go there). Every API answer carries
+the board's generation; the page asks `/api/version` every few seconds and redraws when it
+moved (live, without holding a connection per viewer open).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from gpucarve.dashboard import model
+from gpucarve.dashboard.access import Access, Denied
+from gpucarve.dashboard.history import History
+from gpucarve.dashboard.model import Frame, Viewer
+from gpucarve.kube.scheduler.observed import CycleSeen
+
+STATIC = Path(str(resources.files("gpucarve.dashboard") / "static"))
+# No inline script or style, nothing from another origin: the page is what gpucarve serves.
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+class Board:
+    """The latest cycle and what came before it, for the requests' threads."""
+
+    def __init__(self, history: History | None = None) -> None:
+        self.history = history or History()
+        self.frame: Frame | None = None
+        self.at: datetime | None = None
+        self.generation = 0
+        self._lock = threading.Lock()
+        self._cluster: tuple[int, dict[str, Any]] | None = None
+
+    def observe(self, seen: CycleSeen) -> None:
+        frame = Frame(seen.snapshot, seen.result, seen.unhealthy, seen.reconfiguring)
+        self.show(frame, seen.at)
+
+    def show(self, frame: Frame, at: datetime) -> None:
+        with self._lock:
+            self.history.add(frame, at)
+            self.frame, self.at = frame, at
+            self.generation += 1
+
+    def latest(self) -> tuple[int, Frame, datetime] | None:
+        with self._lock:
+            if self.frame is None or self.at is None:
+                return None
+            return self.generation, self.frame, self.at
+
+    def cluster(self) -> dict[str, Any] | None:
+        """The pools' summary, computed once per generation whoever asks."""
+        got = self.latest()
+        if got is None:
+            return None
+        generation, frame, _ = got
+        cached = self._cluster
+        if cached is not None and cached[0] == generation:
+            return cached[1]
+        body = model.cluster(frame)
+        self._cluster = (generation, body)
+        return body
+
+
+def _json(body: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers=HEADERS)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return _json({"message": message}, status)
+
+
+Handler = Callable[[Request, Viewer, int, Frame, datetime], Response]
+
+
+class Pages:
+    """The API's answers, each given the viewer and the board's latest cycle."""
+
+    def __init__(self, board: Board) -> None:
+        self.board = board
+
+    def version(
+        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
+    ) -> Response:
+        return _json({"generation": gen, "at": at.isoformat(), "now": frame.result.now})
+
+    def whoami(
+        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
+    ) -> Response:
+        ns = None if viewer.namespaces is None else sorted(viewer.namespaces)
+        return _json({"name": viewer.name, "cluster": viewer.cluster, "namespaces": ns})
+
+    def cluster(
+        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
+    ) -> Response:
+        body = self.board.cluster() or {}
+        return _json({"generation": gen, "at": at.isoformat(), **body})
+
+    def pool(
+        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
+    ) -> Response:
+        try:
+            offset = max(0, int(request.query_params.get("offset", "0")))
+        except ValueError:
+            return _error(400, "offset: a whole number of nodes, e.g. ?offset=200")
+        body = model.pool_nodes(frame, viewer, request.path_params["pool"], offset)
+        if body is None:
+            return _error(404, f"no pool {request.path_params['pool']!r} in the policy")
+        return _json({"generation": gen, **body})
+
+    def node(
+        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
+    ) -> Response:
+        body = model.node(frame, viewer, request.path_params["node"])
+        if body is None:
+            return _error(404, f"no node {request.path_params['node']!r} in any pool")
+        return _json({"generation": gen, **body})
+
+    def queues(
+        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
+    ) -> Response:
+        points = list(self.board.history.points)
+        return _json({"generation": gen, **model.queues(frame), "history": points})
+
+    def pending(
+        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
+    ) -> Response:
+        team = request.query_params.get("team") or None
+        return _json({"generation": gen, **model.pending(frame, viewer, team)})
+
+    def idle(
+        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
+    ) -> Response:
+        hours = self.board.history.idle_gpu_hours()
+        return _json({"generation": gen, "now": model.idle_now(frame), "gpuHours": hours})
+
+    def changes(
+        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
+    ) -> Response:
+        events = []
+        for e in reversed(self.board.history.events):
+            e = dict(e)
+            if "workload" in e and not viewer.sees(e["workload"]):
+                e["workload"] = e["by"] = e["message"] = "(not yours to see)"
+            events.append(e)
+        return _json({"generation": gen, **model.changes(frame), "events": events})
+
+
+def _guarded(
+    board: Board, access: Access, handler: Handler, cluster_wide: bool
+) -> Callable[[Request], Response]:
+    def endpoint(request: Request) -> Response:
+        try:
+            viewer = access.viewer(request.headers.get("authorization"))
+        except Denied as denied:
+            return _error(denied.status, str(denied))
+        if cluster_wide and not viewer.cluster:
+            return _error(
+                403,
+                f"user {viewer.name} may not list nodes; this page shows the whole cluster "
+                "(grant list on nodes, e.g. a ClusterRole with nodes: list); the Pending page "
+                "shows your namespaces",
+            )
+        got = board.latest()
+        if got is None:
+            return _error(503, "the scheduler has not finished a cycle yet; retry shortly")
+        return handler(request, viewer, *got)
+
+    return endpoint
+
+
+def app(board: Board, access: Access) -> Starlette:
+    pages = Pages(board)
+
+    def index(_: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers=HEADERS)
+
+    api: list[tuple[str, Handler, bool]] = [
+        ("/api/version", pages.version, False),
+        ("/api/whoami", pages.whoami, False),
+        ("/api/cluster", pages.cluster, True),
+        ("/api/pools/{pool}", pages.pool, True),
+        ("/api/nodes/{node}", pages.node, True),
+        ("/api/queues", pages.queues, True),
+        ("/api/pending", pages.pending, False),
+        ("/api/idle", pages.idle, True),
+        ("/api/changes", pages.changes, True),
+    ]
+    routes: list[Route | Mount] = [Route("/", index)]
+    routes += [Route(path, _guarded(board, access, h, wide)) for path, h, wide in api]
+    routes.append(Mount("/static", StaticFiles(directory=STATIC), name="static"))
+    return Starlette(routes=routes)

@@ -1,0 +1,251 @@
+// The gpucarve dashboard: one module, no framework, no build step. Everything is drawn with
+// DOM calls from the JSON API (never by parsing markup: names come from tenants). State is said in
+// text as well as colour. Live: /api/version is asked every POLL_MS; a new generation redraws.
+
+const POLL_MS = 3000;
+const STATE_NAMES = {
+  free: "free", used: "in use", reserved: "reserved for a waiting gang",
+  "out-of-service": "out of service", reconfiguring: "MIG change in flight", other: "held outside the policy",
+};
+let teams = [];
+let token = sessionStorage.getItem("gpucarve-token") || "";
+let shown = -1;
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k === "style") el.style.cssText = v;  // CSSOM: allowed by the page's CSP
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+const fmt = (x, digits = 2) => (Number.isInteger(x) ? String(x) : x.toFixed(digits).replace(/\.?0+$/, ""));
+const hours = (s) => (s < 3600 ? `${Math.round(s / 60)} min` : `${(s / 3600).toFixed(1)} h`);
+const teamClass = (t) => `team-${Math.max(0, teams.indexOf(t)) % 8}`;
+
+class Unauthorized extends Error {}
+
+async function api(path) {
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
+  const r = await fetch(path, { headers });
+  const body = await r.json().catch(() => ({ message: r.statusText }));
+  if (r.status === 401) throw new Unauthorized(body.message);
+  if (!r.ok) throw new Error(body.message || `${r.status}`);
+  return body;
+}
+
+function table(head, rows, numeric = []) {
+  return h("table", {},
+    h("thead", {}, h("tr", {}, head.map((c, i) => h("th", { scope: "col", class: numeric.includes(i) ? "num" : null }, c)))),
+    h("tbody", {}, rows.map((r) => h("tr", {}, r.map((c, i) => h("td", { class: numeric.includes(i) ? "num" : null }, c))))));
+}
+
+function legend(items) {
+  return h("div", { class: "legend" }, items.map(([cls, label]) => h("span", {}, h("i", { class: cls, "aria-hidden": "true" }), label)));
+}
+
+// ---------------------------------------------------------------- cluster
+function poolBar(p) {
+  const parts = [];
+  for (const [t, n] of Object.entries(p.teams)) parts.push([teamClass(t), `${t}: ${fmt(n)} GPUs in use`, n]);
+  for (const s of ["reserved", "out-of-service", "reconfiguring", "other", "free"]) {
+    const n = p.states[s] || 0;
+    if (n > 0) parts.push([`state-${s}`, `${STATE_NAMES[s]}: ${fmt(n)} GPUs`, n]);
+  }
+  const total = p.gpus || 1;
+  return h("div", { class: "bar", role: "img", "aria-label": parts.map((x) => x[1]).join("; ") },
+    parts.map(([cls, label, n]) => h("span", { class: cls, title: label, style: `width:${(100 * n) / total}%` })));
+}
+
+async function clusterPage(main) {
+  const c = await api("/api/cluster");
+  teams = c.teams;
+  main.append(h("h2", {}, "Pools"),
+    legend([...teams.map((t) => [teamClass(t), t]), ...["reserved", "out-of-service", "reconfiguring", "free"].map((s) => [`state-${s}`, STATE_NAMES[s]])]));
+  const rows = c.pools.map((p) => [
+    h("a", { href: `#pool/${encodeURIComponent(p.name)}` }, p.name), p.model, p.sharing, p.nodes, p.gpus,
+    fmt((p.states.used || 0)), fmt(p.states.free || 0), p.outOfService, poolBar(p),
+  ]);
+  main.append(table(["Pool", "GPU model", "Sharing", "Nodes", "GPUs", "In use (GPUs)", "Free (GPUs)", "GPUs out of service", "By team and state"], rows, [3, 4, 5, 6, 7]));
+}
+
+function gpuBox(g) {
+  const out = g.outOfService !== undefined;
+  const title = h("div", { class: "title" }, h("span", {}, `GPU ${g.index}`),
+    h("span", {}, out ? "out of service" : g.reconfiguring ? "changing" : ""));
+  const slices = g.slices.map((s) => {
+    const who = s.state === "used" ? `${s.team}${s.workload ? ` ${s.workload}` : ""}` : STATE_NAMES[s.state];
+    const label = `${s.label}: ${who}${s.reservedFor ? ` (${s.reservedFor})` : ""}`;
+    return h("div", {
+      class: `slice ${s.state === "used" ? teamClass(s.team) : `state-${s.state}`}`,
+      style: `width:${100 * s.share}%`, title: label, "aria-label": label,
+      "data-slice": s.id, "data-state": s.state, "data-team": s.team || null,
+    }, s.label);
+  });
+  return h("div", { class: `gpu${out ? " out" : ""}`, "data-gpu": g.id, title: out ? `out of service: ${g.outOfService}` : null },
+    title, h("div", { class: "slices" }, slices), out ? h("div", { class: "muted", style: "font-size:.7rem;padding:0 .3rem" }, g.outOfService) : null);
+}
+
+function nodeBox(n) {
+  return h("section", { class: "node", "data-node": n.name, "aria-label": `node ${n.name}` },
+    h("h3", {}, h("a", { href: `#node/${encodeURIComponent(n.name)}` }, n.name), n.reservedFor ? ` — reserved for ${n.reservedFor}` : ""),
+    h("div", { class: "gpus" }, n.gpus.map(gpuBox)));
+}
+
+async function poolPage(main, pool, offset = 0) {
+  const p = await api(`/api/pools/${encodeURIComponent(pool)}?offset=${offset}`);
+  const last = Math.min(p.total, p.offset + p.nodes.length);
+  main.append(h("h2", {}, `Pool ${p.pool}: nodes ${p.total ? p.offset + 1 : 0}–${last} of ${p.total}`));
+  const nav = h("p", {},
+    p.offset > 0 ? h("button", { type: "button", onclick: () => redraw(`pool/${pool}/${Math.max(0, p.offset - 200)}`) }, "Previous nodes") : null, " ",
+    last < p.total ? h("button", { type: "button", onclick: () => redraw(`pool/${pool}/${last}`) }, "Next nodes") : null);
+  main.append(nav, h("div", { class: "nodes" }, p.nodes.map(nodeBox)));
+}
+
+async function nodePage(main, name) {
+  const n = await api(`/api/nodes/${encodeURIComponent(name)}`);
+  main.append(h("h2", {}, `Node ${n.name} (pool ${n.pool})`), nodeBox(n));
+  const rows = [];
+  for (const g of n.gpus) {
+    for (const s of g.slices) {
+      rows.push([`GPU ${g.index}`, s.label, s.start ?? "", STATE_NAMES[s.state], s.team || "", s.workload || s.reservedFor || "", g.outOfService || ""]);
+    }
+  }
+  main.append(table(["GPU", "Slice", "MIG start", "State", "Team", "Workload", "Out of service because"], rows));
+}
+
+// ---------------------------------------------------------------- queues
+function spark(points, queue, key) {
+  const ys = points.map((p) => (p.used[queue] || {})[key] || 0);
+  if (ys.length < 2) return "";
+  const max = Math.max(...ys, 1);
+  const pts = ys.map((y, i) => `${(i / (ys.length - 1)) * 120},${24 - (y / max) * 22}`).join(" ");
+  return h("span", {}, svg("svg", { class: "spark", width: 120, height: 26, role: "img", "aria-label": `use over the last ${ys.length} cycles, up to ${fmt(max)}` },
+    svg("polyline", { points: pts, fill: "none", stroke: "currentColor", "stroke-width": 1.5 })));
+}
+
+function svg(tag, attrs, ...children) {
+  const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  el.append(...children);
+  return el;
+}
+
+async function queuesPage(main) {
+  const q = await api("/api/queues");
+  for (const queue of q.queues) {
+    main.append(h("h2", {}, `Queue ${queue.name}`),
+      h("p", { class: "muted" }, `cohort ${queue.cohort ?? "none"} · weight ${queue.weight} · fair-share standing ${fmt(queue.fairShare, 3)} (borrowed share over weight, lower goes first) · ${queue.pending} pending · namespaces ${queue.namespaces.join(", ")}`));
+    const rows = queue.quota.map((r) => [r.key, r.unit, fmt(r.nominal), fmt(r.used), fmt(r.borrowed), fmt(r.lent),
+      r.borrowingLimit === null ? "none" : fmt(r.borrowingLimit), r.lendingLimit === null ? "none" : fmt(r.lendingLimit), spark(q.history, queue.name, r.key)]);
+    main.append(table(["Quota", "Unit", "Nominal", "Used", "Borrowed", "Lent", "Borrowing limit", "Lending limit", "Used over time"], rows, [2, 3, 4, 5, 6, 7]));
+  }
+  main.append(h("p", { class: "muted" }, "Borrowed: used beyond nominal. Lent: this queue's unused nominal that other queues of its cohort are using."));
+}
+
+// ---------------------------------------------------------------- pending
+async function pendingPage(main, team = "") {
+  const p = await api(`/api/pending${team ? `?team=${encodeURIComponent(team)}` : ""}`);
+  const c = await api("/api/whoami");
+  const select = h("select", { id: "team", onchange: (e) => redraw(`pending/${e.target.value}`) },
+    h("option", { value: "" }, "all teams"), ...teams.map((t) => h("option", { value: t, selected: t === team }, t)));
+  main.append(h("h2", {}, `Pending workloads (${p.total})`),
+    h("p", {}, h("label", { for: "team" }, "Team "), select,
+      c.namespaces ? h("span", { class: "muted" }, ` · showing namespaces ${c.namespaces.join(", ") || "none"} (${c.name})`) : ""));
+  const rows = p.workloads.map((w) => [
+    w.workload, w.queue, hours(w.waitingSeconds), `${w.stage} / ${w.plugin}`,
+    h("details", { "data-workload": w.workload }, h("summary", {}, w.reason), h("pre", {}, w.explain.join("\n"))),
+  ]);
+  main.append(table(["Workload", "Queue", "Waiting", "Stage / plugin", "Why (open for the whole chain, as gpucarve explain prints it)"], rows));
+}
+
+// ---------------------------------------------------------------- idle
+async function idlePage(main) {
+  const d = await api("/api/idle");
+  main.append(h("h2", {}, "GPUs free now, by why no waiting work took them"));
+  const now = [];
+  for (const [pool, causes] of Object.entries(d.now)) for (const [cause, g] of Object.entries(causes)) now.push([pool, cause, fmt(g)]);
+  main.append(now.length ? table(["Pool", "Cause", "GPUs"], now, [2]) : h("p", {}, "No free GPUs."));
+  main.append(h("h2", {}, "GPU-hours free since the scheduler started, by cause"));
+  const past = [];
+  for (const [pool, causes] of Object.entries(d.gpuHours)) for (const [cause, g] of Object.entries(causes)) past.push([pool, cause, fmt(g, 3)]);
+  main.append(past.length ? table(["Pool", "Cause", "GPU-hours"], past, [2]) : h("p", {}, "Nothing yet."));
+  main.append(h("p", { class: "muted" }, "nothing-waiting: no waiting work could use it. Other causes name the limit that kept the first waiting work that could off it (docs/engine.md, Why GPUs sit idle)."));
+}
+
+// ---------------------------------------------------------------- changes
+async function changesPage(main) {
+  const d = await api("/api/changes");
+  main.append(h("h2", {}, "GPUs out of service"),
+    d.outOfService.length ? table(["GPU", "Why"], d.outOfService.map((g) => [g.gpu, g.why])) : h("p", {}, "None."));
+  main.append(h("h2", {}, "MIG changes in flight"), h("p", {}, d.reconfiguring.join(", ") || "None."));
+  main.append(h("h2", {}, "Recent evictions and repartitions"),
+    d.events.length ? table(["When", "Kind", "What", "By", "GPU-hours lost", "Why"],
+      d.events.map((e) => [e.at, e.kind, e.workload || `${e.gpu} → ${(e.layout || []).join(" + ")}`, e.by || "", e.gpuHoursLost ?? "", e.message]), [4])
+      : h("p", {}, "None since the scheduler started."));
+}
+
+// ---------------------------------------------------------------- frame
+const PAGES = { cluster: clusterPage, queues: queuesPage, pending: pendingPage, idle: idlePage, changes: changesPage };
+
+async function redraw(route) {
+  if (route !== undefined && location.hash !== `#${route}`) {
+    location.hash = route;  // hashchange draws it
+    return;
+  }
+  const [page, ...args] = decodeURIComponent(location.hash.slice(1) || "cluster").split("/");
+  const main = document.getElementById("main");
+  const fresh = h("main", { id: "main", tabindex: "-1" });
+  for (const a of document.querySelectorAll("nav a")) {
+    if (a.dataset.page === (page === "pool" || page === "node" ? "cluster" : page)) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  try {
+    if (!teams.length && page !== "cluster") teams = (await api("/api/cluster").catch(() => ({ teams: [] }))).teams || [];
+    if (page === "pool") await poolPage(fresh, args[0], Number(args[1] || 0));
+    else if (page === "node") await nodePage(fresh, args[0]);
+    else await (PAGES[page] || clusterPage)(fresh, ...args);
+    document.getElementById("signin").hidden = true;
+  } catch (err) {
+    if (err instanceof Unauthorized) {
+      document.getElementById("signin").hidden = false;
+      document.getElementById("signin-why").textContent = err.message;
+    }
+    fresh.append(h("p", { class: "error", role: "alert" }, err.message));
+  }
+  main.replaceWith(fresh);
+  fresh.dataset.ready = "true";
+}
+
+async function poll() {
+  try {
+    const v = await api("/api/version");
+    document.getElementById("status").textContent = `last cycle ${v.at} · generation ${v.generation}`;
+    if (v.generation !== shown) {
+      shown = v.generation;
+      await redraw();
+    }
+  } catch (err) {
+    document.getElementById("status").textContent = err.message;
+    if (shown === -1) { shown = -2; await redraw(); }
+  }
+}
+
+document.getElementById("signin").addEventListener("submit", (e) => {
+  e.preventDefault();
+  token = document.getElementById("token").value.trim();
+  sessionStorage.setItem("gpucarve-token", token);
+  shown = -1;
+  poll();
+});
+window.addEventListener("hashchange", () => redraw());
+poll();
+setInterval(poll, POLL_MS);

@@ -1,0 +1,204 @@
+"""The dashboard's pictures and API from an engine cycle (the same scenario the browser test
+runs on the real API server): research borrows 8 H100s beyond its nominal 16, a GPU of
+training-0 is out of service, production runs a 3g.40gb instance, and data science's 8-GPU job
+waits. Served over HTTP by the dashboard's own server."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gpucarve.config.examples import POLICY, example_path
+from gpucarve.config.policy_build import load_policy
+from gpucarve.core.cluster import Allocation, build_cluster
+from gpucarve.core.policy import Policy
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.dashboard import model
+from gpucarve.dashboard.access import Denied, Open
+from gpucarve.dashboard.model import Frame, Viewer
+from gpucarve.dashboard.server import Board, app
+from gpucarve.engine import run_cycle
+from gpucarve.engine.apply import apply
+from gpucarve.kube.scheduler.health import ThreadServer
+from tests.engine.builders import workload
+
+TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+OUT = "training-0/gpu3"
+
+
+def _policy() -> Policy:
+    return load_policy(example_path(POLICY)).policy
+
+
+def scenario() -> Frame:
+    p = _policy()
+    cluster = build_cluster(p)
+    gpu = cluster.node("training-0").gpus[3]
+    held = {
+        sid: Allocation(sid, f"unhealthy:{OUT}", s.compute_milli, s.memory_mib)
+        for sid in gpu.slice_ids
+        for s in [cluster.slices[sid]]
+    }
+    cluster = cluster.with_allocations(held)
+    first = [
+        workload(p, f"train{i}", "research", gpus=8, tolerations=TOLERATE) for i in range(3)
+    ] + [workload(p, "serve", "production", mig="3g.40gb", tolerations=TOLERATE)]
+    s = Snapshot(p, cluster, (), tuple(first))
+    s = apply(s, run_cycle(s, 0))
+    assert len(s.running) == 4
+    late = workload(p, "big", "data-science", gpus=8, tolerations=TOLERATE, submit=10)
+    s = Snapshot(p, s.cluster, s.running, (late,))
+    result = run_cycle(s, 60)
+    return Frame(s, result, {OUT: "XID 79"})
+
+
+def test_pools_add_up_to_their_gpus_by_team_and_state() -> None:
+    body = model.cluster(scenario())
+    training = next(p for p in body["pools"] if p["name"] == "training")
+    assert training["gpus"] == 32 and training["nodes"] == 4
+    assert training["teams"] == {"research": 24}
+    assert training["states"] == {"free": 7, "out-of-service": 1, "used": 24}
+    production = next(p for p in body["pools"] if p["name"] == "production")
+    assert abs(sum(production["states"].values()) - production["gpus"]) < 1e-6
+    assert production["teams"] == {"production": 0.5}  # 3g.40gb: 4 of 8 memory slices
+
+
+def test_a_mig_gpu_is_drawn_in_its_placement_order_and_a_failed_gpu_says_why() -> None:
+    frame = scenario()
+    node = model.node(frame, model.EVERYONE, "production-0")
+    assert node is not None
+    gpu0 = node["gpus"][0]
+    held = sorted(frame.snapshot.cluster.node("production-0").gpus[0].mig_layout)
+    assert [(s["label"], s["start"]) for s in gpu0["slices"]] == [
+        (i.profile, i.start) for i in sorted(held, key=lambda i: i.start)
+    ]
+    assert sorted(s["label"] for s in gpu0["slices"]) == [
+        "1g.10gb",
+        "1g.10gb",
+        "2g.20gb",
+        "3g.40gb",
+    ]
+    assert sum(s["share"] for s in gpu0["slices"]) == pytest.approx(1.0)
+    used = [s for g in node["gpus"] for s in g["slices"] if s["state"] == "used"]
+    assert [(s["label"], s["team"], s["workload"]) for s in used] == [
+        ("3g.40gb", "production", "production/serve")
+    ]
+    training = model.node(frame, model.EVERYONE, "training-0")
+    assert training is not None
+    assert training["gpus"][3]["outOfService"] == "XID 79"
+    assert training["gpus"][3]["slices"][0]["state"] == "out-of-service"
+
+
+def test_queues_show_what_research_borrows_and_the_others_lend() -> None:
+    body = model.queues(scenario())
+    rows = {q["name"]: {r["key"]: r for r in q["quota"]} for q in body["queues"]}
+    research = rows["research"]["h100-full"]
+    assert (research["nominal"], research["used"], research["borrowed"]) == (16, 24, 8)
+    # production (10 nominal, none used) and data science (6) lend: 8 borrowed in all
+    lent = rows["production"]["h100-full"]["lent"] + rows["data-science"]["h100-full"]["lent"]
+    assert lent >= 8 and rows["production"]["h100-full"]["borrowed"] == 0
+
+
+def test_pending_carries_explains_chain_and_hides_other_namespaces() -> None:
+    frame = scenario()
+    body = model.pending(frame, model.EVERYONE)
+    (w,) = body["workloads"]
+    assert w["workload"] == "data-science/big" and w["queue"] == "data-science"
+    assert w["reason"] == frame.result.pending_reason("data-science/big").message  # type: ignore[union-attr]
+    assert any("data-science" in line for line in w["explain"])
+    stranger = Viewer("someone", cluster=False, namespaces=frozenset({"research"}))
+    assert model.pending(frame, stranger)["workloads"] == []
+    node = model.node(frame, stranger, "production-0")
+    assert node is not None
+    used = [s for g in node["gpus"] for s in g["slices"] if s["state"] == "used"]
+    assert used and "workload" not in used[0] and used[0]["team"] == "production"
+
+
+class OnlyResearch:
+    """An access decision as the API server would make it for a research user."""
+
+    def viewer(self, authorization: str | None) -> Viewer:
+        if authorization != "Bearer research":
+            raise Denied(401, "the API server does not accept this token")
+        return Viewer("alice", cluster=False, namespaces=frozenset({"research"}))
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[str, Board]]:
+    board = Board()
+    server = ThreadServer(app(board, OnlyResearch()), "127.0.0.1", 0, "dashboard")
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{server.port}", board
+    finally:
+        server.stop()
+
+
+def _get(url: str, token: str | None = None) -> tuple[int, Any, dict[str, str]]:
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"null"), dict(r.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null"), dict(err.headers)
+
+
+def test_the_api_asks_who_before_what_and_answers_only_what_they_may_see(
+    served: tuple[str, Board],
+) -> None:
+    base, board = served
+    status, body, _ = _get(f"{base}/api/pending")
+    assert status == 401 and "token" in body["message"]
+    status, body, _ = _get(f"{base}/api/pending", "research")
+    assert status == 503 and "not finished a cycle" in body["message"]
+    board.show(scenario(), datetime(2026, 12, 3, tzinfo=UTC))
+    status, body, headers = _get(f"{base}/api/pending", "research")
+    assert status == 200 and body["workloads"] == [] and body["generation"] == 1
+    assert "default-src 'self'" in headers["content-security-policy"]
+    status, body, _ = _get(f"{base}/api/cluster", "research")
+    assert status == 403 and "may not list nodes" in body["message"]
+    with urllib.request.urlopen(f"{base}/", timeout=10) as r:
+        page = r.read().decode()
+    assert '<script type="module" src="/static/app.js">' in page
+    with urllib.request.urlopen(f"{base}/static/app.js", timeout=10) as r:
+        script = r.read().decode()
+    # tenants name their workloads: the page never parses them as markup
+    assert "innerHTML" not in script and "insertAdjacentHTML" not in script
+
+
+def test_everything_open_behind_port_forward() -> None:
+    board = Board()
+    server = ThreadServer(app(board, Open()), "127.0.0.1", 0, "dashboard")
+    server.start()
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        board.show(scenario(), datetime(2026, 12, 3, tzinfo=UTC))
+        status, body, _ = _get(f"{base}/api/pools/training")
+        assert status == 200 and body["total"] == 4
+        assert body["nodes"][0]["gpus"][3]["outOfService"] == "XID 79"
+        status, body, _ = _get(f"{base}/api/pools/nope")
+        assert status == 404 and "no pool 'nope'" in body["message"]
+        status, body, _ = _get(f"{base}/api/pools/training?offset=x")
+        assert status == 400
+        status, body, _ = _get(f"{base}/api/pending")
+        assert [w["workload"] for w in body["workloads"]] == ["data-science/big"]
+        first = scenario()
+        later = Frame(first.snapshot, dataclasses.replace(first.result, now=660), first.unhealthy)
+        board.show(later, datetime(2026, 12, 3, 0, 10, tzinfo=UTC))
+        status, body, _ = _get(f"{base}/api/idle")
+        # the first frame's 7 free H100s, held for the 600 s until the next cycle
+        assert body["now"]["training"] == {"gang-larger-than-free": 7}
+        assert body["gpuHours"]["training"] == {
+            "gang-larger-than-free": pytest.approx(7 / 6, abs=1e-4)
+        }
+    finally:
+        server.stop()

@@ -184,7 +184,12 @@ def test_the_dashboard_shows_the_cluster_as_it_is(live: tuple[str, Api, LocalSta
         summary = details.find_element(By.TAG_NAME, "summary").text
         assert summary and summary in reason["message"]
         details.find_element(By.TAG_NAME, "summary").click()
-        assert "data-science" in details.find_element(By.TAG_NAME, "pre").text
+        chain = wait_for(
+            lambda: "data-science" in (t := details.find_element(By.TAG_NAME, "pre").text) and t,
+            what="explain's chain fetched",
+        )
+        # the same chain `gpucarve explain` prints for the pod
+        assert "queue data-science" in chain
 
         text = show(d, base, "changes")
         assert "training-0/gpu3\tXID 79" in text

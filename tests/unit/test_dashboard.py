@@ -112,9 +112,11 @@ def test_pending_carries_explains_chain_and_hides_other_namespaces() -> None:
     (w,) = body["workloads"]
     assert w["workload"] == "data-science/big" and w["queue"] == "data-science"
     assert w["reason"] == frame.result.pending_reason("data-science/big").message  # type: ignore[union-attr]
-    assert any("data-science" in line for line in w["explain"])
+    lines = model.explain_lines(frame, model.EVERYONE, "data-science/big")
+    assert lines is not None and any("data-science" in line for line in lines)
     stranger = Viewer("someone", cluster=False, namespaces=frozenset({"research"}))
     assert model.pending(frame, stranger)["workloads"] == []
+    assert model.explain_lines(frame, stranger, "data-science/big") is None
     node = model.node(frame, stranger, "production-0")
     assert node is not None
     used = [s for g in node["gpus"] for s in g["slices"] if s["state"] == "used"]
@@ -191,6 +193,10 @@ def test_everything_open_behind_port_forward() -> None:
         assert status == 400
         status, body, _ = _get(f"{base}/api/pending")
         assert [w["workload"] for w in body["workloads"]] == ["data-science/big"]
+        status, body, _ = _get(f"{base}/api/explain?workload=data-science/big")
+        assert status == 200 and body["explain"][0].startswith("workload data-science/big")
+        status, body, _ = _get(f"{base}/api/explain?workload=research/none")
+        assert status == 404
         first = scenario()
         later = Frame(first.snapshot, dataclasses.replace(first.result, now=660), first.unhealthy)
         board.show(later, datetime(2026, 12, 3, 0, 10, tzinfo=UTC))

@@ -146,6 +146,15 @@ class Pages:
         team = request.query_params.get("team") or None
         return _json({"generation": gen, **model.pending(frame, viewer, team)})
 
+    def explain(
+        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
+    ) -> Response:
+        workload = request.query_params.get("workload", "")
+        lines = model.explain_lines(frame, viewer, workload)
+        if lines is None:
+            return _error(404, f"no pending workload {workload!r} of yours in the last cycle")
+        return _json({"generation": gen, "workload": workload, "explain": lines})
+
     def idle(
         self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
     ) -> Response:
@@ -201,6 +210,7 @@ def app(board: Board, access: Access) -> Starlette:
         ("/api/nodes/{node}", pages.node, True),
         ("/api/queues", pages.queues, True),
         ("/api/pending", pages.pending, False),
+        ("/api/explain", pages.explain, False),
         ("/api/idle", pages.idle, True),
         ("/api/changes", pages.changes, True),
     ]

@@ -162,9 +162,22 @@ async function pendingPage(main, team = "") {
       c.namespaces ? h("span", { class: "muted" }, ` · showing namespaces ${c.namespaces.join(", ") || "none"} (${c.name})`) : ""));
   const rows = p.workloads.map((w) => [
     w.workload, w.queue, hours(w.waitingSeconds), `${w.stage} / ${w.plugin}`,
-    h("details", { "data-workload": w.workload }, h("summary", {}, w.reason), h("pre", {}, w.explain.join("\n"))),
+    h("details", { "data-workload": w.workload, ontoggle: explainOnce }, h("summary", {}, w.reason), h("pre", {}, "…")),
   ]);
   main.append(table(["Workload", "Queue", "Waiting", "Stage / plugin", "Why (open for the whole chain, as gpucarve explain prints it)"], rows));
+}
+
+async function explainOnce(e) {
+  const details = e.target;
+  if (!details.open || details.dataset.explained) return;
+  details.dataset.explained = "true";
+  const pre = details.querySelector("pre");
+  try {
+    const x = await api(`/api/explain?workload=${encodeURIComponent(details.dataset.workload)}`);
+    pre.textContent = x.explain.join("\n");
+  } catch (err) {
+    pre.textContent = err.message;
+  }
 }
 
 // ---------------------------------------------------------------- idle
@@ -223,6 +236,7 @@ async function redraw(route) {
   }
   main.replaceWith(fresh);
   fresh.dataset.ready = "true";
+  fresh.dataset.readyAt = String(performance.now());  // for bench/dashboard.py
 }
 
 async function poll() {

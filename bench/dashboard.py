@@ -39,6 +39,7 @@ from gpucarve.dashboard.access import Open  # noqa: E402
 from gpucarve.dashboard.model import Frame  # noqa: E402
 from gpucarve.dashboard.server import Board, app  # noqa: E402
 from gpucarve.engine import Engine  # noqa: E402
+from gpucarve.engine.apply import apply  # noqa: E402
 from gpucarve.kube.scheduler.health import ThreadServer  # noqa: E402
 
 READY = (
@@ -106,19 +107,61 @@ def measure(nodes: int, pods: int, runs: int) -> None:
         server.stop()
 
 
-def screenshots(folder: Path) -> None:
-    from tests.unit.test_dashboard import scenario
+def showcase() -> list[Frame]:
+    """The three-team example mid-day: every pool in use by its teams, a GPU out of service,
+    MIG instances of several profiles, work waiting; two cycles, so the history has a line."""
+    from tests.engine.builders import workload
+    from tests.unit.test_dashboard import OUT, TOLERATE, scenario
 
+    first = scenario()
+    p = first.snapshot.policy
+    mix = [
+        *(
+            workload(p, f"svc{i}", "production", mig="3g.40gb", tolerations=TOLERATE)
+            for i in range(5)
+        ),
+        *(
+            workload(p, f"emb{i}", "production", mig="1g.10gb", tolerations=TOLERATE)
+            for i in range(6)
+        ),
+        *(
+            workload(p, f"ft{i}", "data-science", mig="2g.20gb", tolerations=TOLERATE)
+            for i in range(4)
+        ),
+        *(workload(p, f"nb{i}", "data-science", shared=1) for i in range(14)),
+        *(workload(p, f"dbg{i}", "research", shared=1) for i in range(5)),
+    ]
+    s = apply(first.snapshot, first.result)
+    s = Snapshot(p, s.cluster, s.running, (*s.pending, *mix))
+    s = apply(s, Engine().run_cycle(s, 120))
+    late = [
+        workload(p, "pretrain", "research", gpus=8, pods=2, tolerations=TOLERATE, submit=200),
+        workload(p, "llm-7b", "production", mig="3g.40gb", tolerations=TOLERATE, submit=210),
+    ]
+    s = Snapshot(p, s.cluster, s.running, (*s.pending, *late))
+    second = Frame(s, Engine().run_cycle(s, 300), {OUT: "XID 79 (GPU fell off the bus)"})
+    return [first, second]
+
+
+def screenshots(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     board = Board()
-    board.show(scenario(), datetime(2026, 12, 3, 9, 0, tzinfo=UTC))
+    for i, frame in enumerate(showcase()):
+        board.show(frame, datetime(2026, 12, 3, 9, 0, i * 5, tzinfo=UTC))
     server = ThreadServer(app(board, Open()), "127.0.0.1", 0, "dashboard")
     server.start()
     base = f"http://127.0.0.1:{server.port}"
     try:
-        with chromium(1280, 720) as d:
-            for route in ("cluster", "node/training-0", "pool/production", "queues", "pending"):
+        with chromium(1280, 800) as d:
+            for route in ("cluster", "pool/production", "node/training-0", "queues", "pending"):
                 render_ms(d, base, route)
+                if route == "pending":
+                    d.execute_script("document.querySelector('details').open = true")
+                    WebDriverWait(d, 30).until(
+                        lambda d: d.execute_script(
+                            "return document.querySelector('details pre').textContent !== '…'"
+                        )
+                    )
                 out = folder / f"dashboard-{route.replace('/', '-')}.png"
                 d.save_screenshot(str(out))
                 print(f"wrote {out}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
 from gpucarve.sim.metrics import timelines
-from gpucarve.sim.report import cdf, line_chart
+from gpucarve.sim.report import cdf, line_chart, nice_ticks
 from gpucarve.sim.runner import Simulator
 from tests.engine.builders import policy, pool, queue, workload
 from tests.paths import BUILTIN
@@ -74,8 +75,59 @@ def test_report_is_valid_html_with_plots(tmp_path: Path) -> None:
         "gang first-try success",
         "kube-default",
         "static-quota",
+        # the terminal's per-pool and per-team tables, and what every name means
+        "Pools: allocation / SM utilisation",
+        "Teams: wait p95 / GPU-hours / cost (USD)",
+        "Idle GPU-hours by cause",
+        "<dt>kube-default</dt>",
+        "<dt>SM-weighted utilisation</dt>",
+        "<dt>GPU allocation</dt>",
+        # the case study is named, the wait CDF on a log axis
+        "a start-up with a 25,000 CHF a month GPU budget",
+        ">1 min<",
+        ">100 h<",
     ):
-        assert needle in page
+        assert needle in page, needle
+    # legends sit beside the plots, never drawn over the data: a series is named in the list
+    # under its plot and not as text inside it
+    legends = re.findall(r'<ul class="legend">(.*?)</ul>', page, flags=re.S)
+    assert len(legends) == len(svgs)
+    for svg, legend in zip(svgs, legends, strict=True):
+        names = set(re.findall(r"</i>(.*?)</li>", legend))
+        texts = set(re.findall(r"<text[^>]*>(.*?)</text>", svg))
+        assert names and not names & texts
+    # the headline is one figure a sentence
+    summary = re.search(r"<h2>In short</h2><ul>(.*?)</ul>", page, flags=re.S)
+    assert summary is not None
+    items = re.findall(r"<li>(.*?)</li>", summary.group(1))
+    assert len(items) >= 4 and all(len(i) < 400 for i in items[:-1])
+
+
+def test_ticks_are_round_numbers() -> None:
+    assert nice_ticks(44.55) == [0, 20, 40, 60]
+    assert nice_ticks(5.577) == [0, 2, 4, 6]
+    assert nice_ticks(1.0) == [0, 0.25, 0.5, 0.75, 1.0]
+    assert nice_ticks(59.4)[-1] >= 59.4
+    svg = line_chart("t", {"a": [0.0, 44.55]}, [0.0, 48.0], x_label="hours")
+    labels = re.findall(r">([0-9.,]+)</text>", svg)
+    assert "44.55" not in labels and "60" in labels and "12" in labels and "48" in labels
+
+
+def test_allocation_below_kube_default_is_explained(tmp_path: Path) -> None:
+    args = ["simulate", "--days", "0.5", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "report.html").read_text()
+    doc = json.loads((tmp_path / "results.json").read_text())["results"]
+    ours, base = doc["gpucarve"], doc["kube-default"]
+    # each note appears exactly when its figure is lower under gpucarve
+    assert ("allocation counts GPUs held, not work done" in page) == (
+        ours["allocation"] < base["allocation"]
+    )
+    assert ("SM-weighted utilisation is lower under gpucarve here" in page) == (
+        ours["sm_utilisation"] < base["sm_utilisation"]
+    )
+    assert ours["sm_utilisation"] < base["sm_utilisation"]  # this half day is such a run
 
 
 def test_line_chart_scales_points_into_the_plot() -> None:

@@ -74,7 +74,7 @@ def measure(nodes: int, pods: int, runs: int) -> None:
     frame = big_frame(nodes, pods)
     built = time.perf_counter() - t0
     board = Board()
-    board.show(frame, datetime.now(UTC))
+    board.show(frame, datetime.now(UTC).isoformat())
     server = ThreadServer(app(board, Open()), "127.0.0.1", 0, "dashboard")
     server.start()
     base = f"http://127.0.0.1:{server.port}"
@@ -94,7 +94,7 @@ def measure(nodes: int, pods: int, runs: int) -> None:
     try:
         with chromium() as d:
             for route, path in pages.items():
-                board.show(frame, datetime.now(UTC))  # a new generation: nothing cached
+                board.show(frame, datetime.now(UTC).isoformat())  # a new generation: nothing cached
                 cold = render_ms(d, base, route)
                 warm = [render_ms(d, base, route) for _ in range(runs)]
                 print(
@@ -147,7 +147,7 @@ def screenshots(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     board = Board()
     for i, frame in enumerate(showcase()):
-        board.show(frame, datetime(2026, 12, 3, 9, 0, i * 5, tzinfo=UTC))
+        board.show(frame, datetime(2026, 12, 3, 9, 0, i * 5, tzinfo=UTC).isoformat())
     server = ThreadServer(app(board, Open()), "127.0.0.1", 0, "dashboard")
     server.start()
     base = f"http://127.0.0.1:{server.port}"

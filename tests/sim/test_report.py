@@ -60,7 +60,8 @@ def test_report_is_valid_html_with_plots(tmp_path: Path) -> None:
     checker = Balance()
     checker.feed(page)
     assert checker.errors == [] and checker.stack == []
-    assert checker.external == []  # nothing is fetched from elsewhere
+    # nothing is fetched from elsewhere; the one link is the dashboard written beside it
+    assert checker.external == ["dashboard.html"]
     svgs = re.findall(r"<svg.*?</svg>", page, flags=re.S)
     # allocation, queue usage and idle GPUs by cause per policy (and per pool where gpucarve
     # kept GPUs free while work waited), and the wait CDF

@@ -162,7 +162,7 @@ def test_the_api_asks_who_before_what_and_answers_only_what_they_may_see(
     assert status == 401 and "token" in body["message"]
     status, body, _ = _get(f"{base}/api/pending", "research")
     assert status == 503 and "not finished a cycle" in body["message"]
-    board.show(scenario(), datetime(2026, 12, 3, tzinfo=UTC))
+    board.show(scenario(), datetime(2026, 12, 3, tzinfo=UTC).isoformat())
     status, body, headers = _get(f"{base}/api/pending", "research")
     assert status == 200 and body["workloads"] == [] and body["generation"] == 1
     assert "default-src 'self'" in headers["content-security-policy"]
@@ -183,7 +183,7 @@ def test_everything_open_behind_port_forward() -> None:
     server.start()
     try:
         base = f"http://127.0.0.1:{server.port}"
-        board.show(scenario(), datetime(2026, 12, 3, tzinfo=UTC))
+        board.show(scenario(), datetime(2026, 12, 3, tzinfo=UTC).isoformat())
         status, body, _ = _get(f"{base}/api/pools/training")
         assert status == 200 and body["total"] == 4
         assert body["nodes"][0]["gpus"][3]["outOfService"] == "XID 79"
@@ -199,7 +199,7 @@ def test_everything_open_behind_port_forward() -> None:
         assert status == 404
         first = scenario()
         later = Frame(first.snapshot, dataclasses.replace(first.result, now=660), first.unhealthy)
-        board.show(later, datetime(2026, 12, 3, 0, 10, tzinfo=UTC))
+        board.show(later, datetime(2026, 12, 3, 0, 10, tzinfo=UTC).isoformat())
         status, body, _ = _get(f"{base}/api/idle")
         # the first frame's 7 free H100s, held for the 600 s until the next cycle
         assert body["now"]["training"] == {"gang-larger-than-free": 7}

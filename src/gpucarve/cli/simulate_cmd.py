@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +27,12 @@ from gpucarve.config.policy_build import LoadedPolicy
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
+from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
+from gpucarve.dashboard.export import standalone
+from gpucarve.dashboard.model import Frame
+from gpucarve.dashboard.server import Board
+from gpucarve.engine.decisions import CycleResult
 from gpucarve.sim import report
 from gpucarve.sim.baselines import POLICIES
 from gpucarve.sim.failures import from_rate, load_failures
@@ -380,7 +386,8 @@ def simulate(
         window = (0, int(days * DAY))
     gpu_failures = _failures(loaded.policy, failure_file, failure_rate, repair_hours, window, seed)
     config = SimConfig(check_invariants=check_invariants, gpu_failures=gpu_failures)
-    results, series = _run_all(names, loaded.policy, workloads, utilisation, config, window)
+    board = _board(out)
+    results, series = _run_all(names, loaded.policy, workloads, utilisation, config, window, board)
     doc: dict[str, Any] = {"policy": loaded.policy.name, "results": results}
     if failure_file is not None:
         doc["gpu_failures"] = str(failure_file)
@@ -400,7 +407,7 @@ def simulate(
             f"trace {trace_file.name}" if trace_file else f"seed {seed}, {days:g} days of arrivals"
         )
         _write(out, doc, names, series, f"gpucarve simulation: {loaded.policy.name}, {what}",
-               case_study)  # fmt: skip
+               case_study, board)  # fmt: skip
         # on standard error: standard output may carry --json
         wrote = f"wrote {out / 'results.json'} and {out / 'report.html'}"
         if recommend:
@@ -413,11 +420,16 @@ def simulate(
     for table in _tables(results):
         c.print(table)
     if "kube-default" in results and "gpucarve" in results:
-        c.print(Text("gpucarve against kube-default:"))
-        for line in _headline(results):
-            c.print(Text(f"- {line}"))
-        if case_study:
-            c.print(Text(case_study_line(results)))
+        _print_headline(results, case_study)
+
+
+def _print_headline(results: dict[str, dict[str, Any]], case_study: bool) -> None:
+    c = console()
+    c.print(Text("gpucarve against kube-default:"))
+    for line in _headline(results):
+        c.print(Text(f"- {line}"))
+    if case_study:
+        c.print(Text(case_study_line(results)))
 
 
 def _names(policies: list[str] | None, recommend: bool) -> list[str]:
@@ -521,8 +533,10 @@ def _run_all(
     utilisation: dict[str, float],
     config: SimConfig,
     window: tuple[int, int],
+    board: Board | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Each policy's run over the same workloads, with a progress bar on standard error."""
+    """Each policy's run over the same workloads, with a progress bar on standard error;
+    `board` is shown gpucarve's cycles up to the end of the arrival window."""
     dev = {w.id for w in workloads if is_dev(w)}
     results: dict[str, dict[str, Any]] = {}
     series: dict[str, dict[str, Any]] = {}
@@ -530,6 +544,8 @@ def _run_all(
     for name in names:
         make_policy, make_workloads = POLICIES[name]
         sim = Simulator(make_policy(policy), make_workloads(workloads), utilisation, config)
+        if board is not None and name == "gpucarve":
+            sim.observers.append(partial(_show, board, window[1]))
         with Progress(
             TextColumn(f"simulating {name}"),
             BarColumn(),
@@ -548,6 +564,16 @@ def _run_all(
     return results, series
 
 
+def _board(out: Path | None) -> Board | None:
+    """What dashboard.html will show, where the run writes its files."""
+    return None if out is None else Board()
+
+
+def _show(board: Board, until: int, snapshot: Snapshot, result: CycleResult) -> None:
+    if result.now <= until:
+        board.show(Frame(snapshot, result), f"t = {result.now / 3600:.1f} h of the simulation")
+
+
 def _write(
     out: Path,
     doc: dict[str, Any],
@@ -555,8 +581,10 @@ def _write(
     series: dict[str, dict[str, Any]],
     title: str,
     case_study: bool,
+    board: Board | None = None,
 ) -> None:
-    """results.json and report.html in `out`."""
+    """results.json and report.html in `out`, and dashboard.html from `board` (gpucarve's
+    last cycle of the arrival window on the live dashboard's pages)."""
     results = doc["results"]
     (out / "results.json").write_text(
         json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
@@ -569,5 +597,10 @@ def _write(
             summary.append(case_study_line(results))
         notes = _reading(results, float(doc.get("days", 0) or 0))
     rows = [(label, [fmt(results[n]) for n in names]) for label, fmt in ROWS]
-    page = report.render(title, rows, names, summary, series, notes, _table_data(results))
+    dashboard = board is not None and board.latest() is not None
+    if board is not None and dashboard:
+        (out / "dashboard.html").write_text(standalone(board, f"{title}: gpucarve"))
+    page = report.render(
+        title, rows, names, summary, series, notes, _table_data(results), dashboard
+    )
     (out / "report.html").write_text(page)

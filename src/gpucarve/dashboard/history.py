@@ -6,25 +6,26 @@ evictions (with the work they destroyed) and repartitions."""
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from datetime import datetime
 from typing import Any
 
 from gpucarve.dashboard.model import Frame, idle_now, queues, share
 
-POINTS = 720  # queue usage points kept (an hour of 5 s cycles)
+POINTS = 720  # queue usage points kept
+EVERY_S = 60  # at most one point a minute of cycle time: 720 points are the last 12 hours
 EVENTS = 500  # evictions and repartitions kept
 
 
 class History:
-    def __init__(self, points: int = POINTS, events: int = EVENTS) -> None:
+    def __init__(self, points: int = POINTS, events: int = EVENTS, every_s: int = EVERY_S) -> None:
         self.points: deque[dict[str, Any]] = deque(maxlen=points)
+        self.every_s = every_s
         self.events: deque[dict[str, Any]] = deque(maxlen=events)
         self.idle_seconds: defaultdict[str, defaultdict[str, float]] = defaultdict(
             lambda: defaultdict(float)
         )
         self._last: tuple[int, dict[str, dict[str, float]]] | None = None
 
-    def add(self, frame: Frame, at: datetime) -> None:
+    def add(self, frame: Frame, at: str) -> None:
         now = frame.result.now
         if self._last is not None:
             then, idle = self._last
@@ -33,13 +34,15 @@ class History:
                 for cause, gpus in causes.items():
                     self.idle_seconds[pool][cause] += gpus * held
         self._last = (now, idle_now(frame))
-        used = {
-            q["name"]: {r["key"]: r["used"] for r in q["quota"]} for q in queues(frame)["queues"]
-        }
-        self.points.append({"t": now, "at": at.isoformat(), "used": used})
+        if not self.points or now - self.points[-1]["t"] >= self.every_s:
+            used = {
+                q["name"]: {r["key"]: r["used"] for r in q["quota"]}
+                for q in queues(frame)["queues"]
+            }
+            self.points.append({"t": now, "at": at, "used": used})
         self._events(frame, at)
 
-    def _events(self, frame: Frame, at: datetime) -> None:
+    def _events(self, frame: Frame, at: str) -> None:
         running = {rw.workload.id: rw for rw in frame.snapshot.running}
         cluster = frame.snapshot.cluster
         for e in frame.result.evictions:
@@ -53,7 +56,7 @@ class History:
                 lost = gpus * max(0, frame.result.now - rw.start_time) / 3600
             self.events.append(
                 {
-                    "at": at.isoformat(),
+                    "at": at,
                     "kind": e.cause.value,
                     "workload": e.workload,
                     "queue": e.queue,
@@ -65,7 +68,7 @@ class History:
         for r in frame.result.repartitions:
             self.events.append(
                 {
-                    "at": at.isoformat(),
+                    "at": at,
                     "kind": "repartition",
                     "gpu": f"{r.node}/gpu{r.gpu}",
                     "layout": [i.profile for i in r.layout],

@@ -114,12 +114,20 @@ def _teams(policy: Policy) -> list[str]:
     return [q.name for q in policy.queues]
 
 
+_SHARES: list[tuple[Policy, dict[str, float]]] = []  # the last policies asked about
+
+
 def shares(policy: Policy) -> dict[str, float]:
-    """Flavor -> what one of its slices is of a GPU."""
-    return {
+    """Flavor -> what one of its slices is of a GPU (kept for the policy's next cycles)."""
+    for known, got in _SHARES:
+        if known is policy:
+            return got
+    got = {
         f.name: gpu_share(f, next(p.model for p in policy.pools if p.model.id == f.model_id))
         for f in policy.flavors.values()
     }
+    _SHARES[:] = [*_SHARES[-3:], (policy, got)]
+    return got
 
 
 def cluster(frame: Frame) -> dict[str, Any]:
@@ -342,18 +350,8 @@ def _pool_of(policy: Policy, flavor: str) -> str | None:
 
 
 def _slice_gpu_share(frame: Frame) -> dict[str, float]:
-    """Flavor -> what one of its slices is of a GPU (from the first slice of it found)."""
-    out: dict[str, float] = {}
-    cluster_ = frame.snapshot.cluster
-    for n in cluster_.nodes:
-        for g in n.gpus:
-            for sid in g.slice_ids:
-                s = cluster_.slices[sid]
-                if s.flavor not in out:
-                    out[s.flavor] = share(s, frame.policy)
-        if len(out) == len(frame.policy.flavors):
-            break
-    return out
+    """Flavor -> what one of its slices is of a GPU."""
+    return shares(frame.policy)
 
 
 def changes(frame: Frame) -> dict[str, Any]:

@@ -11,8 +11,7 @@ moved (live, without holding a connection per viewer open).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -45,22 +44,22 @@ class Board:
     def __init__(self, history: History | None = None) -> None:
         self.history = history or History()
         self.frame: Frame | None = None
-        self.at: datetime | None = None
+        self.at: str | None = None  # when the cycle ran, for people
         self.generation = 0
         self._lock = threading.Lock()
         self._cluster: tuple[int, dict[str, Any]] | None = None
 
     def observe(self, seen: CycleSeen) -> None:
         frame = Frame(seen.snapshot, seen.result, seen.unhealthy, seen.reconfiguring)
-        self.show(frame, seen.at)
+        self.show(frame, seen.at.isoformat())
 
-    def show(self, frame: Frame, at: datetime) -> None:
+    def show(self, frame: Frame, at: str) -> None:
         with self._lock:
             self.history.add(frame, at)
             self.frame, self.at = frame, at
             self.generation += 1
 
-    def latest(self) -> tuple[int, Frame, datetime] | None:
+    def latest(self) -> tuple[int, Frame, str] | None:
         with self._lock:
             if self.frame is None or self.at is None:
                 return None
@@ -88,7 +87,9 @@ def _error(status: int, message: str) -> JSONResponse:
     return _json({"message": message}, status)
 
 
-Handler = Callable[[Request, Viewer, int, Frame, datetime], Response]
+Params = Mapping[str, str]  # the path's and the query's parameters
+Answer = tuple[int, dict[str, Any]]  # status, body
+Handler = Callable[[Params, Viewer, int, Frame, str], Answer]
 
 
 class Pages:
@@ -97,80 +98,61 @@ class Pages:
     def __init__(self, board: Board) -> None:
         self.board = board
 
-    def version(
-        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
-    ) -> Response:
-        return _json({"generation": gen, "at": at.isoformat(), "now": frame.result.now})
+    def version(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
+        return 200, {"generation": gen, "at": at, "now": frame.result.now}
 
-    def whoami(
-        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
-    ) -> Response:
+    def whoami(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         ns = None if viewer.namespaces is None else sorted(viewer.namespaces)
-        return _json({"name": viewer.name, "cluster": viewer.cluster, "namespaces": ns})
+        return 200, {"name": viewer.name, "cluster": viewer.cluster, "namespaces": ns}
 
-    def cluster(
-        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
-    ) -> Response:
+    def cluster(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         body = self.board.cluster() or {}
-        return _json({"generation": gen, "at": at.isoformat(), **body})
+        return 200, {"generation": gen, "at": at, **body}
 
-    def pool(
-        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
-    ) -> Response:
+    def pool(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         try:
-            offset = max(0, int(request.query_params.get("offset", "0")))
+            offset = max(0, int(params.get("offset", "0")))
         except ValueError:
-            return _error(400, "offset: a whole number of nodes, e.g. ?offset=200")
-        body = model.pool_nodes(frame, viewer, request.path_params["pool"], offset)
+            return 400, {"message": "offset: a whole number of nodes, e.g. ?offset=200"}
+        body = model.pool_nodes(frame, viewer, params["pool"], offset)
         if body is None:
-            return _error(404, f"no pool {request.path_params['pool']!r} in the policy")
-        return _json({"generation": gen, **body})
+            return 404, {"message": f"no pool {params['pool']!r} in the policy"}
+        return 200, {"generation": gen, **body}
 
-    def node(
-        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
-    ) -> Response:
-        body = model.node(frame, viewer, request.path_params["node"])
+    def node(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
+        body = model.node(frame, viewer, params["node"])
         if body is None:
-            return _error(404, f"no node {request.path_params['node']!r} in any pool")
-        return _json({"generation": gen, **body})
+            return 404, {"message": f"no node {params['node']!r} in any pool"}
+        return 200, {"generation": gen, **body}
 
-    def queues(
-        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
-    ) -> Response:
+    def queues(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         points = list(self.board.history.points)
-        return _json({"generation": gen, **model.queues(frame), "history": points})
+        return 200, {"generation": gen, **model.queues(frame), "history": points}
 
-    def pending(
-        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
-    ) -> Response:
-        team = request.query_params.get("team") or None
-        return _json({"generation": gen, **model.pending(frame, viewer, team)})
+    def pending(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
+        team = params.get("team") or None
+        return 200, {"generation": gen, **model.pending(frame, viewer, team)}
 
-    def explain(
-        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
-    ) -> Response:
-        workload = request.query_params.get("workload", "")
+    def explain(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
+        workload = params.get("workload", "")
         lines = model.explain_lines(frame, viewer, workload)
         if lines is None:
-            return _error(404, f"no pending workload {workload!r} of yours in the last cycle")
-        return _json({"generation": gen, "workload": workload, "explain": lines})
+            why = f"no pending workload {workload!r} of yours in the last cycle"
+            return 404, {"message": why}
+        return 200, {"generation": gen, "workload": workload, "explain": lines}
 
-    def idle(
-        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
-    ) -> Response:
+    def idle(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         hours = self.board.history.idle_gpu_hours()
-        return _json({"generation": gen, "now": model.idle_now(frame), "gpuHours": hours})
+        return 200, {"generation": gen, "now": model.idle_now(frame), "gpuHours": hours}
 
-    def changes(
-        self, request: Request, viewer: Viewer, gen: int, frame: Frame, at: datetime
-    ) -> Response:
+    def changes(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         events = []
         for e in reversed(self.board.history.events):
             e = dict(e)
             if "workload" in e and not viewer.sees(e["workload"]):
                 e["workload"] = e["by"] = e["message"] = "(not yours to see)"
             events.append(e)
-        return _json({"generation": gen, **model.changes(frame), "events": events})
+        return 200, {"generation": gen, **model.changes(frame), "events": events}
 
 
 def _guarded(
@@ -191,7 +173,9 @@ def _guarded(
         got = board.latest()
         if got is None:
             return _error(503, "the scheduler has not finished a cycle yet; retry shortly")
-        return handler(request, viewer, *got)
+        params = {**request.query_params, **request.path_params}
+        status, body = handler(params, viewer, *got)
+        return _json(body, status)
 
     return endpoint
 

@@ -246,6 +246,7 @@ def render(
     series: Mapping[str, Mapping[str, Any]],
     notes: Sequence[str] = (),
     tables: Sequence[Table] = (),
+    dashboard: bool = False,
 ) -> str:
     """The whole report. `summary`: the headline, one sentence each; `notes`: how to read the
     figures of this run; `tables`: per pool, per team, idle by cause; `series[policy]` is
@@ -259,6 +260,12 @@ def render(
     if summary:
         items = "".join(f"<li>{html.escape(line)}</li>" for line in summary)
         parts.append(f"<h2>In short</h2><ul>{items}</ul>")
+    if dashboard:
+        parts.append(
+            "<p>The cluster at the end of the arrival window under gpucarve, on the pages of "
+            "the live dashboard (pools, each GPU's slices by team, queues, why work waits, "
+            'idle GPUs by cause): <a href="dashboard.html">dashboard.html</a>.</p>'
+        )
     parts += [
         "<h2>Comparison</h2>",
         _table([(label, *values) for label, values in rows], ["metric", *policies]),

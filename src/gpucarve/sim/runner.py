@@ -115,6 +115,8 @@ class Simulator:
         # cycle or sample, the only readers of the snapshot (one O(running) pass, not one each).
         self.finished: list[str] = []
         self.probe = FragmentationProbe(policy, self.snapshot.cluster)
+        # told each cycle's snapshot and result (the dashboard's export); never decide anything
+        self.observers: list[Callable[[Snapshot, CycleResult], None]] = []
         span = (
             self.workloads[-1].submit_time - self.workloads[0].submit_time if self.workloads else 0
         )
@@ -231,6 +233,8 @@ class Simulator:
             return False, False
         before = self.snapshot
         result = self.engine.run_cycle(before, loop.now)
+        for observe in self.observers:
+            observe(before, result)
         self.result.idle.append((loop.now, result.idle))
         loop.cycles += 1
         self.apply_result(result, loop.now)

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXAMPLE ?= src/gpucarve/data/examples/three-teams.yaml
 
-.PHONY: demo test lint typecheck layers unit venv clean testenv
+.PHONY: demo test lint typecheck layers unit venv clean testenv axe
 
 $(STAMP): pyproject.toml
 	rm -rf $(VENV)
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 ## The main job: validate the example policy, print its cluster, and simulate it
-## (comparison printed; out/results.json and out/report.html written).
+## (comparison printed; out/results.json, out/report.html and out/dashboard.html written).
 demo: $(STAMP)
 	$(BIN)/gpucarve validate $(EXAMPLE)
 	$(BIN)/gpucarve cluster summary $(EXAMPLE)
@@ -42,7 +42,11 @@ layers: $(STAMP)
 testenv:
 	tools/testenv.sh >/dev/null
 
-unit: $(STAMP) testenv
+## axe-core for the dashboard's accessibility test (npm, once per user, cached outside the clone).
+axe:
+	tools/axe.sh >/dev/null
+
+unit: $(STAMP) testenv axe
 	$(BIN)/pytest
 
 clean:

@@ -9,12 +9,28 @@ import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
 HOW = "install Debian's packages: apt-get install chromium chromium-driver"
+
+
+AXE_VERSION = "4.14.1"  # tools/axe.sh's
+
+
+def axe_source() -> str:
+    """axe-core's script, as tools/axe.sh caches it (skips, or fails in CI, without it)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    path = cache / "gpucarve" / f"axe-core-{AXE_VERSION}" / "node_modules/axe-core/axe.min.js"
+    if not path.is_file():
+        how = "run tools/axe.sh (it installs axe-core from the npm registry)"
+        if os.environ.get("GPUCARVE_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"no {path}: {how}")
+        pytest.skip(f"no {path}: {how}")
+    return path.read_text()
 
 
 def binaries() -> tuple[str, str] | None:

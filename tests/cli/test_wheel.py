@@ -30,6 +30,10 @@ def test_the_wheel_holds_the_package_data_and_the_entry_point(tmp_path: Path) ->
         "gpucarve/data/gpu-catalog.yaml",
         "gpucarve/data/examples/three-teams.yaml",
         "gpucarve/py.typed",
+        # the dashboard's page, served by the scheduler and written out by simulate
+        "gpucarve/dashboard/static/index.html",
+        "gpucarve/dashboard/static/app.js",
+        "gpucarve/dashboard/static/app.css",
         "gpucarve/kube/scheduler/health.py",
     ):
         assert needed in names, needed

@@ -65,6 +65,13 @@ class Board:
                 return None
             return self.generation, self.frame, self.at
 
+    def past(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+        """The history as it stands (queue use points, events, idle GPU-hours), copied under
+        the lock: the scheduler's thread adds to it while requests read."""
+        with self._lock:
+            h = self.history
+            return list(h.points), list(h.events), h.idle_gpu_hours()
+
     def cluster(self) -> dict[str, Any] | None:
         """The pools' summary, computed once per generation whoever asks."""
         got = self.latest()
@@ -126,7 +133,7 @@ class Pages:
         return 200, {"generation": gen, **body}
 
     def queues(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
-        points = list(self.board.history.points)
+        points, _, _ = self.board.past()
         return 200, {"generation": gen, **model.queues(frame), "history": points}
 
     def pending(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
@@ -142,12 +149,13 @@ class Pages:
         return 200, {"generation": gen, "workload": workload, "explain": lines}
 
     def idle(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
-        hours = self.board.history.idle_gpu_hours()
+        _, _, hours = self.board.past()
         return 200, {"generation": gen, "now": model.idle_now(frame), "gpuHours": hours}
 
     def changes(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         events = []
-        for e in reversed(self.board.history.events):
+        _, past, _ = self.board.past()
+        for e in reversed(past):
             e = dict(e)
             if "workload" in e and not viewer.sees(e["workload"]):
                 e["workload"] = e["by"] = e["message"] = "(not yours to see)"

@@ -1,13 +1,16 @@
 """Engine throughput: pods placed per second and cycle time on large synthetic clusters.
 
     python bench/engine.py [--json] [--cases 1000,5000] [--pods 10000] [--cycles 20] [--seed 1]
+    python bench/engine.py --cases 20000 --pods 100000 --cycles 10     # the 20,000-node case
 
 Cluster per case: half the nodes H100 (8 whole GPUs, exclusive), a quarter A100-80GB carved
 3g.40gb + 2g.20gb + 2 × 1g.10gb, a quarter L40S time-sliced 8 ways, in four queues of one cohort.
 Pending: `--pods` pods in workloads of mixed kinds (whole GPUs 1/2/4/8 per pod, MIG instances,
 shared replicas, fractions, and gangs of 8-64 pods). The first cycle sees all of them; each
 later cycle finishes a tenth of what runs and submits a new batch. Throughput counts pods placed
-over the time spent inside `run_cycle`; cycle p50/p99 are over all cycles.
+over the time spent inside `run_cycle`; cycle p50/p99 are over all cycles; memory is the
+process's peak resident set so far (cases run in the order given, so list them smallest
+first).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import resource
 import statistics
 import sys
 import time
@@ -165,6 +169,7 @@ def run_case(nodes: int, pods: int, cycles: int, seed: int) -> dict[str, Any]:
         "cycle_p50_ms": round(statistics.median(times) * 1000, 1),
         "cycle_p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000, 1),
         "first_cycle_ms": round(times[0] * 1000, 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 
 
@@ -187,7 +192,8 @@ def main() -> None:
                 f"{row['nodes']:>5} nodes ({row['gpus']} GPUs), {row['pods']} pods: "
                 f"{row['pods_per_second']:>8} pods/s, cycle p50 {row['cycle_p50_ms']} ms, "
                 f"p99 {row['cycle_p99_ms']} ms, first cycle {row['first_cycle_ms']} ms "
-                f"({row['pods_placed']} pods placed in {row['cycles']} cycles)",
+                f"({row['pods_placed']} pods placed in {row['cycles']} cycles), "
+                f"peak memory {row['peak_rss_mib']:,} MiB",
                 flush=True,
             )
 

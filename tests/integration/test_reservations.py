@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,16 @@ def test_a_gang_reserves_where_it_fits_soonest_and_binds_when_that_work_is_gone(
         )
         assert "once 1 running workload(s) end" in message, message
         assert "other/run, by its deadline" in message, message
+        # the PodGroup says the same in its status: the nodes kept, when it should fit (the
+        # deadline of the work it waits for, an hour from its start)
+        group = "/apis/gpucarve.io/v1alpha1/namespaces/research/podgroups/gang"
+        held = wait_for(
+            lambda: (api.get(group).get("status") or {}).get("reservation"),
+            what="the PodGroup's reservation",
+        )
+        assert held["waitsFor"] == ["other/run"] and len(held["nodes"]) == 2, held
+        starts = datetime.fromisoformat(held["expectedStart"].replace("Z", "+00:00"))
+        assert timedelta(minutes=55) < starts - datetime.now(UTC) <= timedelta(hours=1), held
         # work that ends before the gang can start runs on the reserved nodes; work that would
         # run past its start waits, though GPUs are free. (Submission times are seconds, as
         # creationTimestamp is: a second later, these are newer than the gang whatever the ids.)
@@ -155,6 +166,10 @@ def test_a_gang_reserves_where_it_fits_soonest_and_binds_when_that_work_is_gone(
             what="the gang bound",
         )
         assert _bound(api, "other", "late") is None
+        wait_for(
+            lambda: "reservation" not in (api.get(group).get("status") or {}),
+            what="the reservation gone from the PodGroup once the gang is placed",
+        )
 
 
 def _idle_seconds(registry: CollectorRegistry, cause: str) -> float:

@@ -68,3 +68,13 @@ def test_pods_being_deleted_no_longer_hold_the_gang_whole() -> None:
     status = group_status(2, [*going, _pod("c")], frozenset(), None, released)
     assert (status["phase"], status["scheduled"], status["running"]) == ("Pending", 0, 0)
     assert status["conditions"][0]["reason"] == "GangTimeout"
+
+
+def test_a_reservation_shows_while_the_gang_waits_and_goes_once_it_is_whole() -> None:
+    held = {"nodes": ["n1"], "expectedStart": "2026-12-03T10:00:00Z", "waitsFor": ["ns/run"]}
+    waiting = group_status(2, [_pod("a"), _pod("b")], frozenset(), "reserved n1", None, held)
+    assert waiting["reservation"] == held
+    whole = group_status(
+        2, [_pod("a", node="n1"), _pod("b", node="n1")], frozenset(), None, None, held
+    )
+    assert "reservation" not in whole

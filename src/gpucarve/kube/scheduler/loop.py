@@ -389,7 +389,7 @@ class Scheduler:
             with self.binder.lock:
                 assumed = frozenset(self.assumed)
             pods = self.pods.items()
-            self.reporter.groups(self.owners[POD_GROUPS].items(), pods, assumed, result)
+            self.reporter.groups(self.owners[POD_GROUPS].items(), pods, assumed, result, self.epoch)
         if self.dynamic_mig:
             self._repartition(view, result)
         if self.observers:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpucarve.core.policy import Policy
@@ -95,15 +95,25 @@ class Reporter:
         pods: Sequence[Mapping[str, Any]],
         assumed: frozenset[str],
         result: CycleResult,
+        epoch: datetime,
     ) -> None:
         """Each gpucarve PodGroup's status (`group_status`), written where it changed; call
-        after `pending`, whose messages are the waiting gangs' reasons."""
+        after `pending`, whose messages are the waiting gangs' reasons. `epoch`: the time
+        the cycle's seconds count from (a reservation's expected start is shown as a time)."""
         for e in result.evictions:
             if e.cause is Cause.TIMEOUT:
                 self.timed_out[_split(e.workload)] = e.message
         if not objects:
             self.timed_out.clear()
             return
+        reserved = {
+            _split(r.workload): {
+                "nodes": list(r.nodes),
+                "expectedStart": rfc3339(epoch + timedelta(seconds=r.start)),
+                "waitsFor": list(r.waits_for),
+            }
+            for r in result.reservations
+        }
         members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
         for pod in pods:
             labels = pod["metadata"].get("labels") or {}
@@ -117,7 +127,8 @@ class Reporter:
             mine = sorted(members.get(gk, []), key=lambda p: p["metadata"]["name"])
             reason = next((m for p in mine if (m := self.reported.get(_key(p)))), None)
             minimum = int((obj.get("spec") or {}).get("minMember") or 1)
-            status = group_status(minimum, mine, assumed, reason, self.timed_out.get(gk))
+            held = reserved.get(gk)
+            status = group_status(minimum, mine, assumed, reason, self.timed_out.get(gk), held)
             if status["conditions"][0]["status"] == "True":
                 self.timed_out.pop(gk, None)
             old = self.group_status.get(gk)

@@ -8,7 +8,9 @@
 - `reason`: why its waiting pods wait (the scheduler's pending reason, as on the pods), or why
   the gang was released (its timeout);
 - `conditions`: `Scheduled` (True once minMember are bound; False with reason Unschedulable or
-  GangTimeout and the message).
+  GangTimeout and the message);
+- `reservation`, while the gang waits holding one (`scheduling.reserveAfterSeconds`): the
+  nodes kept for it, when it is expected to fit and the running work that must end first.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ def group_status(
     bound: frozenset[str],
     reason: str | None,
     timed_out: str | None,
+    reservation: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`members`: the group's pods; `bound`: those the scheduler has bound that the watch does
     not show bound yet; `reason`: a waiting pod's message; `timed_out`: the release message
-    while the gang has not been placed whole again. No timestamps: the writer adds them."""
+    while the gang has not been placed whole again; `reservation`: the one it holds (nodes,
+    expectedStart, waitsFor). No condition timestamps: the writer adds them."""
     phases = [(p.get("status") or {}).get("phase") for p in members]
     succeeded, failed = phases.count("Succeeded"), phases.count("Failed")
     # A pod being deleted (a released gang's, say) no longer holds its place in the gang.
@@ -60,13 +64,16 @@ def group_status(
         shown = reason or _short(min_member, len(members))
         cond = {"type": "Scheduled", "status": "False", "reason": "Unschedulable"}
         cond["message"] = shown
-    return {
+    out: dict[str, Any] = {
         "phase": phase,
         "scheduled": scheduled,
         "running": running,
         "reason": shown[:1024],
         "conditions": [cond],
     }
+    if reservation is not None and not whole:
+        out["reservation"] = dict(reservation)
+    return out
 
 
 def _short(min_member: int, have: int) -> str:

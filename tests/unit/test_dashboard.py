@@ -26,6 +26,7 @@ from gpucarve.dashboard.model import Frame, Viewer
 from gpucarve.dashboard.server import Board, app
 from gpucarve.engine import run_cycle
 from gpucarve.engine.apply import apply
+from gpucarve.engine.decisions import Reservation
 from gpucarve.kube.scheduler.health import ThreadServer
 from tests.engine.builders import workload
 
@@ -208,3 +209,24 @@ def test_everything_open_behind_port_forward() -> None:
         }
     finally:
         server.stop()
+
+
+def test_gpus_changing_layout_and_nodes_kept_for_a_gang_are_drawn_so() -> None:
+    first = scenario()
+    held = Reservation("research/pretrain", "research", 7200, ("training-0",), ("research/x",))
+    result = dataclasses.replace(first.result, reservations=(held,))
+    frame = Frame(first.snapshot, result, first.unhealthy, frozenset({"production-7/gpu1"}))
+    changing = model.node(frame, model.EVERYONE, "production-7")
+    assert changing is not None and changing["gpus"][1]["reconfiguring"] is True
+    assert {s["state"] for s in changing["gpus"][1]["slices"]} == {"reconfiguring"}
+    assert {s["state"] for s in changing["gpus"][0]["slices"]} == {"free"}
+    kept = model.node(frame, model.EVERYONE, "training-0")
+    assert kept is not None and kept["reservedFor"] == "research/pretrain"
+    states = [g["slices"][0]["state"] for g in kept["gpus"]]
+    assert states == ["reserved"] * 3 + ["out-of-service"] + ["reserved"] * 4
+    stranger = Viewer("someone", cluster=True, namespaces=frozenset({"production"}))
+    hidden = model.node(frame, stranger, "training-0")
+    assert hidden is not None and hidden["reservedFor"] is None
+    pools = {p["name"]: p for p in model.cluster(frame)["pools"]}
+    assert pools["training"]["states"]["reserved"] == 7
+    assert pools["production"]["states"]["reconfiguring"] == 1

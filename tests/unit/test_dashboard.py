@@ -23,10 +23,10 @@ from gpucarve.core.snapshot import Snapshot
 from gpucarve.dashboard import model
 from gpucarve.dashboard.access import Denied, Open
 from gpucarve.dashboard.model import Frame, Viewer
-from gpucarve.dashboard.server import Board, app
+from gpucarve.dashboard.server import Board, Pages, app
 from gpucarve.engine import run_cycle
 from gpucarve.engine.apply import apply
-from gpucarve.engine.decisions import Reservation
+from gpucarve.engine.decisions import Cause, Eviction, Reservation
 from gpucarve.kube.scheduler.health import ThreadServer
 from tests.engine.builders import workload
 
@@ -230,3 +230,27 @@ def test_gpus_changing_layout_and_nodes_kept_for_a_gang_are_drawn_so() -> None:
     pools = {p["name"]: p for p in model.cluster(frame)["pools"]}
     assert pools["training"]["states"]["reserved"] == 7
     assert pools["production"]["states"]["reconfiguring"] == 1
+
+
+def test_an_eviction_is_listed_with_the_work_it_destroyed_and_names_only_for_who_may_see() -> None:
+    first = scenario()
+    gone = Eviction(
+        "research/train0", "research", Cause.RECLAIM, "data-science/big",
+        "reclaimed by queue data-science for data-science/big: queue research was borrowing",
+    )  # fmt: skip
+    board = Board()
+    board.show(Frame(first.snapshot, dataclasses.replace(first.result, evictions=(gone,))), "t1")
+    gen, frame, at = board.latest() or (0, first, "")
+    status, body = Pages(board).changes({}, model.EVERYONE, gen, frame, at)
+    assert status == 200
+    (event,) = body["events"]
+    # 8 H100s since its start at 0, evicted at 60 s
+    assert event["gpuHoursLost"] == pytest.approx(8 * 60 / 3600, abs=1e-3)
+    assert (event["kind"], event["workload"], event["by"]) == (
+        "reclaim", "research/train0", "data-science/big",
+    )  # fmt: skip
+    research = Viewer("alice", cluster=True, namespaces=frozenset({"research"}))
+    _, body = Pages(board).changes({}, research, gen, frame, at)
+    (event,) = body["events"]
+    assert event["workload"] == "research/train0"
+    assert event["by"] == event["message"] == "(not yours to see)"

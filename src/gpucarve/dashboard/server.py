@@ -157,8 +157,11 @@ class Pages:
         _, past, _ = self.board.past()
         for e in reversed(past):
             e = dict(e)
-            if "workload" in e and not viewer.sees(e["workload"]):
-                e["workload"] = e["by"] = e["message"] = "(not yours to see)"
+            hidden = [k for k in ("workload", "by") if k in e and not viewer.sees(e[k])]
+            for k in hidden:
+                e[k] = "(not yours to see)"
+            if hidden:  # the message names both
+                e["message"] = "(not yours to see)"
             events.append(e)
         return 200, {"generation": gen, **model.changes(frame), "events": events}
 

@@ -267,7 +267,9 @@ class Preemptor:
         if chosen is None:
             return None
         needed = list(chosen)
-        for v in reversed(chosen):
+        # `_grow` stopped at the first prefix that works, so the set without its last victim
+        # (a state `_grow` tried, when there was one before it) is known not to: start below
+        for v in reversed(chosen[:-1] if len(chosen) > 1 else chosen):
             trial = [x for x in needed if x is not v]
             if self._works(w, demand, trial, attempt):
                 needed = trial

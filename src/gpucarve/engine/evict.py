@@ -31,6 +31,11 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> b
         return False
     c.searches[w.queue] += 1
     attempt = lambda: c.placer.place_gang(w, plan)[0]  # noqa: E731
+    pre.shape = tuple(
+        (n.flavor, n.slices, pods)
+        for n, pods, _ in plan
+        if n.flavor is not None and not n.shared and n.slices > 0 and pods > 0
+    )
     sets = (
         (Cause.RECLAIM, pre.reclaim_candidates(w, demand)),
         (Cause.PREEMPT, pre.preempt_candidates(w, demand)),

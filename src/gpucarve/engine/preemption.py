@@ -151,6 +151,9 @@ class Preemptor:
         # (ratio, seconds): reclaim spares a whole gang more than `ratio` times the
         # reclaimer's size until the reclaimer has waited `seconds` (ratio None: never spares)
         self.large: tuple[int | None, int] = (None, 0)
+        # the searched-for workload's pods, (flavor, slices per pod, pods) per pod set of an
+        # unshared flavor: a cheap bound on whether a placement can succeed (`_room_may_fit`)
+        self.shape: tuple[tuple[str, int, int], ...] = ()
 
     def _running_of(self, queue: str) -> list[RunningWorkload]:
         """Eligible running workloads of a queue (re-listed when that queue's running set
@@ -354,9 +357,17 @@ class Preemptor:
 
     def _room_may_fit(self, demand: dict[str, int]) -> bool:
         """A cheap necessary condition before trying a placement: enough free slices in
-        total (for shared flavors the index counts per GPU, so it is no bound there)."""
+        total, and for each pod set nodes that hold that many of its pods (each pod's slices
+        lie on one node); for shared flavors the index counts per GPU, so it is no bound
+        there."""
+        ws = self.ws
         for flavor, d in demand.items():
-            if self.ws.index[flavor].total < d and not self.ws.flavors[flavor].shared:
+            if ws.index[flavor].total < d and not ws.flavors[flavor].shared:
+                return False
+        for flavor, per_pod, pods in self.shape:
+            buckets = ws.index[flavor].buckets
+            room = sum(len(nodes) * (free // per_pod) for free, nodes in buckets.items())
+            if room < pods:
                 return False
         return True
 

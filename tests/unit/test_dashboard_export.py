@@ -63,3 +63,12 @@ def test_it_opens_offline_in_a_browser(run: Path) -> None:
         assert "Node production-0 (pool production)" in drawn(d)
         d.get(f"file://{run / 'dashboard.html'}?r=2#pool/training/400")
         assert "not in this file" in drawn(d)
+        # queue use over the run against the nominal quota: above it, the queue borrowed
+        d.get(f"file://{run / 'dashboard.html'}?r=3#queues")
+        drawn(d)
+        sparks = [
+            e.get_attribute("aria-label") or ""
+            for e in d.find_elements("css selector", "svg.spark")
+        ]
+        assert sparks and all("nominal" in label for label in sparks)
+        assert any("above nominal (borrowing)" in label for label in sparks)

@@ -128,12 +128,19 @@ async function nodePage(main, name) {
 }
 
 // ---------------------------------------------------------------- queues
-function spark(points, queue, key) {
+function spark(points, queue, key, nominal) {
+  // use over time, with the nominal quota dashed: above the line is borrowed
   const ys = points.map((p) => (p.used[queue] || {})[key] || 0);
   if (ys.length < 2) return "";
-  const max = Math.max(...ys, 1);
-  const pts = ys.map((y, i) => `${(i / (ys.length - 1)) * 120},${24 - (y / max) * 22}`).join(" ");
-  return h("span", {}, svg("svg", { class: "spark", width: 120, height: 26, role: "img", "aria-label": `use over the last ${ys.length} cycles, up to ${fmt(max)}` },
+  const max = Math.max(...ys, nominal, 1);
+  const y = (v) => 24 - (v / max) * 22;
+  const pts = ys.map((v, i) => `${(i / (ys.length - 1)) * 120},${y(v)}`).join(" ");
+  const over = ys.filter((v) => v > nominal).length;
+  const label = `use over the last ${ys.length} points, up to ${fmt(Math.max(...ys))}; nominal ${fmt(nominal)}` +
+    (over ? `; above nominal (borrowing) at ${over} of them` : "");
+  return h("span", {}, svg("svg", { class: "spark", width: 120, height: 26, role: "img", "aria-label": label },
+    svg("title", {}, label),
+    svg("line", { x1: 0, x2: 120, y1: y(nominal), y2: y(nominal), stroke: "#767676", "stroke-dasharray": "3 2" }),
     svg("polyline", { points: pts, fill: "none", stroke: "currentColor", "stroke-width": 1.5 })));
 }
 
@@ -150,10 +157,10 @@ async function queuesPage(main) {
     main.append(h("h2", {}, `Queue ${queue.name}`),
       h("p", { class: "muted" }, `cohort ${queue.cohort ?? "none"} · weight ${queue.weight} · fair-share standing ${fmt(queue.fairShare, 3)} (borrowed share over weight, lower goes first) · ${queue.pending} pending · namespaces ${queue.namespaces.join(", ")}`));
     const rows = queue.quota.map((r) => [r.key, r.unit, fmt(r.nominal), fmt(r.used), fmt(r.borrowed), fmt(r.lent),
-      r.borrowingLimit === null ? "none" : fmt(r.borrowingLimit), r.lendingLimit === null ? "none" : fmt(r.lendingLimit), spark(q.history, queue.name, r.key)]);
+      r.borrowingLimit === null ? "none" : fmt(r.borrowingLimit), r.lendingLimit === null ? "none" : fmt(r.lendingLimit), spark(q.history, queue.name, r.key, r.nominal)]);
     main.append(table(["Quota", "Unit", "Nominal", "Used", "Borrowed", "Lent", "Borrowing limit", "Lending limit", "Used over time"], rows, [2, 3, 4, 5, 6, 7]));
   }
-  main.append(h("p", { class: "muted" }, "Borrowed: used beyond nominal. Lent: this queue's unused nominal that other queues of its cohort are using."));
+  main.append(h("p", { class: "muted" }, "Borrowed: used beyond nominal. Lent: this queue's unused nominal that other queues of its cohort are using. Over time: a point a minute; the dashed line is the nominal quota, above it the queue borrows."));
 }
 
 // ---------------------------------------------------------------- pending

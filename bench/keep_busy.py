@@ -1,13 +1,15 @@
 """Keeping GPUs working while work waits: the example policy with reservations and reclaim's
-sparing of large gangs off (the default, as the engine was) and on, side by side in one run.
+sparing of large gangs and reclaim's grace off (the defaults) and on, side by side in one run.
 
     python bench/keep_busy.py [--seeds 42-45] [--loads 1,2] [--days 2] [--after 43200]
+        [--grace 7200]
 
 Each variant replays the same synthetic trace (`gpucarve simulate`'s, per seed and load). Prints
 per variant, seed and load: GPU-hours lost to preemption, the training pool's allocation,
 research's wait until its last start (p95), production's and data science's wait (p95), and the
 mean over the seeds. Variants: both off; reservations alone (reserveAfterSeconds 900); reclaim
-sparing alone (reclaimLargeVictimRatio 4, reclaimLargeVictimAfterSeconds `--after`); both.
+sparing alone (reclaimLargeVictimRatio 4, reclaimLargeVictimAfterSeconds `--after`); both;
+reclaim's grace alone (reclaimGraceSeconds `--grace`); sparing and grace.
 Figures, not assertions: tests check the mechanisms, this shows what they buy.
 """
 
@@ -34,19 +36,25 @@ from gpucarve.sim.synthetic import DAY, generate
 HOUR = 3600.0
 
 
-def variants(policy: Policy, after: int) -> dict[str, Policy]:
+def variants(policy: Policy, after: int, grace: int) -> dict[str, Policy]:
     s = policy.scheduling
-    off = dataclasses.replace(s, reserve_after_s=None, reclaim_large_ratio=None)
+    off = dataclasses.replace(
+        s, reserve_after_s=None, reclaim_large_ratio=None, reclaim_grace_s=None
+    )
     reserve = dataclasses.replace(off, reserve_after_s=900)
     spare = dataclasses.replace(off, reclaim_large_ratio=4, reclaim_large_after_s=after)
     both = dataclasses.replace(spare, reserve_after_s=900)
+    wait = dataclasses.replace(off, reclaim_grace_s=grace)
+    spare_wait = dataclasses.replace(spare, reclaim_grace_s=grace)
     return {
         name: dataclasses.replace(policy, scheduling=sched)
         for name, sched in (
-            ("before (both off)", off),
+            ("before (all off)", off),
             ("reservations", reserve),
             (f"spare large ({after // 3600} h)", spare),
-            ("both", both),
+            ("reservations + spare", both),
+            (f"reclaim grace ({grace // 60} min)", wait),
+            ("spare + grace", spare_wait),
         )
     }
 
@@ -75,6 +83,7 @@ def main() -> None:
     ap.add_argument("--loads", default="1,2")
     ap.add_argument("--days", type=float, default=2.0)
     ap.add_argument("--after", type=int, default=43200)
+    ap.add_argument("--grace", type=int, default=7200, help="reclaimGraceSeconds variants")
     ap.add_argument("--scenario", choices=("example", "stream"), default="example")
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")
@@ -89,7 +98,7 @@ def main() -> None:
         stream(seeds, args.days)
         return
     policy = load_policy(example_path(POLICY)).policy
-    cases = variants(policy, args.after)
+    cases = variants(policy, args.after, args.grace)
     for load in loads:
         print(f"\nload {load:g}, seeds {seeds[0]}-{seeds[-1]}, {args.days:g} days")
         header = None

@@ -361,6 +361,7 @@ def _scheduling(spec: PolicySpec) -> SchedulingConfig:
         default_runtime_s=s.defaultRuntimeSeconds,
         reclaim_large_ratio=s.reclaimLargeVictimRatio,
         reclaim_large_after_s=s.reclaimLargeVictimAfterSeconds,
+        reclaim_grace_s=s.reclaimGraceSeconds,
     )
 
 

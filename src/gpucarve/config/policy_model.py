@@ -287,6 +287,15 @@ class SchedulingSpec(_Strict):
         description="How long a queue within its nominal quota may wait before reclaim evicts "
         "a gang many times its size: the bound on how late its guarantee comes.",
     )
+    reclaimGraceSeconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=86400,
+        description="Reclaim puts off evicting borrowed work that is expected to end within "
+        "this many seconds (by its deadline, declared or learned runtime; never the default), "
+        "until the reclaimer has waited this long: work about to finish is not thrown away. "
+        "null (the default): reclaim never waits.",
+    )
     scoring: ScoringSpec = ScoringSpec()
     candidatesPerPod: int = Field(
         default=16, ge=1, le=10_000, description="Feasible nodes scored per pod (search bound)."

@@ -366,6 +366,9 @@ class SchedulingConfig:
     # cheaper, or the gang's own end, usually comes first.
     reclaim_large_ratio: int | None = None
     reclaim_large_after_s: int = 43_200
+    # Reclaim waits this long at most for borrowed work expected to end within it (declared
+    # or learned, never the default runtime) instead of evicting it (None: never waits).
+    reclaim_grace_s: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

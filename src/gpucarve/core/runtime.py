@@ -29,6 +29,15 @@ QUANTILE = 0.8
 MAX_KINDS = 4096
 
 
+# how a reason names where an expected end came from (`RuntimeBook.expected`'s second value)
+WHENCE = {
+    "deadline": "its deadline",
+    "learned": "its learned runtime",
+    "declared": "the runtime it declares",
+    "default": "the default runtime",
+}
+
+
 def kind_of(w: Workload) -> Hashable:
     """Work of one kind: same queue and priority, and pod sets of the same size and request
     (a team's 8-GPU fine-tunes, its 2-GPU experiments)."""

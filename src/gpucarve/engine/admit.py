@@ -123,6 +123,10 @@ def _try(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
             full_plan, demand, _ = plan_for(c, w, combo, ignore_quota=True)
             if full_plan is not None and evict.preempt(c, w, full_plan, demand):
                 return Outcome(True)
+    waits = c.reclaim_waits.get(w.id)
+    if waits is not None:
+        reason = PendingReason(Stage.PREEMPTION, Plugin.RECLAIM_GRACE, waits)
+        return Outcome(False, reason, (reason, *tried))
     return Outcome(False, best_reason(tried), tuple(tried))
 
 

@@ -40,6 +40,7 @@ class Plugin(StrEnum):
     MIG_REPARTITION = "mig-repartition"  # waits for MIG instances a repartition creates
     RECLAIM = "reclaim"  # withdrawn by reclaim before it started
     RESERVATION = "reservation"  # found no room; holds the nodes where it fits soonest
+    RECLAIM_GRACE = "reclaim-grace"  # reclaim waits for borrowed work about to end
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +137,7 @@ class IdleCause(StrEnum):
     SHARING_MODE = "sharing-mode"  # work waits for this model shared another way
     QUEUE_ORDER = "queue-order"  # behind its queue's head
     RESERVATION = "reservation"
+    RECLAIM_GRACE = "reclaim-grace"  # reclaim waits for borrowed work about to end
     OTHER = "other"  # a gang short of pods, an admission withdrawn
 
 

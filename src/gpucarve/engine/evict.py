@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpucarve.core.runtime import WHENCE
 from gpucarve.core.workload import Workload
 from gpucarve.engine.decisions import Cause, Eviction, Pending, PendingReason, Plugin, Stage
 from gpucarve.engine.placement.plan_keys import Plan, signature
@@ -43,10 +44,14 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> b
     for cause, candidates in sets:
         if not candidates:
             continue
+        cp = c.ws.checkpoint()
         found = pre.find(w, demand, candidates, attempt)
         if found is None:
             continue
         placed, victims = found
+        if cause is Cause.RECLAIM and _waits_for_an_end(c, w, victims):
+            c.ws.rollback(cp)  # nothing evicted, nothing placed: it waits for that end
+            return False
         for victim in _merged(victims):
             v = victim.workload
             if v.id in c.fresh:
@@ -70,6 +75,32 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> b
     if key is not None:
         c.no_victims[key] = c.ws.release_epoch
     return False
+
+
+def _waits_for_an_end(c: CycleState, w: Workload, victims: Sequence[Victim]) -> bool:
+    """Whether reclaim puts off evicting `victims` for `w` (scheduling.reclaimGraceSeconds):
+    one of them is expected to end within the grace (by a deadline, or a declared or learned
+    runtime: the default runtime says nothing), and `w` has waited less than the grace."""
+    grace = c.cfg.reclaim_grace_s
+    if grace is None or c.now - w.submit_time >= grace:
+        return False
+    ends = []
+    for v in victims:
+        if v.workload.id in c.fresh:
+            continue  # admitted this cycle: withdrawing it destroys nothing
+        seconds, whence = c.runtime(v.workload)
+        end = v.rw.start_time + seconds
+        if whence != "default" and end <= c.now + grace:
+            ends.append((max(end, c.now), v.workload.id, whence))
+    if not ends:
+        return False
+    end, victim, whence = min(ends)
+    c.reclaim_waits[w.id] = (
+        f"reclaim put off: {victim}, borrowed work it would evict, is expected to end in "
+        f"{end - c.now}s (by {WHENCE[whence]}); queue {w.queue} waits for that "
+        f"up to {grace}s from its submission (scheduling.reclaimGraceSeconds)"
+    )
+    return True
 
 
 def _merged(victims: Sequence[Victim]) -> list[Victim]:

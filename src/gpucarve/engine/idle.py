@@ -29,6 +29,7 @@ _BY_PLUGIN = {
     Plugin.TOPOLOGY: IdleCause.TOPOLOGY,
     Plugin.CPU_MEMORY: IdleCause.CPU_MEMORY,
     Plugin.MIG_REPARTITION: IdleCause.MIG_LAYOUT,
+    Plugin.RECLAIM_GRACE: IdleCause.RECLAIM_GRACE,
 }
 _BY_LIMIT = {
     "borrowing-limit": IdleCause.BORROWING_LIMIT,

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpucarve.core.policy import Flavor, QueueingStrategy
+from gpucarve.core.runtime import WHENCE
 from gpucarve.core.workload import GpuKind, PodAssignment, RunningWorkload, Workload
 from gpucarve.engine.admit import plan_for
 from gpucarve.engine.decisions import PendingReason, Plugin, Reservation
@@ -41,13 +42,6 @@ from gpucarve.engine.state import CycleState
 from gpucarve.engine.working import Working
 
 RESERVATIONS_PER_CYCLE = 4
-# how a reason names where an expected end came from (core.runtime)
-WHENCE = {
-    "deadline": "its deadline",
-    "learned": "its learned runtime",
-    "declared": "the runtime it declares",
-    "default": "the default runtime",
-}
 # Running workloads looked through for the end of the wait, soonest first: a gang that would
 # need more of them to end waits without a reservation.
 LOOKAHEAD = 256

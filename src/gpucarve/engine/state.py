@@ -63,6 +63,8 @@ class CycleState:
         self.no_room: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
         self.no_victims: dict[tuple[object, ...], int] = {}
         self.searches: Counter[str] = Counter()
+        # workload -> why its reclaim was put off this cycle (scheduling.reclaimGraceSeconds)
+        self.reclaim_waits: dict[str, str] = {}
         self.failed: dict[tuple[object, ...], tuple[int, Outcome]] = {}
         self.fresh: dict[str, Admission] = {}
         self.withdrawn: set[str] = set()

@@ -76,6 +76,10 @@ def test_every_page_is_reached_from_the_keyboard(base: str) -> None:
             seen.append(d.switch_to.active_element.text)
             d.switch_to.active_element.send_keys(Keys.TAB)
         assert seen == ["Cluster", "Queues", "Pending", "Idle GPUs", "Health and changes"]
+        # a node opens by name from the cluster page
+        field = d.find_element("id", "node-name")
+        field.send_keys("production-3", Keys.ENTER)
+        wait_for(lambda: drawn(d).startswith("Node production-3"), what="the node by name")
         # Enter on a link opens its page; Enter on a pending row's summary opens its chain
         d.find_element("link text", "Pending").send_keys(Keys.ENTER)
         wait_for(lambda: drawn(d).startswith("Pending workloads"), what="the Pending page")

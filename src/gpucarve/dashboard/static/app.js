@@ -80,6 +80,10 @@ async function clusterPage(main) {
     fmt((p.states.used || 0)), fmt(p.states.free || 0), p.outOfService, poolBar(p),
   ]);
   main.append(table(["Pool", "GPU model", "Sharing", "Nodes", "GPUs", "In use (GPUs)", "Free (GPUs)", "GPUs out of service", "By team and state"], rows, [3, 4, 5, 6, 7]));
+  // thousands of nodes: open one by name rather than paging to it
+  const input = h("input", { id: "node-name", type: "text", required: true, autocomplete: "off", spellcheck: "false" });
+  main.append(h("form", { class: "goto", onsubmit: (e) => { e.preventDefault(); redraw(`node/${input.value.trim()}`); } },
+    h("label", { for: "node-name" }, "Open a node by name "), input, " ", h("button", { type: "submit" }, "Open")));
 }
 
 function gpuBox(g) {

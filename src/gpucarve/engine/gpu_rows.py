@@ -53,8 +53,14 @@ class GpuRows:
                 for gs in gpus:
                     self.slots[(node.idx, gs.gpu)] = gs
                     self.touch(gs)
+        # flavor -> per node, whether it has the flavor (a group's nodes are filtered by it
+        # in the group's size, not the flavor's node count)
+        self.serves: dict[str, npt.NDArray[np.bool_]] = {}
         for fname, idx in members.items():
             self.nodes_of[fname] = np.asarray(sorted(set(idx)), dtype=np.intp)
+            serves = np.zeros(len(nodes), dtype=np.bool_)
+            serves[self.nodes_of[fname]] = True
+            self.serves[fname] = serves
         self.width = width
         # What the fragmentation model keeps for as long as this working state lives (its
         # access classes, request types, last model): `frag_place.ModelState`.

@@ -391,10 +391,15 @@ class ModelPlacer:
     def candidates(self, needs: PodNeeds, group: list[int] | None) -> npt.NDArray[np.intp]:
         """Nodes that serve the flavor (all nodes for CPU-only pods), pass the static filters,
         and lie in `group` when there is one."""
-        if needs.flavor is None:
+        rows = self.ws.gpu_rows
+        if group is not None:
+            # ascending and unique, as an intersection with the flavor's nodes would give
+            base = np.unique(np.asarray(group, dtype=np.intp))
+            if needs.flavor is not None:
+                serves = rows.serves.get(needs.flavor)
+                base = base[serves[base]] if serves is not None else base[:0]
+        elif needs.flavor is None:
             base = np.arange(len(self.ws.nodes), dtype=np.intp)
         else:
-            base = self.ws.gpu_rows.nodes_of.get(needs.flavor, np.zeros(0, dtype=np.intp))
-        if group is not None:
-            base = np.intersect1d(base, np.asarray(group, dtype=np.intp))
+            base = rows.nodes_of.get(needs.flavor, np.zeros(0, dtype=np.intp))
         return base[self._static_mask(needs.pod_set)[base]]

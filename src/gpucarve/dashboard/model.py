@@ -11,7 +11,7 @@ are left out (`Viewer`); its team's colour stays, so the picture is the same for
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,12 +22,12 @@ from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.explain import explain, render
 from gpucarve.engine.quota import SCALE, Quotas
 from gpucarve.engine.usage import evicted_pods, usage_after
+from gpucarve.kube.view.held_slices import UNHEALTHY
 
 FREE, USED, OUT, CHANGING, RESERVED, OTHER = (
     "free", "used", "out-of-service", "reconfiguring", "reserved", "other",
 )  # fmt: skip
 STATES = (USED, FREE, RESERVED, OUT, CHANGING, OTHER)
-UNHEALTHY_OWNER = "unhealthy:"
 PAGE = 200  # nodes of a pool per page
 
 
@@ -90,8 +90,7 @@ def holders(frame: Frame) -> Holders:
 
 def share(s: Slice, policy: Policy) -> float:
     """What a slice is of its GPU (`core.policy.gpu_share`)."""
-    f = policy.flavors[s.flavor]
-    return gpu_share(f, next(p.model for p in policy.pools if p.model.id == f.model_id))
+    return shares(policy)[s.flavor]
 
 
 def state_of(frame: Frame, h: Holders, s: Slice) -> str:
@@ -101,7 +100,7 @@ def state_of(frame: Frame, h: Holders, s: Slice) -> str:
     alloc = frame.snapshot.cluster.allocations.get(s.id)
     if gpu in frame.reconfiguring or (alloc is not None and alloc.owner.startswith(RECONFIGURING)):
         return CHANGING
-    if gpu in frame.unhealthy or (alloc is not None and alloc.owner.startswith(UNHEALTHY_OWNER)):
+    if gpu in frame.unhealthy or (alloc is not None and alloc.owner.startswith(UNHEALTHY)):
         return OUT
     if alloc is not None:
         return OTHER  # held by something the policy does not govern
@@ -332,7 +331,7 @@ def idle_now(frame: Frame) -> dict[str, dict[str, float]]:
     """Pool -> cause -> GPUs free after this cycle for that cause."""
     policy = frame.policy
     pool_of = {f.name: _pool_of(policy, f.name) for f in policy.flavors.values()}
-    per_gpu = _slice_gpu_share(frame)
+    per_gpu = shares(policy)
     out: dict[str, dict[str, float]] = defaultdict(dict)
     for i in frame.result.idle:
         pool = pool_of.get(i.flavor) or "?"
@@ -349,11 +348,6 @@ def _pool_of(policy: Policy, flavor: str) -> str | None:
     return None
 
 
-def _slice_gpu_share(frame: Frame) -> dict[str, float]:
-    """Flavor -> what one of its slices is of a GPU."""
-    return shares(frame.policy)
-
-
 def changes(frame: Frame) -> dict[str, Any]:
     """GPUs out of service and MIG changes in flight now; this cycle's repartitions."""
     return {
@@ -368,7 +362,3 @@ def changes(frame: Frame) -> dict[str, Any]:
             for r in frame.result.repartitions
         ],
     }
-
-
-def names(items: Iterable[str]) -> list[str]:
-    return sorted(set(items))

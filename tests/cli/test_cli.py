@@ -248,6 +248,7 @@ def test_simulate_writes_identical_results_for_the_same_seed(tmp_path: Path) -> 
     )
     assert code == 0
     assert f"wrote {a / 'results.json'} and {a / 'report.html'}" in err.replace("\n", "")
+    assert f"{a / 'dashboard.html'}" in err.replace("\n", "")
     assert "GPU allocation (time-weighted)" in out and "kube-default" in out
     assert "gpucarve against kube-default" in out
     run("simulate", "--policy", THREE, "--days", "0.3", "--seed", "7", "--out", str(b))

@@ -406,10 +406,12 @@ def simulate(
         what = (
             f"trace {trace_file.name}" if trace_file else f"seed {seed}, {days:g} days of arrivals"
         )
-        _write(out, doc, names, series, f"gpucarve simulation: {loaded.policy.name}, {what}",
-               case_study, board)  # fmt: skip
+        title = f"gpucarve simulation: {loaded.policy.name}, {what}"
+        drawn = _write(out, doc, names, series, title, case_study, board)
         # on standard error: standard output may carry --json
         wrote = f"wrote {out / 'results.json'} and {out / 'report.html'}"
+        if drawn:
+            wrote += f" (gpucarve's last cycle on the dashboard's pages: {out / 'dashboard.html'})"
         if recommend:
             wrote += f" (and the recommended policies, recommended-*.yaml and .diff, in {out})"
         console(stderr=True).print(Text(wrote))
@@ -582,9 +584,9 @@ def _write(
     title: str,
     case_study: bool,
     board: Board | None = None,
-) -> None:
+) -> bool:
     """results.json and report.html in `out`, and dashboard.html from `board` (gpucarve's
-    last cycle of the arrival window on the live dashboard's pages)."""
+    last cycle of the arrival window on the live dashboard's pages); whether it wrote that."""
     results = doc["results"]
     (out / "results.json").write_text(
         json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
@@ -604,3 +606,4 @@ def _write(
         title, rows, names, summary, series, notes, _table_data(results), dashboard
     )
     (out / "report.html").write_text(page)
+    return dashboard

@@ -233,6 +233,21 @@ def gpu_share(flavor: Flavor, model: GpuModel) -> float:
     return 1.0 / flavor.replicas
 
 
+def gpu_shares(policy: Policy) -> dict[str, float]:
+    """Flavor -> what one of its slices is of a GPU (`gpu_share`, by the flavor's model)."""
+    models = {p.model.id: p.model for p in policy.pools}
+    return {f.name: gpu_share(f, models[f.model_id]) for f in policy.flavors.values()}
+
+
+def flavor_pools(policy: Policy) -> dict[str, str]:
+    """Flavor -> the pool serving it (pools joined by `+` when several do)."""
+    out: dict[str, list[str]] = {}
+    for pool in policy.pools:
+        for f in pool.flavors():
+            out.setdefault(f.name, []).append(pool.name)
+    return {f: "+".join(sorted(ps)) for f, ps in out.items()}
+
+
 def unit_parts_per_slice(flavor: Flavor, model: GpuModel, parts_per_gpu: int) -> int:
     if flavor.kind is SliceKind.MIG:
         assert model.mig is not None and flavor.profile is not None

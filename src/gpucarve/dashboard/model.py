@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucarve.core.cluster import RECONFIGURING, Gpu, Node, Slice
-from gpucarve.core.policy import Policy, gpu_share
+from gpucarve.core.policy import Policy, flavor_pools, gpu_shares
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.explain import explain, render
@@ -121,10 +121,7 @@ def shares(policy: Policy) -> dict[str, float]:
     for known, got in _SHARES:
         if known is policy:
             return got
-    got = {
-        f.name: gpu_share(f, next(p.model for p in policy.pools if p.model.id == f.model_id))
-        for f in policy.flavors.values()
-    }
+    got = gpu_shares(policy)
     _SHARES[:] = [*_SHARES[-3:], (policy, got)]
     return got
 
@@ -330,7 +327,7 @@ def explain_lines(frame: Frame, viewer: Viewer, workload: str) -> list[str] | No
 def idle_now(frame: Frame) -> dict[str, dict[str, float]]:
     """Pool -> cause -> GPUs free after this cycle for that cause."""
     policy = frame.policy
-    pool_of = {f.name: _pool_of(policy, f.name) for f in policy.flavors.values()}
+    pool_of = flavor_pools(policy)
     per_gpu = shares(policy)
     out: dict[str, dict[str, float]] = defaultdict(dict)
     for i in frame.result.idle:
@@ -338,14 +335,6 @@ def idle_now(frame: Frame) -> dict[str, dict[str, float]]:
         gpus = i.slices * per_gpu.get(i.flavor, 1.0)
         out[pool][i.cause.value] = round(out[pool].get(i.cause.value, 0.0) + gpus, 4)
     return dict(out)
-
-
-def _pool_of(policy: Policy, flavor: str) -> str | None:
-    f = policy.flavors[flavor]
-    for p in policy.pools:
-        if p.model.id == f.model_id and flavor.startswith(p.flavor_prefix):
-            return p.name
-    return None
 
 
 def changes(frame: Frame) -> dict[str, Any]:

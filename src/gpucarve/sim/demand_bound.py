@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpucarve.core.policy import Flavor, Policy, gpu_share
+from gpucarve.core.policy import Flavor, Policy, flavor_pools, gpu_shares
 from gpucarve.core.requests import candidate_flavors, charge_milli, gpu_memory_of, slices_per_pod
 from gpucarve.core.workload import Workload
 
@@ -35,21 +35,9 @@ class _Job:
     duration: int
 
 
-def _share(policy: Policy, f: Flavor) -> float:
-    return gpu_share(f, next(p.model for p in policy.pools if p.model.id == f.model_id))
-
-
-def _pools_of(policy: Policy) -> dict[str, str]:
-    """Flavor -> the pool serving it (pools joined by `+` when several do)."""
-    out: defaultdict[str, list[str]] = defaultdict(list)
-    for pool in policy.pools:
-        for f in pool.flavors():
-            out[f.name].append(pool.name)
-    return {f: "+".join(sorted(ps)) for f, ps in out.items()}
-
-
 def _jobs(policy: Policy, workloads: Sequence[Workload]) -> dict[str, list[_Job]]:
-    pools = _pools_of(policy)
+    pools = flavor_pools(policy)
+    share = gpu_shares(policy)
     out: defaultdict[str, list[_Job]] = defaultdict(list)
     for w in workloads:
         if w.duration is None:
@@ -62,9 +50,7 @@ def _jobs(policy: Policy, workloads: Sequence[Workload]) -> dict[str, list[_Job]
                 memory = gpu_memory_of(policy, f)
                 slices = slices_per_pod(ps.gpu, f, memory) * ps.count
                 charge = slices * charge_milli(f, memory) / 1000
-                out[pool].append(
-                    _Job(w.submit_time, slices * _share(policy, f), charge, w.duration)
-                )
+                out[pool].append(_Job(w.submit_time, slices * share[f.name], charge, w.duration))
     return out
 
 

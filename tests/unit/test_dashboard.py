@@ -155,12 +155,17 @@ def _get(url: str, token: str | None = None) -> tuple[int, Any, dict[str, str]]:
         return err.code, json.loads(err.read() or b"null"), dict(err.headers)
 
 
+def headers_of(url: str) -> dict[str, str]:
+    return {k.lower(): v for k, v in _get(url)[2].items()}
+
+
 def test_the_api_asks_who_before_what_and_answers_only_what_they_may_see(
     served: tuple[str, Board],
 ) -> None:
     base, board = served
     status, body, _ = _get(f"{base}/api/pending")
     assert status == 401 and "token" in body["message"]
+    assert headers_of(f"{base}/api/pending")["x-content-type-options"] == "nosniff"
     status, body, _ = _get(f"{base}/api/pending", "research")
     assert status == 503 and "not finished a cycle" in body["message"]
     board.show(scenario(), datetime(2026, 12, 3, tzinfo=UTC).isoformat())
@@ -174,6 +179,7 @@ def test_the_api_asks_who_before_what_and_answers_only_what_they_may_see(
     assert '<script type="module" src="/static/app.js">' in page
     with urllib.request.urlopen(f"{base}/static/app.js", timeout=10) as r:
         script = r.read().decode()
+        assert "default-src 'self'" in r.headers["content-security-policy"]  # every answer
     # tenants name their workloads: the page never parses them as markup
     assert "innerHTML" not in script and "insertAdjacentHTML" not in script
 

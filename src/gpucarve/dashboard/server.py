@@ -17,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpucarve.dashboard import model
 from gpucarve.dashboard.access import Access, Denied
@@ -87,7 +90,7 @@ class Board:
 
 
 def _json(body: Any, status: int = 200) -> JSONResponse:
-    return JSONResponse(body, status_code=status, headers=HEADERS)
+    return JSONResponse(body, status_code=status)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -195,7 +198,7 @@ def app(board: Board, access: Access) -> Starlette:
     pages = Pages(board)
 
     def index(_: Request) -> Response:
-        return FileResponse(STATIC / "index.html", headers=HEADERS)
+        return FileResponse(STATIC / "index.html")
 
     api: list[tuple[str, Handler, bool]] = [
         ("/api/version", pages.version, False),
@@ -212,4 +215,25 @@ def app(board: Board, access: Access) -> Starlette:
     routes: list[Route | Mount] = [Route("/", index)]
     routes += [Route(path, _guarded(board, access, h, wide)) for path, h, wide in api]
     routes.append(Mount("/static", StaticFiles(directory=STATIC), name="static"))
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=[Middleware(_Headers)])
+
+
+class _Headers:
+    """`HEADERS` on every answer: the page, its script and stylesheet, the API, errors."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in HEADERS.items():
+                    headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

@@ -75,3 +75,17 @@ def test_the_scheduler_with_a_missing_kubeconfig_says_so(tmp_path: Path) -> None
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2, r.output
     assert "no such file" in r.output
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--leader-pod", "gpucarve-0"), ("--leader-pod", "ns/a/b"), ("--mig-config-map", "cm")],
+)
+def test_the_scheduler_refuses_a_name_that_is_not_namespace_slash_name(
+    tmp_path: Path, flag: str, value: str
+) -> None:
+    args = ["scheduler", "--policy", str(EXAMPLE), "--kubeconfig", str(tmp_path / "k"), flag, value]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert f"{flag} {value!r} is not NAMESPACE/NAME" in r.output
+    assert f"fix: e.g. {flag} " in r.output and "Traceback" not in r.output

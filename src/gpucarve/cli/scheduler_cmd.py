@@ -182,11 +182,11 @@ def scheduler(
     loaded = policy_or_exit(policy, catalog)
     err = console(stderr=True)
     _refuse_instance_granularity(policy, loaded.policy, err)
-    namespace, _, cm_name = mig_config_map.partition("/")
-    if not namespace or not cm_name:
-        err.print(Text(f"--mig-config-map {mig_config_map!r} is not NAMESPACE/NAME", style="red"))
-        err.print(Text("fix: e.g. --mig-config-map gpu-operator/gpucarve-mig-parted-config"))
-        raise typer.Exit(Exit.INVALID)
+    namespace, cm_name = _namespaced(
+        "--mig-config-map", mig_config_map, "gpu-operator/gpucarve-mig-parted-config", err
+    )
+    if leader_pod is not None:
+        _namespaced("--leader-pod", leader_pod, "gpucarve-system/gpucarve-0", err)
     client = client_or_exit(kubeconfig, context)
     try:
         client.get("/version")
@@ -222,9 +222,9 @@ def scheduler(
         )
     # served from the start (a standby answers that it has no cycle to show; a taken port
     # fails now, not once the replica leads); the scheduler tells it its cycles once it leads
-    board, policy_now = Board(), [loaded.policy]
+    board = Board()
     dashboard = _dashboard(
-        client, board, policy_now, dashboard_auth, dashboard_host, dashboard_port
+        client, board, loaded.policy, dashboard_auth, dashboard_host, dashboard_port
     )
     if not _lead(client, elector, health, stop, leader_pod):
         if dashboard is not None:
@@ -242,7 +242,6 @@ def scheduler(
         )
     sched = Scheduler(client, loaded.policy, cfg, health=health, reloader=reloader, metrics=metrics)
     sched.observers.append(board.observe)
-    sched.observers.append(lambda seen: policy_now.__setitem__(0, seen.policy))
     # The informers hold every pod and node as long-lived dicts (hundreds of thousands of
     # objects at 10,000 pods); with CPython's default thresholds a full collection walks them
     # every few cycles and doubled a 0.1 s view now and then. JSON objects hold no reference
@@ -293,18 +292,20 @@ def _lead(
 def _dashboard(
     client: Client,
     board: Board,
-    policy_now: list[Policy],
+    first: Policy,
     auth: DashboardAuth,
     host: str,
     port: int,
 ) -> ThreadServer | None:
-    """The dashboard on host:port (port 0: none); `policy_now[0]`: the policy in force, whose
-    namespaces the access reviews ask about."""
+    """The dashboard on host:port (port 0: none). The access reviews ask about the
+    namespaces of the policy of the last cycle shown (`first` before any)."""
     if not port:
         return None
 
     def namespaces() -> list[str]:
-        return [ns for q in policy_now[0].queues for ns in q.namespaces]
+        got = board.latest()
+        policy = got[1].policy if got is not None else first
+        return [ns for q in policy.queues for ns in q.namespaces]
 
     access = Open() if auth is DashboardAuth.NONE else KubeAccess(client, namespaces)
     server = ThreadServer(dashboard_app(board, access), host, port, "dashboard")
@@ -316,6 +317,16 @@ def _dashboard(
         raise typer.Exit(Exit.INVALID) from None
     log.info("dashboard on %s:%d", host, server.port)
     return server
+
+
+def _namespaced(flag: str, value: str, example: str, err: Console) -> tuple[str, str]:
+    """NAMESPACE/NAME, or the process exits naming the flag and the fix."""
+    namespace, _, name = value.partition("/")
+    if not namespace or not name or "/" in name:
+        err.print(Text(f"{flag} {value!r} is not NAMESPACE/NAME", style="red"))
+        err.print(Text(f"fix: e.g. {flag} {example}"))
+        raise typer.Exit(Exit.INVALID)
+    return namespace, name
 
 
 def _refuse_instance_granularity(path: Path, policy: Policy, err: Console) -> None:

@@ -97,7 +97,7 @@ def run_once(
     }
 
 
-def curve(args: argparse.Namespace) -> None:
+def curve(args: argparse.Namespace, scales: list[int]) -> None:
     base_nodes = sum(p.nodes for p in scaled_policy(1).pools)
     per_day = len(generate(scaled_policy(1), scaled_scenario(1, 1.0), args.seed).workloads)
     target_scale = args.target_nodes / base_nodes
@@ -109,7 +109,7 @@ def curve(args: argparse.Namespace) -> None:
         flush=True,
     )
     xs, ys = [], []
-    for scale in (int(x) for x in args.curve.split(",")):
+    for scale in scales:
         row = run_once(scale, scale * load, args.days, args.seed, args.policy, args.batch)
         per = row["wall_s"] / args.days
         xs.append(math.log(row["nodes"]))
@@ -148,7 +148,13 @@ def main() -> None:
     ap.add_argument("--target-days", type=float, default=30.0)
     args = ap.parse_args()
     if args.curve:
-        curve(args)
+        try:
+            scales = [int(x) for x in args.curve.split(",")]
+        except ValueError:
+            ap.error(f"--curve {args.curve!r}: whole scales separated by commas, e.g. 10,20,40")
+        if len(set(scales)) < 2 or min(scales) < 1:
+            ap.error(f"--curve {args.curve!r}: two different scales of 1 or more fit a curve")
+        curve(args, scales)
         return
     policy = scaled_policy(args.scale)
     trace = generate(policy, scaled_scenario(args.scale, args.days), args.seed)

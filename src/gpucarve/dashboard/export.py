@@ -11,6 +11,7 @@ those says it is not in this export.
 
 from __future__ import annotations
 
+import html
 import json
 from typing import Any
 from urllib.parse import quote
@@ -82,14 +83,10 @@ def standalone(board: Board, title: str) -> str:
     page = (STATIC / "index.html").read_text()
     css = (STATIC / "app.css").read_text()
     script = (STATIC / "app.js").read_text()
-    page = page.replace("<title>gpucarve</title>", f"<title>{_escape(title)}</title>")
+    page = page.replace("<title>gpucarve</title>", f"<title>{html.escape(title)}</title>")
     page = page.replace('<link rel="stylesheet" href="/static/app.css">', f"<style>{css}</style>")
     data = f"<script>window.GPUCARVE_DATA = {_inline_json(answers(board))};</script>"
     script = script.replace("</script", "<\\/script")
     module = f'<script type="module">{script}</script>'
     page = page.replace('<script type="module" src="/static/app.js"></script>', data + module)
-    return page.replace("<h1>gpucarve</h1>", f"<h1>{_escape(title)}</h1>")
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return page.replace("<h1>gpucarve</h1>", f"<h1>{html.escape(title)}</h1>")

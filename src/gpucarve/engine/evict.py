@@ -32,7 +32,7 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> b
         return False
     c.searches[w.queue] += 1
     attempt = lambda: c.placer.place_gang(w, plan)[0]  # noqa: E731
-    pre.shape = tuple(
+    shape = tuple(
         (n.flavor, n.slices, pods)
         for n, pods, _ in plan
         if n.flavor is not None and not n.shared and n.slices > 0 and pods > 0
@@ -45,7 +45,7 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> b
         if not candidates:
             continue
         cp = c.ws.checkpoint()
-        found = pre.find(w, demand, candidates, attempt)
+        found = pre.find(w, demand, candidates, attempt, shape)
         if found is None:
             continue
         placed, victims = found

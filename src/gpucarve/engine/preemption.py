@@ -29,6 +29,9 @@ MAX_VICTIMS = 64
 
 
 Attempt = Callable[[], list[PodAssignment] | None]
+# the searched-for workload's pods, (flavor, slices per pod, pods) per pod set of an unshared
+# flavor: a cheap bound on whether a placement can succeed (`Preemptor._room_may_fit`)
+Shape = tuple[tuple[str, int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,9 +154,6 @@ class Preemptor:
         # (ratio, seconds): reclaim spares a whole gang more than `ratio` times the
         # reclaimer's size until the reclaimer has waited `seconds` (ratio None: never spares)
         self.large: tuple[int | None, int] = (None, 0)
-        # the searched-for workload's pods, (flavor, slices per pod, pods) per pod set of an
-        # unshared flavor: a cheap bound on whether a placement can succeed (`_room_may_fit`)
-        self.shape: tuple[tuple[str, int, int], ...] = ()
 
     def _running_of(self, queue: str) -> list[RunningWorkload]:
         """Eligible running workloads of a queue (re-listed when that queue's running set
@@ -240,6 +240,7 @@ class Preemptor:
         demand: dict[str, int],
         candidates: list[Victim],
         attempt: Attempt,
+        shape: Shape = (),
     ) -> tuple[list[PodAssignment], list[Victim]] | None:
         """Evict candidates in order until `attempt` (quota check + gang placement) succeeds,
         then drop every victim that was not needed. Leaves the state with the victims evicted
@@ -252,7 +253,7 @@ class Preemptor:
             evict_victim(ws, v)
         possible = (
             self.quotas.check(w.queue, demand).fits
-            and self._room_may_fit(demand)
+            and self._room_may_fit(demand, shape)
             and attempt() is not None
         )
         ws.rollback(cp)
@@ -264,9 +265,9 @@ class Preemptor:
         # the shape the reclaimer needs; one in a GPU unit need not be (a queue can borrow in
         # 2g.20gb while the 3g.40gb asked for are within its nominal GPUs): failing that, any
         # that make room, as long as the set takes back no more than the loans (below).
-        chosen, skipped = self._grow(w, demand, candidates, attempt, keys, strict=True)
+        chosen, skipped = self._grow(w, demand, candidates, attempt, keys, True, shape)
         if chosen is None and skipped and any(k in self.quotas.units for k in keys):
-            chosen, _ = self._grow(w, demand, candidates, attempt, keys, strict=False)
+            chosen, _ = self._grow(w, demand, candidates, attempt, keys, False, shape)
         if chosen is None:
             return None
         needed = list(chosen)
@@ -292,6 +293,7 @@ class Preemptor:
         attempt: Attempt,
         keys: set[str],
         strict: bool,
+        shape: Shape,
     ) -> tuple[list[Victim] | None, bool]:
         """Candidates evicted in order until the workload places (the state is left as it
         was); `strict`: one whose queue stopped borrowing after earlier evictions is skipped
@@ -312,7 +314,7 @@ class Preemptor:
                 continue
             evict_victim(ws, v)
             chosen.append(v)
-            if self.quotas.check(w.queue, demand).fits and self._room_may_fit(demand):
+            if self.quotas.check(w.queue, demand).fits and self._room_may_fit(demand, shape):
                 inner = ws.checkpoint()
                 if attempt() is not None:
                     found = True
@@ -355,7 +357,7 @@ class Preemptor:
             for qk, parts in taken.items()
         )
 
-    def _room_may_fit(self, demand: dict[str, int]) -> bool:
+    def _room_may_fit(self, demand: dict[str, int], shape: Shape) -> bool:
         """A cheap necessary condition before trying a placement: enough free slices in
         total, and for each pod set nodes that hold that many of its pods (each pod's slices
         lie on one node); for shared flavors the index counts per GPU, so it is no bound
@@ -364,7 +366,7 @@ class Preemptor:
         for flavor, d in demand.items():
             if ws.index[flavor].total < d and not ws.flavors[flavor].shared:
                 return False
-        for flavor, per_pod, pods in self.shape:
+        for flavor, per_pod, pods in shape:
             buckets = ws.index[flavor].buckets
             room = sum(len(nodes) * (free // per_pod) for free, nodes in buckets.items())
             if room < pods:

@@ -58,3 +58,13 @@ def test_without_grace_or_past_it_reclaim_evicts() -> None:
         result, _ = cycle(s, now)
         assert [e.workload for e in result.evictions] == ["borrower/long"], (deadline, now)
         assert result.admitted_ids() == ["owner/mine"]
+
+
+def test_gpus_left_free_while_reclaim_waits_are_counted_for_that() -> None:
+    p = _policy(grace=3600)
+    w = dataclasses.replace(workload(p, "most", "borrower", gpus=6), runtime_limit_s=600)
+    _, s = cycle(snapshot(p, [w]), 0)
+    s = submit(s, workload(p, "mine", "owner", gpus=8, submit=100))
+    result, _ = cycle(s, 100)
+    assert not result.evictions and not result.admissions
+    assert [(i.cause.value, i.slices) for i in result.idle if i.slices] == [("reclaim-grace", 2)]

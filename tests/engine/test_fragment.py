@@ -12,6 +12,7 @@ from gpucarve.engine.placement.fragment import (
     CAPACITY_WEIGHT,
     CPU_WEIGHT,
     FragmentModel,
+    Reach,
     RequestType,
     model_of,
 )
@@ -120,6 +121,51 @@ def test_cpu_starved_term_follows_the_mix_allowed_on_each_class(
     monkeypatch.setattr("gpucarve.engine.placement.fragment.CPU_WEIGHT", 0.0)
     without = FragmentModel(mix, classes=2)
     assert margin(model) > margin(without) + 100  # the term adds what the heavy one starves
+
+
+def test_a_node_a_big_type_takes_whole_is_not_cpu_starved() -> None:
+    # The mix asks 1 GPU per 16 CPUs, so 32 CPUs feed 2,000 milli at its rate; but an 8-GPU
+    # pod asking 32 CPUs would take the empty 8-GPU node whole: none of it is starved.
+    small, big = RequestType(16000, 1, 1000), RequestType(32000, 8, 1000)
+    model = FragmentModel(Counter({small: 8, big: 1}), classes=1)
+    empty = rows([1000] * 8)
+    _, slots = model.slot_sums(empty)
+    got = model.filled(slots, ints(8000), ints(32000), ints(0))[0]
+    small_only = FragmentModel(Counter({small: 8}), classes=1)
+    _, slots = small_only.slot_sums(empty)
+    starved = small_only.filled(slots, ints(8000), ints(32000), ints(0))[0]
+    # without the big type the same node is starved of 6,000 milli (weighted)
+    assert starved >= CPU_WEIGHT * 6000 * 0.99
+    # with it, what is left is the filled-up term alone (the small type's 6 GPUs without CPU)
+    assert got < CAPACITY_WEIGHT * 8000
+    # and one small pod does not break the empty node the big type needs when another would do
+    nodes = rows([1000] * 8, [0, 0, 0, 0, 0, 0, 1000, 1000])
+    score, _ = model.score(nodes, ints(32000, 32000), ints(0, 0), 16000, 1, 1000)
+    assert score[1] > score[0]
+
+
+def test_reach_by_node_shape_weighs_a_type_only_big_nodes_can_host() -> None:
+    # One 128-CPU and three 96-CPU empty 8-GPU nodes; one pod in 40 is an 8-GPU pod asking
+    # 120 CPUs, which only the big node can host. By class alone that type weighs its share of
+    # the pods; by node shape it presses on a quarter of the GPUs, four times as hard, so a
+    # small pod keeps off the big node by a wider margin (the one-pod-ahead term alone already
+    # keeps it off: the margin is what other terms would have to outweigh).
+    small, big = RequestType(12000, 1, 1000), RequestType(120000, 8, 1000)
+    mix = Counter({small: 39, big: 1})
+    cpu = ints(128000, 96000, 96000, 96000)
+    gpus = ints(8, 8, 8, 8)
+    by_class = FragmentModel(mix, classes=1, capacity=[32000.0])
+    reach = Reach.of(ints(0, 0, 0, 0), cpu, gpus, gpus.astype(np.float64) * 1000)
+    by_shape = FragmentModel(mix, classes=1, capacity=reach)
+    assert reach.of_types([small, big], np.ones((2, 1), dtype=bool)).tolist() == [32000, 8000]
+    nodes, cls = rows(*([[1000] * 8] * 4)), ints(0, 0, 0, 0)
+
+    def margin(m: FragmentModel) -> float:
+        score, _ = m.score(nodes, cpu, cls, 12000, 1, 1000)
+        assert int(np.argmax(score)) == 1  # a 96-CPU node, the lowest
+        return float(score[1] - score[0]) / float(m.weight[:, -1].max())
+
+    assert margin(by_shape) > 3 * margin(by_class)
 
 
 def test_equal_node_states_score_as_if_scored_one_by_one() -> None:

@@ -140,7 +140,9 @@ class Fragmentation:
         ]
         self.classes = len(ids)
         gpus = cluster.nodes.gpus
-        self.capacity = [float(gpus[cluster.model == k].sum()) for k in range(len(ids))]
+        self.capacity = fragment.Reach.of(
+            cluster.model, cluster.nodes.cpu, gpus, gpus.astype(np.float64)
+        )
         self.demand: Counter[fragment.RequestType] = Counter()
         self.model: tuple[Any, fragment.FragmentModel] | None = None
 

@@ -36,7 +36,7 @@ from gpucarve.engine.node_state import NodeState
 from gpucarve.engine.placement import fragment
 from gpucarve.engine.placement.fragment import RequestType
 from gpucarve.engine.placement.plugins import PodNeeds
-from gpucarve.engine.working import Working
+from gpucarve.engine.working import UNLIMITED, Working
 
 MILLI = 1000
 SEEN_LIMIT = 200_000  # memo entries kept before they are dropped
@@ -77,8 +77,12 @@ class ModelState:
         self.first = [0] * self.classes  # a node standing for each class
         for i in range(len(ws.nodes) - 1, -1, -1):
             self.first[cls[i]] = i
-        present = (rows.rows >= 0).sum(axis=1).astype(np.float64) * MILLI
-        self.capacity = list(np.bincount(self.cls, weights=present, minlength=self.classes))
+        gpus = (rows.rows >= 0).sum(axis=1)
+        cpu = np.asarray(
+            [UNLIMITED if n.cpu_milli is None else n.cpu_milli for n in ws.cluster.nodes],
+            dtype=np.int64,
+        )
+        self.capacity = fragment.Reach.of(self.cls, cpu, gpus, gpus.astype(np.float64) * MILLI)
         self.access: dict[tuple[object, ...], frozenset[int] | None] = {}
         self.masks: dict[tuple[object, ...], npt.NDArray[np.bool_]] = {}
         self.running: dict[RunningKey, Typed | None] = {}

@@ -63,6 +63,35 @@ class RequestType:
     access: frozenset[int] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """GPU capacity by node shape (access class, allocatable CPU, GPUs): what each request
+    type could use if every node were empty. A type reaches the nodes of the classes it may use
+    whose CPU and GPUs could host one of its pods, so a rare shape that only a few nodes can
+    take (an 8-GPU pod asking 120 CPUs) weighs as much as a type limited to those nodes by a
+    selector would."""
+
+    cls: IntArray
+    cpu: IntArray
+    gpus: IntArray
+    capacity: FloatArray
+
+    @staticmethod
+    def of(cls: IntArray, cpu: IntArray, gpus: IntArray, capacity: FloatArray) -> Reach:
+        """One entry per distinct shape of the nodes given (per node arrays)."""
+        keys = np.stack([cls, cpu, gpus], axis=1).astype(np.int64)
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        total = np.bincount(inverse.reshape(-1), weights=capacity, minlength=len(uniq))
+        return Reach(uniq[:, 0], uniq[:, 1], uniq[:, 2], np.asarray(total, dtype=np.float64))
+
+    def of_types(self, types: Sequence[RequestType], allowed: BoolArray) -> FloatArray:
+        """The capacity each type reaches (`allowed`: types x classes)."""
+        cpu = np.asarray([t.cpu for t in types], dtype=np.int64)[:, None]
+        gpus = np.asarray([max(1, t.num_gpu) for t in types], dtype=np.int64)[:, None]
+        hosts = allowed[:, self.cls] & (self.cpu[None, :] >= cpu) & (self.gpus[None, :] >= gpus)
+        return np.asarray(hosts.astype(np.float64) @ self.capacity, dtype=np.float64)
+
+
 def _order(t: RequestType) -> tuple[int, int, int, tuple[int, ...]]:
     access = (-1,) if t.access is None else tuple(sorted(t.access))
     return (-t.cpu, t.num_gpu, t.milli, access)
@@ -79,14 +108,14 @@ class FragmentModel:
         self,
         mix: Mapping[RequestType, int],
         classes: int,
-        capacity: Sequence[float] | None = None,
+        capacity: Sequence[float] | Reach | None = None,
         width: int = MAX_GPUS,
     ) -> None:
-        """`capacity`: GPU capacity per class. With it, a type's weight is its share of demand
-        per unit of capacity it may use (relative to the whole cluster's): 20 % of the pods
-        limited to a tenth of the GPUs press on those GPUs as hard as the rest do on all of
-        them, so the fragments they would suffer, and the free room they alone could use,
-        count that much more there."""
+        """`capacity`: GPU capacity per class, or by node shape (`Reach`). With it, a type's
+        weight is its share of demand per unit of capacity it can use (relative to the whole
+        cluster's): 20 % of the pods limited to a tenth of the GPUs press on those GPUs as hard
+        as the rest do on all of them, so the fragments they would suffer, and the free room
+        they alone could use, count that much more there."""
         if classes < 1:
             raise ValueError("at least one access class")
         self.classes = classes
@@ -100,10 +129,13 @@ class FragmentModel:
                 allowed[k] = False
                 allowed[k, [c for c in t.access if 0 <= c < classes]] = True
         if capacity is not None and len(types):
-            cap = np.asarray(capacity, dtype=np.float64)
-            reach = allowed @ cap
-            # a type allowed nowhere changes no choice; leave its weight as it is
-            share = share * np.where(reach > 0, cap.sum() / np.maximum(reach, 1e-12), 1.0)
+            if isinstance(capacity, Reach):
+                whole, reach = float(capacity.capacity.sum()), capacity.of_types(types, allowed)
+            else:
+                cap = np.asarray(capacity, dtype=np.float64)
+                whole, reach = float(cap.sum()), allowed @ cap
+            # a type that fits nowhere changes no choice; leave its weight as it is
+            share = share * np.where(reach > 0, whole / np.maximum(reach, 1e-12), 1.0)
         self.cpu_desc = np.asarray([t.cpu for t in types], dtype=np.int64)
         keys = sorted({(t.num_gpu, t.milli) for t in types})
         shape_pos = {k: i for i, k in enumerate(keys)}
@@ -154,6 +186,11 @@ class FragmentModel:
             1.0, per_class @ (share * cpu_milli)
         )
         self.cpu_weight = CPU_WEIGHT * float(share.sum())
+        # what one pod of a type feeds beyond its CPU's worth at the class's rate: a node whose
+        # free GPUs a big type would take whole with the CPU it has is not starved for it
+        self.feed_bonus = np.where(
+            allowed, gpu_milli[:, None] - cpu_milli[:, None] * self.milli_per_cpu[None, :], 0.0
+        )  # (types, classes)
 
     # ------------------------------------------------------------------ measures
     def frag(self, rows: IntArray, cpu_left: IntArray, cls: IntArray) -> FloatArray:
@@ -189,8 +226,14 @@ class FragmentModel:
             value = value[:, :, None]
         usable = np.minimum(gpu_slots[self.shape_of], cpu_slots)
         used = (value * usable).sum(axis=0)
-        # free GPU the node's CPU cannot feed (options, if any, on the last axis of `free`)
+        # free GPU the node's CPU cannot feed at the mix's rate, or by one pod of a type that
+        # fits there with the rest of its CPU at that rate (options on the last axis of `free`)
+        bonus = self.feed_bonus[:, cls]
+        if shape_slots.ndim == 3:
+            bonus = bonus[:, :, None]
+        best = np.where(usable > 0, bonus, 0.0).max(axis=0, initial=0.0)
         fed = (cpu_left * self.milli_per_cpu[cls]).reshape(free.shape[:1] + (1,) * (free.ndim - 1))
+        fed = fed + best
         starved = self.cpu_weight * np.maximum(0.0, free - fed)
         return np.asarray(self.total_weight * free - used + starved, dtype=np.float64)
 
@@ -299,7 +342,7 @@ def model_of(
     mix: Mapping[RequestType, int],
     classes: int,
     cached: tuple[tuple[tuple[RequestType, int], ...], FragmentModel] | None,
-    capacity: Sequence[float] | None = None,
+    capacity: Sequence[float] | Reach | None = None,
     width: int = MAX_GPUS,
 ) -> tuple[tuple[tuple[RequestType, int], ...], FragmentModel]:
     """The model for `mix`, reusing `cached` when it was built for the same mix (a pure

@@ -245,20 +245,6 @@ class Preemptor:
         """Evict candidates in order until `attempt` (quota check + gang placement) succeeds,
         then drop every victim that was not needed. Leaves the state with the victims evicted
         and the workload placed, or untouched when there is no solution."""
-        ws = self.ws
-        cp = ws.checkpoint()
-        # First, whether evicting every candidate would make room: one placement, where a
-        # search that fails (most do, on a busy cluster) would try one per victim.
-        for v in candidates[:MAX_VICTIMS]:
-            evict_victim(ws, v)
-        possible = (
-            self.quotas.check(w.queue, demand).fits
-            and self._room_may_fit(demand, shape)
-            and attempt() is not None
-        )
-        ws.rollback(cp)
-        if not possible:
-            return None
         keys = set(self.quotas.charge(w.queue, demand))
         loans = self._loans(w, candidates[:MAX_VICTIMS], keys)
         # Cheapest first, each taken while its queue still borrows. A loan in a flavor is in
@@ -268,8 +254,9 @@ class Preemptor:
         chosen, skipped = self._grow(w, demand, candidates, attempt, keys, True, shape)
         if chosen is None and skipped and any(k in self.quotas.units for k in keys):
             chosen, _ = self._grow(w, demand, candidates, attempt, keys, False, shape)
-        if chosen is None:
+        if not chosen:
             return None
+        ws = self.ws
         needed = list(chosen)
         # `_grow` stopped at the first prefix that works, so the set without its last victim
         # (a state `_grow` tried, when there was one before it) is known not to: start below
@@ -297,11 +284,13 @@ class Preemptor:
     ) -> tuple[list[Victim] | None, bool]:
         """Candidates evicted in order until the workload places (the state is left as it
         was); `strict`: one whose queue stopped borrowing after earlier evictions is skipped
-        (and the second value says whether one was)."""
+        (and the second value says whether one was); an empty list: no candidate set makes
+        room (the search stops there, skipped or not)."""
         ws = self.ws
         cp = ws.checkpoint()
         chosen: list[Victim] = []
         found = skipped = False
+        judged = False  # whether evicting every candidate was tried
         for v in candidates[:MAX_VICTIMS]:
             if (
                 strict
@@ -320,8 +309,42 @@ class Preemptor:
                     found = True
                     ws.rollback(inner)
                     break
+                ws.rollback(inner)
+                if not judged:
+                    # The first prefix that failed: if evicting every candidate would not make
+                    # room either, none of the longer prefixes will (one placement, where a
+                    # search that fails, as most do on a busy cluster, would try one each).
+                    judged = True
+                    if not self._all_make_room(w, demand, candidates, chosen, attempt, shape):
+                        ws.rollback(cp)
+                        return [], skipped
         ws.rollback(cp)
         return (chosen if found else None), skipped
+
+    def _all_make_room(
+        self,
+        w: Workload,
+        demand: dict[str, int],
+        candidates: list[Victim],
+        evicted: list[Victim],
+        attempt: Attempt,
+        shape: Shape,
+    ) -> bool:
+        """Whether the workload places with every candidate evicted (`evicted` already are);
+        the state is left as it was."""
+        ws = self.ws
+        cp = ws.checkpoint()
+        gone = {id(v) for v in evicted}
+        for v in candidates[:MAX_VICTIMS]:
+            if id(v) not in gone:
+                evict_victim(ws, v)
+        ok = (
+            self.quotas.check(w.queue, demand).fits
+            and self._room_may_fit(demand, shape)
+            and attempt() is not None
+        )
+        ws.rollback(cp)
+        return ok
 
     def _loans(
         self, w: Workload, victims: list[Victim], keys: set[str]

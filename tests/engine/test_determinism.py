@@ -50,10 +50,19 @@ print(digest.hexdigest())
 """
 
 
-def run_with_seed(seed: str) -> str:
+# the same run with the collector running through every cycle, and collecting at every chance
+COLLECTING = (
+    "import gc, contextlib\n"
+    "import gpucarve.engine.engine as e\n"
+    "e.collector_paused = contextlib.nullcontext\n"
+    "gc.set_threshold(1, 1, 1)\n"
+)
+
+
+def run_with_seed(seed: str, prelude: str = "") -> str:
     env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}"}
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
+        [sys.executable, "-c", prelude + SCRIPT],
         capture_output=True,
         text=True,
         env=env,
@@ -69,3 +78,33 @@ def test_results_do_not_depend_on_hash_seed() -> None:
     assert len(first) == 64
     assert run_with_seed("2") == first
     assert run_with_seed("12345") == first
+
+
+def test_results_do_not_depend_on_when_garbage_is_collected() -> None:
+    assert run_with_seed("1", COLLECTING) == run_with_seed("1")
+
+
+def test_a_cycle_holds_the_collector_off_and_puts_it_back_as_it_was() -> None:
+    import gc
+
+    from gpucarve.engine.engine import collector_paused
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        with collector_paused():
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        gc.disable()
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # a host that turned it off keeps it off
+        gc.enable()
+        try:
+            with collector_paused():
+                raise RuntimeError("a cycle that fails")
+        except RuntimeError:
+            pass
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

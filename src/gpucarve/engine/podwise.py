@@ -36,13 +36,14 @@ def grow_elastic(c: CycleState) -> None:
     towards their full size as room appears, after new work had its turn; each pod is
     charged to quota on its own. A gang that shrank or was released this cycle waits."""
     changed = {e.workload for e in c.evictions}
+    # what ran short when the cycle began and nothing in it touched (not admitted, shrunk,
+    # grown or released in it)
     grow = [
         rw
-        for rw in c.snapshot.running
-        if len(rw.pods) < rw.workload.pods
-        and not rw.terminating
-        and rw.workload.id not in changed
-        and c.ws.running.get(rw.workload.id) is rw
+        for wid, rw in c.ws.short.items()
+        if not rw.terminating
+        and wid not in changed
+        and wid not in c.fresh
         and _whole(rw)
     ]
     for rw in sorted(

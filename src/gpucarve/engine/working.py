@@ -108,6 +108,10 @@ class Working:
         # the same by queue, with a version per queue: preemption scans one queue's work
         self.running_by_queue: dict[str, dict[str, RunningWorkload]] = {}
         self.queue_version: dict[str, int] = {}
+        # running workloads with fewer pods than they have (elastic gangs below full size, and
+        # gangs placed in part without gang scheduling): what may grow, without a pass over
+        # everything that runs
+        self.short: dict[str, RunningWorkload] = {}
         for rw in snapshot.running:
             self._base_running(rw, +1)
         self._groups: dict[TopologyMode, list[list[int]]] = {}
@@ -244,9 +248,14 @@ class Working:
         if rw is None:
             del self.running[wid]
             del by[wid]
+            self.short.pop(wid, None)
         else:
             self.running[wid] = rw
             by[wid] = rw
+            if len(rw.pods) < rw.workload.pods:
+                self.short[wid] = rw
+            else:
+                self.short.pop(wid, None)
         self.running_version += 1
         self.queue_version[queue] = self.queue_version.get(queue, 0) + 1
 

@@ -41,10 +41,7 @@ def grow_elastic(c: CycleState) -> None:
     grow = [
         rw
         for wid, rw in c.ws.short.items()
-        if not rw.terminating
-        and wid not in changed
-        and wid not in c.fresh
-        and _whole(rw)
+        if not rw.terminating and wid not in changed and wid not in c.fresh and _whole(rw)
     ]
     for rw in sorted(
         grow, key=lambda r: (-r.workload.priority, r.workload.submit_time, r.workload.id)

@@ -17,6 +17,7 @@ priority preemption only goes from higher to lower priority inside one queue.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -104,10 +105,6 @@ def evict_victim(ws: Working, v: Victim) -> None:
     ws.add_running(dataclasses.replace(current, pods=kept))
 
 
-def _holds(rw: RunningWorkload, flavors: set[str]) -> set[str]:
-    return {p.flavor for p in rw.pods if p.flavor in flavors}
-
-
 def _lost(ws: Working, pods: tuple[PodAssignment, ...], start: int, now: int) -> int:
     charge = sum(ws.flavors[p.flavor].charge * len(p.slice_ids) for p in pods if p.flavor)
     return max(0, now - start) * charge
@@ -115,7 +112,10 @@ def _lost(ws: Working, pods: tuple[PodAssignment, ...], start: int, now: int) ->
 
 class VictimOrder(Protocol):
     """Which candidate victims are tried first (smallest key first): the policy of what
-    preemption and reclaim may destroy. A new policy is a new class handed to `Preemptor`."""
+    preemption and reclaim may destroy. A new policy is a new class handed to `Preemptor`.
+    A key is worked out once per change of the victim's queue's running work in a cycle, so it
+    may read the victim, `now` and what does not change in a cycle (flavors, nodes), not the
+    working state's usage."""
 
     def key(self, v: Victim, ws: Working, now: int) -> tuple[object, ...]: ...
 
@@ -135,6 +135,25 @@ class CheapestFirst:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Ranked:
+    key: tuple[object, ...]
+    victim: Victim
+    held: frozenset[str]  # the flavors its workload holds
+
+
+def _rank(r: _Ranked) -> tuple[object, ...]:
+    return r.key
+
+
+def _merged_in_order(lists: list[list[_Ranked]]) -> list[Victim]:
+    """The victims of several queues' ranked lists in one order: by key, and where keys are
+    equal in the order the lists come (as one stable sort of them all would give)."""
+    if len(lists) == 1:
+        return [r.victim for r in lists[0]]
+    return [r.victim for r in heapq.merge(*lists, key=_rank)]
+
+
 class Preemptor:
     def __init__(
         self,
@@ -150,6 +169,9 @@ class Preemptor:
         self.now = now
         self.min_runtime = min_runtime
         self._by_queue: dict[str, tuple[int, list[RunningWorkload]]] = {}
+        # per queue: (its version, its candidate victims in order, each with its key and the
+        # flavors its workload holds), built once per change of the queue's running work
+        self._victims: dict[str, tuple[int, list[_Ranked]]] = {}
         self.fresh: Mapping[str, object] = {}
         # (ratio, seconds): reclaim spares a whole gang more than `ratio` times the
         # reclaimer's size until the reclaimer has waited `seconds` (ratio None: never spares)
@@ -183,16 +205,21 @@ class Preemptor:
         if not q.within_nominal(w.queue, demand):
             return []  # reclaim only serves a queue that stays within its nominal quota
         keys = set(q.charge(w.queue, demand))
-        out = []
+        largest = self._spared(w, demand)
+        lists = []
         for other in q.members.get(cohort, ()):
             if other == w.queue or not any(q.borrowed(other, k) > 0 for k in keys):
                 continue
-            out += [
-                rw
-                for rw in self._running_of(other)
-                if self._lends_back(other, {p.flavor for p in rw.pods if p.flavor}, keys)
-            ]
-        return self._order(out, self._spared(w, demand))
+            lends: dict[frozenset[str], bool] = {}  # many workloads hold the same flavors
+            kept = []
+            for r in self._ranked(other):
+                ok = lends.get(r.held)
+                if ok is None:
+                    ok = lends[r.held] = self._lends_back(other, set(r.held), keys)
+                if ok and self._in_size(r.victim, largest):
+                    kept.append(r)
+            lists.append(kept)
+        return _merged_in_order(lists)
 
     def _lends_back(self, queue: str, held: set[str], keys: set[str]) -> bool:
         """Whether evicting what `queue` holds of the flavors `held` gives the cohort back
@@ -214,25 +241,35 @@ class Preemptor:
 
     def preempt_candidates(self, w: Workload, demand: dict[str, int]) -> list[Victim]:
         flavors = set(demand)
-        out = [
-            rw
-            for rw in self._running_of(w.queue)
-            if rw.workload.priority < w.priority and _holds(rw, flavors)
+        return [
+            r.victim
+            for r in self._ranked(w.queue)
+            if r.victim.workload.priority < w.priority and not flavors.isdisjoint(r.held)
         ]
-        return self._order(out)
 
-    def _order(self, rws: list[RunningWorkload], largest: int | None = None) -> list[Victim]:
-        """Victims cheapest first; a whole gang holding more than `largest` slices is left
-        out (its surplus pods may still go)."""
-        victims: list[Victim] = []
-        for rw in rws:
+    def _ranked(self, queue: str) -> list[_Ranked]:
+        """The queue's candidate victims cheapest first: one per surplus pod of an elastic
+        gang (the last first: as few pods go as make room), and each gang whole."""
+        version = self.ws.queue_version.get(queue, 0)
+        hit = self._victims.get(queue)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        ranked: list[_Ranked] = []
+        for rw in self._running_of(queue):
+            held = frozenset(p.flavor for p in rw.pods if p.flavor)
             extra = () if rw.workload.id in self.fresh else surplus(rw)
-            # one victim per surplus pod, the last first: as few pods go as make room
-            victims += [Victim(rw, (pod,)) for pod in reversed(extra)]
-            held = sum(len(p.slice_ids) for p in rw.pods)
-            if largest is None or rw.workload.id in self.fresh or held <= largest:
-                victims.append(Victim(rw))
-        return sorted(victims, key=lambda v: self.order.key(v, self.ws, self.now))
+            for v in [*(Victim(rw, (pod,)) for pod in reversed(extra)), Victim(rw)]:
+                ranked.append(_Ranked(self.order.key(v, self.ws, self.now), v, held))
+        ranked.sort(key=_rank)
+        self._victims[queue] = (version, ranked)
+        return ranked
+
+    def _in_size(self, v: Victim, largest: int | None) -> bool:
+        """Whether `v` may go for a reclaimer that spares whole gangs holding more than
+        `largest` slices (their surplus pods may still go)."""
+        if largest is None or not v.whole or v.workload.id in self.fresh:
+            return True
+        return sum(len(p.slice_ids) for p in v.rw.pods) <= largest
 
     def find(
         self,

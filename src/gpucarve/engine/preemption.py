@@ -17,7 +17,6 @@ priority preemption only goes from higher to lower priority inside one queue.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -113,9 +112,9 @@ def _lost(ws: Working, pods: tuple[PodAssignment, ...], start: int, now: int) ->
 class VictimOrder(Protocol):
     """Which candidate victims are tried first (smallest key first): the policy of what
     preemption and reclaim may destroy. A new policy is a new class handed to `Preemptor`.
-    A key is worked out once per change of the victim's queue's running work in a cycle, so it
-    may read the victim, `now` and what does not change in a cycle (flavors, nodes), not the
-    working state's usage."""
+    A key is worked out once per running workload and cycle (again if the workload changes), so
+    it may read the victim, `now` and what does not change in a cycle (flavors, nodes), not
+    the working state's usage."""
 
     def key(self, v: Victim, ws: Working, now: int) -> tuple[object, ...]: ...
 
@@ -139,19 +138,16 @@ class CheapestFirst:
 class _Ranked:
     key: tuple[object, ...]
     victim: Victim
-    held: frozenset[str]  # the flavors its workload holds
 
 
 def _rank(r: _Ranked) -> tuple[object, ...]:
     return r.key
 
 
-def _merged_in_order(lists: list[list[_Ranked]]) -> list[Victim]:
-    """The victims of several queues' ranked lists in one order: by key, and where keys are
-    equal in the order the lists come (as one stable sort of them all would give)."""
-    if len(lists) == 1:
-        return [r.victim for r in lists[0]]
-    return [r.victim for r in heapq.merge(*lists, key=_rank)]
+def _in_order(ranked: list[_Ranked]) -> list[Victim]:
+    """Cheapest first; equal keys in the order given (a stable sort)."""
+    ranked.sort(key=_rank)
+    return [r.victim for r in ranked]
 
 
 class Preemptor:
@@ -169,9 +165,9 @@ class Preemptor:
         self.now = now
         self.min_runtime = min_runtime
         self._by_queue: dict[str, tuple[int, list[RunningWorkload]]] = {}
-        # per queue: (its version, its candidate victims in order, each with its key and the
-        # flavors its workload holds), built once per change of the queue's running work
-        self._victims: dict[str, tuple[int, list[_Ranked]]] = {}
+        # per running workload: (it, whether admitted this cycle, the flavors it holds, its
+        # candidate victims with their keys), worked out once while it runs unchanged
+        self._victims: dict[str, tuple[RunningWorkload, bool, frozenset[str], list[_Ranked]]] = {}
         self.fresh: Mapping[str, object] = {}
         # (ratio, seconds): reclaim spares a whole gang more than `ratio` times the
         # reclaimer's size until the reclaimer has waited `seconds` (ratio None: never spares)
@@ -206,20 +202,19 @@ class Preemptor:
             return []  # reclaim only serves a queue that stays within its nominal quota
         keys = set(q.charge(w.queue, demand))
         largest = self._spared(w, demand)
-        lists = []
+        out: list[_Ranked] = []
         for other in q.members.get(cohort, ()):
             if other == w.queue or not any(q.borrowed(other, k) > 0 for k in keys):
                 continue
             lends: dict[frozenset[str], bool] = {}  # many workloads hold the same flavors
-            kept = []
-            for r in self._ranked(other):
-                ok = lends.get(r.held)
+            for rw in self._running_of(other):
+                held, ranked = self._ranked(rw)
+                ok = lends.get(held)
                 if ok is None:
-                    ok = lends[r.held] = self._lends_back(other, set(r.held), keys)
-                if ok and self._in_size(r.victim, largest):
-                    kept.append(r)
-            lists.append(kept)
-        return _merged_in_order(lists)
+                    ok = lends[held] = self._lends_back(other, set(held), keys)
+                if ok:
+                    out += [r for r in ranked if self._in_size(r.victim, largest)]
+        return _in_order(out)
 
     def _lends_back(self, queue: str, held: set[str], keys: set[str]) -> bool:
         """Whether evicting what `queue` holds of the flavors `held` gives the cohort back
@@ -241,28 +236,31 @@ class Preemptor:
 
     def preempt_candidates(self, w: Workload, demand: dict[str, int]) -> list[Victim]:
         flavors = set(demand)
-        return [
-            r.victim
-            for r in self._ranked(w.queue)
-            if r.victim.workload.priority < w.priority and not flavors.isdisjoint(r.held)
-        ]
+        out: list[_Ranked] = []
+        for rw in self._running_of(w.queue):
+            if rw.workload.priority < w.priority:
+                held, ranked = self._ranked(rw)
+                if not flavors.isdisjoint(held):
+                    out += ranked
+        return _in_order(out)
 
-    def _ranked(self, queue: str) -> list[_Ranked]:
-        """The queue's candidate victims cheapest first: one per surplus pod of an elastic
-        gang (the last first: as few pods go as make room), and each gang whole."""
-        version = self.ws.queue_version.get(queue, 0)
-        hit = self._victims.get(queue)
-        if hit is not None and hit[0] == version:
-            return hit[1]
-        ranked: list[_Ranked] = []
-        for rw in self._running_of(queue):
-            held = frozenset(p.flavor for p in rw.pods if p.flavor)
-            extra = () if rw.workload.id in self.fresh else surplus(rw)
-            for v in [*(Victim(rw, (pod,)) for pod in reversed(extra)), Victim(rw)]:
-                ranked.append(_Ranked(self.order.key(v, self.ws, self.now), v, held))
-        ranked.sort(key=_rank)
-        self._victims[queue] = (version, ranked)
-        return ranked
+    def _ranked(self, rw: RunningWorkload) -> tuple[frozenset[str], list[_Ranked]]:
+        """The flavors `rw` holds, and its candidate victims with their keys: one per surplus
+        pod of an elastic gang (the last first: as few pods go as make room), and the gang
+        whole."""
+        wid = rw.workload.id
+        fresh = wid in self.fresh
+        hit = self._victims.get(wid)
+        if hit is not None and hit[0] is rw and hit[1] == fresh:
+            return hit[2], hit[3]
+        held = frozenset(p.flavor for p in rw.pods if p.flavor)
+        extra = () if fresh else surplus(rw)
+        ranked = [
+            _Ranked(self.order.key(v, self.ws, self.now), v)
+            for v in [*(Victim(rw, (pod,)) for pod in reversed(extra)), Victim(rw)]
+        ]
+        self._victims[wid] = (rw, fresh, held, ranked)
+        return held, ranked
 
     def _in_size(self, v: Victim, largest: int | None) -> bool:
         """Whether `v` may go for a reclaimer that spares whole gangs holding more than

@@ -165,9 +165,10 @@ class Preemptor:
         self.now = now
         self.min_runtime = min_runtime
         self._by_queue: dict[str, tuple[int, list[RunningWorkload]]] = {}
-        # per running workload: (it, whether admitted this cycle, the flavors it holds, its
-        # candidate victims with their keys), worked out once while it runs unchanged
-        self._victims: dict[str, tuple[RunningWorkload, bool, frozenset[str], list[_Ranked]]] = {}
+        # per running workload, worked out once while it runs unchanged: the flavors it holds,
+        # and (whether admitted this cycle, its candidate victims with their keys)
+        self._held: dict[str, tuple[RunningWorkload, frozenset[str]]] = {}
+        self._victims: dict[str, tuple[RunningWorkload, bool, list[_Ranked]]] = {}
         self.fresh: Mapping[str, object] = {}
         # (ratio, seconds): reclaim spares a whole gang more than `ratio` times the
         # reclaimer's size until the reclaimer has waited `seconds` (ratio None: never spares)
@@ -208,12 +209,12 @@ class Preemptor:
                 continue
             lends: dict[frozenset[str], bool] = {}  # many workloads hold the same flavors
             for rw in self._running_of(other):
-                held, ranked = self._ranked(rw)
+                held = self._holds(rw)
                 ok = lends.get(held)
                 if ok is None:
                     ok = lends[held] = self._lends_back(other, set(held), keys)
                 if ok:
-                    out += [r for r in ranked if self._in_size(r.victim, largest)]
+                    out += [r for r in self._ranked(rw) if self._in_size(r.victim, largest)]
         return _in_order(out)
 
     def _lends_back(self, queue: str, held: set[str], keys: set[str]) -> bool:
@@ -238,29 +239,34 @@ class Preemptor:
         flavors = set(demand)
         out: list[_Ranked] = []
         for rw in self._running_of(w.queue):
-            if rw.workload.priority < w.priority:
-                held, ranked = self._ranked(rw)
-                if not flavors.isdisjoint(held):
-                    out += ranked
+            if rw.workload.priority < w.priority and not flavors.isdisjoint(self._holds(rw)):
+                out += self._ranked(rw)
         return _in_order(out)
 
-    def _ranked(self, rw: RunningWorkload) -> tuple[frozenset[str], list[_Ranked]]:
-        """The flavors `rw` holds, and its candidate victims with their keys: one per surplus
-        pod of an elastic gang (the last first: as few pods go as make room), and the gang
-        whole."""
+    def _holds(self, rw: RunningWorkload) -> frozenset[str]:
+        """The flavors `rw` holds."""
+        hit = self._held.get(rw.workload.id)
+        if hit is not None and hit[0] is rw:
+            return hit[1]
+        held = frozenset(p.flavor for p in rw.pods if p.flavor)
+        self._held[rw.workload.id] = (rw, held)
+        return held
+
+    def _ranked(self, rw: RunningWorkload) -> list[_Ranked]:
+        """`rw`'s candidate victims with their keys: one per surplus pod of an elastic gang
+        (the last first: as few pods go as make room), and the gang whole."""
         wid = rw.workload.id
         fresh = wid in self.fresh
         hit = self._victims.get(wid)
         if hit is not None and hit[0] is rw and hit[1] == fresh:
-            return hit[2], hit[3]
-        held = frozenset(p.flavor for p in rw.pods if p.flavor)
+            return hit[2]
         extra = () if fresh else surplus(rw)
         ranked = [
             _Ranked(self.order.key(v, self.ws, self.now), v)
             for v in [*(Victim(rw, (pod,)) for pod in reversed(extra)), Victim(rw)]
         ]
-        self._victims[wid] = (rw, fresh, held, ranked)
-        return held, ranked
+        self._victims[wid] = (rw, fresh, ranked)
+        return ranked
 
     def _in_size(self, v: Victim, largest: int | None) -> bool:
         """Whether `v` may go for a reclaimer that spares whole gangs holding more than

@@ -40,16 +40,7 @@ _BY_LIMIT = {
 def free_slices(c: CycleState) -> dict[str, int]:
     """Free slices per flavor on the working state (a shared flavor's replicas summed over
     its GPUs: the index keeps only the most free on one GPU of each node)."""
-    ws = c.ws
-    out: dict[str, int] = {}
-    for name, flavor in ws.flavors.items():
-        if not flavor.shared:
-            out[name] = ws.index[name].total
-            continue
-        out[name] = sum(
-            len(g.free) for n in ws.index[name].count for g in ws.nodes[n].gpus.get(name, ())
-        )
-    return out
+    return dict(c.ws.free_slices)
 
 
 def account(c: CycleState) -> tuple[Idle, ...]:

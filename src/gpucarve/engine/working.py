@@ -45,6 +45,9 @@ class Working:
         # Slices in use per (node, GPU), all flavors together.
         self.gpu_used: dict[tuple[int, int], int] = {}
         self.index: dict[str, FlavorIndex] = {f: FlavorIndex() for f in policy.flavors}
+        # free slices per flavor, every GPU's counted (a shared flavor's index keeps only the
+        # most free on one GPU of each node): what the idle accounting reads each cycle
+        self.free_slices: dict[str, int] = dict.fromkeys(policy.flavors, 0)
         for i, n in enumerate(cluster.nodes):
             labels = dict(n.labels)
             node = NodeState(
@@ -79,6 +82,7 @@ class Working:
                             gs.mem_free -= cluster.allocations[sid].memory_mib
                 for gs in per.values():
                     gs.free.sort()
+                    self.free_slices[gs.flavor] += len(gs.free)
             self.nodes.append(node)
             self.node_index[n.name] = i
             for fname, gs_list in node.gpus.items():
@@ -237,6 +241,7 @@ class Working:
             bisect.insort(gs.free, o)
         else:
             del gs.free[bisect.bisect_left(gs.free, o)]
+        self.free_slices[gs.flavor] += sign
         if self.flavors[gs.flavor].shared:
             gs.mem_free += sign * memory
         self.gpu_rows.touch(gs)
@@ -286,6 +291,8 @@ class Working:
     def take(self, gs: GpuSlots, n: int, shared_mem: int) -> list[int]:
         ids = gs.free[:n]
         del gs.free[:n]
+        free = self.free_slices
+        free[gs.flavor] -= len(ids)
         gs.mem_free -= shared_mem
         rows = self.gpu_rows
         rows.touch(gs)
@@ -303,6 +310,7 @@ class Working:
 
         def undo() -> None:
             gs.free[0:0] = ids
+            free[gs.flavor] += len(ids)
             gs.mem_free += shared_mem
             rows.touch(gs)
             self.gpu_used[used_key] -= n
@@ -316,9 +324,11 @@ class Working:
 
     def give_back(self, ordinals: list[int], shared_mem: int) -> None:
         touched: dict[int, tuple[GpuSlots, int]] = {}
+        free = self.free_slices
         for o in ordinals:
             gs = self.slice_gpu[o]
             bisect.insort(gs.free, o)
+            free[gs.flavor] += 1
             self.gpu_used[(gs.node, gs.gpu)] -= 1
             seen = touched.get(id(gs))
             touched[id(gs)] = (gs, 1 if seen is None else seen[1] + 1)
@@ -332,6 +342,7 @@ class Working:
             for o in ordinals:
                 gs = self.slice_gpu[o]
                 gs.free.remove(o)
+                free[gs.flavor] -= 1
                 self.gpu_used[(gs.node, gs.gpu)] += 1
             if ordinals and shared_mem:
                 self.slice_gpu[ordinals[0]].mem_free -= shared_mem

@@ -12,7 +12,7 @@ from it; `apply` and `finish` wrap them for immutable snapshots.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from types import MappingProxyType
 
 from gpucarve.core.cluster import Allocation, Slice
@@ -24,7 +24,7 @@ from gpucarve.engine.invariants import InvariantViolation
 
 def apply_in(
     slices: Mapping[str, Slice],
-    allocations: dict[str, Allocation],
+    allocations: MutableMapping[str, Allocation],
     running: dict[str, RunningWorkload],
     pending: dict[str, Workload],
     result: CycleResult,
@@ -86,7 +86,7 @@ def apply_in(
 
 
 def finish_in(
-    allocations: dict[str, Allocation],
+    allocations: MutableMapping[str, Allocation],
     running: dict[str, RunningWorkload],
     workload_ids: tuple[str, ...],
 ) -> Step:
@@ -112,14 +112,18 @@ def derive(
     step: Step,
 ) -> Snapshot:
     """The snapshot after `step`, from the driver's maps (copied: the snapshot stays fixed).
-    Maps are sorted by id; tuples (already in id order) are kept as they are."""
+    Maps are sorted by id; tuples (already in id order) are kept as they are. Allocations that
+    are not a dict are taken as they are: the driver hands over a map that never changes
+    (the simulator's `sim.allocations`)."""
     if not isinstance(pending, tuple):
         pending = tuple(w for _, w in sorted(pending.items()))
     if not isinstance(running, tuple):
         running = tuple(rw for _, rw in sorted(running.items()))
     return Snapshot(
         snapshot.policy,
-        snapshot.cluster.with_allocations(MappingProxyType(dict(allocations))),
+        snapshot.cluster.with_allocations(
+            MappingProxyType(dict(allocations)) if isinstance(allocations, dict) else allocations
+        ),
         running,
         pending,
         snapshot.delta_with(step),

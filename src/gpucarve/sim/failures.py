@@ -12,7 +12,7 @@ of their own, as the scheduler holds a GPU out of service.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 
 from gpucarve.config.csv_rows import read_csv, row_problem
 from gpucarve.core.cluster import Allocation, ClusterState
@@ -126,7 +126,9 @@ def load_failures(path: str, cluster: ClusterState) -> tuple[GpuFailure, ...]:
     return tuple(sorted(out))
 
 
-def hold(cluster: ClusterState, allocs: dict[str, Allocation], gpu: str) -> list[Allocation]:
+def hold(
+    cluster: ClusterState, allocs: MutableMapping[str, Allocation], gpu: str
+) -> list[Allocation]:
     """Hold every free slice of `gpu`; the allocations made."""
     taken = []
     for sid in _slices_of(cluster, gpu):
@@ -138,7 +140,7 @@ def hold(cluster: ClusterState, allocs: dict[str, Allocation], gpu: str) -> list
     return taken
 
 
-def on_gpu(cluster: ClusterState, allocs: dict[str, Allocation], gpu: str) -> list[str]:
+def on_gpu(cluster: ClusterState, allocs: MutableMapping[str, Allocation], gpu: str) -> list[str]:
     """Owners of the slices of `gpu` (pods, and any other holder), in order."""
     return sorted({allocs[sid].owner for sid in _slices_of(cluster, gpu) if sid in allocs})
 
@@ -152,7 +154,7 @@ def gpu_seconds_out(failures: Sequence[tuple[int, str, int | None]], start: int,
     return total
 
 
-def rehold(allocs: dict[str, Allocation], sids: Sequence[str], gpu: str) -> Step:
+def rehold(allocs: MutableMapping[str, Allocation], sids: Sequence[str], gpu: str) -> Step:
     """Slices held for another reason (a MIG change finishing) held now for the failure."""
     freed = tuple(allocs[sid] for sid in sids)
     taken = tuple(

@@ -18,7 +18,7 @@ import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpucarve.core.cluster import Allocation, build_cluster
+from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.runtime import RuntimeBook
 from gpucarve.core.snapshot import Snapshot, Step
@@ -28,6 +28,7 @@ from gpucarve.engine.apply import apply_in, derive, finish_in
 from gpucarve.engine.decisions import Cause, Eviction
 from gpucarve.engine.invariants import check_step
 from gpucarve.sim import failures, mig_replay, slowdown
+from gpucarve.sim.allocations import Allocations
 from gpucarve.sim.fragmentation import FragmentationProbe
 from gpucarve.sim.records import Interval, Kind, SimConfig, SimResult
 
@@ -99,7 +100,7 @@ class Simulator:
         # The simulator's own state, from which each snapshot is derived (engine.apply's
         # `*_in` functions change them and say what changed): allocations, running workloads
         # by id, pending workloads by id.
-        self.allocs: dict[str, Allocation] = {}
+        self.allocs = Allocations()
         self.live: dict[str, RunningWorkload] = {}
         self.queue: dict[str, Workload] = {}
         # The running workloads in id order, as the snapshot lists them, kept by bisection.
@@ -364,7 +365,7 @@ class Simulator:
             if wid not in shrunk and wid in self.queue:
                 self._pend_add(self.queue[wid])
         self.snapshot = derive(
-            self.snapshot, self.allocs, tuple(self.run_list), tuple(self.pend_list), step
+            self.snapshot, self.allocs.frozen(), tuple(self.run_list), tuple(self.pend_list), step
         )
         self.probe.follow(step)
         after = self.live
@@ -427,7 +428,7 @@ class Simulator:
         """Allocations made or released outside a cycle (a GPU failing or repaired, a MIG
         change done): the snapshot and the fragmentation probe follow `step`."""
         s = self.snapshot
-        self.snapshot = derive(s, self.allocs, s.running, s.pending, step)
+        self.snapshot = derive(s, self.allocs.frozen(), s.running, s.pending, step)
         self.probe.follow(step)
 
     def flush_finished(self) -> None:
@@ -435,7 +436,7 @@ class Simulator:
             step = finish_in(self.allocs, self.live, tuple(self.finished))
             self._follow(step)
             s = self.snapshot
-            self.snapshot = derive(s, self.allocs, tuple(self.run_list), s.pending, step)
+            self.snapshot = derive(s, self.allocs.frozen(), tuple(self.run_list), s.pending, step)
             self.probe.follow(step)
             self.finished = []
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpucarve.core.cluster import Allocation
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import RunningWorkload
 from gpucarve.engine.decisions import CycleResult
+from gpucarve.sim.allocations import Allocations
 from gpucarve.sim.fragmentation import FragmentationProbe
 from gpucarve.sim.records import Kind, SimConfig, SimResult
 
@@ -22,7 +22,7 @@ class SimulatorPort(Protocol):
     snapshot: Snapshot
     result: SimResult
     probe: FragmentationProbe
-    allocs: dict[str, Allocation]
+    allocs: Allocations
     live: dict[str, RunningWorkload]
     reconfiguring: dict[str, list[str]]
     out_of_service: dict[str, tuple[int, list[str]]]

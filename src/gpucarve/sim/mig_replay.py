@@ -51,7 +51,7 @@ def repartition(sim: SimulatorPort, result: CycleResult, now: int) -> None:
     # new nodes and slices: the engine rebuilds its view (no delta)
     sim.snapshot = Snapshot(
         s.policy,
-        cluster.with_allocations(MappingProxyType(dict(sim.allocs))),
+        cluster.with_allocations(sim.allocs.frozen()),
         s.running,
         s.pending,
         None,

@@ -148,6 +148,13 @@ class PoolSpec(_Strict):
         "nvidia.com/gpu.shared; false as nvidia.com/gpu, as the NVIDIA device plugin does "
         "unless told to rename (pods written for it then ask nvidia.com/gpu).",
     )
+    devices: Literal["device-plugin", "dra"] = Field(
+        default="device-plugin",
+        description="How the nodes hand GPUs to pods: device-plugin (extended resources such "
+        "as nvidia.com/gpu) or dra (NVIDIA's DRA driver publishes the GPUs in ResourceSlices "
+        "and pods claim them with ResourceClaims of device class gpu.nvidia.com; exclusive "
+        "pools only).",
+    )
     mig: MigSpec | None = None
     cpusPerNode: int | None = Field(default=None, ge=1, le=4096)
     memoryGiBPerNode: int | None = Field(default=None, ge=1, le=65_536)

@@ -11,7 +11,7 @@ from gpucarve.config.policy_model import PoolSpec
 from gpucarve.core import mig
 from gpucarve.core.catalog import AmbiguousModel, Catalog, GpuModel, MigGeometry, UnknownModel
 from gpucarve.core.mig import Instance
-from gpucarve.core.policy import MigDynamic, Pool, SharingMode, Taint, Topology
+from gpucarve.core.policy import DeviceApi, MigDynamic, Pool, SharingMode, Taint, Topology
 from gpucarve.core.problems import Path, Problem
 
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
@@ -291,6 +291,16 @@ def _replica_problems(
 
 def _section_problems(spec: PoolSpec, mode: SharingMode, path: Path) -> list[Problem]:
     problems: list[Problem] = []
+    if DeviceApi(spec.devices) is DeviceApi.DRA and mode is not SharingMode.EXCLUSIVE:
+        problems.append(
+            Problem(
+                (*path, "devices"),
+                "dra-sharing",
+                f"gpucarve schedules DRA pools of whole GPUs only, this pool is {mode} (MIG "
+                "partitions and shared GPUs through DRA are not supported yet)",
+                "set `sharing: exclusive`, or `devices: device-plugin` for this pool",
+            )
+        )
     if spec.mig is not None and mode is not SharingMode.MIG:
         problems.append(
             Problem(
@@ -378,6 +388,7 @@ def build_pool(spec: PoolSpec, catalog: Catalog, path: Path) -> tuple[Pool | Non
         mig_dynamic=_dynamic(spec),
         mig_single=spec.mig is not None and spec.mig.strategy == "single",
         renamed=spec.renameByDefault is not False,
+        devices=DeviceApi(spec.devices),
     )
     return pool, []
 

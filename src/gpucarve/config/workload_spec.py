@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpucarve.config.device_claims import DeviceClaimSpec, claim_request
+from gpucarve.config.device_select import Device
 from gpucarve.config.pydantic_errors import problems_from
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Path, Problem, format_path
@@ -79,6 +81,8 @@ class PodSetSpec(_Strict):
     # preferredDuringScheduling: weighted terms, the nodes matching the most weight first
     preferredAffinity: list[PreferredSpec] = Field(default=[], max_length=64)
     tolerations: list[TolerationSpec] = []
+    # what the pods' ResourceClaims ask for (Dynamic Resource Allocation)
+    deviceClaims: list[DeviceClaimSpec] = Field(default=[], max_length=16)
 
 
 class WorkloadSpec(_Strict):
@@ -225,10 +229,30 @@ def _fraction(
     return milli, mem
 
 
-def _gpu_request(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[GpuRequest, list[Problem]]:
+Devices = Mapping[str, Sequence[Device]]
+
+
+def _gpu_request(
+    ps: PodSetSpec, path: Path, policy: Policy, devices: Devices | None
+) -> tuple[GpuRequest, list[Problem]]:
     problems: list[Problem] = []
     rpath = (*path, "resources")
     requests = _resource_requests(ps, rpath, problems)
+    if ps.deviceClaims:
+        claimed, probs = claim_request(ps.deviceClaims, path, policy, devices)
+        problems += probs
+        if requests:
+            problems.append(
+                Problem(
+                    (*path, "deviceClaims"),
+                    "claims-with-resources",
+                    "a pod asks for GPUs both through ResourceClaims and as "
+                    + ", ".join(r.describe() for r in requests),
+                    "ask for its GPUs one way: a ResourceClaim or an nvidia.com/* limit",
+                )
+            )
+        elif claimed is not None:
+            requests.append(claimed)
     if FRACTION_ANNOTATION in ps.annotations or MEMORY_ANNOTATION in ps.annotations:
         apath = (*path, "annotations")
         milli, mem = _fraction(ps, apath, policy, problems)
@@ -400,8 +424,10 @@ def _whole(text: str) -> bool:
     return body.isascii() and body.isdigit() and len(body) <= 18
 
 
-def _pod_set(ps: PodSetSpec, path: Path, policy: Policy) -> tuple[PodSet | None, list[Problem]]:
-    gpu, problems = _gpu_request(ps, path, policy)
+def _pod_set(
+    ps: PodSetSpec, path: Path, policy: Policy, devices: Devices | None = None
+) -> tuple[PodSet | None, list[Problem]]:
+    gpu, problems = _gpu_request(ps, path, policy, devices)
     problems += _affinity_problems(ps, path)
     cpu = mem = 0
     rpath = (*path, "resources", "requests")
@@ -491,8 +517,10 @@ def _max_per_workload(w: Workload, policy: Policy, path: Path) -> list[Problem]:
 
 
 def build_workload(
-    data: Any, policy: Policy, path: Path = ()
+    data: Any, policy: Policy, path: Path = (), devices: Devices | None = None
 ) -> tuple[Workload | None, list[Problem]]:
+    """`devices`: each DRA flavor's devices as the cluster publishes them, for the selectors
+    of `deviceClaims` (None: as the catalog describes them)."""
     try:
         spec = WorkloadSpec.model_validate(data)
     except ValidationError as exc:
@@ -513,7 +541,7 @@ def build_workload(
                 )
             )
         names.add(ps.name)
-        built, probs = _pod_set(ps, (*path, "podSets", i), policy)
+        built, probs = _pod_set(ps, (*path, "podSets", i), policy, devices)
         problems += probs
         if built is not None:
             pod_sets.append(built)

@@ -13,7 +13,7 @@ from enum import StrEnum
 
 from gpucarve.core.catalog import MILLI_PER_GPU, GpuModel
 from gpucarve.core.mig import Instance
-from gpucarve.core.vocabulary import BLOCK_LABEL
+from gpucarve.core.vocabulary import BLOCK_LABEL, DRA_GPU_CLASS
 
 
 class SharingMode(StrEnum):
@@ -21,6 +21,14 @@ class SharingMode(StrEnum):
     MIG = "mig"
     TIME_SLICING = "time-slicing"
     MPS = "mps"
+
+
+class DeviceApi(StrEnum):
+    """How a pool's nodes hand GPUs to pods: NVIDIA's device plugin (extended resources in
+    allocatable) or Dynamic Resource Allocation (devices in ResourceSlices, ResourceClaims)."""
+
+    DEVICE_PLUGIN = "device-plugin"
+    DRA = "dra"
 
 
 class SliceKind(StrEnum):
@@ -61,10 +69,16 @@ class Flavor:
     # time-slicing or MPS replicas published as `nvidia.com/gpu` (the device plugin's
     # `renameByDefault: false`, its default): a request for that resource gets replicas here
     unrenamed: bool = False
+    # slices handed out through Dynamic Resource Allocation: pods claim them with a
+    # ResourceClaim of the device class, never with an extended resource
+    dra: bool = False
 
     @property
     def resource_name(self) -> str:
-        """The Kubernetes extended resource a pod requests for one slice of this flavor."""
+        """The Kubernetes extended resource a pod requests for one slice of this flavor (for
+        a DRA flavor, the device class its claims name)."""
+        if self.dra:
+            return DRA_GPU_CLASS
         if self.single or self.unrenamed:
             return "nvidia.com/gpu"
         if self.kind is SliceKind.MIG:
@@ -75,7 +89,13 @@ class Flavor:
         return "nvidia.com/gpu"
 
 
-def flavor_name(prefix: str, mode: SharingMode, profile: str | None = None) -> str:
+def flavor_name(
+    prefix: str, mode: SharingMode, profile: str | None = None, *, dra: bool = False
+) -> str:
+    if dra:
+        # apart from the device-plugin flavor of the same model: a pod that asks for
+        # nvidia.com/gpu cannot use a DRA GPU, nor a claim a device-plugin one
+        prefix = f"{prefix}-dra"
     if mode is SharingMode.MIG:
         assert profile is not None
         return f"{prefix}-mig-{profile.replace('+', '.')}"
@@ -133,6 +153,7 @@ class Pool:
     # Time-slicing and MPS: replicas published as `nvidia.com/gpu.shared` (False: as
     # `nvidia.com/gpu`, the device plugin's own default).
     renamed: bool = True
+    devices: DeviceApi = DeviceApi.DEVICE_PLUGIN
 
     @property
     def gpus(self) -> int:
@@ -180,8 +201,9 @@ class Pool:
             SharingMode.TIME_SLICING: SliceKind.TIME_SLICE,
             SharingMode.MPS: SliceKind.MPS,
         }[self.sharing]
+        dra = self.devices is DeviceApi.DRA
         flavor = Flavor(
-            name=flavor_name(self.flavor_prefix, self.sharing),
+            name=flavor_name(self.flavor_prefix, self.sharing, dra=dra),
             model_id=m.id,
             kind=kind,
             profile=None,
@@ -190,6 +212,7 @@ class Pool:
             memory_mib=m.memory_mib // self.replicas,
             sm_count=m.sm_count // self.replicas,
             unrenamed=kind is not SliceKind.WHOLE and not self.renamed,
+            dra=dra,
         )
         return [(flavor, self.gpus_per_node * self.replicas)]
 

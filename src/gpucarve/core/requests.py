@@ -53,6 +53,8 @@ def slices_per_pod(request: GpuRequest, flavor: Flavor, gpu_memory_mib: int) -> 
 
 def serves(request: GpuRequest, flavor: Flavor, gpu_memory_mib: int) -> bool:
     """Whether slices of `flavor` can hold the request at all (ignoring what is free)."""
+    if request.dra != flavor.dra or (request.flavors and flavor.name not in request.flavors):
+        return False
     if request.kind is GpuKind.WHOLE:
         # under the single MIG strategy an instance is what `nvidia.com/gpu: 1` gets, and on
         # an unrenamed time-slicing or MPS GPU a replica

@@ -46,6 +46,9 @@ MANAGED_BY = "gpucarve"
 
 # ----------------------------------------------------------------- the ecosystem's names
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Dynamic Resource Allocation: NVIDIA's DRA driver and the device class of its whole GPUs
+DRA_GPU_DRIVER = "gpu.nvidia.com"
+DRA_GPU_CLASS = "gpu.nvidia.com"
 COSCHEDULING_GROUP = "scheduling.x-k8s.io"
 COSCHEDULING_VERSION = "v1alpha1"
 COSCHEDULING_GROUP_LABEL = f"{COSCHEDULING_GROUP}/pod-group"

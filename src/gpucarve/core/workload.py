@@ -32,10 +32,15 @@ class GpuRequest:
     profile: str | None = None
     milli: int = 0
     memory_mib: int = 0
+    # claimed through Dynamic Resource Allocation (a ResourceClaim), so only DRA flavors
+    # serve it; `flavors`: those whose devices its selectors match (empty: any)
+    dra: bool = False
+    flavors: tuple[str, ...] = ()
 
     def describe(self) -> str:
         if self.kind is GpuKind.WHOLE:
-            return f"{self.count} GPU{'s' if self.count != 1 else ''}"
+            claimed = " (DRA claim)" if self.dra else ""
+            return f"{self.count} GPU{'s' if self.count != 1 else ''}{claimed}"
         if self.kind is GpuKind.MIG:
             return f"{self.count} × {self.profile}"
         if self.kind is GpuKind.SHARED:

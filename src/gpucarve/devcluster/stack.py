@@ -136,8 +136,8 @@ class LocalStack:
     bin_dir: Path
     workdir: Path
     with_kwok: bool = True
-    # kube-controller-manager's Job, Deployment, ReplicaSet and garbage-collector controllers:
-    # real Jobs and Deployments make pods
+    # kube-controller-manager's Job, Deployment, ReplicaSet, garbage-collector and ResourceClaim
+    # controllers: real Jobs and Deployments make pods, and claim templates make claims
     with_controllers: bool = False
     api_port: int = 0
     tokens: dict[str, str] = field(default_factory=dict)  # user -> bearer token
@@ -352,7 +352,7 @@ class LocalStack:
                 str(self.bin_dir / "kube-controller-manager"),
                 f"--kubeconfig={self.kubeconfig(ADMIN_USER)}",
                 "--controllers=job-controller,garbage-collector-controller,"
-                "deployment-controller,replicaset-controller",
+                "deployment-controller,replicaset-controller,resourceclaim-controller",
                 "--leader-elect=false",
                 "--secure-port=0",
             ],

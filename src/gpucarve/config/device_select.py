@@ -1,0 +1,222 @@
+"""Which DRA flavors a ResourceClaim's device request can be served by: its device class and
+the CEL selectors it carries, judged on the devices of each flavor.
+
+Kubernetes judges a request's selectors (`device.attributes["gpu.nvidia.com"].productName ==
+"NVIDIA H100 80GB HBM3"`, `device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi"))
+>= 0`) device by device. gpucarve places by flavor, so it judges them on each flavor's devices
+as they differ from one another: every attribute and capacity the driver publishes except the
+ones that name one device (its uuid, PCI address), which no selector gpucarve honours may read.
+On a cluster the devices are those NVIDIA's DRA driver published in ResourceSlices; for `plan`
+and `simulate` they are made from the catalog as the driver would publish them
+(`catalog_device`). The expressions run on cel-python with Kubernetes' quantity functions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import celpy
+from celpy import celtypes
+from celpy.adapter import json_to_cel
+from celpy.celparser import CELParseError
+from celpy.evaluation import CELEvalError, CELFunction
+
+from gpucarve.core.catalog import GpuModel
+from gpucarve.core.policy import Policy
+from gpucarve.core.quantity import QuantityError, parse_quantity
+from gpucarve.core.vocabulary import DRA_GPU_DRIVER
+
+MIB = 1024 * 1024
+# Attributes that name one device: a selector on them picks devices, not a kind of device.
+IDENTITY = frozenset({"uuid", "pcieBusID", "parentUUID"})
+MAX_SELECTOR_CHARS = 10_240  # Kubernetes' own limit on one CEL expression
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device as a selector sees it: attribute and capacity values in the driver's domain.
+    Quantities are whole numbers of their unit (bytes for memory)."""
+
+    driver: str
+    attributes: Mapping[str, str | int | bool]
+    capacity: Mapping[str, int]
+
+    def key(self) -> str:
+        return json.dumps([self.driver, self.attributes, self.capacity], sort_keys=True)
+
+
+def catalog_device(model: GpuModel) -> Device:
+    """A whole GPU of `model` as NVIDIA's DRA driver publishes it. The product name is GPU
+    Feature Discovery's label with its dashes turned back into spaces (the label is NVML's
+    name with spaces as dashes; a name with dashes of its own differs in those)."""
+    product = model.gfd_products[0] if model.gfd_products else f"NVIDIA-{model.id}"
+    return Device(
+        DRA_GPU_DRIVER,
+        {
+            "type": "gpu",
+            "productName": product.replace("-", " "),
+            "brand": "Nvidia",
+            "architecture": model.architecture.capitalize(),
+        },
+        {"memory": model.memory_mib * MIB},
+    )
+
+
+def policy_devices(policy: Policy) -> dict[str, tuple[Device, ...]]:
+    """DRA flavor -> its devices as the catalog describes them (`plan`, `simulate`)."""
+    out: dict[str, tuple[Device, ...]] = {}
+    for pool in policy.pools:
+        for flavor in pool.flavors():
+            if flavor.dra:
+                out[flavor.name] = (catalog_device(pool.model),)
+    return out
+
+
+def device_from_slice(driver: str, raw: Mapping[str, object]) -> Device | None:
+    """A device of a ResourceSlice (`spec.devices[]`), without the attributes that name it;
+    None if it is not a device a selector can read."""
+    attrs: dict[str, str | int | bool] = {}
+    for name, value in dict(raw.get("attributes") or {}).items():  # type: ignore[call-overload]
+        short = str(name).removeprefix(f"{driver}/")
+        # a qualified name of another domain is not the driver's attribute
+        if "/" in short or short in IDENTITY or not isinstance(value, Mapping):
+            continue
+        for kind in ("string", "int", "bool", "version"):
+            if kind in value:
+                v = value[kind]
+                attrs[short] = v if isinstance(v, (bool, int)) else str(v)
+    caps: dict[str, int] = {}
+    for name, value in dict(raw.get("capacity") or {}).items():  # type: ignore[call-overload]
+        if isinstance(value, Mapping) and "value" in value:
+            try:
+                caps[str(name).removeprefix(f"{driver}/")] = math.ceil(
+                    parse_quantity(str(value["value"]))
+                )
+            except QuantityError:
+                continue
+    return Device(driver, attrs, caps)
+
+
+def _quantity(text: object) -> celtypes.IntType:
+    try:
+        return celtypes.IntType(math.ceil(parse_quantity(str(text))))
+    except QuantityError as err:
+        raise ValueError(f"quantity({text!r}): {err}") from None
+
+
+def _compare(a: object, b: object) -> celtypes.IntType:
+    x, y = int(a), int(b)  # type: ignore[call-overload]
+    return celtypes.IntType((x > y) - (x < y))
+
+
+_FUNCTIONS: dict[str, CELFunction] = {
+    "quantity": _quantity,
+    "compareTo": _compare,
+    "isGreaterThan": lambda a, b: celtypes.BoolType(int(a) > int(b)),
+    "isLessThan": lambda a, b: celtypes.BoolType(int(a) < int(b)),
+    "asInteger": lambda a: celtypes.IntType(int(a)),
+}
+
+
+@dataclass
+class Selectors:
+    """Compiled selectors and their verdicts per device kind, each worked out once."""
+
+    _env: celpy.Environment = field(default_factory=celpy.Environment)
+    _programs: dict[str, celpy.Runner | str] = field(default_factory=dict)
+    _verdicts: dict[tuple[str, str], bool | str] = field(default_factory=dict)
+
+    def program(self, expression: str) -> celpy.Runner | str:
+        """The compiled expression, or why it does not compile."""
+        hit = self._programs.get(expression)
+        if hit is None:
+            if len(expression) > MAX_SELECTOR_CHARS:
+                hit = f"longer than {MAX_SELECTOR_CHARS} characters"
+            else:
+                try:
+                    hit = self._env.program(self._env.compile(expression), functions=_FUNCTIONS)
+                except CELParseError as err:
+                    where = getattr(err, "column", None)
+                    hit = "is not a CEL expression" + (
+                        f" (it breaks at character {where})" if where else ""
+                    )
+            self._programs[expression] = hit
+        return hit
+
+    def verdict(self, expression: str, device: Device) -> bool | str:
+        """Whether the device matches, or why the expression cannot say."""
+        k = (expression, device.key())
+        hit = self._verdicts.get(k)
+        if hit is None:
+            hit = self._judge(expression, device)
+            if len(self._verdicts) > 100_000:
+                self._verdicts.clear()
+            self._verdicts[k] = hit
+        return hit
+
+    def _judge(self, expression: str, device: Device) -> bool | str:
+        prog = self.program(expression)
+        if isinstance(prog, str):
+            return prog
+        activation = {
+            "device": json_to_cel(
+                {
+                    "driver": device.driver,
+                    "attributes": {device.driver: dict(device.attributes)},
+                    "capacity": {device.driver: dict(device.capacity)},
+                }
+            )
+        }
+        try:
+            result = prog.evaluate(activation)
+        except (CELEvalError, ValueError, TypeError) as err:
+            return f"cannot be judged: {_first(err)}"
+        if isinstance(result, CELEvalError):
+            return f"cannot be judged: {_first(result)}"
+        if not isinstance(result, celtypes.BoolType):
+            return f"gives {type(result).__name__}, not a boolean"
+        return bool(result)
+
+
+def _first(err: BaseException) -> str:
+    text = str(err.args[0]) if err.args else str(err)
+    return text.splitlines()[0][:200]
+
+
+@dataclass(frozen=True)
+class Match:
+    flavors: tuple[str, ...]  # the flavors whose devices every selector matches
+    # per selector that matched no flavor: what it is and why
+    unmatched: tuple[str, ...] = ()
+
+
+def match_flavors(
+    selectors: Sequence[str],
+    devices: Mapping[str, Iterable[Device]],
+    judge: Selectors,
+) -> Match:
+    """The flavors with a device that all `selectors` match (any device when there are
+    none). A selector no device of any flavor matches is named, with why."""
+    matched: list[str] = []
+    hits: dict[str, bool] = dict.fromkeys(selectors, False)
+    errors: dict[str, str] = {}
+    for flavor, flavor_devices in sorted(devices.items()):
+        ok = False
+        for device in flavor_devices:
+            verdicts = [judge.verdict(s, device) for s in selectors]
+            for s, v in zip(selectors, verdicts, strict=True):
+                if v is True:
+                    hits[s] = True
+                elif isinstance(v, str):
+                    errors.setdefault(s, v)
+            if all(v is True for v in verdicts):
+                ok = True
+        if ok:
+            matched.append(flavor)
+    unmatched = tuple(
+        f"{s!r} {errors.get(s, 'matches no device')}" for s in selectors if not hits[s]
+    )
+    return Match(tuple(matched), unmatched)

@@ -1,0 +1,146 @@
+"""DRA pools and claims in the policy and workload documents: selectors judged on each DRA
+flavor's devices, the pools apart from the device plugin's, errors that name the selector."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucarve.config.device_select import Device, Selectors, device_from_slice, match_flavors
+from gpucarve.config.policy_build import load_policy, load_policy_text
+from gpucarve.config.workload_spec import build_workload
+from gpucarve.core.cluster import build_cluster
+from gpucarve.core.problems import InvalidInput
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import GpuKind
+from gpucarve.engine.engine import Engine
+from tests.paths import EXAMPLES
+
+POLICY = load_policy(EXAMPLES / "dra" / "policy.yaml").policy
+PRODUCT = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
+MEMORY = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("{}")) >= 0'
+
+
+def claim(*selectors: str, count: int = 1, cls: str = "gpu.nvidia.com") -> dict[str, Any]:
+    return {
+        "name": "job",
+        "namespace": "research",
+        "podSets": [
+            {"deviceClaims": [{"deviceClassName": cls, "count": count, "selectors": [*selectors]}]}
+        ],
+    }
+
+
+def codes(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    _, problems = build_workload(doc, POLICY)
+    return [(p.code, p.message) for p in problems]
+
+
+def test_a_claim_asks_whole_gpus_of_the_dra_flavors_its_selectors_match() -> None:
+    w, problems = build_workload(claim(PRODUCT, count=4), POLICY)
+    assert problems == []
+    assert w is not None
+    gpu = w.pod_sets[0].gpu
+    want = (GpuKind.WHOLE, 4, True, ("h100-dra-full",))
+    assert (gpu.kind, gpu.count, gpu.dra, gpu.flavors) == want
+    w, problems = build_workload(claim(MEMORY.format("40Gi")), POLICY)
+    assert problems == [] and w is not None
+    assert w.pod_sets[0].gpu.flavors == ("h100-dra-full",)
+
+
+def test_a_selector_that_matches_nothing_is_named_with_the_devices_there_are() -> None:
+    [(code, message)] = codes(claim(MEMORY.format("100Gi")))
+    assert code == "no-device-matches"
+    assert 'quantity("100Gi")' in message and "matches no device" in message
+    assert "h100-dra-full: NVIDIA H100 80GB HBM3 with 79 GiB" in message
+    [(code, message)] = codes(claim("device.attributes[", count=1))
+    assert code == "no-device-matches" and "is not a CEL expression" in message
+    # a selector on what names one device is not judged: gpucarve places by flavor
+    [(code, message)] = codes(claim('device.attributes["gpu.nvidia.com"].uuid == "GPU-1"'))
+    assert "cannot be judged" in message and "uuid" in message
+
+
+def test_unknown_device_class_and_claims_beside_resources_are_refused() -> None:
+    assert [c for c, _ in codes(claim(cls="resource.example.com"))] == ["unknown-device-class"]
+    doc = claim(PRODUCT)
+    doc["podSets"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    assert [c for c, _ in codes(doc)] == ["claims-with-resources"]
+
+
+def test_a_policy_without_dra_pools_says_which_setting_is_missing(tmp_path: Path) -> None:
+    raw = yaml.safe_load((EXAMPLES / "dra" / "policy.yaml").read_text())
+    raw["pools"][0]["devices"] = "device-plugin"
+    raw["queues"][0]["quota"] = {"h100-full": {"nominal": 16}, "a100-full": {"nominal": 8}}
+    plain = load_policy_text(yaml.safe_dump(raw), "p.yaml").policy
+    _, problems = build_workload(claim(PRODUCT), plain)
+    assert [p.code for p in problems] == ["no-dra-pool"]
+    assert "devices: dra" in problems[0].fix
+
+
+def test_dra_pools_must_be_exclusive(tmp_path: Path) -> None:
+    raw = yaml.safe_load((EXAMPLES / "dra" / "policy.yaml").read_text())
+    raw["pools"][0].update(sharing="time-slicing", replicas=4)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InvalidInput) as exc:
+        load_policy(path)
+    [problem] = exc.value.problems
+    assert (problem.code, problem.location) == ("dra-sharing", "pools[0].devices")
+    assert "sharing: exclusive" in problem.fix
+
+
+def test_claims_and_device_plugin_requests_never_share_a_pool() -> None:
+    docs = yaml.safe_load((EXAMPLES / "dra" / "workloads.yaml").read_text())["workloads"]
+    plugin = copy.deepcopy(docs[2])
+    plugin["name"] = "plugin-2"
+    # the A100 node is full: it waits, though an H100 node has 7 GPUs free
+    plugin["podSets"][0]["resources"] = {"limits": {"nvidia.com/gpu": 4}}
+    workloads = []
+    for doc in [*docs, plugin]:
+        w, problems = build_workload(doc, POLICY)
+        assert problems == [] and w is not None
+        workloads.append(w)
+    snap = Snapshot(POLICY, build_cluster(POLICY), (), tuple(workloads))
+    result = Engine().run_cycle(snap, 100)
+    pools = {
+        a.workload: {POLICY_POOL[p.node.rsplit("-", 1)[0]] for p in a.pods}
+        for a in result.admissions
+    }
+    assert pools == {
+        "research/by-product": {"dra"},
+        "research/at-least-40gib": {"dra"},
+        "research/plugin": {"plugin"},
+    }
+    assert "research/plugin-2" in {p.workload for p in result.pending}
+
+
+POLICY_POOL = {"h100": "dra", "a100": "plugin"}
+
+
+def test_selectors_are_judged_on_the_devices_a_resource_slice_publishes() -> None:
+    raw = {
+        "name": "gpu-0",
+        "attributes": {
+            "type": {"string": "gpu"},
+            "uuid": {"string": "GPU-abc"},
+            "productName": {"string": "NVIDIA H200"},
+            "gpu.nvidia.com/architecture": {"string": "Hopper"},
+            "resource.kubernetes.io/pcieRoot": {"string": "pci0000:00"},
+        },
+        "capacity": {"memory": {"value": "141Gi"}},
+    }
+    device = device_from_slice("gpu.nvidia.com", raw)
+    assert device == Device(
+        "gpu.nvidia.com",
+        {"type": "gpu", "productName": "NVIDIA H200", "architecture": "Hopper"},
+        {"memory": 141 * 1024**3},
+    )
+    judge = Selectors()
+    devices = {"h200-dra-full": [device]}
+    assert match_flavors([MEMORY.format("100Gi")], devices, judge).flavors == ("h200-dra-full",)
+    arch = 'device.attributes["gpu.nvidia.com"].architecture == "Ampere"'
+    assert match_flavors([arch], devices, judge).flavors == ()

@@ -22,7 +22,8 @@ from gpucarve.core.policy import Policy
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, StackError, find_binaries, free_port
 from gpucarve.devcluster.webhook import configurations
 from gpucarve.devcluster.webhook import start as start_webhook
-from gpucarve.kube.view.nodes import node_manifests
+from gpucarve.kube.view.nodes import node_manifests, slice_manifests
+from gpucarve.render.dra import device_classes
 
 app = typer.Typer(
     rich_markup_mode=None,
@@ -99,6 +100,11 @@ def up(
         nodes = node_manifests(loaded.policy)
         for m in nodes:
             _post(stack, "/api/v1/nodes", m)
+        # DRA pools: the DeviceClass and the GPUs NVIDIA's DRA driver would publish
+        for m in device_classes(loaded.policy):
+            _post(stack, "/apis/resource.k8s.io/v1/deviceclasses", m)
+        for m in slice_manifests(loaded.policy):
+            _post(stack, "/apis/resource.k8s.io/v1/resourceslices", m)
         if webhook:
             extra["webhook"] = _wire_webhook(stack, policy.resolve(), loaded.policy, state)
     except StackError as exc:

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.output import Exit, console
-from gpucarve.render import nvidia
+from gpucarve.render import dra, nvidia
 from gpucarve.render.autoscaling import adapter_config_map, adapter_rules, hpa
 from gpucarve.render.migparted import mig_parted_config
 from gpucarve.render.migparted import node_labels as mig_labels
@@ -101,6 +101,22 @@ def device_plugin(
     labels = {p: {nvidia.CONFIG_LABEL: v[nvidia.CONFIG_LABEL]}
               for p, v in nvidia.node_labels(loaded.policy).items()}  # fmt: skip
     typer.echo(_label_header(labels) + dump(cm), nl=False)
+
+
+@app.command("dra")
+def dra_objects(policy: PolicyOption, catalog: CatalogOption = None) -> None:
+    """For DRA pools (`devices: dra`): the DeviceClass their pods' ResourceClaims name, and
+    the label that keeps the GPU Operator's device plugin off their nodes (NVIDIA's DRA
+    driver serves their GPUs). `kubectl apply -f -` the objects."""
+    loaded = policy_or_exit(policy, catalog)
+    classes = dra.device_classes(loaded.policy)
+    if not classes:
+        err = console(stderr=True)
+        err.print(Text("no pool of the policy is DRA-managed: nothing to render", style="red"))
+        err.print(Text("fix: set `devices: dra` on the pools whose nodes run NVIDIA's DRA driver"))
+        raise typer.Exit(Exit.INVALID)
+    typer.echo(_label_header(dra.node_labels(loaded.policy)), nl=False)
+    _echo_objects(classes)
 
 
 @app.command("gpu-operator")

@@ -60,15 +60,7 @@ def claim_request(
             )
             continue
         if not known:
-            problems.append(
-                Problem(
-                    cpath,
-                    "no-dra-pool",
-                    f"the request claims {c.count} {DRA_GPU_CLASS} device(s) but no pool of "
-                    "the policy is DRA-managed",
-                    "set `devices: dra` on the pools whose nodes run NVIDIA's DRA driver",
-                )
-            )
+            problems.append(_no_devices(c, cpath, policy))
             continue
         match = match_flavors(c.selectors, known, JUDGE)
         if match.unmatched or not match.flavors:
@@ -96,6 +88,25 @@ def claim_request(
             )
         ]
     return GpuRequest(GpuKind.WHOLE, total, dra=True, flavors=tuple(sorted(allowed))), []
+
+
+def _no_devices(c: DeviceClaimSpec, cpath: Path, policy: Policy) -> Problem:
+    if policy_devices(policy):
+        return Problem(
+            cpath,
+            "no-dra-device",
+            f"the request claims {c.count} {DRA_GPU_CLASS} device(s) but no node of a DRA "
+            "pool publishes its GPUs in a ResourceSlice",
+            "run NVIDIA's DRA driver on the DRA pools' nodes (the scheduler logs each node "
+            "that publishes none)",
+        )
+    return Problem(
+        cpath,
+        "no-dra-pool",
+        f"the request claims {c.count} {DRA_GPU_CLASS} device(s) but no pool of the policy "
+        "is DRA-managed",
+        "set `devices: dra` on the pools whose nodes run NVIDIA's DRA driver",
+    )
 
 
 def _described(devices: Mapping[str, Sequence[Device]]) -> str:

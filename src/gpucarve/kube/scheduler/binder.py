@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from gpucarve.core.vocabulary import ASSIGNMENT_ANNOTATION as ASSIGNMENT
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.api.informer import Informer
+from gpucarve.kube.scheduler.claim_writer import ClaimWriter
 from gpucarve.kube.scheduler.device_config import DeviceConfigs
 from gpucarve.kube.view.assigned import Assigned, assigned_of
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
@@ -41,8 +42,10 @@ class Binder:
         metrics: SchedulerMetrics,
         wake: Callable[[], None],
         workers: int,
+        claims: ClaimWriter | None = None,
     ) -> None:
         self.client = client
+        self.claims = claims
         self.pods = pods
         self.device_configs = device_configs
         self.metrics = metrics
@@ -83,6 +86,12 @@ class Binder:
                 self.device_configs.write(obj, a)
         except ApiError as err:
             return f"its device ConfigMap: {err}"
+        try:
+            if obj is not None and self.claims is not None:
+                self.claims.write(obj, a)
+        except ApiError as err:
+            self.device_configs.drop(pod)
+            return f"its ResourceClaims: {err}"
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -100,6 +109,8 @@ class Binder:
             if err.status == 409 and self._already_bound(pod, a):
                 return None
             self.device_configs.drop(pod)
+            if obj is not None and self.claims is not None:
+                self.claims.release(obj)
             return str(err)
         return None
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucarve.core.policy import Policy
+from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import GpuKind, PodAssignment, Workload
 from gpucarve.engine.apply import apply
@@ -38,6 +38,7 @@ from gpucarve.kube.api.informer import Informer
 from gpucarve.kube.api.leader import LeaderElector
 from gpucarve.kube.scheduler.binder import Binder
 from gpucarve.kube.scheduler.bound_elsewhere import BoundElsewhere
+from gpucarve.kube.scheduler.claim_writer import RESOURCE, ClaimWriter
 from gpucarve.kube.scheduler.device_config import DeviceConfigs
 from gpucarve.kube.scheduler.evictions import awaited_pods, evict_pods
 from gpucarve.kube.scheduler.failed_gpus import FailedGpuPods
@@ -53,6 +54,7 @@ from gpucarve.kube.view.bound_view import BoundGroups
 from gpucarve.kube.view.cluster_view import View, build_view
 from gpucarve.kube.view.cluster_view import key as pod_id
 from gpucarve.kube.view.device_truth import busy_gpus
+from gpucarve.kube.view.dra import read_slices
 from gpucarve.kube.view.inventory import Inventory, build_inventory, node_key
 from gpucarve.kube.view.observe import outside_the_cycle
 from gpucarve.kube.view.owner_kinds import OWNER_KINDS, POD_GROUPS, Watched, all_specs, watched
@@ -108,6 +110,11 @@ class Scheduler:
         self._wake = threading.Event()
         self.pods = Informer(client, "/api/v1/pods", self._wake.set)
         self.nodes = Informer(client, "/api/v1/nodes", self._wake.set)
+        # Dynamic Resource Allocation, read when a pool of the policy is DRA-managed (a
+        # policy reload that adds one needs a restart to start these)
+        self.dra = any(p.devices is DeviceApi.DRA for p in policy.pools)
+        self.slices = Informer(client, f"{RESOURCE}/resourceslices", self._wake.set)
+        self.claims = Informer(client, f"{RESOURCE}/resourceclaims", self._wake.set)
         # the objects that give gangs their size, one informer per owner kind that has them
         self.owner_watch = watched(OWNER_KINDS)
         self.owners = {
@@ -125,16 +132,20 @@ class Scheduler:
         self.mig = MigHandoff(client, policy, config.mig, clock, self._repartitioned)
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
         self._inventory: tuple[tuple[str, ...], Inventory] | None = None
-        self._inventory_seen = -1  # the node cache's generation the inventory was checked at
+        # the node and ResourceSlice caches' generations the inventory was checked at
+        self._inventory_seen = (-1, -1)
         self._node_keys: dict[tuple[str, str], str] = {}  # (name, resourceVersion)
         self.reporter = Reporter(client, clock, self._uid_of)
         self.failed_gpus = FailedGpuPods(client, self.reporter)
         self.elsewhere = BoundElsewhere(client, self.reporter, self.metrics)
         self._warned: set[str] = set()  # the view's warnings logged already
         self.device_configs = DeviceConfigs(client)
+        writer = (
+            ClaimWriter(client, self.claims, lambda: self.inventory().dra) if self.dra else None
+        )
         self.binder = Binder(
             client, self.pods, self.device_configs, self.metrics, self._wake.set,
-            config.bind_workers,
+            config.bind_workers, writer,
         )  # fmt: skip
         self.cycles = 0
         # told each cycle's decisions after they are acted on (the dashboard)
@@ -158,6 +169,7 @@ class Scheduler:
         return [
             self.nodes,
             self.pods,
+            *((self.slices, self.claims) if self.dra else ()),
             *(self.owners[name] for name, _ in self.owner_watch if name in self.served),
         ]
 
@@ -293,12 +305,16 @@ class Scheduler:
     def inventory(self) -> Inventory:
         """Rebuilt when what it depends on changed (`node_key`), not looked at while the node
         cache is unchanged: at 5,000 nodes the keys alone cost a tenth of a cycle."""
-        generation, nodes = self.nodes.snapshot()
+        nodes_seen, nodes = self.nodes.snapshot()
+        slices_seen, slices = self.slices.snapshot() if self.dra else (0, [])
+        generation = (nodes_seen, slices_seen)
         if self._inventory is not None and self._inventory_seen == generation:
             return self._inventory[1]
-        key = tuple(sorted(self._node_key(n) for n in nodes))
+        key = (*sorted(self._node_key(n) for n in nodes), f"slices@{slices_seen}")
         if self._inventory is None or self._inventory[0] != key:
-            inv = build_inventory(self.policy, label_nodes(self.client, self.policy, nodes))
+            labelled = label_nodes(self.client, self.policy, nodes)
+            dra = read_slices(slices) if self.dra else None
+            inv = build_inventory(self.policy, labelled, dra)
             self._inventory = (key, inv)
             for p in inv.problems:
                 if str(p) not in self.node_problems:
@@ -343,6 +359,7 @@ class Scheduler:
             self.facts,
             self.bound,
             now=int((self.clock() - self.epoch).total_seconds()),
+            claims=self.claims.items() if self.dra else (),
         )
 
     def cycle(self) -> CycleReport:

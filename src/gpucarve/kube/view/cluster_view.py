@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpucarve.core.cluster import ClusterState
-from gpucarve.core.policy import Policy
+from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import (
     PartialGang,
@@ -32,6 +32,7 @@ from gpucarve.core.workload import (
 from gpucarve.engine.gang_timeout import gang_gpus
 from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.bound_view import BoundGroups, claim_bound
+from gpucarve.kube.view.dra import attach_claims, claim_units
 from gpucarve.kube.view.held_slices import hold_free
 from gpucarve.kube.view.inventory import Inventory
 from gpucarve.kube.view.owner_kinds import group_of
@@ -105,18 +106,26 @@ def build_view(
     facts: PodFactsMemo | None = None,
     bound: BoundGroups | None = None,
     now: int | None = None,
+    claims: Sequence[Mapping[str, Any]] = (),
 ) -> View:
     """`specs`: per pod group what its PodGroup object asks (minMember, topology, timeout),
     and the queue and priority class its pods must agree with (a gang cannot be charged to
     one queue and claimed by another). `facts`: a scheduler that builds a view every cycle
     passes one memo, so only the pods changed since the last cycle are parsed again, and one
     `bound`, so only the gangs changed since then are worked out again. `now` (seconds from
-    `epoch`): a gang short of pods past its timeout says so."""
+    `epoch`): a gang short of pods past its timeout says so. `claims`: the ResourceClaims
+    (Dynamic Resource Allocation): what pending pods claim, and the devices allocated claims
+    hold."""
     facts = facts if facts is not None and facts.epoch == epoch else PodFactsMemo(epoch)
     of = facts.of
     specs = _with_hints(specs, pods)
     min_members = {k: s.min_member for k, s in specs.items()}
     assumed = assumed or {}
+    units = claim_units(claims, inventory.dra) if claims else None
+    if units is not None and units.by_pod:
+        # the devices allocated claims give their pods, first, as the kubelet's would be
+        reported = {**inventory.reported, **units.by_pod}
+        inventory = dataclasses.replace(inventory, reported=MappingProxyType(reported))
     b = SliceClaims(inventory, policy)
     view_invalid: dict[str, str] = {}
     ours_bound, ours_pending, foreign, done = _sorted_pods(pods, of, scheduler_name, assumed, bound)
@@ -132,7 +141,7 @@ def build_view(
     elsewhere = [p for p in foreign if p["metadata"]["namespace"] in governed and gpu_requests(p)]
     charged_ids = {id(p) for p in elsewhere}
     for pod in foreign:
-        if id(pod) not in charged_ids:
+        if id(pod) not in charged_ids and not b.claim_reported(of(pod).key, pod):
             b.fallback(f"foreign:{of(pod).key}", pod)
     charged = _charge_elsewhere(b, elsewhere, policy, epoch, cache, of)
     running = [*running, *(rw for rw, _ in charged.values())]
@@ -166,10 +175,21 @@ def build_view(
         _Short(short, have, running_by_key, min_members, created, specs, now), view_invalid
     )
     ours_pending = [p for p in ours_pending if of(p).group not in short]
-    groups = pending_workloads(ours_pending, policy, epoch, wanted, cache, keyed=facts.group)
+    if claims:
+        by_key = {f"{c['metadata']['namespace']}/{c['metadata']['name']}": c for c in claims}
+        ours_pending, claim_waits = attach_claims(ours_pending, by_key)
+        view_invalid.update(claim_waits)
+    devices = (
+        inventory.dra_devices if any(p.devices is DeviceApi.DRA for p in policy.pools) else None
+    )
+    groups = pending_workloads(
+        ours_pending, policy, epoch, wanted, cache, keyed=facts.group, devices=devices
+    )
     rest = _Rest(wanted, min_members, bound_count, running_by_key)
     pending, pending_sets, partial = _pending(groups, specs, rest, view_invalid)
     hold_free(b.cluster.slices, b.allocs, inventory)
+    if units is not None:
+        b.hold_claimed(units.by_claim)
     cluster = ClusterState(b.cluster.nodes, b.cluster.slices, MappingProxyType(b.allocs))
     changed = {
         gpu: int((datetime.fromisoformat(at) - epoch).total_seconds())

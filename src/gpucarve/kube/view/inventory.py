@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from gpucarve.config.device_select import Device
 from gpucarve.core.cluster import (
     UNAVAILABLE_TAINTS,
     ClusterState,
@@ -28,13 +29,14 @@ from gpucarve.core.cluster import (
     check_layouts,
     pool_node,
 )
-from gpucarve.core.policy import Policy, Pool, SharingMode, Taint
+from gpucarve.core.policy import DeviceApi, Policy, Pool, SharingMode, Taint
 from gpucarve.core.quantity import QuantityError, parse_quantity
 from gpucarve.core.vocabulary import MIG_CHANGE_ANNOTATION as CHANGE_ANNOTATION
 from gpucarve.core.vocabulary import MIG_LAYOUT_ANNOTATION as LAYOUT_ANNOTATION
 from gpucarve.core.vocabulary import POD_DEVICES_ANNOTATION as POD_DEVICES
 from gpucarve.core.vocabulary import POOL_LABEL, UNHEALTHY_ANNOTATION
 from gpucarve.kube.view.device_truth import pod_devices, unhealthy_gpus
+from gpucarve.kube.view.dra import DraDevices, dra_problems
 from gpucarve.kube.view.mig_layout import Change, NodeLayout, node_change, node_layout
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -69,6 +71,10 @@ class Inventory:
     # The devices the kubelet gave each pod, as the node agent reports them (device_truth):
     # pod (namespace/name) -> (node, device units)
     reported: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    # Dynamic Resource Allocation: the driver's GPUs per node, and each DRA flavor's devices
+    # as its pools' nodes publish them (what claims' selectors are judged on)
+    dra: DraDevices = field(default_factory=DraDevices)
+    dra_devices: Mapping[str, tuple[Device, ...]] = field(default_factory=dict)
 
 
 def pool_of(node: Mapping[str, Any], policy: Policy) -> Pool | str | None:
@@ -86,7 +92,9 @@ def pool_of(node: Mapping[str, Any], policy: Policy) -> Pool | str | None:
 
 
 def expected_resources(policy: Policy, pool: Pool) -> Counter[str]:
-    """Device-plugin resources one node of `pool` publishes."""
+    """Device-plugin resources one node of `pool` publishes (none on a DRA pool's node)."""
+    if pool.devices is DeviceApi.DRA:
+        return Counter()
     _, node_slices = pool_node(policy, pool, "x", 0)
     return Counter(policy.flavors[s.flavor].resource_name for s in node_slices)
 
@@ -215,7 +223,11 @@ def _order(policy: Policy, found: Pool | str | None, node: Mapping[str, Any]) ->
     return (rank, parts, name)
 
 
-def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inventory:
+def build_inventory(
+    policy: Policy, nodes: Sequence[Mapping[str, Any]], dra: DraDevices | None = None
+) -> Inventory:
+    """`dra`: the GPUs NVIDIA's DRA driver publishes (ResourceSlices), for DRA pools."""
+    dra = dra if dra is not None else DraDevices()
     expected = {p.name: expected_resources(policy, p) for p in policy.pools}
     for pool in policy.pools:
         check_layouts(pool)
@@ -224,6 +236,7 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
     slices: dict[str, Slice] = {}
     problems: list[NodeProblem] = []
     index: Counter[str] = Counter()
+    flavor_devices: dict[str, dict[str, Device]] = {}
     pools = {id(n): pool_of(n, policy) for n in nodes}
     for node in sorted(nodes, key=lambda n: _order(policy, pools[id(n)], n)):
         name = node["metadata"]["name"]
@@ -270,6 +283,8 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
         )
         # A node being reconfigured publishes whatever its paused device plugin last said.
         bad = [] if change is not None else _mismatches(node, pool, want, allocatable)
+        if pool.devices is DeviceApi.DRA:
+            bad += _dra_node(policy, pool, name, dra, flavor_devices)
         problems.extend(NodeProblem(name, f"{msg} (no new pods placed)") for msg in bad)
         spec = node.get("spec") or {}
         taints = [
@@ -310,7 +325,23 @@ def build_inventory(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> Inven
         MappingProxyType(mig.changed_at),
         MappingProxyType(unhealthy),
         MappingProxyType(reported),
+        dra,
+        MappingProxyType({f: tuple(d.values()) for f, d in sorted(flavor_devices.items())}),
     )
+
+
+def _dra_node(
+    policy: Policy, pool: Pool, name: str, dra: DraDevices, into: dict[str, dict[str, Device]]
+) -> list[str]:
+    """A DRA pool's node checked against its pool; its devices join its flavor's."""
+    m = pool.model
+    names = (*m.gfd_products, m.id, *m.aliases)
+    bad = dra_problems(name, pool.gpus_per_node, names, m.memory_mib, dra)
+    if not bad:
+        for f in pool.flavors():
+            for d in dra.devices.get(name, {}).values():
+                into.setdefault(f.name, {})[d.key()] = d
+    return bad
 
 
 @dataclass

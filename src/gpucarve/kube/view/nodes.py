@@ -4,7 +4,10 @@ Capacity and allocatable carry the device plugin's resources (`nvidia.com/gpu`,
 `nvidia.com/mig-<profile>` under the mixed MIG strategy, `nvidia.com/gpu.shared` for
 time-slicing and MPS with renamed resources) plus CPU, memory and pods; labels are the ones GPU
 Feature Discovery sets (product, count, memory, replicas, sharing strategy, MIG strategy) and
-the pool's own. Used by `gpucarve dev-cluster` and the integration tests; kwok makes them Ready.
+the pool's own. A DRA pool's node publishes no GPU resource: its GPUs are in a ResourceSlice
+of NVIDIA's DRA driver (`slice_manifests`), one device `gpu-<index>` per GPU with the
+attributes and memory the driver gives it. Used by `gpucarve dev-cluster` and the integration
+tests; kwok makes the nodes Ready.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from gpucarve.config.device_select import catalog_device
 from gpucarve.core.cluster import Node, build_cluster
-from gpucarve.core.policy import Policy
+from gpucarve.core.policy import DeviceApi, Policy
+from gpucarve.core.vocabulary import DRA_GPU_DRIVER
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 MAX_PODS = 110
@@ -24,8 +29,54 @@ def node_manifests(policy: Policy) -> list[dict[str, Any]]:
     cluster = build_cluster(policy)
     per_node: dict[str, Counter[str]] = {}
     for s in cluster.slices.values():
-        per_node.setdefault(s.node, Counter())[policy.flavors[s.flavor].resource_name] += 1
+        flavor = policy.flavors[s.flavor]
+        if not flavor.dra:
+            per_node.setdefault(s.node, Counter())[flavor.resource_name] += 1
     return [_manifest(n, per_node.get(n.name, Counter())) for n in cluster.nodes]
+
+
+def slice_manifests(policy: Policy) -> list[dict[str, Any]]:
+    """One ResourceSlice per node of the policy's DRA pools, as NVIDIA's DRA driver
+    publishes it (a resource pool named after the node)."""
+    cluster = build_cluster(policy)
+    pools = {p.name: p for p in policy.pools}
+    out = []
+    for n in cluster.nodes:
+        pool = pools[n.pool]
+        if pool.devices is not DeviceApi.DRA:
+            continue
+        d = catalog_device(pool.model)
+        attributes = {k: _attribute(v) for k, v in sorted(d.attributes.items())}
+        devices = [
+            {
+                "name": f"gpu-{g.index}",
+                "attributes": {**attributes, "uuid": {"string": f"GPU-{n.name}-{g.index}"}},
+                "capacity": {k: {"value": str(v)} for k, v in sorted(d.capacity.items())},
+            }
+            for g in n.gpus
+        ]
+        out.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{n.name}-{DRA_GPU_DRIVER}"},
+                "spec": {
+                    "driver": DRA_GPU_DRIVER,
+                    "nodeName": n.name,
+                    "pool": {"name": n.name, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices,
+                },
+            }
+        )
+    return out
+
+
+def _attribute(value: str | int | bool) -> dict[str, str | int | bool]:
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    return {"string": value}
 
 
 def _manifest(node: Node, resources: Counter[str]) -> dict[str, Any]:

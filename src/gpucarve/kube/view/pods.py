@@ -20,6 +20,7 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
+from gpucarve.config.device_select import Device
 from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem
@@ -32,6 +33,7 @@ from gpucarve.core.vocabulary import (
     QUEUE_LABELS,
 )
 from gpucarve.core.workload import RunningWorkload, Workload
+from gpucarve.kube.view.dra import CLAIMS_KEY, devices_key
 from gpucarve.kube.view.group_spec import GroupSpec
 from gpucarve.kube.view.owner_kinds import group_of
 
@@ -170,7 +172,9 @@ def _expressions(term: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _template(pod: Mapping[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec") or {}
     annotations = pod["metadata"].get("annotations") or {}
+    claimed = {"deviceClaims": pod[CLAIMS_KEY]} if CLAIMS_KEY in pod else {}
     return {
+        **claimed,
         "resources": _resources(spec),
         "annotations": {k: v for k, v in annotations.items() if k in KEPT_ANNOTATIONS},
         "nodeSelector": dict(spec.get("nodeSelector") or {}),
@@ -189,10 +193,13 @@ def pending_workloads(
     specs: Mapping[tuple[str, str], GroupSpec] | None = None,
     cache: WorkloadCache | None = None,
     keyed: Callable[[Mapping[str, Any]], tuple[str, str]] = group_key,
+    devices: Mapping[str, Sequence[Device]] | None = None,
 ) -> list[PendingGroup]:
     """Workloads of the pending pods (in namespace/name order of their groups). A scheduler
     that builds them every cycle passes a `cache`: an unchanged group is validated once, and
-    `keyed`, its memo of each pod's `group_key`."""
+    `keyed`, its memo of each pod's `group_key`. `devices`: each DRA flavor's devices as the
+    cluster publishes them, for the selectors of the pods' claims."""
+    seen_devices = devices_key(devices) if devices else ""
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for pod in pods:
         groups.setdefault(keyed(pod), []).append(pod)
@@ -207,7 +214,7 @@ def pending_workloads(
         )
         exact = None
         if cache is not None and all(v for _, v in versions):
-            exact = (namespace, name, group_spec, versions)
+            exact = (namespace, name, group_spec, versions, seen_devices)
             hit = cache.by_pods.get(exact)
             if hit is not None:
                 out.append(hit)
@@ -215,10 +222,10 @@ def pending_workloads(
         doc, by_set = _group_doc(namespace, name, members, group_spec, epoch)
         built = None
         if cache is not None:
-            sig = json.dumps(doc, sort_keys=True)
+            sig = json.dumps(doc, sort_keys=True) + seen_devices
             built = cache.by_doc.get(sig)
         if built is None:
-            built = build_workload(doc, policy, (f"{namespace}/{name}",))
+            built = build_workload(doc, policy, (f"{namespace}/{name}",), devices)
             if cache is not None:
                 cache.by_doc[sig] = built
         workload, problems = built

@@ -94,6 +94,33 @@ class SliceClaims:
         a = Assigned(node_name, tuple(chosen))
         return a if self.claim(owner, a) else None
 
+    def claim_reported(self, key: str, pod: Mapping[str, Any]) -> bool:
+        """Claim the devices a pod bound by another scheduler really got (the node agent's
+        report, or its allocated ResourceClaims); False if none are known."""
+        node = str(pod["spec"]["nodeName"])
+        report = self.inv.reported.get(key)
+        if report is None or report[0] != node:
+            return False
+        sids = resolve(self.cluster, node, report[1], ())
+        if sids is None:
+            units = ", ".join(report[1])
+            self.warnings.append(f"{key}: its devices ({units}) are no slices of {node}")
+            return False
+        return self.claim(f"foreign:{key}", Assigned(node, sids))
+
+    def hold_claimed(self, by_claim: Mapping[str, tuple[str, tuple[str, ...]]]) -> None:
+        """Hold the devices of allocated ResourceClaims that no pod holds (a claim whose pod
+        is not bound yet, or is gone while kube-controller-manager deallocates it)."""
+        for claim, (node, units) in sorted(by_claim.items()):
+            sids = resolve(self.cluster, node, units, ())
+            if sids is None:
+                continue
+            for sid in sids:
+                if sid not in self.allocs:
+                    s = self.cluster.slices[sid]
+                    owner = f"claim:{claim}"
+                    self.allocs[sid] = Allocation(sid, owner, s.compute_milli, s.memory_mib)
+
     def reported_first(
         self, bound: list[tuple[Mapping[str, Any], Assigned | None]]
     ) -> tuple[list[tuple[Mapping[str, Any], Assigned | None]], dict[str, str]]:

@@ -1,0 +1,343 @@
+"""Dynamic Resource Allocation as the view reads it: the GPUs NVIDIA's DRA driver publishes in
+ResourceSlices, what pods' ResourceClaims ask, and which devices allocated claims hold.
+
+- **Devices** (`read_slices`): each device of driver `gpu.nvidia.com` and type `gpu` is the
+  node's GPU of the index its canonical name gives (`gpu-3` is GPU 3, as the driver names
+  them by minor number); `dra_problems` holds a DRA pool's node to its pool as the inventory
+  holds a device-plugin node to its allocatable.
+- **Claims as requests** (`attach_claims`): a pending pod's claims (named, or made from its
+  template by kube-controller-manager and named in the pod's status) become the pod set's
+  `deviceClaims`; a pod whose claim does not exist yet waits for it, and what gpucarve cannot
+  serve (a claim another pod holds, `allocationMode: All`, a choice of `firstAvailable`
+  alternatives) is refused with why.
+- **Claims as holders** (`claim_units`): an allocated claim's devices are held by the pods it
+  is reserved for (they reach the view as the devices those pods really got) and, while it is
+  reserved for no pod that runs, by the claim itself, so no GPU is promised twice.
+- **Allocation** (`allocation_for`): the status gpucarve writes for each claim of a pod it
+  binds, the devices taken in the order of the pod's claims and their requests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from gpucarve.config.device_select import Device, device_from_slice
+from gpucarve.core.vocabulary import DRA_GPU_DRIVER
+
+_CANONICAL = re.compile(r"^gpu-(\d{1,3})$")
+# The claim controller of kube-controller-manager deallocates a claim with this finalizer once
+# no pod is reserved for it, and then removes it (as it does for kube-scheduler's claims).
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+# where a pending pod's claims reach the workload document (never a Kubernetes field)
+CLAIMS_KEY = "gpucarve:deviceClaims"
+
+
+@dataclass(frozen=True)
+class DraDevices:
+    """The driver's GPUs, per node: GPU index -> (resource pool, device name), and each
+    device as a selector sees it."""
+
+    slots: Mapping[str, Mapping[int, tuple[str, str]]] = field(default_factory=dict)
+    devices: Mapping[str, Mapping[int, Device]] = field(default_factory=dict)
+    # devices of the driver that are no GPU of a canonical name: node -> names
+    odd: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def index_of(self, pool: str, device: str) -> tuple[str, int] | None:
+        """(node, GPU index) of a pool's device."""
+        for node, slots in self.slots.items():
+            for g, (p, d) in slots.items():
+                if p == pool and d == device:
+                    return node, g
+        return None
+
+
+def read_slices(slices: Sequence[Mapping[str, Any]]) -> DraDevices:
+    slots: dict[str, dict[int, tuple[str, str]]] = {}
+    devices: dict[str, dict[int, Device]] = {}
+    odd: dict[str, list[str]] = {}
+    for s in sorted(slices, key=lambda s: str(s["metadata"]["name"])):
+        spec = s.get("spec") or {}
+        node = spec.get("nodeName")
+        if spec.get("driver") != DRA_GPU_DRIVER or not node:
+            continue
+        pool = str((spec.get("pool") or {}).get("name") or node)
+        for raw in spec.get("devices") or []:
+            name = str(raw.get("name"))
+            kind = ((raw.get("attributes") or {}).get("type") or {}).get("string")
+            m = _CANONICAL.match(name)
+            if kind != "gpu" or m is None:
+                odd.setdefault(node, []).append(name)
+                continue
+            device = device_from_slice(DRA_GPU_DRIVER, raw)
+            if device is None:
+                continue
+            slots.setdefault(node, {})[int(m.group(1))] = (pool, name)
+            devices.setdefault(node, {})[int(m.group(1))] = device
+    return DraDevices(
+        MappingProxyType(slots),
+        MappingProxyType(devices),
+        MappingProxyType({n: tuple(v) for n, v in odd.items()}),
+    )
+
+
+def dra_problems(
+    node: str, gpus: int, names: Sequence[str], memory_mib: int, dra: DraDevices
+) -> list[str]:
+    """How a DRA pool's node disagrees with its pool: its GPUs in the driver's ResourceSlices
+    (indices 0..gpus-1), their product (`names`: GPU Feature Discovery's spellings of the
+    model, spaces written as dashes) and memory (at least 90 % of the model's)."""
+    have = dra.devices.get(node, {})
+    if not have:
+        return [
+            f"publishes no GPU in a ResourceSlice of {DRA_GPU_DRIVER}, though its pool is "
+            "DRA-managed; run NVIDIA's DRA driver on it, or set `devices: device-plugin` on "
+            "the pool"
+        ]
+    out: list[str] = []
+    if sorted(have) != list(range(gpus)):
+        out.append(
+            f"its ResourceSlices publish GPUs {sorted(have)}, the pool expects {gpus} "
+            f"(gpu-0 … gpu-{gpus - 1}); fix the pool's gpusPerNode or the node's driver"
+        )
+    products = {str(d.attributes.get("productName", "")).replace(" ", "-") for d in have.values()}
+    wrong = sorted(products - set(names))
+    if wrong:
+        out.append(
+            f"its DRA GPUs are {', '.join(wrong)}, the pool's model is {names[0]}; move the "
+            "node to a pool of that model or fix the pool's gpuModel"
+        )
+    short = [
+        g for g, d in sorted(have.items()) if d.capacity.get("memory", 0) < memory_mib * 943718
+    ]
+    if short:  # 943718 B = 90 % of a MiB
+        out.append(
+            f"DRA GPUs {short} have less memory than the pool's model ({memory_mib} MiB); fix "
+            "the pool's gpuModel"
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------- claims
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    entry: str  # the pod's name for it (spec.resourceClaims[].name)
+    claim: str | None  # namespace/name of the ResourceClaim, None while it does not exist
+    template: str | None
+
+
+def claim_refs(pod: Mapping[str, Any]) -> list[ClaimRef]:
+    """The pod's claims, in its order: named ones, and those made from a template (named in
+    the pod's status once kube-controller-manager made them)."""
+    ns = pod["metadata"]["namespace"]
+    made = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    out = []
+    for e in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = e.get("resourceClaimName") or made.get(e.get("name"))
+        out.append(
+            ClaimRef(str(e.get("name")), f"{ns}/{name}" if name else None,
+                     e.get("resourceClaimTemplateName"))
+        )  # fmt: skip
+    return out
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+
+def _requests(claim: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """The claim's device requests as `deviceClaims` entries, or why gpucarve cannot serve
+    them."""
+    out: list[dict[str, Any]] = []
+    for r in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        exact = r.get("exactly")
+        if exact is None:
+            return [], (
+                f"request {r.get('name')!r} offers firstAvailable alternatives, which gpucarve "
+                "does not choose among yet; ask with `exactly`"
+            )
+        if exact.get("allocationMode", "ExactCount") != "ExactCount":
+            return [], (
+                f"request {r.get('name')!r} asks for all matching devices "
+                "(allocationMode: All); ask for a count"
+            )
+        selectors = [
+            str((s.get("cel") or {}).get("expression", "")) for s in exact.get("selectors") or []
+        ]
+        out.append(
+            {
+                "name": str(r.get("name")),
+                "deviceClassName": str(exact.get("deviceClassName", "")),
+                "count": int(exact.get("count", 1)),
+                "selectors": selectors,
+            }
+        )
+    return out, None
+
+
+def _unservable(
+    pod: Mapping[str, Any], ref: ClaimRef, claim: Mapping[str, Any] | None
+) -> str | None:
+    """Why the pod cannot be placed as this claim of it stands (None: it can)."""
+    if claim is None:
+        made = f", made from template {ref.template!r}" if ref.template else ""
+        return (
+            f"dra/claim-missing: waiting for its ResourceClaim {ref.claim or ''} (claim "
+            f"{ref.entry!r}{made}; kube-controller-manager's resourceclaim controller makes "
+            "claims from templates)"
+        )
+    held = [
+        r.get("name")
+        for r in (claim.get("status") or {}).get("reservedFor") or []
+        if r.get("name") != pod["metadata"]["name"]
+    ]
+    if held:
+        return (
+            f"dra/claim-shared: ResourceClaim {ref.claim} is in use by pod(s) "
+            f"{', '.join(map(str, held))}; gpucarve places only pods with claims of their "
+            "own (a ResourceClaimTemplate gives each pod one)"
+        )
+    refused = _requests(claim)[1]
+    if refused is not None:
+        return f"dra/claim-unsupported: ResourceClaim {ref.claim}: {refused}"
+    return None
+
+
+def attach_claims(
+    pods: Sequence[Mapping[str, Any]], claims: Mapping[str, Mapping[str, Any]]
+) -> tuple[list[Mapping[str, Any]], dict[str, str]]:
+    """The pending pods with their claims' requests attached (under `CLAIMS_KEY`; the pod's
+    resourceVersion then also names its claims' versions, for the workload cache), and per
+    pod that cannot be placed as its claims stand, why."""
+    out: list[Mapping[str, Any]] = []
+    waiting: dict[str, str] = {}
+    for pod in pods:
+        refs = claim_refs(pod)
+        if not refs:
+            out.append(pod)
+            continue
+        key = _key(pod)
+        entries: list[dict[str, Any]] = []
+        versions: list[str] = []
+        why = None
+        for ref in refs:
+            claim = claims.get(ref.claim) if ref.claim else None
+            why = _unservable(pod, ref, claim)
+            if why is not None or claim is None:
+                break
+            entries += _requests(claim)[0]
+            versions.append(str(claim["metadata"].get("resourceVersion", "")))
+        if why is not None:
+            waiting[key] = why
+            continue
+        meta = dict(pod["metadata"])
+        if meta.get("resourceVersion"):
+            meta["resourceVersion"] = f"{meta['resourceVersion']}+{'+'.join(versions)}"
+        out.append({**pod, "metadata": meta, CLAIMS_KEY: entries})
+    return out, waiting
+
+
+@dataclass(frozen=True)
+class ClaimUnits:
+    """Devices allocated claims hold: per pod they are reserved for, (node, units), and per
+    claim reserved for no pod, the same."""
+
+    by_pod: Mapping[str, tuple[str, tuple[str, ...]]]
+    by_claim: Mapping[str, tuple[str, tuple[str, ...]]]
+
+
+def claim_units(claims: Sequence[Mapping[str, Any]], dra: DraDevices) -> ClaimUnits:
+    by_pod: dict[str, tuple[str, list[str]]] = {}
+    by_claim: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for claim in sorted(claims, key=_key):
+        status = claim.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        found = [
+            at
+            for r in results
+            if r.get("driver") == DRA_GPU_DRIVER
+            and (at := dra.index_of(str(r.get("pool")), str(r.get("device")))) is not None
+        ]
+        if not found:
+            continue
+        node = found[0][0]
+        units = tuple(f"gpu{g}" for n, g in found if n == node)
+        pods = [
+            f"{claim['metadata']['namespace']}/{r.get('name')}"
+            for r in status.get("reservedFor") or []
+            if r.get("resource") == "pods"
+        ]
+        for p in pods:
+            have = by_pod.setdefault(p, (node, []))
+            have[1].extend(units)
+        by_claim[_key(claim)] = (node, units)
+    return ClaimUnits(
+        MappingProxyType({p: (n, tuple(u)) for p, (n, u) in by_pod.items()}),
+        MappingProxyType(by_claim),
+    )
+
+
+def allocation_for(
+    pod: Mapping[str, Any],
+    claims: Mapping[str, Mapping[str, Any]],
+    node: str,
+    gpus: Sequence[int],
+    dra: DraDevices,
+) -> list[tuple[str, dict[str, Any]]]:
+    """(claim, its status) for each claim of a pod bound to `gpus` of `node`: the devices in
+    the order of the pod's claims and their requests, the node as the allocation's node
+    selector, and the pod as what the claim is reserved for. Raises ValueError when the
+    claims and the GPUs do not add up (a claim gone or changed since the cycle)."""
+    slots = dra.slots.get(node, {})
+    left = list(gpus)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for ref in claim_refs(pod):
+        claim = claims.get(ref.claim) if ref.claim else None
+        if claim is None:
+            raise ValueError(f"its ResourceClaim for {ref.entry!r} is gone")
+        requests, refused = _requests(claim)
+        if refused is not None:
+            raise ValueError(refused)
+        results = []
+        for r in requests:
+            for _ in range(r["count"]):
+                if not left or left[0] not in slots:
+                    raise ValueError(f"no DRA device of {node} left for request {r['name']!r}")
+                pool, device = slots[left.pop(0)]
+                results.append(
+                    {"request": r["name"], "driver": DRA_GPU_DRIVER, "pool": pool, "device": device}
+                )
+        status = {
+            "allocation": {
+                "devices": {"results": results},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": [node]}
+                        ]}
+                    ]
+                },
+            },
+            "reservedFor": [
+                {"resource": "pods", "name": pod["metadata"]["name"],
+                 "uid": pod["metadata"].get("uid")}
+            ],
+        }  # fmt: skip
+        out.append((str(ref.claim), status))
+    if left:
+        raise ValueError(f"GPUs {left} of {node} are claimed by no request of the pod")
+    return out
+
+
+def devices_key(devices: Mapping[str, Sequence[Device]]) -> str:
+    """A fingerprint of each DRA flavor's devices, for caches of what selectors matched."""
+    return json.dumps({f: sorted(d.key() for d in ds) for f, ds in sorted(devices.items())})

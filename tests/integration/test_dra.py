@@ -1,0 +1,224 @@
+"""Dynamic Resource Allocation on a real API server (resource.k8s.io/v1) with
+kube-controller-manager's ResourceClaim controller: pods that claim whole GPUs (by product
+name, by at least N GiB of memory) are placed by gpucarve, which allocates their claims (the
+devices, the node, the pod they are reserved for) before binding; device-plugin pods never land
+on DRA nodes; a claim no device matches says which selector; a claim that is released (its pod
+deleted) frees its GPUs. The same scenario as `gpucarve plan examples/dra/policy.yaml
+examples/dra/workloads.yaml`, placed alike."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpucarve.cli.main import app
+from gpucarve.config.policy_build import load_policy
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.view.nodes import slice_manifests
+from gpucarve.render.dra import device_classes
+from tests.integration.api import Api, wait_for
+from tests.integration.kube_pods import condition, node_of, pods_in
+from tests.integration.stack_setup import populate, scheduling
+from tests.paths import EXAMPLES
+
+pytestmark = pytest.mark.integration
+
+POLICY = EXAMPLES / "dra" / "policy.yaml"
+WORKLOADS = EXAMPLES / "dra" / "workloads.yaml"
+RESOURCE = "/apis/resource.k8s.io/v1"
+NS = "research"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    workdir = tmp_path_factory.mktemp("dra")
+    with LocalStack(find_binaries(), workdir, with_controllers=True) as stack:
+        api = Api(stack.server, stack.tokens[ADMIN_USER])
+        populate(stack, api, POLICY, [NS])
+        policy = load_policy(POLICY, []).policy
+        for m in device_classes(policy):
+            api.create(f"{RESOURCE}/deviceclasses", m)
+        for m in slice_manifests(policy):
+            api.create(f"{RESOURCE}/resourceslices", m)
+        with scheduling(stack, POLICY):
+            yield api
+
+
+def _workloads() -> list[dict[str, Any]]:
+    return list(yaml.safe_load(WORKLOADS.read_text())["workloads"])
+
+
+def _claim_spec(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "devices": {
+            "requests": [
+                {
+                    "name": r.get("name", "gpu"),
+                    "exactly": {
+                        "deviceClassName": r["deviceClassName"],
+                        "count": r.get("count", 1),
+                        "selectors": [{"cel": {"expression": s}} for s in r.get("selectors", [])],
+                    },
+                }
+                for r in requests
+            ]
+        }
+    }
+
+
+def _pod(name: str, *, template: str | None = None, claim: str | None = None,
+         gpus: int = 0, group: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """A pod that claims its GPUs through a template (a claim of its own per pod) or a named
+    claim, or asks the device plugin for `gpus`."""
+    container: dict[str, Any] = {"name": "main", "image": "fake"}
+    spec: dict[str, Any] = {"schedulerName": "gpucarve", "containers": [container]}
+    if template or claim:
+        ref = {"resourceClaimTemplateName": template} if template else {"resourceClaimName": claim}
+        spec["resourceClaims"] = [{"name": "gpus", **ref}]
+        container["resources"] = {"claims": [{"name": "gpus"}]}
+    else:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    labels = {"gpucarve.io/pod-group": group} if group else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "spec": spec,
+    }
+
+
+def _claims(api: Api) -> dict[str, dict[str, Any]]:
+    items = api.get(f"{RESOURCE}/namespaces/{NS}/resourceclaims")["items"]
+    return {c["metadata"]["name"]: c for c in items}
+
+
+def _claim_of(api: Api, pod_name: str) -> dict[str, Any] | None:
+    for c in _claims(api).values():
+        reserved = (c.get("status") or {}).get("reservedFor") or []
+        if [r["name"] for r in reserved] == [pod_name]:
+            return c
+    return None
+
+
+def _devices(claim: dict[str, Any]) -> list[tuple[str, str]]:
+    results = claim["status"]["allocation"]["devices"]["results"]
+    return sorted((r["pool"], r["device"]) for r in results)
+
+
+def _planned() -> dict[str, set[str]]:
+    result = CliRunner().invoke(app, ["plan", str(POLICY), str(WORKLOADS), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    return {a["workload"].split("/")[1]: {p["node"] for p in a["pods"]} for a in out["admissions"]}
+
+
+def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api, tmp_path: Path) -> None:
+    api = cluster
+    by_product, at_least, plugin = _workloads()
+    # the gang of two pods, each claiming 4 H100s by product name from a template
+    req = by_product["podSets"][0]["deviceClaims"]
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "four-h100", "namespace": NS},
+        "spec": {"spec": _claim_spec(req)},
+    }
+    api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaimtemplates", template)
+    for i in range(2):
+        api.create(f"/api/v1/namespaces/{NS}/pods",
+                   _pod(f"by-product-{i}", template="four-h100", group="by-product"))  # fmt: skip
+    wait_for(lambda: all(node_of(pods_in(api, NS).get(f"by-product-{i}") or {}) for i in range(2)),
+             what="the by-product gang bound")  # fmt: skip
+    # a pod with a claim of its own (named) for a GPU of at least 40 GiB
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "big-memory", "namespace": NS},
+        "spec": _claim_spec(at_least["podSets"][0]["deviceClaims"]),
+    }
+    api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaims", claim)
+    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("at-least-40gib", claim="big-memory"))
+    wait_for(lambda: node_of(pods_in(api, NS).get("at-least-40gib") or {}), what="bound")
+    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("plugin", gpus=8))
+    wait_for(lambda: node_of(pods_in(api, NS).get("plugin") or {}), what="plugin pod bound")
+
+    pods = pods_in(api, NS)
+    placed = {
+        "by-product": {node_of(pods[f"by-product-{i}"]) for i in range(2)},
+        "at-least-40gib": {node_of(pods["at-least-40gib"])},
+        "plugin": {node_of(pods["plugin"])},
+    }
+    assert placed == _planned()
+    # each pod's claims hold devices of its node: 4 distinct GPUs per gang pod, reserved for
+    # it, with the finalizer that lets the claim controller deallocate them later
+    seen: set[tuple[str, str]] = set()
+    for name, count in (("by-product-0", 4), ("by-product-1", 4), ("at-least-40gib", 1)):
+        c = wait_for(lambda n=name: _claim_of(api, n), what=f"{name}'s claim allocated")
+        devices = _devices(c)
+        assert len(devices) == count and {p for p, _ in devices} == {node_of(pods[name])}
+        assert not seen & set(devices), "a device allocated twice"
+        seen |= set(devices)
+        assert "resource.kubernetes.io/delete-protection" in c["metadata"]["finalizers"]
+        slices = json.loads(pods[name]["metadata"]["annotations"]["gpucarve.io/assignment"])
+        gpus = sorted(s.split("/")[1] for s in slices["slices"])
+        assert gpus == sorted(d.replace("gpu-", "gpu") for _, d in devices)
+
+
+def test_a_claim_no_device_matches_names_its_selector(cluster: Api) -> None:
+    api = cluster
+    spec = _claim_spec([{
+        "deviceClassName": "gpu.nvidia.com",
+        "selectors": ['device.attributes["gpu.nvidia.com"].productName == "NVIDIA B200"'],
+    }])  # fmt: skip
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "b200", "namespace": NS}, "spec": spec}  # fmt: skip
+    api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaims", claim)
+    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("wants-b200", claim="b200"))
+
+    def message() -> str | None:
+        c = condition(pods_in(api, NS).get("wants-b200") or {})
+        return c["message"] if c and c["status"] == "False" else None
+
+    text = wait_for(message, what="the pending reason")
+    assert "NVIDIA B200" in text and "matches no device" in text, text
+    assert "NVIDIA H100 80GB HBM3" in text, text
+    # a pod whose named claim does not exist yet waits for it, and says so
+    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("claim-later", claim="not-yet"))
+
+    def waits() -> str | None:
+        c = condition(pods_in(api, NS).get("claim-later") or {})
+        return c["message"] if c and c["status"] == "False" else None
+
+    assert "waiting for its ResourceClaim research/not-yet" in wait_for(waits, what="reason")
+
+
+def test_released_claims_free_their_gpus(cluster: Api) -> None:
+    """Deleting the gang's pods lets kube-controller-manager deallocate (and delete) their
+    claims; an 8-GPU claim then fits where they ran."""
+    api = cluster
+    h100 = {"h100-0", "h100-1"}
+    spec = _claim_spec([{"deviceClassName": "gpu.nvidia.com", "count": 8}])
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "eight", "namespace": NS}, "spec": {"spec": spec}}  # fmt: skip
+    api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaimtemplates", template)
+    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("eight", template="eight"))
+
+    def eight_waits() -> bool:
+        p = pods_in(api, NS).get("eight") or {}
+        c = condition(p)
+        return node_of(p) is None and bool(c and c["status"] == "False")
+
+    wait_for(eight_waits, what="the 8-GPU pod to wait while the gang holds the H100s")
+    for i in range(2):
+        status, _ = api.call("DELETE", f"/api/v1/namespaces/{NS}/pods/by-product-{i}")
+        assert status == 200
+    bound = wait_for(lambda: node_of(pods_in(api, NS).get("eight") or {}), 60, "eight bound")
+    assert bound in h100
+    c = wait_for(lambda: _claim_of(api, "eight"), what="the 8-GPU claim allocated")
+    assert len(_devices(c)) == 8

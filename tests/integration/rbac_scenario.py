@@ -1,6 +1,7 @@
 """The scheduler's whole job on a real API server, as the Helm chart's ServiceAccount: leases,
-binding, a pod that waits (condition, Event, Queue status), reclaim through the Eviction API
-and a dynamic MIG change (the node and the MIG manager's ConfigMap). Every call the scheduler
+binding, a pod that waits (condition, Event, Queue status), reclaim through the Eviction API,
+a dynamic MIG change (the node and the MIG manager's ConfigMap) and a pod whose ResourceClaim
+gpucarve allocates (DRA). Every call the scheduler
 makes is recorded with its answer, as (verb, API group, resource) the way RBAC sees it."""
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from gpucarve.kube.scheduler.health import ThreadServer
 from gpucarve.kube.scheduler.leader_label import mark
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig
+from gpucarve.kube.view.nodes import slice_manifests
+from gpucarve.render.dra import device_classes
 from tests.dynamic_mig_policy import dynamic_mig_doc
 from tests.integration.api import Api
 from tests.integration.chart import NAMESPACE, install
@@ -57,6 +60,9 @@ Triple = tuple[str, str, str]  # (verb, API group, resource[/subresource])
 _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)"
     r"(?:/namespaces/[^/]+)?/(?P<resource>[^/?]+)(?:/(?P<name>[^/?]+)(?:/(?P<sub>[^/?]+))?)?"
+)
+_CLAIM_STATUS = re.compile(
+    r"^/apis/resource\.k8s\.io/v1/namespaces/[^/]+/resourceclaims/[^/]+/status"
 )
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
@@ -149,12 +155,20 @@ class RecordingClient(Client):
     def call(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
     ) -> Any:
+        claim_status = method == "PATCH" and _CLAIM_STATUS.match(path) is not None
+        # Writing a claim's allocation also takes `patch resourceclaims/binding`, which the
+        # API server checks inside the status write: a refusal of it comes back as 422
+        binding = path.split("?")[0].removesuffix("/status") + "/binding"
         try:
             reply = super().call(method, path, body, content_type)
         except ApiError as err:
+            if claim_status and 'resource="resourceclaims/binding"' in str(err):
+                self.recording.add(method, binding, 403)
             self.recording.add(method, path.split("?")[0], err.status)
             raise
         self.recording.add(method, path.split("?")[0], 200)
+        if claim_status:
+            self.recording.add(method, binding, 200)
         return reply
 
     def watch(
@@ -204,6 +218,16 @@ def policy_doc() -> dict[str, Any]:
             "replicas": 4,
         }
     )
+    doc["pools"].append(
+        {
+            "name": "dra",
+            "gpuModel": "H100-SXM5-80GB",
+            "nodes": 1,
+            "gpusPerNode": 1,
+            "sharing": "exclusive",
+            "devices": "dra",
+        }
+    )
     doc["cohorts"] = [{"name": "lab"}]
     doc["queues"] += [
         {"name": "research", "namespaces": ["research"], "cohort": "lab",
@@ -211,7 +235,7 @@ def policy_doc() -> dict[str, Any]:
         {"name": "production", "namespaces": ["production"], "cohort": "lab",
          "quota": {"h100-full": {"nominal": 1}}},
         {"name": "notebooks", "namespaces": ["notebooks"],
-         "quota": {"l40s-shared": {"nominal": 4}}},
+         "quota": {"l40s-shared": {"nominal": 4}, "h100-dra-full": {"nominal": 1}}},
     ]  # fmt: skip
     return doc
 
@@ -266,8 +290,12 @@ class Scenario:
         # watches without the scenario's pods needing it (a suspended Job makes no pods),
         # made once its informers have listed, so that it arrives as a watch event (made
         # before, it comes in the list and the watch sees nothing: seen on a loaded machine)
-        listed = {("list", "batch", "jobs"), ("list", "scheduling.x-k8s.io", "podgroups")}
+        listed = {("list", "batch", "jobs"), ("list", "scheduling.x-k8s.io", "podgroups"),
+                  ("list", "resource.k8s.io", "resourceslices")}  # fmt: skip
         self.until(lambda: listed <= self.recording.used(), "the informers' first lists")
+        # the DRA pool's GPUs, published as its driver would once the scheduler watches
+        for m in slice_manifests(load_policy(self.policy_file, []).policy):
+            a.create("/apis/resource.k8s.io/v1/resourceslices", m)
         pod_group(a, "research", "other", 2, group="scheduling.x-k8s.io")
         a.create("/apis/batch/v1/namespaces/research/jobs", _suspended_job())
         pod_group(a, "research", "pair", 2)
@@ -297,6 +325,7 @@ class Scenario:
             create_pod(a, pod("serving", f"small{i}", "nvidia.com/mig-1g.10gb"))
         self.until(lambda: self.bound("serving", ["small0", "small1"]), "a MIG change")
         self.fraction()
+        self.claimed()
         self.dashboard_reviews()
         self.until(self._leader_labelled, "the leader's pod labelled")
 
@@ -319,6 +348,26 @@ class Scenario:
         assert data["NVIDIA_VISIBLE_DEVICES"] == "0", data
         a.call("DELETE", "/api/v1/namespaces/notebooks/pods/frac?gracePeriodSeconds=0")
         self.until(lambda: a.call("GET", cm)[0] == 404, "the ConfigMap gone with the pod")
+
+    def claimed(self) -> None:
+        """A pod with a ResourceClaim (DRA): the claim allocated and reserved, then bound."""
+        a = self.admin
+        claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "one-gpu", "namespace": "notebooks"},
+            "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+            ]}},
+        }  # fmt: skip
+        a.create("/apis/resource.k8s.io/v1/namespaces/notebooks/resourceclaims", claim)
+        manifest = pod("notebooks", "claims", "cpu")
+        manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "one-gpu"}]
+        create_pod(a, manifest)
+        self.until(lambda: self.bound("notebooks", ["claims"]), "the claiming pod bound")
+        path = "/apis/resource.k8s.io/v1/namespaces/notebooks/resourceclaims/one-gpu"
+        status = a.get(path).get("status") or {}
+        assert status["reservedFor"][0]["name"] == "claims", status
 
     def once_each(self) -> bool:
         """No slice held by two pods that exist (terminating ones included)."""
@@ -373,6 +422,8 @@ def run(workdir: Path, chart_objs: list[dict[str, Any]], target: Triple | None) 
         admin = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, admin, policy_file, ("research", "production", "serving", "notebooks"))
         install_coscheduling_crd(admin)
+        for m in device_classes(load_policy(policy_file, []).policy):
+            admin.create("/apis/resource.k8s.io/v1/deviceclasses", m)
         install(admin, chart_objs, [NAMESPACE, CM_NS])
         ctx = ssl.create_default_context()
         ctx.check_hostname = False

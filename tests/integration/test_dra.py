@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,6 +110,17 @@ def _devices(claim: dict[str, Any]) -> list[tuple[str, str]]:
     return sorted((r["pool"], r["device"]) for r in results)
 
 
+def _unit(device: str) -> str:
+    """A device of NVIDIA's naming as gpucarve's slice names it: `gpu-3` is `gpu3`; MIG
+    device `gpu-0-mig-9-4-4` (profile id 9, 3g.40gb on an A100, at memory slice 4) is
+    `gpu0/3g.40gb@4`."""
+    parts = device.split("-")
+    if len(parts) == 2:
+        return f"gpu{parts[1]}"
+    profile = {"9": "3g.40gb", "14": "2g.20gb", "19": "1g.10gb"}[parts[3]]
+    return f"gpu{parts[1]}/{profile}@{parts[4]}"
+
+
 def _planned() -> dict[str, set[str]]:
     result = CliRunner().invoke(app, ["plan", str(POLICY), str(WORKLOADS), "--json"])
     assert result.exit_code == 0, result.output
@@ -118,9 +128,9 @@ def _planned() -> dict[str, set[str]]:
     return {a["workload"].split("/")[1]: {p["node"] for p in a["pods"]} for a in out["admissions"]}
 
 
-def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api, tmp_path: Path) -> None:
+def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api) -> None:
     api = cluster
-    by_product, at_least, plugin = _workloads()
+    by_product, at_least, plugin, partition = _workloads()
     # the gang of two pods, each claiming 4 H100s by product name from a template
     req = by_product["podSets"][0]["deviceClaims"]
     template = {
@@ -145,20 +155,29 @@ def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api, tmp_pa
     api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaims", claim)
     api.create(f"/api/v1/namespaces/{NS}/pods", _pod("at-least-40gib", claim="big-memory"))
     wait_for(lambda: node_of(pods_in(api, NS).get("at-least-40gib") or {}), what="bound")
-    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("plugin", gpus=8))
+    gpus = int(plugin["podSets"][0]["resources"]["limits"]["nvidia.com/gpu"])
+    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("plugin", gpus=gpus))
     wait_for(lambda: node_of(pods_in(api, NS).get("plugin") or {}), what="plugin pod bound")
+    # a MIG device of one profile, by its claim's selector
+    claim = {**claim, "metadata": {"name": "a-partition", "namespace": NS},
+             "spec": _claim_spec(partition["podSets"][0]["deviceClaims"])}  # fmt: skip
+    api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaims", claim)
+    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("partition", claim="a-partition"))
+    wait_for(lambda: node_of(pods_in(api, NS).get("partition") or {}), what="partition bound")
 
     pods = pods_in(api, NS)
     placed = {
         "by-product": {node_of(pods[f"by-product-{i}"]) for i in range(2)},
         "at-least-40gib": {node_of(pods["at-least-40gib"])},
         "plugin": {node_of(pods["plugin"])},
+        "partition": {node_of(pods["partition"])},
     }
     assert placed == _planned()
     # each pod's claims hold devices of its node: 4 distinct GPUs per gang pod, reserved for
     # it, with the finalizer that lets the claim controller deallocate them later
     seen: set[tuple[str, str]] = set()
-    for name, count in (("by-product-0", 4), ("by-product-1", 4), ("at-least-40gib", 1)):
+    claimed = (("by-product-0", 4), ("by-product-1", 4), ("at-least-40gib", 1), ("partition", 1))
+    for name, count in claimed:
         c = wait_for(lambda n=name: _claim_of(api, n), what=f"{name}'s claim allocated")
         devices = _devices(c)
         assert len(devices) == count and {p for p, _ in devices} == {node_of(pods[name])}
@@ -166,8 +185,8 @@ def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api, tmp_pa
         seen |= set(devices)
         assert "resource.kubernetes.io/delete-protection" in c["metadata"]["finalizers"]
         slices = json.loads(pods[name]["metadata"]["annotations"]["gpucarve.io/assignment"])
-        gpus = sorted(s.split("/")[1] for s in slices["slices"])
-        assert gpus == sorted(d.replace("gpu-", "gpu") for _, d in devices)
+        units = sorted(s.split("/", 1)[1] for s in slices["slices"])
+        assert units == sorted(_unit(d) for _, d in devices)
 
 
 def test_a_claim_no_device_matches_names_its_selector(cluster: Api) -> None:

@@ -171,3 +171,20 @@ def test_a_container_naming_its_own_devices_is_refused_in_governed_namespaces() 
     assert all(prob.code == "device-env-set-by-pod" for prob in device_env_problems(p))
     elsewhere = {**p, "metadata": {**p["metadata"], "namespace": "elsewhere"}}
     assert pod_problems(POLICY, elsewhere) == []
+
+
+def test_pods_that_claim_devices_are_gpucarves_where_the_policy_has_dra_pools() -> None:
+    from tests.paths import EXAMPLES
+
+    dra = load_policy(EXAMPLES / "dra" / "policy.yaml").policy
+    claiming = _pod("research", {})
+    claiming["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+    patch = {op["path"]: op.get("value") for op in mutate(dra, claiming, "gpucarve").patch}
+    assert patch["/spec/schedulerName"] == "gpucarve"
+    # naming another scheduler is a way around the queue, refused as for device-plugin pods
+    elsewhere = json.loads(json.dumps(claiming))
+    elsewhere["spec"]["schedulerName"] = "my-scheduler"
+    assert pod_problems(dra, elsewhere) != []
+    # without DRA pools, claims are another driver's business: left alone
+    plain = {op["path"] for op in mutate(POLICY, claiming, "gpucarve").patch}
+    assert "/spec/schedulerName" not in plain

@@ -3,8 +3,10 @@
 In a workload document a pod set may carry `deviceClaims`, one entry per device request of
 its claims: the device class, how many devices, and the CEL selectors. The Kubernetes view
 writes them from the pod's ResourceClaims; a workload file for `plan` writes them by hand.
-gpucarve serves whole GPUs of NVIDIA's device class `gpu.nvidia.com` (`ExactCount`); the
-request's selectors pick the DRA flavors whose devices they match (`config/device_select.py`).
+gpucarve serves NVIDIA's device classes `gpu.nvidia.com` (whole GPUs) and `mig.nvidia.com` (MIG
+devices of a static layout), `ExactCount`; the request's selectors pick the DRA flavors whose
+devices they match (`config/device_select.py`). A MIG request must come down to one profile,
+as a device-plugin request names one (`nvidia.com/mig-3g.40gb`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpucarve.config.device_select import Device, Selectors, match_flavors, policy_devices
-from gpucarve.core.policy import Policy
+from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.problems import Path, Problem
-from gpucarve.core.vocabulary import DRA_GPU_CLASS
+from gpucarve.core.vocabulary import DRA_GPU_CLASS, DRA_MIG_CLASS
 from gpucarve.core.workload import GpuKind, GpuRequest
+
+CLASSES = {DRA_GPU_CLASS: SliceKind.WHOLE, DRA_MIG_CLASS: SliceKind.MIG}
 
 MAX_DEVICES = 64  # per request: more than any node has GPUs
 
@@ -41,71 +45,91 @@ def claim_request(
     policy: Policy,
     devices: Mapping[str, Sequence[Device]] | None = None,
 ) -> tuple[GpuRequest | None, list[Problem]]:
-    """The GPUs the requests ask for, served only by DRA flavors all their selectors match.
-    `devices`: each DRA flavor's devices as the cluster publishes them (None: the catalog's)."""
+    """The GPUs (or MIG devices) the requests ask for, served only by DRA flavors all their
+    selectors match. `devices`: each DRA flavor's devices as the cluster publishes them
+    (None: the catalog's)."""
     problems: list[Problem] = []
     known = devices if devices is not None else policy_devices(policy)
     allowed: set[str] | None = None
+    kinds: set[SliceKind] = set()
     total = 0
     for i, c in enumerate(claims):
         cpath = (*path, "deviceClaims", i)
-        if c.deviceClassName != DRA_GPU_CLASS:
+        kind = CLASSES.get(c.deviceClassName)
+        if kind is None:
             problems.append(
                 Problem(
                     (*cpath, "deviceClassName"),
                     "unknown-device-class",
                     f"device class {c.deviceClassName!r} is not one gpucarve schedules",
-                    f"claim whole GPUs with deviceClassName: {DRA_GPU_CLASS}",
+                    f"claim whole GPUs with deviceClassName: {DRA_GPU_CLASS}, MIG devices "
+                    f"with {DRA_MIG_CLASS}",
                 )
             )
             continue
-        if not known:
-            problems.append(_no_devices(c, cpath, policy))
+        of_class = {f: ds for f, ds in known.items() if policy.flavors[f].kind is kind}
+        if not of_class:
+            problems.append(_no_devices(c, cpath, policy, kind))
             continue
-        match = match_flavors(c.selectors, known, JUDGE)
+        match = match_flavors(c.selectors, of_class, JUDGE)
         if match.unmatched or not match.flavors:
             why = "; ".join(match.unmatched) or "the selectors together match no one device"
             problems.append(
                 Problem(
                     (*cpath, "selectors"),
                     "no-device-matches",
-                    f"request {c.name!r}: {why} (devices: {_described(known)})",
+                    f"request {c.name!r}: {why} (devices: {_described(of_class)})",
                     "fix the selector to match a device of a DRA pool, or add such a pool",
                 )
             )
             continue
         allowed = set(match.flavors) if allowed is None else allowed & set(match.flavors)
+        kinds.add(kind)
         total += c.count
     if problems:
         return None, problems
+    return _request(policy, path, allowed or set(), kinds, total)
+
+
+def _request(
+    policy: Policy, path: Path, allowed: set[str], kinds: set[SliceKind], total: int
+) -> tuple[GpuRequest | None, list[Problem]]:
+    where = (*path, "deviceClaims")
     if not allowed:
-        return None, [
-            Problem(
-                (*path, "deviceClaims"),
-                "no-device-matches",
-                "no one DRA flavor matches every request of the pod",
-                "make the requests agree on the GPU model",
-            )
-        ]
-    return GpuRequest(GpuKind.WHOLE, total, dra=True, flavors=tuple(sorted(allowed))), []
+        why = "no one DRA flavor matches every request of the pod"
+        fix = "make the requests agree on the GPU model (and the MIG profile)"
+        return None, [Problem(where, "no-device-matches", why, fix)]
+    flavors = tuple(sorted(allowed))
+    if kinds != {SliceKind.MIG}:
+        return GpuRequest(GpuKind.WHOLE, total, dra=True, flavors=flavors), []
+    profiles = sorted({str(policy.flavors[f].profile) for f in flavors})
+    if len(profiles) > 1:
+        why = f"the requests match MIG devices of profiles {', '.join(profiles)}"
+        fix = (
+            "gpucarve places one MIG profile per pod: select one, e.g. "
+            f'device.attributes["gpu.nvidia.com"].profile == "{profiles[0]}"'
+        )
+        return None, [Problem(where, "several-mig-profiles", why, fix)]
+    return GpuRequest(GpuKind.MIG, total, profiles[0], dra=True, flavors=flavors), []
 
 
-def _no_devices(c: DeviceClaimSpec, cpath: Path, policy: Policy) -> Problem:
-    if policy_devices(policy):
+def _no_devices(c: DeviceClaimSpec, cpath: Path, policy: Policy, kind: SliceKind) -> Problem:
+    if any(policy.flavors[f].kind is kind for f in policy_devices(policy)):
         return Problem(
             cpath,
             "no-dra-device",
-            f"the request claims {c.count} {DRA_GPU_CLASS} device(s) but no node of a DRA "
-            "pool publishes its GPUs in a ResourceSlice",
+            f"the request claims {c.count} {c.deviceClassName} device(s) but no node of a DRA "
+            "pool publishes such devices in a ResourceSlice",
             "run NVIDIA's DRA driver on the DRA pools' nodes (the scheduler logs each node "
             "that publishes none)",
         )
     return Problem(
         cpath,
         "no-dra-pool",
-        f"the request claims {c.count} {DRA_GPU_CLASS} device(s) but no pool of the policy "
-        "is DRA-managed",
-        "set `devices: dra` on the pools whose nodes run NVIDIA's DRA driver",
+        f"the request claims {c.count} {c.deviceClassName} device(s) but no pool of the "
+        "policy is DRA-managed with such devices",
+        "set `devices: dra` on the pools whose nodes run NVIDIA's DRA driver"
+        + (" (and `sharing: mig` for MIG devices)" if kind is SliceKind.MIG else ""),
     )
 
 

@@ -65,12 +65,26 @@ def catalog_device(model: GpuModel) -> Device:
     )
 
 
+def catalog_mig_device(model: GpuModel, profile: str) -> Device:
+    """A MIG device of `profile` on a GPU of `model`, as NVIDIA's DRA driver publishes it:
+    the parent's product attributes, its profile, and the instance's memory."""
+    gpu = catalog_device(model)
+    prof = next(p for p in (model.mig.profiles if model.mig else ()) if p.name == profile)
+    return Device(
+        DRA_GPU_DRIVER,
+        {**gpu.attributes, "type": "mig", "profile": profile},
+        {"memory": prof.memory_mib * MIB},
+    )
+
+
 def policy_devices(policy: Policy) -> dict[str, tuple[Device, ...]]:
     """DRA flavor -> its devices as the catalog describes them (`plan`, `simulate`)."""
     out: dict[str, tuple[Device, ...]] = {}
     for pool in policy.pools:
         for flavor in pool.flavors():
-            if flavor.dra:
+            if flavor.dra and flavor.profile is not None:
+                out[flavor.name] = (catalog_mig_device(pool.model, flavor.profile),)
+            elif flavor.dra:
                 out[flavor.name] = (catalog_device(pool.model),)
     return out
 

@@ -289,18 +289,46 @@ def _replica_problems(
     return problems
 
 
-def _section_problems(spec: PoolSpec, mode: SharingMode, path: Path) -> list[Problem]:
-    problems: list[Problem] = []
-    if DeviceApi(spec.devices) is DeviceApi.DRA and mode is not SharingMode.EXCLUSIVE:
-        problems.append(
+def _dra_problems(spec: PoolSpec, mode: SharingMode, path: Path) -> list[Problem]:
+    """What a DRA pool may be: whole GPUs, or MIG devices of a static layout."""
+    if mode not in (SharingMode.EXCLUSIVE, SharingMode.MIG):
+        return [
             Problem(
                 (*path, "devices"),
                 "dra-sharing",
-                f"gpucarve schedules DRA pools of whole GPUs only, this pool is {mode} (MIG "
-                "partitions and shared GPUs through DRA are not supported yet)",
-                "set `sharing: exclusive`, or `devices: device-plugin` for this pool",
+                f"gpucarve schedules DRA pools of whole GPUs or static MIG layouts, this pool "
+                f"is {mode} (shared GPUs through DRA are not supported yet)",
+                "set `sharing: exclusive` or `mig`, or `devices: device-plugin` for this pool",
             )
-        )
+        ]
+    dynamic = spec.mig.dynamic if spec.mig is not None else None
+    if dynamic is not None and dynamic.enabled:
+        return [
+            Problem(
+                (*path, "mig", "dynamic"),
+                "dra-dynamic-mig",
+                "dynamic MIG is not supported on DRA pools yet (the layout is the one the "
+                "DRA driver publishes)",
+                "remove `mig.dynamic`, or set `devices: device-plugin` for this pool",
+            )
+        ]
+    if spec.mig is not None and spec.mig.strategy == "single":
+        return [
+            Problem(
+                (*path, "mig", "strategy"),
+                "dra-single-strategy",
+                "the single MIG strategy is the device plugin's; the DRA driver publishes each "
+                "MIG device with its profile",
+                "remove `mig.strategy`",
+            )
+        ]
+    return []
+
+
+def _section_problems(spec: PoolSpec, mode: SharingMode, path: Path) -> list[Problem]:
+    problems: list[Problem] = []
+    if DeviceApi(spec.devices) is DeviceApi.DRA:
+        problems += _dra_problems(spec, mode, path)
     if spec.mig is not None and mode is not SharingMode.MIG:
         problems.append(
             Problem(

@@ -13,7 +13,7 @@ from enum import StrEnum
 
 from gpucarve.core.catalog import MILLI_PER_GPU, GpuModel
 from gpucarve.core.mig import Instance
-from gpucarve.core.vocabulary import BLOCK_LABEL, DRA_GPU_CLASS
+from gpucarve.core.vocabulary import BLOCK_LABEL, DRA_GPU_CLASS, DRA_MIG_CLASS
 
 
 class SharingMode(StrEnum):
@@ -78,7 +78,7 @@ class Flavor:
         """The Kubernetes extended resource a pod requests for one slice of this flavor (for
         a DRA flavor, the device class its claims name)."""
         if self.dra:
-            return DRA_GPU_CLASS
+            return DRA_MIG_CLASS if self.kind is SliceKind.MIG else DRA_GPU_CLASS
         if self.single or self.unrenamed:
             return "nvidia.com/gpu"
         if self.kind is SliceKind.MIG:
@@ -183,8 +183,9 @@ class Pool:
             for prof in m.mig.profiles:
                 if prof.name not in per:
                     continue
+                dra = self.devices is DeviceApi.DRA
                 flavor = Flavor(
-                    name=flavor_name(self.flavor_prefix, SharingMode.MIG, prof.name),
+                    name=flavor_name(self.flavor_prefix, SharingMode.MIG, prof.name, dra=dra),
                     model_id=m.id,
                     kind=SliceKind.MIG,
                     profile=prof.name,
@@ -193,6 +194,7 @@ class Pool:
                     memory_mib=prof.memory_mib,
                     sm_count=m.mig_profile_sm_count(prof),
                     single=self.mig_single,
+                    dra=dra,
                 )
                 out.append((flavor, per[prof.name]))
             return out

@@ -46,9 +46,11 @@ MANAGED_BY = "gpucarve"
 
 # ----------------------------------------------------------------- the ecosystem's names
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-# Dynamic Resource Allocation: NVIDIA's DRA driver and the device class of its whole GPUs
+# Dynamic Resource Allocation: NVIDIA's DRA driver and the device classes of its whole GPUs
+# and its MIG devices
 DRA_GPU_DRIVER = "gpu.nvidia.com"
 DRA_GPU_CLASS = "gpu.nvidia.com"
+DRA_MIG_CLASS = "mig.nvidia.com"
 COSCHEDULING_GROUP = "scheduling.x-k8s.io"
 COSCHEDULING_VERSION = "v1alpha1"
 COSCHEDULING_GROUP_LABEL = f"{COSCHEDULING_GROUP}/pod-group"

@@ -2,7 +2,8 @@
 written for the default scheduler to gpucarve, and the problems that refuse one.
 
 Only pods that ask for a GPU (an `nvidia.com/*` resource in any container, init containers
-included, or a gpucarve fraction annotation) in a namespace the policy governs are touched.
+included, a gpucarve fraction annotation, or ResourceClaims where the policy has DRA pools) in
+a namespace the policy governs are touched.
 Validation is the scheduler's own (`kube.pods.pending_workloads` → `build_workload`): what
 the webhook refuses is exactly what the scheduler would leave pending with the same message.
 """
@@ -17,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpucarve.core.cluster import build_cluster
-from gpucarve.core.policy import Policy
+from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.problems import Problem, Severity
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
@@ -56,6 +57,15 @@ def wants_gpu(pod: Mapping[str, Any]) -> bool:
     return any(k in annotations for k in KEPT_ANNOTATIONS) or _requests_device(
         pod.get("spec") or {}
     )
+
+
+def claims_dra(policy: Policy, pod: Mapping[str, Any]) -> bool:
+    """Claims devices through ResourceClaims where the policy has DRA pools: gpucarve
+    allocates them, so the pod is its to schedule (a claim of another device class then
+    waits, saying gpucarve does not serve it)."""
+    if not (pod.get("spec") or {}).get("resourceClaims"):
+        return False
+    return any(p.devices is DeviceApi.DRA for p in policy.pools)
 
 
 def governed(policy: Policy, namespace: str) -> bool:
@@ -103,7 +113,7 @@ def mutate(
     if not governed(policy, namespace):
         return m
     _close_bypasses(m, pod)
-    if not wants_gpu(pod):
+    if not (wants_gpu(pod) or claims_dra(policy, pod)):
         return _annotate(m, meta)
     if spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER):
         m.patch.append({"op": "add", "path": "/spec/schedulerName", "value": scheduler_name})
@@ -180,7 +190,7 @@ def pod_problems(
     meta = pod.get("metadata") or {}
     if not governed(policy, str(meta.get("namespace") or "")):
         return []
-    gpu, only = wants_gpu(pod), fraction_only(pod)
+    gpu, only = wants_gpu(pod) or claims_dra(policy, pod), fraction_only(pod)
     own = ((meta.get("annotations") or {}).get(DEVICE_CONFIG)) if only else None
     out = device_env_problems(pod)
     out += bypass.placement_problems(pod, scheduler_name, gpu)

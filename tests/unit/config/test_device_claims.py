@@ -114,11 +114,12 @@ def test_claims_and_device_plugin_requests_never_share_a_pool() -> None:
         "research/by-product": {"dra"},
         "research/at-least-40gib": {"dra"},
         "research/plugin": {"plugin"},
+        "research/partition": {"dra"},
     }
     assert "research/plugin-2" in {p.workload for p in result.pending}
 
 
-POLICY_POOL = {"h100": "dra", "a100": "plugin"}
+POLICY_POOL = {"h100": "dra", "a100-mig": "dra", "a100": "plugin"}
 
 
 def test_selectors_are_judged_on_the_devices_a_resource_slice_publishes() -> None:
@@ -144,3 +145,18 @@ def test_selectors_are_judged_on_the_devices_a_resource_slice_publishes() -> Non
     assert match_flavors([MEMORY.format("100Gi")], devices, judge).flavors == ("h200-dra-full",)
     arch = 'device.attributes["gpu.nvidia.com"].architecture == "Ampere"'
     assert match_flavors([arch], devices, judge).flavors == ()
+
+
+def test_a_mig_claim_asks_one_profile_of_a_dra_mig_pool() -> None:
+    profile = 'device.attributes["gpu.nvidia.com"].profile == "{}"'
+    doc = claim(profile.format("3g.40gb"), cls="mig.nvidia.com")
+    w, problems = build_workload(doc, POLICY)
+    assert problems == [] and w is not None
+    gpu = w.pod_sets[0].gpu
+    want = (GpuKind.MIG, "3g.40gb", True, ("a100-dra-mig-3g.40gb",))
+    assert (gpu.kind, gpu.profile, gpu.dra, gpu.flavors) == want
+    # no profile named: several match, and the fix says how to pick one
+    [(code, message)] = codes(claim(cls="mig.nvidia.com"))
+    assert code == "several-mig-profiles" and "1g.10gb, 2g.20gb, 3g.40gb" in message
+    # a whole-GPU claim never gets a MIG device, nor a MIG claim a whole GPU
+    assert codes(claim(profile.format("3g.40gb")))[0][0] == "no-device-matches"

@@ -13,6 +13,7 @@ was promised twice.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -48,7 +49,7 @@ class ClaimWriter:
             if ref.claim and (obj := self.claims.get(ref.claim)) is not None
         }
         try:
-            wanted = allocation_for(pod, cached, a.node, a.gpus, self.dra())
+            wanted = allocation_for(pod, cached, a.node, a.slices, self.dra())
         except ValueError as err:
             raise ApiError("PATCH", "resourceclaims", 409, str(err)) from None
         for claim, status in wanted:
@@ -83,7 +84,8 @@ class ClaimWriter:
     def release(self, pod: Mapping[str, Any]) -> None:
         """After a failed binding, take back what was written for the pod (best effort: the
         view holds an allocated claim's devices until the claim controller or the next
-        binding clears it)."""
+        binding clears it). Only a claim the cache shows reserved for this pod alone, or not
+        yet written, is touched."""
         if self.claims is None:
             return
         name = pod["metadata"]["name"]
@@ -91,19 +93,13 @@ class ClaimWriter:
             obj = self.claims.get(ref.claim) if ref.claim else None
             if obj is None:
                 continue
-            try:
-                fresh = self.client.get(_path(str(ref.claim)))
-            except ApiError:
+            reserved = (obj.get("status") or {}).get("reservedFor") or []
+            if reserved and [r.get("name") for r in reserved] != [name]:
                 continue
-            reserved = (fresh.get("status") or {}).get("reservedFor") or []
-            if [r.get("name") for r in reserved] != [name]:
-                continue
-            try:
+            with contextlib.suppress(ApiError):
                 self.client.call(
                     "PATCH",
                     f"{_path(str(ref.claim))}/status",
                     {"status": {"allocation": None, "reservedFor": None}},
                     "application/merge-patch+json",
                 )
-            except ApiError:
-                continue

@@ -1,10 +1,11 @@
 """Dynamic Resource Allocation as the view reads it: the GPUs NVIDIA's DRA driver publishes in
 ResourceSlices, what pods' ResourceClaims ask, and which devices allocated claims hold.
 
-- **Devices** (`read_slices`): each device of driver `gpu.nvidia.com` and type `gpu` is the
-  node's GPU of the index its canonical name gives (`gpu-3` is GPU 3, as the driver names
-  them by minor number); `dra_problems` holds a DRA pool's node to its pool as the inventory
-  holds a device-plugin node to its allocatable.
+- **Devices** (`read_slices`): each device of driver `gpu.nvidia.com` is the unit its
+  canonical name gives: type `gpu` `gpu-3` is GPU 3 (the driver names them by minor number),
+  type `mig` `gpu-3-mig-9-4-4` is the MIG device of its `profile` attribute at memory slice 4
+  of GPU 3; `dra_problems` holds a DRA pool's node to its pool as the inventory holds a
+  device-plugin node to its allocatable.
 - **Claims as requests** (`attach_claims`): a pending pod's claims (named, or made from its
   template by kube-controller-manager and named in the pod's status) become the pod set's
   `deviceClaims`; a pod whose claim does not exist yet waits for it, and what gpucarve cannot
@@ -29,36 +30,53 @@ from typing import Any
 from gpucarve.config.device_select import Device, device_from_slice
 from gpucarve.core.vocabulary import DRA_GPU_DRIVER
 
-_CANONICAL = re.compile(r"^gpu-(\d{1,3})$")
+_GPU = re.compile(r"^gpu-(\d{1,3})$")
+_MIG = re.compile(r"^gpu-(\d{1,3})-mig-(\d{1,3})-(\d{1,2})-(\d{1,2})$")
 # The claim controller of kube-controller-manager deallocates a claim with this finalizer once
 # no pod is reserved for it, and then removes it (as it does for kube-scheduler's claims).
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 # where a pending pod's claims reach the workload document (never a Kubernetes field)
 CLAIMS_KEY = "gpucarve:deviceClaims"
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class DraDevices:
-    """The driver's GPUs, per node: GPU index -> (resource pool, device name), and each
-    device as a selector sees it."""
+    """The driver's devices per node, by *unit* (what the node agent calls a device, and the
+    part of a slice id after the node: `gpu3` for a whole GPU, `gpu3/3g.40gb@4` for a MIG
+    device of profile 3g.40gb at memory slice 4): unit -> (resource pool, device name), and
+    each device as a selector sees it."""
 
-    slots: Mapping[str, Mapping[int, tuple[str, str]]] = field(default_factory=dict)
-    devices: Mapping[str, Mapping[int, Device]] = field(default_factory=dict)
-    # devices of the driver that are no GPU of a canonical name: node -> names
+    slots: Mapping[str, Mapping[str, tuple[str, str]]] = field(default_factory=dict)
+    devices: Mapping[str, Mapping[str, Device]] = field(default_factory=dict)
+    # devices of the driver that are none of those: node -> names
     odd: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def index_of(self, pool: str, device: str) -> tuple[str, int] | None:
-        """(node, GPU index) of a pool's device."""
+    def index_of(self, pool: str, device: str) -> tuple[str, str] | None:
+        """(node, unit) of a pool's device."""
         for node, slots in self.slots.items():
-            for g, (p, d) in slots.items():
+            for unit, (p, d) in slots.items():
                 if p == pool and d == device:
-                    return node, g
+                    return node, unit
         return None
 
 
+def _unit(name: str, raw: Mapping[str, Any]) -> str | None:
+    """The unit a device of NVIDIA's driver is, from its canonical name (`gpu-<minor>`,
+    `gpu-<minor>-mig-<profile id>-<start>-<size>`) and its type and profile attributes."""
+    attrs = raw.get("attributes") or {}
+    kind = (attrs.get("type") or {}).get("string")
+    if kind == "gpu" and (m := _GPU.match(name)) is not None:
+        return f"gpu{int(m.group(1))}"
+    profile = (attrs.get("profile") or {}).get("string")
+    if kind == "mig" and profile and (m := _MIG.match(name)) is not None:
+        return f"gpu{int(m.group(1))}/{profile}@{int(m.group(3))}"
+    return None
+
+
 def read_slices(slices: Sequence[Mapping[str, Any]]) -> DraDevices:
-    slots: dict[str, dict[int, tuple[str, str]]] = {}
-    devices: dict[str, dict[int, Device]] = {}
+    slots: dict[str, dict[str, tuple[str, str]]] = {}
+    devices: dict[str, dict[str, Device]] = {}
     odd: dict[str, list[str]] = {}
     for s in sorted(slices, key=lambda s: str(s["metadata"]["name"])):
         spec = s.get("spec") or {}
@@ -68,16 +86,13 @@ def read_slices(slices: Sequence[Mapping[str, Any]]) -> DraDevices:
         pool = str((spec.get("pool") or {}).get("name") or node)
         for raw in spec.get("devices") or []:
             name = str(raw.get("name"))
-            kind = ((raw.get("attributes") or {}).get("type") or {}).get("string")
-            m = _CANONICAL.match(name)
-            if kind != "gpu" or m is None:
+            unit = _unit(name, raw)
+            device = device_from_slice(DRA_GPU_DRIVER, raw)
+            if unit is None or device is None:
                 odd.setdefault(node, []).append(name)
                 continue
-            device = device_from_slice(DRA_GPU_DRIVER, raw)
-            if device is None:
-                continue
-            slots.setdefault(node, {})[int(m.group(1))] = (pool, name)
-            devices.setdefault(node, {})[int(m.group(1))] = device
+            slots.setdefault(node, {})[unit] = (pool, name)
+            devices.setdefault(node, {})[unit] = device
     return DraDevices(
         MappingProxyType(slots),
         MappingProxyType(devices),
@@ -86,40 +101,51 @@ def read_slices(slices: Sequence[Mapping[str, Any]]) -> DraDevices:
 
 
 def dra_problems(
-    node: str, gpus: int, names: Sequence[str], memory_mib: int, dra: DraDevices
+    node: str, expected: Mapping[str, int], names: Sequence[str], dra: DraDevices
 ) -> list[str]:
-    """How a DRA pool's node disagrees with its pool: its GPUs in the driver's ResourceSlices
-    (indices 0..gpus-1), their product (`names`: GPU Feature Discovery's spellings of the
-    model, spaces written as dashes) and memory (at least 90 % of the model's)."""
+    """How a DRA pool's node disagrees with its pool: its devices in the driver's
+    ResourceSlices (`expected`: unit -> the least memory in MiB its device may have, 90 % of
+    what the catalog says), their product (`names`: GPU Feature Discovery's spellings of the
+    model, spaces written as dashes)."""
     have = dra.devices.get(node, {})
     if not have:
         return [
-            f"publishes no GPU in a ResourceSlice of {DRA_GPU_DRIVER}, though its pool is "
+            f"publishes no device in a ResourceSlice of {DRA_GPU_DRIVER}, though its pool is "
             "DRA-managed; run NVIDIA's DRA driver on it, or set `devices: device-plugin` on "
             "the pool"
         ]
     out: list[str] = []
-    if sorted(have) != list(range(gpus)):
+    missing, extra = sorted(set(expected) - set(have)), sorted(set(have) - set(expected))
+    if missing or extra:
+        parts = [
+            *([f"publish {_listed(extra)}, which the pool has not"] if extra else []),
+            *([f"lack {_listed(missing)}, which the pool has"] if missing else []),
+        ]
         out.append(
-            f"its ResourceSlices publish GPUs {sorted(have)}, the pool expects {gpus} "
-            f"(gpu-0 … gpu-{gpus - 1}); fix the pool's gpusPerNode or the node's driver"
+            f"its ResourceSlices {' and '.join(parts)} (a GPU is gpuN, a MIG device "
+            "gpuN/<profile>@<start>); fix the pool's gpusPerNode or MIG layout, or the node's "
+            "driver"
         )
     products = {str(d.attributes.get("productName", "")).replace(" ", "-") for d in have.values()}
     wrong = sorted(products - set(names))
     if wrong:
         out.append(
-            f"its DRA GPUs are {', '.join(wrong)}, the pool's model is {names[0]}; move the "
+            f"its DRA devices are {', '.join(wrong)}, the pool's model is {names[0]}; move the "
             "node to a pool of that model or fix the pool's gpuModel"
         )
-    short = [
-        g for g, d in sorted(have.items()) if d.capacity.get("memory", 0) < memory_mib * 943718
-    ]
-    if short:  # 943718 B = 90 % of a MiB
+    short = sorted(
+        u for u, d in have.items() if d.capacity.get("memory", 0) < expected.get(u, 0) * MIB
+    )
+    if short:
         out.append(
-            f"DRA GPUs {short} have less memory than the pool's model ({memory_mib} MiB); fix "
+            f"DRA devices {', '.join(short)} have less memory than the pool's model says; fix "
             "the pool's gpuModel"
         )
     return out
+
+
+def _listed(units: Sequence[str]) -> str:
+    return ", ".join(units[:8]) + (f" and {len(units) - 8} more" if len(units) > 8 else "")
 
 
 # ---------------------------------------------------------------------------- claims
@@ -270,7 +296,7 @@ def claim_units(claims: Sequence[Mapping[str, Any]], dra: DraDevices) -> ClaimUn
         if not found:
             continue
         node = found[0][0]
-        units = tuple(f"gpu{g}" for n, g in found if n == node)
+        units = tuple(u for n, u in found if n == node)
         pods = [
             f"{claim['metadata']['namespace']}/{r.get('name')}"
             for r in status.get("reservedFor") or []
@@ -290,15 +316,16 @@ def allocation_for(
     pod: Mapping[str, Any],
     claims: Mapping[str, Mapping[str, Any]],
     node: str,
-    gpus: Sequence[int],
+    slices: Sequence[str],
     dra: DraDevices,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """(claim, its status) for each claim of a pod bound to `gpus` of `node`: the devices in
-    the order of the pod's claims and their requests, the node as the allocation's node
-    selector, and the pod as what the claim is reserved for. Raises ValueError when the
-    claims and the GPUs do not add up (a claim gone or changed since the cycle)."""
+    """(claim, its status) for each claim of a pod bound to `slices` of `node` (slice ids,
+    `node/gpu3`, `node/gpu3/3g.40gb@4`): their devices in the order of the pod's claims and
+    their requests, the node as the allocation's node selector, and the pod as what the claim
+    is reserved for. Raises ValueError when the claims and the slices do not add up (a claim
+    gone or changed since the cycle)."""
     slots = dra.slots.get(node, {})
-    left = list(gpus)
+    left = [sid.split("/", 1)[1] for sid in slices]
     out: list[tuple[str, dict[str, Any]]] = []
     for ref in claim_refs(pod):
         claim = claims.get(ref.claim) if ref.claim else None
@@ -334,7 +361,7 @@ def allocation_for(
         }  # fmt: skip
         out.append((str(ref.claim), status))
     if left:
-        raise ValueError(f"GPUs {left} of {node} are claimed by no request of the pod")
+        raise ValueError(f"devices {left} of {node} are claimed by no request of the pod")
     return out
 
 

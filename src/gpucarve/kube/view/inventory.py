@@ -284,7 +284,7 @@ def build_inventory(
         # A node being reconfigured publishes whatever its paused device plugin last said.
         bad = [] if change is not None else _mismatches(node, pool, want, allocatable)
         if pool.devices is DeviceApi.DRA:
-            bad += _dra_node(policy, pool, name, dra, flavor_devices)
+            bad += _dra_node(policy, pool, node_slices, dra, flavor_devices)
         problems.extend(NodeProblem(name, f"{msg} (no new pods placed)") for msg in bad)
         spec = node.get("spec") or {}
         taints = [
@@ -331,16 +331,23 @@ def build_inventory(
 
 
 def _dra_node(
-    policy: Policy, pool: Pool, name: str, dra: DraDevices, into: dict[str, dict[str, Device]]
+    policy: Policy,
+    pool: Pool,
+    node_slices: Sequence[Slice],
+    dra: DraDevices,
+    into: dict[str, dict[str, Device]],
 ) -> list[str]:
-    """A DRA pool's node checked against its pool; its devices join its flavor's."""
+    """A DRA pool's node checked against its pool; its devices join their flavors'."""
     m = pool.model
     names = (*m.gfd_products, m.id, *m.aliases)
-    bad = dra_problems(name, pool.gpus_per_node, names, m.memory_mib, dra)
+    # each device's least memory: 90 % of the catalog's (drivers report a little less)
+    expected = {s.id.split("/", 1)[1]: s.memory_mib * 9 // 10 for s in node_slices}
+    flavor_of = {s.id.split("/", 1)[1]: s.flavor for s in node_slices}
+    name = node_slices[0].node if node_slices else ""
+    bad = dra_problems(name, expected, names, dra)
     if not bad:
-        for f in pool.flavors():
-            for d in dra.devices.get(name, {}).values():
-                into.setdefault(f.name, {})[d.key()] = d
+        for unit, d in dra.devices.get(name, {}).items():
+            into.setdefault(flavor_of[unit], {})[d.key()] = d
     return bad
 
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from gpucarve.config.device_select import catalog_device
-from gpucarve.core.cluster import Node, build_cluster
+from gpucarve.config.device_select import catalog_device, catalog_mig_device
+from gpucarve.core.catalog import GpuModel
+from gpucarve.core.cluster import Node, Slice, build_cluster
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.vocabulary import DRA_GPU_DRIVER
 
@@ -37,7 +38,8 @@ def node_manifests(policy: Policy) -> list[dict[str, Any]]:
 
 def slice_manifests(policy: Policy) -> list[dict[str, Any]]:
     """One ResourceSlice per node of the policy's DRA pools, as NVIDIA's DRA driver
-    publishes it (a resource pool named after the node)."""
+    publishes it (a resource pool named after the node): `gpu-<index>` per whole GPU, and per
+    MIG instance of the layout `gpu-<index>-mig-<profile id>-<start>-<size>`."""
     cluster = build_cluster(policy)
     pools = {p.name: p for p in policy.pools}
     out = []
@@ -45,15 +47,10 @@ def slice_manifests(policy: Policy) -> list[dict[str, Any]]:
         pool = pools[n.pool]
         if pool.devices is not DeviceApi.DRA:
             continue
-        d = catalog_device(pool.model)
-        attributes = {k: _attribute(v) for k, v in sorted(d.attributes.items())}
         devices = [
-            {
-                "name": f"gpu-{g.index}",
-                "attributes": {**attributes, "uuid": {"string": f"GPU-{n.name}-{g.index}"}},
-                "capacity": {k: {"value": str(v)} for k, v in sorted(d.capacity.items())},
-            }
+            _device(pool.model, cluster.slices[sid], f"GPU-{n.name}-{g.index}")
             for g in n.gpus
+            for sid in g.slice_ids
         ]
         out.append(
             {
@@ -69,6 +66,22 @@ def slice_manifests(policy: Policy) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _device(model: GpuModel, s: Slice, uuid: str) -> dict[str, Any]:
+    if s.profile is None:
+        d, name, ids = catalog_device(model), f"gpu-{s.gpu}", {"uuid": uuid}
+    else:
+        prof = next(p for p in (model.mig.profiles if model.mig else ()) if p.name == s.profile)
+        d = catalog_mig_device(model, s.profile)
+        name = f"gpu-{s.gpu}-mig-{prof.profile_id or 0}-{s.start}-{prof.memory_slices}"
+        ids = {"uuid": f"MIG-{uuid}-{s.start}", "parentUUID": uuid}
+    attributes = {k: _attribute(v) for k, v in sorted({**d.attributes, **ids}.items())}
+    return {
+        "name": name,
+        "attributes": attributes,
+        "capacity": {k: {"value": str(v)} for k, v in sorted(d.capacity.items())},
+    }
 
 
 def _attribute(value: str | int | bool) -> dict[str, str | int | bool]:

@@ -1,0 +1,145 @@
+"""The view's side of Dynamic Resource Allocation, without a server: a DRA pool's nodes held
+to their ResourceSlices, pending pods' claims as requests (or why they wait), allocated
+claims holding their devices (never promised twice), and the status written for a bound
+pod's claims."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gpucarve.config.policy_build import load_policy
+from gpucarve.engine.engine import run_cycle
+from gpucarve.kube.view.cluster_view import build_view
+from gpucarve.kube.view.dra import allocation_for, attach_claims, read_slices
+from gpucarve.kube.view.inventory import MISMATCH_TAINT, build_inventory
+from gpucarve.kube.view.nodes import node_manifests, slice_manifests
+from tests.paths import EXAMPLES
+
+POLICY = load_policy(EXAMPLES / "dra" / "policy.yaml", []).policy
+EPOCH = datetime(2026, 12, 3, tzinfo=UTC)
+PRODUCT = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
+
+
+def nodes() -> list[dict[str, Any]]:
+    out = []
+    for m in node_manifests(POLICY):
+        m = copy.deepcopy(m)
+        m["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        out.append(m)
+    return out
+
+
+def claim(name: str, count: int = 1, *selectors: str, status: Any = None) -> dict[str, Any]:
+    request = {"deviceClassName": "gpu.nvidia.com", "count": count,
+               "selectors": [{"cel": {"expression": s}} for s in selectors]}  # fmt: skip
+    out: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "research", "resourceVersion": "7"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
+    }
+    if status is not None:
+        out["status"] = status
+    return out
+
+
+def pod(name: str, claim_name: str, node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulerName": "gpucarve",
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
+        "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {
+        "metadata": {"name": name, "namespace": "research", "uid": f"uid-{name}",
+                     "creationTimestamp": "2026-12-03T00:00:10Z", "resourceVersion": "3"},
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }  # fmt: skip
+
+
+def allocated(node: str, devices: list[str], pod_name: str | None) -> dict[str, Any]:
+    results = [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": node, "device": d}
+               for d in devices]  # fmt: skip
+    status: dict[str, Any] = {"allocation": {"devices": {"results": results}}}
+    if pod_name:
+        status["reservedFor"] = [{"resource": "pods", "name": pod_name, "uid": "u"}]
+    return status
+
+
+def test_a_dra_node_must_publish_its_pools_gpus_in_a_resource_slice() -> None:
+    slices = slice_manifests(POLICY)
+    assert [s["spec"]["nodeName"] for s in slices] == ["h100-0", "h100-1"]
+    inv = build_inventory(POLICY, nodes(), read_slices(slices))
+    assert inv.problems == ()
+    assert sorted(inv.dra_devices) == ["h100-dra-full"]
+    # h100-1's driver publishes 7 GPUs of another product: both named, the node kept out
+    bad = copy.deepcopy(slices)
+    bad[1]["spec"]["devices"].pop()
+    for d in bad[1]["spec"]["devices"]:
+        d["attributes"]["productName"] = {"string": "NVIDIA A100-SXM4-80GB"}
+    inv = build_inventory(POLICY, nodes(), read_slices(bad[1:]))
+    text = [str(p) for p in inv.problems]
+    assert any("node h100-0: publishes no device in a ResourceSlice" in t for t in text), text
+    assert any("h100-1: its ResourceSlices lack gpu7, which the pool has" in t for t in text)
+    assert any("NVIDIA-A100-SXM4-80GB" in t and "gpuModel" in t for t in text), text
+    tainted = {n.name for n in inv.cluster.nodes if MISMATCH_TAINT in n.taints}
+    assert tainted == {"h100-0", "h100-1"}
+
+
+def test_pending_claims_become_requests_or_say_why_they_wait() -> None:
+    claims = {
+        "research/mine": claim("mine", 2, PRODUCT),
+        "research/shared": claim("shared", status=allocated("h100-0", ["gpu-0"], "other")),
+        "research/all": claim("all"),
+    }
+    claims["research/all"]["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] = "All"
+    pods = [pod("a", "mine"), pod("b", "shared"), pod("c", "all"), pod("d", "nowhere")]
+    out, waiting = attach_claims(pods, claims)
+    assert [p["metadata"]["name"] for p in out] == ["a"]
+    assert out[0]["metadata"]["resourceVersion"] == "3+7"  # the claim's version counts too
+    assert waiting["research/b"].startswith("dra/claim-shared:")
+    assert waiting["research/c"].startswith("dra/claim-unsupported:")
+    assert waiting["research/d"].startswith("dra/claim-missing:")
+
+
+def test_allocated_claims_hold_their_devices_and_nothing_is_promised_twice() -> None:
+    slices = slice_manifests(POLICY)
+    inv = build_inventory(POLICY, nodes(), read_slices(slices))
+    held = [f"gpu-{g}" for g in range(8)]
+    claims = [
+        # a pod bound by another scheduler, its claim allocated and reserved for it
+        claim("theirs", 8, status=allocated("h100-0", held, "theirs")),
+        # a claim reserved for no pod (its pod's binding failed): still holds its GPUs
+        claim("orphan", 7, status=allocated("h100-1", held[:7], None)),
+        claim("wants", 1),
+    ]
+    foreign = pod("theirs", "theirs", node="h100-0")
+    foreign["spec"]["schedulerName"] = "default-scheduler"
+    view = build_view(POLICY, inv, [foreign, pod("wants", "wants")], "gpucarve", EPOCH, {},
+                      claims=claims)  # fmt: skip
+    owners = {sid: a.owner for sid, a in view.snapshot.cluster.allocations.items()}
+    assert sum(o == "foreign:research/theirs" for o in owners.values()) == 8
+    assert sum(o == "claim:research/orphan" for o in owners.values()) == 7
+    result = run_cycle(view.snapshot, 100)
+    [admission] = result.admissions
+    [placed] = admission.pods
+    assert placed.slice_ids == ("h100-1/gpu7",)  # the one H100 nobody holds
+
+
+def test_the_status_written_for_a_bound_pods_claims() -> None:
+    dra = read_slices(slice_manifests(POLICY))
+    claims = {"research/mine": claim("mine", 2)}
+    slices = ["h100-1/gpu3", "h100-1/gpu5"]
+    [(name, status)] = allocation_for(pod("a", "mine"), claims, "h100-1", slices, dra)
+    assert name == "research/mine"
+    results = status["allocation"]["devices"]["results"]
+    assert [(r["pool"], r["device"]) for r in results] == [("h100-1", "gpu-3"), ("h100-1", "gpu-5")]
+    terms = status["allocation"]["nodeSelector"]["nodeSelectorTerms"]
+    assert terms[0]["matchFields"][0]["values"] == ["h100-1"]
+    assert status["reservedFor"] == [{"resource": "pods", "name": "a", "uid": "uid-a"}]
+    with pytest.raises(ValueError, match="left for request"):
+        allocation_for(pod("a", "mine"), claims, "h100-1", slices[:1], dra)

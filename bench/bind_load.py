@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from gpucarve.devcluster.stack import free_port
 from gpucarve.kube.api.client import Client
 
-WORKLOADS = ("whole", "mig", "mix")
+WORKLOADS = ("whole", "mig", "mix", "dra")
+DRA_TEMPLATE = "one-gpu"  # the dra workload: each pod claims one H100 from this template
 GANG = 8  # the mix workload: every fourth batch of eight pods is one all-or-nothing gang
 MIG = "nvidia.com/mig-1g.10gb"
 
@@ -49,6 +50,12 @@ def pod(name: str, workload: str, scheduler: str, index: int) -> dict[str, Any]:
             }
         ],
     }
+    if workload == "dra":
+        spec["containers"][0]["resources"] = {
+            "requests": {"cpu": "1"},
+            "claims": [{"name": "gpu"}],
+        }
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": DRA_TEMPLATE}]
     if scheduler == "gpucarve":
         spec["schedulerName"] = "gpucarve"
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}

@@ -37,15 +37,20 @@ NS = "research"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     workdir = tmp_path_factory.mktemp("dra")
-    with LocalStack(find_binaries(), workdir, with_controllers=True) as stack:
+    # the example, with no minimum runtime before reclaim (a test cannot wait 5 min)
+    doc = yaml.safe_load(POLICY.read_text())
+    doc["scheduling"] = {"minRuntimeSeconds": 0}
+    policy_file = workdir / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(doc))
+    with LocalStack(find_binaries(), workdir / "stack", with_controllers=True) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
-        populate(stack, api, POLICY, [NS])
-        policy = load_policy(POLICY, []).policy
+        populate(stack, api, policy_file, [NS, "production"])
+        policy = load_policy(policy_file, []).policy
         for m in device_classes(policy):
             api.create(f"{RESOURCE}/deviceclasses", m)
         for m in slice_manifests(policy):
             api.create(f"{RESOURCE}/resourceslices", m)
-        with scheduling(stack, POLICY):
+        with scheduling(stack, policy_file):
             yield api
 
 
@@ -72,7 +77,7 @@ def _claim_spec(requests: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _pod(name: str, *, template: str | None = None, claim: str | None = None,
-         gpus: int = 0, group: str | None = None) -> dict[str, Any]:  # fmt: skip
+         gpus: int = 0, group: str | None = None, ns: str = NS) -> dict[str, Any]:  # fmt: skip
     """A pod that claims its GPUs through a template (a claim of its own per pod) or a named
     claim, or asks the device plugin for `gpus`."""
     container: dict[str, Any] = {"name": "main", "image": "fake"}
@@ -87,18 +92,18 @@ def _pod(name: str, *, template: str | None = None, claim: str | None = None,
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
         "spec": spec,
     }
 
 
-def _claims(api: Api) -> dict[str, dict[str, Any]]:
-    items = api.get(f"{RESOURCE}/namespaces/{NS}/resourceclaims")["items"]
+def _claims(api: Api, ns: str = NS) -> dict[str, dict[str, Any]]:
+    items = api.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims")["items"]
     return {c["metadata"]["name"]: c for c in items}
 
 
-def _claim_of(api: Api, pod_name: str) -> dict[str, Any] | None:
-    for c in _claims(api).values():
+def _claim_of(api: Api, pod_name: str, ns: str = NS) -> dict[str, Any] | None:
+    for c in _claims(api, ns).values():
         reserved = (c.get("status") or {}).get("reservedFor") or []
         if [r["name"] for r in reserved] == [pod_name]:
             return c
@@ -187,6 +192,14 @@ def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api) -> Non
         slices = json.loads(pods[name]["metadata"]["annotations"]["gpucarve.io/assignment"])
         units = sorted(s.split("/", 1)[1] for s in slices["slices"])
         assert units == sorted(_unit(d) for _, d in devices)
+    # quota is charged in the DRA flavors' slices, as for device-plugin requests
+
+    def usage() -> dict[str, Any] | None:
+        status = api.get("/apis/gpucarve.io/v1alpha1/queues/research").get("status") or {}
+        return status.get("usage")
+
+    want = {"h100-dra-full": 9, "a100-dra-mig-3g.40gb": 1, "a100-full": 8}
+    wait_for(lambda: usage() == want, what=f"research's usage {want}, not {usage()}")
 
 
 def test_a_claim_no_device_matches_names_its_selector(cluster: Api) -> None:
@@ -241,3 +254,25 @@ def test_released_claims_free_their_gpus(cluster: Api) -> None:
     assert bound in h100
     c = wait_for(lambda: _claim_of(api, "eight"), what="the 8-GPU claim allocated")
     assert len(_devices(c)) == 8
+
+
+def test_reclaim_evicts_a_borrowing_claim_and_its_gpus_go_to_the_lender(cluster: Api) -> None:
+    """Production asks for its nominal 8 H100s back while research borrows one: the cheapest
+    borrowed pod (one GPU, on the node where the rest is free) is evicted, kube-controller-
+    manager deallocates its claim, and production's claim gets the whole node."""
+    api = cluster
+    spec = _claim_spec([{"deviceClassName": "gpu.nvidia.com", "count": 8}])
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "eight", "namespace": "production"},
+                "spec": {"spec": spec}}  # fmt: skip
+    api.create(f"{RESOURCE}/namespaces/production/resourceclaimtemplates", template)
+    api.create("/api/v1/namespaces/production/pods",
+               _pod("reclaimer", template="eight", ns="production"))  # fmt: skip
+    node = wait_for(lambda: node_of(pods_in(api, "production").get("reclaimer") or {}), 60,
+                    "the reclaimer bound")  # fmt: skip
+    assert node == "h100-1"
+    assert "at-least-40gib" not in pods_in(api, NS)  # the borrowed pod was evicted
+    freed = _claims(api)["big-memory"]  # its claim stays, deallocated
+    assert not (freed.get("status") or {}).get("allocation"), freed["status"]
+    c = wait_for(lambda: _claim_of(api, "reclaimer", "production"), what="its claim allocated")
+    assert _devices(c) == [("h100-1", f"gpu-{g}") for g in range(8)]

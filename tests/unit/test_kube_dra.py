@@ -16,8 +16,9 @@ from gpucarve.engine.engine import run_cycle
 from gpucarve.kube.view.cluster_view import build_view
 from gpucarve.kube.view.dra import allocation_for, attach_claims, read_slices
 from gpucarve.kube.view.inventory import MISMATCH_TAINT, build_inventory
-from gpucarve.kube.view.nodes import node_manifests, slice_manifests
+from gpucarve.kube.view.nodes import slice_manifests
 from tests.paths import EXAMPLES
+from tests.unit.test_kube_view import ready_nodes
 
 POLICY = load_policy(EXAMPLES / "dra" / "policy.yaml", []).policy
 EPOCH = datetime(2026, 12, 3, tzinfo=UTC)
@@ -25,12 +26,7 @@ PRODUCT = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB 
 
 
 def nodes() -> list[dict[str, Any]]:
-    out = []
-    for m in node_manifests(POLICY):
-        m = copy.deepcopy(m)
-        m["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-        out.append(m)
-    return out
+    return ready_nodes(POLICY)
 
 
 def claim(name: str, count: int = 1, *selectors: str, status: Any = None) -> dict[str, Any]:
@@ -72,13 +68,18 @@ def allocated(node: str, devices: list[str], pod_name: str | None) -> dict[str, 
 
 def test_a_dra_node_must_publish_its_pools_gpus_in_a_resource_slice() -> None:
     slices = slice_manifests(POLICY)
-    assert [s["spec"]["nodeName"] for s in slices] == ["h100-0", "h100-1"]
+    assert [s["spec"]["nodeName"] for s in slices] == ["h100-0", "h100-1", "a100-mig-0"]
     inv = build_inventory(POLICY, nodes(), read_slices(slices))
     assert inv.problems == ()
-    assert sorted(inv.dra_devices) == ["h100-dra-full"]
+    assert sorted(inv.dra_devices) == [
+        "a100-dra-mig-1g.10gb", "a100-dra-mig-2g.20gb", "a100-dra-mig-3g.40gb", "h100-dra-full"
+    ]  # fmt: skip
     # h100-1's driver publishes 7 GPUs of another product: both named, the node kept out
     bad = copy.deepcopy(slices)
     bad[1]["spec"]["devices"].pop()
+    # the MIG node's driver shows GPU 1's 3g.40gb at another placement
+    mig = next(d for d in bad[2]["spec"]["devices"] if d["name"].startswith("gpu-1-mig-9-"))
+    mig["name"] = "gpu-1-mig-9-0-4"
     for d in bad[1]["spec"]["devices"]:
         d["attributes"]["productName"] = {"string": "NVIDIA A100-SXM4-80GB"}
     inv = build_inventory(POLICY, nodes(), read_slices(bad[1:]))
@@ -86,8 +87,10 @@ def test_a_dra_node_must_publish_its_pools_gpus_in_a_resource_slice() -> None:
     assert any("node h100-0: publishes no device in a ResourceSlice" in t for t in text), text
     assert any("h100-1: its ResourceSlices lack gpu7, which the pool has" in t for t in text)
     assert any("NVIDIA-A100-SXM4-80GB" in t and "gpuModel" in t for t in text), text
+    want = "publish gpu1/3g.40gb@0, which the pool has not and lack gpu1/3g.40gb@4"
+    assert any(want in t for t in text), text
     tainted = {n.name for n in inv.cluster.nodes if MISMATCH_TAINT in n.taints}
-    assert tainted == {"h100-0", "h100-1"}
+    assert tainted == {"h100-0", "h100-1", "a100-mig-0"}
 
 
 def test_pending_claims_become_requests_or_say_why_they_wait() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpucarve.config.policy_build import load_policy, load_policy_text
 from gpucarve.core.cluster import build_cluster
+from gpucarve.core.policy import Policy
 from gpucarve.core.vocabulary import ASSIGNMENT_ANNOTATION as ASSIGNMENT
 from gpucarve.core.workload import PartialGang
 from gpucarve.engine.engine import run_cycle
@@ -26,9 +27,10 @@ POLICY = load_policy(EXAMPLE, []).policy
 TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 
-def ready_nodes() -> list[dict[str, Any]]:
+def ready_nodes(policy: Policy | None = None) -> list[dict[str, Any]]:
+    """The policy's Node objects (the example's by default), Ready."""
     out = []
-    for m in node_manifests(POLICY):
+    for m in node_manifests(policy or POLICY):
         m = copy.deepcopy(m)
         m["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
         out.append(m)

@@ -106,10 +106,11 @@ def whole_gpus(workloads: Sequence[Workload]) -> list[Workload]:
         sets = []
         for ps in w.pod_sets:
             gpu = ps.gpu
+            # a DRA claim stays one: the same pools, carved into nothing
             if gpu.kind is GpuKind.MIG:
-                gpu = GpuRequest(GpuKind.WHOLE, gpu.count)
+                gpu = GpuRequest(GpuKind.WHOLE, gpu.count, dra=gpu.dra)
             elif gpu.kind in (GpuKind.SHARED, GpuKind.FRACTION):
-                gpu = GpuRequest(GpuKind.WHOLE, 1)
+                gpu = GpuRequest(GpuKind.WHOLE, 1, dra=gpu.dra)
             sets.append(replace(ps, gpu=gpu))
         out.append(replace(w, pod_sets=tuple(sets)))
     return out

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpucarve.core.policy import Policy, Queue, SliceKind
+from gpucarve.core.policy import Flavor, Policy, Queue, SliceKind
+from gpucarve.core.vocabulary import DRA_GPU_DRIVER
 from gpucarve.sim.synthetic import JobKind, Scenario, Team, three_teams
 
 THREE_TEAMS = frozenset({"research", "production", "data-science"})
@@ -38,6 +39,18 @@ def _priority(policy: Policy, q: Queue) -> str | None:
     return default if default in allowed else allowed[0]
 
 
+def _asking(f: Flavor, n: int) -> dict[str, Any]:
+    """A pod set's request for `n` slices of `f`: its resource, or for a DRA flavor a claim
+    of its device class (a MIG one selecting the flavor's profile)."""
+    if not f.dra:
+        return {"resources": {"limits": {f.resource_name: n}}}
+    selectors = []
+    if f.profile is not None:
+        selectors = [f'device.attributes["{DRA_GPU_DRIVER}"].profile == "{f.profile}"']
+    claim = {"deviceClassName": f.resource_name, "count": n, "selectors": selectors}
+    return {"deviceClaims": [claim]}
+
+
 def _kinds(policy: Policy, q: Queue) -> list[tuple[JobKind, float]]:
     """Job kinds for each flavor the queue owns, with the slices one job takes on average."""
     limits = dict(q.max_per_workload)
@@ -50,21 +63,20 @@ def _kinds(policy: Policy, q: Queue) -> list[tuple[JobKind, float]]:
         cap = min(limits.get(f.name, quota.nominal), _largest_node(policy, f.name))
         if cap <= 0:
             continue
-        resource = f.resource_name
         pod_set: dict[str, Any]
         if f.kind is SliceKind.WHOLE:
             sizes = [n for n in (1, 2, 4, 8) if n <= cap]
             for n in sizes:
-                pod_set = {"resources": {"limits": {resource: n}}}
+                pod_set = _asking(f, n)
                 kind = JobKind(f"train-{f.name}-{n}", 1.0, pod_set, DURATION_S, (60, 95), prio)
                 out.append((kind, float(n)))
         elif f.kind is SliceKind.MIG:
             counts = [c for c in (1, 2) if c <= min(cap, quota.nominal)] or [1]
-            pod_set = {"count": counts, "resources": {"limits": {resource: 1}}}
+            pod_set = {"count": counts, **_asking(f, 1)}
             kind = JobKind(f"serve-{f.name}", 1.0, pod_set, DURATION_S, (30, 70), prio)
             out.append((kind, sum(counts) / len(counts)))
         else:
-            pod_set = {"resources": {"limits": {resource: 1}}}
+            pod_set = _asking(f, 1)
             kind = JobKind(f"dev-{f.name}", 1.0, pod_set, DURATION_S, (10, 45), prio)
             out.append((kind, 1.0))
     return out

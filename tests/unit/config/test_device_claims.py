@@ -73,7 +73,9 @@ def test_unknown_device_class_and_claims_beside_resources_are_refused() -> None:
 
 def test_a_policy_without_dra_pools_says_which_setting_is_missing(tmp_path: Path) -> None:
     raw = yaml.safe_load((EXAMPLES / "dra" / "policy.yaml").read_text())
-    raw["pools"][0]["devices"] = "device-plugin"
+    for pool in raw["pools"]:
+        pool["devices"] = "device-plugin"
+    raw["queues"] = raw["queues"][:1]
     raw["queues"][0]["quota"] = {"h100-full": {"nominal": 16}, "a100-full": {"nominal": 8}}
     plain = load_policy_text(yaml.safe_dump(raw), "p.yaml").policy
     _, problems = build_workload(claim(PRODUCT), plain)

@@ -16,10 +16,10 @@ fake kubelets.
 
 Workloads: `whole` (one `nvidia.com/gpu` each), `mig` (one `nvidia.com/mig-1g.10gb` each, on nodes
 of seven 1g.10gb per GPU), `mix` (whole-GPU pods, every fourth batch of eight an all-or-nothing
-gang: gpucarve only, since kube-scheduler has no gangs), `dra` (each pod claims one H100 through
-a ResourceClaimTemplate of device class gpu.nvidia.com; the nodes' GPUs are published in
-ResourceSlices as NVIDIA's DRA driver would, kube-controller-manager makes each pod's claim, and
-the scheduler allocates it: gpucarve itself, kube-scheduler with its DRA plugin).
+gang: gpucarve only, since kube-scheduler has no gangs), `dra` (each pod claims one H100 with a
+ResourceClaim of its own, of device class gpu.nvidia.com, made before the clock starts; the
+nodes' GPUs are published in ResourceSlices as NVIDIA's DRA driver would, and the scheduler
+allocates the claim: gpucarve itself, kube-scheduler with its DRA plugin).
 
 Prints, per scheduler: pods/s from the first creation to the last binding, p50/p99/max from a
 pod's creation to its binding, the scheduler's resident memory (now and peak), and with `both`
@@ -47,10 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import profile_sched
 from bind_load import (
-    DRA_TEMPLATE,
     WORKLOADS,
+    claim,
     create_all,
     h100_pool,
+    pod_names,
     rss_mib,
     start_kube_scheduler,
 )
@@ -92,21 +93,15 @@ def policy_text(nodes: int, workload: str) -> str:
     return POLICY.format(pool=h100_pool(nodes, sharing), flavor=flavor, count=nodes * count)
 
 
-def _dra_objects(client: Client, policy: Policy) -> None:
-    """The DeviceClass, the nodes' ResourceSlices and the pods' claim template."""
+def _dra_objects(client: Client, policy: Policy, pods: int) -> None:
+    """The DeviceClass, the nodes' ResourceSlices and each pod's claim."""
     for m in device_classes(policy):
         client.call("POST", f"{RESOURCE}/deviceclasses", m)
+    path = f"{RESOURCE}/namespaces/bench/resourceclaims"
     with ThreadPoolExecutor(8) as ex:
         list(ex.map(lambda m: client.call("POST", f"{RESOURCE}/resourceslices", m),
                     slice_manifests(policy)))  # fmt: skip
-    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": DRA_TEMPLATE, "namespace": "bench"},
-        "spec": {"spec": {"devices": {"requests": [request]}}},
-    }
-    client.call("POST", f"{RESOURCE}/namespaces/bench/resourceclaimtemplates", template)
+        list(ex.map(lambda n: client.call("POST", path, claim(n)), pod_names(pods)))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -149,15 +144,14 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
     for n in nodes:
         n["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "Bench"}]
     dra = args.workload == "dra"
-    # DRA: kube-controller-manager makes each pod's claim from the template
-    with LocalStack(bin_dir, work / "kube", with_kwok=args.kwok, with_controllers=dra) as stack:
+    with LocalStack(bin_dir, work / "kube", with_kwok=args.kwok) as stack:
         client = Client.from_kubeconfig(stack.kubeconfig())
         ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}}
         client.call("POST", "/api/v1/namespaces", ns)
         with ThreadPoolExecutor(8) as ex:
             list(ex.map(lambda m: client.call("POST", "/api/v1/nodes", m), nodes))
         if dra:
-            _dra_objects(client, policy)
+            _dra_objects(client, policy, args.pods)
         log = (work / "scheduler.log").open("wb")
         if scheduler == "gpucarve":
             sched = subprocess.Popen(

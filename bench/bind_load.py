@@ -28,9 +28,29 @@ from gpucarve.devcluster.stack import free_port
 from gpucarve.kube.api.client import Client
 
 WORKLOADS = ("whole", "mig", "mix", "dra")
-DRA_TEMPLATE = "one-gpu"  # the dra workload: each pod claims one H100 from this template
 GANG = 8  # the mix workload: every fourth batch of eight pods is one all-or-nothing gang
 MIG = "nvidia.com/mig-1g.10gb"
+
+
+def pod_names(count: int) -> list[str]:
+    return [f"p{i:05d}" for i in range(count)]
+
+
+def claim_name(pod_name: str) -> str:
+    """The dra workload: each pod's own ResourceClaim (one H100), made before the clock
+    starts, so that what is timed is the scheduler, not kube-controller-manager making claims
+    from a template (about 10 a second, whichever scheduler runs)."""
+    return f"{pod_name}-gpu"
+
+
+def claim(pod_name: str) -> dict[str, Any]:
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": claim_name(pod_name), "namespace": "bench"},
+        "spec": {"devices": {"requests": [request]}},
+    }
 
 
 def pod(name: str, workload: str, scheduler: str, index: int) -> dict[str, Any]:
@@ -55,7 +75,7 @@ def pod(name: str, workload: str, scheduler: str, index: int) -> dict[str, Any]:
             "requests": {"cpu": "1"},
             "claims": [{"name": "gpu"}],
         }
-        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": DRA_TEMPLATE}]
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name(name)}]
     if scheduler == "gpucarve":
         spec["schedulerName"] = "gpucarve"
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
@@ -113,7 +133,7 @@ def create_all(
     creation times and the seconds creation took."""
     ctx = mp.get_context("spawn")  # the parent runs a watch thread: no fork
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    items = [(i, f"p{i:05d}") for i in range(count)]
+    items = list(enumerate(pod_names(count)))
     procs = [
         ctx.Process(
             target=_creator,

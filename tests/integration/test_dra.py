@@ -59,21 +59,18 @@ def _workloads() -> list[dict[str, Any]]:
 
 
 def _claim_spec(requests: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "devices": {
-            "requests": [
-                {
-                    "name": r.get("name", "gpu"),
-                    "exactly": {
-                        "deviceClassName": r["deviceClassName"],
-                        "count": r.get("count", 1),
-                        "selectors": [{"cel": {"expression": s}} for s in r.get("selectors", [])],
-                    },
-                }
-                for r in requests
-            ]
+    """A ResourceClaim's spec from a workload file's `deviceClaims`."""
+    out = []
+    for r in requests:
+        exactly: dict[str, Any] = {
+            "deviceClassName": r["deviceClassName"],
+            "count": r.get("count", 1),
+            "selectors": [{"cel": {"expression": s}} for s in r.get("selectors", [])],
         }
-    }
+        if r.get("capacity"):
+            exactly["capacity"] = {"requests": r["capacity"]}
+        out.append({"name": r.get("name", "gpu"), "exactly": exactly})
+    return {"devices": {"requests": out}}
 
 
 def _pod(name: str, *, template: str | None = None, claim: str | None = None,
@@ -135,7 +132,7 @@ def _planned() -> dict[str, set[str]]:
 
 def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api) -> None:
     api = cluster
-    by_product, at_least, plugin, partition = _workloads()
+    by_product, at_least, plugin, partition, notebook = _workloads()
     # the gang of two pods, each claiming 4 H100s by product name from a template
     req = by_product["podSets"][0]["deviceClaims"]
     template = {
@@ -169,6 +166,12 @@ def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api) -> Non
     api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaims", claim)
     api.create(f"/api/v1/namespaces/{NS}/pods", _pod("partition", claim="a-partition"))
     wait_for(lambda: node_of(pods_in(api, NS).get("partition") or {}), what="partition bound")
+    # a share of a GPU: 20 GiB of one, by consumable capacity
+    claim = {**claim, "metadata": {"name": "a-share", "namespace": NS},
+             "spec": _claim_spec(notebook["podSets"][0]["deviceClaims"])}  # fmt: skip
+    api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaims", claim)
+    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("notebook", claim="a-share"))
+    wait_for(lambda: node_of(pods_in(api, NS).get("notebook") or {}), what="notebook bound")
 
     pods = pods_in(api, NS)
     placed = {
@@ -176,6 +179,7 @@ def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api) -> Non
         "at-least-40gib": {node_of(pods["at-least-40gib"])},
         "plugin": {node_of(pods["plugin"])},
         "partition": {node_of(pods["partition"])},
+        "notebook": {node_of(pods["notebook"])},
     }
     assert placed == _planned()
     # each pod's claims hold devices of its node: 4 distinct GPUs per gang pod, reserved for
@@ -198,7 +202,15 @@ def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api) -> Non
         status = api.get("/apis/gpucarve.io/v1alpha1/queues/research").get("status") or {}
         return status.get("usage")
 
-    want = {"h100-dra-full": 9, "a100-dra-mig-3g.40gb": 1, "a100-full": 8}
+    # the share's result: one GPU, the memory it consumes, an id of its own; its pod holds the
+    # two of the GPU's four replicas 20 GiB of 45 take
+    c = wait_for(lambda: _claim_of(api, "notebook"), what="the share's claim allocated")
+    [result] = c["status"]["allocation"]["devices"]["results"]
+    assert result["consumedCapacity"] == {"memory": "20Gi"} and result["shareID"]
+    slices = json.loads(pods["notebook"]["metadata"]["annotations"]["gpucarve.io/assignment"])
+    gpu = result["device"].replace("gpu-", "gpu")
+    assert sorted(s.split("/", 1)[1] for s in slices["slices"]) == [f"{gpu}/r0", f"{gpu}/r1"]
+    want = {"h100-dra-full": 9, "a100-dra-mig-3g.40gb": 1, "a100-full": 8, "l40s-dra-shared": 2}
     wait_for(lambda: usage() == want, what=f"research's usage {want}, not {usage()}")
 
 

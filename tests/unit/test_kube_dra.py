@@ -68,11 +68,12 @@ def allocated(node: str, devices: list[str], pod_name: str | None) -> dict[str, 
 
 def test_a_dra_node_must_publish_its_pools_gpus_in_a_resource_slice() -> None:
     slices = slice_manifests(POLICY)
-    assert [s["spec"]["nodeName"] for s in slices] == ["h100-0", "h100-1", "a100-mig-0"]
+    assert [s["spec"]["nodeName"] for s in slices] == ["h100-0", "h100-1", "a100-mig-0", "l40s-0"]
     inv = build_inventory(POLICY, nodes(), read_slices(slices))
     assert inv.problems == ()
     assert sorted(inv.dra_devices) == [
-        "a100-dra-mig-1g.10gb", "a100-dra-mig-2g.20gb", "a100-dra-mig-3g.40gb", "h100-dra-full"
+        "a100-dra-mig-1g.10gb", "a100-dra-mig-2g.20gb", "a100-dra-mig-3g.40gb", "h100-dra-full",
+        "l40s-dra-shared",
     ]  # fmt: skip
     # h100-1's driver publishes 7 GPUs of another product: both named, the node kept out
     bad = copy.deepcopy(slices)
@@ -82,7 +83,7 @@ def test_a_dra_node_must_publish_its_pools_gpus_in_a_resource_slice() -> None:
     mig["name"] = "gpu-1-mig-9-0-4"
     for d in bad[1]["spec"]["devices"]:
         d["attributes"]["productName"] = {"string": "NVIDIA A100-SXM4-80GB"}
-    inv = build_inventory(POLICY, nodes(), read_slices(bad[1:]))
+    inv = build_inventory(POLICY, nodes(), read_slices(bad[1:3]))
     text = [str(p) for p in inv.problems]
     assert any("node h100-0: publishes no device in a ResourceSlice" in t for t in text), text
     assert any("h100-1: its ResourceSlices lack gpu7, which the pool has" in t for t in text)
@@ -90,7 +91,7 @@ def test_a_dra_node_must_publish_its_pools_gpus_in_a_resource_slice() -> None:
     want = "publish gpu1/3g.40gb@0, which the pool has not and lack gpu1/3g.40gb@4"
     assert any(want in t for t in text), text
     tainted = {n.name for n in inv.cluster.nodes if MISMATCH_TAINT in n.taints}
-    assert tainted == {"h100-0", "h100-1", "a100-mig-0"}
+    assert tainted == {"h100-0", "h100-1", "a100-mig-0", "l40s-0"}
 
 
 def test_pending_claims_become_requests_or_say_why_they_wait() -> None:
@@ -146,3 +147,29 @@ def test_the_status_written_for_a_bound_pods_claims() -> None:
     assert status["reservedFor"] == [{"resource": "pods", "name": "a", "uid": "uid-a"}]
     with pytest.raises(ValueError, match="left for request"):
         allocation_for(pod("a", "mine"), claims, "h100-1", slices[:1], dra)
+
+
+def test_a_share_of_a_gpu_is_one_result_with_its_memory_and_holds_its_replicas() -> None:
+    slices = slice_manifests(POLICY)
+    dra = read_slices(slices)
+    share = claim("share")
+    share["metadata"]["uid"] = "claim-uid"
+    share["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {
+        "requests": {"memory": "20Gi"}
+    }
+    claims = {"research/share": share}
+    replicas = ["l40s-0/gpu1/r0", "l40s-0/gpu1/r1"]
+    [(_, status)] = allocation_for(pod("n", "share"), claims, "l40s-0", replicas, dra)
+    [result] = status["allocation"]["devices"]["results"]
+    assert (result["device"], result["consumedCapacity"]) == ("gpu-1", {"memory": "20Gi"})
+    again = allocation_for(pod("n", "share"), claims, "l40s-0", replicas, dra)
+    assert again[0][1]["allocation"]["devices"]["results"][0]["shareID"] == result["shareID"]
+    # allocated for a pod another scheduler bound: it holds the replicas that memory takes
+    share["status"] = {**status, "reservedFor": [{"resource": "pods", "name": "n", "uid": "u"}]}
+    inv = build_inventory(POLICY, nodes(), dra)
+    foreign = pod("n", "share", node="l40s-0")
+    foreign["spec"]["schedulerName"] = "default-scheduler"
+    view = build_view(POLICY, inv, [foreign], "gpucarve", EPOCH, {}, claims=[share])
+    held = sorted(s for s, a in view.snapshot.cluster.allocations.items()
+                  if a.owner == "foreign:research/n")  # fmt: skip
+    assert held == ["l40s-0/gpu1/r0", "l40s-0/gpu1/r1"]

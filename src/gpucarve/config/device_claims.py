@@ -3,10 +3,11 @@
 In a workload document a pod set may carry `deviceClaims`, one entry per device request of
 its claims: the device class, how many devices, and the CEL selectors. The Kubernetes view
 writes them from the pod's ResourceClaims; a workload file for `plan` writes them by hand.
-gpucarve serves NVIDIA's device classes `gpu.nvidia.com` (whole GPUs) and `mig.nvidia.com` (MIG
-devices of a static layout), `ExactCount`; the request's selectors pick the DRA flavors whose
-devices they match (`config/device_select.py`). A MIG request must come down to one profile,
-as a device-plugin request names one (`nvidia.com/mig-3g.40gb`).
+gpucarve serves NVIDIA's device classes `gpu.nvidia.com` (whole GPUs, or with a capacity
+request for memory a share of one GPU) and `mig.nvidia.com` (MIG devices of a static layout),
+`ExactCount`; the request's selectors pick the DRA flavors whose devices they match
+(`config/device_select.py`). A MIG request must come down to one profile, as a device-plugin
+request names one (`nvidia.com/mig-3g.40gb`); a share is the fraction of that memory.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpucarve.config.device_select import Device, Selectors, match_flavors, policy_devices
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.problems import Path, Problem
+from gpucarve.core.quantity import QuantityError, memory_mib
 from gpucarve.core.vocabulary import DRA_GPU_CLASS, DRA_MIG_CLASS
 from gpucarve.core.workload import GpuKind, GpuRequest
 
 CLASSES = {DRA_GPU_CLASS: SliceKind.WHOLE, DRA_MIG_CLASS: SliceKind.MIG}
+SHARED = (SliceKind.TIME_SLICE, SliceKind.MPS)  # a GPU's devices shared by capacity
 
 MAX_DEVICES = 64  # per request: more than any node has GPUs
 
@@ -37,6 +40,8 @@ class DeviceClaimSpec(BaseModel):
     deviceClassName: str = Field(min_length=1, max_length=253)
     count: int = Field(default=1, ge=1, le=MAX_DEVICES)
     selectors: list[str] = Field(default=[], max_length=32)
+    # consumable capacity: a share of one device (`memory: 20Gi`) instead of whole devices
+    capacity: dict[str, str | int] = Field(default={}, max_length=8)
 
 
 def claim_request(
@@ -52,10 +57,13 @@ def claim_request(
     known = devices if devices is not None else policy_devices(policy)
     allowed: set[str] | None = None
     kinds: set[SliceKind] = set()
-    total = 0
+    total = memory = 0
     for i, c in enumerate(claims):
         cpath = (*path, "deviceClaims", i)
         kind = CLASSES.get(c.deviceClassName)
+        kinds_of_class = {kind} if kind is not None else set()
+        if kind is SliceKind.WHOLE and c.capacity:
+            kinds_of_class = set(SHARED)
         if kind is None:
             problems.append(
                 Problem(
@@ -67,9 +75,13 @@ def claim_request(
                 )
             )
             continue
-        of_class = {f: ds for f, ds in known.items() if policy.flavors[f].kind is kind}
+        if c.capacity:
+            share, probs = _share(c, cpath)
+            problems += probs
+            memory = max(memory, share)
+        of_class = {f: ds for f, ds in known.items() if policy.flavors[f].kind in kinds_of_class}
         if not of_class:
-            problems.append(_no_devices(c, cpath, policy, kind))
+            problems.append(_no_devices(c, cpath, policy, kinds_of_class))
             continue
         match = match_flavors(c.selectors, of_class, JUDGE)
         if match.unmatched or not match.flavors:
@@ -84,11 +96,45 @@ def claim_request(
             )
             continue
         allowed = set(match.flavors) if allowed is None else allowed & set(match.flavors)
-        kinds.add(kind)
+        kinds |= kinds_of_class
         total += c.count
     if problems:
         return None, problems
+    if memory:
+        return _shared_request(path, allowed or set(), kinds, total, memory)
     return _request(policy, path, allowed or set(), kinds, total)
+
+
+def _share(c: DeviceClaimSpec, cpath: Path) -> tuple[int, list[Problem]]:
+    """The MiB of one device a consumable-capacity request asks for."""
+    other = sorted(k for k in c.capacity if k != "memory")
+    if other or "memory" not in c.capacity:
+        why = f"capacity {', '.join(other) or '(none)'} is not one gpucarve shares a GPU by"
+        fix = "ask a share of a GPU as `capacity: {requests: {memory: 20Gi}}`"
+        return 0, [Problem((*cpath, "capacity"), "unknown-capacity", why, fix)]
+    if c.count != 1:
+        why = f"a share of a GPU is one device's, not {c.count}"
+        return 0, [Problem((*cpath, "count"), "share-count", why, "set count: 1")]
+    try:
+        mib = memory_mib(c.capacity["memory"])
+    except QuantityError as err:
+        return 0, [Problem((*cpath, "capacity", "memory"), "bad-quantity", str(err),
+                           "write e.g. 20Gi")]  # fmt: skip
+    if mib <= 0:
+        fix = "ask for some memory, e.g. 20Gi"
+        return 0, [Problem((*cpath, "capacity", "memory"), "out-of-range", "no memory", fix)]
+    return mib, []
+
+
+def _shared_request(
+    path: Path, allowed: set[str], kinds: set[SliceKind], total: int, memory: int
+) -> tuple[GpuRequest | None, list[Problem]]:
+    where = (*path, "deviceClaims")
+    if not allowed or not kinds <= set(SHARED) or total != 1:
+        why = "a pod's requests must all share one GPU, or all claim whole devices"
+        return None, [Problem(where, "shares-with-devices", why, "split the pod's requests")]
+    flavors = tuple(sorted(allowed))
+    return GpuRequest(GpuKind.FRACTION, 1, memory_mib=memory, dra=True, flavors=flavors), []
 
 
 def _request(
@@ -113,8 +159,8 @@ def _request(
     return GpuRequest(GpuKind.MIG, total, profiles[0], dra=True, flavors=flavors), []
 
 
-def _no_devices(c: DeviceClaimSpec, cpath: Path, policy: Policy, kind: SliceKind) -> Problem:
-    if any(policy.flavors[f].kind is kind for f in policy_devices(policy)):
+def _no_devices(c: DeviceClaimSpec, cpath: Path, policy: Policy, kinds: set[SliceKind]) -> Problem:
+    if any(policy.flavors[f].kind in kinds for f in policy_devices(policy)):
         return Problem(
             cpath,
             "no-dra-device",
@@ -129,7 +175,8 @@ def _no_devices(c: DeviceClaimSpec, cpath: Path, policy: Policy, kind: SliceKind
         f"the request claims {c.count} {c.deviceClassName} device(s) but no pool of the "
         "policy is DRA-managed with such devices",
         "set `devices: dra` on the pools whose nodes run NVIDIA's DRA driver"
-        + (" (and `sharing: mig` for MIG devices)" if kind is SliceKind.MIG else ""),
+        + (" (and `sharing: mig` for MIG devices)" if SliceKind.MIG in kinds else "")
+        + (" (and `sharing: time-slicing` or `mps` for shares)" if kinds & set(SHARED) else ""),
     )
 
 

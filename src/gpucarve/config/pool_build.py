@@ -290,15 +290,16 @@ def _replica_problems(
 
 
 def _dra_problems(spec: PoolSpec, mode: SharingMode, path: Path) -> list[Problem]:
-    """What a DRA pool may be: whole GPUs, or MIG devices of a static layout."""
-    if mode not in (SharingMode.EXCLUSIVE, SharingMode.MIG):
+    """What a DRA pool may be: whole GPUs, MIG devices of a static layout, or GPUs shared by
+    consumable capacity (time-slicing, MPS)."""
+    if spec.renameByDefault is not None:
         return [
             Problem(
-                (*path, "devices"),
-                "dra-sharing",
-                f"gpucarve schedules DRA pools of whole GPUs or static MIG layouts, this pool "
-                f"is {mode} (shared GPUs through DRA are not supported yet)",
-                "set `sharing: exclusive` or `mig`, or `devices: device-plugin` for this pool",
+                (*path, "renameByDefault"),
+                "dra-rename",
+                "`renameByDefault` is the device plugin's; a DRA pool's shares are claimed "
+                "from the GPU device itself",
+                "remove `renameByDefault`",
             )
         ]
     dynamic = spec.mig.dynamic if spec.mig is not None else None

@@ -213,7 +213,7 @@ class Pool:
             compute_milli=MILLI_PER_GPU // self.replicas,
             memory_mib=m.memory_mib // self.replicas,
             sm_count=m.sm_count // self.replicas,
-            unrenamed=kind is not SliceKind.WHOLE and not self.renamed,
+            unrenamed=kind is not SliceKind.WHOLE and not self.renamed and not dra,
             dra=dra,
         )
         return [(flavor, self.gpus_per_node * self.replicas)]

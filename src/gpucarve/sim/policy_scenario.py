@@ -41,13 +41,17 @@ def _priority(policy: Policy, q: Queue) -> str | None:
 
 def _asking(f: Flavor, n: int) -> dict[str, Any]:
     """A pod set's request for `n` slices of `f`: its resource, or for a DRA flavor a claim
-    of its device class (a MIG one selecting the flavor's profile)."""
+    of its device class (a MIG one selecting the flavor's profile, a share of a GPU asking
+    the memory of `n` replicas)."""
     if not f.dra:
         return {"resources": {"limits": {f.resource_name: n}}}
     selectors = []
     if f.profile is not None:
         selectors = [f'device.attributes["{DRA_GPU_DRIVER}"].profile == "{f.profile}"']
-    claim = {"deviceClassName": f.resource_name, "count": n, "selectors": selectors}
+    claim: dict[str, Any] = {"deviceClassName": f.resource_name, "count": n, "selectors": selectors}
+    if f.kind in (SliceKind.TIME_SLICE, SliceKind.MPS):
+        claim["capacity"] = {"memory": f"{f.memory_mib * n}Mi"}  # a share of one GPU
+        claim["count"] = 1
     return {"deviceClaims": [claim]}
 
 

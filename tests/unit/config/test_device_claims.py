@@ -83,16 +83,19 @@ def test_a_policy_without_dra_pools_says_which_setting_is_missing(tmp_path: Path
     assert "devices: dra" in problems[0].fix
 
 
-def test_dra_pools_must_be_exclusive(tmp_path: Path) -> None:
+def test_what_a_dra_pool_may_not_be(tmp_path: Path) -> None:
     raw = yaml.safe_load((EXAMPLES / "dra" / "policy.yaml").read_text())
-    raw["pools"][0].update(sharing="time-slicing", replicas=4)
+    raw["pools"][2]["renameByDefault"] = False  # the device plugin's: meaningless here
+    raw["pools"][1]["mig"]["dynamic"] = {"enabled": True}
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(InvalidInput) as exc:
         load_policy(path)
-    [problem] = exc.value.problems
-    assert (problem.code, problem.location) == ("dra-sharing", "pools[0].devices")
-    assert "sharing: exclusive" in problem.fix
+    found = {(p.code, p.location) for p in exc.value.problems}
+    assert found == {
+        ("dra-rename", "pools[2].renameByDefault"),
+        ("dra-dynamic-mig", "pools[1].mig.dynamic"),
+    }
 
 
 def test_claims_and_device_plugin_requests_never_share_a_pool() -> None:
@@ -117,11 +120,12 @@ def test_claims_and_device_plugin_requests_never_share_a_pool() -> None:
         "research/at-least-40gib": {"dra"},
         "research/plugin": {"plugin"},
         "research/partition": {"dra"},
+        "research/notebook": {"dra"},
     }
     assert "research/plugin-2" in {p.workload for p in result.pending}
 
 
-POLICY_POOL = {"h100": "dra", "a100-mig": "dra", "a100": "plugin"}
+POLICY_POOL = {"h100": "dra", "a100-mig": "dra", "l40s": "dra", "a100": "plugin"}
 
 
 def test_selectors_are_judged_on_the_devices_a_resource_slice_publishes() -> None:
@@ -162,3 +166,17 @@ def test_a_mig_claim_asks_one_profile_of_a_dra_mig_pool() -> None:
     assert code == "several-mig-profiles" and "1g.10gb, 2g.20gb, 3g.40gb" in message
     # a whole-GPU claim never gets a MIG device, nor a MIG claim a whole GPU
     assert codes(claim(profile.format("3g.40gb")))[0][0] == "no-device-matches"
+
+
+def test_a_share_of_a_gpu_is_claimed_by_its_memory() -> None:
+    doc = claim()
+    doc["podSets"][0]["deviceClaims"][0]["capacity"] = {"memory": "20Gi"}
+    w, problems = build_workload(doc, POLICY)
+    assert problems == [] and w is not None
+    gpu = w.pod_sets[0].gpu
+    want = (GpuKind.FRACTION, 20 * 1024, True, ("l40s-dra-shared",))
+    assert (gpu.kind, gpu.memory_mib, gpu.dra, gpu.flavors) == want
+    doc["podSets"][0]["deviceClaims"][0].update(count=2)
+    assert [c for c, _ in codes(doc)] == ["share-count"]
+    doc["podSets"][0]["deviceClaims"][0].update(count=1, capacity={"cores": "2"})
+    assert [c for c, _ in codes(doc)] == ["unknown-capacity"]

@@ -32,7 +32,7 @@ from gpucarve.core.workload import (
 from gpucarve.engine.gang_timeout import gang_gpus
 from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.bound_view import BoundGroups, claim_bound
-from gpucarve.kube.view.dra import attach_claims, claim_units
+from gpucarve.kube.view.dra import attach_claims, claim_units, expand_shares
 from gpucarve.kube.view.held_slices import hold_free
 from gpucarve.kube.view.inventory import Inventory
 from gpucarve.kube.view.owner_kinds import group_of
@@ -122,9 +122,11 @@ def build_view(
     min_members = {k: s.min_member for k, s in specs.items()}
     assumed = assumed or {}
     units = claim_units(claims, inventory.dra) if claims else None
+    by_claim = expand_shares(units.by_claim, inventory.cluster, policy) if units else {}
     if units is not None and units.by_pod:
         # the devices allocated claims give their pods, first, as the kubelet's would be
-        reported = {**inventory.reported, **units.by_pod}
+        by_pod = expand_shares(units.by_pod, inventory.cluster, policy)
+        reported = {**inventory.reported, **by_pod}
         inventory = dataclasses.replace(inventory, reported=MappingProxyType(reported))
     b = SliceClaims(inventory, policy)
     view_invalid: dict[str, str] = {}
@@ -188,8 +190,7 @@ def build_view(
     rest = _Rest(wanted, min_members, bound_count, running_by_key)
     pending, pending_sets, partial = _pending(groups, specs, rest, view_invalid)
     hold_free(b.cluster.slices, b.allocs, inventory)
-    if units is not None:
-        b.hold_claimed(units.by_claim)
+    b.hold_claimed(by_claim)
     cluster = ClusterState(b.cluster.nodes, b.cluster.slices, MappingProxyType(b.allocs))
     changed = {
         gpu: int((datetime.fromisoformat(at) - epoch).total_seconds())

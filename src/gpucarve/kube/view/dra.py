@@ -21,14 +21,21 @@ ResourceSlices, what pods' ResourceClaims ask, and which devices allocated claim
 from __future__ import annotations
 
 import json
+import math
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from gpucarve.config.device_select import Device, device_from_slice
+from gpucarve.core.cluster import ClusterState, Slice
+from gpucarve.core.policy import Policy
+from gpucarve.core.quantity import QuantityError, parse_quantity
+from gpucarve.core.requests import gpu_memory_of, slices_per_pod
 from gpucarve.core.vocabulary import DRA_GPU_DRIVER
+from gpucarve.core.workload import GpuKind, GpuRequest
 
 _GPU = re.compile(r"^gpu-(\d{1,3})$")
 _MIG = re.compile(r"^gpu-(\d{1,3})-mig-(\d{1,3})-(\d{1,2})-(\d{1,2})$")
@@ -205,6 +212,7 @@ def _requests(claim: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str | Non
                 "deviceClassName": str(exact.get("deviceClassName", "")),
                 "count": int(exact.get("count", 1)),
                 "selectors": selectors,
+                "capacity": dict((exact.get("capacity") or {}).get("requests") or {}),
             }
         )
     return out, None
@@ -281,6 +289,57 @@ class ClaimUnits:
     by_claim: Mapping[str, tuple[str, tuple[str, ...]]]
 
 
+def _share_unit(unit: str, result: Mapping[str, Any]) -> str:
+    """A result that consumed part of a shared device: `gpuN~<MiB>` (`expand_shares` turns
+    it into the replicas it holds)."""
+    consumed = (result.get("consumedCapacity") or {}).get("memory")
+    if consumed is None:
+        return unit
+    try:
+        mib = math.ceil(parse_quantity(str(consumed)) / MIB)
+    except QuantityError:
+        return unit
+    return f"{unit}~{mib}"
+
+
+def expand_shares(
+    units: Mapping[str, tuple[str, tuple[str, ...]]], cluster: ClusterState, policy: Policy
+) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Units with memory shares (`gpuN~<MiB>`) as the replicas of `gpuN` that much memory
+    takes, counted as the engine counts a fraction of that memory (`slices_per_pod`)."""
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for key, (node, have) in units.items():
+        expanded: list[str] = []
+        for unit in have:
+            gpu, sep, mib = unit.partition("~")
+            if not sep:
+                expanded.append(unit)
+                continue
+            replicas = [s for s in _slices_of(cluster, node, gpu) if s.replica is not None]
+            if not replicas:
+                continue
+            flavor = policy.flavors[replicas[0].flavor]
+            request = GpuRequest(GpuKind.FRACTION, 1, memory_mib=int(mib))
+            gpu_memory = gpu_memory_of(policy, flavor)
+            expanded += [gpu] * slices_per_pod(request, flavor, gpu_memory)
+        out[key] = (node, tuple(expanded))
+    return out
+
+
+def _slices_of(cluster: ClusterState, node: str, gpu: str) -> list[Slice]:
+    try:
+        n = cluster.node(node)
+    except KeyError:
+        return []
+    return [cluster.slices[sid] for g in n.gpus if f"gpu{g.index}" == gpu for sid in g.slice_ids]
+
+
+def device_unit(unit: str) -> str:
+    """The device a slice's unit is on: a shared GPU's replica `gpuN/rK` is device `gpuN`."""
+    gpu, _, rest = unit.partition("/")
+    return gpu if rest.startswith("r") and rest[1:].isdigit() else unit
+
+
 def claim_units(claims: Sequence[Mapping[str, Any]], dra: DraDevices) -> ClaimUnits:
     by_pod: dict[str, tuple[str, list[str]]] = {}
     by_claim: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -288,7 +347,7 @@ def claim_units(claims: Sequence[Mapping[str, Any]], dra: DraDevices) -> ClaimUn
         status = claim.get("status") or {}
         results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
         found = [
-            at
+            (at[0], _share_unit(at[1], r))
             for r in results
             if r.get("driver") == DRA_GPU_DRIVER
             and (at := dra.index_of(str(r.get("pool")), str(r.get("device")))) is not None
@@ -336,13 +395,7 @@ def allocation_for(
             raise ValueError(refused)
         results = []
         for r in requests:
-            for _ in range(r["count"]):
-                if not left or left[0] not in slots:
-                    raise ValueError(f"no DRA device of {node} left for request {r['name']!r}")
-                pool, device = slots[left.pop(0)]
-                results.append(
-                    {"request": r["name"], "driver": DRA_GPU_DRIVER, "pool": pool, "device": device}
-                )
+            results += _results(r, left, slots, node, str(claim["metadata"].get("uid", ref.claim)))
         status = {
             "allocation": {
                 "devices": {"results": results},
@@ -362,6 +415,41 @@ def allocation_for(
         out.append((str(ref.claim), status))
     if left:
         raise ValueError(f"devices {left} of {node} are claimed by no request of the pod")
+    return out
+
+
+def _results(
+    r: Mapping[str, Any],
+    left: list[str],
+    slots: Mapping[str, tuple[str, str]],
+    node: str,
+    claim_uid: str,
+) -> list[dict[str, Any]]:
+    """One request's results, taking its units off the front of `left`: a device per unit,
+    or for a share of a GPU (consumable capacity) the GPU of its replicas, once, with the
+    memory it consumes and a share id of its own."""
+    out: list[dict[str, Any]] = []
+    shared = r.get("capacity") or {}
+    for _ in range(1 if shared else int(r["count"])):
+        unit = device_unit(left[0]) if left else ""
+        if unit not in slots:
+            raise ValueError(f"no DRA device of {node} left for request {r['name']!r}")
+        pool, device = slots[unit]
+        result: dict[str, Any] = {
+            "request": r["name"], "driver": DRA_GPU_DRIVER, "pool": pool, "device": device
+        }  # fmt: skip
+        if shared:
+            # every replica the engine gave the pod is on this GPU: the share is one result
+            while left and device_unit(left[0]) == unit:
+                left.pop(0)
+            result["consumedCapacity"] = {k: str(v) for k, v in sorted(shared.items())}
+            # deterministic: the same claim, request and device give the same id
+            result["shareID"] = str(
+                uuid.uuid5(uuid.NAMESPACE_URL, f"{claim_uid}/{r['name']}/{device}")
+            )
+        else:
+            left.pop(0)
+        out.append(result)
     return out
 
 

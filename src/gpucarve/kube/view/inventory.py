@@ -36,7 +36,7 @@ from gpucarve.core.vocabulary import MIG_LAYOUT_ANNOTATION as LAYOUT_ANNOTATION
 from gpucarve.core.vocabulary import POD_DEVICES_ANNOTATION as POD_DEVICES
 from gpucarve.core.vocabulary import POOL_LABEL, UNHEALTHY_ANNOTATION
 from gpucarve.kube.view.device_truth import pod_devices, unhealthy_gpus
-from gpucarve.kube.view.dra import DraDevices, dra_problems
+from gpucarve.kube.view.dra import DraDevices, device_unit, dra_problems
 from gpucarve.kube.view.mig_layout import Change, NodeLayout, node_change, node_layout
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -340,9 +340,17 @@ def _dra_node(
     """A DRA pool's node checked against its pool; its devices join their flavors'."""
     m = pool.model
     names = (*m.gfd_products, m.id, *m.aliases)
-    # each device's least memory: 90 % of the catalog's (drivers report a little less)
-    expected = {s.id.split("/", 1)[1]: s.memory_mib * 9 // 10 for s in node_slices}
-    flavor_of = {s.id.split("/", 1)[1]: s.flavor for s in node_slices}
+    # each device's least memory: 90 % of the catalog's (drivers report a little less); a
+    # shared GPU's replicas are one device, the GPU
+    expected = {
+        device_unit(s.id.split("/", 1)[1]): (
+            m.memory_mib if s.replica is not None else s.memory_mib
+        )
+        * 9
+        // 10
+        for s in node_slices
+    }
+    flavor_of = {device_unit(s.id.split("/", 1)[1]): s.flavor for s in node_slices}
     name = node_slices[0].node if node_slices else ""
     bad = dra_problems(name, expected, names, dra)
     if not bad:

@@ -38,8 +38,9 @@ def node_manifests(policy: Policy) -> list[dict[str, Any]]:
 
 def slice_manifests(policy: Policy) -> list[dict[str, Any]]:
     """One ResourceSlice per node of the policy's DRA pools, as NVIDIA's DRA driver
-    publishes it (a resource pool named after the node): `gpu-<index>` per whole GPU, and per
-    MIG instance of the layout `gpu-<index>-mig-<profile id>-<start>-<size>`."""
+    publishes it (a resource pool named after the node): `gpu-<index>` per whole GPU (one that
+    time-slicing or MPS shares allows multiple allocations, each consuming part of its
+    memory), and per MIG instance of the layout `gpu-<index>-mig-<profile id>-<start>-<size>`."""
     cluster = build_cluster(policy)
     pools = {p.name: p for p in policy.pools}
     out = []
@@ -51,6 +52,7 @@ def slice_manifests(policy: Policy) -> list[dict[str, Any]]:
             _device(pool.model, cluster.slices[sid], f"GPU-{n.name}-{g.index}")
             for g in n.gpus
             for sid in g.slice_ids
+            if cluster.slices[sid].replica in (None, 0)  # a shared GPU is one device
         ]
         out.append(
             {
@@ -77,11 +79,15 @@ def _device(model: GpuModel, s: Slice, uuid: str) -> dict[str, Any]:
         name = f"gpu-{s.gpu}-mig-{prof.profile_id or 0}-{s.start}-{prof.memory_slices}"
         ids = {"uuid": f"MIG-{uuid}-{s.start}", "parentUUID": uuid}
     attributes = {k: _attribute(v) for k, v in sorted({**d.attributes, **ids}.items())}
-    return {
+    out: dict[str, Any] = {
         "name": name,
         "attributes": attributes,
         "capacity": {k: {"value": str(v)} for k, v in sorted(d.capacity.items())},
     }
+    if s.replica is not None:
+        # shared by consumable capacity: each claim takes part of its memory
+        out["allowMultipleAllocations"] = True
+    return out
 
 
 def _attribute(value: str | int | bool) -> dict[str, str | int | bool]:

@@ -22,7 +22,13 @@ from gpucarve.kube.view.owner_kinds import (
 from gpucarve.kube.view.owners import positive_int
 
 CHART_RBAC = Path(__file__).resolve().parents[2] / "deploy/helm/gpucarve/templates/rbac.yaml"
-INFORMED_ALWAYS = {("", "pods"), ("", "nodes")}  # the scheduler's own informers, not owners'
+# the scheduler's own informers, not owners' (the DRA ones run where the policy has DRA pools)
+INFORMED_ALWAYS = {
+    ("", "pods"),
+    ("", "nodes"),
+    ("resource.k8s.io", "resourceslices"),
+    ("resource.k8s.io", "resourceclaims"),
+}
 
 
 def chart_read_rules() -> set[tuple[str, str, str]]:

@@ -9,7 +9,9 @@ examples/dra/workloads.yaml`, placed alike."""
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,6 +21,8 @@ from typer.testing import CliRunner
 from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.api.client import Client
+from gpucarve.kube.scheduler.explain import explain_pod
 from gpucarve.kube.view.nodes import slice_manifests
 from gpucarve.render.dra import device_classes
 from tests.integration.api import Api, wait_for
@@ -52,6 +56,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
             api.create(f"{RESOURCE}/resourceslices", m)
         with scheduling(stack, policy_file):
             yield api
+
+
+POLICY_OF_TEST = load_policy(POLICY, []).policy
+
+
+def _client(api: Api) -> Client:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return Client(api.server, ctx, {"Authorization": f"Bearer {api.token}"})
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _workloads() -> list[dict[str, Any]]:
@@ -232,6 +250,10 @@ def test_a_claim_no_device_matches_names_its_selector(cluster: Api) -> None:
     text = wait_for(message, what="the pending reason")
     assert "NVIDIA B200" in text and "matches no device" in text, text
     assert "NVIDIA H100 80GB HBM3" in text, text
+    # `gpucarve explain` reads the claims too, and says the same
+    said = explain_pod(_client(api), POLICY_OF_TEST, f"{NS}/wants-b200", "gpucarve", _now())
+    assert any("cannot be scheduled as it is" in line and "NVIDIA B200" in line
+               for line in said.lines), said.lines  # fmt: skip
     # a pod whose named claim does not exist yet waits for it, and says so
     api.create(f"/api/v1/namespaces/{NS}/pods", _pod("claim-later", claim="not-yet"))
 
@@ -259,6 +281,11 @@ def test_released_claims_free_their_gpus(cluster: Api) -> None:
         return node_of(p) is None and bool(c and c["status"] == "False")
 
     wait_for(eight_waits, what="the 8-GPU pod to wait while the gang holds the H100s")
+    # explain reads the claim as the scheduler does: 8 of the DRA flavor, past research's quota
+    said = explain_pod(_client(api), POLICY_OF_TEST, f"{NS}/eight", "gpucarve", _now())
+    text = "\n".join(said.lines)
+    assert said.explanation is not None, text
+    assert "queue research at 9/8 h100-dra-full, needs 8 more" in text, text
     for i in range(2):
         status, _ = api.call("DELETE", f"/api/v1/namespaces/{NS}/pods/by-product-{i}")
         assert status == 200

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpucarve.core.policy import Policy
+from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.engine.engine import run_cycle
 from gpucarve.engine.explain import Explanation, explain, render
 from gpucarve.kube.api.client import ApiError, Client
+from gpucarve.kube.scheduler.claim_writer import RESOURCE
 from gpucarve.kube.view.cluster_view import View, build_view, key
+from gpucarve.kube.view.dra import read_slices
 from gpucarve.kube.view.inventory import build_inventory
 from gpucarve.kube.view.owner_kinds import OWNER_KINDS, all_specs, watched
 from gpucarve.kube.view.pods import group_key
@@ -57,9 +59,13 @@ def read_view(
         if p["metadata"].get("creationTimestamp") and not (p.get("spec") or {}).get("nodeName")
     ]
     epoch = min([*stamps, now])
-    inventory = build_inventory(policy, nodes)
+    # DRA pools: their GPUs in ResourceSlices, what pods' ResourceClaims ask and hold
+    dra = any(p.devices is DeviceApi.DRA for p in policy.pools)
+    slices = _items(client, f"{RESOURCE}/resourceslices", optional=True) if dra else []
+    claims = _items(client, f"{RESOURCE}/resourceclaims", optional=True) if dra else []
+    inventory = build_inventory(policy, nodes, read_slices(slices) if dra else None)
     now_s = int((now - epoch).total_seconds())
-    view = build_view(policy, inventory, pods, scheduler, epoch, specs, now=now_s)
+    view = build_view(policy, inventory, pods, scheduler, epoch, specs, now=now_s, claims=claims)
     return view, epoch
 
 

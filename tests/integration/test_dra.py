@@ -315,3 +315,48 @@ def test_reclaim_evicts_a_borrowing_claim_and_its_gpus_go_to_the_lender(cluster:
     assert not (freed.get("status") or {}).get("allocation"), freed["status"]
     c = wait_for(lambda: _claim_of(api, "reclaimer", "production"), what="its claim allocated")
     assert _devices(c) == [("h100-1", f"gpu-{g}") for g in range(8)]
+
+
+def test_a_claim_pod_bound_past_the_queue_is_charged_to_it(cluster: Api) -> None:
+    """A pod created with `nodeName` and a claim allocated without gpucarve (as another
+    scheduler would): gpucarve holds the claim's MIG device, charges it to the pod's queue and
+    says so in a BoundElsewhere Event."""
+    api = cluster
+    profile = 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"'
+    spec = _claim_spec([{"deviceClassName": "mig.nvidia.com", "selectors": [profile]}])
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "by-hand", "namespace": "production"}, "spec": spec}  # fmt: skip
+    api.create(f"{RESOURCE}/namespaces/production/resourceclaims", claim)
+    manifest = _pod("past-the-queue", claim="by-hand", ns="production")
+    manifest["spec"]["schedulerName"] = "default-scheduler"
+    manifest["spec"]["nodeName"] = "a100-mig-0"
+    made = api.create("/api/v1/namespaces/production/pods", manifest)
+    status = {
+        "allocation": {
+            "devices": {"results": [
+                # GPU 1's 3g.40gb (GPU 0's holds the partition pod)
+                {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "a100-mig-0",
+                 "device": "gpu-1-mig-9-4-4"}
+            ]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["a100-mig-0"]}
+            ]}]},
+        },
+        "reservedFor": [{"resource": "pods", "name": "past-the-queue",
+                         "uid": made["metadata"]["uid"]}],
+    }  # fmt: skip
+    path = f"{RESOURCE}/namespaces/production/resourceclaims/by-hand/status"
+    code, reply = api.call("PATCH", path, {"status": status}, "application/merge-patch+json")
+    assert code == 200, reply
+
+    def charged() -> bool:
+        got = api.get("/apis/gpucarve.io/v1alpha1/queues/production").get("status") or {}
+        return bool(got.get("usage", {}).get("a100-dra-mig-3g.40gb") == 1)
+
+    wait_for(charged, what="production charged for the pod bound past its queue")
+
+    def warned() -> bool:
+        events = api.get("/api/v1/namespaces/production/events")["items"]
+        return any(e.get("reason") == "BoundElsewhere" for e in events)
+
+    wait_for(warned, what="a BoundElsewhere Event")

@@ -126,8 +126,13 @@ def test_allocated_claims_hold_their_devices_and_nothing_is_promised_twice() -> 
     view = build_view(POLICY, inv, [foreign, pod("wants", "wants")], "gpucarve", EPOCH, {},
                       claims=claims)  # fmt: skip
     owners = {sid: a.owner for sid, a in view.snapshot.cluster.allocations.items()}
-    assert sum(o == "foreign:research/theirs" for o in owners.values()) == 8
+    assert sum(o == "research/theirs" for o in owners.values()) == 8
     assert sum(o == "claim:research/orphan" for o in owners.values()) == 7
+    # bound past the queue in a governed namespace: charged to it, as device-plugin pods are
+    assert view.elsewhere == {"research/theirs": "research"}
+    [theirs] = [rw for rw in view.snapshot.running if rw.workload.id == "research/theirs"]
+    assert theirs.workload.pod_sets[0].gpu.count == 8
+    assert {p.flavor for p in theirs.pods} == {"h100-dra-full"}
     result = run_cycle(view.snapshot, 100)
     [admission] = result.admissions
     [placed] = admission.pods
@@ -171,5 +176,5 @@ def test_a_share_of_a_gpu_is_one_result_with_its_memory_and_holds_its_replicas()
     foreign["spec"]["schedulerName"] = "default-scheduler"
     view = build_view(POLICY, inv, [foreign], "gpucarve", EPOCH, {}, claims=[share])
     held = sorted(s for s, a in view.snapshot.cluster.allocations.items()
-                  if a.owner == "foreign:research/n")  # fmt: skip
+                  if a.owner == "research/n")  # fmt: skip
     assert held == ["l40s-0/gpu1/r0", "l40s-0/gpu1/r1"]

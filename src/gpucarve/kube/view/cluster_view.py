@@ -19,6 +19,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from gpucarve.config.device_select import Device
 from gpucarve.core.cluster import ClusterState
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.snapshot import Snapshot
@@ -32,7 +33,7 @@ from gpucarve.core.workload import (
 from gpucarve.engine.gang_timeout import gang_gpus
 from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.bound_view import BoundGroups, claim_bound
-from gpucarve.kube.view.dra import attach_claims, claim_units, expand_shares
+from gpucarve.kube.view.dra import attach_claims, claim_refs, claim_units, expand_shares
 from gpucarve.kube.view.held_slices import hold_free
 from gpucarve.kube.view.inventory import Inventory
 from gpucarve.kube.view.owner_kinds import group_of
@@ -140,12 +141,23 @@ def build_view(
     bound_count, running_by_key = section.bound_count, section.running_by_key
     orphans = section.orphans
     governed = {ns for q in policy.queues for ns in q.namespaces}
-    elsewhere = [p for p in foreign if p["metadata"]["namespace"] in governed and gpu_requests(p)]
+    # DRA: the claims by name, and each DRA flavor's devices (for their selectors)
+    by_key = {f"{c['metadata']['namespace']}/{c['metadata']['name']}": c for c in claims}
+    dra_pools = any(p.devices is DeviceApi.DRA for p in policy.pools)
+    devices = inventory.dra_devices if dra_pools else None
+    claimed = _Claimed(by_key, devices) if claims else None
+    allocated = set(units.by_pod) if units else set()
+    elsewhere = [
+        p
+        for p in foreign
+        if p["metadata"]["namespace"] in governed and (gpu_requests(p) or of(p).key in allocated)
+    ]
     charged_ids = {id(p) for p in elsewhere}
     for pod in foreign:
-        if id(pod) not in charged_ids and not b.claim_reported(of(pod).key, pod):
-            b.fallback(f"foreign:{of(pod).key}", pod)
-    charged = _charge_elsewhere(b, elsewhere, policy, epoch, cache, of)
+        key = of(pod).key
+        if id(pod) not in charged_ids and not b.claim_reported(key, pod, f"foreign:{key}"):
+            b.fallback(f"foreign:{key}", pod)
+    charged = _charge_elsewhere(b, elsewhere, policy, epoch, cache, of, claimed)
     running = [*running, *(rw for rw, _ in charged.values())]
     running_pods = {**running_pods, **{rw.workload.id: (k,) for k, (rw, _) in charged.items()}}
 
@@ -360,6 +372,14 @@ def _alone(pod: Mapping[str, Any]) -> tuple[str, str]:
     return str(pod["metadata"]["namespace"]), str(pod["metadata"]["name"])
 
 
+@dataclass(frozen=True)
+class _Claimed:
+    """What the cluster's ResourceClaims tell the charging of pods bound elsewhere."""
+
+    claims: Mapping[str, Mapping[str, Any]]  # namespace/name -> ResourceClaim
+    devices: Mapping[str, Sequence[Device]] | None  # each DRA flavor's devices
+
+
 def _charge_elsewhere(
     b: SliceClaims,
     pods: Sequence[Mapping[str, Any]],
@@ -367,18 +387,28 @@ def _charge_elsewhere(
     epoch: datetime,
     cache: WorkloadCache | None,
     of: Callable[[Mapping[str, Any]], PodFacts],
+    claimed: _Claimed | None = None,
 ) -> dict[str, tuple[RunningWorkload, str]]:
     """GPU pods of governed namespaces that something else bound, each a running workload of
-    its own charged to its queue (its devices: the first free slices of its node, as the
-    device plugin hands them out). With the policy's `boundElsewhere: keep` gpucarve never
-    preempts one; a pod that is no valid workload (another team's queue label…) only holds
-    its slices, as before."""
+    its own charged to its queue (its devices: those its allocated ResourceClaims hold, else
+    the first free slices of its node, as the device plugin hands them out). With the
+    policy's `boundElsewhere: keep` gpucarve never preempts one; a pod that is no valid
+    workload (another team's queue label…) only holds its slices, as before."""
     keep = policy.scheduling.bound_elsewhere == "keep"
     out: dict[str, tuple[RunningWorkload, str]] = {}
     for pod in pods:
         f = of(pod)
-        a = b.fallback(f.key, pod)
-        (group,) = pending_workloads([pod], policy, epoch, None, cache, keyed=_alone)
+        shaped, a = pod, None
+        if claimed is not None and claim_refs(pod):
+            attached, _ = attach_claims([pod], claimed.claims)
+            shaped = attached[0] if attached else pod
+            a = b.claim_reported(f.key, pod, f.key)
+        else:
+            a = b.fallback(f.key, pod)
+        devices = claimed.devices if claimed is not None else None
+        (group,) = pending_workloads(
+            [shaped], policy, epoch, None, cache, keyed=_alone, devices=devices
+        )
         w = group.workload
         if a is None or w is None or len(w.pod_sets) != 1:
             continue

@@ -94,19 +94,20 @@ class SliceClaims:
         a = Assigned(node_name, tuple(chosen))
         return a if self.claim(owner, a) else None
 
-    def claim_reported(self, key: str, pod: Mapping[str, Any]) -> bool:
-        """Claim the devices a pod bound by another scheduler really got (the node agent's
-        report, or its allocated ResourceClaims); False if none are known."""
+    def claim_reported(self, key: str, pod: Mapping[str, Any], owner: str) -> Assigned | None:
+        """Claim for `owner` the devices a pod bound by another scheduler really got (the
+        node agent's report, or its allocated ResourceClaims); None if none are known."""
         node = str(pod["spec"]["nodeName"])
         report = self.inv.reported.get(key)
         if report is None or report[0] != node:
-            return False
+            return None
         sids = resolve(self.cluster, node, report[1], ())
         if sids is None:
             units = ", ".join(report[1])
             self.warnings.append(f"{key}: its devices ({units}) are no slices of {node}")
-            return False
-        return self.claim(f"foreign:{key}", Assigned(node, sids))
+            return None
+        a = Assigned(node, sids)
+        return a if self.claim(owner, a) else None
 
     def hold_claimed(self, by_claim: Mapping[str, tuple[str, tuple[str, ...]]]) -> None:
         """Hold the devices of allocated ResourceClaims that no pod holds (a claim whose pod

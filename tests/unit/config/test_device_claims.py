@@ -180,3 +180,15 @@ def test_a_share_of_a_gpu_is_claimed_by_its_memory() -> None:
     assert [c for c, _ in codes(doc)] == ["share-count"]
     doc["podSets"][0]["deviceClaims"][0].update(count=1, capacity={"cores": "2"})
     assert [c for c, _ in codes(doc)] == ["unknown-capacity"]
+
+
+def test_the_single_mig_strategy_is_the_device_plugins(tmp_path: Path) -> None:
+    raw = yaml.safe_load((EXAMPLES / "dra" / "policy.yaml").read_text())
+    raw["pools"][1]["mig"] = {"layout": {"3g.40gb": 2}, "strategy": "single"}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InvalidInput) as exc:
+        load_policy(path)
+    assert ("dra-single-strategy", "pools[1].mig.strategy") in {
+        (p.code, p.location) for p in exc.value.problems
+    }

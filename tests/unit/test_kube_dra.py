@@ -178,3 +178,31 @@ def test_a_share_of_a_gpu_is_one_result_with_its_memory_and_holds_its_replicas()
     held = sorted(s for s, a in view.snapshot.cluster.allocations.items()
                   if a.owner == "research/n")  # fmt: skip
     assert held == ["l40s-0/gpu1/r0", "l40s-0/gpu1/r1"]
+
+
+def test_one_claim_named_by_two_waiting_pods_goes_to_the_first_only() -> None:
+    out, waiting = attach_claims(
+        [pod("a", "mine"), pod("b", "mine")], {"research/mine": claim("mine")}
+    )
+    assert [p["metadata"]["name"] for p in out] == ["a"]
+    assert waiting["research/b"] == (
+        "dra/claim-shared: ResourceClaim research/mine is named by pod research/a too"
+    )
+
+
+def test_the_writer_never_takes_a_claim_from_the_pod_it_is_reserved_for() -> None:
+    import ssl
+
+    from gpucarve.kube.api.client import ApiError, Client
+    from gpucarve.kube.scheduler.claim_writer import ClaimWriter
+
+    # no server behind it: the refusal must come before any call
+    client = Client("https://127.0.0.1:9", ssl.create_default_context(), {})
+    writer = ClaimWriter(client, None, lambda: read_slices(slice_manifests(POLICY)))
+    held = claim("mine", status=allocated("h100-0", ["gpu-0"], "other"))
+    [(_, status)] = allocation_for(
+        pod("a", "mine"), {"research/mine": held}, "h100-1", ["h100-1/gpu0"],
+        read_slices(slice_manifests(POLICY)),
+    )  # fmt: skip
+    with pytest.raises(ApiError, match="in use by"):
+        writer._write_one("research/mine", held, status)

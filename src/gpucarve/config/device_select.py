@@ -17,6 +17,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import celpy
 from celpy import celtypes
@@ -33,6 +34,7 @@ MIB = 1024 * 1024
 # Attributes that name one device: a selector on them picks devices, not a kind of device.
 IDENTITY = frozenset({"uuid", "pcieBusID", "parentUUID"})
 MAX_SELECTOR_CHARS = 10_240  # Kubernetes' own limit on one CEL expression
+MAX_CACHED = 10_000  # compiled selectors kept (verdicts: ten times as many)
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,9 @@ class Device:
     attributes: Mapping[str, str | int | bool]
     capacity: Mapping[str, int]
 
+    @cached_property
     def key(self) -> str:
+        """What tells one kind of device from another (caches of verdicts key on it)."""
         return json.dumps([self.driver, self.attributes, self.capacity], sort_keys=True)
 
 
@@ -157,16 +161,20 @@ class Selectors:
                     hit = "is not a CEL expression" + (
                         f" (it breaks at character {where})" if where else ""
                     )
+                except RecursionError:
+                    hit = "is nested too deeply to compile"
+            if len(self._programs) > MAX_CACHED:
+                self._programs.clear()  # tenants write selectors: bounded
             self._programs[expression] = hit
         return hit
 
     def verdict(self, expression: str, device: Device) -> bool | str:
         """Whether the device matches, or why the expression cannot say."""
-        k = (expression, device.key())
+        k = (expression, device.key)
         hit = self._verdicts.get(k)
         if hit is None:
             hit = self._judge(expression, device)
-            if len(self._verdicts) > 100_000:
+            if len(self._verdicts) > 10 * MAX_CACHED:
                 self._verdicts.clear()
             self._verdicts[k] = hit
         return hit
@@ -188,6 +196,8 @@ class Selectors:
             result = prog.evaluate(activation)
         except (CELEvalError, ValueError, TypeError) as err:
             return f"cannot be judged: {_first(err)}"
+        except RecursionError:
+            return "cannot be judged: nested too deeply"
         if isinstance(result, CELEvalError):
             return f"cannot be judged: {_first(result)}"
         if not isinstance(result, celtypes.BoolType):

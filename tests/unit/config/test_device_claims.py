@@ -192,3 +192,9 @@ def test_the_single_mig_strategy_is_the_device_plugins(tmp_path: Path) -> None:
     assert ("dra-single-strategy", "pools[1].mig.strategy") in {
         (p.code, p.location) for p in exc.value.problems
     }
+
+
+def test_a_selector_nested_past_reason_is_an_error_not_a_crash() -> None:
+    deep = "(" * 3000 + "true" + ")" * 3000
+    [(code, message)] = codes(claim(deep))
+    assert code == "no-device-matches" and "nested too deeply" in message

@@ -8,7 +8,7 @@ reserved for it.
 A claim already allocated as asked and reserved for the pod is left alone (a retried binding).
 One allocated otherwise but reserved for no running pod (a binding that failed after its
 claims were written) is deallocated first; the view held its devices meanwhile, so nothing
-was promised twice.
+was promised twice. One reserved for another pod is never rewritten: the binding fails.
 """
 
 from __future__ import annotations
@@ -62,6 +62,12 @@ class ClaimWriter:
             and have.get("reservedFor") == status["reservedFor"]
         ):
             return
+        others = [r.get("name") for r in have.get("reservedFor") or []]
+        if others and others != [r["name"] for r in status["reservedFor"]]:
+            # in use by another pod: never take its devices from under it
+            raise ApiError(
+                "PATCH", _path(claim), 409, f"ResourceClaim {claim} is in use by {others}"
+            )
         path = _path(claim)
         if have.get("allocation") is not None:
             self.client.call(

@@ -54,7 +54,7 @@ from gpucarve.kube.view.bound_view import BoundGroups
 from gpucarve.kube.view.cluster_view import View, build_view
 from gpucarve.kube.view.cluster_view import key as pod_id
 from gpucarve.kube.view.device_truth import busy_gpus
-from gpucarve.kube.view.dra import read_slices
+from gpucarve.kube.view.dra import DraDevices, read_slices
 from gpucarve.kube.view.inventory import Inventory, build_inventory, node_key
 from gpucarve.kube.view.observe import outside_the_cycle
 from gpucarve.kube.view.owner_kinds import OWNER_KINDS, POD_GROUPS, Watched, all_specs, watched
@@ -140,9 +140,10 @@ class Scheduler:
         self.elsewhere = BoundElsewhere(client, self.reporter, self.metrics)
         self._warned: set[str] = set()  # the view's warnings logged already
         self.device_configs = DeviceConfigs(client)
-        writer = (
-            ClaimWriter(client, self.claims, lambda: self.inventory().dra) if self.dra else None
-        )
+        # the DRA devices of the last inventory: the binder's threads read this reference and
+        # never build an inventory themselves
+        self._dra_devices = DraDevices()
+        writer = ClaimWriter(client, self.claims, lambda: self._dra_devices) if self.dra else None
         self.binder = Binder(
             client, self.pods, self.device_configs, self.metrics, self._wake.set,
             config.bind_workers, writer,
@@ -315,6 +316,7 @@ class Scheduler:
             labelled = label_nodes(self.client, self.policy, nodes)
             dra = read_slices(slices) if self.dra else None
             inv = build_inventory(self.policy, labelled, dra)
+            self._dra_devices = inv.dra
             self._inventory = (key, inv)
             for p in inv.problems:
                 if str(p) not in self.node_problems:

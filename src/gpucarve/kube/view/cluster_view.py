@@ -33,7 +33,13 @@ from gpucarve.core.workload import (
 from gpucarve.engine.gang_timeout import gang_gpus
 from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.bound_view import BoundGroups, claim_bound
-from gpucarve.kube.view.dra import attach_claims, claim_refs, claim_units, expand_shares
+from gpucarve.kube.view.dra import (
+    attach_claims,
+    claim_refs,
+    claim_units,
+    expand_shares,
+    object_key,
+)
 from gpucarve.kube.view.held_slices import hold_free
 from gpucarve.kube.view.inventory import Inventory
 from gpucarve.kube.view.owner_kinds import group_of
@@ -142,10 +148,10 @@ def build_view(
     orphans = section.orphans
     governed = {ns for q in policy.queues for ns in q.namespaces}
     # DRA: the claims by name, and each DRA flavor's devices (for their selectors)
-    by_key = {f"{c['metadata']['namespace']}/{c['metadata']['name']}": c for c in claims}
+    by_key = {object_key(c): c for c in claims}
     dra_pools = any(p.devices is DeviceApi.DRA for p in policy.pools)
     devices = inventory.dra_devices if dra_pools else None
-    claimed = _Claimed(by_key, devices) if claims else None
+    claimed = _Claimed(by_key, devices, inventory.dra_key) if claims else None
     allocated = set(units.by_pod) if units else set()
     elsewhere = [
         p
@@ -190,15 +196,12 @@ def build_view(
     )
     ours_pending = [p for p in ours_pending if of(p).group not in short]
     if claims:
-        by_key = {f"{c['metadata']['namespace']}/{c['metadata']['name']}": c for c in claims}
         ours_pending, claim_waits = attach_claims(ours_pending, by_key)
         view_invalid.update(claim_waits)
-    devices = (
-        inventory.dra_devices if any(p.devices is DeviceApi.DRA for p in policy.pools) else None
-    )
     groups = pending_workloads(
-        ours_pending, policy, epoch, wanted, cache, keyed=facts.group, devices=devices
-    )
+        ours_pending, policy, epoch, wanted, cache, keyed=facts.group, devices=devices,
+        seen_devices=inventory.dra_key,
+    )  # fmt: skip
     rest = _Rest(wanted, min_members, bound_count, running_by_key)
     pending, pending_sets, partial = _pending(groups, specs, rest, view_invalid)
     hold_free(b.cluster.slices, b.allocs, inventory)
@@ -378,6 +381,7 @@ class _Claimed:
 
     claims: Mapping[str, Mapping[str, Any]]  # namespace/name -> ResourceClaim
     devices: Mapping[str, Sequence[Device]] | None  # each DRA flavor's devices
+    devices_key: str  # their fingerprint
 
 
 def _charge_elsewhere(
@@ -406,8 +410,9 @@ def _charge_elsewhere(
         else:
             a = b.fallback(f.key, pod)
         devices = claimed.devices if claimed is not None else None
+        seen = claimed.devices_key if claimed is not None else None
         (group,) = pending_workloads(
-            [shaped], policy, epoch, None, cache, keyed=_alone, devices=devices
+            [shaped], policy, epoch, None, cache, keyed=_alone, devices=devices, seen_devices=seen
         )
         w = group.workload
         if a is None or w is None or len(w.pod_sets) != 1:

@@ -58,14 +58,12 @@ class DraDevices:
     devices: Mapping[str, Mapping[str, Device]] = field(default_factory=dict)
     # devices of the driver that are none of those: node -> names
     odd: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # (resource pool, device name) -> (node, unit): what an allocation result names
+    located: Mapping[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
 
     def index_of(self, pool: str, device: str) -> tuple[str, str] | None:
         """(node, unit) of a pool's device."""
-        for node, slots in self.slots.items():
-            for unit, (p, d) in slots.items():
-                if p == pool and d == device:
-                    return node, unit
-        return None
+        return self.located.get((pool, device))
 
 
 def _unit(name: str, raw: Mapping[str, Any]) -> str | None:
@@ -100,10 +98,12 @@ def read_slices(slices: Sequence[Mapping[str, Any]]) -> DraDevices:
                 continue
             slots.setdefault(node, {})[unit] = (pool, name)
             devices.setdefault(node, {})[unit] = device
+    located = {at: (node, unit) for node, units in slots.items() for unit, at in units.items()}
     return DraDevices(
         MappingProxyType(slots),
         MappingProxyType(devices),
         MappingProxyType({n: tuple(v) for n, v in odd.items()}),
+        MappingProxyType(located),
     )
 
 
@@ -183,7 +183,8 @@ def claim_refs(pod: Mapping[str, Any]) -> list[ClaimRef]:
     return out
 
 
-def _key(obj: Mapping[str, Any]) -> str:
+def object_key(obj: Mapping[str, Any]) -> str:
+    """namespace/name of a namespaced object (a pod, a claim)."""
     return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
 
 
@@ -254,18 +255,23 @@ def attach_claims(
     pod that cannot be placed as its claims stand, why."""
     out: list[Mapping[str, Any]] = []
     waiting: dict[str, str] = {}
+    taken: dict[str, str] = {}  # claim -> the first pending pod that names it
     for pod in pods:
         refs = claim_refs(pod)
         if not refs:
             out.append(pod)
             continue
-        key = _key(pod)
+        key = object_key(pod)
         entries: list[dict[str, Any]] = []
         versions: list[str] = []
         why = None
         for ref in refs:
             claim = claims.get(ref.claim) if ref.claim else None
             why = _unservable(pod, ref, claim)
+            first = taken.setdefault(str(ref.claim), key)
+            if why is None and first != key:
+                # two waiting pods naming one claim: the second would take over its devices
+                why = f"dra/claim-shared: ResourceClaim {ref.claim} is named by pod {first} too"
             if why is not None or claim is None:
                 break
             entries += _requests(claim)[0]
@@ -343,7 +349,7 @@ def device_unit(unit: str) -> str:
 def claim_units(claims: Sequence[Mapping[str, Any]], dra: DraDevices) -> ClaimUnits:
     by_pod: dict[str, tuple[str, list[str]]] = {}
     by_claim: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for claim in sorted(claims, key=_key):
+    for claim in sorted(claims, key=object_key):
         status = claim.get("status") or {}
         results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
         found = [
@@ -364,7 +370,7 @@ def claim_units(claims: Sequence[Mapping[str, Any]], dra: DraDevices) -> ClaimUn
         for p in pods:
             have = by_pod.setdefault(p, (node, []))
             have[1].extend(units)
-        by_claim[_key(claim)] = (node, units)
+        by_claim[object_key(claim)] = (node, units)
     return ClaimUnits(
         MappingProxyType({p: (n, tuple(u)) for p, (n, u) in by_pod.items()}),
         MappingProxyType(by_claim),
@@ -455,4 +461,4 @@ def _results(
 
 def devices_key(devices: Mapping[str, Sequence[Device]]) -> str:
     """A fingerprint of each DRA flavor's devices, for caches of what selectors matched."""
-    return json.dumps({f: sorted(d.key() for d in ds) for f, ds in sorted(devices.items())})
+    return json.dumps({f: sorted(d.key for d in ds) for f, ds in sorted(devices.items())})

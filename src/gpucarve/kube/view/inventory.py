@@ -36,7 +36,7 @@ from gpucarve.core.vocabulary import MIG_LAYOUT_ANNOTATION as LAYOUT_ANNOTATION
 from gpucarve.core.vocabulary import POD_DEVICES_ANNOTATION as POD_DEVICES
 from gpucarve.core.vocabulary import POOL_LABEL, UNHEALTHY_ANNOTATION
 from gpucarve.kube.view.device_truth import pod_devices, unhealthy_gpus
-from gpucarve.kube.view.dra import DraDevices, device_unit, dra_problems
+from gpucarve.kube.view.dra import DraDevices, device_unit, devices_key, dra_problems
 from gpucarve.kube.view.mig_layout import Change, NodeLayout, node_change, node_layout
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -75,6 +75,7 @@ class Inventory:
     # as its pools' nodes publish them (what claims' selectors are judged on)
     dra: DraDevices = field(default_factory=DraDevices)
     dra_devices: Mapping[str, tuple[Device, ...]] = field(default_factory=dict)
+    dra_key: str = ""  # a fingerprint of dra_devices, for the caches of validated workloads
 
 
 def pool_of(node: Mapping[str, Any], policy: Policy) -> Pool | str | None:
@@ -316,6 +317,7 @@ def build_inventory(
         for pod, units in pod_devices(node).items()
     }
     cluster = ClusterState(tuple(built), MappingProxyType(slices))
+    by_flavor = {f: tuple(d.values()) for f, d in sorted(flavor_devices.items())}
     return Inventory(
         cluster,
         tuple(problems),
@@ -326,7 +328,8 @@ def build_inventory(
         MappingProxyType(unhealthy),
         MappingProxyType(reported),
         dra,
-        MappingProxyType({f: tuple(d.values()) for f, d in sorted(flavor_devices.items())}),
+        MappingProxyType(by_flavor),
+        devices_key(by_flavor),
     )
 
 
@@ -355,7 +358,7 @@ def _dra_node(
     bad = dra_problems(name, expected, names, dra)
     if not bad:
         for unit, d in dra.devices.get(name, {}).items():
-            into.setdefault(flavor_of[unit], {})[d.key()] = d
+            into.setdefault(flavor_of[unit], {})[d.key] = d
     return bad
 
 

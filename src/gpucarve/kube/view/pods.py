@@ -194,12 +194,15 @@ def pending_workloads(
     cache: WorkloadCache | None = None,
     keyed: Callable[[Mapping[str, Any]], tuple[str, str]] = group_key,
     devices: Mapping[str, Sequence[Device]] | None = None,
+    seen_devices: str | None = None,
 ) -> list[PendingGroup]:
     """Workloads of the pending pods (in namespace/name order of their groups). A scheduler
     that builds them every cycle passes a `cache`: an unchanged group is validated once, and
     `keyed`, its memo of each pod's `group_key`. `devices`: each DRA flavor's devices as the
-    cluster publishes them, for the selectors of the pods' claims."""
-    seen_devices = devices_key(devices) if devices else ""
+    cluster publishes them, for the selectors of the pods' claims; `seen_devices`, their
+    fingerprint where the caller has it (the inventory keeps one)."""
+    if seen_devices is None:
+        seen_devices = devices_key(devices) if devices else ""
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for pod in pods:
         groups.setdefault(keyed(pod), []).append(pod)

@@ -284,6 +284,13 @@ class Scheduler:
             "policy %s loaded: %d pools, %d queues", policy.name, len(policy.pools),
             len(policy.queues),
         )  # fmt: skip
+        if not self.dra and any(p.devices is DeviceApi.DRA for p in policy.pools):
+            # the DRA informers start with the scheduler: until a restart the new pools'
+            # nodes are reported as publishing no device, and their claims wait
+            log.warning(
+                "policy %s adds DRA pools: restart the scheduler to read ResourceSlices and "
+                "ResourceClaims", policy.name,
+            )  # fmt: skip
         self.policy = policy
         self.engine = Engine()
         self.workloads = WorkloadCache()

@@ -9,7 +9,7 @@
 # Usage: tools/testenv.sh            build what is missing, print the bin folder
 set -euo pipefail
 
-K8S_VERSION="${GPUCARVE_K8S_VERSION:-v1.36.3}"
+K8S_VERSION="${GPUCARVE_K8S_VERSION:-v1.37.2}"
 ETCD_VERSION="${GPUCARVE_ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${GPUCARVE_KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${GPUCARVE_HELM_VERSION:-v3.22.0}"

@@ -291,12 +291,18 @@ class Scenario:
         # made once its informers have listed, so that it arrives as a watch event (made
         # before, it comes in the list and the watch sees nothing: seen on a loaded machine)
         listed = {("list", "batch", "jobs"), ("list", "scheduling.x-k8s.io", "podgroups"),
+                  ("list", "scheduling.k8s.io", "podgroups"),
                   ("list", "resource.k8s.io", "resourceslices")}  # fmt: skip
         self.until(lambda: listed <= self.recording.used(), "the informers' first lists")
         # the DRA pool's GPUs, published as its driver would once the scheduler watches
         for m in slice_manifests(load_policy(self.policy_file, []).policy):
             a.create("/apis/resource.k8s.io/v1/resourceslices", m)
         pod_group(a, "research", "other", 2, group="scheduling.x-k8s.io")
+        # Kubernetes' own PodGroup (the Workload API, served by the test stack's 1.37)
+        a.create("/apis/scheduling.k8s.io/v1beta1/namespaces/research/podgroups",
+                 {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                  "metadata": {"name": "upstream", "namespace": "research"},
+                  "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}})  # fmt: skip
         a.create("/apis/batch/v1/namespaces/research/jobs", _suspended_job())
         pod_group(a, "research", "pair", 2)
         for n in ("r0", "r1"):

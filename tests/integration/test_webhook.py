@@ -388,6 +388,17 @@ def test_a_pod_group_claiming_another_queue_or_priority_is_denied(webhook: Webho
     assert status == 403 and "production-critical" in body["message"], body
     status, body = api.call("POST", path, group("fine", queue="research"))
     assert status == 201, body
+    # Kubernetes' own PodGroup (the Workload API) may not claim the priority either
+    upstream = "/apis/scheduling.k8s.io/v1beta1/namespaces/research/podgroups"
+    vip = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+           "metadata": {"name": "vip", "namespace": "research"},
+           "spec": {"schedulingPolicy": {"gang": {"minCount": 2}},
+                    "priorityClassName": "production-critical"}}  # fmt: skip
+    status, body = api.call("POST", upstream, vip)
+    assert status == 403 and "production-critical" in body["message"], body
+    vip["spec"].pop("priorityClassName")
+    status, body = api.call("POST", upstream, vip)
+    assert status == 201, body
 
 
 def test_requests_unequal_to_limits_never_reach_a_scheduler(webhook: Webhook) -> None:

@@ -220,3 +220,60 @@ def test_leaderworkerset_labelled_pods_are_one_gang_of_its_size(
         ),
         what="the leader and its workers bound together",
     )
+
+
+def _upstream_group(api: Api, name: str, spec: dict[str, Any]) -> None:
+    """A PodGroup of Kubernetes' own Workload API (scheduling.k8s.io/v1beta1), as a workload
+    controller writes one from its Workload's template."""
+    api.create(
+        "/apis/scheduling.k8s.io/v1beta1/namespaces/research/podgroups",
+        {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+         "metadata": {"name": name, "namespace": "research"}, "spec": spec},
+    )  # fmt: skip
+
+
+def _in_group(name: str, group: str) -> dict[str, Any]:
+    p = pod("research", name, "nvidia.com/gpu", 4)
+    p["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return p
+
+
+def test_a_workload_api_pod_group_is_one_gang_of_its_min_count(
+    cluster: tuple[LocalStack, Api], scheduler: Scheduler
+) -> None:
+    """Pods that name a PodGroup of the Workload API in spec.schedulingGroup start together
+    once its gang policy's minCount is there; a topology key the policy does not know keeps
+    the gang waiting with that key named."""
+    _, api = cluster
+    assert "Workload API PodGroup" in scheduler.served, "the test stack serves the beta API"
+    _upstream_group(api, "train", {"schedulingPolicy": {"gang": {"minCount": 3}},
+                                   "schedulingConstraints": {"topology": [
+                                       {"key": "gpucarve.io/rack"}]}})  # fmt: skip
+    for i in range(2):
+        create_pod(api, _in_group(f"train-{i}", "train"))
+
+    def reason(name: str) -> str | None:
+        c = condition(pods_in(api, "research").get(name) or {})
+        return c["message"] if c and c["status"] == "False" else None
+
+    message = wait_for(lambda: reason("train-0"), what="the group's reason")
+    assert "pod group research/train has 2 of its 3 pods" in message, message
+    create_pod(api, _in_group("train-2", "train"))
+    wait_for(
+        lambda: all(node_of(pods_in(api, "research").get(f"train-{i}") or {}) for i in range(3)),
+        what="the gang of three bound together",
+    )
+    pods = pods_in(api, "research")
+    racks = {
+        api.get(f"/api/v1/nodes/{node_of(pods[f'train-{i}'])}")["metadata"]["labels"][
+            "gpucarve.io/rack"
+        ]
+        for i in range(3)
+    }
+    assert len(racks) == 1, racks  # the PodGroup's topology key: one rack
+    _upstream_group(api, "zoned", {"schedulingPolicy": {"gang": {"minCount": 1}},
+                                   "schedulingConstraints": {"topology": [
+                                       {"key": "topology.kubernetes.io/zone"}]}})  # fmt: skip
+    create_pod(api, _in_group("zoned-0", "zoned"))
+    message = wait_for(lambda: reason("zoned-0"), what="the zoned gang's reason")
+    assert "topology.kubernetes.io/zone" in message, message

@@ -9,8 +9,14 @@ from typing import Any
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import Workload
-from gpucarve.webhook.admission import mutate, pod_problems, queue_problems, wants_gpu
-from tests.paths import BUILTIN
+from gpucarve.webhook.admission import (
+    claim_problems,
+    mutate,
+    pod_problems,
+    queue_problems,
+    wants_gpu,
+)
+from tests.paths import BUILTIN, EXAMPLES
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
 
@@ -188,3 +194,41 @@ def test_pods_that_claim_devices_are_gpucarves_where_the_policy_has_dra_pools() 
     # without DRA pools, claims are another driver's business: left alone
     plain = {op["path"] for op in mutate(POLICY, claiming, "gpucarve").patch}
     assert "/spec/schedulerName" not in plain
+
+
+def _claim(requests: list[dict[str, Any]], ns: str = "research") -> dict[str, Any]:
+    return {"metadata": {"name": "c", "namespace": ns}, "spec": {"devices": {"requests": requests}}}
+
+
+def _exactly(cls: str, count: int = 1, *selectors: str) -> dict[str, Any]:
+    sel = [{"cel": {"expression": e}} for e in selectors]
+    return {"name": "g", "exactly": {"deviceClassName": cls, "count": count, "selectors": sel}}
+
+
+def test_a_gpu_claim_that_could_never_be_allocated_is_refused_with_its_field() -> None:
+    dra = load_policy(EXAMPLES / "dra" / "policy.yaml").policy
+    b200 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA B200"'
+    (p,) = claim_problems(dra, _claim([_exactly("gpu.nvidia.com", 1, b200)]), template=False)
+    assert p.code == "no-device-matches" and "NVIDIA B200" in p.message
+    assert p.path == ("c", "spec", "devices", "requests", 0, "exactly", "selectors")
+    # more GPUs than any node of a DRA pool has
+    (p,) = claim_problems(dra, _claim([_exactly("gpu.nvidia.com", 16)]), template=False)
+    assert p.code == "can-never-fit" and "no node has more than 8" in p.message
+    # a template's claims are judged the same way, at spec.spec
+    mig = 'device.attributes["gpu.nvidia.com"].profile == "7g.99gb"'
+    template = {"metadata": {"name": "t", "namespace": "research"},
+                "spec": {"spec": _claim([_exactly("mig.nvidia.com", 1, mig)])["spec"]}}  # fmt: skip
+    (p,) = claim_problems(dra, template, template=True)
+    assert p.path[:4] == ("t", "spec", "spec", "devices") and "7g.99gb" in p.message
+    # alternatives gpucarve does not choose among are refused with the way to ask
+    first = {"name": "g", "firstAvailable": [{"name": "a", "deviceClassName": "gpu.nvidia.com"}]}
+    (p,) = claim_problems(dra, _claim([first]), template=False)
+    assert p.code == "claim-unsupported" and "exactly" in p.fix
+    # what can run passes; so do claims of other drivers, of ungoverned namespaces, and
+    # claims where the policy has no DRA pool
+    assert claim_problems(dra, _claim([_exactly("gpu.nvidia.com", 4)]), template=False) == []
+    assert claim_problems(dra, _claim([_exactly("nic.example.com", 16)]), template=False) == []
+    wide = _claim([_exactly("gpu.nvidia.com", 16)], ns="kube-system")
+    assert claim_problems(dra, wide, template=False) == []
+    plain = _claim([_exactly("gpu.nvidia.com", 16)])
+    assert claim_problems(POLICY, plain, template=False) == []

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.core.workload import GpuKind
+from gpucarve.core.workload import GpuKind, TopologyMode
 from gpucarve.kube.view.pods import GroupSpec, pending_workloads
 from tests.paths import BUILTIN
 
@@ -137,3 +137,25 @@ def test_a_declared_runtime_comes_from_the_annotation_or_the_deadline() -> None:
     assert bad.workload is None and any(
         "expectedRuntimeSeconds" in ".".join(map(str, p.path)) for p in bad.problems
     ), bad.problems
+
+
+def test_pods_of_a_workload_api_pod_group_are_one_gang_and_an_unknown_topology_is_named() -> None:
+    policy = load_policy(EXAMPLE).policy
+    pods = [
+        pod(f"w-{i}", "research", {"nvidia.com/gpu": "8"}, priorityClassName="training",
+            schedulingGroup={"podGroupName": "pretrain"})
+        for i in range(3)
+    ]  # fmt: skip
+    (group,) = pending_workloads(pods, policy, EPOCH, {("research", "pretrain"): GroupSpec(3)})
+    w = group.workload
+    assert w is not None, group.problems
+    assert w.id == "research/pretrain" and w.pod_sets[0].min_count == 3
+    host = GroupSpec(3, topology_keys=("kubernetes.io/hostname",))
+    (group,) = pending_workloads(pods, policy, EPOCH, {("research", "pretrain"): host})
+    assert group.workload is not None and group.workload.topology is TopologyMode.NODE
+    zone = GroupSpec(3, topology_keys=("topology.kubernetes.io/zone",))
+    (group,) = pending_workloads(pods, policy, EPOCH, {("research", "pretrain"): zone})
+    assert group.workload is None and group.pods == tuple(f"research/w-{i}" for i in range(3))
+    (problem,) = group.problems
+    assert problem.code == "unknown-topology-key"
+    assert "topology.kubernetes.io/zone" in problem.message

@@ -11,13 +11,15 @@ from typing import Any
 import pytest
 
 from gpucarve.config.policy_build import load_policy
+from gpucarve.core.policy import Policy
 from gpucarve.webhook.server import MAX_REVIEW_BYTES, app
-from tests.paths import BUILTIN
+from tests.paths import BUILTIN, EXAMPLES
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
+DRA = load_policy(EXAMPLES / "dra" / "policy.yaml").policy
 
 
-def _post(path: str, body: bytes) -> tuple[int, bytes]:
+def _post(path: str, body: bytes, policy: Policy = POLICY) -> tuple[int, bytes]:
     sent: list[dict[str, Any]] = []
     chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)] or [b""]
 
@@ -31,7 +33,7 @@ def _post(path: str, body: bytes) -> tuple[int, bytes]:
     scope = {"type": "http", "method": "POST", "path": path, "headers": [],
              "query_string": b"", "root_path": "", "scheme": "https",
              "server": ("127.0.0.1", 8443), "http_version": "1.1"}  # fmt: skip
-    asyncio.run(app(lambda: POLICY, "gpucarve")(scope, receive, send))
+    asyncio.run(app(lambda: policy, "gpucarve")(scope, receive, send))
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
@@ -130,3 +132,38 @@ def test_a_pod_update_changing_an_owned_annotation_is_denied() -> None:
     )
     status, raw = _post("/validate", _review_of(old, operation="UPDATE", oldObject=old))
     assert json.loads(raw)["response"]["allowed"] is True
+
+
+CLAIM_SHAPES: list[Any] = [
+    {"metadata": {"name": "c"}, "spec": {"devices": {"requests": "x"}}},
+    {"metadata": {"name": "c"}, "spec": {"devices": {"requests": [{"exactly": []}]}}},
+    {"metadata": {"name": "c"}, "spec": {"devices": {"requests": [
+        {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": "two"}}]}}},
+    {"metadata": {"name": "c"}, "spec": {"devices": {"requests": [
+        {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "selectors": [5]}}]}}},
+    {"metadata": {"name": "c"}, "spec": {"spec": {"devices": {"requests": [
+        {"name": "g", "firstAvailable": "gpu.nvidia.com"}]}}}},
+    {"metadata": {"name": "c"}, "spec": []},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("obj", CLAIM_SHAPES)
+@pytest.mark.parametrize("kind", ["ResourceClaim", "ResourceClaimTemplate"])
+def test_claims_of_unexpected_shapes_are_decided_never_a_server_error(obj: Any, kind: str) -> None:
+    status, raw = _post("/validate", _review_of(obj, kind=kind), DRA)
+    assert status == 200, raw[:300]
+    assert json.loads(raw)["response"]["uid"] == "u1"
+
+
+def test_a_claim_no_device_could_serve_is_denied_at_creation_only() -> None:
+    b200 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA B200"'
+    claim = {"metadata": {"name": "c"}, "spec": {"devices": {"requests": [
+        {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                  "selectors": [{"cel": {"expression": b200}}]}}]}}}  # fmt: skip
+    status, raw = _post("/validate", _review_of(claim, kind="ResourceClaim"), DRA)
+    response = json.loads(raw)["response"]
+    assert status == 200 and response["allowed"] is False
+    assert "NVIDIA B200" in response["status"]["message"]
+    # a claim's spec cannot change: its updates (finalizers) are never refused
+    update = _review_of(claim, kind="ResourceClaim", operation="UPDATE", oldObject=claim)
+    assert json.loads(_post("/validate", update, DRA)[1])["response"]["allowed"] is True

@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from gpucarve.core.policy import TopologyKeys
+from gpucarve.core.problems import Problem
 from gpucarve.kube.view.group_spec import GroupSpec
 from gpucarve.kube.view.owner_kinds import (
     OWNER_KINDS,
@@ -20,6 +22,7 @@ from gpucarve.kube.view.owner_kinds import (
     watched,
 )
 from gpucarve.kube.view.owners import positive_int
+from gpucarve.kube.view.pod_groups import resolve_topology
 
 CHART_RBAC = Path(__file__).resolve().parents[2] / "deploy/helm/gpucarve/templates/rbac.yaml"
 # the scheduler's own informers, not owners' (the DRA ones run where the policy has DRA pools)
@@ -60,6 +63,7 @@ def test_every_watched_kind_reads_its_objects_into_specs() -> None:
     assert paths == {
         "/apis/gpucarve.io/v1alpha1/podgroups",
         "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
+        "/apis/scheduling.k8s.io/v1beta1/podgroups",
         "/apis/batch/v1/jobs",
     }
 
@@ -115,3 +119,58 @@ def test_a_new_owner_kind_is_one_registry_entry() -> None:
     # the opt-out annotation holds for it too
     opted = {"labels": pod["labels"], "annotations": {"gpucarve.io/gang": "false"}}
     assert group_of(opted, kinds) is None
+
+
+# ---------------------------------------------------------------- Kubernetes' Workload API
+def _upstream(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ml", "name": name}, "spec": spec}
+
+
+def test_a_pod_names_its_workload_api_pod_group_in_its_spec() -> None:
+    meta = {"labels": {}, "annotations": {"gpucarve.io/gang": "false"}}
+    spec = {"schedulingGroup": {"podGroupName": "train-0"}}
+    # naming the group is an explicit choice: the opt-out annotation does not undo it
+    assert group_of(meta, spec=spec) == ("train-0", None)
+    assert group_of(meta, spec={"schedulingGroup": {}}) is None
+    assert group_of(meta) is None
+    # a gpucarve pod group label, earlier in the registry, names the gang first
+    labelled = {"labels": {"gpucarve.io/pod-group": "mine"}, "annotations": {}}
+    assert group_of(labelled, spec=spec) == ("mine", None)
+
+
+def test_workload_api_pod_groups_give_the_gang_its_minimum_priority_and_topology() -> None:
+    gang = {
+        "schedulingPolicy": {"gang": {"minCount": 4}},
+        "priorityClassName": "training",
+        "schedulingConstraints": {
+            "topology": [{"key": "gpucarve.io/rack"}, {"key": "kubernetes.io/hostname"}]
+        },
+    }
+    specs = all_specs(
+        {
+            "Workload API PodGroup": [
+                _upstream("gang", gang),
+                _upstream("basic", {"schedulingPolicy": {"basic": {}}}),
+                _upstream("zone", {"schedulingPolicy": {"gang": {"minCount": 2}},
+                                   "schedulingConstraints": {"topology": [
+                                       {"key": "topology.kubernetes.io/zone"}]}}),
+            ]
+        }
+    )  # fmt: skip
+    keys = ("gpucarve.io/rack", "kubernetes.io/hostname")
+    assert specs[("ml", "gang")] == GroupSpec(4, priority_class="training", topology_keys=keys)
+    # a basic policy starts its pods one by one
+    assert specs[("ml", "basic")] == GroupSpec(1)
+    # the policy's topology keys make modes of the keys: the narrowest wins
+    policy_keys = TopologyKeys(rack="gpucarve.io/rack", nvlink_domain="nvidia.com/gpu.clique")
+    assert resolve_topology(specs[("ml", "gang")], policy_keys, "ml/gang") == GroupSpec(
+        4, topology="node", priority_class="training"
+    )
+    rack_only = GroupSpec(2, topology_keys=("gpucarve.io/rack",))
+    assert resolve_topology(rack_only, policy_keys, "g") == GroupSpec(2, topology="rack")
+    other = TopologyKeys(rack="example.com/rack", nvlink_domain="nvidia.com/gpu.clique")
+    # a key the policy does not name is a problem naming it, never a placement anywhere
+    for spec, keys_ in ((rack_only, other), (specs[("ml", "zone")], policy_keys)):
+        problem = resolve_topology(spec, keys_, "ml/zone")
+        assert isinstance(problem, Problem) and problem.code == "unknown-topology-key"
+        assert spec.topology_keys[0] in problem.message

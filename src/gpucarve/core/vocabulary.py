@@ -54,6 +54,10 @@ DRA_MIG_CLASS = "mig.nvidia.com"
 COSCHEDULING_GROUP = "scheduling.x-k8s.io"
 COSCHEDULING_VERSION = "v1alpha1"
 COSCHEDULING_GROUP_LABEL = f"{COSCHEDULING_GROUP}/pod-group"
+# Kubernetes' own gang API (KEP-4671, beta in 1.37): a pod names its PodGroup in
+# spec.schedulingGroup.podGroupName
+WORKLOAD_API_GROUP = "scheduling.k8s.io"
+WORKLOAD_API_VERSION = "v1beta1"
 
 QUEUE_LABELS = (QUEUE_LABEL, KUEUE_QUEUE_LABEL)
 GROUP_LABELS = (POD_GROUP_LABEL, COSCHEDULING_GROUP_LABEL)

@@ -43,6 +43,27 @@ class StackError(RuntimeError):
 
 
 _START_ATTEMPTS = 3
+# Kubernetes' gang API (the Workload API's PodGroups, KEP-4671) is beta in 1.37 but off by
+# default: the stack switches it on, with the topology constraints of its PodGroups, so gangs
+# written for it are tested. An older API server (where the gate is alpha, its API another
+# version) runs without them. The binaries built from the Go modules carry no version stamp, so
+# the gate's stage is read from the API server's own help.
+WORKLOAD_API_GATE = "GenericWorkload=true|false (BETA"
+WORKLOAD_API_FLAGS = (
+    "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
+    "--runtime-config=scheduling.k8s.io/v1beta1=true",
+)
+
+
+def serves_workload_api(apiserver: Path) -> bool:
+    """Whether this kube-apiserver has the Workload API's gate at beta (1.37 on)."""
+    try:
+        out = subprocess.run(
+            [str(apiserver), "--help"], check=False, capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise StackError(f"{apiserver} --help failed: {exc}") from None
+    return WORKLOAD_API_GATE in out.stdout + out.stderr
 
 
 def free_port() -> int:
@@ -310,10 +331,14 @@ class LocalStack:
                 # no node lifecycle controller would lift the not-ready taint that
                 # TaintNodesByCondition puts on every new node once kwok makes it Ready.
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                *self._version_flags(),
             ],
         )
         for user in (ADMIN_USER, SCHEDULER_USER):
             self._write_kubeconfig(user)
+
+    def _version_flags(self) -> tuple[str, ...]:
+        return WORKLOAD_API_FLAGS if serves_workload_api(self.bin_dir / "kube-apiserver") else ()
 
     def _write_kubeconfig(self, user: str) -> None:
         config = {

@@ -32,8 +32,15 @@ def configurations(url: str, ca_pem: bytes, governed: Sequence[str]) -> list[tup
     # `kubectl debug` adds containers by this subresource: a way around the pod checks
     debug = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
              "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}  # fmt: skip
-    groups = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "Namespaced",
-              "operations": ["CREATE", "UPDATE"], "resources": ["podgroups"]}  # fmt: skip
+    # gpucarve's PodGroups and Kubernetes' own (the Workload API's)
+    groups = {"apiGroups": ["gpucarve.io", "scheduling.k8s.io"], "scope": "Namespaced",
+              "apiVersions": ["v1alpha1", "v1beta1"], "operations": ["CREATE", "UPDATE"],
+              "resources": ["podgroups"]}  # fmt: skip
+    # a GPU claim no device of the policy could serve is refused when written (a claim's
+    # spec never changes after)
+    claims = {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "scope": "Namespaced",
+              "operations": ["CREATE"],
+              "resources": ["resourceclaims", "resourceclaimtemplates"]}  # fmt: skip
     queues = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "*",
               "operations": ["CREATE", "UPDATE"], "resources": ["queues"]}  # fmt: skip
     selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
@@ -58,6 +65,7 @@ def configurations(url: str, ca_pem: bytes, governed: Sequence[str]) -> list[tup
     validating = {"metadata": {"name": "gpucarve"}, "webhooks": [
         hook("pods.validate.gpucarve.io", VALIDATE, [pods, debug], True),
         hook("podgroups.validate.gpucarve.io", VALIDATE, [groups], True),
+        hook("claims.validate.gpucarve.io", VALIDATE, [claims], True),
         hook("queues.validate.gpucarve.io", VALIDATE, [queues], False),
     ]}  # fmt: skip
     return [

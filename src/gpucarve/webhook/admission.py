@@ -22,11 +22,19 @@ from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.problems import Problem, Severity
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
-from gpucarve.core.vocabulary import MODE_LABEL, MUTATED_ANNOTATION, QUEUE_LABEL, QUEUE_LABELS
+from gpucarve.core.vocabulary import (
+    DRA_GPU_CLASS,
+    DRA_MIG_CLASS,
+    MODE_LABEL,
+    MUTATED_ANNOTATION,
+    QUEUE_LABEL,
+    QUEUE_LABELS,
+)
 from gpucarve.core.workload import Workload
 from gpucarve.engine.admit import never_fits
 from gpucarve.engine.state import CycleState
 from gpucarve.engine.working import Working
+from gpucarve.kube.view.dra import CLAIMS_KEY, claim_requests
 from gpucarve.kube.view.gpu_mode import implied_mode
 from gpucarve.kube.view.pods import KEPT_ANNOTATIONS, PendingGroup, pending_workloads
 from gpucarve.webhook import bypass
@@ -397,3 +405,61 @@ def pod_group_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
                            f"queue {queue.name!r} may not use priority class {pc!r}",
                            f"use one of: {', '.join(queue.allowed_priority_classes)}"))  # fmt: skip
     return out
+
+
+GPU_CLASSES = (DRA_GPU_CLASS, DRA_MIG_CLASS)
+
+
+def claim_problems(policy: Policy, obj: Mapping[str, Any], template: bool) -> list[Problem]:
+    """Why a ResourceClaim (or the claims a ResourceClaimTemplate makes) for GPUs in a governed
+    namespace could never be allocated on the policy's cluster: a selector no device of a DRA
+    pool matches, more devices than any node has, a request gpucarve cannot serve. The same
+    checks the scheduler makes (a pod with that claim would wait with the same message),
+    refused when the claim is written instead. Claims for other device classes (a NIC, an
+    FPGA) are not gpucarve's and pass."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name") or meta.get("generateName") or "claim")
+    if not governed(policy, str(meta.get("namespace") or "")):
+        return []
+    if not any(p.devices is DeviceApi.DRA for p in policy.pools):
+        return []
+    spec = (obj.get("spec") or {}).get("spec") if template else obj.get("spec")
+    claim = {"spec": spec or {}}
+    field = ("spec", "spec", "devices") if template else ("spec", "devices")
+    requested = ((spec or {}).get("devices") or {}).get("requests") or []
+    classes = {
+        alt.get("deviceClassName")
+        for r in requested
+        for alt in [r.get("exactly") or {}, *(r.get("firstAvailable") or [])]
+    }
+    if not classes & set(GPU_CLASSES):
+        return []
+    requests, refused = claim_requests(claim)
+    if refused is not None:
+        return [Problem((name, *field, "requests"), "claim-unsupported", refused,
+                        "ask with `exactly` for a count of devices")]  # fmt: skip
+    pod = {
+        "metadata": {"name": name, "namespace": meta.get("namespace")},
+        "spec": {"containers": [{"name": "main"}]},
+        CLAIMS_KEY: requests,
+    }
+    group = _as_scheduled(policy, pod)
+    out = [
+        Problem((name, *field, *_request_path(p.path)), p.code, p.message, p.fix)
+        for p in group.problems
+        if p.severity is Severity.ERROR
+    ]
+    if group.workload is not None and not out:
+        out += [
+            Problem((name, *field), p.code, p.message, p.fix)
+            for p in never_fit_problems(policy, pod, group.workload)
+        ]
+    return out
+
+
+def _request_path(path: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """A problem's path in the workload built from a claim (`podSets.0.deviceClaims.K...`)
+    as the path in the claim (`requests.K.exactly...`)."""
+    if tuple(path[1:4]) == ("podSets", 0, "deviceClaims") and len(path) > 4:
+        return ("requests", path[4], "exactly", *path[5:])
+    return tuple(path[1:])

@@ -27,6 +27,7 @@ from starlette.routing import Route
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem
 from gpucarve.webhook.admission import (
+    claim_problems,
     denial,
     device_env_problems,
     governed,
@@ -138,6 +139,11 @@ def _problems(policy: Policy, req: dict[str, Any], scheduler_name: str) -> list[
         return device_env_problems(obj) if governed(policy, ns) else []
     if kind == "Queue" and op in ("CREATE", "UPDATE"):
         return queue_problems(policy, obj)
+    if kind in ("ResourceClaim", "ResourceClaimTemplate") and op == "CREATE":
+        # a claim's spec cannot change after creation; updates (the scheduler's own finalizer
+        # patch among them) are never reviewed
+        obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
+        return claim_problems(policy, obj, template=kind == "ResourceClaimTemplate")
     if kind == "PodGroup" and op in ("CREATE", "UPDATE"):
         obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
         return pod_group_problems(policy, obj)

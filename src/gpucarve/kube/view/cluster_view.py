@@ -436,7 +436,7 @@ def _with_hints(
     hinted: dict[tuple[str, str], GroupSpec] = {}
     for pod in pods:
         meta = pod["metadata"]
-        found = group_of(meta)
+        found = group_of(meta, spec=pod.get("spec"))
         if found is not None and found[1] is not None:
             gk = (meta["namespace"], found[0])
             if gk not in specs:

@@ -188,7 +188,7 @@ def object_key(obj: Mapping[str, Any]) -> str:
     return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
 
 
-def _requests(claim: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+def claim_requests(claim: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
     """The claim's device requests as `deviceClaims` entries, or why gpucarve cannot serve
     them."""
     out: list[dict[str, Any]] = []
@@ -241,7 +241,7 @@ def _unservable(
             f"{', '.join(map(str, held))}; gpucarve places only pods with claims of their "
             "own (a ResourceClaimTemplate gives each pod one)"
         )
-    refused = _requests(claim)[1]
+    refused = claim_requests(claim)[1]
     if refused is not None:
         return f"dra/claim-unsupported: ResourceClaim {ref.claim}: {refused}"
     return None
@@ -274,7 +274,7 @@ def attach_claims(
                 why = f"dra/claim-shared: ResourceClaim {ref.claim} is named by pod {first} too"
             if why is not None or claim is None:
                 break
-            entries += _requests(claim)[0]
+            entries += claim_requests(claim)[0]
             versions.append(str(claim["metadata"].get("resourceVersion", "")))
         if why is not None:
             waiting[key] = why
@@ -396,7 +396,7 @@ def allocation_for(
         claim = claims.get(ref.claim) if ref.claim else None
         if claim is None:
             raise ValueError(f"its ResourceClaim for {ref.entry!r} is gone")
-        requests, refused = _requests(claim)
+        requests, refused = claim_requests(claim)
         if refused is not None:
             raise ValueError(refused)
         results = []

@@ -16,3 +16,6 @@ class GroupSpec:
     timeout_s: int | None = None
     queue: str | None = None
     priority_class: str | None = None
+    # Kubernetes' own PodGroup names its topology by node label keys, which only the policy's
+    # topology keys turn into a mode (`pod_groups.resolve_topology`)
+    topology_keys: tuple[str, ...] = ()

@@ -10,7 +10,8 @@ entry; `tests/unit/test_owner_kinds.py` shows one added that way.
 Order matters: the first kind whose `gang_of` answers names the gang; a pod annotated
 `gpucarve.io/gang: "false"` is a workload of its own for every kind that `honours_opt_out` (a
 pod group label is an explicit choice and wins). Where two kinds' objects give the same gang a
-spec, the one earlier in the registry wins (gpucarve's PodGroup over coscheduling's over Jobs).
+spec, the one earlier in the registry wins (gpucarve's PodGroup over coscheduling's over
+Kubernetes' own over Jobs).
 """
 
 from __future__ import annotations
@@ -27,15 +28,17 @@ from gpucarve.core.vocabulary import (
     GROUP,
     POD_GROUP_LABEL,
     VERSION,
+    WORKLOAD_API_GROUP,
+    WORKLOAD_API_VERSION,
 )
 from gpucarve.kube.view import owners
 from gpucarve.kube.view.group_spec import GroupSpec
-from gpucarve.kube.view.pod_groups import group_specs
+from gpucarve.kube.view.pod_groups import group_specs, workload_api_specs
 
 Meta = Mapping[str, Any]
 GangKey = tuple[str, str]  # (namespace, gang name)
-# (labels, annotations, metadata) -> (gang name, size its labels say or None) or None
-GangOf = Callable[[Meta, Meta, Meta], tuple[str, int | None] | None]
+# (labels, annotations, metadata, spec) -> (gang name, size its labels say or None) or None
+GangOf = Callable[[Meta, Meta, Meta, Meta], tuple[str, int | None] | None]
 Specs = Callable[[Iterable[Meta]], dict[GangKey, GroupSpec]]
 
 
@@ -69,21 +72,31 @@ class OwnerKind:
 
 
 def _label(key: str, prefix: str = "") -> GangOf:
-    def gang_of(labels: Meta, annotations: Meta, meta: Meta) -> tuple[str, int | None] | None:
+    def gang_of(
+        labels: Meta, annotations: Meta, meta: Meta, spec: Meta
+    ) -> tuple[str, int | None] | None:
         value = labels.get(key)
         return (f"{prefix}{value}", None) if value else None
 
     return gang_of
 
 
-def _lws(labels: Meta, annotations: Meta, meta: Meta) -> tuple[str, int | None] | None:
+def _scheduling_group(
+    labels: Meta, annotations: Meta, meta: Meta, spec: Meta
+) -> tuple[str, int | None] | None:
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    return (name, None) if isinstance(name, str) and name else None
+
+
+def _lws(labels: Meta, annotations: Meta, meta: Meta, spec: Meta) -> tuple[str, int | None] | None:
     name, index = labels.get(owners.LWS_NAME_LABEL), labels.get(owners.LWS_GROUP_LABEL)
     if not name or index is None:
         return None
     return f"lws-{name}-{index}", owners.positive_int(annotations.get(owners.LWS_SIZE_ANNOTATION))
 
 
-def _job(labels: Meta, annotations: Meta, meta: Meta) -> tuple[str, int | None] | None:
+def _job(labels: Meta, annotations: Meta, meta: Meta, spec: Meta) -> tuple[str, int | None] | None:
     name = owners.owned_by_job(meta)
     if name is not None and any(labels.get(k) == name for k in owners.JOB_NAME_LABELS):
         return f"job-{name}", None
@@ -99,6 +112,7 @@ def _coscheduling(objs: Iterable[Meta]) -> dict[GangKey, GroupSpec]:
 
 
 POD_GROUPS = "PodGroup"  # gpucarve's own: the scheduler also writes their status
+WORKLOAD_API = "Workload API PodGroup"  # Kubernetes' own (scheduling.k8s.io)
 
 OWNER_KINDS: tuple[OwnerKind, ...] = (
     OwnerKind(
@@ -115,6 +129,14 @@ OWNER_KINDS: tuple[OwnerKind, ...] = (
         watch=Watched(COSCHEDULING_GROUP, COSCHEDULING_VERSION, "podgroups"),
         specs=_coscheduling,
     ),
+    OwnerKind(
+        WORKLOAD_API,
+        _scheduling_group,
+        honours_opt_out=False,
+        # built in, but served only where the API server enables the beta API
+        watch=Watched(WORKLOAD_API_GROUP, WORKLOAD_API_VERSION, "podgroups"),
+        specs=workload_api_specs,
+    ),
     OwnerKind("LeaderWorkerSet", _lws),
     # a JobSet's size is the sum of its Jobs': read with the Jobs (below)
     OwnerKind("JobSet", _label(owners.JOBSET_LABEL, "jobset-")),
@@ -124,16 +146,19 @@ OWNER_KINDS: tuple[OwnerKind, ...] = (
 )
 
 
-def group_of(meta: Meta, kinds: Sequence[OwnerKind] = OWNER_KINDS) -> tuple[str, int | None] | None:
-    """The gang a pod (its metadata) belongs to, and the size its labels say (None: from the
-    gang's object, or all its pods); None for a pod that is a workload of its own."""
+def group_of(
+    meta: Meta, kinds: Sequence[OwnerKind] = OWNER_KINDS, spec: Meta | None = None
+) -> tuple[str, int | None] | None:
+    """The gang a pod (its metadata, and its spec where a kind reads it) belongs to, and the
+    size its labels say (None: from the gang's object, or all its pods); None for a pod that
+    is a workload of its own."""
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     opted_out = str(annotations.get(GANG_ANNOTATION, "")).lower() == "false"
     for kind in kinds:
         if opted_out and kind.honours_opt_out:
             continue
-        found = kind.gang_of(labels, annotations, meta)
+        found = kind.gang_of(labels, annotations, meta, spec or {})
         if found is not None:
             return found
     return None

@@ -36,6 +36,7 @@ from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.kube.view.dra import CLAIMS_KEY, devices_key
 from gpucarve.kube.view.group_spec import GroupSpec
 from gpucarve.kube.view.owner_kinds import group_of
+from gpucarve.kube.view.pod_groups import resolve_topology
 
 __all__ = ["GROUP_LABELS", "GroupSpec", "PendingGroup", "WorkloadCache", "pending_workloads"]
 
@@ -73,7 +74,7 @@ class PendingGroup:
 
 
 def _group_of(pod: Mapping[str, Any]) -> str | None:
-    found = group_of(pod["metadata"])
+    found = group_of(pod["metadata"], spec=pod.get("spec"))
     return None if found is None else found[0]
 
 
@@ -212,6 +213,13 @@ def pending_workloads(
     for (namespace, name), members in sorted(groups.items()):
         members = sorted(members, key=lambda p: p["metadata"]["name"])
         group_spec = (specs or {}).get((namespace, name))
+        if group_spec is not None:
+            resolved = resolve_topology(group_spec, policy.topology_keys, f"{namespace}/{name}")
+            if isinstance(resolved, Problem):
+                pod_ids = tuple(f"{namespace}/{p['metadata']['name']}" for p in members)
+                out.append(PendingGroup(None, pod_ids, (resolved,)))
+                continue
+            group_spec = resolved
         versions = tuple(
             (p["metadata"]["name"], p["metadata"].get("resourceVersion")) for p in members
         )

@@ -8,6 +8,7 @@ examples/dra/workloads.yaml`, placed alike."""
 
 from __future__ import annotations
 
+import functools
 import json
 import ssl
 from collections.abc import Iterator
@@ -26,6 +27,21 @@ from gpucarve.kube.scheduler.explain import explain_pod
 from gpucarve.kube.view.nodes import slice_manifests
 from gpucarve.render.dra import device_classes
 from tests.integration.api import Api, wait_for
+from tests.integration.dra_objects import (
+    claim_of as _claim_of,
+)
+from tests.integration.dra_objects import (
+    claim_spec as _claim_spec,
+)
+from tests.integration.dra_objects import (
+    claims as _claims,
+)
+from tests.integration.dra_objects import (
+    devices as _devices,
+)
+from tests.integration.dra_objects import (
+    pod as _pod,
+)
 from tests.integration.kube_pods import condition, node_of, pods_in
 from tests.integration.stack_setup import populate, scheduling
 from tests.paths import EXAMPLES
@@ -74,60 +90,6 @@ def _now() -> datetime:
 
 def _workloads() -> list[dict[str, Any]]:
     return list(yaml.safe_load(WORKLOADS.read_text())["workloads"])
-
-
-def _claim_spec(requests: list[dict[str, Any]]) -> dict[str, Any]:
-    """A ResourceClaim's spec from a workload file's `deviceClaims`."""
-    out = []
-    for r in requests:
-        exactly: dict[str, Any] = {
-            "deviceClassName": r["deviceClassName"],
-            "count": r.get("count", 1),
-            "selectors": [{"cel": {"expression": s}} for s in r.get("selectors", [])],
-        }
-        if r.get("capacity"):
-            exactly["capacity"] = {"requests": r["capacity"]}
-        out.append({"name": r.get("name", "gpu"), "exactly": exactly})
-    return {"devices": {"requests": out}}
-
-
-def _pod(name: str, *, template: str | None = None, claim: str | None = None,
-         gpus: int = 0, group: str | None = None, ns: str = NS) -> dict[str, Any]:  # fmt: skip
-    """A pod that claims its GPUs through a template (a claim of its own per pod) or a named
-    claim, or asks the device plugin for `gpus`."""
-    container: dict[str, Any] = {"name": "main", "image": "fake"}
-    spec: dict[str, Any] = {"schedulerName": "gpucarve", "containers": [container]}
-    if template or claim:
-        ref = {"resourceClaimTemplateName": template} if template else {"resourceClaimName": claim}
-        spec["resourceClaims"] = [{"name": "gpus", **ref}]
-        container["resources"] = {"claims": [{"name": "gpus"}]}
-    else:
-        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
-    labels = {"gpucarve.io/pod-group": group} if group else {}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": spec,
-    }
-
-
-def _claims(api: Api, ns: str = NS) -> dict[str, dict[str, Any]]:
-    items = api.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims")["items"]
-    return {c["metadata"]["name"]: c for c in items}
-
-
-def _claim_of(api: Api, pod_name: str, ns: str = NS) -> dict[str, Any] | None:
-    for c in _claims(api, ns).values():
-        reserved = (c.get("status") or {}).get("reservedFor") or []
-        if [r["name"] for r in reserved] == [pod_name]:
-            return c
-    return None
-
-
-def _devices(claim: dict[str, Any]) -> list[tuple[str, str]]:
-    results = claim["status"]["allocation"]["devices"]["results"]
-    return sorted((r["pool"], r["device"]) for r in results)
 
 
 def _unit(device: str) -> str:
@@ -205,7 +167,7 @@ def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api) -> Non
     seen: set[tuple[str, str]] = set()
     claimed = (("by-product-0", 4), ("by-product-1", 4), ("at-least-40gib", 1), ("partition", 1))
     for name, count in claimed:
-        c = wait_for(lambda n=name: _claim_of(api, n), what=f"{name}'s claim allocated")
+        c = wait_for(functools.partial(_claim_of, api, name), what=f"{name}'s claim allocated")
         devices = _devices(c)
         assert len(devices) == count and {p for p, _ in devices} == {node_of(pods[name])}
         assert not seen & set(devices), "a device allocated twice"

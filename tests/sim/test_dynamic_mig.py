@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpucarve.config.workload_spec import build_workload
 from gpucarve.sim.baselines import static_quota
 from gpucarve.sim.metrics import summarize
 from gpucarve.sim.records import SimConfig
@@ -93,3 +94,28 @@ def test_work_for_a_profile_missing_from_the_layout_waits_out_the_minimum_interv
     assert [r[:2] for r in result.repartitions] == [(0, "inf-0/gpu0"), (600, "inf-0/gpu0")]
     assert result.first_start["team/whole"] == 660
     assert sorted(result.completed) == ["team/small", "team/whole"]
+
+
+def test_on_a_dra_pool_the_new_partitions_serve_at_once() -> None:
+    """The DRA driver creates a partition when its claim is prepared: the work that waited for
+    a repartition starts in the cycle after it, not after the MIG manager's time."""
+    mig = {"layout": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}, "dynamic": {}}
+    p = policy(
+        pools=[pool("inf", "A100-80GB", 1, 1, "mig", mig=mig, devices="dra")],
+        queues=[queue("team", {"a100-dra-mig-3g.40gb": {"nominal": 1},
+                               "a100-dra-mig-2g.20gb": {"nominal": 1},
+                               "a100-dra-mig-1g.10gb": {"nominal": 7}})],
+    )  # fmt: skip
+    one_g = 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
+    ws = []
+    for i in range(5):
+        doc = {"name": f"s{i}", "namespace": "team", "submitTime": 0, "duration": 3600,
+               "podSets": [{"name": "main", "count": 1, "deviceClaims": [
+                   {"deviceClassName": "mig.nvidia.com", "selectors": [one_g]}]}]}  # fmt: skip
+        w, problems = build_workload(doc, p)
+        assert w is not None, problems
+        ws.append(w)
+    result = Simulator(p, ws, config=SimConfig(mig_reconfigure_s=90)).run()
+    assert [r[:2] for r in result.repartitions] == [(0, "inf-0/gpu0")]
+    assert max(result.first_start.values()) < 90, result.first_start
+    assert len(result.completed) == 5

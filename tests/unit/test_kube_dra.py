@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import yaml
 
-from gpucarve.config.policy_build import load_policy
+from gpucarve.config.policy_build import load_policy, load_policy_text
 from gpucarve.engine.engine import run_cycle
 from gpucarve.kube.view.cluster_view import build_view
 from gpucarve.kube.view.dra import allocation_for, attach_claims, read_slices
@@ -206,3 +207,40 @@ def test_the_writer_never_takes_a_claim_from_the_pod_it_is_reserved_for() -> Non
     )  # fmt: skip
     with pytest.raises(ApiError, match="in use by"):
         writer._write_one("research/mine", held, status)
+
+
+def _dynamic_policy() -> Any:
+    raw = yaml.safe_load((EXAMPLES / "dra" / "policy.yaml").read_text())
+    raw["pools"][1]["mig"]["dynamic"] = {"profiles": ["7g.80gb"]}
+    return load_policy_text(yaml.safe_dump(raw), "dynamic.yaml").policy
+
+
+def test_a_dynamic_mig_dra_node_publishes_partitionable_devices_with_counters() -> None:
+    """Every placement of every profile the pool may carve, consuming its GPU's memory-slice
+    counters; the node agrees with its pool whatever its layout now, and each partition joins
+    its profile's flavor, so a selector for a profile not carved yet finds its devices."""
+    policy = _dynamic_policy()
+    slices = [s for s in slice_manifests(policy) if s["spec"]["nodeName"] == "a100-mig-0"]
+    counters, *per_gpu = slices
+    sets = counters["spec"]["sharedCounters"]
+    assert [c["name"] for c in sets] == ["gpu-0-counters", "gpu-1-counters"]
+    assert sorted(sets[0]["counters"]) == [f"memory-slice-{k}" for k in range(8)]
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {3}
+    by_name = {d["name"]: d for s in per_gpu for d in s["spec"]["devices"]}
+    # 3g.40gb at memory slice 4 of GPU 1 consumes slices 4 to 7 of GPU 1's counters
+    (use,) = by_name["gpu-1-mig-9-4-4"]["consumesCounters"]
+    assert use["counterSet"] == "gpu-1-counters"
+    assert sorted(use["counters"]) == [f"memory-slice-{k}" for k in range(4, 8)]
+    assert "gpu-0-mig-0-0-8" in by_name  # 7g.80gb: a profile the layout does not have
+    inv = build_inventory(policy, ready_nodes(policy), read_slices(slice_manifests(policy)))
+    assert inv.problems == ()
+    # the slots: 3g.40gb starts at 0 or 4 on each GPU, 7g.80gb at 0 (no GPU is carved so now)
+    units = set(inv.dra.slots["a100-mig-0"])
+    assert {"gpu0/3g.40gb@0", "gpu1/3g.40gb@4", "gpu0/7g.80gb@0", "gpu1/7g.80gb@0"} <= units
+    (whole,) = inv.dra_devices["a100-dra-mig-7g.80gb"]  # devices as selectors see them
+    assert whole.attributes["profile"] == "7g.80gb"
+    # a partition of a profile the pool does not carve is still the driver's mistake
+    wrong = copy.deepcopy(slices)
+    wrong[1]["spec"]["devices"][0]["attributes"]["profile"] = {"string": "1g.20gb"}
+    inv = build_inventory(policy, ready_nodes(policy), read_slices(wrong))
+    assert any("which the pool has not" in str(p) for p in inv.problems), inv.problems

@@ -21,7 +21,7 @@ from rich.text import Text
 from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.kube_options import ContextOption, KubeconfigOption, client_or_exit
 from gpucarve.cli.output import Exit, console
-from gpucarve.core.policy import Policy
+from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.problems import InvalidInput, errors
 from gpucarve.dashboard.access import KubeAccess, Open
 from gpucarve.dashboard.server import Board
@@ -331,7 +331,9 @@ def _namespaced(flag: str, value: str, example: str, err: Console) -> tuple[str,
 
 def _refuse_instance_granularity(path: Path, policy: Policy, err: Console) -> None:
     for i, pool in enumerate(policy.pools):
-        if pool.mig_dynamic is not None and pool.mig_dynamic.keep_in_use:
+        # a DRA pool's partitions are created per allocation: instances in use stay there
+        dra = pool.devices is DeviceApi.DRA
+        if pool.mig_dynamic is not None and pool.mig_dynamic.keep_in_use and not dra:
             err.print(
                 Text(
                     f"{path}: pools[{i}].mig.dynamic.granularity: pool {pool.name} asks for "

@@ -302,17 +302,6 @@ def _dra_problems(spec: PoolSpec, mode: SharingMode, path: Path) -> list[Problem
                 "remove `renameByDefault`",
             )
         ]
-    dynamic = spec.mig.dynamic if spec.mig is not None else None
-    if dynamic is not None and dynamic.enabled:
-        return [
-            Problem(
-                (*path, "mig", "dynamic"),
-                "dra-dynamic-mig",
-                "dynamic MIG is not supported on DRA pools yet (the layout is the one the "
-                "DRA driver publishes)",
-                "remove `mig.dynamic`, or set `devices: device-plugin` for this pool",
-            )
-        ]
     if spec.mig is not None and spec.mig.strategy == "single":
         return [
             Problem(
@@ -426,12 +415,20 @@ def _dynamic(spec: PoolSpec) -> MigDynamic | None:
     d = spec.mig.dynamic if spec.mig is not None else None
     if d is None or not d.enabled:
         return None
+    # On a DRA pool each partition is a device the driver creates when a claim for it is
+    # prepared (partitionable devices: the GPU's memory slices are counters its partitions
+    # consume), so a GPU changes without touching its instances in use and at no cost: there
+    # `instance` granularity and no minimum interval are the defaults.
+    dra = spec.devices == DeviceApi.DRA.value
+    given = d.model_fields_set
+    instance = d.granularity == "instance" or (dra and "granularity" not in given)
+    interval = 0 if dra and "minSecondsBetweenChanges" not in given else d.minSecondsBetweenChanges
     return MigDynamic(
-        d.minSecondsBetweenChanges,
+        interval,
         d.maxGpusPerCycle,
         tuple(d.profiles or ()),
-        keep_in_use=d.granularity == "instance",
-        drain=d.drain and d.granularity == "gpu",
+        keep_in_use=instance,
+        drain=d.drain and not instance,
     )
 
 

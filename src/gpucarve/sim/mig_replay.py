@@ -1,12 +1,14 @@
 """Dynamic MIG in the simulator: a repartitioned GPU's destroyed instances go at once, its
 created ones are held by the reconfiguration until the MIG manager would have made them
-(`SimConfig.mig_reconfigure_s`), as the scheduler holds them on a cluster."""
+(`SimConfig.mig_reconfigure_s`), as the scheduler holds them on a cluster. On a DRA pool the
+driver creates a partition when its claim is prepared: no reconfiguration to wait for."""
 
 from __future__ import annotations
 
 from types import MappingProxyType
 
 from gpucarve.core.cluster import RECONFIGURING, Allocation, relayout
+from gpucarve.core.policy import DeviceApi
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.engine import CycleResult
 from gpucarve.sim import failures
@@ -34,6 +36,8 @@ def repartition(sim: SimulatorPort, result: CycleResult, now: int) -> None:
     reconfiguration until it is done."""
     layouts = {r.gpu_id: r.layout for r in result.repartitions}
     cluster = relayout(sim.policy, sim.snapshot.cluster, layouts)
+    dra = {p.name for p in sim.policy.pools if p.devices is DeviceApi.DRA}
+    pools = {n.name: n.pool for n in cluster.nodes}
     changed = dict(sim.snapshot.mig_changed_at)
     for r in result.repartitions:
         changed[r.gpu_id] = now
@@ -46,7 +50,10 @@ def repartition(sim: SimulatorPort, result: CycleResult, now: int) -> None:
             held.append(sid)
         sim.reconfiguring[r.gpu_id] = held
         sim.result.repartitions.append((now, r.gpu_id, r.reason))
-        sim.push(now + sim.config.mig_reconfigure_s, Kind.RECONFIGURED, r.gpu_id)
+        at_once = pools.get(r.node) in dra
+        sim.push(
+            now + (0 if at_once else sim.config.mig_reconfigure_s), Kind.RECONFIGURED, r.gpu_id
+        )
     s = sim.snapshot
     # new nodes and slices: the engine rebuilds its view (no delta)
     sim.snapshot = Snapshot(

@@ -86,16 +86,38 @@ def test_a_policy_without_dra_pools_says_which_setting_is_missing(tmp_path: Path
 def test_what_a_dra_pool_may_not_be(tmp_path: Path) -> None:
     raw = yaml.safe_load((EXAMPLES / "dra" / "policy.yaml").read_text())
     raw["pools"][2]["renameByDefault"] = False  # the device plugin's: meaningless here
-    raw["pools"][1]["mig"]["dynamic"] = {"enabled": True}
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(InvalidInput) as exc:
         load_policy(path)
     found = {(p.code, p.location) for p in exc.value.problems}
-    assert found == {
-        ("dra-rename", "pools[2].renameByDefault"),
-        ("dra-dynamic-mig", "pools[1].mig.dynamic"),
-    }
+    assert found == {("dra-rename", "pools[2].renameByDefault")}
+
+
+def test_dynamic_mig_on_a_dra_pool_keeps_instances_in_use_and_changes_at_once(
+    tmp_path: Path,
+) -> None:
+    """Partitions are devices the driver creates at allocation: a GPU's free memory slices
+    are reshaped without touching its instances in use, and with no minimum interval, unless
+    the pool says otherwise; a device-plugin pool keeps the MIG manager's defaults."""
+    raw = yaml.safe_load((EXAMPLES / "dra" / "policy.yaml").read_text())
+    raw["pools"][1]["mig"]["dynamic"] = {"enabled": True}
+    raw["pools"][3]["sharing"] = "mig"
+    raw["pools"][3]["mig"] = {"layout": {"7g.80gb": 1}, "dynamic": {"enabled": True}}
+    for q in raw["queues"]:
+        q["quota"].pop("a100-full", None)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    pools = {p.name: p for p in load_policy(path).policy.pools}
+    dra, plugin = pools[raw["pools"][1]["name"]], pools[raw["pools"][3]["name"]]
+    assert dra.mig_dynamic is not None and plugin.mig_dynamic is not None
+    assert (dra.mig_dynamic.keep_in_use, dra.mig_dynamic.min_interval_s) == (True, 0)
+    assert (plugin.mig_dynamic.keep_in_use, plugin.mig_dynamic.min_interval_s) == (False, 600)
+    raw["pools"][1]["mig"]["dynamic"] = {"granularity": "gpu", "minSecondsBetweenChanges": 60}
+    path.write_text(yaml.safe_dump(raw))
+    dra = next(p for p in load_policy(path).policy.pools if p.name == raw["pools"][1]["name"])
+    assert dra.mig_dynamic is not None
+    assert (dra.mig_dynamic.keep_in_use, dra.mig_dynamic.min_interval_s) == (False, 60)
 
 
 def test_claims_and_device_plugin_requests_never_share_a_pool() -> None:

@@ -453,16 +453,20 @@ class Scheduler:
         slice held (by a pod, bound or assumed) are never changed, and a node that gets
         bindings this cycle waits for the next one: its device plugin must be up when the
         kubelet admits them."""
-        binding = {p.node for a in result.admissions for p in a.pods}
-        reps = [r for r in result.repartitions if r.node not in binding]
-        if not reps:
+        if not result.repartitions:
             return  # the common case: nothing to hand over, nothing to look up
         cluster = view.snapshot.cluster
+        pools = {n.name: n.pool for n in cluster.nodes}
+        dra = {p.name for p in self.policy.pools if p.devices is DeviceApi.DRA}
+        binding = {p.node for a in result.admissions for p in a.pods}
+        # a DRA pool's partitions are carved without touching the node's running devices
+        reps = [r for r in result.repartitions if r.node not in binding or pools.get(r.node) in dra]
+        if not reps:
+            return
         with self.binder.lock:
             assumed = [s for a in self.assumed.values() for s in a.slices]
         inv = self.inventory()
         busy = busy_gpus(cluster, assumed, inv.reported)
-        pools = {n.name: n.pool for n in cluster.nodes}
         self.mig.begin(self._nodes_by_name(), pools, inv.layouts, inv.changes, busy, reps)
 
     def _still_awaiting(self, view: View) -> dict[str, frozenset[str]]:

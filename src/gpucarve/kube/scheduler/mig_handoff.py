@@ -44,7 +44,7 @@ from typing import Any
 import yaml
 
 from gpucarve.config.yaml_source import parse_yaml
-from gpucarve.core.policy import Policy, Pool
+from gpucarve.core.policy import DeviceApi, Policy, Pool
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.vocabulary import MIG_CHANGE_ANNOTATION as CHANGE_ANNOTATION
 from gpucarve.core.vocabulary import MIG_LAYOUT_ANNOTATION as LAYOUT_ANNOTATION
@@ -113,6 +113,10 @@ class MigHandoff:
             pool = self.pools.get(node_pool.get(name, ""))
             if node is None or pool is None or name in in_flight or name not in current:
                 continue
+            if pool.devices is DeviceApi.DRA:
+                if self._carve(node, current[name], reps):
+                    started.append(name)
+                continue
             if STATE_LABEL not in (node["metadata"].get("labels") or {}):
                 # No MIG manager has ever reported on this node: a change would keep it
                 # cordoned until the timeout for nothing.
@@ -138,6 +142,31 @@ class MigHandoff:
             if self._start(node, pool, tuple(layouts), reps):
                 started.append(name)
         return started
+
+    def _carve(
+        self, node: Mapping[str, Any], before: NodeLayout, reps: Sequence[Repartition]
+    ) -> bool:
+        """A DRA pool's GPUs take their new layouts at once: the driver publishes every
+        partition the GPU can hold and creates one when a claim for it is prepared, so there
+        is no configuration, cordon or wait, and the instances in use (which the engine keeps
+        in place) are never touched. Only the layout is recorded on the node, where the next
+        cycle's inventory (and a restarted scheduler) reads it."""
+        name = node["metadata"]["name"]
+        layouts = list(before.layouts)
+        changed = dict(before.changed_at)
+        now = rfc3339(self.clock())
+        for r in reps:
+            layouts[r.gpu] = tuple(sorted(r.layout))
+            changed[r.gpu] = now
+        done = NodeLayout(tuple(layouts), None, changed)
+        patch = {"metadata": {"annotations": {LAYOUT_ANNOTATION: layout_annotation(done)}}}
+        if not self._try_patch(node, patch):
+            return False
+        reason = "; ".join(f"gpu{r.gpu}: {r.reason}" for r in sorted(reps, key=lambda r: r.gpu))
+        log.info("dynamic MIG (DRA): %s carved (%s)", name, reason)
+        self.on_outcome(name, "succeeded")
+        self._event(node, "Normal", "MIGReconfigured", f"partitions carved: {reason}")
+        return True
 
     def _start(
         self,

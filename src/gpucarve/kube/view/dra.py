@@ -108,12 +108,18 @@ def read_slices(slices: Sequence[Mapping[str, Any]]) -> DraDevices:
 
 
 def dra_problems(
-    node: str, expected: Mapping[str, int], names: Sequence[str], dra: DraDevices
+    node: str,
+    expected: Mapping[str, int],
+    names: Sequence[str],
+    dra: DraDevices,
+    optional: Mapping[str, int] | None = None,
 ) -> list[str]:
     """How a DRA pool's node disagrees with its pool: its devices in the driver's
     ResourceSlices (`expected`: unit -> the least memory in MiB its device may have, 90 % of
-    what the catalog says), their product (`names`: GPU Feature Discovery's spellings of the
-    model, spaces written as dashes)."""
+    what the catalog says; `optional`: the same for devices it may publish, the partitions a
+    dynamic MIG pool may carve), their product (`names`: GPU Feature Discovery's spellings of
+    the model, spaces written as dashes)."""
+    optional = optional or {}
     have = dra.devices.get(node, {})
     if not have:
         return [
@@ -122,7 +128,8 @@ def dra_problems(
             "the pool"
         ]
     out: list[str] = []
-    missing, extra = sorted(set(expected) - set(have)), sorted(set(have) - set(expected))
+    missing = sorted(set(expected) - set(have))
+    extra = sorted(set(have) - set(expected) - set(optional))
     if missing or extra:
         parts = [
             *([f"publish {_listed(extra)}, which the pool has not"] if extra else []),
@@ -141,7 +148,9 @@ def dra_problems(
             "node to a pool of that model or fix the pool's gpuModel"
         )
     short = sorted(
-        u for u, d in have.items() if d.capacity.get("memory", 0) < expected.get(u, 0) * MIB
+        u
+        for u, d in have.items()
+        if d.capacity.get("memory", 0) < expected.get(u, optional.get(u, 0)) * MIB
     )
     if short:
         out.append(

@@ -279,7 +279,7 @@ def build_inventory(
         # those of the layouts it has (or is being given).
         want = (
             expected[pool.name]
-            if layouts is None
+            if layouts is None or pool.devices is DeviceApi.DRA  # a DRA node publishes none
             else Counter(policy.flavors[s.flavor].resource_name for s in node_slices)
         )
         # A node being reconfigured publishes whatever its paused device plugin last said.
@@ -355,11 +355,32 @@ def _dra_node(
     }
     flavor_of = {device_unit(s.id.split("/", 1)[1]): s.flavor for s in node_slices}
     name = node_slices[0].node if node_slices else ""
-    bad = dra_problems(name, expected, names, dra)
+    optional = _partitions(policy, pool) if pool.mig_dynamic is not None else {}
+    for unit, (flavor, _) in optional.items():
+        flavor_of.setdefault(unit, flavor)
+    least = {unit: mib for unit, (_, mib) in optional.items()}
+    bad = dra_problems(name, expected, names, dra, least)
     if not bad:
         for unit, d in dra.devices.get(name, {}).items():
             into.setdefault(flavor_of[unit], {})[d.key] = d
     return bad
+
+
+def _partitions(policy: Policy, pool: Pool) -> dict[str, tuple[str, int]]:
+    """Every partition a dynamic MIG DRA pool's node may publish (each placement of each
+    profile its flavors serve, on each GPU): unit -> (its flavor, the least memory in MiB its
+    device may have). Each joins its profile's flavor whether or not the layout has it now,
+    so a selector for a profile the GPUs are not carved into yet still finds its devices."""
+    geom = pool.model.mig
+    assert geom is not None
+    flavors = {f.profile: f.name for f in pool.flavors() if f.profile is not None}
+    return {
+        f"gpu{g}/{p.name}@{start}": (flavors[p.name], p.memory_mib * 9 // 10)
+        for g in range(pool.gpus_per_node)
+        for p in geom.profiles
+        if p.name in flavors
+        for start in p.starts
+    }
 
 
 @dataclass

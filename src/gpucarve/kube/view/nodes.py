@@ -8,6 +8,11 @@ the pool's own. A DRA pool's node publishes no GPU resource: its GPUs are in a R
 of NVIDIA's DRA driver (`slice_manifests`), one device `gpu-<index>` per GPU with the
 attributes and memory the driver gives it. Used by `gpucarve dev-cluster` and the integration
 tests; kwok makes the nodes Ready.
+
+A DRA pool with dynamic MIG is published as partitionable devices (KEP-4815): per GPU a
+counter set with one counter per memory slice, and every placement of every profile the pool
+may carve as a device that consumes the memory slices it covers. The driver creates a partition
+when a claim for it is prepared, so the counters are what keeps two partitions off one slice.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 from gpucarve.config.device_select import catalog_device, catalog_mig_device
 from gpucarve.core.catalog import GpuModel
 from gpucarve.core.cluster import Node, Slice, build_cluster
-from gpucarve.core.policy import DeviceApi, Policy
+from gpucarve.core.policy import DeviceApi, Policy, Pool
 from gpucarve.core.vocabulary import DRA_GPU_DRIVER
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -48,8 +53,11 @@ def slice_manifests(policy: Policy) -> list[dict[str, Any]]:
         pool = pools[n.pool]
         if pool.devices is not DeviceApi.DRA:
             continue
+        if pool.mig_dynamic is not None:
+            out += _partitionable(pool, n)
+            continue
         devices = [
-            _device(pool.model, cluster.slices[sid], f"GPU-{n.name}-{g.index}")
+            _slice_device(pool.model, cluster.slices[sid], f"GPU-{n.name}-{g.index}")
             for g in n.gpus
             for sid in g.slice_ids
             if cluster.slices[sid].replica in (None, 0)  # a shared GPU is one device
@@ -70,24 +78,84 @@ def slice_manifests(policy: Policy) -> list[dict[str, Any]]:
     return out
 
 
-def _device(model: GpuModel, s: Slice, uuid: str) -> dict[str, Any]:
-    if s.profile is None:
-        d, name, ids = catalog_device(model), f"gpu-{s.gpu}", {"uuid": uuid}
-    else:
-        prof = next(p for p in (model.mig.profiles if model.mig else ()) if p.name == s.profile)
-        d = catalog_mig_device(model, s.profile)
-        name = f"gpu-{s.gpu}-mig-{prof.profile_id or 0}-{s.start}-{prof.memory_slices}"
-        ids = {"uuid": f"MIG-{uuid}-{s.start}", "parentUUID": uuid}
-    attributes = {k: _attribute(v) for k, v in sorted({**d.attributes, **ids}.items())}
-    out: dict[str, Any] = {
-        "name": name,
-        "attributes": attributes,
-        "capacity": {k: {"value": str(v)} for k, v in sorted(d.capacity.items())},
+MAX_COUNTER_SETS = 8  # per ResourceSlice (resource.k8s.io/v1)
+
+
+def _partitionable(pool: Pool, n: Node) -> list[dict[str, Any]]:
+    """A dynamic MIG node's slices: its GPUs' counter sets (a slice holds counters or devices,
+    never both), then per GPU one slice of its partitions (under the 64 devices a slice with
+    counter consumption may hold)."""
+    model = pool.model
+    assert model.mig is not None
+    geom = model.mig
+    profiles = {f.profile for f in pool.flavors() if f.profile is not None}
+    counters = [
+        {"name": f"gpu-{g.index}-counters",
+         "counters": {f"memory-slice-{k}": {"value": "1"} for k in range(geom.memory_slices)}}
+        for g in n.gpus
+    ]  # fmt: skip
+    chunks = [counters[i : i + MAX_COUNTER_SETS] for i in range(0, len(counters), MAX_COUNTER_SETS)]
+    total = len(chunks) + len(n.gpus)
+    out = [
+        _slice(n.name, f"counters-{i}", total, {"sharedCounters": chunk})
+        for i, chunk in enumerate(chunks)
+    ]
+    for g in n.gpus:
+        uuid = f"GPU-{n.name}-{g.index}"
+        devices = []
+        for prof in geom.profiles:
+            if prof.name not in profiles:
+                continue
+            for start in prof.starts:
+                d = _device(model, g.index, prof.name, start, uuid)
+                d["consumesCounters"] = [{
+                    "counterSet": f"gpu-{g.index}-counters",
+                    "counters": {f"memory-slice-{k}": {"value": "1"}
+                                 for k in range(start, start + prof.memory_slices)},
+                }]  # fmt: skip
+                devices.append(d)
+        out.append(_slice(n.name, f"gpu-{g.index}", total, {"devices": devices}))
+    return out
+
+
+def _slice(node: str, part: str, count: int, body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRA_GPU_DRIVER}-{part}"},
+        "spec": {
+            "driver": DRA_GPU_DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": count},
+            **body,
+        },
     }
+
+
+def _slice_device(model: GpuModel, s: Slice, uuid: str) -> dict[str, Any]:
+    out = _device(model, s.gpu, s.profile, s.start, uuid)
     if s.replica is not None:
         # shared by consumable capacity: each claim takes part of its memory
         out["allowMultipleAllocations"] = True
     return out
+
+
+def _device(
+    model: GpuModel, gpu: int, profile: str | None, start: int | None, uuid: str
+) -> dict[str, Any]:
+    if profile is None:
+        d, name, ids = catalog_device(model), f"gpu-{gpu}", {"uuid": uuid}
+    else:
+        prof = next(p for p in (model.mig.profiles if model.mig else ()) if p.name == profile)
+        d = catalog_mig_device(model, profile)
+        name = f"gpu-{gpu}-mig-{prof.profile_id or 0}-{start}-{prof.memory_slices}"
+        ids = {"uuid": f"MIG-{uuid}-{start}", "parentUUID": uuid}
+    attributes = {k: _attribute(v) for k, v in sorted({**d.attributes, **ids}.items())}
+    return {
+        "name": name,
+        "attributes": attributes,
+        "capacity": {k: {"value": str(v)} for k, v in sorted(d.capacity.items())},
+    }
 
 
 def _attribute(value: str | int | bool) -> dict[str, str | int | bool]:

@@ -19,10 +19,16 @@ of seven 1g.10gb per GPU), `mix` (whole-GPU pods, every fourth batch of eight an
 gang: gpucarve only, since kube-scheduler has no gangs), `dra` (each pod claims one H100 with a
 ResourceClaim of its own, of device class gpu.nvidia.com, made before the clock starts; the
 nodes' GPUs are published in ResourceSlices as NVIDIA's DRA driver would, and the scheduler
-allocates the claim: gpucarve itself, kube-scheduler with its DRA plugin).
+allocates the claim: gpucarve itself, kube-scheduler with its DRA plugin), `dra-mig` (each pod
+claims one MIG partition, 1g.10gb, 2g.20gb or 3g.40gb in a repeating order, of H100s published
+as partitionable devices: every placement of every profile, consuming its GPU's memory-slice
+counters; gpucarve carves the GPUs as its dynamic MIG decides, kube-scheduler allocates the
+devices its DRA plugin picks).
 
 Prints, per scheduler: pods/s from the first creation to the last binding, p50/p99/max from a
-pod's creation to its binding, the scheduler's resident memory (now and peak), and with `both`
+pod's creation to its binding, the scheduler's resident memory (now and peak), for `dra-mig`
+what the allocated partitions leave (from the claims: the GPUs still whole, the 3g.40gb
+partitions that still fit, and the free memory slices no 3g.40gb can use: stranded), and with `both`
 gpucarve's pods/s and p99 as a ratio of kube-scheduler's. Targets: gpucarve's pods/s >= kube-
 scheduler's on whole-GPU pods, p99 <= 5 s (the pod-startup SLO). `--profile FILE` samples
 gpucarve's scheduler with py-spy (`pip install py-spy`) while it binds and prints the functions
@@ -32,6 +38,7 @@ that held the most samples.
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import subprocess
 import sys
@@ -47,6 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import profile_sched
 from bind_load import (
+    DRA_MIG_PROFILES,
+    DRA_MIG_SLICES,
     WORKLOADS,
     claim,
     create_all,
@@ -88,20 +97,57 @@ def policy_text(nodes: int, workload: str) -> str:
         )
     elif workload == "dra":
         sharing, flavor, count = "sharing: exclusive\n    devices: dra", "h100-dra-full", 8
+    elif workload == "dra-mig":
+        sharing = (
+            "sharing: mig\n    devices: dra\n    mig:\n"
+            "      layout: {7g.80gb: 1}\n"
+            "      dynamic: {profiles: [1g.10gb, 2g.20gb, 3g.40gb], maxGpusPerCycle: 10000}"
+        )
+        text = POLICY.format(pool=h100_pool(nodes, sharing), flavor="h100-dra-mig-1g.10gb",
+                             count=nodes * 56)  # fmt: skip
+        for profile, per_gpu in (("2g.20gb", 3), ("3g.40gb", 2), ("7g.80gb", 1)):
+            text += f"      h100-dra-mig-{profile}: {{nominal: {nodes * 8 * per_gpu}}}\n"
+        return text
     else:
         sharing, flavor, count = "sharing: exclusive", "h100-full", 8
     return POLICY.format(pool=h100_pool(nodes, sharing), flavor=flavor, count=nodes * count)
 
 
-def _dra_objects(client: Client, policy: Policy, pods: int) -> None:
-    """The DeviceClass, the nodes' ResourceSlices and each pod's claim."""
+def _dra_objects(client: Client, policy: Policy, pods: int, workload: str) -> None:
+    """The DeviceClasses, the nodes' ResourceSlices and each pod's claim."""
     for m in device_classes(policy):
         client.call("POST", f"{RESOURCE}/deviceclasses", m)
     path = f"{RESOURCE}/namespaces/bench/resourceclaims"
     with ThreadPoolExecutor(8) as ex:
         list(ex.map(lambda m: client.call("POST", f"{RESOURCE}/resourceslices", m),
                     slice_manifests(policy)))  # fmt: skip
-        list(ex.map(lambda n: client.call("POST", path, claim(n)), pod_names(pods)))
+        names = list(enumerate(pod_names(pods)))
+        list(ex.map(lambda m: client.call("POST", path, claim(m[1], workload, m[0])), names))
+
+
+_PARTITION = re.compile(r"^gpu-(\d+)-mig-\d+-(\d+)-(\d+)$")
+
+
+def stranded(client: Client, nodes: int) -> dict[str, int]:
+    """What the claims' allocated partitions leave on the H100s (8 memory slices a GPU; a
+    3g.40gb starts at slice 0 or 4): GPUs still whole, 3g.40gb partitions that still fit, and
+    free memory slices no 3g.40gb can use."""
+    used: dict[tuple[str, int], set[int]] = {}
+    for c in client.get(f"{RESOURCE}/namespaces/bench/resourceclaims")["items"]:
+        alloc = (c.get("status") or {}).get("allocation") or {}
+        for r in (alloc.get("devices") or {}).get("results") or []:
+            m = _PARTITION.match(r["device"])
+            if m is None:
+                continue
+            gpu, start, size = (int(g) for g in m.groups())
+            used.setdefault((r["pool"], gpu), set()).update(range(start, start + size))
+    whole = nodes * 8 - len(used)
+    fits, lost = 0, 0
+    for taken in used.values():
+        halves = [h for h in (0, 4) if not taken & set(range(h, h + 4))]
+        fits += len(halves)
+        lost += 8 - len(taken) - 4 * len(halves)
+    return {"GPUs whole": whole, "3g.40gb that fit": fits + 2 * whole, "stranded slices": lost}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -143,7 +189,7 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
     nodes = node_manifests(policy)
     for n in nodes:
         n["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "Bench"}]
-    dra = args.workload == "dra"
+    dra = args.workload in ("dra", "dra-mig")
     with LocalStack(bin_dir, work / "kube", with_kwok=args.kwok) as stack:
         client = Client.from_kubeconfig(stack.kubeconfig())
         ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}}
@@ -151,7 +197,7 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
         with ThreadPoolExecutor(8) as ex:
             list(ex.map(lambda m: client.call("POST", "/api/v1/nodes", m), nodes))
         if dra:
-            _dra_objects(client, policy, args.pods)
+            _dra_objects(client, policy, args.pods, args.workload)
         log = (work / "scheduler.log").open("wb")
         if scheduler == "gpucarve":
             sched = subprocess.Popen(
@@ -190,6 +236,7 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
             sched.kill()
         if not finished:
             sys.exit(f"{scheduler}: only {len(bound)} of {args.pods} pods bound; see {log.name}")
+        left = stranded(client, args.nodes) if args.workload == "dra-mig" else {}
     latencies = [bound[n] - created[n] for n in created]
     first = min(created.values())
     return {
@@ -200,6 +247,7 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
         "max creation→bound s": round(max(latencies), 2),
         "scheduler RSS MiB": rss,
         "scheduler peak RSS MiB": peak,
+        **left,
     }
 
 
@@ -236,7 +284,9 @@ def main() -> None:
             ap.error(f"--{flag} must be at least 1")
     if args.rate is not None and not 0 < args.rate <= 100_000:
         ap.error(f"--rate must be above 0 and at most 100000 pods/s, got {args.rate:g}")
-    capacity = args.nodes * (56 if args.workload == "mig" else 8)
+    per_node = {"mig": 56, "dra-mig": 8 * 8 * len(DRA_MIG_PROFILES) // sum(
+        DRA_MIG_SLICES[p] for p in DRA_MIG_PROFILES)}  # fmt: skip
+    capacity = args.nodes * per_node.get(args.workload, 8)
     if args.pods > capacity:
         ap.error(f"--pods {args.pods} exceeds the {capacity} devices of --nodes {args.nodes}")
     bin_dir = find_binaries()

@@ -27,7 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from gpucarve.devcluster.stack import free_port
 from gpucarve.kube.api.client import Client
 
-WORKLOADS = ("whole", "mig", "mix", "dra")
+WORKLOADS = ("whole", "mig", "mix", "dra", "dra-mig")
+# The dra-mig workload: each pod claims one MIG partition of an H100 whose GPUs are carved on
+# demand (partitionable devices), the profiles in this repeating order (11 of 8 memory slices
+# per GPU for every six pods)
+DRA_MIG_PROFILES = ("1g.10gb", "2g.20gb", "1g.10gb", "3g.40gb", "1g.10gb", "2g.20gb")
+DRA_MIG_SLICES = {"1g.10gb": 1, "2g.20gb": 2, "3g.40gb": 4}
 GANG = 8  # the mix workload: every fourth batch of eight pods is one all-or-nothing gang
 MIG = "nvidia.com/mig-1g.10gb"
 
@@ -43,8 +48,15 @@ def claim_name(pod_name: str) -> str:
     return f"{pod_name}-gpu"
 
 
-def claim(pod_name: str) -> dict[str, Any]:
-    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+def claim(pod_name: str, workload: str = "dra", index: int = 0) -> dict[str, Any]:
+    request: dict[str, Any] = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    if workload == "dra-mig":
+        profile = DRA_MIG_PROFILES[index % len(DRA_MIG_PROFILES)]
+        expression = f'device.attributes["gpu.nvidia.com"].profile == "{profile}"'
+        request["exactly"] = {
+            "deviceClassName": "mig.nvidia.com",
+            "selectors": [{"cel": {"expression": expression}}],
+        }
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -70,7 +82,7 @@ def pod(name: str, workload: str, scheduler: str, index: int) -> dict[str, Any]:
             }
         ],
     }
-    if workload == "dra":
+    if workload in ("dra", "dra-mig"):
         spec["containers"][0]["resources"] = {
             "requests": {"cpu": "1"},
             "claims": [{"name": "gpu"}],

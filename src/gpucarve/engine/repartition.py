@@ -24,6 +24,7 @@ from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.cluster import RECONFIGURING, UNAVAILABLE_TAINTS
 from gpucarve.core.mig import Instance, place
 from gpucarve.core.policy import Flavor, Pool, SliceKind
+from gpucarve.core.requests import serves, slices_per_pod
 from gpucarve.core.workload import Workload
 from gpucarve.engine.decisions import PendingReason, Plugin, Repartition, Stage
 from gpucarve.engine.mig.gpu_plan import PoolGpu
@@ -125,6 +126,9 @@ class Reshaper:
         self.promised: dict[str, Counter[str]] = {}
         # the GPUs being reconfigured, found once per cycle however many workloads ask
         self._coming: dict[str, Counter[str]] | None = None
+        # per pool: all the MIG work pending for it (each pod set counted for every profile of
+        # the pool that could serve it) and whether a repartition could create all of it
+        self._bound: dict[str, tuple[Counter[str], bool]] = {}
 
     def absorbs(
         self, w: Workload, combos: Sequence[Sequence[Flavor | None]]
@@ -158,18 +162,47 @@ class Reshaper:
         return None
 
     def _fits(self, name: str, need: Counter[str]) -> bool:
+        total = need + self.promised.get(name, Counter())
+        if name not in self._bound:
+            upper = self._pending_for(name)
+            self._bound[name] = (upper, self._plannable(name, upper))
+        upper, all_fit = self._bound[name]
+        # Each workload's promise used to plan the whole pool again (a cycle with many small
+        # MIG workloads waiting took seconds). The promises only grow within a cycle, so once
+        # all the pool's pending MIG work fits, so does any part of it.
+        if all_fit and all(n <= upper[p] for p, n in total.items()):
+            return True
+        return self._plannable(name, total)
+
+    def _plannable(self, name: str, demand: Counter[str]) -> bool:
         pool = self.dynamic[name]
         assert pool.mig_dynamic is not None
         if self._coming is None:
             self._coming = instances_coming(self.c)
         used, coming = instances_in_use(self.c, self._coming)
         gpus, arriving = _eligible(self.c, name, pool, used, coming)
-        want = _beyond_free(gpus, need + self.promised.get(name, Counter()), arriving)
+        want = _beyond_free(gpus, demand, arriving)
         if not want:
             return True
         allowed = frozenset(f.profile for f in pool.flavors() if f.profile)
         _, left = plan_pool(gpus, want, None, pool.mig_dynamic.max_gpus_per_cycle, allowed)
         return not left
+
+    def _pending_for(self, name: str) -> Counter[str]:
+        """Instances per profile all the pending work could take from the pool (an upper
+        bound of any set of promises: a pod set counts for every profile that serves it)."""
+        pool = self.dynamic[name]
+        flavors = [f for f in pool.flavors() if f.profile is not None]
+        out: Counter[str] = Counter()
+        for w in self.c.snapshot.pending:
+            for ps in w.pod_sets:
+                for f in flavors:
+                    if ps.gpu is not None and serves(ps.gpu, f, pool.model.memory_mib):
+                        assert f.profile is not None
+                        out[f.profile] += ps.count * slices_per_pod(
+                            ps.gpu, f, pool.model.memory_mib
+                        )
+        return out
 
 
 def instances_in_use(

@@ -1,6 +1,8 @@
 """What must hold after any fault, read back through the API: no GPU slice assigned twice (the
 `gpucarve.io/assignment` annotations), no node's allocatable exceeded, every gang bound whole or
 not at all, and no pod lost (each created pod bound, or pending with the scheduler's reason).
+For Dynamic Resource Allocation (`claim_violations`): no device in two claims, no two MIG
+partitions on one memory slice, claims on the nodes of the pods they are reserved for.
 
 `violations` works on the objects alone, so `bench/soak.py` reports what a long run breaks
 instead of stopping at the first; the tests assert through `check_invariants`."""
@@ -8,6 +10,7 @@ instead of stopping at the first; the tests assert through `check_invariants`.""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -82,4 +85,94 @@ def _bound_pod(
     for container in pod["spec"]["containers"]:
         for resource, amount in (container["resources"].get("requests") or {}).items():
             used[resource] += int(parse_quantity(amount) * 1000)
+    return problems
+
+
+_MIG_DEVICE = re.compile(r"^gpu-(\d+)-mig-\d+-(\d+)-(\d+)$")
+
+
+def check_claims(api: Api, namespaces: Iterable[str]) -> int:
+    """Assert the claim invariants (`claim_violations`) over the namespaces' claims, pods and
+    the cluster's ResourceSlices; returns how many claims are allocated."""
+    claims = [
+        c
+        for ns in namespaces
+        for c in api.get(f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims")["items"]
+    ]
+    pods = [p for ns in namespaces for p in api.get(f"/api/v1/namespaces/{ns}/pods")["items"]]
+    slices = api.get("/apis/resource.k8s.io/v1/resourceslices")["items"]  # fmt: skip
+    allocated, problems = claim_violations(claims, pods, slices)
+    assert not problems, "\n".join(problems[:20])
+    return allocated
+
+
+def claim_violations(
+    claims: Iterable[Obj], pods: Iterable[Obj], slices: Iterable[Obj]
+) -> tuple[int, list[str]]:
+    """What Dynamic Resource Allocation must keep, read back from the objects: every allocated
+    device is one a ResourceSlice publishes; no device is in two claims unless it allows
+    multiple allocations; MIG partitions of one GPU never share a memory slice (the counters
+    they consume); each pod a claim is reserved for runs on the node the claim's devices are
+    on; and a bound pod's claims are allocated and reserved for it."""
+    published = {(s["spec"]["pool"]["name"], d["name"]): d for s in slices
+                 for d in s["spec"].get("devices") or []}  # fmt: skip
+    by_pod = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+    holders: dict[tuple[str, str], list[str]] = defaultdict(list)
+    memory: dict[tuple[str, str], dict[int, str]] = defaultdict(dict)
+    problems: list[str] = []
+    allocated = 0
+    for c in claims:
+        key = f"{c['metadata']['namespace']}/{c['metadata']['name']}"
+        status = c.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        if not results:
+            continue
+        allocated += 1
+        nodes = set()
+        for r in results:
+            at = (r["pool"], r["device"])
+            nodes.add(r["pool"])
+            device = published.get(at)
+            if device is None:
+                problems.append(f"claim {key} holds {at}, which no ResourceSlice publishes")
+            elif not device.get("allowMultipleAllocations"):
+                holders[at].append(key)
+            if (m := _MIG_DEVICE.match(r["device"])) is not None:
+                gpu, start, size = (int(g) for g in m.groups())
+                for k in range(start, start + size):
+                    other = memory[(r["pool"], f"gpu{gpu}")].setdefault(k, key)
+                    if other != key:
+                        problems.append(f"claims {other} and {key} share memory slice {k} of "
+                                        f"{r['pool']}/gpu{gpu}")  # fmt: skip
+        for ref in status.get("reservedFor") or []:
+            pod = by_pod.get((c["metadata"]["namespace"], ref.get("name")))
+            node = ((pod or {}).get("spec") or {}).get("nodeName")
+            if node is not None and {node} != nodes:
+                problems.append(f"claim {key} on {sorted(nodes)} reserved for pod "
+                                f"{ref.get('name')} on {node}")  # fmt: skip
+    problems += [
+        f"device {at} allocated to {keys}" for at, keys in holders.items() if len(keys) > 1
+    ]
+    problems += _bound_pods_claims(by_pod, claims)
+    return allocated, problems
+
+
+def _bound_pods_claims(pods: dict[tuple[str, str], Obj], claims: Iterable[Obj]) -> list[str]:
+    """A bound pod whose claims exist must find each allocated and reserved for it."""
+    found = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
+    problems = []
+    for (ns, name), pod in pods.items():
+        spec = pod.get("spec") or {}
+        if not spec.get("nodeName") or spec.get("schedulerName") != "gpucarve":
+            continue
+        made = {s["name"]: s.get("resourceClaimName")
+                for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}  # fmt: skip
+        for ref in spec.get("resourceClaims") or []:
+            claim_name = ref.get("resourceClaimName") or made.get(ref["name"])
+            claim = found.get((ns, claim_name or ""))
+            if claim is None:
+                continue  # deleted with its pod, or made by another controller
+            reserved = [r.get("name") for r in (claim.get("status") or {}).get("reservedFor") or []]
+            if name not in reserved:
+                problems.append(f"pod {ns}/{name} bound without its claim {claim_name} reserved")
     return problems

@@ -42,6 +42,7 @@ from tests.integration.dra_objects import (
 from tests.integration.dra_objects import (
     pod as _pod,
 )
+from tests.integration.invariants import check_claims
 from tests.integration.kube_pods import condition, node_of, pods_in
 from tests.integration.stack_setup import populate, scheduling
 from tests.paths import EXAMPLES
@@ -72,6 +73,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
             api.create(f"{RESOURCE}/resourceslices", m)
         with scheduling(stack, policy_file):
             yield api
+
+
+@pytest.fixture(autouse=True)
+def claims_hold(cluster: Any) -> Iterator[None]:
+    """After each test, what DRA must keep holds on the API server (tests/integration/
+    invariants.py): no device in two claims, no memory slice in two partitions, claims on
+    their pods' nodes."""
+    yield
+    check_claims(cluster, [NS, "production"])
 
 
 POLICY_OF_TEST = load_policy(POLICY, []).policy

@@ -24,6 +24,7 @@ from gpucarve.kube.view.nodes import slice_manifests
 from gpucarve.render.dra import device_classes
 from tests.integration.api import Api, wait_for
 from tests.integration.dra_objects import RESOURCE, claim_of, claim_spec, devices, pod
+from tests.integration.invariants import check_claims
 from tests.integration.kube_pods import node_of, pods_in
 from tests.integration.stack_setup import populate, scheduling
 from tests.paths import EXAMPLES
@@ -72,6 +73,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api, Pat
             api.create(f"{RESOURCE}/resourceslices", m)
         with scheduling(stack, policy_file):
             yield api, workdir
+
+
+@pytest.fixture(autouse=True)
+def claims_hold(cluster: Any) -> Iterator[None]:
+    """After each test, what DRA must keep holds on the API server (tests/integration/
+    invariants.py): no device in two claims, no memory slice in two partitions, claims on
+    their pods' nodes."""
+    yield
+    check_claims(cluster[0], [NS])
 
 
 def _claim(api: Api, name: str, profile: str) -> None:

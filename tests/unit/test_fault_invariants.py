@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.integration.invariants import violations
+from tests.integration.invariants import claim_violations, violations
+
+Obj = dict[str, Any]
 
 REASON = {"type": "PodScheduled", "status": "False", "message": "quota: team is full"}
 
@@ -62,3 +64,45 @@ def test_each_broken_invariant_is_named() -> None:
         "pod d bound to n9, which does not exist",
     ):
         assert expected in text, (expected, problems)
+
+
+def _claim(name: str, devices: list[str], pod: str | None, shared: bool = False) -> Obj:
+    results = [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n0", "device": d}
+               for d in devices]  # fmt: skip
+    status: Obj = {"allocation": {"devices": {"results": results}}}
+    if pod:
+        status["reservedFor"] = [{"resource": "pods", "name": pod, "uid": "u"}]
+    return {"metadata": {"namespace": "ns", "name": name}, "status": status}
+
+
+def _claim_pod(name: str, node: str, claim: str) -> Obj:
+    return {"metadata": {"namespace": "ns", "name": name},
+            "spec": {"nodeName": node, "schedulerName": "gpucarve",
+                     "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}]}}  # fmt: skip
+
+
+DEVICES = [{"name": "gpu-0"}, {"name": "gpu-1", "allowMultipleAllocations": True},
+           {"name": "gpu-2-mig-9-4-4"}, {"name": "gpu-2-mig-14-4-2"},
+           {"name": "gpu-2-mig-14-2-2"}]  # fmt: skip
+SLICES = [{"spec": {"pool": {"name": "n0"}, "devices": DEVICES}}]
+
+
+def test_claim_invariants_find_every_break() -> None:
+    pods = [_claim_pod("a", "n0", "ca"), _claim_pod("b", "n0", "cb"), _claim_pod("c", "n1", "cc")]
+    good = [_claim("ca", ["gpu-0"], "a"), _claim("cb", ["gpu-1", "gpu-2-mig-9-4-4"], "b"),
+            _claim("cx", ["gpu-1", "gpu-2-mig-14-2-2"], None)]  # fmt: skip
+    assert claim_violations(good, pods[:2], SLICES) == (3, [])
+    bad = [
+        _claim("ca", ["gpu-0"], "a"),
+        _claim("cb", ["gpu-0", "gpu-2-mig-9-4-4"], "b"),  # gpu-0 twice
+        _claim("cd", ["gpu-2-mig-14-4-2"], None),  # slices 4-5 of gpu2 twice
+        _claim("cc", ["gpu-7"], "c"),  # unpublished, and pod c runs on another node
+    ]
+    _, problems = claim_violations(bad, pods, SLICES)
+    text = "\n".join(problems)
+    assert "device ('n0', 'gpu-0') allocated to ['ns/ca', 'ns/cb']" in text
+    assert "share memory slice 4 of n0/gpu2" in text
+    assert "which no ResourceSlice publishes" in text and "reserved for pod c on n1" in text
+    # a bound pod whose claim is not reserved for it
+    _, problems = claim_violations([_claim("ca", ["gpu-0"], None)], pods[:1], SLICES)
+    assert problems == ["pod ns/a bound without its claim ca reserved"]

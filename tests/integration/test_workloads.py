@@ -258,6 +258,16 @@ def test_a_workload_api_pod_group_is_one_gang_of_its_min_count(
 
     message = wait_for(lambda: reason("train-0"), what="the group's reason")
     assert "pod group research/train has 2 of its 3 pods" in message, message
+
+    def scheduled(status: str) -> dict[str, Any] | None:
+        obj = api.get("/apis/scheduling.k8s.io/v1beta1/namespaces/research/podgroups/train")
+        conds = (obj.get("status") or {}).get("conditions") or []
+        found = [c for c in conds if c["type"] == "PodGroupInitiallyScheduled"]
+        return found[0] if found and found[0]["status"] == status else None
+
+    # the PodGroup says why, in the condition kube-scheduler keeps there
+    cond = wait_for(lambda: scheduled("False"), what="the PodGroup's condition")
+    assert cond["reason"] == "Unschedulable" and "2 of its 3 pods" in cond["message"], cond
     create_pod(api, _in_group("train-2", "train"))
     wait_for(
         lambda: all(node_of(pods_in(api, "research").get(f"train-{i}") or {}) for i in range(3)),
@@ -271,6 +281,9 @@ def test_a_workload_api_pod_group_is_one_gang_of_its_min_count(
         for i in range(3)
     }
     assert len(racks) == 1, racks  # the PodGroup's topology key: one rack
+    assert (
+        wait_for(lambda: scheduled("True"), what="the PodGroup scheduled")["reason"] == "Scheduled"
+    )
     _upstream_group(api, "zoned", {"schedulingPolicy": {"gang": {"minCount": 1}},
                                    "schedulingConstraints": {"topology": [
                                        {"key": "topology.kubernetes.io/zone"}]}})  # fmt: skip

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpucarve.kube.view.group_status import group_status
+from gpucarve.kube.view.group_status import group_status, upstream_condition
 
 
 def _pod(name: str, phase: str = "Pending", node: str | None = None) -> dict[str, Any]:
@@ -78,3 +78,16 @@ def test_a_reservation_shows_while_the_gang_waits_and_goes_once_it_is_whole() ->
         2, [_pod("a", node="n1"), _pod("b", node="n1")], frozenset(), None, None, held
     )
     assert "reservation" not in whole
+
+
+def test_a_workload_api_pod_group_is_initially_scheduled_once_and_for_good() -> None:
+    waiting = upstream_condition(2, [_pod("a", node="n"), _pod("b")], frozenset(), "quota", [])
+    assert waiting == {"type": "PodGroupInitiallyScheduled", "status": "False",
+                       "reason": "Unschedulable", "message": "quota"}  # fmt: skip
+    # a pod the scheduler bound that the watch does not show yet counts
+    done = upstream_condition(2, [_pod("a", node="n"), _pod("b")], frozenset({"ns/b"}), None, [])
+    assert done is not None and (done["status"], done["reason"]) == ("True", "Scheduled")
+    # terminal: once True it is never written again, even with the gang's pods gone
+    assert upstream_condition(2, [], frozenset(), None, [done]) is None
+    empty = upstream_condition(2, [], frozenset(), None, [waiting])
+    assert empty is not None and "0 of its 2 pods exist" in empty["message"]

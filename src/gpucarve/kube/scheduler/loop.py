@@ -57,7 +57,14 @@ from gpucarve.kube.view.device_truth import busy_gpus
 from gpucarve.kube.view.dra import DraDevices, read_slices
 from gpucarve.kube.view.inventory import Inventory, build_inventory, node_key
 from gpucarve.kube.view.observe import outside_the_cycle
-from gpucarve.kube.view.owner_kinds import OWNER_KINDS, POD_GROUPS, Watched, all_specs, watched
+from gpucarve.kube.view.owner_kinds import (
+    OWNER_KINDS,
+    POD_GROUPS,
+    WORKLOAD_API,
+    Watched,
+    all_specs,
+    watched,
+)
 from gpucarve.kube.view.pod_facts import PodFactsMemo
 from gpucarve.kube.view.pods import WorkloadCache
 from gpucarve.kube.view.short_gangs import ShortGangs
@@ -411,11 +418,15 @@ class Scheduler:
         self.reporter.queues(self.policy, view, result, waiting)
         outside = outside_the_cycle(self.policy, view, waiting)
         self.metrics.observe_cycle(snapshot, result, took, outside)
-        if POD_GROUPS in self.served:
+        if POD_GROUPS in self.served or WORKLOAD_API in self.served:
             with self.binder.lock:
                 assumed = frozenset(self.assumed)
             pods = self.pods.items()
-            self.reporter.groups(self.owners[POD_GROUPS].items(), pods, assumed, result, self.epoch)
+            if POD_GROUPS in self.served:
+                ours = self.owners[POD_GROUPS].items()
+                self.reporter.groups(ours, pods, assumed, result, self.epoch)
+            if WORKLOAD_API in self.served:
+                self.reporter.upstream_groups(self.owners[WORKLOAD_API].items(), pods, assumed)
         if self.dynamic_mig:
             self._repartition(view, result)
         if self.observers:

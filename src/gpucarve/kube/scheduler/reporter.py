@@ -13,13 +13,20 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpucarve.core.policy import Policy
-from gpucarve.core.vocabulary import GROUP, GROUP_LABELS, VERSION
+from gpucarve.core.vocabulary import (
+    GROUP,
+    GROUP_LABELS,
+    VERSION,
+    WORKLOAD_API_GROUP,
+    WORKLOAD_API_VERSION,
+)
 from gpucarve.engine.decisions import Cause, CycleResult
 from gpucarve.kube.api.client import ApiError, Client, rfc3339
 from gpucarve.kube.api.events import post_event
 from gpucarve.kube.scheduler.status_writer import LatestWrites
 from gpucarve.kube.view.cluster_view import View
-from gpucarve.kube.view.group_status import group_status
+from gpucarve.kube.view.group_status import group_status, upstream_condition
+from gpucarve.kube.view.owners import positive_int
 from gpucarve.kube.view.pods import group_key
 from gpucarve.kube.view.queue_status import queue_statuses
 
@@ -55,6 +62,8 @@ class Reporter:
         self.orphans_reported: set[str] = set()
         self.moves_reported: set[str] = set()
         self.group_status: dict[tuple[str, str], dict[str, Any]] = {}
+        # Workload API PodGroups: the PodGroupInitiallyScheduled condition last written
+        self.upstream_status: dict[tuple[str, str], dict[str, Any]] = {}
         self.timed_out: dict[tuple[str, str], str] = {}  # gang -> why it was released
         # gang -> (its Scheduled condition's status, since when): lastTransitionTime
         self.group_since: dict[tuple[str, str], tuple[str, str]] = {}
@@ -63,6 +72,7 @@ class Reporter:
         """A new policy: every message is written again under it."""
         self.reported.clear()
         self.group_status.clear()
+        self.upstream_status.clear()
         self.orphans_reported.clear()
 
     def shutdown(self) -> None:
@@ -140,6 +150,51 @@ class Reporter:
             del self.group_status[gk]
             self.group_since.pop(gk, None)
         self.timed_out = {k: v for k, v in self.timed_out.items() if k in seen}
+
+    def upstream_groups(
+        self,
+        objects: Sequence[Mapping[str, Any]],
+        pods: Sequence[Mapping[str, Any]],
+        assumed: frozenset[str],
+    ) -> None:
+        """Each Workload API PodGroup's `PodGroupInitiallyScheduled` condition
+        (`upstream_condition`), written where it changed; call after `pending`."""
+        members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for pod in pods:
+            if (pod.get("spec") or {}).get("schedulingGroup"):
+                members.setdefault(group_key(pod), []).append(pod)
+        seen: set[tuple[str, str]] = set()
+        for obj in objects:
+            meta = obj["metadata"]
+            gk = (meta["namespace"], meta["name"])
+            seen.add(gk)
+            mine = sorted(members.get(gk, []), key=lambda p: p["metadata"]["name"])
+            reason = next((m for p in mine if (m := self.reported.get(_key(p)))), None)
+            gang = ((obj.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
+            minimum = positive_int(gang.get("minCount")) or 1
+            current = (obj.get("status") or {}).get("conditions") or []
+            cond = upstream_condition(minimum, mine, assumed, reason, current)
+            if cond is None or self.upstream_status.get(gk) == cond:
+                continue
+            self.upstream_status[gk] = cond
+            self._side.submit(self._write_upstream_status, gk, cond)
+        for gk in [k for k in self.upstream_status if k not in seen]:
+            del self.upstream_status[gk]
+
+    def _write_upstream_status(self, gk: tuple[str, str], cond: dict[str, Any]) -> None:
+        ns, name = gk
+        body = {"status": {"conditions": [{**cond, "lastTransitionTime": rfc3339(self.clock())}]}}
+        path = (
+            f"/apis/{WORKLOAD_API_GROUP}/{WORKLOAD_API_VERSION}/namespaces/{ns}/podgroups/"
+            f"{name}/status"
+        )
+        try:
+            # a strategic merge keeps the conditions others write (DisruptionTarget)
+            self.client.call("PATCH", path, body, "application/strategic-merge-patch+json")
+        except ApiError as err:
+            if err.status != 404:
+                log.warning("status of pod group %s/%s not written: %s", ns, name, err)
+                self.upstream_status.pop(gk, None)  # retried next cycle
 
     def _write_group_status(self, gk: tuple[str, str], status: dict[str, Any]) -> None:
         ns, name = gk

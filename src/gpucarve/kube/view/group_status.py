@@ -84,3 +84,28 @@ def _short(min_member: int, have: int) -> str:
 
 def _key(pod: Mapping[str, Any]) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+
+
+def upstream_condition(
+    min_count: int,
+    members: Sequence[Mapping[str, Any]],
+    bound: frozenset[str],
+    reason: str | None,
+    current: Sequence[Mapping[str, Any]],
+) -> dict[str, Any] | None:
+    """The `PodGroupInitiallyScheduled` condition for a PodGroup of Kubernetes' Workload API
+    (`scheduling.k8s.io`), as kube-scheduler keeps it: True once `min_count` of its pods have
+    been bound, and then never False again (terminal); until then False with reason
+    Unschedulable and why its pods wait. None: nothing to write (already True). `current`:
+    the conditions the object has now. No timestamp: the writer adds it."""
+    if any(c.get("type") == INITIALLY_SCHEDULED and c.get("status") == "True" for c in current):
+        return None
+    status = group_status(min_count, members, bound, reason, None)
+    if status["conditions"][0]["status"] == "True":
+        return {"type": INITIALLY_SCHEDULED, "status": "True", "reason": "Scheduled",
+                "message": f"{status['scheduled']} of its pods bound"}  # fmt: skip
+    return {"type": INITIALLY_SCHEDULED, "status": "False", "reason": "Unschedulable",
+            "message": status["reason"][:1024] or "waiting for its pods"}  # fmt: skip

@@ -1,10 +1,19 @@
-"""ResourceClaims, templates and pods as the DRA integration tests write and read them."""
+"""ResourceClaims, templates and pods as the DRA integration tests write and read them, and
+the cluster they run on."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from gpucarve.config.policy_build import load_policy
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.kube.view.nodes import slice_manifests
+from gpucarve.render.dra import device_classes
 from tests.integration.api import Api
+from tests.integration.stack_setup import populate, scheduling
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 NS = "research"
@@ -62,3 +71,20 @@ def claim_of(api: Api, pod_name: str, ns: str = NS) -> dict[str, Any] | None:
 def devices(claim: dict[str, Any]) -> list[tuple[str, str]]:
     results = claim["status"]["allocation"]["devices"]["results"]
     return sorted((r["pool"], r["device"]) for r in results)
+
+
+@contextmanager
+def dra_cluster(workdir: Path, policy_file: Path, namespaces: list[str]) -> Iterator[Api]:
+    """A stack with kube-controller-manager (its ResourceClaim controller), the policy's nodes,
+    queues, DeviceClasses and the ResourceSlices its DRA pools' driver would publish, and a
+    gpucarve scheduler by the policy running while the block runs."""
+    with LocalStack(find_binaries(), workdir / "stack", with_controllers=True) as stack:
+        api = Api(stack.server, stack.tokens[ADMIN_USER])
+        populate(stack, api, policy_file, namespaces)
+        policy = load_policy(policy_file, []).policy
+        for m in device_classes(policy):
+            api.create(f"{RESOURCE}/deviceclasses", m)
+        for m in slice_manifests(policy):
+            api.create(f"{RESOURCE}/resourceslices", m)
+        with scheduling(stack, policy_file):
+            yield api

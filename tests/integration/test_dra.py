@@ -21,30 +21,12 @@ from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
-from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.api.client import Client
 from gpucarve.kube.scheduler.explain import explain_pod
-from gpucarve.kube.view.nodes import slice_manifests
-from gpucarve.render.dra import device_classes
+from tests.integration import dra_objects as dra
 from tests.integration.api import Api, wait_for
-from tests.integration.dra_objects import (
-    claim_of as _claim_of,
-)
-from tests.integration.dra_objects import (
-    claim_spec as _claim_spec,
-)
-from tests.integration.dra_objects import (
-    claims as _claims,
-)
-from tests.integration.dra_objects import (
-    devices as _devices,
-)
-from tests.integration.dra_objects import (
-    pod as _pod,
-)
 from tests.integration.invariants import check_claims
 from tests.integration.kube_pods import condition, node_of, pods_in
-from tests.integration.stack_setup import populate, scheduling
 from tests.paths import EXAMPLES
 
 pytestmark = pytest.mark.integration
@@ -63,16 +45,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     doc["scheduling"] = {"minRuntimeSeconds": 0}
     policy_file = workdir / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(doc))
-    with LocalStack(find_binaries(), workdir / "stack", with_controllers=True) as stack:
-        api = Api(stack.server, stack.tokens[ADMIN_USER])
-        populate(stack, api, policy_file, [NS, "production"])
-        policy = load_policy(policy_file, []).policy
-        for m in device_classes(policy):
-            api.create(f"{RESOURCE}/deviceclasses", m)
-        for m in slice_manifests(policy):
-            api.create(f"{RESOURCE}/resourceslices", m)
-        with scheduling(stack, policy_file):
-            yield api
+    with dra.dra_cluster(workdir, policy_file, [NS, "production"]) as api:
+        yield api
 
 
 @pytest.fixture(autouse=True)
@@ -129,12 +103,12 @@ def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api) -> Non
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": "four-h100", "namespace": NS},
-        "spec": {"spec": _claim_spec(req)},
+        "spec": {"spec": dra.claim_spec(req)},
     }
     api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaimtemplates", template)
     for i in range(2):
-        api.create(f"/api/v1/namespaces/{NS}/pods",
-                   _pod(f"by-product-{i}", template="four-h100", group="by-product"))  # fmt: skip
+        member = dra.pod(f"by-product-{i}", template="four-h100", group="by-product")
+        api.create(f"/api/v1/namespaces/{NS}/pods", member)
     wait_for(lambda: all(node_of(pods_in(api, NS).get(f"by-product-{i}") or {}) for i in range(2)),
              what="the by-product gang bound")  # fmt: skip
     # a pod with a claim of its own (named) for a GPU of at least 40 GiB
@@ -142,25 +116,25 @@ def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api) -> Non
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": "big-memory", "namespace": NS},
-        "spec": _claim_spec(at_least["podSets"][0]["deviceClaims"]),
+        "spec": dra.claim_spec(at_least["podSets"][0]["deviceClaims"]),
     }
     api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaims", claim)
-    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("at-least-40gib", claim="big-memory"))
+    api.create(f"/api/v1/namespaces/{NS}/pods", dra.pod("at-least-40gib", claim="big-memory"))
     wait_for(lambda: node_of(pods_in(api, NS).get("at-least-40gib") or {}), what="bound")
     gpus = int(plugin["podSets"][0]["resources"]["limits"]["nvidia.com/gpu"])
-    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("plugin", gpus=gpus))
+    api.create(f"/api/v1/namespaces/{NS}/pods", dra.pod("plugin", gpus=gpus))
     wait_for(lambda: node_of(pods_in(api, NS).get("plugin") or {}), what="plugin pod bound")
     # a MIG device of one profile, by its claim's selector
     claim = {**claim, "metadata": {"name": "a-partition", "namespace": NS},
-             "spec": _claim_spec(partition["podSets"][0]["deviceClaims"])}  # fmt: skip
+             "spec": dra.claim_spec(partition["podSets"][0]["deviceClaims"])}  # fmt: skip
     api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaims", claim)
-    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("partition", claim="a-partition"))
+    api.create(f"/api/v1/namespaces/{NS}/pods", dra.pod("partition", claim="a-partition"))
     wait_for(lambda: node_of(pods_in(api, NS).get("partition") or {}), what="partition bound")
     # a share of a GPU: 20 GiB of one, by consumable capacity
     claim = {**claim, "metadata": {"name": "a-share", "namespace": NS},
-             "spec": _claim_spec(notebook["podSets"][0]["deviceClaims"])}  # fmt: skip
+             "spec": dra.claim_spec(notebook["podSets"][0]["deviceClaims"])}  # fmt: skip
     api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaims", claim)
-    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("notebook", claim="a-share"))
+    api.create(f"/api/v1/namespaces/{NS}/pods", dra.pod("notebook", claim="a-share"))
     wait_for(lambda: node_of(pods_in(api, NS).get("notebook") or {}), what="notebook bound")
 
     pods = pods_in(api, NS)
@@ -177,8 +151,8 @@ def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api) -> Non
     seen: set[tuple[str, str]] = set()
     claimed = (("by-product-0", 4), ("by-product-1", 4), ("at-least-40gib", 1), ("partition", 1))
     for name, count in claimed:
-        c = wait_for(functools.partial(_claim_of, api, name), what=f"{name}'s claim allocated")
-        devices = _devices(c)
+        c = wait_for(functools.partial(dra.claim_of, api, name), what=f"{name}'s claim allocated")
+        devices = dra.devices(c)
         assert len(devices) == count and {p for p, _ in devices} == {node_of(pods[name])}
         assert not seen & set(devices), "a device allocated twice"
         seen |= set(devices)
@@ -194,7 +168,7 @@ def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api) -> Non
 
     # the share's result: one GPU, the memory it consumes, an id of its own; its pod holds the
     # two of the GPU's four replicas 20 GiB of 45 take
-    c = wait_for(lambda: _claim_of(api, "notebook"), what="the share's claim allocated")
+    c = wait_for(lambda: dra.claim_of(api, "notebook"), what="the share's claim allocated")
     [result] = c["status"]["allocation"]["devices"]["results"]
     assert result["consumedCapacity"] == {"memory": "20Gi"} and result["shareID"]
     slices = json.loads(pods["notebook"]["metadata"]["annotations"]["gpucarve.io/assignment"])
@@ -206,14 +180,14 @@ def test_claims_are_allocated_and_bound_as_plan_places_them(cluster: Api) -> Non
 
 def test_a_claim_no_device_matches_names_its_selector(cluster: Api) -> None:
     api = cluster
-    spec = _claim_spec([{
+    spec = dra.claim_spec([{
         "deviceClassName": "gpu.nvidia.com",
         "selectors": ['device.attributes["gpu.nvidia.com"].productName == "NVIDIA B200"'],
     }])  # fmt: skip
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
              "metadata": {"name": "b200", "namespace": NS}, "spec": spec}  # fmt: skip
     api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaims", claim)
-    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("wants-b200", claim="b200"))
+    api.create(f"/api/v1/namespaces/{NS}/pods", dra.pod("wants-b200", claim="b200"))
 
     def message() -> str | None:
         c = condition(pods_in(api, NS).get("wants-b200") or {})
@@ -227,7 +201,7 @@ def test_a_claim_no_device_matches_names_its_selector(cluster: Api) -> None:
     assert any("cannot be scheduled as it is" in line and "NVIDIA B200" in line
                for line in said.lines), said.lines  # fmt: skip
     # a pod whose named claim does not exist yet waits for it, and says so
-    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("claim-later", claim="not-yet"))
+    api.create(f"/api/v1/namespaces/{NS}/pods", dra.pod("claim-later", claim="not-yet"))
 
     def waits() -> str | None:
         c = condition(pods_in(api, NS).get("claim-later") or {})
@@ -241,11 +215,11 @@ def test_released_claims_free_their_gpus(cluster: Api) -> None:
     claims; an 8-GPU claim then fits where they ran."""
     api = cluster
     h100 = {"h100-0", "h100-1"}
-    spec = _claim_spec([{"deviceClassName": "gpu.nvidia.com", "count": 8}])
+    spec = dra.claim_spec([{"deviceClassName": "gpu.nvidia.com", "count": 8}])
     template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                 "metadata": {"name": "eight", "namespace": NS}, "spec": {"spec": spec}}  # fmt: skip
     api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaimtemplates", template)
-    api.create(f"/api/v1/namespaces/{NS}/pods", _pod("eight", template="eight"))
+    api.create(f"/api/v1/namespaces/{NS}/pods", dra.pod("eight", template="eight"))
 
     def eight_waits() -> bool:
         p = pods_in(api, NS).get("eight") or {}
@@ -263,8 +237,8 @@ def test_released_claims_free_their_gpus(cluster: Api) -> None:
         assert status == 200
     bound = wait_for(lambda: node_of(pods_in(api, NS).get("eight") or {}), 60, "eight bound")
     assert bound in h100
-    c = wait_for(lambda: _claim_of(api, "eight"), what="the 8-GPU claim allocated")
-    assert len(_devices(c)) == 8
+    c = wait_for(lambda: dra.claim_of(api, "eight"), what="the 8-GPU claim allocated")
+    assert len(dra.devices(c)) == 8
 
 
 def test_reclaim_evicts_a_borrowing_claim_and_its_gpus_go_to_the_lender(cluster: Api) -> None:
@@ -272,21 +246,21 @@ def test_reclaim_evicts_a_borrowing_claim_and_its_gpus_go_to_the_lender(cluster:
     borrowed pod (one GPU, on the node where the rest is free) is evicted, kube-controller-
     manager deallocates its claim, and production's claim gets the whole node."""
     api = cluster
-    spec = _claim_spec([{"deviceClassName": "gpu.nvidia.com", "count": 8}])
+    spec = dra.claim_spec([{"deviceClassName": "gpu.nvidia.com", "count": 8}])
     template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                 "metadata": {"name": "eight", "namespace": "production"},
                 "spec": {"spec": spec}}  # fmt: skip
     api.create(f"{RESOURCE}/namespaces/production/resourceclaimtemplates", template)
     api.create("/api/v1/namespaces/production/pods",
-               _pod("reclaimer", template="eight", ns="production"))  # fmt: skip
+               dra.pod("reclaimer", template="eight", ns="production"))  # fmt: skip
     node = wait_for(lambda: node_of(pods_in(api, "production").get("reclaimer") or {}), 60,
                     "the reclaimer bound")  # fmt: skip
     assert node == "h100-1"
     assert "at-least-40gib" not in pods_in(api, NS)  # the borrowed pod was evicted
-    freed = _claims(api)["big-memory"]  # its claim stays, deallocated
+    freed = dra.claims(api)["big-memory"]  # its claim stays, deallocated
     assert not (freed.get("status") or {}).get("allocation"), freed["status"]
-    c = wait_for(lambda: _claim_of(api, "reclaimer", "production"), what="its claim allocated")
-    assert _devices(c) == [("h100-1", f"gpu-{g}") for g in range(8)]
+    c = wait_for(lambda: dra.claim_of(api, "reclaimer", "production"), what="its claim allocated")
+    assert dra.devices(c) == [("h100-1", f"gpu-{g}") for g in range(8)]
 
 
 def test_a_claim_pod_bound_past_the_queue_is_charged_to_it(cluster: Api) -> None:
@@ -295,11 +269,11 @@ def test_a_claim_pod_bound_past_the_queue_is_charged_to_it(cluster: Api) -> None
     says so in a BoundElsewhere Event."""
     api = cluster
     profile = 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"'
-    spec = _claim_spec([{"deviceClassName": "mig.nvidia.com", "selectors": [profile]}])
+    spec = dra.claim_spec([{"deviceClassName": "mig.nvidia.com", "selectors": [profile]}])
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
              "metadata": {"name": "by-hand", "namespace": "production"}, "spec": spec}  # fmt: skip
     api.create(f"{RESOURCE}/namespaces/production/resourceclaims", claim)
-    manifest = _pod("past-the-queue", claim="by-hand", ns="production")
+    manifest = dra.pod("past-the-queue", claim="by-hand", ns="production")
     manifest["spec"]["schedulerName"] = "default-scheduler"
     manifest["spec"]["nodeName"] = "a100-mig-0"
     made = api.create("/api/v1/namespaces/production/pods", manifest)

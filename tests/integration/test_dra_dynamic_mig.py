@@ -18,15 +18,10 @@ import yaml
 from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
-from gpucarve.config.policy_build import load_policy
-from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
-from gpucarve.kube.view.nodes import slice_manifests
-from gpucarve.render.dra import device_classes
 from tests.integration.api import Api, wait_for
-from tests.integration.dra_objects import RESOURCE, claim_of, claim_spec, devices, pod
+from tests.integration.dra_objects import RESOURCE, claim_of, claim_spec, devices, dra_cluster, pod
 from tests.integration.invariants import check_claims
 from tests.integration.kube_pods import node_of, pods_in
-from tests.integration.stack_setup import populate, scheduling
 from tests.paths import EXAMPLES
 
 pytestmark = pytest.mark.integration
@@ -63,16 +58,8 @@ def _workloads(folder: Path) -> Path:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api, Path]]:
     workdir = tmp_path_factory.mktemp("dra-dynamic")
     policy_file = _policy(workdir)
-    with LocalStack(find_binaries(), workdir / "stack", with_controllers=True) as stack:
-        api = Api(stack.server, stack.tokens[ADMIN_USER])
-        populate(stack, api, policy_file, [NS, "production"])
-        policy = load_policy(policy_file, []).policy
-        for m in device_classes(policy):
-            api.create(f"{RESOURCE}/deviceclasses", m)
-        for m in slice_manifests(policy):
-            api.create(f"{RESOURCE}/resourceslices", m)
-        with scheduling(stack, policy_file):
-            yield api, workdir
+    with dra_cluster(workdir, policy_file, [NS, "production"]) as api:
+        yield api, workdir
 
 
 @pytest.fixture(autouse=True)

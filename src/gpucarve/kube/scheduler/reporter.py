@@ -7,7 +7,7 @@ per pod at most); a lost write costs a message, never a decision."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
@@ -124,18 +124,9 @@ class Reporter:
             }
             for r in result.reservations
         }
-        members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-        for pod in pods:
-            labels = pod["metadata"].get("labels") or {}
-            if any(labels.get(k) for k in GROUP_LABELS):
-                members.setdefault(group_key(pod), []).append(pod)
         seen: set[tuple[str, str]] = set()
-        for obj in objects:
-            meta = obj["metadata"]
-            gk = (meta["namespace"], meta["name"])
+        for gk, obj, mine, reason in self._with_members(objects, pods, _labelled):
             seen.add(gk)
-            mine = sorted(members.get(gk, []), key=lambda p: p["metadata"]["name"])
-            reason = next((m for p in mine if (m := self.reported.get(_key(p)))), None)
             minimum = int((obj.get("spec") or {}).get("minMember") or 1)
             held = reserved.get(gk)
             status = group_status(minimum, mine, assumed, reason, self.timed_out.get(gk), held)
@@ -159,17 +150,9 @@ class Reporter:
     ) -> None:
         """Each Workload API PodGroup's `PodGroupInitiallyScheduled` condition
         (`upstream_condition`), written where it changed; call after `pending`."""
-        members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-        for pod in pods:
-            if (pod.get("spec") or {}).get("schedulingGroup"):
-                members.setdefault(group_key(pod), []).append(pod)
         seen: set[tuple[str, str]] = set()
-        for obj in objects:
-            meta = obj["metadata"]
-            gk = (meta["namespace"], meta["name"])
+        for gk, obj, mine, reason in self._with_members(objects, pods, _scheduling_group):
             seen.add(gk)
-            mine = sorted(members.get(gk, []), key=lambda p: p["metadata"]["name"])
-            reason = next((m for p in mine if (m := self.reported.get(_key(p)))), None)
             gang = ((obj.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
             minimum = positive_int(gang.get("minCount")) or 1
             current = (obj.get("status") or {}).get("conditions") or []
@@ -180,6 +163,25 @@ class Reporter:
             self._side.submit(self._write_upstream_status, gk, cond)
         for gk in [k for k in self.upstream_status if k not in seen]:
             del self.upstream_status[gk]
+
+    def _with_members(
+        self,
+        objects: Sequence[Mapping[str, Any]],
+        pods: Sequence[Mapping[str, Any]],
+        joins: Callable[[Mapping[str, Any]], bool],
+    ) -> Iterator[tuple[tuple[str, str], Mapping[str, Any], list[Mapping[str, Any]], str | None]]:
+        """Each group object with its pods (those `joins` says name a group, in name order)
+        and the reason a waiting one of them was given."""
+        members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for pod in pods:
+            if joins(pod):
+                members.setdefault(group_key(pod), []).append(pod)
+        for obj in objects:
+            meta = obj["metadata"]
+            gk = (meta["namespace"], meta["name"])
+            mine = sorted(members.get(gk, []), key=lambda p: p["metadata"]["name"])
+            reason = next((m for p in mine if (m := self.reported.get(_key(p)))), None)
+            yield gk, obj, mine, reason
 
     def _write_upstream_status(self, gk: tuple[str, str], cond: dict[str, Any]) -> None:
         ns, name = gk
@@ -311,3 +313,12 @@ class Reporter:
         if uid := self.uid_of(pod):
             involved["uid"] = uid
         post_event(self.client, involved, kind, reason, message, self.clock())
+
+
+def _labelled(pod: Mapping[str, Any]) -> bool:
+    labels = pod["metadata"].get("labels") or {}
+    return any(labels.get(k) for k in GROUP_LABELS)
+
+
+def _scheduling_group(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("schedulingGroup"))

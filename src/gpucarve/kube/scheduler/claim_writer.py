@@ -8,7 +8,10 @@ reserved for it.
 A claim already allocated as asked and reserved for the pod is left alone (a retried binding).
 One allocated otherwise but reserved for no running pod (a binding that failed after its
 claims were written) is deallocated first; the view held its devices meanwhile, so nothing
-was promised twice. One reserved for another pod is never rewritten: the binding fails.
+was promised twice. One reserved for another pod is never rewritten: a pod that shares it
+(the view placed it on the claim's node, asking for no device of it) is added to its
+`reservedFor`, as kube-scheduler does, by a patch that applies only to the claim as the cache
+showed it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ from typing import Any
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.api.informer import Informer
 from gpucarve.kube.view.assigned import Assigned
-from gpucarve.kube.view.dra import DELETE_PROTECTION, DraDevices, allocation_for, claim_refs
+from gpucarve.kube.view.dra import (
+    DELETE_PROTECTION,
+    DraDevices,
+    allocation_for,
+    claim_refs,
+    followed,
+)
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 
@@ -54,6 +63,24 @@ class ClaimWriter:
             raise ApiError("PATCH", "resourceclaims", 409, str(err)) from None
         for claim, status in wanted:
             self._write_one(claim, cached[claim], status)
+        for claim, obj in cached.items():
+            if followed(pod, obj):
+                self._join(claim, obj, pod)
+
+    def _join(self, claim: str, current: Mapping[str, Any], pod: Mapping[str, Any]) -> None:
+        """Reserve a shared, allocated claim for one more pod (a test of the version the
+        cache showed: a claim changed meanwhile fails the binding, retried next cycle)."""
+        meta = pod["metadata"]
+        reserved = (current.get("status") or {}).get("reservedFor") or []
+        if any(r.get("name") == meta["name"] for r in reserved):
+            return  # a retried binding: reserved for it already
+        entry = {"resource": "pods", "name": meta["name"], "uid": meta.get("uid")}
+        patch = [
+            {"op": "test", "path": "/metadata/resourceVersion",
+             "value": current["metadata"].get("resourceVersion")},
+            {"op": "add", "path": "/status/reservedFor/-", "value": entry},
+        ]  # fmt: skip
+        self.client.call("PATCH", f"{_path(claim)}/status", patch, "application/json-patch+json")
 
     def _write_one(self, claim: str, current: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         have = current.get("status") or {}
@@ -101,6 +128,14 @@ class ClaimWriter:
                 continue
             reserved = (obj.get("status") or {}).get("reservedFor") or []
             if reserved and [r.get("name") for r in reserved] != [name]:
+                # shared: only this pod's place in it goes (once the cache shows it there)
+                left = [r for r in reserved if r.get("name") != name]
+                if len(left) < len(reserved):
+                    with contextlib.suppress(ApiError):
+                        self.client.call(
+                            "PATCH", f"{_path(str(ref.claim))}/status",
+                            {"status": {"reservedFor": left}}, "application/merge-patch+json",
+                        )  # fmt: skip
                 continue
             with contextlib.suppress(ApiError):
                 self.client.call(

@@ -44,6 +44,8 @@ _MIG = re.compile(r"^gpu-(\d{1,3})-mig-(\d{1,3})-(\d{1,2})-(\d{1,2})$")
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 # where a pending pod's claims reach the workload document (never a Kubernetes field)
 CLAIMS_KEY = "gpucarve:deviceClaims"
+# the node a pending pod must run on because a claim it shares is allocated there
+PINNED_KEY = "gpucarve:claimNode"
 MIB = 1024 * 1024
 
 
@@ -228,6 +230,27 @@ def claim_requests(claim: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str 
     return out, None
 
 
+def followed(pod: Mapping[str, Any], claim: Mapping[str, Any]) -> bool:
+    """Whether the pod shares a claim that is allocated and reserved for another pod: it then
+    uses the devices already allocated (on their node) and asks for none."""
+    status = claim.get("status") or {}
+    name = pod["metadata"]["name"]
+    others = [r for r in status.get("reservedFor") or [] if r.get("name") != name]
+    return bool(status.get("allocation")) and bool(others)
+
+
+def claim_node(claim: Mapping[str, Any]) -> str | None:
+    """The node an allocated claim's devices are on, from its allocation's node selector
+    (`metadata.name In [node]`, as gpucarve and kube-scheduler write it)."""
+    selector = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector") or {}
+    for term in selector.get("nodeSelectorTerms") or []:
+        for f in term.get("matchFields") or []:
+            values = f.get("values") or []
+            if f.get("key") == "metadata.name" and f.get("operator") == "In" and len(values) == 1:
+                return str(values[0])
+    return None
+
+
 def _unservable(
     pod: Mapping[str, Any], ref: ClaimRef, claim: Mapping[str, Any] | None
 ) -> str | None:
@@ -239,16 +262,10 @@ def _unservable(
             f"{ref.entry!r}{made}; kube-controller-manager's resourceclaim controller makes "
             "claims from templates)"
         )
-    held = [
-        r.get("name")
-        for r in (claim.get("status") or {}).get("reservedFor") or []
-        if r.get("name") != pod["metadata"]["name"]
-    ]
-    if held:
+    if followed(pod, claim) and claim_node(claim) is None:
         return (
-            f"dra/claim-shared: ResourceClaim {ref.claim} is in use by pod(s) "
-            f"{', '.join(map(str, held))}; gpucarve places only pods with claims of their "
-            "own (a ResourceClaimTemplate gives each pod one)"
+            f"dra/claim-shared: ResourceClaim {ref.claim} is allocated with no single node in "
+            "its node selector; gpucarve places a pod sharing a claim on the claim's node"
         )
     refused = claim_requests(claim)[1]
     if refused is not None:
@@ -273,25 +290,37 @@ def attach_claims(
         key = object_key(pod)
         entries: list[dict[str, Any]] = []
         versions: list[str] = []
+        nodes: set[str] = set()
         why = None
         for ref in refs:
             claim = claims.get(ref.claim) if ref.claim else None
             why = _unservable(pod, ref, claim)
-            first = taken.setdefault(str(ref.claim), key)
-            if why is None and first != key:
-                # two waiting pods naming one claim: the second would take over its devices
-                why = f"dra/claim-shared: ResourceClaim {ref.claim} is named by pod {first} too"
             if why is not None or claim is None:
                 break
-            entries += claim_requests(claim)[0]
             versions.append(str(claim["metadata"].get("resourceVersion", "")))
+            if followed(pod, claim):
+                nodes.add(str(claim_node(claim)))  # its devices are allocated already
+                continue
+            first = taken.setdefault(str(ref.claim), key)
+            if first != key:
+                # two waiting pods naming one claim not allocated yet: the first is placed and
+                # allocates it, then the second follows it to its node
+                why = (
+                    f"dra/claim-shared: ResourceClaim {ref.claim} is named by pod {first} too, "
+                    "placed first; this pod then runs where its devices are"
+                )
+                break
+            entries += claim_requests(claim)[0]
+        if why is None and len(nodes) > 1:
+            why = f"dra/claim-shared: the claims it shares are on different nodes ({sorted(nodes)})"
         if why is not None:
             waiting[key] = why
             continue
         meta = dict(pod["metadata"])
         if meta.get("resourceVersion"):
             meta["resourceVersion"] = f"{meta['resourceVersion']}+{'+'.join(versions)}"
-        out.append({**pod, "metadata": meta, CLAIMS_KEY: entries})
+        pinned = {PINNED_KEY: nodes.pop()} if nodes else {}
+        out.append({**pod, "metadata": meta, CLAIMS_KEY: entries, **pinned})
     return out, waiting
 
 
@@ -376,7 +405,9 @@ def claim_units(claims: Sequence[Mapping[str, Any]], dra: DraDevices) -> ClaimUn
             for r in status.get("reservedFor") or []
             if r.get("resource") == "pods"
         ]
-        for p in pods:
+        # a claim several pods share holds its devices once: through the first it is reserved
+        # for (the pod that allocated it, until it is gone); the others ask for none
+        for p in pods[:1]:
             have = by_pod.setdefault(p, (node, []))
             have[1].extend(units)
         by_claim[object_key(claim)] = (node, units)
@@ -405,6 +436,8 @@ def allocation_for(
         claim = claims.get(ref.claim) if ref.claim else None
         if claim is None:
             raise ValueError(f"its ResourceClaim for {ref.entry!r} is gone")
+        if followed(pod, claim):
+            continue  # shared, allocated already: the writer adds the pod to reservedFor
         requests, refused = claim_requests(claim)
         if refused is not None:
             raise ValueError(refused)

@@ -33,10 +33,10 @@ from gpucarve.core.vocabulary import (
     QUEUE_LABELS,
 )
 from gpucarve.core.workload import RunningWorkload, Workload
-from gpucarve.kube.view.dra import CLAIMS_KEY, devices_key
+from gpucarve.kube.view.dra import CLAIMS_KEY, PINNED_KEY, devices_key
 from gpucarve.kube.view.group_spec import GroupSpec
 from gpucarve.kube.view.owner_kinds import group_of
-from gpucarve.kube.view.pod_groups import resolve_topology
+from gpucarve.kube.view.pod_groups import HOSTNAME_LABEL, resolve_topology
 
 __all__ = ["GROUP_LABELS", "GroupSpec", "PendingGroup", "WorkloadCache", "pending_workloads"]
 
@@ -173,12 +173,14 @@ def _expressions(term: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _template(pod: Mapping[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec") or {}
     annotations = pod["metadata"].get("annotations") or {}
-    claimed = {"deviceClaims": pod[CLAIMS_KEY]} if CLAIMS_KEY in pod else {}
+    claimed = {"deviceClaims": pod[CLAIMS_KEY]} if pod.get(CLAIMS_KEY) else {}
+    # a pod sharing an allocated claim runs where its devices are
+    pinned = {HOSTNAME_LABEL: pod[PINNED_KEY]} if PINNED_KEY in pod else {}
     return {
         **claimed,
         "resources": _resources(spec),
         "annotations": {k: v for k, v in annotations.items() if k in KEPT_ANNOTATIONS},
-        "nodeSelector": dict(spec.get("nodeSelector") or {}),
+        "nodeSelector": {**dict(spec.get("nodeSelector") or {}), **pinned},
         **_affinity(spec),
         "tolerations": [
             {k: t[k] for k in ("key", "operator", "value", "effect") if k in t}

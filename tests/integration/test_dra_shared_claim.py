@@ -1,0 +1,75 @@
+"""One ResourceClaim shared by several pods, on a real API server: the first pod placed
+allocates it; the second runs on the claim's node and is added to its reservedFor (as
+kube-scheduler does), asking for no device of its own, so the queue is charged once; when the
+first pod goes, the claim stays allocated for the second."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration import dra_objects as dra
+from tests.integration.api import Api, wait_for
+from tests.integration.invariants import check_claims
+from tests.integration.kube_pods import node_of, pods_in
+from tests.paths import EXAMPLES
+
+pytestmark = pytest.mark.integration
+NS = "research"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    workdir = tmp_path_factory.mktemp("dra-shared")
+    doc = yaml.safe_load((EXAMPLES / "dra" / "policy.yaml").read_text())
+    policy_file = workdir / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(doc))
+    with dra.dra_cluster(workdir, policy_file, [NS, "production"]) as api:
+        yield api
+
+
+def _usage(api: Api) -> dict[str, Any]:
+    status = api.get(f"/apis/gpucarve.io/v1alpha1/queues/{NS}").get("status") or {}
+    return dict(status.get("usage") or {})
+
+
+def _reserved(api: Api) -> list[str]:
+    claim = dra.claims(api).get("pair") or {}
+    return [r["name"] for r in (claim.get("status") or {}).get("reservedFor") or []]
+
+
+def test_two_pods_share_one_claims_gpus_charged_once(cluster: Api) -> None:
+    api = cluster
+    spec = dra.claim_spec([{"deviceClassName": "gpu.nvidia.com", "count": 2}])
+    api.create(f"{dra.RESOURCE}/namespaces/{NS}/resourceclaims",
+               {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": "pair", "namespace": NS}, "spec": spec})  # fmt: skip
+    for name in ("pair-a", "pair-b"):
+        api.create(f"/api/v1/namespaces/{NS}/pods", dra.pod(name, claim="pair"))
+    bound = wait_for(
+        lambda: all(node_of(pods_in(api, NS).get(n) or {}) for n in ("pair-a", "pair-b")),
+        what="both pods sharing the claim bound",
+    )
+    assert bound
+    pods = pods_in(api, NS)
+    nodes = {node_of(pods["pair-a"]), node_of(pods["pair-b"])}
+    claim = wait_for(functools.partial(lambda: dra.claims(api).get("pair")), what="the claim")
+    devices = dra.devices(claim)
+    assert len(devices) == 2 and nodes == {devices[0][0]}, (nodes, devices)
+    assert sorted(_reserved(api)) == ["pair-a", "pair-b"]
+    # two GPUs charged, not four
+    wait_for(lambda: _usage(api) == {"h100-dra-full": 2}, what=f"usage of 2, not {_usage(api)}")
+    check_claims(api, [NS])
+    # the pod that allocated it goes: the claim stays allocated, reserved for the other
+    first = _reserved(api)[0]
+    status, _ = api.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{first}")
+    assert status == 200
+    other = {"pair-a", "pair-b"} - {first}
+    wait_for(lambda: _reserved(api) == sorted(other), what="the claim reserved for the other")
+    assert dra.devices(dra.claims(api)["pair"]) == devices
+    wait_for(lambda: _usage(api) == {"h100-dra-full": 2}, what=f"still 2, not {_usage(api)}")
+    check_claims(api, [NS])

@@ -45,7 +45,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     doc["scheduling"] = {"minRuntimeSeconds": 0}
     policy_file = workdir / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(doc))
-    with dra.dra_cluster(workdir, policy_file, [NS, "production"]) as api:
+    with dra.dra_cluster(workdir, policy_file, [NS, "production"]) as (api, _):
         yield api
 
 

@@ -58,7 +58,7 @@ def _workloads(folder: Path) -> Path:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api, Path]]:
     workdir = tmp_path_factory.mktemp("dra-dynamic")
     policy_file = _policy(workdir)
-    with dra_cluster(workdir, policy_file, [NS, "production"]) as api:
+    with dra_cluster(workdir, policy_file, [NS, "production"]) as (api, _):
         yield api, workdir
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucarve.kube.scheduler.loop import Scheduler
 from tests.integration import dra_objects as dra
 from tests.integration.api import Api, wait_for
 from tests.integration.invariants import check_claims
@@ -23,13 +24,13 @@ NS = "research"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api, Scheduler]]:
     workdir = tmp_path_factory.mktemp("dra-shared")
     doc = yaml.safe_load((EXAMPLES / "dra" / "policy.yaml").read_text())
     policy_file = workdir / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(doc))
-    with dra.dra_cluster(workdir, policy_file, [NS, "production"]) as api:
-        yield api
+    with dra.dra_cluster(workdir, policy_file, [NS, "production"]) as both:
+        yield both
 
 
 def _usage(api: Api) -> dict[str, Any]:
@@ -42,8 +43,8 @@ def _reserved(api: Api) -> list[str]:
     return [r["name"] for r in (claim.get("status") or {}).get("reservedFor") or []]
 
 
-def test_two_pods_share_one_claims_gpus_charged_once(cluster: Api) -> None:
-    api = cluster
+def test_two_pods_share_one_claims_gpus_charged_once(cluster: tuple[Api, Scheduler]) -> None:
+    api, sched = cluster
     spec = dra.claim_spec([{"deviceClassName": "gpu.nvidia.com", "count": 2}])
     api.create(f"{dra.RESOURCE}/namespaces/{NS}/resourceclaims",
                {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
@@ -61,8 +62,10 @@ def test_two_pods_share_one_claims_gpus_charged_once(cluster: Api) -> None:
     devices = dra.devices(claim)
     assert len(devices) == 2 and nodes == {devices[0][0]}, (nodes, devices)
     assert sorted(_reserved(api)) == ["pair-a", "pair-b"]
-    # two GPUs charged, not four
+    # two GPUs charged, not four: in the Queue's status and the scheduler's metrics
     wait_for(lambda: _usage(api) == {"h100-dra-full": 2}, what=f"usage of 2, not {_usage(api)}")
+    labels = {"queue": NS, "flavor": "h100-dra-full"}
+    assert sched.metrics.registry.get_sample_value("gpucarve_queue_usage_slices", labels) == 2
     check_claims(api, [NS])
     # the pod that allocated it goes: the claim stays allocated, reserved for the other
     first = _reserved(api)[0]

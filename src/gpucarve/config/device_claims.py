@@ -12,11 +12,18 @@ request names one (`nvidia.com/mig-3g.40gb`); a share is the fraction of that me
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpucarve.config.device_select import Device, Selectors, match_flavors, policy_devices
+from gpucarve.config.device_select import (
+    IDENTITY,
+    Device,
+    Selectors,
+    match_flavors,
+    policy_devices,
+)
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.problems import Path, Problem
 from gpucarve.core.quantity import QuantityError, memory_mib
@@ -83,6 +90,10 @@ def claim_request(
         if not of_class:
             problems.append(_no_devices(c, cpath, policy, kinds_of_class))
             continue
+        named = [s for s in c.selectors if _IDENTITY_USE.search(s)]
+        if named:
+            problems.append(_names_one(c, cpath, named[0]))
+            continue
         match = match_flavors(c.selectors, of_class, JUDGE)
         if match.unmatched or not match.flavors:
             why = "; ".join(match.unmatched) or "the selectors together match no one device"
@@ -95,6 +106,9 @@ def claim_request(
                 )
             )
             continue
+        if match.partial:
+            problems.append(_singles_out(c, cpath, match.partial))
+            continue
         allowed = set(match.flavors) if allowed is None else allowed & set(match.flavors)
         kinds |= kinds_of_class
         total += c.count
@@ -103,6 +117,38 @@ def claim_request(
     if memory:
         return _shared_request(path, allowed or set(), kinds, total, memory)
     return _request(policy, path, allowed or set(), kinds, total)
+
+
+# an attribute that names one device (`.uuid`, `["pcieBusID"]`), read by a selector
+_IDENTITY_USE = re.compile(r"""(\.|\[\s*["'])(""" + "|".join(sorted(IDENTITY)) + r")\b")
+
+
+def _names_one(c: DeviceClaimSpec, cpath: Path, selector: str) -> Problem:
+    return Problem(
+        (*cpath, "selectors"),
+        "device-selector-singles-out",
+        f"request {c.name!r}: {selector!r} picks one device by what names it (its uuid or PCI "
+        "address); gpucarve places a claim on a kind of device (a flavor), not on one device",
+        "select by what every device of the kind shares (productName, memory, architecture, "
+        "a MIG profile)",
+    )
+
+
+def _singles_out(
+    c: DeviceClaimSpec, cpath: Path, partial: tuple[tuple[str, int, int], ...]
+) -> Problem:
+    """Selectors that take some devices of a kind and not others (a uuid, an index, a PCI
+    address, a driver version some nodes have): gpucarve places by flavor, so it could give
+    the claim a device its selectors exclude. Refused rather than honoured in part."""
+    which = "; ".join(f"{n} of the {total} devices of {f}" for f, n, total in partial)
+    return Problem(
+        (*cpath, "selectors"),
+        "device-selector-singles-out",
+        f"request {c.name!r}: the selectors match {which}; gpucarve places a claim on a kind "
+        "of device (a flavor), not on one device",
+        "select by what every device of the kind shares (productName, memory, architecture, "
+        "a MIG profile), or give those devices a pool of their own",
+    )
 
 
 def _share(c: DeviceClaimSpec, cpath: Path) -> tuple[int, list[Problem]]:

@@ -215,6 +215,8 @@ class Match:
     flavors: tuple[str, ...]  # the flavors whose devices every selector matches
     # per selector that matched no flavor: what it is and why
     unmatched: tuple[str, ...] = ()
+    # matched flavors of which the selectors take only some devices: (flavor, matched, all)
+    partial: tuple[tuple[str, int, int], ...] = ()
 
 
 def match_flavors(
@@ -225,11 +227,13 @@ def match_flavors(
     """The flavors with a device that all `selectors` match (any device when there are
     none). A selector no device of any flavor matches is named, with why."""
     matched: list[str] = []
+    partial: list[tuple[str, int, int]] = []
     hits: dict[str, bool] = dict.fromkeys(selectors, False)
     errors: dict[str, str] = {}
     for flavor, flavor_devices in sorted(devices.items()):
-        ok = False
+        ok = seen = 0
         for device in flavor_devices:
+            seen += 1
             verdicts = [judge.verdict(s, device) for s in selectors]
             for s, v in zip(selectors, verdicts, strict=True):
                 if v is True:
@@ -237,10 +241,12 @@ def match_flavors(
                 elif isinstance(v, str):
                     errors.setdefault(s, v)
             if all(v is True for v in verdicts):
-                ok = True
+                ok += 1
         if ok:
             matched.append(flavor)
+        if 0 < ok < seen:
+            partial.append((flavor, ok, seen))
     unmatched = tuple(
         f"{s!r} {errors.get(s, 'matches no device')}" for s in selectors if not hits[s]
     )
-    return Match(tuple(matched), unmatched)
+    return Match(tuple(matched), unmatched, tuple(partial))

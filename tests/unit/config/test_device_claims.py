@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucarve.config.device_select import Device, Selectors, device_from_slice, match_flavors
+from gpucarve.config.device_select import (
+    Device,
+    Selectors,
+    device_from_slice,
+    match_flavors,
+    policy_devices,
+)
 from gpucarve.config.policy_build import load_policy, load_policy_text
 from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.cluster import build_cluster
@@ -59,9 +65,9 @@ def test_a_selector_that_matches_nothing_is_named_with_the_devices_there_are() -
     assert "h100-dra-full: NVIDIA H100 80GB HBM3 with 79 GiB" in message
     [(code, message)] = codes(claim("device.attributes[", count=1))
     assert code == "no-device-matches" and "is not a CEL expression" in message
-    # a selector on what names one device is not judged: gpucarve places by flavor
+    # a selector on what names one device is refused: gpucarve places by flavor
     [(code, message)] = codes(claim('device.attributes["gpu.nvidia.com"].uuid == "GPU-1"'))
-    assert "cannot be judged" in message and "uuid" in message
+    assert code == "device-selector-singles-out" and "uuid" in message
 
 
 def test_unknown_device_class_and_claims_beside_resources_are_refused() -> None:
@@ -220,3 +226,26 @@ def test_a_selector_nested_past_reason_is_an_error_not_a_crash() -> None:
     deep = "(" * 3000 + "true" + ")" * 3000
     [(code, message)] = codes(claim(deep))
     assert code == "no-device-matches" and "nested too deeply" in message
+
+
+def test_selectors_that_single_out_devices_are_refused_not_honoured_in_part() -> None:
+    """gpucarve places a claim on a kind of device: a selector that names one device (its
+    uuid) or takes some devices of a flavor and not others (a driver version only some nodes
+    have) would be honoured in part, so it is refused with the way to select instead."""
+    by_uuid = 'device.attributes["gpu.nvidia.com"].uuid == "GPU-h100-0-3"'
+    [(code, message)] = codes(claim(by_uuid))
+    assert code == "device-selector-singles-out" and "picks one device" in message
+    h100 = next(iter(policy_devices(POLICY)["h100-dra-full"]))
+    newer = Device(h100.driver, {**h100.attributes, "driverVersion": "580.1.0"}, h100.capacity)
+    older = Device(h100.driver, {**h100.attributes, "driverVersion": "570.1.0"}, h100.capacity)
+    devices = {**policy_devices(POLICY), "h100-dra-full": (newer, older)}
+    some = 'device.attributes["gpu.nvidia.com"].driverVersion == "580.1.0"'
+    _, problems = build_workload(claim(some), POLICY, devices=devices)
+    (p,) = problems
+    assert (
+        p.code == "device-selector-singles-out"
+        and "1 of the 2 devices of h100-dra-full" in p.message
+    )
+    # what every device of the kind shares is fine
+    w, problems = build_workload(claim(PRODUCT), POLICY, devices=devices)
+    assert problems == [] and w is not None

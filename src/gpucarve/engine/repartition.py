@@ -128,7 +128,11 @@ class Reshaper:
         self._coming: dict[str, Counter[str]] | None = None
         # per pool: all the MIG work pending for it (each pod set counted for every profile of
         # the pool that could serve it) and whether a repartition could create all of it
-        self._bound: dict[str, tuple[Counter[str], bool]] = {}
+        self._bound: dict[str, tuple[Counter[str], Counter[str]]] = {}
+        self._left: Counter[str] = Counter()
+        # per pool: demands a plan could not create this cycle (any demand covering one of
+        # them cannot be created either)
+        self._failed: dict[str, list[Counter[str]]] = {}
 
     def absorbs(
         self, w: Workload, combos: Sequence[Sequence[Flavor | None]]
@@ -164,17 +168,28 @@ class Reshaper:
     def _fits(self, name: str, need: Counter[str]) -> bool:
         total = need + self.promised.get(name, Counter())
         if name not in self._bound:
-            upper = self._pending_for(name)
-            self._bound[name] = (upper, self._plannable(name, upper))
-        upper, all_fit = self._bound[name]
-        # Each workload's promise used to plan the whole pool again (a cycle with many small
-        # MIG workloads waiting took seconds). The promises only grow within a cycle, so once
-        # all the pool's pending MIG work fits, so does any part of it.
-        if all_fit and all(n <= upper[p] for p, n in total.items()):
+            # Each workload's promise used to plan the whole pool again (a cycle with hundreds
+            # of small MIG workloads waiting took seconds per cycle). One plan for all the
+            # pool's pending MIG work, at the cycle's first promise, says what the pool can
+            # create; a promise within that needs no plan of its own.
+            self._bound[name] = self._creatable(name, self._pending_for(name))
+        able, free = self._bound[name]
+        if all(n + free[p] <= able[p] for p, n in total.items()):
             return True
-        return self._plannable(name, total)
+        failed = self._failed.setdefault(name, [])
+        if any(all(total[p] >= n for p, n in f.items()) for f in failed):
+            return False
+        self._creatable(name, total)
+        if not self._left:
+            return True
+        failed.append(total)
+        return False
 
-    def _plannable(self, name: str, demand: Counter[str]) -> bool:
+    def _creatable(self, name: str, demand: Counter[str]) -> tuple[Counter[str], Counter[str]]:
+        """What a plan for `demand` creates: instances per profile the pool would offer,
+        free ones counted (beyond them is what the waiting work needs), and the free
+        instances there are now less those GPUs being reconfigured are creating. `_left`:
+        what the plan could not create."""
         pool = self.dynamic[name]
         assert pool.mig_dynamic is not None
         if self._coming is None:
@@ -182,11 +197,14 @@ class Reshaper:
         used, coming = instances_in_use(self.c, self._coming)
         gpus, arriving = _eligible(self.c, name, pool, used, coming)
         want = _beyond_free(gpus, demand, arriving)
+        free = Counter({p: n - demand[p] for p, n in want.items()})
+        self._left = Counter()
         if not want:
-            return True
+            return Counter(), free
         allowed = frozenset(f.profile for f in pool.flavors() if f.profile)
         _, left = plan_pool(gpus, want, None, pool.mig_dynamic.max_gpus_per_cycle, allowed)
-        return not left
+        self._left = Counter(dict(left))
+        return Counter({p: n - self._left[p] for p, n in want.items()}), free
 
     def _pending_for(self, name: str) -> Counter[str]:
         """Instances per profile all the pending work could take from the pool (an upper

@@ -126,10 +126,8 @@ class Reshaper:
         self.promised: dict[str, Counter[str]] = {}
         # the GPUs being reconfigured, found once per cycle however many workloads ask
         self._coming: dict[str, Counter[str]] | None = None
-        # per pool: all the MIG work pending for it (each pod set counted for every profile of
-        # the pool that could serve it) and whether a repartition could create all of it
-        self._bound: dict[str, tuple[Counter[str], Counter[str]]] = {}
-        self._left: Counter[str] = Counter()
+        # per pool: what one plan for all its pending MIG work could give, per profile
+        self._offer: dict[str, Counter[str]] = {}
         # per pool: demands a plan could not create this cycle (any demand covering one of
         # them cannot be created either)
         self._failed: dict[str, list[Counter[str]]] = {}
@@ -167,29 +165,25 @@ class Reshaper:
 
     def _fits(self, name: str, need: Counter[str]) -> bool:
         total = need + self.promised.get(name, Counter())
-        if name not in self._bound:
+        if name not in self._offer:
             # Each workload's promise used to plan the whole pool again (a cycle with hundreds
             # of small MIG workloads waiting took seconds per cycle). One plan for all the
             # pool's pending MIG work, at the cycle's first promise, says what the pool can
-            # create; a promise within that needs no plan of its own.
-            self._bound[name] = self._creatable(name, self._pending_for(name))
-        able, free = self._bound[name]
-        if all(n + free[p] <= able[p] for p, n in total.items()):
+            # give; a promise within that needs no plan of its own.
+            self._offer[name] = self._offered(name, self._pending_for(name))
+        if _within(total, self._offer[name]):
             return True
         failed = self._failed.setdefault(name, [])
-        if any(all(total[p] >= n for p, n in f.items()) for f in failed):
+        if any(_within(f, total) for f in failed):
             return False
-        self._creatable(name, total)
-        if not self._left:
+        if _within(total, self._offered(name, total)):
             return True
         failed.append(total)
         return False
 
-    def _creatable(self, name: str, demand: Counter[str]) -> tuple[Counter[str], Counter[str]]:
-        """What a plan for `demand` creates: instances per profile the pool would offer,
-        free ones counted (beyond them is what the waiting work needs), and the free
-        instances there are now less those GPUs being reconfigured are creating. `_left`:
-        what the plan could not create."""
+    def _offered(self, name: str, demand: Counter[str]) -> Counter[str]:
+        """How much of `demand` (instances per profile) the pool can give: the free instances
+        that hold it already, and what a plan for the rest creates."""
         pool = self.dynamic[name]
         assert pool.mig_dynamic is not None
         if self._coming is None:
@@ -197,30 +191,30 @@ class Reshaper:
         used, coming = instances_in_use(self.c, self._coming)
         gpus, arriving = _eligible(self.c, name, pool, used, coming)
         want = _beyond_free(gpus, demand, arriving)
-        free = Counter({p: n - demand[p] for p, n in want.items()})
-        self._left = Counter()
         if not want:
-            return Counter(), free
+            return Counter(demand)
         allowed = frozenset(f.profile for f in pool.flavors() if f.profile)
         _, left = plan_pool(gpus, want, None, pool.mig_dynamic.max_gpus_per_cycle, allowed)
-        self._left = Counter(dict(left))
-        return Counter({p: n - self._left[p] for p, n in want.items()}), free
+        return Counter({p: n - left.get(p, 0) for p, n in demand.items()})
 
     def _pending_for(self, name: str) -> Counter[str]:
         """Instances per profile all the pending work could take from the pool (an upper
         bound of any set of promises: a pod set counts for every profile that serves it)."""
         pool = self.dynamic[name]
-        flavors = [f for f in pool.flavors() if f.profile is not None]
+        memory = pool.model.memory_mib
+        profiles = [(f, f.profile) for f in pool.flavors() if f.profile is not None]
         out: Counter[str] = Counter()
         for w in self.c.snapshot.pending:
             for ps in w.pod_sets:
-                for f in flavors:
-                    if ps.gpu is not None and serves(ps.gpu, f, pool.model.memory_mib):
-                        assert f.profile is not None
-                        out[f.profile] += ps.count * slices_per_pod(
-                            ps.gpu, f, pool.model.memory_mib
-                        )
+                for f, profile in profiles:
+                    if serves(ps.gpu, f, memory):
+                        out[profile] += ps.count * slices_per_pod(ps.gpu, f, memory)
         return out
+
+
+def _within(need: Counter[str], have: Counter[str]) -> bool:
+    """Every profile of `need` at most what `have` holds."""
+    return all(n <= have[p] for p, n in need.items())
 
 
 def instances_in_use(

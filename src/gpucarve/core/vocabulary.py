@@ -46,6 +46,7 @@ MANAGED_BY = "gpucarve"
 
 # ----------------------------------------------------------------- the ecosystem's names
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # the kubelet's label of its node's name
 # Dynamic Resource Allocation: NVIDIA's DRA driver and the device classes of its whole GPUs
 # and its MIG devices
 DRA_GPU_DRIVER = "gpu.nvidia.com"

@@ -10,6 +10,7 @@ modules once per user.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -55,8 +56,10 @@ WORKLOAD_API_FLAGS = (
 )
 
 
+@functools.lru_cache(maxsize=8)
 def serves_workload_api(apiserver: Path) -> bool:
-    """Whether this kube-apiserver has the Workload API's gate at beta (1.37 on)."""
+    """Whether this kube-apiserver has the Workload API's gate at beta (1.37 on); asked once
+    per binary, not at every start."""
     try:
         out = subprocess.run(
             [str(apiserver), "--help"], check=False, capture_output=True, text=True, timeout=60

@@ -463,14 +463,14 @@ class Scheduler:
         """Hand the cycle's repartitions to the MIG manager (`mig_handoff`). GPUs with a
         slice held (by a pod, bound or assumed) are never changed, and a node that gets
         bindings this cycle waits for the next one: its device plugin must be up when the
-        kubelet admits them."""
+        kubelet admits them. A DRA pool's node is carved at once (`MigHandoff._carve`): its
+        partitions in use stay, and no device plugin restarts."""
         if not result.repartitions:
             return  # the common case: nothing to hand over, nothing to look up
         cluster = view.snapshot.cluster
         pools = {n.name: n.pool for n in cluster.nodes}
         dra = {p.name for p in self.policy.pools if p.devices is DeviceApi.DRA}
         binding = {p.node for a in result.admissions for p in a.pods}
-        # a DRA pool's partitions are carved without touching the node's running devices
         reps = [r for r in result.repartitions if r.node not in binding or pools.get(r.node) in dra]
         if not reps:
             return

@@ -12,6 +12,7 @@ cordoned or NotReady node is kept the same way, so its running pods keep their s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from collections import Counter
@@ -355,7 +356,7 @@ def _dra_node(
     }
     flavor_of = {device_unit(s.id.split("/", 1)[1]): s.flavor for s in node_slices}
     name = node_slices[0].node if node_slices else ""
-    optional = _partitions(policy, pool) if pool.mig_dynamic is not None else {}
+    optional = _partitions(pool) if pool.mig_dynamic is not None else {}
     for unit, (flavor, _) in optional.items():
         flavor_of.setdefault(unit, flavor)
     least = {unit: mib for unit, (_, mib) in optional.items()}
@@ -366,7 +367,8 @@ def _dra_node(
     return bad
 
 
-def _partitions(policy: Policy, pool: Pool) -> dict[str, tuple[str, int]]:
+@functools.lru_cache(maxsize=64)
+def _partitions(pool: Pool) -> Mapping[str, tuple[str, int]]:
     """Every partition a dynamic MIG DRA pool's node may publish (each placement of each
     profile its flavors serve, on each GPU): unit -> (its flavor, the least memory in MiB its
     device may have). Each joins its profile's flavor whether or not the layout has it now,
@@ -374,13 +376,16 @@ def _partitions(policy: Policy, pool: Pool) -> dict[str, tuple[str, int]]:
     geom = pool.model.mig
     assert geom is not None
     flavors = {f.profile: f.name for f in pool.flavors() if f.profile is not None}
-    return {
-        f"gpu{g}/{p.name}@{start}": (flavors[p.name], p.memory_mib * 9 // 10)
-        for g in range(pool.gpus_per_node)
-        for p in geom.profiles
-        if p.name in flavors
-        for start in p.starts
-    }
+    # the same for every node of the pool: built once (the cache holds the policy's pools)
+    return MappingProxyType(
+        {
+            f"gpu{g}/{p.name}@{start}": (flavors[p.name], p.memory_mib * 9 // 10)
+            for g in range(pool.gpus_per_node)
+            for p in geom.profiles
+            if p.name in flavors
+            for start in p.starts
+        }
+    )
 
 
 @dataclass

@@ -24,7 +24,7 @@ from gpucarve.config.device_select import catalog_device, catalog_mig_device
 from gpucarve.core.catalog import GpuModel
 from gpucarve.core.cluster import Node, Slice, build_cluster
 from gpucarve.core.policy import DeviceApi, Policy, Pool
-from gpucarve.core.vocabulary import DRA_GPU_DRIVER
+from gpucarve.core.vocabulary import DRA_GPU_DRIVER, HOSTNAME_LABEL
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 MAX_PODS = 110
@@ -62,19 +62,7 @@ def slice_manifests(policy: Policy) -> list[dict[str, Any]]:
             for sid in g.slice_ids
             if cluster.slices[sid].replica in (None, 0)  # a shared GPU is one device
         ]
-        out.append(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{n.name}-{DRA_GPU_DRIVER}"},
-                "spec": {
-                    "driver": DRA_GPU_DRIVER,
-                    "nodeName": n.name,
-                    "pool": {"name": n.name, "generation": 1, "resourceSliceCount": 1},
-                    "devices": devices,
-                },
-            }
-        )
+        out.append(_slice(n.name, None, 1, {"devices": devices}))
     return out
 
 
@@ -118,11 +106,13 @@ def _partitionable(pool: Pool, n: Node) -> list[dict[str, Any]]:
     return out
 
 
-def _slice(node: str, part: str, count: int, body: dict[str, Any]) -> dict[str, Any]:
+def _slice(node: str, part: str | None, count: int, body: dict[str, Any]) -> dict[str, Any]:
+    """One of the `count` ResourceSlices of a node's resource pool (named after the node)."""
+    name = f"{node}-{DRA_GPU_DRIVER}" + (f"-{part}" if part else "")
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{DRA_GPU_DRIVER}-{part}"},
+        "metadata": {"name": name},
         "spec": {
             "driver": DRA_GPU_DRIVER,
             "nodeName": node,
@@ -185,7 +175,7 @@ def _manifest(node: Node, resources: Counter[str]) -> dict[str, Any]:
         "kind": "Node",
         "metadata": {
             "name": node.name,
-            "labels": {**dict(node.labels), "kubernetes.io/hostname": node.name},
+            "labels": {**dict(node.labels), HOSTNAME_LABEL: node.name},
             "annotations": {KWOK_ANNOTATION: "fake"},
         },
         "spec": {"taints": taints},

@@ -19,6 +19,7 @@ from typing import Any
 
 from gpucarve.core.policy import TopologyKeys
 from gpucarve.core.problems import Problem
+from gpucarve.core.vocabulary import HOSTNAME_LABEL
 from gpucarve.kube.view.group_spec import GroupSpec
 from gpucarve.kube.view.owners import positive_int
 
@@ -46,9 +47,6 @@ def group_specs(objs: Iterable[Mapping[str, Any]], ours: bool) -> dict[tuple[str
         meta = obj["metadata"]
         out[(meta["namespace"], meta["name"])] = _spec(obj, ours=ours)
     return out
-
-
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def resolve_topology(spec: GroupSpec, keys: TopologyKeys, gang: str) -> GroupSpec | Problem:

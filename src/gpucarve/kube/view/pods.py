@@ -29,6 +29,7 @@ from gpucarve.core.vocabulary import (
     EXPECTED_RUNTIME_ANNOTATION,
     FRACTION_ANNOTATION,
     GROUP_LABELS,
+    HOSTNAME_LABEL,
     MEMORY_ANNOTATION,
     QUEUE_LABELS,
 )
@@ -36,7 +37,7 @@ from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.kube.view.dra import CLAIMS_KEY, PINNED_KEY, devices_key
 from gpucarve.kube.view.group_spec import GroupSpec
 from gpucarve.kube.view.owner_kinds import group_of
-from gpucarve.kube.view.pod_groups import HOSTNAME_LABEL, resolve_topology
+from gpucarve.kube.view.pod_groups import resolve_topology
 
 __all__ = ["GROUP_LABELS", "GroupSpec", "PendingGroup", "WorkloadCache", "pending_workloads"]
 

@@ -283,6 +283,11 @@ def test_a_pod_sharing_an_allocated_claim_runs_on_its_node_and_asks_for_no_devic
     # the writer adds it to reservedFor; no allocation of its own is written
     assert allocation_for(follower, {"research/shared": shared}, "h100-1", [],
                           read_slices(slices)) == []  # fmt: skip
+    # a pod that names another node itself can never use the claim's devices: it waits
+    elsewhere = pod("a-second", "shared")
+    elsewhere["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "h100-0"}
+    out, waiting = attach_claims([elsewhere], {"research/shared": shared})
+    assert out == [] and "asks for node h100-0" in waiting["research/a-second"]
     # two pods naming one claim not allocated yet: the first is placed, the second waits
     fresh = claim("fresh", 1)
     out, waiting = attach_claims([pod("x", "fresh"), pod("y", "fresh")], {"research/fresh": fresh})

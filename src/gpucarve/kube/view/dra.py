@@ -34,7 +34,7 @@ from gpucarve.core.cluster import ClusterState, Slice
 from gpucarve.core.policy import Policy
 from gpucarve.core.quantity import QuantityError, parse_quantity
 from gpucarve.core.requests import gpu_memory_of, slices_per_pod
-from gpucarve.core.vocabulary import DRA_GPU_DRIVER
+from gpucarve.core.vocabulary import DRA_GPU_DRIVER, HOSTNAME_LABEL
 from gpucarve.core.workload import GpuKind, GpuRequest
 
 _GPU = re.compile(r"^gpu-(\d{1,3})$")
@@ -251,6 +251,20 @@ def claim_node(claim: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _pinned_away(pod: Mapping[str, Any], nodes: set[str]) -> str | None:
+    """Why a pod sharing allocated claims cannot run on their node (None: it can)."""
+    if len(nodes) > 1:
+        return f"dra/claim-shared: the claims it shares are on different nodes ({sorted(nodes)})"
+    own = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(HOSTNAME_LABEL)
+    if own is not None and own not in nodes:
+        return (
+            f"dra/claim-shared: its nodeSelector asks for node {own}, the claim it shares is "
+            f"allocated on {next(iter(nodes))}; remove the node selector, or claim devices of "
+            "its own"
+        )
+    return None
+
+
 def _unservable(
     pod: Mapping[str, Any], ref: ClaimRef, claim: Mapping[str, Any] | None
 ) -> str | None:
@@ -311,8 +325,8 @@ def attach_claims(
                 )
                 break
             entries += claim_requests(claim)[0]
-        if why is None and len(nodes) > 1:
-            why = f"dra/claim-shared: the claims it shares are on different nodes ({sorted(nodes)})"
+        if why is None and nodes:
+            why = _pinned_away(pod, nodes)
         if why is not None:
             waiting[key] = why
             continue

@@ -82,7 +82,7 @@ def test_free_slices_follow_takes_give_backs_rollbacks_and_steps(
         result = engine.run_cycle(s, step * 10)
         ws = engine._ws
         assert ws is not None
-        assert ws.free_slices == recount(ws)  # after the cycle's own changes rolled back
+        assert ws.free_slices == recount(ws)  # after the cycle, its own changes kept
         s = apply(s, result)
         done = [rw.workload.id for rw in s.running if rng.random() < 0.3]
         s = finish(s, *done)

@@ -27,6 +27,10 @@ class Step:
     taken: tuple[Allocation, ...] = ()
     stopped: tuple[RunningWorkload, ...] = ()
     started: tuple[RunningWorkload, ...] = ()
+    # The cycle result this step carries out, when it carries one out whole (`apply_in`):
+    # compared by identity only. An engine that ran that cycle already holds its changes and
+    # keeps them, instead of undoing them and then following the step.
+    of: object | None = field(default=None, compare=False, repr=False)
 
 
 class Delta:

@@ -82,7 +82,7 @@ def apply_in(
     if requeue:
         for w in evicted:
             pending[w.id] = w
-    return Step(tuple(freed), tuple(taken), tuple(stopped), tuple(started))
+    return Step(tuple(freed), tuple(taken), tuple(stopped), tuple(started), of=result)
 
 
 def finish_in(

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gpucarve.core.snapshot import Snapshot
+from gpucarve.engine.apply import apply
 from gpucarve.engine.cycle import Cycle
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.working import Working
@@ -28,16 +29,25 @@ class Engine:
     Building the engine's view of a cluster costs time in proportion to its size; a driver
     that calls cycles over a long run keeps one Engine, which only applies what changed since
     the last snapshot (freed and taken slices, started and finished workloads). The result is
-    the same as `run_cycle` on the same snapshot: the view is a function of the snapshot, and
-    every cycle's own changes are rolled back when it returns.
+    the same as `run_cycle` on the same snapshot: the view is a function of the snapshot.
+
+    A cycle's own changes to the view (the slices it took, the victims it released) are kept
+    when it returns, so the view is then that of `apply(snapshot, result)`. The simulator
+    derives its next snapshot by carrying the result out whole: its first step is `Step.of`
+    the result, and only the steps after it are followed, instead of the cycle being undone
+    and then redone from the step. A snapshot reached otherwise (the Kubernetes scheduler's
+    view, rebuilt each cycle) is compared with that applied snapshot instead.
     """
 
     def __init__(self) -> None:
         self._ws: Working | None = None
         self._base: Snapshot | None = None
+        # the last cycle's result, when the view holds its changes on top of `_base`
+        self._kept: CycleResult | None = None
 
     def _working(self, snapshot: Snapshot) -> Working:
         base, ws = self._base, self._ws
+        kept, self._kept = self._kept, None
         if (
             ws is None
             or base is None
@@ -46,9 +56,14 @@ class Engine:
             or base.cluster.slices is not snapshot.cluster.slices
         ):
             ws = Working(snapshot)
-        elif base is not snapshot:
+        elif base is not snapshot or kept is not None:
             delta = snapshot.delta
             steps = delta.steps_since(base) if delta is not None else None
+            if kept is not None:
+                if steps and steps[0].of is kept:
+                    steps = steps[1:]
+                else:
+                    base, steps = apply(base, kept), None
             if steps is not None:
                 ws.apply_steps(steps)
             else:
@@ -63,9 +78,16 @@ class Engine:
             ws = self._working(snapshot)
             start = ws.checkpoint()
             try:
-                return Cycle(snapshot, now, ws).run()
-            finally:
+                result = Cycle(snapshot, now, ws).run()
+            except BaseException:
                 ws.rollback(start)
+                ws.running_before.clear()
+                raise
+            # Committed while the collector is still off: the undo log is freed now, by
+            # reference counting, instead of being walked by the first collection after.
+            ws.commit(start)
+            self._kept = result
+            return result
 
 
 @contextmanager

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from gpucarve.core.policy import Flavor, SliceKind
 from gpucarve.core.requests import SHARED_KINDS, charge_milli, gpu_memory_of
 from gpucarve.core.snapshot import Snapshot, Step
-from gpucarve.core.workload import PodAssignment, PodSet, RunningWorkload, TopologyMode
+from gpucarve.core.workload import PodSet, RunningWorkload, TopologyMode
 from gpucarve.engine.gpu_rows import GpuRows
 from gpucarve.engine.node_state import FlavorIndex, FlavorInfo, GpuSlots, NodeState
 
@@ -33,7 +33,10 @@ class Working:
             mem = gpu_memory_of(policy, f)
             self.flavors[name] = FlavorInfo(f, mem, charge_milli(f, mem), f.kind in SHARED_KINDS)
         self.slice_ids: list[str] = sorted(cluster.slices)
-        ordinal = {sid: i for i, sid in enumerate(self.slice_ids)}
+        # slice id -> ordinal: a dict rather than a search of `slice_ids`, since following a
+        # delta looks up every slice it frees or takes
+        self.ordinal: dict[str, int] = {sid: i for i, sid in enumerate(self.slice_ids)}
+        ordinal = self.ordinal
         self.slice_gpu: list[GpuSlots] = [None] * len(self.slice_ids)  # type: ignore[list-item]
         keys = policy.topology_keys
         self.nodes: list[NodeState] = []
@@ -116,6 +119,9 @@ class Working:
         # gangs placed in part without gang scheduling): what may grow, without a pass over
         # everything that runs
         self.short: dict[str, RunningWorkload] = {}
+        # workload id -> what ran under that id before the first logged change to it since the
+        # last commit: what `commit` compares to bring the demand mix up to date
+        self.running_before: dict[str, RunningWorkload | None] = {}
         for rw in snapshot.running:
             self._base_running(rw, +1)
         self._groups: dict[TopologyMode, list[list[int]]] = {}
@@ -123,12 +129,6 @@ class Working:
         self.log: list[Callable[[], None]] = []
         # Bumped whenever capacity is given back, so cached "does not fit" answers expire.
         self.release_epoch = 0
-
-    @staticmethod
-    def _pods_with_sets(rw: RunningWorkload) -> Iterator[tuple[PodAssignment, PodSet]]:
-        by_name = {ps.name: ps for ps in rw.workload.pod_sets}
-        for pod in rw.pods:
-            yield pod, by_name[pod.pod_set]
 
     def groups_for(self, topology: TopologyMode) -> list[list[int]] | None:
         """Node indices per node, NVLink domain, rack or block (by label value, sorted); None when
@@ -180,6 +180,23 @@ class Working:
     def rollback(self, checkpoint: int) -> None:
         while len(self.log) > checkpoint:
             self.log.pop()()
+
+    def commit(self, checkpoint: int) -> None:
+        """Make every change since `checkpoint` part of the base state, as if the snapshot
+        they lead to had been followed: a cycle's own changes, which `Engine` keeps. The undo
+        log goes; what only the base state counts (the demand mix, `_count_running`) is brought
+        up to the running workloads the changes left; capacity counts as given back, as when a
+        step is followed, so cached "does not fit" answers expire."""
+        del self.log[checkpoint:]
+        for wid, before in self.running_before.items():
+            after = self.running.get(wid)
+            if after is not before:
+                if before is not None:
+                    self._count_running(before, -1)
+                if after is not None:
+                    self._count_running(after, +1)
+        self.running_before.clear()
+        self.release_epoch += 1
 
     # ------------------------------------------------------------------ base changes
     # These follow the cluster from one snapshot to the next and are not logged: they are
@@ -233,7 +250,7 @@ class Working:
             self.release_epoch += 1
 
     def _base_slice(self, sid: str, memory: int, sign: int, touched: set[tuple[int, str]]) -> None:
-        o = bisect.bisect_left(self.slice_ids, sid)
+        o = self.ordinal[sid]
         gs = self.slice_gpu[o]
         key = (gs.node, gs.gpu)
         self.gpu_used[key] = self.gpu_used.get(key, 0) - sign
@@ -266,26 +283,44 @@ class Working:
 
     def _base_running(self, rw: RunningWorkload, sign: int) -> None:
         self._set_running(rw.workload.id, rw.workload.queue, rw if sign > 0 else None)
+        self._count_running(rw, sign)
         w = rw.workload
-        if w.topology is TopologyMode.NODE and len(w.pod_sets) == 1 and rw.pods:
-            first = rw.pods[0]
-            self.running_demand[
-                (w.pod_sets[0], first.flavor, len(first.slice_ids), len(rw.pods))
-            ] += sign
-        else:
-            for pod, ps in self._pods_with_sets(rw):
-                self.running_demand[(ps, pod.flavor, len(pod.slice_ids), 1)] += sign
-        for pod, ps in self._pods_with_sets(rw):
+        by_name = {ps.name: ps for ps in w.pod_sets}
+        usage, queue = self.usage, w.queue
+        touched: set[int] = set()
+        for pod in rw.pods:
+            ps = by_name[pod.pod_set]
             holder = self.nodes[self.node_index[pod.node]]
             holder.cpu_free -= sign * ps.cpu_milli
             holder.mem_free -= sign * ps.memory_mib
-            self.gpu_rows.touch_node(holder)
+            touched.add(holder.idx)
             if pod.flavor is not None:
-                key = (rw.workload.queue, pod.flavor)
-                self.usage[key] = self.usage.get(key, 0) + sign * len(pod.slice_ids)
-                self.usage_version += 1
-                shape = (pod.flavor, len(pod.slice_ids))
-                self.running_shapes[shape] = self.running_shapes.get(shape, 0) + sign
+                key = (queue, pod.flavor)
+                usage[key] = usage.get(key, 0) + sign * len(pod.slice_ids)
+        if rw.pods:
+            self.usage_version += 1
+        for idx in sorted(touched):
+            self.gpu_rows.touch_node(self.nodes[idx])
+
+    def _count_running(self, rw: RunningWorkload, sign: int) -> None:
+        """The demand mix's counts of running pods (`running_demand`, `running_shapes`), which
+        only follow the base state: a cycle's own admissions do not count in them."""
+        w = rw.workload
+        demand, shapes = self.running_demand, self.running_shapes
+        if w.topology is TopologyMode.NODE and len(w.pod_sets) == 1 and rw.pods:
+            first = rw.pods[0]
+            demand[(w.pod_sets[0], first.flavor, len(first.slice_ids), len(rw.pods))] += sign
+            node_pods = True
+        else:
+            node_pods = False
+        by_name = {ps.name: ps for ps in w.pod_sets}
+        for pod in rw.pods:
+            n = len(pod.slice_ids)
+            if not node_pods:
+                demand[(by_name[pod.pod_set], pod.flavor, n, 1)] += sign
+            if pod.flavor is not None:
+                shape = (pod.flavor, n)
+                shapes[shape] = shapes.get(shape, 0) + sign
 
     # ------------------------------------------------------------------ changes
     def take(self, gs: GpuSlots, n: int, shared_mem: int) -> list[int]:
@@ -390,18 +425,21 @@ class Working:
     def add_running(self, rw: RunningWorkload) -> None:
         wid, queue = rw.workload.id, rw.workload.queue
         before = self.running.get(wid)
+        self.running_before.setdefault(wid, before)
         self._set_running(wid, queue, rw)
         self.log.append(lambda: self._set_running(wid, queue, before))
 
     def remove_running(self, workload_id: str) -> RunningWorkload:
         rw = self.running[workload_id]
         queue = rw.workload.queue
+        self.running_before.setdefault(workload_id, rw)
         self._set_running(workload_id, queue, None)
         self.log.append(lambda: self._set_running(workload_id, queue, rw))
         return rw
 
     def ordinals(self, slice_ids: tuple[str, ...]) -> list[int]:
-        return [bisect.bisect_left(self.slice_ids, s) for s in slice_ids]
+        ordinal = self.ordinal
+        return [ordinal[s] for s in slice_ids]
 
     def kind(self, flavor: str) -> SliceKind:
         return self.flavors[flavor].flavor.kind

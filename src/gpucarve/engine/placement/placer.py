@@ -67,6 +67,9 @@ class Placer:
         # (node, flavor) -> what a waiting gang's reservation keeps there (engine.reservation);
         # `current` is the workload being placed and `current_end` when it is expected to end
         self.reserved: dict[tuple[int, str], Hold] = {}
+        # flavor -> the nodes holds keep it on (ascending), as of `reserved` at a size: holds
+        # are only added (setdefault), so its size says when to list them again
+        self._held_nodes: tuple[int, dict[str, npt.NDArray[np.intp]]] = (0, {})
         self.current: Workload | None = None
         self.current_end = 0
         # While a reservation looks ahead, earlier reservations hold their nodes outright:
@@ -173,12 +176,30 @@ class Placer:
         return index.levels(needs.slices, self.weights.spread > self.weights.binpack)
 
     def _unreserved(self, cand: npt.NDArray[np.intp], needs: PodNeeds) -> npt.NDArray[np.intp]:
-        if not self.reserved:
+        """The candidates no reservation keeps the pod off. Only nodes a hold is on for the
+        pod's flavor are asked (`_kept_from`), not every candidate."""
+        if not self.reserved or needs.flavor is None:
+            return cand
+        held = self._held_on(needs.flavor)
+        if held is None:
             return cand
         nodes = self.ws.nodes
-        keep = np.asarray([not self._kept_from(nodes[int(i)], needs) for i in cand], dtype=bool)
-        out: npt.NDArray[np.intp] = cand[keep]
+        asked = cand[np.isin(cand, held)]
+        kept = [int(i) for i in asked if self._kept_from(nodes[int(i)], needs)]
+        if not kept:
+            return cand
+        out: npt.NDArray[np.intp] = cand[~np.isin(cand, kept)]
         return out
+
+    def _held_on(self, flavor: str) -> npt.NDArray[np.intp] | None:
+        size, by_flavor = self._held_nodes
+        if size != len(self.reserved):
+            lists: dict[str, list[int]] = {}
+            for node, f in self.reserved:
+                lists.setdefault(f, []).append(node)
+            by_flavor = {f: np.asarray(sorted(v), dtype=np.intp) for f, v in lists.items()}
+            self._held_nodes = (len(self.reserved), by_flavor)
+        return by_flavor.get(flavor)
 
     def preview(
         self, w: Workload, plans: Sequence[list[tuple[PodNeeds, int, int]] | None]

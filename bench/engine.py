@@ -1,7 +1,7 @@
 """Engine throughput: pods placed per second and cycle time on large synthetic clusters.
 
     python bench/engine.py [--json] [--cases 1000,5000] [--pods 10000] [--cycles 20] [--seed 1]
-        [--no-delta]
+        [--no-delta] [--max-pods-per-cycle N|none|default]
     python bench/engine.py --cases 20000 --pods 100000 --cycles 10     # the 20,000-node case
 
 Cluster per case: half the nodes H100 (8 whole GPUs, exclusive), a quarter A100-80GB carved
@@ -10,8 +10,12 @@ Pending: `--pods` pods in workloads of mixed kinds (whole GPUs 1/2/4/8 per pod, 
 shared replicas, fractions, and gangs of 8-64 pods). The first cycle sees all of them; each
 later cycle finishes a tenth of what runs and submits a new batch; each snapshot is derived from
 the last with its delta, as the simulator does (`--no-delta`: rebuilt, so that the engine compares
-every allocation, as it does for the scheduler's view). Throughput counts pods placed
-over the time spent inside `run_cycle`; cycle p50/p99 are over all cycles; memory is the
+every allocation, as it does for the scheduler's view). The engine indexes the cluster before
+the first cycle (`Engine.follow`, as a driver does when it starts), timed apart as "engine
+start". Each cycle places at most `scheduling.maxPodsPerCycle` pods (the policy's default
+unless `--max-pods-per-cycle` says otherwise); what it leaves waits for the next. Throughput
+counts pods placed over the time spent inside `run_cycle`; cycle p50/p99 are over all cycles,
+the first included; memory is the
 process's peak resident set so far (cases run in the order given, so list them smallest
 first).
 """
@@ -44,7 +48,7 @@ from gpucarve.engine.apply import apply, finish
 TEAMS = ("a", "b", "c", "d")
 
 
-def make_policy(nodes: int) -> Policy:
+def make_policy(nodes: int, max_pods: int | str | None = "default") -> Policy:
     h100, a100 = nodes // 2, nodes // 4
     l40s = nodes - h100 - a100
     per = {
@@ -91,6 +95,8 @@ def make_policy(nodes: int) -> Policy:
         "queues": [{"name": t, "namespaces": [t], "cohort": "all", "quota": quota} for t in TEAMS],
         "scheduling": {"minRuntimeSeconds": 0},
     }
+    if max_pods != "default":
+        doc["scheduling"]["maxPodsPerCycle"] = max_pods
     return build_policy(doc, packaged_catalog()).policy
 
 
@@ -141,16 +147,24 @@ def make_workloads(p: Policy, pods: int, rng: random.Random, start: int, t: int)
 
 
 def run_case(
-    nodes: int, pods: int, cycles: int, seed: int, no_delta: bool = False
+    nodes: int,
+    pods: int,
+    cycles: int,
+    seed: int,
+    no_delta: bool = False,
+    max_pods: int | str | None = "default",
 ) -> dict[str, Any]:
     rng = random.Random(seed)
-    p = make_policy(nodes)
+    p = make_policy(nodes, max_pods)
     pending = make_workloads(p, pods, rng, 0, 0)
     snap = Snapshot(p, build_cluster(p), (), tuple(pending))
     next_id = len(pending) + 1
     times: list[float] = []
     placed = 0
     engine = Engine()
+    t0 = time.perf_counter()
+    engine.follow(snap)  # indexing the cluster, as the scheduler does when it starts
+    start = time.perf_counter() - t0
     for c in range(cycles):
         t0 = time.perf_counter()
         result = engine.run_cycle(snap, now=c * 60)
@@ -178,6 +192,8 @@ def run_case(
         "cycle_p50_ms": round(statistics.median(times) * 1000, 1),
         "cycle_p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000, 1),
         "first_cycle_ms": round(times[0] * 1000, 1),
+        "engine_start_ms": round(start * 1000, 1),
+        "max_pods_per_cycle": p.scheduling.max_pods_per_cycle,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 
@@ -192,14 +208,25 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
     ap.add_argument(
+        "--max-pods-per-cycle",
+        default="default",
+        help="scheduling.maxPodsPerCycle: a number, 'none' (no bound) or 'default' (the "
+        "policy's default)",
+    )
+    ap.add_argument(
         "--no-delta",
         action="store_true",
         help="rebuild each cycle's snapshot without the delta from the last (as the scheduler's "
         "view does): the engine then compares every allocation to follow the cluster",
     )
     args = ap.parse_args()
+    bound: int | str | None = args.max_pods_per_cycle
+    if bound == "none":
+        bound = None
+    elif bound != "default":
+        bound = int(bound)
     for n in (int(x) for x in args.cases.split(",")):
-        row = run_case(n, args.pods, args.cycles, args.seed, args.no_delta)
+        row = run_case(n, args.pods, args.cycles, args.seed, args.no_delta, bound)
         if args.json:
             print(json.dumps(row), flush=True)
         else:
@@ -207,7 +234,8 @@ def main() -> None:
                 f"{row['nodes']:>5} nodes ({row['gpus']} GPUs), {row['pods']} pods: "
                 f"{row['pods_per_second']:>8} pods/s, cycle p50 {row['cycle_p50_ms']} ms, "
                 f"p99 {row['cycle_p99_ms']} ms, first cycle {row['first_cycle_ms']} ms "
-                f"({row['pods_placed']} pods placed in {row['cycles']} cycles), "
+                f"({row['pods_placed']} pods placed in {row['cycles']} cycles, at most "
+                f"{row['max_pods_per_cycle']} a cycle), engine start {row['engine_start_ms']} ms, "
                 f"peak memory {row['peak_rss_mib']:,} MiB",
                 flush=True,
             )

@@ -28,6 +28,7 @@ from tests.integration.kube_pods import (
     delete_all,
     install_coscheduling_crd,
     node_of,
+    planned,
     pod,
     pod_group,
     pods_in,
@@ -431,3 +432,53 @@ def test_preferred_affinity_puts_the_pod_in_the_rack_it_prefers(
     create_pod(api, p)
     bound = wait_for(lambda: _bound(api, "research", ["near"]), what="the pod bound")
     assert node_of(bound["near"]) in ("training-2", "training-3")
+
+
+def test_a_cycle_places_its_budget_of_pods_and_the_rest_say_they_wait_their_turn(
+    cluster: tuple[LocalStack, Api], tmp_path: Path
+) -> None:
+    """scheduling.maxPodsPerCycle on the API server: six one-GPU pods under a budget of two
+    are bound two a cycle; the four not tried say so on the pod, and ask for the next cycle at
+    once (`CycleStats.deferred`); `plan` of the same scenario places all six."""
+    stack, api = cluster
+    path = example_policy(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    doc["scheduling"]["maxPodsPerCycle"] = 2
+    path.write_text(yaml.safe_dump(doc))
+    policy = load_policy(path, []).policy
+    sched = Scheduler(
+        Client.from_kubeconfig(stack.kubeconfig()),
+        policy,
+        SchedulerConfig(interval_s=600, check_invariants=True),
+    )
+    names = [f"budget-{i}" for i in range(6)]
+    try:
+        for name in names:
+            create_pod(api, pod("research", name, "nvidia.com/gpu"))
+        sched.start()
+        wait_for(lambda: len([p for p in sched.pods.items() if p["metadata"]["name"] in names])
+                 == 6, what="pods in the informer")  # fmt: skip
+        first = sched.cycle()
+        assert first.bound == 2
+        wait_for(lambda: len(_budget_messages(api)) == 4, what="the untried pods' reason")
+        bound = 2
+        for _ in range(4):
+            if bound == 6:
+                break
+            bound += sched.cycle().bound
+        assert bound == 6
+        wait_for(lambda: _bound(api, "research", names), what="all six bound")
+        # plan, on the same scenario and policy, answers for all six in one go
+        assert sorted(planned(path, "research", names, "nvidia.com/gpu")) == sorted(names)
+    finally:
+        sched.stop()
+        delete_all(api, NAMESPACES)
+        wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")
+
+
+def _budget_messages(api: Api) -> list[str]:
+    return [
+        n
+        for n, p in pods_in(api, "research").items()
+        if "cycle-budget" in ((condition(p) or {}).get("message") or "")
+    ]

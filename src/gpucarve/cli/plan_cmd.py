@@ -30,7 +30,7 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.problems import Path as ProblemPath
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.engine import CycleResult, run_cycle
+from gpucarve.engine import CycleResult, run_whole_cycle
 from gpucarve.engine.explain import explain, render
 
 
@@ -138,7 +138,7 @@ def plan(
     except InvalidInput as exc:
         fail(exc)
     snapshot = Snapshot(loaded.policy, build_cluster(loaded.policy), (), tuple(ws))
-    result = run_cycle(snapshot, now)
+    result = run_whole_cycle(snapshot, now)
     out = console()
     if explain_workload is not None:
         e = explain(snapshot, result, explain_workload)

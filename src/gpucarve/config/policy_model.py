@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpucarve.core.policy import DEFAULT_MAX_PODS_PER_CYCLE
 from gpucarve.core.vocabulary import BLOCK_LABEL, RACK_LABEL
 
 _NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -302,6 +303,14 @@ class SchedulingSpec(_Strict):
         "this many seconds (by its deadline, declared or learned runtime; never the default), "
         "until the reclaimer has waited this long: work about to finish is not thrown away. "
         "null (the default): reclaim never waits.",
+    )
+    maxPodsPerCycle: int | None = Field(
+        default=DEFAULT_MAX_PODS_PER_CYCLE,
+        ge=1,
+        le=10_000_000,
+        description="Once a cycle has placed this many pods, the work it has not tried yet waits "
+        "for the next cycle, which starts at once (in the order it would have been tried): a "
+        "backlog is worked through in bounded cycles instead of one long one. null: no bound.",
     )
     scoring: ScoringSpec = ScoringSpec()
     candidatesPerPod: int = Field(

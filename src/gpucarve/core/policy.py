@@ -379,6 +379,11 @@ class ScoringWeights:
     fragmentation: int = 2
 
 
+# A cycle's placements cost about 0.1 ms a pod at 20,000 nodes (docs/engine.md, Speed): this
+# many keep a cycle, and so a pod's wait for its binding, within a few hundred milliseconds.
+DEFAULT_MAX_PODS_PER_CYCLE = 2000
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulingConfig:
     queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
@@ -409,6 +414,10 @@ class SchedulingConfig:
     # Reclaim waits this long at most for borrowed work expected to end within it (declared
     # or learned, never the default runtime) instead of evicting it (None: never waits).
     reclaim_grace_s: int | None = None
+    # Pods a cycle places before it leaves what it has not tried for the next cycle (None: no
+    # bound): a cycle's length, and with it how long a pod waits for its binding, stays
+    # bounded however large the backlog.
+    max_pods_per_cycle: int | None = DEFAULT_MAX_PODS_PER_CYCLE
 
 
 @dataclass(frozen=True, slots=True)

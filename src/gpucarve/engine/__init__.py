@@ -10,7 +10,7 @@ from gpucarve.engine.decisions import (
     PendingReason,
     Stage,
 )
-from gpucarve.engine.engine import Engine, run_cycle
+from gpucarve.engine.engine import Engine, run_cycle, run_whole_cycle
 
 __all__ = [
     "Admission",
@@ -22,4 +22,5 @@ __all__ = [
     "PendingReason",
     "Stage",
     "run_cycle",
+    "run_whole_cycle",
 ]

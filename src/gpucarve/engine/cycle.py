@@ -20,6 +20,10 @@ state (`state.CycleState`). For each pending workload in order:
 
 After the queue: dynamic MIG pools are planned for what placement refused (`repartition`).
 
+A cycle that has placed `scheduling.maxPodsPerCycle` pods stops there: what it has not tried
+waits with the reason `queueing/cycle-budget`, and the driver starts the next cycle at once
+(`CycleStats.deferred`).
+
 Queueing is best-effort FIFO with aging (`queueing`): a head that cannot be admitted lets work
 behind it through until it has waited ``scheduling.maxHeadWaitSeconds``; then it holds its queue
 for the flavors it needs and reserves those flavors on the nodes most likely to hold it, while
@@ -43,7 +47,14 @@ from gpucarve.engine import (
     reservation,
 )
 from gpucarve.engine.admit import admit
-from gpucarve.engine.decisions import CycleResult, CycleStats, Pending
+from gpucarve.engine.decisions import (
+    CycleResult,
+    CycleStats,
+    Pending,
+    PendingReason,
+    Plugin,
+    Stage,
+)
 from gpucarve.engine.state import CycleState
 from gpucarve.engine.working import Working
 
@@ -70,8 +81,12 @@ class Cycle:
         heap: list[tuple[int, int, int, str]] = []
         for name, items in by_queue.items():
             heapq.heappush(heap, self._key(name, items[0]))
-        attempted = 0
+        attempted = deferred = 0
+        budget = s.cfg.max_pods_per_cycle
         while heap:
+            if budget is not None and s.pods_placed >= budget:
+                deferred = self._defer(heap, by_queue, budget)
+                break
             _, _, _, name = heapq.heappop(heap)
             items = by_queue[name]
             w = items.popleft()
@@ -98,7 +113,7 @@ class Cycle:
                     s.pending.append(Pending(w.id, w.queue, reason, outcome.tried))
             if items:
                 heapq.heappush(heap, self._key(name, items[0]))
-        if s.cfg.gang:
+        if s.cfg.gang and not deferred:
             podwise.grow_elastic(s)
         drain.release(s, drained)
         repartitions, unserved = repartition.plan(s)
@@ -108,6 +123,7 @@ class Cycle:
             pods_placed=s.pods_placed,
             evicted=len(s.evictions),
             pending=len(s.pending),
+            deferred=deferred,
         )
         return CycleResult(
             s.now,
@@ -121,6 +137,29 @@ class Cycle:
             idle.account(s),
             tuple(s.drains),
         )
+
+    def _defer(
+        self,
+        heap: list[tuple[int, int, int, str]],
+        by_queue: dict[str, deque[Workload]],
+        budget: int,
+    ) -> int:
+        """Everything not tried yet waits for the next cycle, in the order this one would have
+        taken it (queues by fair share): the cycle placed its budget of pods."""
+        s = self.state
+        reason = PendingReason(
+            Stage.QUEUEING,
+            Plugin.CYCLE_BUDGET,
+            f"not tried yet: this cycle placed {s.pods_placed} pods, its budget "
+            f"(scheduling.maxPodsPerCycle {budget}); the next cycle starts at once",
+        )
+        deferred = 0
+        while heap:
+            _, _, _, name = heapq.heappop(heap)
+            for w in by_queue[name]:
+                s.pending.append(Pending(w.id, w.queue, reason))
+                deferred += 1
+        return deferred
 
     def _key(self, queue: str, head: Workload) -> tuple[int, int, int, str]:
         """Queues take turns by fair share, lowest first; a queue's fair share is worked out

@@ -41,6 +41,7 @@ class Plugin(StrEnum):
     RECLAIM = "reclaim"  # withdrawn by reclaim before it started
     RESERVATION = "reservation"  # found no room; holds the nodes where it fits soonest
     RECLAIM_GRACE = "reclaim-grace"  # reclaim waits for borrowed work about to end
+    CYCLE_BUDGET = "cycle-budget"  # not tried: the cycle placed its budget of pods
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,9 @@ class CycleStats:
     pods_placed: int = 0
     evicted: int = 0
     pending: int = 0
+    # workloads not tried because the cycle placed its budget of pods: the next cycle
+    # should come at once
+    deferred: int = 0
 
 
 class IdleCause(StrEnum):
@@ -138,6 +142,7 @@ class IdleCause(StrEnum):
     QUEUE_ORDER = "queue-order"  # behind its queue's head
     RESERVATION = "reservation"
     RECLAIM_GRACE = "reclaim-grace"  # reclaim waits for borrowed work about to end
+    CYCLE_BUDGET = "cycle-budget"  # not tried yet: the cycle placed its budget of pods
     OTHER = "other"  # a gang short of pods, an admission withdrawn
 
 

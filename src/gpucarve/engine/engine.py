@@ -7,6 +7,7 @@ The cycle itself is `gpucarve.engine.cycle`.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,19 @@ from gpucarve.engine.working import Working
 def run_cycle(snapshot: Snapshot, now: int) -> CycleResult:
     """One cycle from scratch. `Engine().run_cycle` gives the same result."""
     return Engine().run_cycle(snapshot, now)
+
+
+def run_whole_cycle(snapshot: Snapshot, now: int) -> CycleResult:
+    """One cycle from scratch that tries every waiting workload, however many pods it places
+    (`scheduling.maxPodsPerCycle` lifted): what `plan` and `explain` show, since they answer
+    what each workload gets when its turn comes, not how a backlog is cut into cycles."""
+    s = snapshot.policy.scheduling
+    if s.max_pods_per_cycle is None:
+        return run_cycle(snapshot, now)
+    policy = dataclasses.replace(
+        snapshot.policy, scheduling=dataclasses.replace(s, max_pods_per_cycle=None)
+    )
+    return run_cycle(dataclasses.replace(snapshot, policy=policy), now)
 
 
 class Engine:
@@ -72,6 +86,14 @@ class Engine:
             snapshot.delta.forget_earlier()
         self._ws, self._base = ws, snapshot
         return ws
+
+    def follow(self, snapshot: Snapshot) -> None:
+        """Bring the indexed cluster up to `snapshot` without running a cycle. Indexing a
+        cluster from nothing costs about a second at 20,000 nodes (docs/engine.md, Speed); a
+        driver that calls this when it starts, or when the nodes change, keeps that out of the
+        next cycle, and so out of the wait of the pods it places."""
+        with collector_paused():
+            self._working(snapshot)
 
     def run_cycle(self, snapshot: Snapshot, now: int) -> CycleResult:
         with collector_paused():

@@ -30,6 +30,7 @@ _BY_PLUGIN = {
     Plugin.CPU_MEMORY: IdleCause.CPU_MEMORY,
     Plugin.MIG_REPARTITION: IdleCause.MIG_LAYOUT,
     Plugin.RECLAIM_GRACE: IdleCause.RECLAIM_GRACE,
+    Plugin.CYCLE_BUDGET: IdleCause.CYCLE_BUDGET,
 }
 _BY_LIMIT = {
     "borrowing-limit": IdleCause.BORROWING_LIMIT,

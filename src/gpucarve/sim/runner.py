@@ -95,6 +95,7 @@ class Simulator:
         self.versions = 0
         self.jobs: dict[str, _Job] = {}
         self.holding: dict[str, int] = {}  # partly placed gangs (no-gang scheduling) -> since
+        self.deferred = 0  # workloads the last cycle left untried: it placed its budget of pods
         self.gpu_jobs: dict[str, set[str]] = {}  # shared GPU id -> workloads on it
         self.result = SimResult(policy, 0)
         # The simulator's own state, from which each snapshot is derived (engine.apply's
@@ -226,7 +227,17 @@ class Simulator:
         )  # fmt: skip
 
     def _cycle(self, loop: _Loop, progress: ProgressHook | None) -> tuple[bool, bool]:
-        """One engine cycle if anything waits: (nothing changed, a MIG layout may still)."""
+        """Engine cycles if anything waits: (nothing changed, a MIG layout may still). A cycle
+        that placed its budget of pods (`scheduling.maxPodsPerCycle`) is followed at the same
+        instant by the next, as the scheduler starts it at once."""
+        stalled, mig_later = self._one_cycle(loop, progress)
+        while self.deferred and loop.cycles < self.config.max_cycles:
+            more_stalled, more_mig = self._one_cycle(loop, progress)
+            stalled, mig_later = stalled and more_stalled, mig_later or more_mig
+        return stalled, mig_later
+
+    def _one_cycle(self, loop: _Loop, progress: ProgressHook | None) -> tuple[bool, bool]:
+        self.deferred = 0
         if not (self.snapshot.pending or self.holding):
             idle = self.result.idle
             if idle and idle[-1][1] is not None:
@@ -234,6 +245,7 @@ class Simulator:
             return False, False
         before = self.snapshot
         result = self.engine.run_cycle(before, loop.now)
+        self.deferred = result.stats.deferred
         for observe in self.observers:
             observe(before, result)
         self.result.idle.append((loop.now, result.idle))

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from gpucarve.core.policy import DeviceApi, Policy
-from gpucarve.engine.engine import run_cycle
+from gpucarve.engine.engine import run_whole_cycle
 from gpucarve.engine.explain import Explanation, explain, render
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.scheduler.claim_writer import RESOURCE
@@ -105,7 +105,7 @@ def explain_pod(
         lines.append("not a workload of this scheduler (finished, or no GPU request)")
         return PodExplanation(pod_key, tuple(lines), None)
     now_s = max(0, int((now - epoch).total_seconds()))
-    result = run_cycle(view.snapshot, now_s)
+    result = run_whole_cycle(view.snapshot, now_s)
     e = explain(view.snapshot, result, workload)
     lines += _gang_lines(view, obj, workload)
     lines += render(e) if e is not None else []

@@ -412,6 +412,9 @@ class Scheduler:
         if self.cfg.check_invariants:
             check_step(snapshot, result, apply(snapshot, result))
         report = CycleReport(now)
+        if result.stats.deferred:
+            # it placed its budget of pods and left the rest untried: the next cycle at once
+            self._wake.set()
         self._evict(view, result, report)
         self._bind(view, result, report)
         report.pending = self.reporter.pending(view, result, waiting)

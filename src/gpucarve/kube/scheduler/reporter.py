@@ -20,7 +20,7 @@ from gpucarve.core.vocabulary import (
     WORKLOAD_API_GROUP,
     WORKLOAD_API_VERSION,
 )
-from gpucarve.engine.decisions import Cause, CycleResult
+from gpucarve.engine.decisions import Cause, CycleResult, Plugin
 from gpucarve.kube.api.client import ApiError, Client, rfc3339
 from gpucarve.kube.api.events import post_event
 from gpucarve.kube.scheduler.status_writer import LatestWrites
@@ -242,9 +242,13 @@ class Reporter:
         """Write each waiting pod's reason where it changed; the number of pods waiting."""
         messages: dict[str, str] = dict(view.invalid)
         for p in result.pending:
+            # Not tried this cycle (it placed its budget of pods): the reason written when it
+            # was last tried still stands; a pod never tried yet says it waits its turn.
+            untried = p.reason.plugin is Plugin.CYCLE_BUDGET
             for pods in view.pending_sets.get(p.workload, ()):
                 for pod in pods:
-                    messages[pod] = str(p.reason)
+                    old = self.reported.get(pod) if untried else None
+                    messages[pod] = str(p.reason) if old is None else old
         for w, victims in waiting.items():
             msg = f"preemption/waiting: for {', '.join(sorted(victims))} to exit"
             for pods in view.pending_sets.get(w, ()):

@@ -40,6 +40,7 @@ from gpucarve.engine.working import UNLIMITED, Working
 
 MILLI = 1000
 SEEN_LIMIT = 200_000  # memo entries kept before they are dropped
+CANDIDATE_LISTS = 256  # candidate arrays kept (each as long as a flavor's nodes)
 CACHE_LIMIT = 256  # requests whose scores are kept
 MEMO_LIMIT = 4096  # node states whose scores a request keeps
 TIE = 1e-9  # relative: scores this close are a tie (float sums of the same terms differ)
@@ -85,6 +86,9 @@ class ModelState:
         self.capacity = fragment.Reach.of(self.cls, cpu, gpus, gpus.astype(np.float64) * MILLI)
         self.access: dict[tuple[object, ...], frozenset[int] | None] = {}
         self.masks: dict[tuple[object, ...], npt.NDArray[np.bool_]] = {}
+        # (flavor, the mask's key) -> the candidate nodes without a group: one array per
+        # request, so cached scores recognise it by identity
+        self.candidates: dict[tuple[object, ...], npt.NDArray[np.intp]] = {}
         self.running: dict[RunningKey, Typed | None] = {}
         self.pending: dict[str, tuple[Workload, list[tuple[RequestType, int]]]] = {}
         self.model: tuple[Any, fragment.FragmentModel] | None = None
@@ -143,6 +147,7 @@ class ModelPlacer:
         # pods per request type the model weighs: the driver sets it (the cycle: its pending
         # and running pods)
         self.demand: Counter[RequestType] = Counter()
+        self._model_for: tuple[Counter[RequestType], fragment.FragmentModel] | None = None
         self._cache: dict[tuple[RequestType, int, int], _Scores] = {}
 
     @property
@@ -231,10 +236,16 @@ class ModelPlacer:
         return mask
 
     def model(self) -> fragment.FragmentModel:
+        """The model of the cycle's demand: looked up by the demand itself (set once a cycle,
+        never changed), not by its sorted key, which every score asked for."""
+        hit = self._model_for
+        if hit is not None and hit[0] is self.demand:
+            return hit[1]
         st = self.state
         st.model = fragment.model_of(
             self.demand, self.classes, st.model, st.capacity, self.ws.gpu_rows.width
         )
+        self._model_for = (self.demand, st.model[1])
         return st.model[1]
 
     # ------------------------------------------------------------------ choice
@@ -297,7 +308,7 @@ class ModelPlacer:
             hit is not None
             and hit.model is model
             and hit.epoch == rows.epoch
-            and np.array_equal(hit.candidates, candidates)
+            and (hit.candidates is candidates or np.array_equal(hit.candidates, candidates))
         ):
             changed = rows.touched[hit.seen :]
             if changed:
@@ -402,8 +413,18 @@ class ModelPlacer:
             if needs.flavor is not None:
                 serves = rows.serves.get(needs.flavor)
                 base = base[serves[base]] if serves is not None else base[:0]
-        elif needs.flavor is None:
-            base = np.arange(len(self.ws.nodes), dtype=np.intp)
-        else:
-            base = rows.nodes_of.get(needs.flavor, np.zeros(0, dtype=np.intp))
-        return base[self._static_mask(needs.pod_set)[base]]
+            return base[self._static_mask(needs.pod_set)[base]]
+        ps = needs.pod_set
+        key = (needs.flavor, ps.node_selector, ps.affinity, ps.tolerations, ps.gpu.kind)
+        cached = self.state.candidates.get(key)
+        if cached is None:
+            if len(self.state.candidates) > CANDIDATE_LISTS:
+                self.state.candidates.clear()
+            if needs.flavor is None:
+                base = np.arange(len(self.ws.nodes), dtype=np.intp)
+            else:
+                base = rows.nodes_of.get(needs.flavor, np.zeros(0, dtype=np.intp))
+            cached = base[self._static_mask(ps)[base]]
+            cached.flags.writeable = False  # shared by every request of the key
+            self.state.candidates[key] = cached
+        return cached

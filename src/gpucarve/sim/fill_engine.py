@@ -187,7 +187,10 @@ class EnginePlacer:
         # the engine's demand: the pods placed so far (all still running) and this one
         needs = flavor_rank.first_flavor_needs(w, [flavors], self.needs_of)
         types = model.workload_types(w, needs)
-        model.demand.update(dict(types))
+        # a new demand, never the old one changed in place: the model is looked up by it
+        demand = Counter(model.demand)
+        demand.update(dict(types))
+        model.demand = demand
 
         def plan(combo: Sequence[Flavor | None]) -> list[tuple[PodNeeds, int, int]]:
             return [(self.needs_of(ps, combo[0]), ps.count, ps.count)]
@@ -199,7 +202,9 @@ class EnginePlacer:
             placed, _ = self.placer.place_gang(w, plan(combo))
             if placed is not None:
                 return [p.node for p in placed]
-        model.demand.subtract(dict(types))  # dropped: it never runs
+        left = Counter(model.demand)
+        left.subtract(dict(types))  # dropped: it never runs
+        model.demand = left
         return None
 
 

@@ -145,7 +145,8 @@ class ModelPlacer:
         self.state = state
         self.cls, self.classes = state.cls, state.classes
         # pods per request type the model weighs: the driver sets it (the cycle: its pending
-        # and running pods)
+        # and running pods), always as a new Counter, never by changing the one set before:
+        # `model()` looks the model up by the Counter's identity
         self.demand: Counter[RequestType] = Counter()
         self._model_for: tuple[Counter[RequestType], fragment.FragmentModel] | None = None
         self._cache: dict[tuple[RequestType, int, int], _Scores] = {}

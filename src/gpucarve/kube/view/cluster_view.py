@@ -42,7 +42,6 @@ from gpucarve.kube.view.dra import (
 )
 from gpucarve.kube.view.held_slices import hold_free
 from gpucarve.kube.view.inventory import Inventory
-from gpucarve.kube.view.owner_kinds import group_of
 from gpucarve.kube.view.pod_facts import PodFacts, PodFactsMemo
 from gpucarve.kube.view.pods import GroupSpec, PendingGroup, WorkloadCache, pending_workloads
 from gpucarve.kube.view.slice_claims import SliceClaims, gpu_requests
@@ -125,7 +124,7 @@ def build_view(
     hold."""
     facts = facts if facts is not None and facts.epoch == epoch else PodFactsMemo(epoch)
     of = facts.of
-    specs = _with_hints(specs, pods)
+    specs = _with_hints(specs, pods, of)
     min_members = {k: s.min_member for k, s in specs.items()}
     assumed = assumed or {}
     units = claim_units(claims, inventory.dra) if claims else None
@@ -429,18 +428,17 @@ def _charge_elsewhere(
 
 
 def _with_hints(
-    specs: Mapping[tuple[str, str], GroupSpec], pods: Sequence[Mapping[str, Any]]
+    specs: Mapping[tuple[str, str], GroupSpec],
+    pods: Sequence[Mapping[str, Any]],
+    of: Callable[[Mapping[str, Any]], PodFacts],
 ) -> Mapping[tuple[str, str], GroupSpec]:
     """Gang sizes the pods' own labels give (a LeaderWorkerSet's group size), where no
-    object says more."""
+    object says more (read from the pods' memoised facts)."""
     hinted: dict[tuple[str, str], GroupSpec] = {}
     for pod in pods:
-        meta = pod["metadata"]
-        found = group_of(meta, spec=pod.get("spec"))
-        if found is not None and found[1] is not None:
-            gk = (meta["namespace"], found[0])
-            if gk not in specs:
-                hinted.setdefault(gk, GroupSpec(found[1]))
+        f = of(pod)
+        if f.hint is not None and f.group not in specs:
+            hinted.setdefault(f.group, GroupSpec(f.hint))
     return {**hinted, **specs} if hinted else specs
 
 

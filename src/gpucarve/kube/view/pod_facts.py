@@ -15,7 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from gpucarve.kube.view.assigned import Assigned, assigned_of
-from gpucarve.kube.view.pods import group_key, seconds_from
+from gpucarve.kube.view.owner_kinds import group_of
+from gpucarve.kube.view.pods import seconds_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,8 @@ class PodFacts:
     # seconds after the epoch (before it: negative): status.startTime, else the creation time;
     # a pod that ran before the scheduler (re)started keeps its minimum runtime served
     started: int
+    # the gang size the pod's own labels give (a LeaderWorkerSet's group size), if any
+    hint: int | None = None
 
 
 class PodFactsMemo:
@@ -46,11 +49,13 @@ class PodFactsMemo:
         else:
             meta = pod["metadata"]
             stamp = (pod.get("status") or {}).get("startTime") or meta["creationTimestamp"]
+            found = group_of(meta, spec=pod.get("spec"))
             facts = PodFacts(
                 f"{meta['namespace']}/{meta['name']}",
-                group_key(pod),
+                (meta["namespace"], meta["name"] if found is None else found[0]),
                 assigned_of(pod),
                 seconds_from(stamp, self.epoch),
+                None if found is None else found[1],
             )
         self._now[i] = (pod, facts)
         return facts

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import random
 from typing import Any
 
 from gpucarve.config.catalog_file import packaged_catalog
@@ -138,3 +139,51 @@ def running_ids(s: Snapshot) -> list[str]:
 def slices_held(s: Snapshot, workload_id: str) -> list[str]:
     rw = next(r for r in s.running if r.workload.id == workload_id)
     return [sid for p in rw.pods for sid in p.slice_ids]
+
+
+def mixed_policy() -> Policy:
+    """Whole H100s, carved A100s and time-sliced L40S, two queues of one cohort, two
+    preemptible priorities and no minimum runtime: every kind of take and give-back."""
+    return policy(
+        pools=[
+            pool("h", "H100-SXM5-80GB", 3, 8),
+            pool("m", "A100-80GB", 2, 2, "mig",
+                 mig={"layout": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}}),
+            pool("s", "L40S", 2, 2, "time-slicing", replicas=4),
+        ],
+        cohorts=[{"name": "c"}],
+        queues=[
+            queue(n, {"h100-full": {"nominal": 12}, "a100-mig-1g.10gb": {"nominal": 4},
+                      "a100-mig-3g.40gb": {"nominal": 2}, "l40s-shared": {"nominal": 8}},
+                  cohort="c")
+            for n in ("a", "b")
+        ],
+        priorityClasses=[{"name": "lo", "value": 0, "preemptible": True, "default": True},
+                         {"name": "hi", "value": 9, "preemptible": True}],
+        scheduling={"minRuntimeSeconds": 0},
+    )  # fmt: skip
+
+
+def mixed_arrivals(p: Policy, rng: random.Random, step: int) -> list[Workload]:
+    """One to five workloads of mixed kinds, queues and priorities, submitted at `step`."""
+    out = []
+    for i in range(rng.randint(1, 5)):
+        kind = rng.choice(["gpus", "mig", "shared"])
+        if kind == "gpus":
+            kw: dict[str, Any] = {"gpus": rng.choice([1, 2, 8])}
+        elif kind == "mig":
+            kw = {"mig": rng.choice(["1g.10gb", "3g.40gb"])}
+        else:
+            kw = {"shared": 1}
+        out.append(
+            workload(
+                p,
+                f"w{step}-{i}",
+                rng.choice("ab"),
+                pods=rng.randint(1, 3),
+                priority=rng.choice(["lo", "hi"]),
+                submit=step,
+                **kw,
+            )
+        )
+    return out

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine import Engine
 from gpucarve.engine.apply import apply, finish
 from gpucarve.engine.working import Working
-from tests.engine.builders import policy, pool, queue, snapshot, workload
+from tests.engine.builders import mixed_arrivals as arrivals
+from tests.engine.builders import mixed_policy, snapshot
 
 
 def state_of(ws: Working) -> dict[str, Any]:
@@ -49,51 +49,6 @@ def state_of(ws: Working) -> dict[str, Any]:
         "cpu": ws.gpu_rows.cpu.tolist(),
         "mem": ws.gpu_rows.mem.tolist(),
     }
-
-
-def mixed_policy() -> Policy:
-    return policy(
-        pools=[
-            pool("h", "H100-SXM5-80GB", 3, 8),
-            pool("m", "A100-80GB", 2, 2, "mig",
-                 mig={"layout": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}}),
-            pool("s", "L40S", 2, 2, "time-slicing", replicas=4),
-        ],
-        cohorts=[{"name": "c"}],
-        queues=[
-            queue(n, {"h100-full": {"nominal": 12}, "a100-mig-1g.10gb": {"nominal": 4},
-                      "a100-mig-3g.40gb": {"nominal": 2}, "l40s-shared": {"nominal": 8}},
-                  cohort="c")
-            for n in ("a", "b")
-        ],
-        priorityClasses=[{"name": "lo", "value": 0, "preemptible": True, "default": True},
-                         {"name": "hi", "value": 9, "preemptible": True}],
-        scheduling={"minRuntimeSeconds": 0},
-    )  # fmt: skip
-
-
-def arrivals(p: Policy, rng: random.Random, step: int) -> list[Any]:
-    out = []
-    for i in range(rng.randint(1, 5)):
-        kind = rng.choice(["gpus", "mig", "shared"])
-        if kind == "gpus":
-            kw: dict[str, object] = {"gpus": rng.choice([1, 2, 8])}
-        elif kind == "mig":
-            kw = {"mig": rng.choice(["1g.10gb", "3g.40gb"])}
-        else:
-            kw = {"shared": 1}
-        out.append(
-            workload(
-                p,
-                f"w{step}-{i}",
-                rng.choice("ab"),
-                pods=rng.randint(1, 3),
-                priority=rng.choice(["lo", "hi"]),
-                submit=step,
-                **kw,
-            )
-        )
-    return out
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])

@@ -136,7 +136,7 @@ def claim_bound(
         fresh[gk] = done
     kept._kept = {**reuse, **fresh}
     kept.reused, kept.rebuilt = len(reuse), len(fresh)
-    return _section(sorted(kept._kept.items(), key=lambda kv: kv[0]))
+    return _section(sorted(kept._kept.items()))  # by gang key: keys are unique
 
 
 def _rebuild(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,10 +145,11 @@ class ModelPlacer:
         self.state = state
         self.cls, self.classes = state.cls, state.classes
         # pods per request type the model weighs: the driver sets it (the cycle: its pending
-        # and running pods), always as a new Counter, never by changing the one set before:
-        # `model()` looks the model up by the Counter's identity
-        self.demand: Counter[RequestType] = Counter()
-        self._model_for: tuple[Counter[RequestType], fragment.FragmentModel] | None = None
+        # and running pods), always as a new mapping, never by changing the one set before:
+        # `model()` looks the model up by its identity (read-only here, so mypy refuses a
+        # change in place)
+        self.demand: Mapping[RequestType, int] = Counter()
+        self._model_for: tuple[Mapping[RequestType, int], fragment.FragmentModel] | None = None
         self._cache: dict[tuple[RequestType, int, int], _Scores] = {}
 
     @property

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.engine import Cause, CycleResult, Engine
+from gpucarve.engine import Cause, CycleResult, Engine, run_cycle
 from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import Eviction
 from gpucarve.engine.invariants import InvariantViolation, check_step, step_violations
@@ -93,6 +93,25 @@ def test_a_reclaim_from_a_queue_that_did_not_borrow() -> None:
     assert broken == ["a/inside reclaimed by b/taker although a did not borrow"]
     with pytest.raises(InvariantViolation, match=r"cycle at t=1000: a/inside reclaimed"):
         check_step(s, tampered, apply(s, tampered))
+
+
+def test_a_move_that_places_nothing_or_of_work_that_would_not_come_back() -> None:
+    p = three_queue_policy()
+    s, _ = _running(p, "kept", "a", "low", 0)
+    s = submit(s, workload(p, "gang", "a", gpus=2))
+    ev = Eviction("a/kept", "a", Cause.CONSOLIDATE, "a/gang", "tampered")
+    placed = run_cycle(s, 1000)  # the gang fits beside it: admitted, nothing moved
+    assert placed.admitted_ids() == ["a/gang"]
+    moved = dataclasses.replace(placed, evictions=(ev,))
+    assert step_violations(s, moved, apply(s, moved)) == []  # a legal move, as far as it goes
+    alone = CycleResult(now=1000, evictions=(ev,))  # the gang it was moved for not placed
+    broken = step_violations(s, alone, apply(s, alone))
+    assert broken == ["a/kept moved for a/gang, which it may not be or was not placed"]
+    rw = s.running[0]
+    bare = dataclasses.replace(rw, workload=dataclasses.replace(rw.workload, restartable=False))
+    s = dataclasses.replace(s, running=(bare,))
+    broken = step_violations(s, moved, apply(s, moved))
+    assert broken == ["a/kept moved for a/gang, which it may not be or was not placed"]
 
 
 def test_a_slice_allocated_twice_is_refused_when_applied() -> None:

@@ -65,14 +65,19 @@ def test_a_short_run_idles_for_its_gang_then_for_nothing() -> None:
     assert idle["nothing-waiting"] == round((2 * 60 + 8 * 3600) / 3600, 2)
 
 
-def test_the_invariants_hold_on_every_cycle_with_reservations_and_sparing_on() -> None:
+def test_the_invariants_hold_on_every_cycle_with_reservations_sparing_and_moves_on() -> None:
     p = load_policy(example_path(POLICY)).policy
     on = dataclasses.replace(
-        p.scheduling, reserve_after_s=900, reclaim_large_ratio=4, reclaim_large_after_s=7200
+        p.scheduling,
+        reserve_after_s=900,
+        reclaim_large_ratio=4,
+        reclaim_large_after_s=7200,
+        consolidate_max_moves=4,
     )
     p = dataclasses.replace(p, scheduling=on)
-    trace = generate(p, scenario_for(p, 1.0), 42)
+    trace = generate(p, scenario_for(p, 1.0), 44)
     config = SimConfig(check_invariants=True)  # stops at the first broken rule
     result = Simulator(p, trace.workloads, trace.utilisation, config).run()
     assert len(result.completed) == len(trace.workloads)
     assert result.cycles > 100
+    assert any(cause == "consolidate" for *_, cause in result.evictions)  # moves were checked

@@ -363,6 +363,7 @@ def _scheduling(spec: PolicySpec) -> SchedulingConfig:
         reclaim_large_after_s=s.reclaimLargeVictimAfterSeconds,
         reclaim_grace_s=s.reclaimGraceSeconds,
         max_pods_per_cycle=s.maxPodsPerCycle,
+        consolidate_max_moves=s.consolidateMaxMoves,
     )
 
 

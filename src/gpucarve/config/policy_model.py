@@ -304,6 +304,16 @@ class SchedulingSpec(_Strict):
         "until the reclaimer has waited this long: work about to finish is not thrown away. "
         "null (the default): reclaim never waits.",
     )
+    consolidateMaxMoves: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Consolidation: a gang that quota admits but that no set of nodes holds may "
+        "have up to this many running workloads moved (evicted, and re-placed by their "
+        "controllers) per cycle, when the trial shows each of them fits elsewhere and the GPU "
+        "time the gang gains by starting now exceeds the progress they lose. null (the "
+        "default): no consolidation; see docs/engine.md for what it trades.",
+    )
     maxPodsPerCycle: int | None = Field(
         default=DEFAULT_MAX_PODS_PER_CYCLE,
         ge=1,

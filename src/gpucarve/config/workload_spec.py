@@ -103,6 +103,9 @@ class WorkloadSpec(_Strict):
     # Seconds after which it is stopped once started (a pod's activeDeadlineSeconds): it ends
     # by then, so reservations let it backfill by it.
     activeDeadlineSeconds: int | None = Field(default=None, ge=1, le=365 * 86400)
+    # Whether an eviction puts it back in its queue (a controller makes its pods again; the
+    # simulator requeues it). false: evicted, it is gone (bare pods), so it is never moved.
+    restartable: bool = True
     podSets: list[PodSetSpec] = Field(min_length=1, max_length=8)
 
 
@@ -560,6 +563,7 @@ def build_workload(
         timeout_s=spec.scheduleTimeoutSeconds,
         expected_runtime_s=spec.expectedRuntimeSeconds,
         runtime_limit_s=spec.activeDeadlineSeconds,
+        restartable=spec.restartable,
     )
     problems = _max_per_workload(w, policy, path)
     return (None if problems else w), problems

@@ -418,6 +418,9 @@ class SchedulingConfig:
     # bound): a cycle's length, and with it how long a pod waits for its binding, stays
     # bounded however large the backlog.
     max_pods_per_cycle: int | None = DEFAULT_MAX_PODS_PER_CYCLE
+    # Running workloads a cycle may move (evict to be re-placed) so that a gang quota admits,
+    # but no node set holds, fits now (None: no consolidation; engine.consolidate).
+    consolidate_max_moves: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

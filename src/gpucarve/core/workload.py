@@ -179,6 +179,10 @@ class Workload:
     # Seconds after which it is stopped once started (a pod's activeDeadlineSeconds, which the
     # kubelet enforces): it ends by then, whatever it claims.
     runtime_limit_s: int | None = None
+    # An eviction puts it back in its queue: its controller makes its pods again (the
+    # simulator requeues it). False (bare pods): evicted, it is gone, so consolidation never
+    # moves it.
+    restartable: bool = True
 
     @property
     def pods(self) -> int:

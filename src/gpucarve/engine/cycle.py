@@ -38,6 +38,7 @@ from collections import deque
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
 from gpucarve.engine import (
+    consolidate,
     drain,
     gang_timeout,
     idle,
@@ -114,6 +115,7 @@ class Cycle:
             if items:
                 heapq.heappush(heap, self._key(name, items[0]))
         if s.cfg.gang and not deferred:
+            consolidate.consolidate(s)
             podwise.grow_elastic(s)
         drain.release(s, drained)
         repartitions, unserved = repartition.plan(s)

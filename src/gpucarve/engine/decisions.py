@@ -22,6 +22,8 @@ class Cause(StrEnum):
     PREEMPT = "preempt"  # a higher-priority workload of the same queue needed the room
     TIMEOUT = "timeout"  # a gang in part placed past its timeout releases what it holds
     GPU_FAILURE = "gpu-failure"  # a GPU under it failed (the simulator's failure replay)
+    # moved: evicted so that a waiting gang fits, to be placed again at once elsewhere
+    CONSOLIDATE = "consolidate"
 
 
 class Plugin(StrEnum):

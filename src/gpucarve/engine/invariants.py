@@ -5,7 +5,8 @@ twice or by the wrong pod, shared memory beyond a GPU's, a queue beyond its nomi
 borrowing limit, a cohort lending more than its members own, a gang admitted with fewer pods
 than its minimum, an eviction of work that is not preemptible, too young, or not the victim
 the rule allows (same queue and lower priority for preemption; another queue of the cohort
-that borrows, for reclaim). `gpucarve simulate --check-invariants` and the scheduler's debug
+that borrows, for reclaim; restartable work of no higher priority, for a gang placed in the
+same cycle, for consolidation). `gpucarve simulate --check-invariants` and the scheduler's debug
 mode call it after each cycle and stop at the first violation.
 """
 
@@ -150,6 +151,11 @@ def _evictions(before: Snapshot, result: CycleResult) -> list[str]:
             out.append(f"{w.id} evicted but it is not preemptible")
         if result.now - victim.start_time < p.scheduling.min_runtime_s:
             out.append(f"{w.id} evicted after {result.now - victim.start_time} s, too young")
+        if ev.cause is Cause.CONSOLIDATE:
+            moved = any(a.workload == winner.id for a in result.admissions)
+            if not w.restartable or winner.priority < w.priority or not moved:
+                out.append(f"{w.id} moved for {winner.id}, which it may not be or was not placed")
+            continue
         if ev.cause is Cause.PREEMPT:
             if winner.queue != w.queue or winner.priority <= w.priority:
                 out.append(f"{w.id} preempted by {winner.id}, not a higher priority of its queue")

@@ -290,6 +290,8 @@ def _group_doc(
     claimed = _claimed_runtime(first)
     if claimed is not None:
         doc["expectedRuntimeSeconds"] = claimed
+    if not all(_controlled(p) for p in members):
+        doc["restartable"] = False
     deadline = (first.get("spec") or {}).get("activeDeadlineSeconds")
     if deadline is not None:
         doc["activeDeadlineSeconds"] = deadline
@@ -299,6 +301,13 @@ def _group_doc(
         if group_spec.timeout_s is not None:
             doc["scheduleTimeoutSeconds"] = group_spec.timeout_s
     return doc, tuple(tuple(set_pods[sig]) for sig in sets)
+
+
+def _controlled(pod: Mapping[str, Any]) -> bool:
+    """Whether a controller (a Job, a ReplicaSet…) owns the pod, and so makes it again once it
+    is evicted."""
+    refs = pod["metadata"].get("ownerReferences") or []
+    return any(isinstance(r, Mapping) and r.get("controller") is True for r in refs)
 
 
 def _claimed_runtime(pod: Mapping[str, Any]) -> object:

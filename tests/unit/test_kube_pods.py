@@ -159,3 +159,25 @@ def test_pods_of_a_workload_api_pod_group_are_one_gang_and_an_unknown_topology_i
     (problem,) = group.problems
     assert problem.code == "unknown-topology-key"
     assert "topology.kubernetes.io/zone" in problem.message
+
+
+def test_only_pods_a_controller_makes_again_are_restartable() -> None:
+    policy = load_policy(EXAMPLE).policy
+
+    def owned(name: str, refs: list[dict[str, Any]]) -> dict[str, Any]:
+        p = pod(name, "research", {"nvidia.com/gpu": "1"})
+        p["metadata"]["ownerReferences"] = refs
+        return p
+
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "u"}
+    pods = [
+        owned("by-controller", [{**rs, "controller": True}]),
+        owned("referenced", [rs]),  # an owner that is not its controller makes nothing
+        pod("bare", "research", {"nvidia.com/gpu": "1"}),
+    ]
+    got = {g.pods[0]: g.workload for g in pending_workloads(pods, policy, EPOCH)}
+    assert {k: w.restartable for k, w in got.items() if w is not None} == {
+        "research/by-controller": True,
+        "research/referenced": False,
+        "research/bare": False,
+    }

@@ -53,10 +53,15 @@ def evict_pod(client: Client, pod: str, why: str) -> bool:
     return True
 
 
+# The Event reason per cause (a move is not a preemption: the pod's controller makes it again
+# and it is placed at once elsewhere).
+_REASONS = {Cause.TIMEOUT: "GangTimeout", Cause.CONSOLIDATE: "Moved"}
+
+
 def evict_pods(client: Client, reporter: Reporter, view: View, result: CycleResult) -> int:
     """Evict what each eviction takes; the number of evictions."""
     for e in result.evictions:
-        why = "GangTimeout" if e.cause is Cause.TIMEOUT else "Preempted"
+        why = _REASONS.get(e.cause, "Preempted")
         for pod in sorted(e.pods or view.running_pods.get(e.workload, ())):
             if evict_pod(client, pod, why):
                 reporter.event(pod, "Normal", why, e.message)

@@ -1,9 +1,9 @@
 """Consolidation on a real API server, with kube-controller-manager's Deployment and ReplicaSet
 controllers: an 8-GPU pod that fits on neither node (4 GPUs free on each) has the newer of two
 4-GPU Deployments' pods moved; its ReplicaSet makes the pod again, which binds beside the
-other, and the 8-GPU pod binds where the moved pod was. A bare pod (no controller to make it again) is never moved. The
-engine's side of the same scenario (what `plan` and `simulate` run) is
-tests/engine/test_consolidate.py::test_the_cheapest_work_is_moved_and_the_gang_starts_now."""
+other, and the 8-GPU pod binds where the moved pod was. A bare pod (no controller to make it
+again) is never moved. The engine's side of the same scenario (what `plan` and `simulate` run)
+is tests/engine/test_consolidate.py::test_the_cheapest_work_is_moved_and_the_gang_starts_now."""
 
 from __future__ import annotations
 

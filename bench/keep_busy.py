@@ -1,5 +1,6 @@
-"""Keeping GPUs working while work waits: the example policy with reservations and reclaim's
-sparing of large gangs and reclaim's grace off (the defaults) and on, side by side in one run.
+"""Keeping GPUs working while work waits: the example policy with reservations, reclaim's
+sparing of large gangs, reclaim's grace and consolidation off (the defaults) and on, side by
+side in one run.
 
     python bench/keep_busy.py [--seeds 42-45] [--loads 1,2] [--days 2] [--after 43200]
         [--grace 7200]
@@ -9,7 +10,8 @@ per variant, seed and load: GPU-hours lost to preemption, the training pool's al
 research's wait until its last start (p95), production's and data science's wait (p95), and the
 mean over the seeds. Variants: both off; reservations alone (reserveAfterSeconds 900); reclaim
 sparing alone (reclaimLargeVictimRatio 4, reclaimLargeVictimAfterSeconds `--after`); both;
-reclaim's grace alone (reclaimGraceSeconds `--grace`); sparing and grace.
+reclaim's grace alone (reclaimGraceSeconds `--grace`); sparing and grace; consolidation alone
+(consolidateMaxMoves 4); sparing, grace and consolidation.
 Figures, not assertions: tests check the mechanisms, this shows what they buy.
 """
 
@@ -34,18 +36,25 @@ from gpucarve.sim.runner import Simulator
 from gpucarve.sim.synthetic import DAY, generate
 
 HOUR = 3600.0
+MOVES = 4  # consolidateMaxMoves of the consolidation variants
 
 
 def variants(policy: Policy, after: int, grace: int) -> dict[str, Policy]:
     s = policy.scheduling
     off = dataclasses.replace(
-        s, reserve_after_s=None, reclaim_large_ratio=None, reclaim_grace_s=None
+        s,
+        reserve_after_s=None,
+        reclaim_large_ratio=None,
+        reclaim_grace_s=None,
+        consolidate_max_moves=None,
     )
     reserve = dataclasses.replace(off, reserve_after_s=900)
     spare = dataclasses.replace(off, reclaim_large_ratio=4, reclaim_large_after_s=after)
     both = dataclasses.replace(spare, reserve_after_s=900)
     wait = dataclasses.replace(off, reclaim_grace_s=grace)
     spare_wait = dataclasses.replace(spare, reclaim_grace_s=grace)
+    move = dataclasses.replace(off, consolidate_max_moves=MOVES)
+    spare_wait_move = dataclasses.replace(spare_wait, consolidate_max_moves=MOVES)
     return {
         name: dataclasses.replace(policy, scheduling=sched)
         for name, sched in (
@@ -55,6 +64,8 @@ def variants(policy: Policy, after: int, grace: int) -> dict[str, Policy]:
             ("reservations + spare", both),
             (f"reclaim grace ({grace // 60} min)", wait),
             ("spare + grace", spare_wait),
+            (f"moves ({MOVES})", move),
+            ("spare + grace + moves", spare_wait_move),
         )
     }
 
@@ -106,13 +117,13 @@ def main() -> None:
             rows = [run(p, seed, load, args.days) for seed in seeds]
             if header is None:
                 header = list(rows[0])
-                print(f"{'variant':22s} " + " ".join(f"{h:>26s}" for h in header))
+                print(f"{'variant':24s} " + " ".join(f"{h:>26s}" for h in header))
             cells = []
             for h in header:
                 values = [r[h] for r in rows]
                 per_seed = "/".join(f"{v:.0f}" if v >= 10 else f"{v:.1f}" for v in values)
                 cells.append(f"{statistics.mean(values):6.1f} ({per_seed})")
-            print(f"{name:22s} " + " ".join(f"{c:>26s}" for c in cells))
+            print(f"{name:24s} " + " ".join(f"{c:>26s}" for c in cells))
 
 
 def stream_policy(reserve: int | None) -> Policy:
@@ -194,7 +205,7 @@ def stream(seeds: list[int], days: float) -> None:
             )
         mean = [statistics.mean(r[i] for r in rows) for i in range(4)]
         print(
-            f"{name:22s} lost {mean[0]:6.1f} GPU-h  allocated {mean[1]:5.1f} %  "
+            f"{name:24s} lost {mean[0]:6.1f} GPU-h  allocated {mean[1]:5.1f} %  "
             f"big last-start p95 {mean[2]:5.1f} h  small p95 {mean[3]:5.1f} h"
         )
 

@@ -18,7 +18,9 @@ state (`state.CycleState`). For each pending workload in order:
 6. Preempt: evict lower-priority workloads of the same queue.
 7. Otherwise the workload stays pending with the reason of the stage that refused it.
 
-After the queue: dynamic MIG pools are planned for what placement refused (`repartition`).
+After the queues: with `scheduling.consolidateMaxMoves`, running work is moved out of the way
+of a gang that quota admits but no node set holds (`consolidate`); dynamic MIG pools are
+planned for what placement refused (`repartition`).
 
 A cycle that has placed `scheduling.maxPodsPerCycle` pods stops there: what it has not tried
 waits with the reason `queueing/cycle-budget`, and the driver starts the next cycle at once

@@ -53,3 +53,11 @@ def test_a_finished_workload_is_exported_with_its_completion_and_run_time() -> N
     }
     assert got[("gpucarve_completion_seconds_sum", "r")] == 400
     assert got[("gpucarve_runtime_seconds_sum", "r")] == 300
+    assert got[("gpucarve_slowdown_sum", "r")] == 400 / 300
+    buckets = {
+        x.labels["le"]: x.value
+        for f in text_string_to_metric_families(text)
+        for x in f.samples
+        if x.name == "gpucarve_slowdown_bucket"
+    }
+    assert (buckets["1.25"], buckets["1.5"]) == (0, 1)  # 400 s over 300 s: 1.33

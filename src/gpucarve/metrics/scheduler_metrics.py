@@ -28,6 +28,8 @@ from gpucarve.metrics.fragmentation import pool_slices
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 CYCLE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 BIND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# completion time over run time: 1 is no wait at all
+SLOWDOWN_BUCKETS = (1, 1.1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100)
 SEEN_LIMIT = 200_000  # workloads remembered for first-try admission
 
 
@@ -129,6 +131,14 @@ class SchedulerMetrics:
             "Start to the end of a workload whose pods all Succeeded (what reservations learn)",
             q,
             buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.slowdown = Histogram(
+            "gpucarve_slowdown",
+            "Completion time over run time of a workload whose pods all Succeeded (its last "
+            "run: work evicted and run again counts the wait before it)",
+            q,
+            buckets=SLOWDOWN_BUCKETS,
             registry=r,
         )
         self.wait = Histogram(
@@ -249,6 +259,7 @@ class SchedulerMetrics:
         """A workload that ran to the end (its pods all Succeeded)."""
         self.completion.labels(w.queue).observe(max(0, now - w.submit_time))
         self.runtime.labels(w.queue).observe(max(0, now - started))
+        self.slowdown.labels(w.queue).observe(max(0, now - w.submit_time) / max(1, now - started))
 
     def _idle(self, snapshot: Snapshot, result: CycleResult) -> None:
         """Each cycle's idle shares count from that cycle until the next (as the simulator

@@ -199,6 +199,28 @@ def test_reclaim_spares_a_gang_many_times_its_size_until_the_bound() -> None:
     assert [e.workload for e in result.evictions] == ["r/gang"]
 
 
+def test_reclaim_takes_a_small_borrower_before_a_large_one_that_ran_less() -> None:
+    # tests/integration/test_reclaim_grace.py's sparing test, on the engine
+    def run(**sparing: Any) -> list[str]:
+        p = policy(
+            pools=[pool("train", "H100-SXM5-80GB", 1, 8)],
+            cohorts=[{"name": "lab"}],
+            queues=[
+                queue("owner", {"h100-full": {"nominal": 8}}, cohort="lab"),
+                queue("borrower", {"h100-full": {"nominal": 0, "borrowingLimit": 8}}, cohort="lab"),
+            ],
+            scheduling={"minRuntimeSeconds": 0, **sparing},
+        )
+        _, s = cycle(snapshot(p, [workload(p, "small", "borrower", gpus=2)]))
+        _, s = cycle(submit(s, workload(p, "large", "borrower", gpus=6, submit=8)), 8)
+        result, _ = cycle(submit(s, workload(p, "one", "owner", gpus=1, submit=9)), 9)
+        assert result.admitted_ids() == ["owner/one"]
+        return [e.workload for e in result.evictions]
+
+    assert run() == ["borrower/large"]  # 6 GPU-seconds lost against 18
+    assert run(reclaimLargeVictimRatio=4) == ["borrower/small"]
+
+
 def test_the_api_servers_scenario_in_the_engine() -> None:
     # tests/integration/test_reservations.py on the real API server, cycle by cycle here
     p = policy(

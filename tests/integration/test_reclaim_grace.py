@@ -1,6 +1,8 @@
 """Reclaim's grace on the real API server (the scenario of tests/engine/test_reclaim_grace.py):
 a borrowed pod whose activeDeadlineSeconds ends it within the grace is not evicted for the
-queue that lends; that queue's pod waits, saying for what, and binds once the pod is gone."""
+queue that lends; that queue's pod waits, saying for what, and binds once the pod is gone.
+And reclaim that spares large gangs (tests/engine/test_reservations.py, the same scenario): a
+1-GPU reclaimer takes the small borrowed pod, not the 6-GPU one that has run less."""
 
 from __future__ import annotations
 
@@ -73,3 +75,30 @@ def test_borrowed_work_about_to_end_is_waited_for_not_evicted(
         # it ends: the owner's pod binds
         api.call("DELETE", "/api/v1/namespaces/borrower/pods/soon?gracePeriodSeconds=0")
         wait_for(lambda: node_of(pods_in(api, "owner")["mine"]), what="the owner's pod bound")
+
+
+SPARING: dict[str, Any] = {
+    **POLICY,
+    "metadata": {"name": "sparing"},
+    "scheduling": {"minRuntimeSeconds": 0, "reclaimLargeVictimRatio": 4},
+}
+
+
+def test_reclaim_takes_the_small_borrower_not_the_large_one_for_a_small_reclaimer(
+    cluster: tuple[LocalStack, Api, Path],
+) -> None:
+    """The large one has run less, so cheapest-first alone would take it (`sparing` off, this
+    test fails: checked)."""
+    stack, api, policy_file = cluster
+    policy_file.write_text(yaml.safe_dump(SPARING))
+    with scheduling(stack, policy_file):
+        create_pod(api, pod("borrower", "small", "nvidia.com/gpu", 2))
+        wait_for(lambda: node_of(pods_in(api, "borrower")["small"]), what="small bound")
+        time.sleep(8)  # small has run 8 s on 2 GPUs when large starts on 6
+        create_pod(api, pod("borrower", "large", "nvidia.com/gpu", 6))
+        wait_for(lambda: node_of(pods_in(api, "borrower")["large"]), what="large bound")
+        create_pod(api, pod("owner", "one", "nvidia.com/gpu", 1))
+        wait_for(lambda: node_of(pods_in(api, "owner")["one"]), what="the owner's pod bound")
+        left = pods_in(api, "borrower")
+        assert "small" not in left or left["small"]["metadata"].get("deletionTimestamp")
+        assert not left["large"]["metadata"].get("deletionTimestamp"), "the large one evicted"

@@ -87,6 +87,12 @@ def test_scheduling_proposals_follow_the_figures_that_call_for_them() -> None:
                       busy) == []  # fmt: skip
     (spare,) = [p for p in scheduling({}, busy) if "spare" in p.name]
     assert spare.doc["scheduling"] == {"reclaimLargeVictimRatio": 4}
+    # free room scattered across nodes: moving work, as well as reserving for the gang
+    scattered = {**busy, "idle_gpu_hours": {"fragmentation": 30.0, "topology": 5.0}}
+    (move,) = [p for p in scheduling({}, scattered) if "consolidation" in p.name]
+    assert move.doc["scheduling"] == {"consolidateMaxMoves": 4}
+    assert "35 GPU-hours free in all" in move.why and "fragmentation, topology" in move.why
+    assert not [p for p in scheduling({}, busy) if "consolidation" in p.name]
 
 
 def test_recommend_needs_gpucarve_and_keeps_json_clean(tmp_path: Path) -> None:

@@ -316,11 +316,15 @@ def limits(
 # sparing large gangs from reclaim is worth a replay.
 RESERVATION_CAUSES = ("gang-larger-than-free", "fragmentation", "queue-order", "topology")
 LOST_SHARE = 0.02
+# Idle causes that moving running work can mend: enough free in all, not where one placement
+# of the waiting gang fits (engine/consolidate.py).
+MOVE_CAUSES = ("fragmentation", "topology", "cpu-memory")
 
 
 def scheduling(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Proposal]:
     """Scheduling settings the run's figures point to: reservations where big gangs idled GPUs
-    waiting for room, sparing large gangs from reclaim where preemption destroyed work."""
+    waiting for room, consolidation where the room was there but scattered, sparing large
+    gangs from reclaim where preemption destroyed work."""
     out = []
     sched = dict(doc.get("scheduling") or {})
     idle = summary.get("idle_gpu_hours", {})
@@ -329,6 +333,11 @@ def scheduling(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Propo
         causes = ", ".join(c for c in RESERVATION_CAUSES if idle.get(c))
         why = f"{waited:,.0f} GPU-hours idle while gangs waited for room ({causes})"
         out.append(_setting(doc, "reservations", "reserveAfterSeconds", 900, why))
+    scattered = sum(idle.get(c, 0.0) for c in MOVE_CAUSES)
+    if scattered >= WORTH_HOURS and sched.get("consolidateMaxMoves") is None:
+        causes = ", ".join(c for c in MOVE_CAUSES if idle.get(c))
+        why = f"{scattered:,.0f} GPU-hours free in all but not where a waiting gang fits ({causes})"
+        out.append(_setting(doc, "consolidation", "consolidateMaxMoves", 4, why))
     used = sum(t.get("gpu_hours", 0.0) for t in summary.get("teams", {}).values())
     lost = summary.get("gpu_hours_lost_to_preemption", 0.0)
     if used and lost / used > LOST_SHARE and sched.get("reclaimLargeVictimRatio") is None:

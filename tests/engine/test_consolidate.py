@@ -138,3 +138,25 @@ def test_work_as_large_as_the_gang_is_not_moved_for_it() -> None:
     big = workload(p, "big", "r", gpus=8, cpu="40", submit=200)
     result, _ = checked(submit(s, big), 1000)
     assert [e.workload for e in result.evictions] == ["r/c"]
+
+
+def test_a_gang_on_loan_has_work_moved_only_when_reclaim_would_spare_it() -> None:
+    # r's nominal 8 is used by a and c: the 8-GPU gang would run on o's unused quota, which o's
+    # next job reclaims at once, unless reclaim spares gangs many times a reclaimer's size
+    def moved(**scheduling: Any) -> list[str]:
+        p = policy(
+            pools=[pool("train", "H100-SXM5-80GB", 2, 8)],
+            cohorts=[{"name": "lab"}],
+            queues=[
+                queue("r", {"h100-full": {"nominal": 8, "borrowingLimit": 8}}, cohort="lab"),
+                queue("o", {"h100-full": {"nominal": 8}}, cohort="lab"),
+            ],
+            scheduling={**MOVE, **scheduling},
+        )
+        s = submit(split(p), workload(p, "big", "r", gpus=8, submit=200))
+        result, _ = checked(s, 1000)
+        return [e.workload for e in result.evictions]
+
+    assert moved() == []
+    assert moved(reclaimLargeVictimRatio=4) == ["r/c"]
+    assert moved(reclaimLargeVictimRatio=8) == []  # 8 GPUs are not more than 8 times one

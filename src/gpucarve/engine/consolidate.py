@@ -11,6 +11,9 @@ A set of moves is made only when the trial on the working state shows all of it:
   (on its own flavors, within its queue's quota): nothing is moved into a wait;
 - each mover is preemptible, has run the policy's minimum runtime, is not of higher priority
   than the gang and holds fewer GPU slices than the gang;
+- the gang runs within its queue's nominal quota, or reclaim spares it
+  (`scheduling.reclaimLargeVictimRatio` below its size): a gang on loan that reclaim may take
+  back at the lenders' next job would lose the start the moves bought, with its progress;
 - the GPU time the gang gains by starting now (its slices × how long it would otherwise wait:
   `reservation.look_ahead`, by when the work in its way is expected to end) exceeds the
   progress the movers lose (their slices × how long they have run), which the simulator
@@ -91,6 +94,13 @@ def _lost(c: CycleState, rw: RunningWorkload) -> int:
     return _slices(rw.pods) * max(0, c.now - rw.start_time)
 
 
+def _spared(c: CycleState, size: int) -> bool:
+    """Whether reclaim spares a gang of `size` slices from small reclaimers
+    (`scheduling.reclaimLargeVictimRatio`): from a one-slice one at least."""
+    ratio = c.cfg.reclaim_large_ratio
+    return ratio is not None and size > ratio
+
+
 def _make_room(c: CycleState, w: Workload, budget: int) -> int:
     """Move the cheapest work that lets `w` place now, if it pays; the number moved."""
     combo = _first_combo(c, w)
@@ -100,6 +110,10 @@ def _make_room(c: CycleState, w: Workload, budget: int) -> int:
     if plan is None:
         return 0  # quota refuses it now: moving work changes nothing
     size = sum(demand.values())
+    if not c.quotas.within_nominal(w.queue, demand) and not _spared(c, size):
+        # On loan, reclaim would take it back at the lenders' next job: the start that moves
+        # buy is lost with the gang's progress (measured, docs/engine.md "Consolidation").
+        return 0
 
     def place() -> list[PodAssignment] | None:
         if not c.quotas.check(w.queue, demand).fits:

@@ -1,7 +1,7 @@
 """Engine throughput: pods placed per second and cycle time on large synthetic clusters.
 
     python bench/engine.py [--json] [--cases 1000,5000] [--pods 10000] [--cycles 20] [--seed 1]
-        [--no-delta] [--max-pods-per-cycle N|none|default]
+        [--no-delta] [--max-pods-per-cycle N|none|default] [--consolidate N]
     python bench/engine.py --cases 20000 --pods 100000 --cycles 10     # the 20,000-node case
 
 Cluster per case: half the nodes H100 (8 whole GPUs, exclusive), a quarter A100-80GB carved
@@ -14,7 +14,8 @@ every allocation, as it does for the scheduler's view). The engine indexes the c
 the first cycle (`Engine.follow`, as a driver does when it starts), timed apart as "engine
 start". Each cycle places at most `scheduling.maxPodsPerCycle` pods (the policy's default
 unless `--max-pods-per-cycle` says otherwise); what it leaves waits for the next. Throughput
-counts pods placed over the time spent inside `run_cycle`; cycle p50/p99 are over all cycles,
+counts pods placed over the time spent inside `run_cycle`; `--consolidate N` sets
+`scheduling.consolidateMaxMoves` (moves are counted and printed); cycle p50/p99 are over all cycles,
 the first included; memory is the
 process's peak resident set so far (cases run in the order given, so list them smallest
 first).
@@ -42,13 +43,15 @@ from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
-from gpucarve.engine import Engine
+from gpucarve.engine import Cause, Engine
 from gpucarve.engine.apply import apply, finish
 
 TEAMS = ("a", "b", "c", "d")
 
 
-def make_policy(nodes: int, max_pods: int | str | None = "default") -> Policy:
+def make_policy(
+    nodes: int, max_pods: int | str | None = "default", moves: int | None = None
+) -> Policy:
     h100, a100 = nodes // 2, nodes // 4
     l40s = nodes - h100 - a100
     per = {
@@ -97,6 +100,8 @@ def make_policy(nodes: int, max_pods: int | str | None = "default") -> Policy:
     }
     if max_pods != "default":
         doc["scheduling"]["maxPodsPerCycle"] = max_pods
+    if moves is not None:
+        doc["scheduling"]["consolidateMaxMoves"] = moves
     return build_policy(doc, packaged_catalog()).policy
 
 
@@ -153,14 +158,15 @@ def run_case(
     seed: int,
     no_delta: bool = False,
     max_pods: int | str | None = "default",
+    moves: int | None = None,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
-    p = make_policy(nodes, max_pods)
+    p = make_policy(nodes, max_pods, moves)
     pending = make_workloads(p, pods, rng, 0, 0)
     snap = Snapshot(p, build_cluster(p), (), tuple(pending))
     next_id = len(pending) + 1
     times: list[float] = []
-    placed = 0
+    placed = moved = 0
     engine = Engine()
     t0 = time.perf_counter()
     engine.follow(snap)  # indexing the cluster, as the scheduler does when it starts
@@ -170,6 +176,7 @@ def run_case(
         result = engine.run_cycle(snap, now=c * 60)
         times.append(time.perf_counter() - t0)
         placed += result.stats.pods_placed
+        moved += sum(1 for e in result.evictions if e.cause is Cause.CONSOLIDATE)
         snap = apply(snap, result)
         # a tenth of what runs completes; a new batch arrives
         done = [rw.workload.id for rw in snap.running if rng.random() < 0.1]
@@ -194,6 +201,7 @@ def run_case(
         "first_cycle_ms": round(times[0] * 1000, 1),
         "engine_start_ms": round(start * 1000, 1),
         "max_pods_per_cycle": p.scheduling.max_pods_per_cycle,
+        "moves": moved,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 
@@ -214,6 +222,12 @@ def main() -> None:
         "policy's default)",
     )
     ap.add_argument(
+        "--consolidate",
+        type=int,
+        default=None,
+        help="scheduling.consolidateMaxMoves (default: unset, no consolidation)",
+    )
+    ap.add_argument(
         "--no-delta",
         action="store_true",
         help="rebuild each cycle's snapshot without the delta from the last (as the scheduler's "
@@ -226,7 +240,7 @@ def main() -> None:
     elif bound != "default":
         bound = int(bound)
     for n in (int(x) for x in args.cases.split(",")):
-        row = run_case(n, args.pods, args.cycles, args.seed, args.no_delta, bound)
+        row = run_case(n, args.pods, args.cycles, args.seed, args.no_delta, bound, args.consolidate)
         if args.json:
             print(json.dumps(row), flush=True)
         else:
@@ -235,7 +249,8 @@ def main() -> None:
                 f"{row['pods_per_second']:>8} pods/s, cycle p50 {row['cycle_p50_ms']} ms, "
                 f"p99 {row['cycle_p99_ms']} ms, first cycle {row['first_cycle_ms']} ms "
                 f"({row['pods_placed']} pods placed in {row['cycles']} cycles, at most "
-                f"{row['max_pods_per_cycle']} a cycle), engine start {row['engine_start_ms']} ms, "
+                f"{row['max_pods_per_cycle']} a cycle, {row['moves']} moves), "
+                f"engine start {row['engine_start_ms']} ms, "
                 f"peak memory {row['peak_rss_mib']:,} MiB",
                 flush=True,
             )

@@ -18,7 +18,8 @@ A set of moves is made only when the trial on the working state shows all of it:
   `reservation.look_ahead`, by when the work in its way is expected to end) exceeds the
   progress the movers lose (their slices × how long they have run), which the simulator
   makes them pay again.
-The cheapest single mover is tried first, then the cheapest movers together, at most
+One trial with every candidate gone comes first (what fails fails there); then the cheapest
+single mover, then the cheapest movers together, at most
 `scheduling.consolidateMaxMoves` moves per cycle and CONSOLIDATIONS_PER_CYCLE gangs: a cycle's
 cost stays bounded. Nothing is stored between cycles.
 """
@@ -120,10 +121,15 @@ def _make_room(c: CycleState, w: Workload, budget: int) -> int:
             return None
         return c.placer.place_gang(w, plan)[0]
 
+    movers = _movers(c, w, set(demand), size)
+    # One trial first: if moving every candidate does not make room, no part of them does
+    # (what fails on a busy cluster fails in one placement, not in a search).
+    if not movers or not _makes_room(c, place, movers):
+        return 0
     found = reservation.look_ahead(c.ws, w, plan, place, c.end_of)
     wait = (found[0] if found is not None else c.now + c.cfg.default_runtime_s) - c.now
     gain = size * wait
-    movers = _movers(c, w, set(demand), size, gain)
+    movers = [rw for rw in movers if _lost(c, rw) < gain]
     chosen = _search(c, w, place, movers, budget)
     if chosen is None or sum(_lost(c, rw) for rw in chosen) >= gain:
         return 0
@@ -147,9 +153,7 @@ def _make_room(c: CycleState, w: Workload, budget: int) -> int:
     return len(chosen)
 
 
-def _movers(
-    c: CycleState, w: Workload, flavors: set[str], size: int, gain: int
-) -> list[RunningWorkload]:
+def _movers(c: CycleState, w: Workload, flavors: set[str], size: int) -> list[RunningWorkload]:
     """Running work that may move for `w`, cheapest first (see the module doc)."""
     out: list[tuple[int, int, str, RunningWorkload]] = []
     for rw in c.ws.running.values():
@@ -165,10 +169,8 @@ def _movers(
             or not any(p.flavor in flavors for p in rw.pods)
         ):
             continue
-        held = _slices(rw.pods)
-        lost = _lost(c, rw)
-        if held < size and lost < gain:
-            out.append((lost, -rw.start_time, m.id, rw))
+        if _slices(rw.pods) < size:
+            out.append((_lost(c, rw), -rw.start_time, m.id, rw))
     out.sort(key=lambda t: t[:3])
     return [t[3] for t in out[:MOVERS_TRIED]]
 
@@ -193,6 +195,19 @@ def _search(
         if len(chosen) > 1 and _works(c, w, place, chosen):
             return chosen
     return None
+
+
+def _makes_room(
+    c: CycleState, place: Callable[[], list[PodAssignment] | None], movers: list[RunningWorkload]
+) -> bool:
+    """Whether the gang places with every candidate mover gone (where they go is not asked)."""
+    cp = c.ws.checkpoint()
+    try:
+        for rw in movers:
+            evict(c.ws, c.ws.running[rw.workload.id])
+        return place() is not None
+    finally:
+        c.ws.rollback(cp)
 
 
 def _works(

@@ -4,10 +4,12 @@ nodes and queues, and a scheduler running in a thread."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -19,6 +21,13 @@ from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.kube.view.nodes import node_manifests
 from tests.integration.api import Api
 from tests.paths import BUILTIN
+
+
+def policy_in(factory: pytest.TempPathFactory, doc: Mapping[str, Any] | str) -> Path:
+    """A policy (a document, or YAML text) written as policy.yaml in a new folder."""
+    path = factory.mktemp("policy") / "policy.yaml"
+    path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(dict(doc)))
+    return path
 
 
 def example_policy(folder: Path) -> Path:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
@@ -25,7 +24,7 @@ from tests.integration.kube_pods import (
     pod,
     pods_in,
 )
-from tests.integration.stack_setup import populate, scheduling
+from tests.integration.stack_setup import policy_in, populate, scheduling
 
 pytestmark = pytest.mark.integration
 NS = "research"
@@ -50,9 +49,7 @@ POLICY = {
 
 @pytest.fixture(scope="module")
 def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    path.write_text(yaml.safe_dump(POLICY))
-    return path
+    return policy_in(tmp_path_factory, POLICY)
 
 
 @pytest.fixture(scope="module")

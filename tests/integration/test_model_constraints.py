@@ -15,7 +15,7 @@ import pytest
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import create_pod, delete_all, node_of, pod, pods_in
-from tests.integration.stack_setup import populate, scheduling
+from tests.integration.stack_setup import policy_in, populate, scheduling
 from tests.integration.test_parity import gang, plan
 
 pytestmark = pytest.mark.integration
@@ -48,9 +48,7 @@ A100, H100 = "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"
 
 @pytest.fixture(scope="module")
 def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    path.write_text(POLICY)
-    return path
+    return policy_in(tmp_path_factory, POLICY)
 
 
 @pytest.fixture(scope="module")

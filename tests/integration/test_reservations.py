@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -34,7 +33,7 @@ from tests.integration.kube_pods import (
     pod_group,
     pods_in,
 )
-from tests.integration.stack_setup import populate, scheduling
+from tests.integration.stack_setup import policy_in, populate, scheduling
 
 pytestmark = pytest.mark.integration
 
@@ -72,9 +71,7 @@ POLICY = {
 
 @pytest.fixture(scope="module")
 def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    path.write_text(yaml.safe_dump(POLICY))
-    return path
+    return policy_in(tmp_path_factory, POLICY)
 
 
 @pytest.fixture(scope="module")

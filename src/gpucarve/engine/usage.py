@@ -25,7 +25,26 @@ def evicted_pods(result: CycleResult) -> dict[str, frozenset[str] | None]:
     return {w: None if pods is None else frozenset(pods) for w, pods in out.items()}
 
 
+# The last answer, by the identity of what it was asked about: a scheduler's metrics and its
+# queue statuses both ask it of the same cycle, and it passes over every running pod. (One
+# tuple, replaced whole: a reader in another thread sees the old answer or the new.)
+_last: tuple[Sequence[RunningWorkload], CycleResult, Counter[tuple[str, str]]] | None = None
+
+
 def usage_after(
+    running: Sequence[RunningWorkload], result: CycleResult
+) -> Counter[tuple[str, str]]:
+    """Slices per (queue, flavor) held once `result`'s decisions hold (a new Counter)."""
+    global _last
+    last = _last
+    if last is not None and last[0] is running and last[1] is result:
+        return Counter(last[2])
+    usage = _usage_after(running, result)
+    _last = (running, result, usage)
+    return Counter(usage)
+
+
+def _usage_after(
     running: Sequence[RunningWorkload], result: CycleResult
 ) -> Counter[tuple[str, str]]:
     gone = evicted_pods(result)

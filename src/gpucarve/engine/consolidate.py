@@ -67,15 +67,6 @@ def consolidate(c: CycleState) -> None:
             c.pending = [p for p in c.pending if p.workload != w.id]
 
 
-def _first_combo(c: CycleState, w: Workload) -> list[Flavor | None] | None:
-    combo: list[Flavor | None] = []
-    for flavors, ps in zip(c.flavors_for(w), w.pod_sets, strict=True):
-        if not flavors and ps.gpu.kind.value != "none":
-            return None
-        combo.append(flavors[0] if flavors else None)
-    return combo
-
-
 def _own_combo(c: CycleState, rw: RunningWorkload) -> list[Flavor | None]:
     """The flavors a running workload holds, per pod set: it moves within them (its quota is
     charged there)."""
@@ -104,7 +95,7 @@ def _spared(c: CycleState, size: int) -> bool:
 
 def _make_room(c: CycleState, w: Workload, budget: int) -> int:
     """Move the cheapest work that lets `w` place now, if it pays; the number moved."""
-    combo = _first_combo(c, w)
+    combo = c.first_flavors(w)
     if combo is None:
         return 0
     plan, demand, _ = plan_for(c, w, combo)
@@ -131,9 +122,9 @@ def _make_room(c: CycleState, w: Workload, budget: int) -> int:
     gain = size * wait
     movers = [rw for rw in movers if _lost(c, rw) < gain]
     chosen = _search(c, w, place, movers, budget)
-    if chosen is None or sum(_lost(c, rw) for rw in chosen) >= gain:
+    lost = sum(_lost(c, rw) for rw in chosen) if chosen is not None else gain
+    if chosen is None or lost >= gain:
         return 0
-    lost_h = sum(_lost(c, rw) for rw in chosen) / 3600
     for rw in chosen:
         evict(c.ws, c.ws.running[rw.workload.id])
         c.evictions.append(
@@ -144,7 +135,7 @@ def _make_room(c: CycleState, w: Workload, budget: int) -> int:
                 w.id,
                 f"moved for {w.id}, which fits once it is gone (consolidation): it is placed "
                 f"again elsewhere; {w.id} starts now instead of in about "
-                f"{wait / 3600:.1f} h, for {lost_h:.2f} slice-hours of progress lost",
+                f"{wait / 3600:.1f} h, for {lost / 3600:.2f} slice-hours of progress lost",
             )
         )
     placed = place()

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpucarve.core.policy import Flavor, QueueingStrategy
+from gpucarve.core.policy import QueueingStrategy
 from gpucarve.core.runtime import WHENCE
-from gpucarve.core.workload import GpuKind, PodAssignment, RunningWorkload, Workload
+from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine.admit import plan_for
 from gpucarve.engine.decisions import PendingReason, Plugin, Reservation
 from gpucarve.engine.placement.holds import Hold
@@ -158,9 +158,8 @@ def _big(c: CycleState, w: Workload, node_size: dict[str, int]) -> bool:
 
 def _reserve(c: CycleState, head: Workload) -> None:
     # its first flavor choice per pod set: the one holds and quotas weigh
-    combo: list[Flavor | None] = [f[0] if f else None for f in c.flavors_for(head)]
-    sets = zip(combo, head.pod_sets, strict=True)
-    if any(f is None and ps.gpu.kind is not GpuKind.NONE for f, ps in sets):
+    combo = c.first_flavors(head)
+    if combo is None:
         return  # no flavor serves it: it never runs, and reserves nothing
     plan, demand, _ = plan_for(c, head, combo, ignore_quota=True)
     assert plan is not None

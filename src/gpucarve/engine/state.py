@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import GpuRequest, PodAssignment, PodSet, RunningWorkload, Workload
+from gpucarve.core.workload import (
+    GpuKind,
+    GpuRequest,
+    PodAssignment,
+    PodSet,
+    RunningWorkload,
+    Workload,
+)
 from gpucarve.engine.ceilings import Ceilings
 from gpucarve.engine.decisions import (
     Admission,
@@ -100,6 +107,17 @@ class CycleState:
                 f = flavors[0]
                 need[f.name] = need.get(f.name, 0) + self.needs_of(ps, f).slices * ps.min_count
         return need
+
+    def first_flavors(self, w: Workload) -> list[Flavor | None] | None:
+        """Each pod set's first flavor choice (None for a pod set without GPUs), the one holds,
+        quotas, reservations and consolidation weigh; None when no flavor serves a pod set
+        that asks for GPUs (it never runs)."""
+        combo: list[Flavor | None] = []
+        for flavors, ps in zip(self.flavors_for(w), w.pod_sets, strict=True):
+            if not flavors and ps.gpu.kind is not GpuKind.NONE:
+                return None
+            combo.append(flavors[0] if flavors else None)
+        return combo
 
     def within_nominal(self, w: Workload) -> bool:
         """Whether `w`, beside what its queue already uses, fits the queue's nominal quota on

@@ -13,6 +13,7 @@ from gpucarve.kube.view.bound_view import BoundGroups
 from gpucarve.kube.view.cluster_view import View, build_view
 from gpucarve.kube.view.inventory import build_inventory
 from gpucarve.kube.view.pod_facts import PodFactsMemo
+from gpucarve.kube.view.pod_index import PodIndex
 from gpucarve.kube.view.pods import GroupSpec, WorkloadCache
 from tests.unit.test_kube_view import EPOCH, POLICY, pod, ready_nodes
 
@@ -42,6 +43,9 @@ class Informer:
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
+        # what changed in the last `items`, by namespace/name (None: deleted), as
+        # `Informer.changes_since` hands it out
+        self.changed: dict[str, dict[str, Any] | None] = {}
 
     def items(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
@@ -49,23 +53,43 @@ class Informer:
             name = p["metadata"]["name"]
             same = self.objects.get(name)
             out.append(same if same == p else p)
-        self.objects = {p["metadata"]["name"]: p for p in out}
+        now = {p["metadata"]["name"]: p for p in out}
+        self.changed = {
+            f"{p['metadata']['namespace']}/{n}": p
+            for n, p in now.items()
+            if self.objects.get(n) is not p
+        }
+        self.changed.update(
+            (f"{p['metadata']['namespace']}/{n}", None)
+            for n, p in self.objects.items()
+            if n not in now
+        )
+        self.objects = now
         return out
 
 
 def _cycles(
     cycles: list[tuple[list[dict[str, Any]], dict[str, Assigned], dict[Any, GroupSpec]]],
 ) -> list[BoundGroups]:
-    """Build each cycle's view both ways and compare; the BoundGroups after each cycle."""
+    """Build each cycle's view three ways and compare: with the kept gangs, with them and a
+    pod index fed only the changes, and afresh; the BoundGroups after each cycle (the same
+    for both ways that keep)."""
     informer, bound, facts, cache = Informer(), BoundGroups(), PodFactsMemo(EPOCH), WorkloadCache()
+    bound2, facts2, cache2 = BoundGroups(), PodFactsMemo(EPOCH), WorkloadCache()
+    index = PodIndex("gpucarve", facts2)
     seen: list[BoundGroups] = []
     for pods, assumed, specs in cycles:
         objects = informer.items(pods)
         kept = build_view(POLICY, INV, objects, "gpucarve", EPOCH, specs, assumed, cache, facts,
                           bound)  # fmt: skip
+        index.sync(informer.changed, assumed, bound2.assumed_pod)
+        indexed = build_view(POLICY, INV, (), "gpucarve", EPOCH, specs, assumed, cache2, facts2,
+                             bound2, index=index)  # fmt: skip
         fresh = build_view(POLICY, INV, copy.deepcopy(objects), "gpucarve", EPOCH, specs,
                            assumed)  # fmt: skip
         assert _summary(kept) == _summary(fresh)
+        assert _summary(indexed) == _summary(fresh)
+        assert (bound2.reused, bound2.rebuilt) == (bound.reused, bound.rebuilt)
         seen.append(copy.copy(bound))
     return seen
 
@@ -122,3 +146,40 @@ def test_a_slice_claimed_twice_or_no_annotation_is_rebuilt_as_from_scratch() -> 
         ]
     )
     assert [s.reused for s in stats] == [0, 0, 0, 0, 2]
+
+
+def test_the_index_moves_only_changed_pods_and_the_view_works_out_only_their_gangs() -> None:
+    nodes = [n["metadata"]["name"] for n in ready_nodes() if "training" in n["metadata"]["name"]]
+    pods = [
+        pod(f"p{i:02d}", "research", GPU1, nodes[i // 8], [f"{nodes[i // 8]}/gpu{i % 8}"])
+        for i in range(8 * len(nodes))
+    ]
+    informer, bound, facts = Informer(), BoundGroups(), PodFactsMemo(EPOCH)
+    index = PodIndex("gpucarve", facts)
+
+    def view(objects: list[dict[str, Any]], assumed: dict[str, Assigned]) -> View:
+        index.sync(informer.changed, assumed, bound.assumed_pod)
+        return build_view(POLICY, INV, (), "gpucarve", EPOCH, {}, assumed, WorkloadCache(),
+                          facts, bound, index=index)  # fmt: skip
+
+    objects = informer.items(pods)
+    view(objects, {})
+    assert (index.moved, bound.rebuilt) == (len(pods), len(pods))
+    # one pod deleted, one pending pod assumed bound where the deleted one was
+    gone = pods[3]
+    new = pod("zz", "research", GPU1)
+    objects = informer.items([*pods[:3], *pods[4:], new])
+    a = Assigned(gone["spec"]["nodeName"], (f"{gone['spec']['nodeName']}/gpu3",))
+    kept = view(objects, {"research/zz": a})
+    assert index.moved == 2  # the deleted pod and the new one, nothing else
+    assert (bound.reused, bound.rebuilt) == (len(pods) - 1, 1)
+    fresh = build_view(POLICY, INV, copy.deepcopy(objects), "gpucarve", EPOCH, {},
+                       {"research/zz": a})  # fmt: skip
+    assert _summary(kept) == _summary(fresh)
+    # the binding seen through the watch: the assumed pod becomes the bound one, one move
+    seen = pod("zz", "research", GPU1, a.node, list(a.slices))
+    objects = informer.items([*pods[:3], *pods[4:], seen])
+    again = view(objects, {})
+    assert index.moved == 1 and (bound.reused, bound.rebuilt) == (len(pods) - 1, 1)
+    fresh = build_view(POLICY, INV, copy.deepcopy(objects), "gpucarve", EPOCH, {}, {})
+    assert _summary(again) == _summary(fresh)

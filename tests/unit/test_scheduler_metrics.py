@@ -4,10 +4,14 @@ admissions, evictions with the GPU time they cost, and slices per pool with frag
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpucarve.engine import run_cycle
+from gpucarve.metrics import scheduler_metrics
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
 
@@ -83,6 +87,35 @@ def test_free_slices_no_waiting_shape_can_use_are_fragmented() -> None:
     m.observe_cycle(s, result, 0.0)
     # the 8-GPU pods cannot use the node with 5 free
     assert value(m, "gpucarve_pool_fragmented_slices", pool="train", flavor="h100-full") == 5
+
+
+def test_pool_gauges_are_counted_when_read_from_the_last_cycle_once_per_cycle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counted = []
+    real = scheduler_metrics.pool_slices
+
+    def counting(*args: Any) -> Any:
+        counted.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(scheduler_metrics, "pool_slices", counting)
+    m = SchedulerMetrics()
+    s = snapshot(P, [workload(P, "small", "a", gpus=3, pods=1)])
+    for now in (0, 1):  # two cycles, nothing read: nothing counted
+        result, s = cycle(s, now)
+        m.observe_cycle(s, result, 0.0)
+    assert counted == []
+    s = submit(s, workload(P, "more", "a", gpus=5, pods=1, submit=2))
+    result = run_cycle(s, 2)
+    m.observe_cycle(s, result, 0.0)
+    # read twice: the last cycle's figures (its admission counted in), counted once
+    for _ in range(2):
+        assert (
+            value(m, "gpucarve_pool_slices", pool="train", flavor="h100-full", state="allocated")
+            == 8
+        )
+    assert counted == [1]
 
 
 def test_a_gang_admitted_after_waiting_is_no_first_try() -> None:

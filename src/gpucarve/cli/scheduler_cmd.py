@@ -199,7 +199,7 @@ def scheduler(
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     health = Health(leader=None if not leader_elect else False)
     health.beat()
-    metrics = SchedulerMetrics(pools_every_s=2.0)
+    metrics = SchedulerMetrics()
     probes = None
     if health_port:
         probes = ProbeServer(health, health_host, health_port, metrics.registry)

@@ -10,12 +10,14 @@ binding's latency, a repartition's outcome, a policy reload) is counted where it
 
 from __future__ import annotations
 
-import time
+import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
@@ -49,16 +51,52 @@ def reason_stage(reason: PendingReason) -> str:
     return str(reason.stage)
 
 
+class PoolGauges(Collector):
+    """The per-pool slice gauges, counted when they are read (a scrape) from the last cycle's
+    snapshot and decisions, once per cycle read: counting them is a pass over every slice (at
+    5,000 nodes a twelfth of a cycle's time, and once every cycle the tail of binding latency),
+    while Prometheus reads them every 15-30 s."""
+
+    def __init__(self) -> None:
+        self._basis: tuple[Snapshot, CycleResult] | None = None
+        self._counted: tuple[object, list[GaugeMetricFamily]] | None = None
+        self._lock = threading.Lock()
+
+    def observe(self, snapshot: Snapshot, result: CycleResult) -> None:
+        self._basis = (snapshot, result)  # one reference, replaced whole
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        basis = self._basis
+        with self._lock:
+            counted = self._counted
+            if counted is None or counted[0] is not basis:
+                counted = (basis, _pool_families(basis))
+                self._counted = counted
+        yield from counted[1]
+
+
+def _pool_families(basis: tuple[Snapshot, CycleResult] | None) -> list[GaugeMetricFamily]:
+    slices = GaugeMetricFamily(
+        "gpucarve_pool_slices",
+        "Slices per pool and flavor, allocated or free",
+        labels=["pool", "flavor", "state"],
+    )
+    fragmented = GaugeMetricFamily(
+        "gpucarve_pool_fragmented_slices",
+        "Free slices no waiting request shape can use",
+        labels=["pool", "flavor"],
+    )
+    if basis is not None:
+        for (pool, flavor), counts in sorted(pool_slices(*basis).items()):
+            slices.add_metric([pool, flavor, "allocated"], counts.allocated)
+            slices.add_metric([pool, flavor, "free"], counts.free)
+            fragmented.add_metric([pool, flavor], counts.fragmented)
+    return [slices, fragmented]
+
+
 class SchedulerMetrics:
-    def __init__(
-        self, registry: CollectorRegistry | None = None, pools_every_s: float = 0.0
-    ) -> None:
-        """`pools_every_s`: recount the per-pool slice gauges at most this often (a pass over
-        every slice; at 5,000 nodes a twentieth of a cycle, while Prometheus scrapes every
-        15-30 s)."""
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        self.pools_every_s = pools_every_s
-        self._pools_at: float | None = None
         r = self.registry
         q, qf = ["queue"], ["queue", "flavor"]
         self.nominal = Gauge(
@@ -169,18 +207,8 @@ class SchedulerMetrics:
             ["pool", "result"],
             registry=r,
         )
-        self.slices = Gauge(
-            "gpucarve_pool_slices",
-            "Slices per pool and flavor, allocated or free",
-            ["pool", "flavor", "state"],
-            registry=r,
-        )
-        self.fragmented = Gauge(
-            "gpucarve_pool_fragmented_slices",
-            "Free slices no waiting request shape can use",
-            ["pool", "flavor"],
-            registry=r,
-        )
+        self.pools = PoolGauges()
+        r.register(self.pools)
         self.cycle = Histogram(
             "gpucarve_cycle_duration_seconds",
             "One scheduling cycle",
@@ -250,10 +278,7 @@ class SchedulerMetrics:
             self._seen.clear()
         self._seen.update(p.workload for p in result.pending)
         self._seen.difference_update(a.workload for a in result.admissions)
-        at = time.monotonic()  # when the gauges were counted, never read by a decision
-        if self._pools_at is None or at - self._pools_at >= self.pools_every_s:
-            self._pools_at = at
-            self._pools(snapshot, result)
+        self.pools.observe(snapshot, result)
 
     def observe_finished(self, w: Workload, started: int, now: int) -> None:
         """A workload that ran to the end (its pods all Succeeded)."""
@@ -322,6 +347,8 @@ class SchedulerMetrics:
                 self.lent.labels(q.name, f).set(lent.get((q.name, f), 0) / per)
 
     def _evictions(self, snapshot: Snapshot, result: CycleResult) -> None:
+        if not result.evictions:
+            return  # the common case: no pass over every running workload
         running = {rw.workload.id: rw for rw in snapshot.running}
         policy = snapshot.policy
         for e in result.evictions:
@@ -352,14 +379,6 @@ class SchedulerMetrics:
             self.out_of_service.labels(p.name).set(out.get(p.name, 0))
         if evicted:
             self.failed_gpu_evictions.inc(evicted)
-
-    def _pools(self, snapshot: Snapshot, result: CycleResult) -> None:
-        self.slices.clear()
-        self.fragmented.clear()
-        for (pool, flavor), counts in sorted(pool_slices(snapshot, result).items()):
-            self.slices.labels(pool, flavor, "allocated").set(counts.allocated)
-            self.slices.labels(pool, flavor, "free").set(counts.free)
-            self.fragmented.labels(pool, flavor).set(counts.fragmented)
 
 
 def _lent(policy: Policy, quotas: Quotas) -> dict[tuple[str, str], int]:

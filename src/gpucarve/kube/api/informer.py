@@ -4,10 +4,15 @@ The first list gives the objects and a resourceVersion; the watch resumes from t
 seen (bookmarks included). A dropped watch resumes from there after a short backoff; 410 Gone
 (the version was compacted away) relists. `on_change` is called after every change, from the
 informer's own thread.
+
+A reader that keeps its own state in step with the cache asks `changes_since` the generation it
+last read: it gets the objects changed after it by key, so a cycle costs what changed rather
+than a pass over every object (the scheduler's pod index, `kube/view/pod_index.py`).
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 from collections.abc import Callable
@@ -17,6 +22,9 @@ from gpucarve.kube.api.client import ApiError, Client
 
 log = logging.getLogger("gpucarve.informer")
 RETRY_S = 0.5
+# the change log holds at least this many entries, and at least twice as many as the cache
+# holds objects: a reader further behind than that reads the whole cache again
+LOG_MIN = 1024
 
 
 def _key(obj: dict[str, Any]) -> str:
@@ -48,6 +56,10 @@ class Informer:
         # bumped with every change to the cache: a reader that saw this number before has
         # seen these items (callers skip work on an unchanged cache)
         self.generation = 0
+        # (generation, key) of every change, oldest first; complete for the generations after
+        # `_log_from` (a relist or a trim starts it later)
+        self._log: list[tuple[int, str]] = []
+        self._log_from = 0
 
     # ------------------------------------------------------------------ reading
     def items(self) -> list[dict[str, Any]]:
@@ -59,6 +71,28 @@ class Informer:
         """The generation and the objects it stands for, read together."""
         with self._lock:
             return self.generation, list(self._items.values())
+
+    def changes_since(
+        self, generation: int
+    ) -> tuple[int, dict[str, dict[str, Any] | None] | None, list[dict[str, Any]]]:
+        """The generation now and what changed after `generation`: each changed object by key
+        (None: deleted), and no list. Where the log does not reach back that far (a relist
+        since, or a reader that fell behind), None for the changes and every object instead."""
+        with self._lock:
+            now = self.generation
+            if generation < self._log_from or generation > now:
+                return now, None, list(self._items.values())
+            start = bisect.bisect_right(self._log, generation, key=lambda e: e[0])
+            keys = {k for _, k in self._log[start:]}
+            return now, {k: self._items.get(k) for k in keys}, []
+
+    def _logged(self, key: str) -> None:
+        """Record a change (under the lock, after the generation was bumped)."""
+        self._log.append((self.generation, key))
+        if len(self._log) > max(LOG_MIN, 2 * len(self._items)):
+            half = len(self._log) // 2
+            self._log_from = self._log[half - 1][0]
+            del self._log[:half]
 
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
@@ -91,6 +125,8 @@ class Informer:
             self._items = items
             self.resource_version = str(reply["metadata"]["resourceVersion"])
             self.generation += 1
+            self._log.clear()
+            self._log_from = self.generation
         self.relists += 1
         self.synced.set()
         self.on_change()
@@ -135,6 +171,7 @@ class Informer:
                 else:
                     self._items[_key(obj)] = obj
                 self.generation += 1
+                self._logged(_key(obj))
                 if rv:
                     self.resource_version = str(rv)
             self.on_change()

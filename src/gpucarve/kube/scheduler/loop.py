@@ -66,6 +66,7 @@ from gpucarve.kube.view.owner_kinds import (
     watched,
 )
 from gpucarve.kube.view.pod_facts import PodFactsMemo
+from gpucarve.kube.view.pod_index import PodIndex
 from gpucarve.kube.view.pods import WorkloadCache
 from gpucarve.kube.view.short_gangs import ShortGangs
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
@@ -115,22 +116,25 @@ class Scheduler:
         # Decisions count seconds from here: pods created before start all count as time 0.
         self.epoch = clock()
         self._wake = threading.Event()
-        self.pods = Informer(client, "/api/v1/pods", self._wake.set)
-        self.nodes = Informer(client, "/api/v1/nodes", self._wake.set)
+        # when the first change since the last cycle began arrived (monotonic; pacing only,
+        # never read by a decision)
+        self._first_change: float | None = None
+        self.pods = Informer(client, "/api/v1/pods", self._poke)
+        self.nodes = Informer(client, "/api/v1/nodes", self._poke)
         # Dynamic Resource Allocation, read when a pool of the policy is DRA-managed (a
         # policy reload that adds one needs a restart to start these)
         self.dra = any(p.devices is DeviceApi.DRA for p in policy.pools)
-        self.slices = Informer(client, f"{RESOURCE}/resourceslices", self._wake.set)
-        self.claims = Informer(client, f"{RESOURCE}/resourceclaims", self._wake.set)
+        self.slices = Informer(client, f"{RESOURCE}/resourceslices", self._poke)
+        self.claims = Informer(client, f"{RESOURCE}/resourceclaims", self._poke)
         # the objects that give gangs their size, one informer per owner kind that has them
         self.owner_watch = watched(OWNER_KINDS)
-        self.owners = {
-            name: Informer(client, w.path, self._wake.set) for name, w in self.owner_watch
-        }
+        self.owners = {name: Informer(client, w.path, self._poke) for name, w in self.owner_watch}
         self.served = set(self.owners)  # the kinds whose objects the API server serves
         self._discover_at = 0.0  # when to look again for CRDs installed meanwhile
         self.workloads = WorkloadCache()
         self.facts, self.bound = PodFactsMemo(self.epoch), BoundGroups()
+        # the pods sorted as the view reads them, moved as the informer's changes say
+        self.index = PodIndex(config.name, self.facts)
         self.engine = Engine()
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.short_gangs = ShortGangs()
@@ -158,6 +162,21 @@ class Scheduler:
         self.cycles = 0
         # told each cycle's decisions after they are acted on (the dashboard)
         self.observers: list[Observer] = []
+
+    def _poke(self) -> None:
+        """An informer saw a change: a cycle soon."""
+        if self._first_change is None:
+            self._first_change = time.monotonic()
+        self._wake.set()
+
+    def _settle_s(self) -> float:
+        """How long to let changes gather before a cycle: `settle_s` from the first change
+        since the last cycle began, so a change that arrived while a cycle ran waits only
+        what is left of it (a burst still gathers for `settle_s`)."""
+        first, self._first_change = self._first_change, None
+        if first is None:
+            return self.cfg.settle_s
+        return max(0.0, self.cfg.settle_s - (time.monotonic() - first))
 
     @property
     def assumed(self) -> dict[str, Assigned]:
@@ -240,7 +259,7 @@ class Scheduler:
                 self.health.beat()
             self._wake.wait(self.cfg.interval_s)
             self._wake.clear()
-            if stop.wait(self.cfg.settle_s):
+            if stop.wait(self._settle_s()):
                 break
             if elector is not None and not elector.is_leader():
                 log.error("not the leader any more: stopping")
@@ -275,7 +294,7 @@ class Scheduler:
             inf.start()
             if not inf.wait_synced(30.0):
                 inf.stop()
-                self.owners[name] = Informer(self.client, w.path, self._wake.set)
+                self.owners[name] = Informer(self.client, w.path, self._poke)
                 continue
             self.served.add(name)
             found.append(name)
@@ -362,11 +381,16 @@ class Scheduler:
                 if pod is None or (pod.get("spec") or {}).get("nodeName"):
                     del self.assumed[pod_key]
             assumed = dict(self.assumed)
+        generation, changes, every = self.pods.changes_since(self.index.generation)
+        if changes is None:
+            self.index.sync_all(every, assumed, self.bound.assumed_pod, generation)
+        else:
+            self.index.sync(changes, assumed, self.bound.assumed_pod, generation)
         specs = all_specs({name: self.owners[name].items() for name in self.served})
         return build_view(
             self.policy,
             self.inventory(),
-            self.pods.items(),
+            (),
             self.cfg.name,
             self.epoch,
             specs,
@@ -376,6 +400,7 @@ class Scheduler:
             self.bound,
             now=int((self.clock() - self.epoch).total_seconds()),
             claims=self.claims.items() if self.dra else (),
+            index=self.index,
         )
 
     def cycle(self) -> CycleReport:
@@ -484,6 +509,8 @@ class Scheduler:
         self.mig.begin(self._nodes_by_name(), pools, inv.layouts, inv.changes, busy, reps)
 
     def _still_awaiting(self, view: View) -> dict[str, frozenset[str]]:
+        if not self.awaiting:
+            return self.awaiting  # the common case: no pass over every running pod
         present = {pod for pods in view.running_pods.values() for pod in pods}
         self.awaiting = {
             w: still for w, victims in self.awaiting.items() if (still := victims & present)

@@ -1,10 +1,11 @@
 """The bound half of the view: running workloads and the slices they hold, kept gang by gang
-between cycles so that a cycle costs what changed rather than every bound pod.
-
-A gang's result (its RunningWorkload, or why it is no workload of the policy, and the slices
-its pods claimed) is kept while its pod objects, their assignments and its PodGroup spec are
-the very ones of the last cycle; the informer replaces an object on every change, so an
-unchanged object is an unchanged pod. Only *clean* gangs are kept: every pod claimed the
+between cycles so that a cycle costs what changed rather than every bound pod. A gang's result
+(its RunningWorkload, or why it is no workload of the policy, and the slices its pods claimed)
+is kept while its pod objects, their assignments and its PodGroup spec are the very ones of the
+last cycle; the informer replaces an object on every change, so an unchanged object is an
+unchanged pod. The pod index (`pod_index.py`) names the gangs whose pods changed, so only those
+are looked at; what the kept gangs make (their running workloads in key order, the slices they
+hold) is kept too, and changed gang by gang. Only *clean* gangs are kept: every pod claimed the
 slices its assignment names, none took the first free ones. Claims that all succeed do not
 depend on their order, so slices of kept gangs plus the new gangs' claims give exactly the
 allocations a fresh rebuild gives. When a new gang's claim would not be clean (a slice claimed
@@ -14,6 +15,7 @@ reports are involved, the whole bound half is rebuilt in key order, as from scra
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +27,7 @@ from gpucarve.core.workload import PodAssignment, RunningWorkload
 from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.inventory import Inventory
 from gpucarve.kube.view.pod_facts import PodFactsMemo
+from gpucarve.kube.view.pod_index import PodIndex
 from gpucarve.kube.view.pods import GroupSpec, PendingGroup, WorkloadCache, pending_workloads
 from gpucarve.kube.view.slice_claims import SliceClaims
 
@@ -44,6 +47,7 @@ class BoundSection:
 @dataclass(frozen=True)
 class _Kept:
     sig: tuple[object, ...]
+    spec: GroupSpec | None
     keep: tuple[object, ...]  # the objects whose ids the signature holds, kept alive
     group: PendingGroup
     running: RunningWorkload | None  # None: no workload of the policy (an orphan)
@@ -60,6 +64,57 @@ class BoundGroups:
         self._assumed: dict[tuple[int, int], tuple[Mapping[str, Any], Assigned, Any]] = {}
         self.reused = 0  # gangs taken as kept in the last view (for tests and profiles)
         self.rebuilt = 0  # gangs worked out afresh in the last view
+        self._forget()
+
+    def _forget(self) -> None:
+        """Keep nothing: the next view works every gang out anew."""
+        self._kept = {}
+        self._with_spec: set[GroupKey] = set()  # kept gangs that have a PodGroup spec
+        self._allocs: dict[str, Allocation] = {}  # the slices the kept gangs hold
+        # the kept gangs with a running workload, in key order, and those workloads
+        self._run_keys: list[GroupKey] = []
+        self._run: list[RunningWorkload] = []
+        self._made = BoundSection()
+
+    def _add(self, gk: GroupKey, k: _Kept) -> None:
+        self._kept[gk] = k
+        if k.spec is not None:
+            self._with_spec.add(gk)
+        self._allocs.update(k.allocs)
+        made = self._made
+        if k.running is None:
+            made.orphans.update((pod_key, k.why) for pod_key in k.group.pods)
+            return
+        i = bisect.bisect_left(self._run_keys, gk)
+        self._run_keys.insert(i, gk)
+        self._run.insert(i, k.running)
+        made.running_by_key[gk] = k.running
+        made.running_pods[k.running.workload.id] = k.group.pods
+        made.bound_count[gk] = len(k.group.pods)
+
+    def _drop(self, gk: GroupKey) -> None:
+        k = self._kept.pop(gk)
+        self._with_spec.discard(gk)
+        for sid in k.allocs:
+            del self._allocs[sid]
+        made = self._made
+        if k.running is None:
+            for pod_key in k.group.pods:
+                del made.orphans[pod_key]
+            return
+        i = bisect.bisect_left(self._run_keys, gk)
+        del self._run_keys[i], self._run[i]
+        del made.running_by_key[gk], made.bound_count[gk]
+        del made.running_pods[k.running.workload.id]
+
+    def _section(self) -> BoundSection:
+        """What the kept gangs make, as a fresh view in key order makes it (copies: the
+        caller's view outlives the next change)."""
+        m = self._made
+        return BoundSection(
+            list(self._run), dict(m.running_pods), dict(m.bound_count),
+            dict(m.running_by_key), dict(sorted(m.orphans.items())),
+        )  # fmt: skip
 
     def assumed_pod(self, pod: Mapping[str, Any], a: Assigned) -> Mapping[str, Any]:
         """The pod as bound where this scheduler bound it and the watch has not shown yet:
@@ -75,10 +130,11 @@ class BoundGroups:
 
 
 @dataclass(frozen=True)
-class _Inputs:
+class BoundInputs:
     """What grouping bound pods into workloads depends on, for one view."""
 
     policy: Policy
+    inventory: Inventory
     epoch: datetime
     specs: Mapping[GroupKey, GroupSpec]
     cache: WorkloadCache | None
@@ -95,52 +151,66 @@ class _Inputs:
 
 def claim_bound(
     b: SliceClaims,
-    ours_bound: Sequence[Bound],
-    policy: Policy,
-    inventory: Inventory,
-    epoch: datetime,
-    specs: Mapping[GroupKey, GroupSpec],
-    cache: WorkloadCache | None,
-    facts: PodFactsMemo,
+    index: PodIndex,
+    inputs: BoundInputs,
     kept: BoundGroups | None,
+    reported: Sequence[Bound] | None = None,
 ) -> BoundSection:
-    """Claim the bound pods' slices in `b` and make their running workloads."""
-    inputs = _Inputs(policy, epoch, specs, cache, facts)
-    if kept is None or inventory.reported:
-        return _rebuild(b, ours_bound, inputs, None)
+    """Claim the bound pods' slices in `b` and make their running workloads. `reported`:
+    the bound pods with the devices the kubelet reports (`SliceClaims.reported_first`), in
+    key order; then every gang is worked out anew, as whenever nothing is kept."""
+    if kept is None or reported is not None:
+        if kept is not None:
+            kept._forget()
+            index.take_changed()
+        ours = reported if reported is not None else index.sorted_bound()
+        return _rebuild(b, ours, inputs, None)
+    changed = index.take_changed()
     last = kept._basis
-    if last is None or last[0] is not policy or last[1] is not inventory:
-        kept._kept = {}  # a new policy or inventory object: every gang anew
-        kept._basis = (policy, inventory)
-    by_group: dict[GroupKey, list[Bound]] = {}
-    for pod, a in ours_bound:
-        by_group.setdefault(facts.group(pod), []).append((pod, a))
-    reuse: dict[GroupKey, _Kept] = {}
-    changed: list[Bound] = []
-    for gk, members in by_group.items():
+    if last is None or last[0] is not inputs.policy or last[1] is not inputs.inventory:
+        kept._forget()  # a new policy or inventory object: every gang anew
+        kept._basis = (inputs.policy, inputs.inventory)
+    specs = inputs.specs
+    # not kept (not clean, or new), or kept and gone (an index that does not know them)
+    changed.update(index.bound.keys() ^ kept._kept.keys())
+    changed.update(
+        gk
+        for gk in kept._with_spec.union(specs)
+        if gk in kept._kept and kept._kept[gk].spec != specs.get(gk)
+    )
+    redo: list[Bound] = []
+    for gk in sorted(changed):
+        members = index.bound.get(gk)
         old = kept._kept.get(gk)
-        if old is not None and old.sig == _sig(members, specs.get(gk)):
-            reuse[gk] = old
-        else:
-            changed += members
-    for k in reuse.values():
-        b.allocs.update(k.allocs)
-    groups, by_key = inputs.grouped(changed)
-    fresh: dict[GroupKey, _Kept] = {}
+        if (
+            old is not None
+            and members is not None
+            and old.sig == _sig(list(members.values()), specs.get(gk))
+        ):
+            continue  # its pods changed and came back as they were
+        if old is not None:
+            kept._drop(gk)
+        if members is not None:
+            redo += members.values()
+    b.allocs.update(kept._allocs)
+    groups, by_key = inputs.grouped(redo)
+    fresh: list[tuple[GroupKey, _Kept]] = []
+    facts = inputs.facts
     for g in groups:
         gk = facts.of(by_key[g.pods[0]][0]).group
-        done = _group(g, by_key, b, facts, specs.get(gk), cache, strict=True)
+        done = _group(g, by_key, b, facts, specs.get(gk), inputs.cache, strict=True)
         if done is None:  # not clean: a fresh rebuild decides it, in key order
             b.reset()
-            return _rebuild(b, ours_bound, inputs, kept)
-        fresh[gk] = done
-    kept._kept = {**reuse, **fresh}
-    kept.reused, kept.rebuilt = len(reuse), len(fresh)
-    return _section(sorted(kept._kept.items()))  # by gang key: keys are unique
+            return _rebuild(b, index.sorted_bound(), inputs, kept)
+        fresh.append((gk, done))
+    for gk, done in fresh:
+        kept._add(gk, done)
+    kept.reused, kept.rebuilt = len(kept._kept) - len(fresh), len(fresh)
+    return kept._section()
 
 
 def _rebuild(
-    b: SliceClaims, ours_bound: Sequence[Bound], inputs: _Inputs, kept: BoundGroups | None
+    b: SliceClaims, ours_bound: Sequence[Bound], inputs: BoundInputs, kept: BoundGroups | None
 ) -> BoundSection:
     facts, specs, cache = inputs.facts, inputs.specs, inputs.cache
     groups, by_key = inputs.grouped(ours_bound)
@@ -151,7 +221,11 @@ def _rebuild(
         if k is not None:  # always, when not strict
             done.append((gk, k))
     if kept is not None:
-        kept._kept = {gk: k for gk, k in done if k.sig}
+        kept._forget()
+        kept._basis = (inputs.policy, inputs.inventory)
+        for gk, k in done:
+            if k.sig:
+                kept._add(gk, k)
         kept.reused, kept.rebuilt = 0, len(done)
     return _section(done)
 
@@ -185,7 +259,7 @@ def _group(
                 clean = False
                 b.fallback(k, pod)
         sig = _sig(members, spec) if clean else ()
-        return _Kept(sig, keep, g, None, why, _held(b, members) if clean else {})
+        return _Kept(sig, spec, keep, g, None, why, _held(b, members) if clean else {})
     claimed = [a is not None and b.claim(k, a) for k, (_, a) in zip(g.pods, members, strict=True)]
     clean = all(claimed)
     if strict and not clean:
@@ -198,7 +272,7 @@ def _group(
     memo = (id(g), start, terminating, tuple(id(a) for _, a in members))
     hit = cache.running.get(memo) if cache is not None and clean else None
     if hit is not None:
-        return _Kept(sig, keep, g, hit[0], "", _held(b, members))
+        return _Kept(sig, spec, keep, g, hit[0], "", _held(b, members))
     w = g.workload
     set_of = {k: ps.name for ps, ks in zip(w.pod_sets, g.sets, strict=True) for k in ks}
     placed: list[PodAssignment] = []
@@ -214,7 +288,7 @@ def _group(
     rw = RunningWorkload(w, tuple(placed), start, terminating)
     if cache is not None and clean:
         cache.running[memo] = (rw, g, tuple(a for _, a in members))
-    return _Kept(sig, keep, g, rw, "", _held(b, members) if clean else {})
+    return _Kept(sig, spec, keep, g, rw, "", _held(b, members) if clean else {})
 
 
 def _held(b: SliceClaims, members: Sequence[Bound]) -> dict[str, Allocation]:

@@ -32,7 +32,7 @@ from gpucarve.core.workload import (
 )
 from gpucarve.engine.gang_timeout import gang_gpus
 from gpucarve.kube.view.assigned import Assigned
-from gpucarve.kube.view.bound_view import BoundGroups, claim_bound
+from gpucarve.kube.view.bound_view import BoundGroups, BoundInputs, claim_bound
 from gpucarve.kube.view.dra import (
     attach_claims,
     claim_refs,
@@ -43,6 +43,7 @@ from gpucarve.kube.view.dra import (
 from gpucarve.kube.view.held_slices import hold_free
 from gpucarve.kube.view.inventory import Inventory
 from gpucarve.kube.view.pod_facts import PodFacts, PodFactsMemo
+from gpucarve.kube.view.pod_index import PodIndex
 from gpucarve.kube.view.pods import GroupSpec, PendingGroup, WorkloadCache, pending_workloads
 from gpucarve.kube.view.slice_claims import SliceClaims, gpu_requests
 
@@ -113,6 +114,7 @@ def build_view(
     bound: BoundGroups | None = None,
     now: int | None = None,
     claims: Sequence[Mapping[str, Any]] = (),
+    index: PodIndex | None = None,
 ) -> View:
     """`specs`: per pod group what its PodGroup object asks (minMember, topology, timeout),
     and the queue and priority class its pods must agree with (a gang cannot be charged to
@@ -121,10 +123,14 @@ def build_view(
     `bound`, so only the gangs changed since then are worked out again. `now` (seconds from
     `epoch`): a gang short of pods past its timeout says so. `claims`: the ResourceClaims
     (Dynamic Resource Allocation): what pending pods claim, and the devices allocated claims
-    hold."""
+    hold. `index`: the scheduler's pod index, brought up to date with the informer's changes
+    and `assumed` (then `pods` is not read); without one, the view sorts `pods` afresh."""
     facts = facts if facts is not None and facts.epoch == epoch else PodFactsMemo(epoch)
     of = facts.of
-    specs = _with_hints(specs, pods, of)
+    if index is None or index.facts is not facts or index.scheduler_name != scheduler_name:
+        index = PodIndex(scheduler_name, facts)
+        index.sync_all(pods, assumed or {}, None if bound is None else bound.assumed_pod)
+    specs = _with_hints(specs, index)
     min_members = {k: s.min_member for k, s in specs.items()}
     assumed = assumed or {}
     units = claim_units(claims, inventory.dra) if claims else None
@@ -136,12 +142,18 @@ def build_view(
         inventory = dataclasses.replace(inventory, reported=MappingProxyType(reported))
     b = SliceClaims(inventory, policy)
     view_invalid: dict[str, str] = {}
-    ours_bound, ours_pending, foreign, done = _sorted_pods(pods, of, scheduler_name, assumed, bound)
+    ours_pending, done = index.sorted_pending(), index.done
+    allocated = set(units.by_pod) if units else set()
+    foreign = index.sorted_foreign([*inventory.reported, *allocated])
 
     # The devices the kubelet reports first (the real device wins), then the running
     # workloads' slices as annotated (or the first free ones).
-    ours_bound, moves = b.reported_first(ours_bound) if inventory.reported else (ours_bound, {})
-    section = claim_bound(b, ours_bound, policy, inventory, epoch, specs, cache, facts, bound)
+    as_reported: list[tuple[Mapping[str, Any], Assigned | None]] | None = None
+    moves: dict[str, str] = {}
+    if inventory.reported:
+        as_reported, moves = b.reported_first(index.sorted_bound())
+    inputs = BoundInputs(policy, inventory, epoch, specs, cache, facts)
+    section = claim_bound(b, index, inputs, bound, as_reported)
     running, running_pods = section.running, section.running_pods
     bound_count, running_by_key = section.bound_count, section.running_by_key
     orphans = section.orphans
@@ -151,7 +163,6 @@ def build_view(
     dra_pools = any(p.devices is DeviceApi.DRA for p in policy.pools)
     devices = inventory.dra_devices if dra_pools else None
     claimed = _Claimed(by_key, devices, inventory.dra_key) if claims else None
-    allocated = set(units.by_pod) if units else set()
     elsewhere = [
         p
         for p in foreign
@@ -185,7 +196,7 @@ def build_view(
     # too: released once its timeout passes.
     short |= {
         gk: []
-        for gk, n in have.items()
+        for gk, n in sorted(have.items())
         if gk not in waiting and gk in min_members and n < min_members[gk]
     }
     created = {gk: min(of(p).started for p in ours_pending if of(p).group == gk)
@@ -230,48 +241,6 @@ def build_view(
         moves,
         {k: q for k, (_, q) in charged.items()},
     )
-
-
-Bound = list[tuple[Mapping[str, Any], Assigned | None]]
-
-
-def _sorted_pods(
-    pods: Sequence[Mapping[str, Any]],
-    of: Callable[[Mapping[str, Any]], PodFacts],
-    scheduler_name: str,
-    assumed: Mapping[str, Assigned],
-    bound: BoundGroups | None,
-) -> tuple[Bound, list[Mapping[str, Any]], list[Mapping[str, Any]], Counter[tuple[str, str]]]:
-    """The live pods in key order: gpucarve's bound (or assumed bound) with their assignment,
-    gpucarve's pending, and those another scheduler bound; and per gang, how many of
-    gpucarve's pods completed (they count towards a gang's members)."""
-    ours_bound: Bound = []
-    ours_pending: list[Mapping[str, Any]] = []
-    foreign: list[Mapping[str, Any]] = []
-    done: Counter[tuple[str, str]] = Counter()
-    for f, pod in sorted(((of(p), p) for p in pods), key=lambda e: e[0].key):
-        spec = pod.get("spec") or {}
-        mine = spec.get("schedulerName") == scheduler_name
-        phase = (pod.get("status") or {}).get("phase")
-        if phase in TERMINAL:
-            if mine and phase == "Succeeded":
-                done[f.group] += 1
-            continue
-        k = f.key
-        if spec.get("nodeName"):
-            if mine:
-                ours_bound.append((pod, f.assigned))
-            else:
-                foreign.append(pod)
-        elif k in assumed:
-            a = assumed[k]
-            if bound is not None:
-                ours_bound.append((bound.assumed_pod(pod, a), a))
-            else:
-                ours_bound.append(({**pod, "spec": {**spec, "nodeName": a.node}}, a))
-        elif mine and not pod["metadata"].get("deletionTimestamp"):
-            ours_pending.append(pod)
-    return ours_bound, ours_pending, foreign, done
 
 
 @dataclass(frozen=True)
@@ -428,17 +397,15 @@ def _charge_elsewhere(
 
 
 def _with_hints(
-    specs: Mapping[tuple[str, str], GroupSpec],
-    pods: Sequence[Mapping[str, Any]],
-    of: Callable[[Mapping[str, Any]], PodFacts],
+    specs: Mapping[tuple[str, str], GroupSpec], index: PodIndex
 ) -> Mapping[tuple[str, str], GroupSpec]:
     """Gang sizes the pods' own labels give (a LeaderWorkerSet's group size), where no
-    object says more (read from the pods' memoised facts)."""
-    hinted: dict[tuple[str, str], GroupSpec] = {}
-    for pod in pods:
-        f = of(pod)
-        if f.hint is not None and f.group not in specs:
-            hinted.setdefault(f.group, GroupSpec(f.hint))
+    object says more."""
+    hinted = {
+        gk: GroupSpec(hint)
+        for gk in index.hints
+        if gk not in specs and (hint := index.hint_of(gk)) is not None
+    }
     return {**hinted, **specs} if hinted else specs
 
 

@@ -29,7 +29,8 @@ Prints, per scheduler: pods/s from the first creation to the last binding, p50/p
 pod's creation to its binding, the scheduler's resident memory (now and peak), for `dra-mig`
 what the allocated partitions leave (from the claims: the GPUs still whole, the 3g.40gb
 partitions that still fit, and the free memory slices no 3g.40gb can use: stranded), and with `both`
-gpucarve's pods/s and p99 as a ratio of kube-scheduler's. Targets: gpucarve's pods/s >= kube-
+gpucarve's pods/s and p99 as a ratio of kube-scheduler's, and gpucarve's cycles while it bound
+(how many, their mean length: from its own `/metrics`). Targets: gpucarve's pods/s >= kube-
 scheduler's on whole-GPU pods, p99 <= 5 s (the pod-startup SLO). `--profile FILE` samples
 gpucarve's scheduler with py-spy (`pip install py-spy`) while it binds and prints the functions
 that held the most samples.
@@ -40,14 +41,18 @@ from __future__ import annotations
 import argparse
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -199,10 +204,12 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
         if dra:
             _dra_objects(client, policy, args.pods, args.workload)
         log = (work / "scheduler.log").open("wb")
+        probes = _free_port()
         if scheduler == "gpucarve":
             sched = subprocess.Popen(
                 [sys.executable, "-m", "gpucarve", "scheduler", "--policy", str(policy_file),
-                 "--kubeconfig", str(stack.kubeconfig()), "--no-leader-elect"],
+                 "--kubeconfig", str(stack.kubeconfig()), "--no-leader-elect",
+                 "--health-host", "127.0.0.1", "--health-port", str(probes)],
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         else:
@@ -227,6 +234,7 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
         )
         finished = done.wait(900)
         rss, peak = rss_mib(sched.pid)
+        cycles = _cycles(probes) if scheduler == "gpucarve" else {}
         if spy is not None:
             profile_sched.stop(spy)
         sched.send_signal(signal.SIGTERM)
@@ -247,8 +255,30 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
         "max creation→bound s": round(max(latencies), 2),
         "scheduler RSS MiB": rss,
         "scheduler peak RSS MiB": peak,
+        **cycles,
         **left,
     }
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cycles(port: int) -> dict[str, float]:
+    """The scheduler's cycles while it bound, from its own metrics
+    (`gpucarve_cycle_duration_seconds`): how many, and their mean length."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    found = {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("gpucarve_cycle_duration_seconds_")
+    }
+    count = found.get("gpucarve_cycle_duration_seconds_count", 0.0)
+    total = found.get("gpucarve_cycle_duration_seconds_sum", 0.0)
+    return {"cycles": count, "mean cycle ms": round(1000 * total / max(count, 1), 1)}
 
 
 def main() -> None:

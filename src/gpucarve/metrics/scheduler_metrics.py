@@ -51,11 +51,12 @@ def reason_stage(reason: PendingReason) -> str:
     return str(reason.stage)
 
 
-class PoolGauges(Collector):
-    """The per-pool slice gauges, counted when they are read (a scrape) from the last cycle's
-    snapshot and decisions, once per cycle read: counting them is a pass over every slice (at
-    5,000 nodes a twelfth of a cycle's time, and once every cycle the tail of binding latency),
-    while Prometheus reads them every 15-30 s."""
+class LastCycleGauges(Collector):
+    """Gauges counted when they are read (a scrape) from the last cycle's snapshot and
+    decisions, once per cycle read: the slices per pool (a pass over every slice: at 5,000
+    nodes a twelfth of a cycle's time, and when it ran in the loop the tail of binding
+    latency) and each queue's quota, use, borrowing and lending (a pass over every running
+    pod). Prometheus reads them every 15-30 s; the loop cycles many times a second under load."""
 
     def __init__(self) -> None:
         self._basis: tuple[Snapshot, CycleResult] | None = None
@@ -70,12 +71,13 @@ class PoolGauges(Collector):
         with self._lock:
             counted = self._counted
             if counted is None or counted[0] is not basis:
-                counted = (basis, _pool_families(basis))
+                families = [] if basis is None else [*_pool_families(*basis), *_quota(*basis)]
+                counted = (basis, families)
                 self._counted = counted
         yield from counted[1]
 
 
-def _pool_families(basis: tuple[Snapshot, CycleResult] | None) -> list[GaugeMetricFamily]:
+def _pool_families(snapshot: Snapshot, result: CycleResult) -> list[GaugeMetricFamily]:
     slices = GaugeMetricFamily(
         "gpucarve_pool_slices",
         "Slices per pool and flavor, allocated or free",
@@ -86,41 +88,54 @@ def _pool_families(basis: tuple[Snapshot, CycleResult] | None) -> list[GaugeMetr
         "Free slices no waiting request shape can use",
         labels=["pool", "flavor"],
     )
-    if basis is not None:
-        for (pool, flavor), counts in sorted(pool_slices(*basis).items()):
-            slices.add_metric([pool, flavor, "allocated"], counts.allocated)
-            slices.add_metric([pool, flavor, "free"], counts.free)
-            fragmented.add_metric([pool, flavor], counts.fragmented)
+    for (pool, flavor), counts in sorted(pool_slices(snapshot, result).items()):
+        slices.add_metric([pool, flavor, "allocated"], counts.allocated)
+        slices.add_metric([pool, flavor, "free"], counts.free)
+        fragmented.add_metric([pool, flavor], counts.fragmented)
     return [slices, fragmented]
+
+
+def _quota(snapshot: Snapshot, result: CycleResult) -> list[GaugeMetricFamily]:
+    qf = ["queue", "flavor"]
+    nominal = GaugeMetricFamily(
+        "gpucarve_queue_nominal_slices", "Nominal quota (GPUs for a GPU unit)", labels=qf
+    )
+    usage = GaugeMetricFamily(
+        "gpucarve_queue_usage_slices", "Slices in use (GPUs for a GPU unit)", labels=qf
+    )
+    borrowed = GaugeMetricFamily(
+        "gpucarve_queue_borrowed_slices", "Slices (GPUs of a unit) beyond nominal", labels=qf
+    )
+    lent_family = GaugeMetricFamily(
+        "gpucarve_queue_lent_slices",
+        "Slices of the queue's unused nominal quota that its cohort's borrowers use",
+        labels=qf,
+    )
+    policy = snapshot.policy
+    quotas = Quotas(policy, dict(usage_after(snapshot.running, result)))
+    lent = _lent(policy, quotas)
+    for q in policy.queues:
+        for quota in q.quotas:
+            f = quota.flavor
+            # a GPU unit's quota is reported in GPUs, a flavor's in slices
+            unit = policy.units.get(f)
+            per = 1 if unit is None else unit.parts_per_gpu
+            nominal.add_metric([q.name, f], quota.nominal / per)
+            usage.add_metric([q.name, f], quotas.used(q.name, f) / per)
+            borrowed.add_metric([q.name, f], quotas.borrowed(q.name, f) / per)
+            lent_family.add_metric([q.name, f], lent.get((q.name, f), 0) / per)
+    return [nominal, usage, borrowed, lent_family]
 
 
 class SchedulerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        q, qf = ["queue"], ["queue", "flavor"]
-        self.nominal = Gauge(
-            "gpucarve_queue_nominal_slices", "Nominal quota (GPUs for a GPU unit)", qf, registry=r
-        )
-        self.usage = Gauge(
-            "gpucarve_queue_usage_slices", "Slices in use (GPUs for a GPU unit)", qf, registry=r
-        )
+        q = ["queue"]
         self.elsewhere = Gauge(
             "gpucarve_pods_bound_elsewhere",
             "GPU pods of a governed namespace bound by something other than gpucarve",
             q,
-            registry=r,
-        )
-        self.borrowed = Gauge(
-            "gpucarve_queue_borrowed_slices",
-            "Slices (GPUs of a unit) beyond nominal",
-            qf,
-            registry=r,
-        )
-        self.lent = Gauge(
-            "gpucarve_queue_lent_slices",
-            "Slices of the queue's unused nominal quota that its cohort's borrowers use",
-            qf,
             registry=r,
         )
         self.pending = Gauge(
@@ -207,8 +222,8 @@ class SchedulerMetrics:
             ["pool", "result"],
             registry=r,
         )
-        self.pools = PoolGauges()
-        r.register(self.pools)
+        self.last_cycle = LastCycleGauges()
+        r.register(self.last_cycle)
         self.cycle = Histogram(
             "gpucarve_cycle_duration_seconds",
             "One scheduling cycle",
@@ -251,7 +266,6 @@ class SchedulerMetrics:
         no workload can be made of, gangs short of pods, admissions waiting for victims)."""
         self.cycle.observe(duration_s)
         policy = snapshot.policy
-        self._quota(policy, snapshot, result)
         pending: Counter[tuple[str, str]] = Counter(
             (p.queue, reason_stage(p.reason)) for p in result.pending
         )
@@ -278,7 +292,7 @@ class SchedulerMetrics:
             self._seen.clear()
         self._seen.update(p.workload for p in result.pending)
         self._seen.difference_update(a.workload for a in result.admissions)
-        self.pools.observe(snapshot, result)
+        self.last_cycle.observe(snapshot, result)
 
     def observe_finished(self, w: Workload, started: int, now: int) -> None:
         """A workload that ran to the end (its pods all Succeeded)."""
@@ -331,20 +345,6 @@ class SchedulerMetrics:
         for pool in snapshot.policy.pools:
             if pool.mig_dynamic is not None:
                 self.draining.labels(pool.name).set(drained[pool.name])
-
-    def _quota(self, policy: Policy, snapshot: Snapshot, result: CycleResult) -> None:
-        quotas = Quotas(policy, dict(usage_after(snapshot.running, result)))
-        lent = _lent(policy, quotas)
-        for q in policy.queues:
-            for quota in q.quotas:
-                f = quota.flavor
-                # a GPU unit's quota is reported in GPUs, a flavor's in slices
-                unit = policy.units.get(f)
-                per = 1 if unit is None else unit.parts_per_gpu
-                self.nominal.labels(q.name, f).set(quota.nominal / per)
-                self.usage.labels(q.name, f).set(quotas.used(q.name, f) / per)
-                self.borrowed.labels(q.name, f).set(quotas.borrowed(q.name, f) / per)
-                self.lent.labels(q.name, f).set(lent.get((q.name, f), 0) / per)
 
     def _evictions(self, snapshot: Snapshot, result: CycleResult) -> None:
         if not result.evictions:

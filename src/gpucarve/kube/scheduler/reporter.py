@@ -31,6 +31,13 @@ from gpucarve.kube.view.pods import group_key
 from gpucarve.kube.view.queue_status import queue_statuses
 
 log = logging.getLogger("gpucarve.scheduler")
+# Queue statuses are worked out at most this often (by the injected clock): each is a pass over
+# every running pod, and under load the loop cycles many times a second. The loop cycles at
+# least every `interval_s`, so a status is never more than that plus this behind.
+QUEUE_STATUS_EVERY_S = 1.0
+
+
+_QUEUE_EVERY = timedelta(seconds=QUEUE_STATUS_EVERY_S)
 
 
 def _split(pod: str) -> tuple[str, str]:
@@ -59,6 +66,7 @@ class Reporter:
         self.reported: dict[str, str] = {}  # pod -> last message written to its condition
         self.told: set[str] = set()  # pods given a reason while pending, kept over a reset
         self.queue_status: dict[str, dict[str, Any]] = {}
+        self._queues_at: tuple[datetime, Policy] | None = None  # last worked out, and by
         self.orphans_reported: set[str] = set()
         self.moves_reported: set[str] = set()
         self.group_status: dict[tuple[str, str], dict[str, Any]] = {}
@@ -91,6 +99,13 @@ class Reporter:
         result: CycleResult,
         waiting: dict[str, frozenset[str]],
     ) -> None:
+        """Each Queue's status after the cycle, written where it changed; worked out at most
+        every `QUEUE_STATUS_EVERY_S` under one policy (a new policy's cycle always)."""
+        now = self.clock()
+        last = self._queues_at
+        if last is not None and last[1] is policy and now - last[0] < _QUEUE_EVERY:
+            return
+        self._queues_at = (now, policy)
         waiting_ids = [w for w in view.snapshot.pending if w.id in waiting]
         for name, status in queue_statuses(
             policy, view.snapshot.running, result, waiting_ids

@@ -21,7 +21,8 @@ class RuntimeLearner:
     def __init__(self, finished: Finished | None = None) -> None:
         self.book = RuntimeBook()
         self.finished = finished
-        self._running: dict[str, tuple[RunningWorkload, tuple[str, ...]]] = {}
+        # the last cycle's running workloads and each one's pods
+        self._last: tuple[tuple[RunningWorkload, ...], Mapping[str, tuple[str, ...]]] | None = None
 
     def observe(
         self,
@@ -30,13 +31,18 @@ class RuntimeLearner:
         phase_of: PhaseOf,
         now: int,
     ) -> None:
-        """Record the runs that ended since the last cycle; remember what runs now."""
-        current = {rw.workload.id: rw for rw in snapshot.running}
-        for wid, (rw, pods) in self._running.items():
-            if wid in current or not pods:
-                continue
-            if all(phase_of(p) == "Succeeded" for p in pods):
+        """Record the runs that ended since the last cycle; remember what runs now. A cycle
+        in which nothing ended costs no pass over what runs."""
+        last, self._last = self._last, (snapshot.running, running_pods)
+        if last is None:
+            return
+        ran, pods_of = last
+        gone = pods_of.keys() - running_pods.keys()
+        if not gone:
+            return
+        for rw in ran:  # in the snapshot's order, as the book always heard them
+            pods = pods_of.get(rw.workload.id, ()) if rw.workload.id in gone else ()
+            if pods and all(phase_of(p) == "Succeeded" for p in pods):
                 self.book.record(rw.workload, now - rw.start_time)
                 if self.finished is not None:
                     self.finished(rw.workload, rw.start_time, now)
-        self._running = {wid: (rw, running_pods.get(wid, ())) for wid, rw in current.items()}

@@ -178,15 +178,17 @@ def build_view(
     running_pods = {**running_pods, **{rw.workload.id: (k,) for k, (rw, _) in charged.items()}}
 
     # Pending groups; those with pods already bound wait as `<group>+rest` for the remainder.
+    # (only gangs with a minimum matter below: no pass over every bound gang)
+    with_minimum = sorted(min_members.keys() & bound_count.keys())
     wanted = dict(specs)
-    for gk, n in bound_count.items():
-        if gk in wanted:
-            wanted[gk] = dataclasses.replace(wanted[gk], min_member=max(1, min_members[gk] - n))
+    for gk in with_minimum:
+        n = bound_count[gk]
+        wanted[gk] = dataclasses.replace(wanted[gk], min_member=max(1, min_members[gk] - n))
     # A gang whose pods are not all created yet waits for them (never admitted in part).
     waiting: dict[tuple[str, str], list[str]] = {}
     for p in ours_pending:
         waiting.setdefault(of(p).group, []).append(of(p).key)
-    have = Counter({gk: n + done.get(gk, 0) for gk, n in bound_count.items()})
+    have = Counter({gk: bound_count[gk] + done.get(gk, 0) for gk in with_minimum})
     short = {
         gk: names
         for gk, names in waiting.items()

@@ -30,10 +30,10 @@ pod's creation to its binding, the scheduler's resident memory (now and peak), f
 what the allocated partitions leave (from the claims: the GPUs still whole, the 3g.40gb
 partitions that still fit, and the free memory slices no 3g.40gb can use: stranded), and with `both`
 gpucarve's pods/s and p99 as a ratio of kube-scheduler's, and gpucarve's cycles while it bound
-(how many, their mean length: from its own `/metrics`). Targets: gpucarve's pods/s >= kube-
-scheduler's on whole-GPU pods, p99 <= 5 s (the pod-startup SLO). `--profile FILE` samples
-gpucarve's scheduler with py-spy (`pip install py-spy`) while it binds and prints the functions
-that held the most samples.
+(how many, and the engine's mean time in one: from its own `/metrics`). Targets: gpucarve's
+pods/s >= kube-scheduler's on whole-GPU pods, p99 <= 5 s (the pod-startup SLO). `--profile
+FILE` samples gpucarve's scheduler with py-spy (`pip install py-spy`) while it binds and prints
+the functions that held the most samples.
 """
 
 from __future__ import annotations
@@ -268,7 +268,8 @@ def _free_port() -> int:
 
 def _cycles(port: int) -> dict[str, float]:
     """The scheduler's cycles while it bound, from its own metrics
-    (`gpucarve_cycle_duration_seconds`): how many, and their mean length."""
+    (`gpucarve_cycle_duration_seconds`, the engine's part of each cycle): how many, and their
+    mean length."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     found = {
         s.name: s.value
@@ -278,7 +279,7 @@ def _cycles(port: int) -> dict[str, float]:
     }
     count = found.get("gpucarve_cycle_duration_seconds_count", 0.0)
     total = found.get("gpucarve_cycle_duration_seconds_sum", 0.0)
-    return {"cycles": count, "mean cycle ms": round(1000 * total / max(count, 1), 1)}
+    return {"cycles": count, "mean engine ms a cycle": round(1000 * total / max(count, 1), 1)}
 
 
 def main() -> None:

@@ -48,7 +48,6 @@ from gpucarve.kube.view.pods import GroupSpec, PendingGroup, WorkloadCache, pend
 from gpucarve.kube.view.slice_claims import SliceClaims, gpu_requests
 
 REST = "+rest"
-TERMINAL = ("Succeeded", "Failed")
 
 
 @dataclass

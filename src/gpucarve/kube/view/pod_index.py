@@ -14,16 +14,18 @@ holds by identity: the informer replaces an object on every change and never edi
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpucarve.kube.view.assigned import Assigned
+from gpucarve.kube.view.group_status import TERMINAL
 from gpucarve.kube.view.pod_facts import PodFacts, PodFactsMemo
 from gpucarve.kube.view.slice_claims import gpu_requests
 
 GroupKey = tuple[str, str]
 Bound = tuple[Mapping[str, Any], Assigned | None]
-TERMINAL = ("Succeeded", "Failed")
+# how an assumed pod's bound object is made (`BoundGroups.assumed_pod`)
+Assume = Callable[[Mapping[str, Any], Assigned], Mapping[str, Any]]
 
 # where a pod is kept: gpucarve's bound, gpucarve's pending, bound by another scheduler (with
 # GPUs or claims, or without), completed (counted per gang), or nowhere
@@ -58,7 +60,7 @@ class PodIndex:
         self,
         pods: Iterable[Mapping[str, Any]],
         assumed: Mapping[str, Assigned],
-        assume: Any = None,
+        assume: Assume | None = None,
         generation: int = -1,
     ) -> None:
         """Every live object: those not held as they are (by identity) move."""
@@ -73,7 +75,7 @@ class PodIndex:
         self,
         changed: Mapping[str, Mapping[str, Any] | None],
         assumed: Mapping[str, Assigned],
-        assume: Any = None,
+        assume: Assume | None = None,
         generation: int = -1,
     ) -> None:
         """The objects changed by key (None: gone), and the bindings assumed now. `assume`:
@@ -115,14 +117,14 @@ class PodIndex:
             if not self.done[group]:
                 del self.done[group]
 
-    def _put(self, k: str, pod: Mapping[str, Any], assume: Any) -> None:
+    def _put(self, k: str, pod: Mapping[str, Any], assume: Assume | None) -> None:
         f = self.facts.of(pod)
         if f.hint is not None:
             self.hints.setdefault(f.group, {})[k] = f.hint
         where = self._sort(k, pod, f, assume)
         self._where[k] = (where, f.group)
 
-    def _sort(self, k: str, pod: Mapping[str, Any], f: PodFacts, assume: Any) -> int:
+    def _sort(self, k: str, pod: Mapping[str, Any], f: PodFacts, assume: Assume | None) -> int:
         """As the view has always sorted a pod; the heap it went to."""
         spec = pod.get("spec") or {}
         mine = spec.get("schedulerName") == self.scheduler_name

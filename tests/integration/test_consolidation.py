@@ -63,9 +63,23 @@ def cluster(
         yield stack, api
 
 
-def _deployment(name: str, gpus: int) -> dict[str, Any]:
+def _deployment(name: str, gpus: int, grace_s: int | None = None) -> dict[str, Any]:
     """One replica, as a user writes it: its ReplicaSet makes the pod again if it goes (a
-    Job's pods would be completed by the kwok nodes)."""
+    Job's pods would be completed by the kwok nodes). A deleted pod is gone within its grace
+    period (30 s unless `grace_s`): the kwok nodes end it at some time in it."""
+    spec: dict[str, Any] = {
+        "schedulerName": "gpucarve",
+        "tolerations": [GPU_TOLERATION],
+        "containers": [
+            {
+                "name": "main",
+                "image": "server",
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+            }
+        ],
+    }
+    if grace_s is not None:
+        spec["terminationGracePeriodSeconds"] = grace_s
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -73,20 +87,7 @@ def _deployment(name: str, gpus: int) -> dict[str, Any]:
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "schedulerName": "gpucarve",
-                    "tolerations": [GPU_TOLERATION],
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "server",
-                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-                        }
-                    ],
-                },
-            },
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
         },
     }
 
@@ -170,3 +171,62 @@ def test_a_bare_pod_is_never_moved(cluster: tuple[LocalStack, Api], policy_file:
         time.sleep(2)  # several cycles: nothing is moved for it
         assert node_of(pods_in(api, NS)["big2"]) is None
         assert set(pods_in(api, NS)) == {"p", "q", "big2"}
+
+
+PDBS = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"
+
+
+def test_a_move_a_disruption_budget_refuses_is_asked_again_once_it_allows(
+    cluster: tuple[LocalStack, Api], policy_file: Path
+) -> None:
+    """The eviction is refused, so the 8-GPU pod does not wait for a pod that stays: it says why
+    and is tried again after the server's back-off; once the budget is gone the move is made
+    and the pod binds."""
+    stack, api = cluster
+    for name in pods_in(api, NS):
+        api.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}?gracePeriodSeconds=0")
+    api.call("DELETE", DEPLOYMENTS)
+    wait_for(lambda: not pods_in(api, NS), what="the earlier tests' pods gone")
+    with scheduling(stack, policy_file):
+        api.create(DEPLOYMENTS, _deployment("e", 4))
+        _, e_node = wait_for(lambda: _bound_one(api, "e"), what="e's pod bound")
+        create_pod(api, pod(NS, "filler", "nvidia.com/gpu", 4))
+        wait_for(lambda: node_of(pods_in(api, NS).get("filler") or {}), what="filler")
+        time.sleep(1.1)  # f is younger than e: the one to move
+        api.create(DEPLOYMENTS, _deployment("f", 4, grace_s=2))
+        f_pod, f_node = wait_for(lambda: _bound_one(api, "f"), what="f's pod bound")
+        assert f_node != e_node
+        budget = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "f"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "f"}}},
+        }
+        api.create(PDBS, budget)
+        # the Eviction API passes over a budget for a pod that is not running yet: f's runs
+        # (no disruption controller here, so the budget is never processed: refused always)
+        running = {"status": {"phase": "Running"}}
+        status = f"/api/v1/namespaces/{NS}/pods/{f_pod}/status"
+        code, _ = api.call("PATCH", status, running, "application/merge-patch+json")
+        assert code == 200
+        api.call("DELETE", f"/api/v1/namespaces/{NS}/pods/filler?gracePeriodSeconds=0")
+        wait_for(lambda: "filler" not in pods_in(api, NS), what="the filler gone")
+        create_pod(api, pod(NS, "big3", "nvidia.com/gpu", 8))
+        reason = wait_for(
+            lambda: (c := condition(pods_in(api, NS)["big3"])) and c["message"],
+            what="big3's reason",
+        )
+        assert reason.startswith("preemption/refused: the eviction of research/f-"), reason
+        time.sleep(2)  # several cycles: the refused move is not waited for, nothing is moved
+        assert node_of(pods_in(api, NS)["big3"]) is None
+        assert _bound_one(api, "f") == (f_pod, f_node)
+        assert not _events(api, "Moved") or all(
+            e["involvedObject"]["name"] != f_pod for e in _events(api, "Moved")
+        )
+        api.call("DELETE", f"{PDBS}/f")
+        big = wait_for(lambda: node_of(pods_in(api, NS).get("big3") or {}), what="big3 bound")
+        assert big == f_node
+        moved = wait_for(
+            lambda: (b := _bound_one(api, "f")) and b[0] != f_pod and b, what="f's new pod bound"
+        )
+        assert moved[1] == e_node

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.workload import GpuKind, TopologyMode
-from gpucarve.kube.view.pods import GroupSpec, pending_workloads
+from gpucarve.kube.view.pods import GroupSpec, pending_workloads, seconds_from
 from tests.paths import BUILTIN
 
 EXAMPLE = BUILTIN / "three-teams.yaml"
@@ -181,3 +181,14 @@ def test_only_pods_a_controller_makes_again_are_restartable() -> None:
         "research/referenced": False,
         "research/bare": False,
     }
+
+
+def test_times_are_whole_seconds_rounded_down_from_the_origin() -> None:
+    # An origin part-way through a second: a pod made in the second before it is at -1 and one
+    # made in the second after it at 0 (truncating toward zero put both at 0, so a younger pod
+    # could not be told from an older one).
+    origin = datetime(2026, 11, 29, 0, 0, 10, 700000, tzinfo=UTC)
+    assert seconds_from("2026-11-29T00:00:10Z", origin) == -1
+    assert seconds_from("2026-11-29T00:00:11Z", origin) == 0
+    assert seconds_from("2026-11-29T00:00:12Z", origin) == 1
+    assert seconds_from("2026-11-29T00:00:08Z", origin) == -3

@@ -97,8 +97,17 @@ class Client:
             raise
 
     def call(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        *,
+        busy_is_answer: bool = False,
     ) -> Any:
+        """`busy_is_answer`: a 429 is the call's answer, raised at once, not the server's
+        throttling to wait out (the Eviction API refuses with it what a PodDisruptionBudget
+        forbids: retried, a scheduling cycle would wait seconds for a refusal)."""
         data = None
         if body is not None:
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -112,7 +121,7 @@ class Client:
                     raise ApiError(method, path, 0, f"cannot reach {self.server}: {err}") from None
                 self._pause(method, path, attempt)
                 continue
-            if (status >= 500 or status == 429) and not last:
+            if (status >= 500 or (status == 429 and not busy_is_answer)) and not last:
                 self._pause(method, path, attempt)
                 continue
             if status == 401 and self.credentials is not None and not renewed:

@@ -40,7 +40,14 @@ from gpucarve.kube.scheduler.binder import Binder
 from gpucarve.kube.scheduler.bound_elsewhere import BoundElsewhere
 from gpucarve.kube.scheduler.claim_writer import RESOURCE, ClaimWriter
 from gpucarve.kube.scheduler.device_config import DeviceConfigs
-from gpucarve.kube.scheduler.evictions import awaited_pods, evict_pods
+from gpucarve.kube.scheduler.evictions import (
+    REFUSED_RETRY_S,
+    awaited_pods,
+    awaited_slices,
+    evict_pods,
+    hold_awaited,
+    refusal,
+)
 from gpucarve.kube.scheduler.failed_gpus import FailedGpuPods
 from gpucarve.kube.scheduler.health import Health
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig, MigHandoff
@@ -137,6 +144,9 @@ class Scheduler:
         self.index = PodIndex(config.name, self.facts)
         self.engine = Engine()
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
+        self.holding: dict[str, tuple[str, ...]] = {}  # workload -> the slices it was given
+        # workload -> (victims whose eviction was refused, when to ask again)
+        self.refused: dict[str, tuple[frozenset[str], int]] = {}
         self.short_gangs = ShortGangs()
         self.runtimes = RuntimeLearner(self.metrics.observe_finished)
         self.node_problems: set[str] = set()
@@ -422,11 +432,12 @@ class Scheduler:
         evicted = self.failed_gpus.handle(view.snapshot, unhealthy, evict)
         self.metrics.observe_health(view.snapshot, unhealthy, evicted)
         snapshot = view.snapshot
-        waiting = self._still_awaiting(view)
+        now = int((self.clock() - self.epoch).total_seconds())
+        waiting = self._still_awaiting(view, now)
         if waiting:
             kept = tuple(w for w in snapshot.pending if w.id not in waiting)
             snapshot = dataclasses.replace(snapshot, pending=kept)
-        now = int((self.clock() - self.epoch).total_seconds())
+            snapshot = hold_awaited(snapshot, self.holding)
         self.runtimes.observe(view.snapshot, view.running_pods, self._phase_of, now)
         snapshot = dataclasses.replace(snapshot, runtimes=self.runtimes.book)
         snapshot = self.short_gangs.dated(view, snapshot, now)
@@ -442,7 +453,9 @@ class Scheduler:
             self._wake.set()
         self._evict(view, result, report)
         self._bind(view, result, report)
-        report.pending = self.reporter.pending(view, result, waiting)
+        waiting = self._waiting()  # with the admissions of this cycle
+        why = {w: refusal(pods) for w, (pods, _) in self.refused.items()}
+        report.pending = self.reporter.pending(view, result, waiting, why)
         self.reporter.queues(self.policy, view, result, waiting)
         outside = outside_the_cycle(self.policy, view, waiting)
         self.metrics.observe_cycle(snapshot, result, took, outside)
@@ -508,18 +521,44 @@ class Scheduler:
         busy = busy_gpus(cluster, assumed, inv.reported)
         self.mig.begin(self._nodes_by_name(), pools, inv.layouts, inv.changes, busy, reps)
 
-    def _still_awaiting(self, view: View) -> dict[str, frozenset[str]]:
-        if not self.awaiting:
+    def _waiting(self) -> dict[str, frozenset[str]]:
+        if not self.refused:
+            return self.awaiting
+        return {**self.awaiting, **{w: pods for w, (pods, _) in self.refused.items()}}
+
+    def _still_awaiting(self, view: View, now: int) -> dict[str, frozenset[str]]:
+        """The admissions still waiting for victims (one whose victims are gone waits no
+        more), and those whose victims' eviction was refused, until they are asked again."""
+        if not self.awaiting and not self.refused:
             return self.awaiting  # the common case: no pass over every running pod
         present = {pod for pods in view.running_pods.values() for pod in pods}
+        # one deleted meanwhile holds nothing any more
+        wanted = {w.id for w in view.snapshot.pending} | view.running_pods.keys()
         self.awaiting = {
-            w: still for w, victims in self.awaiting.items() if (still := victims & present)
+            w: still
+            for w, victims in self.awaiting.items()
+            if w in wanted and (still := victims & present)
         }
-        return self.awaiting
+        self.holding = {w: s for w, s in self.holding.items() if w in self.awaiting}
+        self.refused = {
+            w: (pods, until)
+            for w, (pods, until) in self.refused.items()
+            if w in wanted and now < until and pods & present
+        }
+        return self._waiting()
 
     def _evict(self, view: View, result: CycleResult, report: CycleReport) -> None:
-        self.awaiting.update(awaited_pods(view, result))
-        report.evicted += evict_pods(self.client, self.reporter, view, result)
+        refused = evict_pods(self.client, self.reporter, view, result)
+        report.evicted += len(result.evictions)
+        slices = awaited_slices(result)
+        for w, victims in awaited_pods(view, result).items():
+            if victims & refused:
+                # a victim stays (a PodDisruptionBudget refused): nothing is held for it, and
+                # the engine asks again once the server's back-off has passed
+                self.refused[w] = (victims & refused, report.now + REFUSED_RETRY_S)
+            else:
+                self.awaiting[w] = victims
+                self.holding[w] = slices[w]
 
     def _bind(self, view: View, result: CycleResult, report: CycleReport) -> None:
         workloads = _admitted(view, result)

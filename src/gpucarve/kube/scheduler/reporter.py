@@ -256,8 +256,11 @@ class Reporter:
         view: View,
         result: CycleResult,
         waiting: dict[str, frozenset[str]],
+        why: Mapping[str, str] | None = None,
     ) -> int:
-        """Write each waiting pod's reason where it changed; the number of pods waiting."""
+        """Write each waiting pod's reason where it changed; the number of pods waiting.
+        `why`: the reason of those of `waiting` that are not simply waiting for victims to
+        exit (their eviction was refused)."""
         messages: dict[str, str] = dict(view.invalid)
         for p in result.pending:
             # Not tried this cycle (it placed its budget of pods): the reason written when it
@@ -268,7 +271,9 @@ class Reporter:
                     old = self.reported.get(pod) if untried else None
                     messages[pod] = str(p.reason) if old is None else old
         for w, victims in waiting.items():
-            msg = f"preemption/waiting: for {', '.join(sorted(victims))} to exit"
+            msg = (why or {}).get(
+                w
+            ) or f"preemption/waiting: for {', '.join(sorted(victims))} to exit"
             for pods in view.pending_sets.get(w, ()):
                 for pod in pods:
                     messages[pod] = msg

@@ -16,7 +16,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
@@ -92,8 +92,10 @@ def seconds_since(stamp: str, epoch: datetime) -> int:
 
 
 def seconds_from(stamp: str, epoch: datetime) -> int:
-    """An API timestamp as whole seconds from the scheduler's clock origin, negative before."""
-    return int((datetime.fromisoformat(stamp) - epoch).total_seconds())
+    """An API timestamp as whole seconds from the scheduler's clock origin, negative before.
+    Rounded down, not toward zero: a pod created in the second before the origin and one
+    created in the second after it must not share second 0 (their order breaks ties)."""
+    return (datetime.fromisoformat(stamp) - epoch) // timedelta(seconds=1)
 
 
 def _total(values: list[str], pick_max: bool = False) -> Fraction | None:

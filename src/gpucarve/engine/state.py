@@ -77,7 +77,7 @@ class CycleState:
         self.withdrawn: set[str] = set()
         self.preemptor.fresh = self.fresh
         self._flavor_cache: dict[tuple[str, GpuRequest], list[Flavor]] = {}
-        for memo in (ws.flavor_memo, ws.shape_memo, ws.idle_memo):
+        for memo in (ws.flavor_memo, ws.shape_memo, ws.idle_memo, ws.shape_kinds):
             if len(memo) > MEMO_LIMIT:
                 memo.clear()  # a long-lived scheduler sees workloads come and go
         # (queue, flavor, head) -> why work behind that head waits, this cycle
@@ -166,13 +166,19 @@ class CycleState:
         """Pods per (flavor, slices per pod) among pending and running work."""
         counts: Counter[tuple[str, int]] = Counter()
         memo = self.ws.shape_memo
+        kinds = self.ws.shape_kinds
         for w in self.snapshot.pending:
             hit = memo.get(w.id)
             if hit is None or hit[0] is not w:
-                mine: list[tuple[tuple[str, int], int]] = []
-                for ps, flavors in zip(w.pod_sets, self.flavors_for(w), strict=True):
-                    for f in flavors:
-                        mine.append(((f.name, self._slices(ps.gpu, f)), ps.count))
+                # work of one kind (a Job's shape, submitted again and again) is worked out once
+                kind = (w.queue, w.pod_sets)
+                mine = kinds.get(kind)
+                if mine is None:
+                    mine = []
+                    for ps, flavors in zip(w.pod_sets, self.flavors_for(w), strict=True):
+                        for f in flavors:
+                            mine.append(((f.name, self._slices(ps.gpu, f)), ps.count))
+                    kinds[kind] = mine
                 hit = memo[w.id] = (w, mine)
             for shape, n in hit[1]:
                 counts[shape] += n

@@ -91,6 +91,8 @@ class Working:
         self.flavor_memo: dict[str, tuple[object, list[list[Flavor]]]] = {}
         # workload id -> (the workload, pods per (flavor, slices per pod)), likewise
         self.shape_memo: dict[str, tuple[object, list[tuple[tuple[str, int], int]]]] = {}
+        # (queue, pod sets) -> the same, for every workload of that kind
+        self.shape_kinds: dict[tuple[object, ...], list[tuple[tuple[str, int], int]]] = {}
         # workload id -> (the workload, the flavors it could run on, their (model, kind)), for
         # the idle accounting's pass over what waits
         self.idle_memo: dict[str, tuple[object, frozenset[str], frozenset[tuple[str, str]]]] = {}

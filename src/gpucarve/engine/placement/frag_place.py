@@ -91,6 +91,8 @@ class ModelState:
         self.candidates: dict[tuple[object, ...], npt.NDArray[np.intp]] = {}
         self.running: dict[RunningKey, Typed | None] = {}
         self.pending: dict[str, tuple[Workload, list[tuple[RequestType, int]]]] = {}
+        # (queue, topology, pod sets) -> the same types, for every workload of that kind
+        self.kinds: dict[tuple[object, ...], list[tuple[RequestType, int]]] = {}
         self.model: tuple[Any, fragment.FragmentModel] | None = None
 
 
@@ -197,10 +199,17 @@ class ModelPlacer:
                 mix[typed[0]] += n
         if len(st.pending) > SEEN_LIMIT:
             st.pending.clear()
+        if len(st.kinds) > SEEN_LIMIT:
+            st.kinds.clear()
         for w in pending:
             hit = st.pending.get(w.id)
             if hit is None or hit[0] is not w:
-                hit = st.pending[w.id] = (w, self.workload_types(w, needs_of(w)))
+                # what a workload's types depend on: its queue's flavors, its topology and pods
+                kind = (w.queue, w.topology, w.pod_sets)
+                types = st.kinds.get(kind)
+                if types is None:
+                    types = st.kinds[kind] = self.workload_types(w, needs_of(w))
+                hit = st.pending[w.id] = (w, types)
             for t, n in hit[1]:
                 mix[t] += n
         self.demand = mix

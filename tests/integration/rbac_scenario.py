@@ -153,14 +153,20 @@ class RecordingClient(Client):
     recording: Recording
 
     def call(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        *,
+        busy_is_answer: bool = False,
     ) -> Any:
         claim_status = method == "PATCH" and _CLAIM_STATUS.match(path) is not None
         # Writing a claim's allocation also takes `patch resourceclaims/binding`, which the
         # API server checks inside the status write: a refusal of it comes back as 422
         binding = path.split("?")[0].removesuffix("/status") + "/binding"
         try:
-            reply = super().call(method, path, body, content_type)
+            reply = super().call(method, path, body, content_type, busy_is_answer=busy_is_answer)
         except ApiError as err:
             if claim_status and 'resource="resourceclaims/binding"' in str(err):
                 self.recording.add(method, binding, 403)

@@ -9,7 +9,7 @@ import dataclasses
 
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine import run_cycle
-from gpucarve.kube.scheduler.evictions import AWAITING, awaited_slices, hold_awaited
+from gpucarve.kube.scheduler.evictions import AWAITING, awaited_slices, hold_awaited, refusal
 from tests.engine.builders import slices_held, submit, workload
 from tests.engine.test_consolidate import MOVE, split, two_nodes
 
@@ -55,3 +55,12 @@ def test_pods_made_while_the_victim_terminates_never_take_the_held_slices() -> N
     assert not placed & set(holding["r/big"])
     beside_a = {pod.node for rw in s.running if rw.workload.id == "r/a" for pod in rw.pods}
     assert {pod.node for pod in adm.pods} == beside_a
+
+
+def test_a_refusal_names_a_disruption_budget_only_for_its_429() -> None:
+    budget = refusal({"ns/b": 429, "ns/a": 429})
+    assert budget == (
+        "preemption/refused: the eviction of ns/a, ns/b was refused (a PodDisruptionBudget); "
+        "asked again in 10 s"
+    )
+    assert "(HTTP 403/429)" in refusal({"ns/a": 403, "ns/b": 429})

@@ -47,13 +47,18 @@ def awaited_pods(view: View, result: CycleResult) -> dict[str, frozenset[str]]:
 REFUSED_RETRY_S = 10
 
 
-def refusal(pods: frozenset[str]) -> str:
-    """The reason a pod gives while its victims' eviction is refused."""
-    names = ", ".join(sorted(pods))
-    return (
-        f"preemption/refused: the eviction of {names} was refused (a PodDisruptionBudget); "
-        f"asked again in {REFUSED_RETRY_S} s"
+def refusal(refused: Mapping[str, int]) -> str:
+    """The reason a pod gives while its victims' eviction is refused (victim -> the refusing
+    HTTP status: 429 is a PodDisruptionBudget's; any other, RBAC's 403 say, is named)."""
+    names = ", ".join(sorted(refused))
+    statuses = set(refused.values())
+    by = (
+        "a PodDisruptionBudget"
+        if statuses == {429}
+        else "HTTP " + "/".join(str(s) for s in sorted(statuses))
     )
+    again = f"asked again in {REFUSED_RETRY_S} s"
+    return f"preemption/refused: the eviction of {names} was refused ({by}); {again}"
 
 
 # Owner of a free slice an admission's placement chose while it waits for its victims: a
@@ -91,11 +96,11 @@ def hold_awaited(snapshot: Snapshot, held: Mapping[str, tuple[str, ...]]) -> Sna
 def evict_pod(client: Client, pod: str, why: str) -> bool:
     """One pod through the Eviction API (its PodDisruptionBudget honoured); False if refused
     (logged with `why`) or already gone."""
-    return _evict(client, pod, why) is True
+    return _evict(client, pod, why) == 0
 
 
-def _evict(client: Client, pod: str, why: str) -> bool | None:
-    """True: evicted; None: already gone; False: refused (logged with `why`)."""
+def _evict(client: Client, pod: str, why: str) -> int | None:
+    """0: evicted; None: already gone; else the refusing HTTP status (logged with `why`)."""
     ns, _, name = pod.partition("/")
     body = {
         "apiVersion": "policy/v1",
@@ -109,8 +114,8 @@ def _evict(client: Client, pod: str, why: str) -> bool | None:
         if err.status == 404:
             return None
         log.warning("eviction of %s (%s) refused: %s", pod, why, err)
-        return False
-    return True
+        return err.status or 1  # no answer at all: refused as well
+    return 0
 
 
 # The Event reason per cause (a move is not a preemption: the pod's controller makes it again
@@ -120,15 +125,15 @@ _REASONS = {Cause.TIMEOUT: "GangTimeout", Cause.CONSOLIDATE: "Moved"}
 
 def evict_pods(
     client: Client, reporter: Reporter, view: View, result: CycleResult
-) -> frozenset[str]:
-    """Evict what each eviction takes; the pods whose eviction was refused."""
-    refused: set[str] = set()
+) -> dict[str, int]:
+    """Evict what each eviction takes; the pods whose eviction was refused, with the status."""
+    refused: dict[str, int] = {}
     for e in result.evictions:
         why = _REASONS.get(e.cause, "Preempted")
         for pod in sorted(e.pods or view.running_pods.get(e.workload, ())):
-            done = _evict(client, pod, why)
-            if done:
+            status = _evict(client, pod, why)
+            if status == 0:
                 reporter.event(pod, "Normal", why, e.message)
-            elif done is False:
-                refused.add(pod)
-    return frozenset(refused)
+            elif status is not None:
+                refused[pod] = status
+    return refused

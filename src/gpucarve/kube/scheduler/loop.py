@@ -145,8 +145,8 @@ class Scheduler:
         self.engine = Engine()
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.holding: dict[str, tuple[str, ...]] = {}  # workload -> the slices it was given
-        # workload -> (victims whose eviction was refused, when to ask again)
-        self.refused: dict[str, tuple[frozenset[str], int]] = {}
+        # workload -> (victims whose eviction was refused, with the status; when to ask again)
+        self.refused: dict[str, tuple[dict[str, int], int]] = {}
         self.short_gangs = ShortGangs()
         self.runtimes = RuntimeLearner(self.metrics.observe_finished)
         self.node_problems: set[str] = set()
@@ -524,7 +524,7 @@ class Scheduler:
     def _waiting(self) -> dict[str, frozenset[str]]:
         if not self.refused:
             return self.awaiting
-        return {**self.awaiting, **{w: pods for w, (pods, _) in self.refused.items()}}
+        return {**self.awaiting, **{w: frozenset(pods) for w, (pods, _) in self.refused.items()}}
 
     def _still_awaiting(self, view: View, now: int) -> dict[str, frozenset[str]]:
         """The admissions still waiting for victims (one whose victims are gone waits no
@@ -543,7 +543,7 @@ class Scheduler:
         self.refused = {
             w: (pods, until)
             for w, (pods, until) in self.refused.items()
-            if w in wanted and now < until and pods & present
+            if w in wanted and now < until and pods.keys() & present
         }
         return self._waiting()
 
@@ -552,10 +552,11 @@ class Scheduler:
         report.evicted += len(result.evictions)
         slices = awaited_slices(result)
         for w, victims in awaited_pods(view, result).items():
-            if victims & refused:
+            stays = {pod: refused[pod] for pod in sorted(victims) if pod in refused}
+            if stays:
                 # a victim stays (a PodDisruptionBudget refused): nothing is held for it, and
                 # the engine asks again once the server's back-off has passed
-                self.refused[w] = (victims & refused, report.now + REFUSED_RETRY_S)
+                self.refused[w] = (stays, report.now + REFUSED_RETRY_S)
             else:
                 self.awaiting[w] = victims
                 self.holding[w] = slices[w]

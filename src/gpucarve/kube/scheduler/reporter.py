@@ -271,9 +271,9 @@ class Reporter:
                     old = self.reported.get(pod) if untried else None
                     messages[pod] = str(p.reason) if old is None else old
         for w, victims in waiting.items():
-            msg = (why or {}).get(
-                w
-            ) or f"preemption/waiting: for {', '.join(sorted(victims))} to exit"
+            msg = f"preemption/waiting: for {', '.join(sorted(victims))} to exit"
+            if why and w in why:
+                msg = why[w]
             for pods in view.pending_sets.get(w, ()):
                 for pod in pods:
                     messages[pod] = msg

@@ -11,10 +11,13 @@ import pytest
 from gpucarve.engine.placement.fragment import (
     CAPACITY_WEIGHT,
     CPU_WEIGHT,
+    PRIOR_CPU_CAP,
+    PRIOR_PODS,
     FragmentModel,
     Reach,
     RequestType,
     model_of,
+    whole_node_prior,
 )
 
 EMPTY2 = [1000, 1000, -1, -1, -1, -1, -1, -1]
@@ -233,3 +236,23 @@ def test_grouped_tables_match_the_measure_written_out() -> None:
         cpu, cls = int(rng.integers(0, 20000)), int(rng.integers(0, 2))
         got = model.frag(rows(row), ints(cpu), ints(cls))[0]
         assert got == pytest.approx(brute_frag(mix, row, cpu, cls))
+
+
+def test_the_demand_holds_a_whole_node_pod_of_each_node_shape() -> None:
+    # two 8-GPU shapes (the 128-CPU one in two classes, counted once), a 1-GPU node without a
+    # CPU figure (its pod asks the capped CPU), and a node without GPUs (no pod)
+    cpu = ints(128000, 128000, 96000, 1 << 62, 64000)
+    gpus = ints(8, 8, 8, 1, 0)
+    reach = Reach.of(ints(0, 1, 0, 0, 0), cpu, gpus, gpus.astype(np.float64) * 1000)
+    assert whole_node_prior(reach) == {
+        RequestType(128000, 8, 1000): PRIOR_PODS,
+        RequestType(96000, 8, 1000): PRIOR_PODS,
+        RequestType(PRIOR_CPU_CAP, 1, 1000): PRIOR_PODS,
+    }
+    small = RequestType(11000, 1, 1000)
+    # the model weighs them beside what was seen; the cache key stays the demand seen
+    key, model = model_of({small: 40}, 2, None, reach)
+    assert key == ((small, 40),)
+    assert model.cpu_desc.tolist() == [PRIOR_CPU_CAP, 128000, 96000, 11000]
+    # without capacity by node shape there is no shape to weigh
+    assert model_of({small: 40}, 2, None)[1].cpu_desc.tolist() == [11000]

@@ -75,6 +75,18 @@ def test_published_baselines_are_reproduced(policy: str) -> None:
     assert abs(mean - PUBLISHED_100[policy]) < 0.5, mean
 
 
+def test_the_big_nodes_are_kept_for_big_pods_not_seen_yet() -> None:
+    # cpu050, seed 42: the first pods are small and CPU-heavy. Weighing only what it had seen,
+    # the model sent them to the 39 nodes of 128 CPUs (more CPU beside free GPUs there), and by
+    # 90 % arrived four 8-GPU pods asking 120 CPUs, which only those nodes hold, found none.
+    # With each node shape's whole-node pod in the demand, every pod that arrived is placed.
+    nodes = load_nodes(trace(ALIBABA, "openb_node_list_gpu_node.csv"))
+    pods = load_pods(trace(ALIBABA, "openb_pod_list_cpu050.csv"))
+    run = run_fill(nodes, pods, "gpucarve-array", 42)
+    assert run.dropped_at[90] == {}
+    assert run.dropped_at[95] == {}
+
+
 @pytest.mark.parametrize(
     ("name", "text", "needle"),
     [

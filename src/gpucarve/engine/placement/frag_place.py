@@ -12,7 +12,8 @@ capacity for the recent demand mix, counting what each request type may use wher
   share of the GPU). A gang that must share one node and asks one whole GPU per pod is one
   type: (its CPU, its pods, 1000), placed as one request.
 - *Demand*: the cycle's pending and running pods (`set_demand`): a function of the snapshot,
-  so the weights follow the queue as it changes and a reused engine decides as a fresh one.
+  so the weights follow the queue as it changes and a reused engine decides as a fresh one;
+  the model adds a whole-node pod of each node shape (`fragment.whole_node_prior`).
   The model is rebuilt when the mix changes (its tables cost types x GPU shapes).
 
 Scores combine with the profile's other weights: the model's gain is scaled to the 0-100 range

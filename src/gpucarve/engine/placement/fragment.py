@@ -5,7 +5,8 @@ A node is described by its free milli-GPU per GPU (a row of `MAX_GPUS`, -1 where
 GPU), its free CPU and its *access class*: nodes of one class admit the same request types
 (GPU model, selectors and affinity, taints). A request type is (CPU, GPUs, milli per GPU,
 classes it may use), weighted by its share of the demand the caller gives: the engine gives
-its pending and running pods, so the weights follow the queue as it changes.
+its pending and running pods, so the weights follow the queue as it changes. With capacity by
+node shape, `model_of` adds a whole-node pod of each shape (`whole_node_prior`).
 
 Three measures of stranded capacity, all weighted by demand:
 
@@ -46,6 +47,8 @@ CPU_WEIGHT = 1.0
 BEST_FIT_WEIGHT = 1e-6  # best fit only breaks ties between equally fragmenting choices
 MAX_SPEC_CPU = 128_000  # best fit's normalisation (the published simulator's constants)
 MAX_SPEC_GPU = 8_000
+PRIOR_PODS = 1  # whole-node pods per node shape the demand always holds (`whole_node_prior`)
+PRIOR_CPU_CAP = MAX_SPEC_CPU * 64  # a node without a CPU figure: as the Placer caps its CPU
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -338,6 +341,22 @@ def same_states(
     return order[new], inverse
 
 
+def whole_node_prior(reach: Reach) -> dict[RequestType, int]:
+    """`PRIOR_PODS` pods per node shape (CPU, GPUs) that would take such a node whole, allowed
+    wherever they fit: the work the cluster's nodes were bought for, weighed before any of it
+    is seen. Without it the model has no reason to keep a node whole until a big pod arrives,
+    and the first small pods break the only nodes a rare big shape fits (an 8-GPU pod asking
+    120 CPUs fits 39 of a trace's 1,213 nodes). Once real demand is seen, these few weigh
+    little. The shape leaves out the class, so that the same nodes give the same prior however
+    they are grouped into classes (by model, or by pool and taints)."""
+    shapes = {
+        (min(int(cpu), PRIOR_CPU_CAP), int(gpus))
+        for cpu, gpus in zip(reach.cpu.tolist(), reach.gpus.tolist(), strict=True)
+        if gpus > 0
+    }
+    return {RequestType(cpu, gpus, MILLI): PRIOR_PODS for cpu, gpus in shapes}
+
+
 def model_of(
     mix: Mapping[RequestType, int],
     classes: int,
@@ -346,11 +365,16 @@ def model_of(
     width: int = MAX_GPUS,
 ) -> tuple[tuple[tuple[RequestType, int], ...], FragmentModel]:
     """The model for `mix`, reusing `cached` when it was built for the same mix (a pure
-    function of the mix: the same demand always gives the same model)."""
+    function of the mix: the same demand always gives the same model). With capacity by node
+    shape (`Reach`), the demand also holds each shape's whole-node pods (`whole_node_prior`)."""
     key = tuple(sorted(((t, n) for t, n in mix.items() if n > 0 and t.num_gpu), key=_key))
     if cached is not None and cached[0] == key:
         return cached
-    return key, FragmentModel(dict(key), classes, capacity, width)
+    demand = dict(key)
+    if isinstance(capacity, Reach):
+        for t, n in whole_node_prior(capacity).items():
+            demand[t] = demand.get(t, 0) + n
+    return key, FragmentModel(demand, classes, capacity, width)
 
 
 def _key(item: tuple[RequestType, int]) -> tuple[tuple[int, int, int, tuple[int, ...]], int]:

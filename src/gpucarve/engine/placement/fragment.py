@@ -354,7 +354,7 @@ def whole_node_prior(reach: Reach) -> dict[RequestType, int]:
         for cpu, gpus in zip(reach.cpu.tolist(), reach.gpus.tolist(), strict=True)
         if gpus > 0
     }
-    return {RequestType(cpu, gpus, MILLI): PRIOR_PODS for cpu, gpus in shapes}
+    return {RequestType(cpu, gpus, MILLI): PRIOR_PODS for cpu, gpus in sorted(shapes)}
 
 
 def model_of(

@@ -48,6 +48,10 @@ BEST_FIT_WEIGHT = 1e-6  # best fit only breaks ties between equally fragmenting 
 MAX_SPEC_CPU = 128_000  # best fit's normalisation (the published simulator's constants)
 MAX_SPEC_GPU = 8_000
 PRIOR_PODS = 1  # whole-node pods per node shape the demand always holds (`whole_node_prior`)
+# Pods seen that weigh as much as one of those whole-node pods: with fewer (4), a lone pod
+# pinned to one GPU model no longer kept unpinned work off that model's nodes (the example
+# of tests/integration/test_model_constraints.py)
+SEEN_PER_PRIOR = 8
 PRIOR_CPU_CAP = MAX_SPEC_CPU * 64  # a node without a CPU figure: as the Placer caps its CPU
 
 IntArray = npt.NDArray[np.int64]
@@ -346,9 +350,10 @@ def whole_node_prior(reach: Reach) -> dict[RequestType, int]:
     wherever they fit: the work the cluster's nodes were bought for, weighed before any of it
     is seen. Without it the model has no reason to keep a node whole until a big pod arrives,
     and the first small pods break the only nodes a rare big shape fits (an 8-GPU pod asking
-    120 CPUs fits 39 of a trace's 1,213 nodes). Once real demand is seen, these few weigh
-    little. The shape leaves out the class, so that the same nodes give the same prior however
-    they are grouped into classes (by model, or by pool and taints)."""
+    120 CPUs fits 39 of a trace's 1,213 nodes). Each weighs as an eighth of a pod seen
+    (`SEEN_PER_PRIOR`), so once real demand is seen they weigh little. The shape leaves out
+    the class, so that the same nodes give the same prior however they are grouped into
+    classes (by model, or by pool and taints)."""
     shapes = {
         (min(int(cpu), PRIOR_CPU_CAP), int(gpus))
         for cpu, gpus in zip(reach.cpu.tolist(), reach.gpus.tolist(), strict=True)
@@ -366,11 +371,12 @@ def model_of(
 ) -> tuple[tuple[tuple[RequestType, int], ...], FragmentModel]:
     """The model for `mix`, reusing `cached` when it was built for the same mix (a pure
     function of the mix: the same demand always gives the same model). With capacity by node
-    shape (`Reach`), the demand also holds each shape's whole-node pods (`whole_node_prior`)."""
+    shape (`Reach`), the demand also holds each shape's whole-node pods (`whole_node_prior`),
+    each weighing as `SEEN_PER_PRIOR` pods of the mix do."""
     key = tuple(sorted(((t, n) for t, n in mix.items() if n > 0 and t.num_gpu), key=_key))
     if cached is not None and cached[0] == key:
         return cached
-    demand = dict(key)
+    demand = {t: n * SEEN_PER_PRIOR for t, n in key}
     if isinstance(capacity, Reach):
         for t, n in whole_node_prior(capacity).items():
             demand[t] = demand.get(t, 0) + n

@@ -554,8 +554,9 @@ class Scheduler:
         for w, victims in awaited_pods(view, result).items():
             stays = {pod: refused[pod] for pod in sorted(victims) if pod in refused}
             if stays:
-                # a victim stays (a PodDisruptionBudget refused): nothing is held for it, and
-                # the engine asks again once the server's back-off has passed
+                # a victim stays (its eviction refused: a PodDisruptionBudget's 429, or RBAC's
+                # 403): nothing is held for it, and the engine asks again once the server's
+                # back-off has passed
                 self.refused[w] = (stays, report.now + REFUSED_RETRY_S)
             else:
                 self.awaiting[w] = victims

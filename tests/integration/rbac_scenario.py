@@ -1,8 +1,9 @@
 """The scheduler's whole job on a real API server, as the Helm chart's ServiceAccount: leases,
-binding, a pod that waits (condition, Event, Queue status), reclaim through the Eviction API,
-a dynamic MIG change (the node and the MIG manager's ConfigMap) and a pod whose ResourceClaim
-gpucarve allocates (DRA). Every call the scheduler
-makes is recorded with its answer, as (verb, API group, resource) the way RBAC sees it."""
+binding, a pod that waits (condition, Event, Queue status), reclaim through the Eviction API
+(one victim's PodDisruptionBudget refuses it, so that pod is deleted), a dynamic MIG change
+(the node and the MIG manager's ConfigMap) and a pod whose ResourceClaim gpucarve allocates
+(DRA). Every call the scheduler makes is recorded with its answer, as (verb, API group,
+resource) the way RBAC sees it."""
 
 from __future__ import annotations
 
@@ -204,7 +205,8 @@ def policy_doc() -> dict[str, Any]:
     """Two H100s that research may borrow and production reclaims, and the dynamic MIG pool."""
     doc = dynamic_mig_doc()
     doc["metadata"]["name"] = "rbac"
-    doc["scheduling"] = {"minRuntimeSeconds": 0}
+    # reclaim deletes a victim its budget keeps at once, so the scenario takes no longer
+    doc["scheduling"] = {"minRuntimeSeconds": 0, "reclaimPastBudgetAfterSeconds": 0}
     doc["pools"].append(
         {
             "name": "train",
@@ -312,7 +314,9 @@ class Scenario:
         a.create("/apis/batch/v1/namespaces/research/jobs", _suspended_job())
         pod_group(a, "research", "pair", 2)
         for n in ("r0", "r1"):
-            create_pod(a, _graceful(pod("research", n, "nvidia.com/gpu", group="pair")))
+            manifest = _graceful(pod("research", n, "nvidia.com/gpu", group="pair"))
+            manifest["metadata"]["labels"]["budget"] = n
+            create_pod(a, manifest)
         self.until(lambda: self.bound("research", ["r0", "r1"]), "a gang bound, one GPU borrowed")
         self.until(self._group_scheduled, "the gang's PodGroup status")
         create_pod(a, pod("research", "r2", "nvidia.com/gpu"))
@@ -324,6 +328,7 @@ class Scenario:
 
         self.until(waits, "r2's reason and research's queue status")
         self.until(lambda: self._events("research"), "an Event on the waiting pod")
+        self._budget_on_r0()
         create_pod(a, pod("production", "p0", "nvidia.com/gpu"))
         # until the evicted gang is gone, no pod may be bound onto a GPU it still holds
         self.until(
@@ -340,6 +345,21 @@ class Scenario:
         self.claimed()
         self.dashboard_reviews()
         self.until(self._leader_labelled, "the leader's pod labelled")
+
+    def _budget_on_r0(self) -> None:
+        """A PodDisruptionBudget that refuses r0's eviction (no disruption controller here,
+        so it never allows one): r1 is evicted, r0 deleted past its budget. The Eviction API
+        passes over a budget for a pod that is not Running, and nothing runs these pods."""
+        a = self.admin
+        body = {"status": {"phase": "Running"}}
+        code, _ = a.call("PATCH", "/api/v1/namespaces/research/pods/r0/status", body,
+                         "application/merge-patch+json")  # fmt: skip
+        assert code == 200
+        a.create("/apis/policy/v1/namespaces/research/poddisruptionbudgets", {
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "r0"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"budget": "r0"}}},
+        })  # fmt: skip
 
     def _leader_labelled(self) -> bool:
         got = self.admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{LEADER_POD}")

@@ -362,6 +362,7 @@ def _scheduling(spec: PolicySpec) -> SchedulingConfig:
         reclaim_large_ratio=s.reclaimLargeVictimRatio,
         reclaim_large_after_s=s.reclaimLargeVictimAfterSeconds,
         reclaim_grace_s=s.reclaimGraceSeconds,
+        reclaim_past_budget_s=s.reclaimPastBudgetAfterSeconds,
         max_pods_per_cycle=s.maxPodsPerCycle,
         consolidate_max_moves=s.consolidateMaxMoves,
     )

@@ -304,6 +304,17 @@ class SchedulingSpec(_Strict):
         "until the reclaimer has waited this long: work about to finish is not thrown away. "
         "null (the default): reclaim never waits.",
     )
+    reclaimPastBudgetAfterSeconds: int | None = Field(
+        default=300,
+        ge=0,
+        le=7 * 86400,
+        description="On Kubernetes, reclaim evicts borrowed work through the Eviction API, so "
+        "a PodDisruptionBudget may refuse it; once a victim's budget has refused for this "
+        "many seconds, the pod is deleted instead (a DisruptionTarget condition and a "
+        "ReclaimedPastBudget Event say why). 0: at once. null: a budget holds reclaim off for "
+        "ever, and with it the lenders' nominal quota. Priority preemption, moves and GPU "
+        "health evictions always honour budgets.",
+    )
     consolidateMaxMoves: int | None = Field(
         default=None,
         ge=1,

@@ -414,6 +414,10 @@ class SchedulingConfig:
     # Reclaim waits this long at most for borrowed work expected to end within it (declared
     # or learned, never the default runtime) instead of evicting it (None: never waits).
     reclaim_grace_s: int | None = None
+    # On Kubernetes: a reclaim victim whose PodDisruptionBudget has refused its eviction this
+    # long is deleted (None: a budget holds reclaim off for ever, and with it the lenders'
+    # nominal quota).
+    reclaim_past_budget_s: int | None = 300
     # Pods a cycle places before it leaves what it has not tried for the next cycle (None: no
     # bound): a cycle's length, and with it how long a pod waits for its binding, stays
     # bounded however large the backlog.

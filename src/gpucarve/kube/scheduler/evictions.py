@@ -1,8 +1,14 @@
 """A cycle's evictions on the API server: each pod through the Eviction API (so
 PodDisruptionBudgets are honoured: a refused eviction is logged, and the admission that asked
-for it is not awaited, so the engine asks again next cycle), with an Event saying why; and, for
-each admission that waits for its victims, the pods it waits for (an elastic gang's surplus, or
-every pod a gang runs) and the free slices its placement chose, held for it meanwhile."""
+for it is not awaited, so the engine asks again after the server's back-off), with an Event
+saying why; and, for each admission that waits for its victims, the pods it waits for (an
+elastic gang's surplus, or every pod a gang runs) and the free slices its placement chose, held
+for it meanwhile.
+
+A budget holds off reclaim of borrowed work for `scheduling.reclaimPastBudgetAfterSeconds` at
+most (`PastBudget`): then the pod is deleted, with a `DisruptionTarget` condition and a Warning
+Event. A tenant's budget of `maxUnavailable: 0` on borrowed pods would otherwise keep the
+lenders from their nominal quota for ever, a way around the queue."""
 
 from __future__ import annotations
 
@@ -47,9 +53,10 @@ def awaited_pods(view: View, result: CycleResult) -> dict[str, frozenset[str]]:
 REFUSED_RETRY_S = 10
 
 
-def refusal(refused: Mapping[str, int]) -> str:
+def refusal(refused: Mapping[str, int], past_s: int | None = None) -> str:
     """The reason a pod gives while its victims' eviction is refused (victim -> the refusing
-    HTTP status: 429 is a PodDisruptionBudget's; any other, RBAC's 403 say, is named)."""
+    HTTP status: 429 is a PodDisruptionBudget's; any other, RBAC's 403 say, is named).
+    `past_s`: the victims are reclaimed, and deleted once refused that long."""
     names = ", ".join(sorted(refused))
     statuses = set(refused.values())
     by = (
@@ -58,7 +65,44 @@ def refusal(refused: Mapping[str, int]) -> str:
         else "HTTP " + "/".join(str(s) for s in sorted(statuses))
     )
     again = f"asked again in {REFUSED_RETRY_S} s"
+    if past_s is not None:
+        again += (
+            f"; reclaim deletes them once their budget has refused for {past_s} s"
+            " (scheduling.reclaimPastBudgetAfterSeconds)"
+        )
     return f"preemption/refused: the eviction of {names} was refused ({by}); {again}"
+
+
+# Seconds after its last refusal that a victim the engine no longer asks for is forgotten: a
+# later reclaim of it counts afresh. Several retries long, so that a cycle that did not reach
+# the reclaimer (its budget of pods spent) does not restart the count.
+FORGET_S = 6 * REFUSED_RETRY_S
+
+
+@dataclasses.dataclass
+class PastBudget:
+    """When each reclaim victim's eviction was first and last refused by its budget (a 429),
+    so that reclaim deletes it once `after_s` has passed since the first (None: budgets hold
+    reclaim off for ever)."""
+
+    after_s: int | None
+    refused: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+
+    def due(self, pod: str, now: int) -> bool:
+        """A refusal of `pod` at `now`: True if its budget has held reclaim off long enough."""
+        first, _ = self.refused.get(pod, (now, now))
+        self.refused[pod] = (first, now)
+        return self.after_s is not None and now - first >= self.after_s
+
+    def held_s(self, pod: str, now: int) -> int:
+        return now - self.refused.get(pod, (now, now))[0]
+
+    def reclaimed(self, pods: Mapping[str, int]) -> int | None:
+        """`after_s` if any of `pods` is a reclaim victim a budget refused, else None."""
+        return self.after_s if any(p in self.refused for p in pods) else None
+
+    def forget(self, now: int) -> None:
+        self.refused = {p: t for p, t in self.refused.items() if now - t[1] <= FORGET_S}
 
 
 # Owner of a free slice an admission's placement chose while it waits for its victims: a
@@ -123,17 +167,69 @@ def _evict(client: Client, pod: str, why: str) -> int | None:
 _REASONS = {Cause.TIMEOUT: "GangTimeout", Cause.CONSOLIDATE: "Moved"}
 
 
-def evict_pods(
-    client: Client, reporter: Reporter, view: View, result: CycleResult
-) -> dict[str, int]:
+def delete_past_budget(client: Client, pod: str, message: str, now: str) -> int | None:
+    """Delete a reclaim victim its budget kept past the bound: first its `DisruptionTarget`
+    condition (as kube-scheduler's preemption writes it, so that a Job's podFailurePolicy can
+    tell the disruption from a failure), then the pod, with its own grace period. 0: deleted;
+    None: already gone; else the refusing HTTP status."""
+    ns, _, name = pod.partition("/")
+    cond = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByScheduler",
+        "message": message,
+        "lastTransitionTime": now,
+    }
+    base = f"/api/v1/namespaces/{ns}/pods/{name}"
+    try:
+        body = {"status": {"conditions": [cond]}}
+        client.call("PATCH", f"{base}/status", body, "application/strategic-merge-patch+json")
+        client.call("DELETE", base)
+    except ApiError as err:
+        if err.status == 404:
+            return None
+        log.warning("deletion of %s past its disruption budget refused: %s", pod, err)
+        return err.status or 1
+    return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Acting:
+    """What evictions act with: the API, its Events, when it is (seconds since the origin and
+    as an RFC 3339 stamp) and the reclaim victims' refusals so far."""
+
+    client: Client
+    reporter: Reporter
+    now: int
+    stamp: str
+    past: PastBudget
+
+
+def evict_pods(act: Acting, view: View, result: CycleResult) -> dict[str, int]:
     """Evict what each eviction takes; the pods whose eviction was refused, with the status."""
     refused: dict[str, int] = {}
     for e in result.evictions:
         why = _REASONS.get(e.cause, "Preempted")
         for pod in sorted(e.pods or view.running_pods.get(e.workload, ())):
-            status = _evict(client, pod, why)
+            status = _evict(act.client, pod, why)
+            if status == 429 and e.cause is Cause.RECLAIM and act.past.due(pod, act.now):
+                status = _past_budget(act, pod, e.message)
             if status == 0:
-                reporter.event(pod, "Normal", why, e.message)
+                act.reporter.event(pod, "Normal", why, e.message)
             elif status is not None:
                 refused[pod] = status
     return refused
+
+
+def _past_budget(act: Acting, pod: str, message: str) -> int | None:
+    held = act.past.held_s(pod, act.now)
+    text = (
+        f"{message}; its PodDisruptionBudget refused the eviction for {held} s, "
+        f"scheduling.reclaimPastBudgetAfterSeconds is {act.past.after_s}: deleted"
+    )
+    status = delete_past_budget(act.client, pod, text, act.stamp)
+    if status in (0, None):
+        log.warning("%s %s", pod, text)
+        act.reporter.event(pod, "Warning", "ReclaimedPastBudget", text)
+        return None  # its Event is this one
+    return status

@@ -33,7 +33,7 @@ from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import Admission, CycleResult
 from gpucarve.engine.engine import Engine
 from gpucarve.engine.invariants import check_step
-from gpucarve.kube.api.client import ApiError, Client
+from gpucarve.kube.api.client import ApiError, Client, rfc3339
 from gpucarve.kube.api.informer import Informer
 from gpucarve.kube.api.leader import LeaderElector
 from gpucarve.kube.scheduler.binder import Binder
@@ -42,6 +42,8 @@ from gpucarve.kube.scheduler.claim_writer import RESOURCE, ClaimWriter
 from gpucarve.kube.scheduler.device_config import DeviceConfigs
 from gpucarve.kube.scheduler.evictions import (
     REFUSED_RETRY_S,
+    Acting,
+    PastBudget,
     awaited_pods,
     awaited_slices,
     evict_pods,
@@ -145,8 +147,10 @@ class Scheduler:
         self.engine = Engine()
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.holding: dict[str, tuple[str, ...]] = {}  # workload -> the slices it was given
-        # workload -> (victims whose eviction was refused, with the status; when to ask again)
-        self.refused: dict[str, tuple[dict[str, int], int]] = {}
+        # workload -> (victims whose eviction was refused, with the status; when to ask
+        # again; the reason its pods give meanwhile)
+        self.refused: dict[str, tuple[dict[str, int], int, str]] = {}
+        self.past_budget = PastBudget(policy.scheduling.reclaim_past_budget_s)
         self.short_gangs = ShortGangs()
         self.runtimes = RuntimeLearner(self.metrics.observe_finished)
         self.node_problems: set[str] = set()
@@ -454,7 +458,7 @@ class Scheduler:
         self._evict(view, result, report)
         self._bind(view, result, report)
         waiting = self._waiting()  # with the admissions of this cycle
-        why = {w: refusal(pods) for w, (pods, _) in self.refused.items()}
+        why = {w: reason for w, (_, _, reason) in self.refused.items()}
         report.pending = self.reporter.pending(view, result, waiting, why)
         self.reporter.queues(self.policy, view, result, waiting)
         outside = outside_the_cycle(self.policy, view, waiting)
@@ -524,7 +528,8 @@ class Scheduler:
     def _waiting(self) -> dict[str, frozenset[str]]:
         if not self.refused:
             return self.awaiting
-        return {**self.awaiting, **{w: frozenset(pods) for w, (pods, _) in self.refused.items()}}
+        refused = {w: frozenset(pods) for w, (pods, _, _) in self.refused.items()}
+        return {**self.awaiting, **refused}
 
     def _still_awaiting(self, view: View, now: int) -> dict[str, frozenset[str]]:
         """The admissions still waiting for victims (one whose victims are gone waits no
@@ -541,14 +546,20 @@ class Scheduler:
         }
         self.holding = {w: s for w, s in self.holding.items() if w in self.awaiting}
         self.refused = {
-            w: (pods, until)
-            for w, (pods, until) in self.refused.items()
-            if w in wanted and now < until and pods.keys() & present
+            w: refused
+            for w, refused in self.refused.items()
+            if w in wanted and now < refused[1] and refused[0].keys() & present
         }
         return self._waiting()
 
     def _evict(self, view: View, result: CycleResult, report: CycleReport) -> None:
-        refused = evict_pods(self.client, self.reporter, view, result)
+        past = self.past_budget
+        past.after_s = self.policy.scheduling.reclaim_past_budget_s  # a reload may change it
+        stamp = rfc3339(self.clock())
+        refused = evict_pods(
+            Acting(self.client, self.reporter, report.now, stamp, past), view, result
+        )
+        past.forget(report.now)
         report.evicted += len(result.evictions)
         slices = awaited_slices(result)
         for w, victims in awaited_pods(view, result).items():
@@ -557,7 +568,8 @@ class Scheduler:
                 # a victim stays (its eviction refused: a PodDisruptionBudget's 429, or RBAC's
                 # 403): nothing is held for it, and the engine asks again once the server's
                 # back-off has passed
-                self.refused[w] = (stays, report.now + REFUSED_RETRY_S)
+                why = refusal(stays, past.reclaimed(stays))
+                self.refused[w] = (stays, report.now + REFUSED_RETRY_S, why)
             else:
                 self.awaiting[w] = victims
                 self.holding[w] = slices[w]

@@ -101,7 +101,7 @@ def test_reclaim_deletes_a_borrowed_pod_its_budget_keeps_past_the_bound(
         # the pod without a budget went at once; the one under it stays for now
         assert message == (
             "preemption/refused: the eviction of borrower/kept was refused (a "
-            "PodDisruptionBudget); asked again in 10 s; reclaim deletes them once their "
+            "PodDisruptionBudget); asked again in 10 s; reclaim deletes it once its "
             f"budget has refused for {PAST_S} s (scheduling.reclaimPastBudgetAfterSeconds)"
         ), message
         refused_at = time.monotonic()

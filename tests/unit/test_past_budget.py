@@ -52,9 +52,13 @@ def test_the_reason_says_when_reclaim_deletes_only_for_reclaim_victims() -> None
     assert past.reclaimed({"ns/b": 429}) is None  # a preemption's or a move's victim
     assert refusal({"ns/a": 429}, past.reclaimed({"ns/a": 429})) == (
         "preemption/refused: the eviction of ns/a was refused (a PodDisruptionBudget); asked "
-        "again in 10 s; reclaim deletes them once their budget has refused for 300 s "
+        "again in 10 s; reclaim deletes it once its budget has refused for 300 s "
         "(scheduling.reclaimPastBudgetAfterSeconds)"
     )
+    assert "; reclaim deletes them once their budget has refused for 300 s" in refusal(
+        {"ns/a": 429, "ns/b": 429}, 300
+    )
+    assert "reclaim deletes" not in refusal({"ns/b": 429}, past.reclaimed({"ns/b": 429}))
 
 
 def test_the_policy_field_defaults_to_five_minutes_and_refuses_a_negative(

@@ -66,8 +66,9 @@ def refusal(refused: Mapping[str, int], past_s: int | None = None) -> str:
     )
     again = f"asked again in {REFUSED_RETRY_S} s"
     if past_s is not None:
+        them, their = ("it", "its") if len(refused) == 1 else ("them", "their")
         again += (
-            f"; reclaim deletes them once their budget has refused for {past_s} s"
+            f"; reclaim deletes {them} once {their} budget has refused for {past_s} s"
             " (scheduling.reclaimPastBudgetAfterSeconds)"
         )
     return f"preemption/refused: the eviction of {names} was refused ({by}); {again}"
@@ -83,7 +84,8 @@ FORGET_S = 6 * REFUSED_RETRY_S
 class PastBudget:
     """When each reclaim victim's eviction was first and last refused by its budget (a 429),
     so that reclaim deletes it once `after_s` has passed since the first (None: budgets hold
-    reclaim off for ever)."""
+    reclaim off for ever). Kept in the leader's memory: a new leader counts afresh, which
+    delays a deletion by one bound at most."""
 
     after_s: int | None
     refused: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)

@@ -4,8 +4,10 @@ Each cycle rebuilds the snapshot from the informers' caches (`view.build_view`),
 `Engine.run_cycle` as the simulator, and acts on the result:
 
 1. evictions first, through the Eviction API (PodDisruptionBudgets are honoured: a refused
-   eviction is reported and retried next cycle); the workload that asked for them waits, out of
-   the snapshot, until its victims are gone, so a slow exit never evicts more pods;
+   eviction is reported and asked again after the server's back-off; reclaim deletes a
+   borrowed pod whose budget has refused past `reclaimPastBudgetAfterSeconds`); the workload
+   that asked for them waits, out of the snapshot, until its victims are gone, so a slow exit
+   never evicts more pods;
 2. bindings (`binder`) through the pods/binding subresource, in parallel, each carrying
    the device-level choice as the `gpucarve.io/assignment` annotation; bindings made but not
    yet seen through the watch are kept as *assumed*, so the next cycle never hands their

@@ -112,3 +112,40 @@ def test_a_snapshot_not_derived_from_the_result_is_reached_all_the_same() -> Non
     sibling = finish(s, *[rw.workload.id for rw in s.running]) if s.running else s
     sibling = Snapshot(p, sibling.cluster, sibling.running, sibling.pending, s.delta_with())
     assert state_of(engine._working(sibling)) == state_of(Working(sibling))
+
+
+@pytest.mark.parametrize("derived", [False, True])
+def test_a_driver_of_rebuilt_views_undoes_the_kept_cycle_instead_of_applying_it(
+    derived: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Engine(rebuilt_views=True)` (the Kubernetes scheduler's): each next snapshot rebuilt,
+    with no delta, is reached by undoing the last cycle and comparing with the snapshot before
+    it, never by applying the result to the whole cluster; a derived one (the simulator's) by
+    following its steps. Either way the state is a fresh copy's and the results are a plain
+    engine's."""
+    import gpucarve.engine.engine as engine_module
+
+    def no_apply(*_: object) -> None:
+        raise AssertionError("the result applied to the whole cluster")
+
+    p = mixed_policy()
+    rng = random.Random(11)
+    rebuilt, plain, s = Engine(rebuilt_views=True), Engine(), snapshot(p)
+    evicted = admitted = 0
+    for step in range(15):
+        s = Snapshot(p, s.cluster, s.running, (*s.pending, *arrivals(p, rng, step)), s.delta)
+        if not derived:  # as the scheduler's view: equal values, no history
+            s = Snapshot(p, s.cluster.with_allocations(dict(s.cluster.allocations)),
+                         tuple(s.running), tuple(s.pending))  # fmt: skip
+        with monkeypatch.context() as m:
+            m.setattr(engine_module, "apply", no_apply)
+            ws = rebuilt._working(s)
+        assert state_of(ws) == state_of(Working(s)), f"cycle {step}: state differs"
+        assert not ws.log and not ws.running_before  # nothing of the last cycle left over
+        result = rebuilt.run_cycle(s, step * 10)
+        assert result == plain.run_cycle(s, step * 10)
+        evicted += len(result.evictions)
+        admitted += len(result.admissions)
+        s = apply(s, result)
+        s = finish(s, *[rw.workload.id for rw in s.running if rng.random() < 0.3])
+    assert admitted > 10 and evicted > 0

@@ -49,19 +49,29 @@ class Engine:
     when it returns, so the view is then that of `apply(snapshot, result)`. The simulator
     derives its next snapshot by carrying the result out whole: its first step is `Step.of`
     the result, and only the steps after it are followed, instead of the cycle being undone
-    and then redone from the step. A snapshot reached otherwise (the Kubernetes scheduler's
-    view, rebuilt each cycle) is compared with that applied snapshot instead.
+    and then redone from the step. A snapshot reached otherwise is compared with that applied
+    snapshot instead; a driver that only ever rebuilds its snapshots (the Kubernetes
+    scheduler, `rebuilt_views=True`) has the cycle undone and the new snapshot compared with
+    the one before it, which costs what the cycle changed rather than the cluster's size.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, rebuilt_views: bool = False) -> None:
         self._ws: Working | None = None
         self._base: Snapshot | None = None
         # the last cycle's result, when the view holds its changes on top of `_base`
         self._kept: CycleResult | None = None
+        # A driver whose snapshots are rebuilt, never derived (the Kubernetes scheduler's):
+        # each cycle's changes stay in the undo log until the next snapshot comes, and are
+        # then undone, so that the next snapshot is compared with `_base` itself. Applying the
+        # result to `_base` instead costs a pass over every allocation and running workload
+        # of the cluster; undoing costs what the cycle changed.
+        self._rebuilt_views = rebuilt_views
+        self._undo: int | None = None  # the undo log's checkpoint, while a cycle's is kept
 
     def _working(self, snapshot: Snapshot) -> Working:
         base, ws = self._base, self._ws
         kept, self._kept = self._kept, None
+        undo, self._undo = self._undo, None
         if (
             ws is None
             or base is None
@@ -75,7 +85,12 @@ class Engine:
             steps = delta.steps_since(base) if delta is not None else None
             if kept is not None:
                 if steps and steps[0].of is kept:
+                    if undo is not None:
+                        ws.commit(undo)
                     steps = steps[1:]
+                elif undo is not None:
+                    ws.rollback(undo)  # back to `base`, in proportion to what the cycle did
+                    ws.running_before.clear()
                 else:
                     base, steps = apply(base, kept), None
             if steps is not None:
@@ -105,9 +120,12 @@ class Engine:
                 ws.rollback(start)
                 ws.running_before.clear()
                 raise
-            # Committed while the collector is still off: the undo log is freed now, by
-            # reference counting, instead of being walked by the first collection after.
-            ws.commit(start)
+            if self._rebuilt_views:
+                self._undo = start
+            else:
+                # Committed while the collector is still off: the undo log is freed now, by
+                # reference counting, instead of being walked by the first collection after.
+                ws.commit(start)
             self._kept = result
             return result
 

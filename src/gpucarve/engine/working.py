@@ -117,6 +117,9 @@ class Working:
         self.log: list[Callable[[], None]] = []
         # Bumped whenever capacity is given back, so cached "does not fit" answers expire.
         self.release_epoch = 0
+        # the running workloads of the last snapshot `sync` reached, by id: the next `sync`
+        # starts from that snapshot (a driver of rebuilt views), so its map is not built again
+        self._synced: tuple[tuple[RunningWorkload, ...], dict[str, RunningWorkload]] | None = None
 
     def _index_gpu(self, node: NodeState, gpu: Gpu, cluster: ClusterState) -> None:
         """One GPU's slices, by flavor, into `node` (free ones ascending) and the per-slice
@@ -225,19 +228,26 @@ class Working:
         # Identity first (the simulator keeps unchanged values), then equality (the Kubernetes
         # scheduler rebuilds equal values from the API objects every cycle).
         for sid, gone in before.items():
-            was_there = after.get(sid)
-            if was_there is not gone and was_there != gone:
+            came = after.get(sid)
+            if came is not gone and came != gone:
                 self._base_slice(sid, gone.memory_mib, +1, touched)
-        for sid, came in after.items():
-            had = before.get(sid)
-            if had is not came and had != came:
-                self._base_slice(sid, came.memory_mib, -1, touched)
+                if came is not None:  # held still, otherwise: given back, then taken
+                    self._base_slice(sid, came.memory_mib, -1, touched)
+        # what is new is found by the keys alone, without a second pass in Python (sorted:
+        # a set's order follows the process's string hashing)
+        for sid in sorted(after.keys() - before.keys()):
+            self._base_slice(sid, after[sid].memory_mib, -1, touched)
         for node_idx, flavor in touched:
             self.recount(self.nodes[node_idx], flavor)
         if touched:
             self.release_epoch += 1
-        was = {rw.workload.id: rw for rw in old.running}
+        last = self._synced
+        if last is not None and last[0] is old.running:
+            was = last[1]
+        else:
+            was = {rw.workload.id: rw for rw in old.running}
         now = {rw.workload.id: rw for rw in new.running}
+        self._synced = (new.running, now)
         for wid, rw in was.items():
             other = now.get(wid)
             if other is not rw and other != rw:

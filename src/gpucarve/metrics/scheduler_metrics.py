@@ -340,8 +340,10 @@ class SchedulerMetrics:
             self.reserved_start.labels(q.name).set(latest.get(q.name, 0))
 
     def _drains(self, snapshot: Snapshot, result: CycleResult) -> None:
-        pool_of = {n.name: n.pool for n in snapshot.cluster.nodes}
-        drained = Counter(pool_of.get(d.gpu_id.rpartition("/gpu")[0], "") for d in result.drains)
+        drained: Counter[str] = Counter()
+        if result.drains:  # the common case has none: no pass over every node
+            pool_of = {n.name: n.pool for n in snapshot.cluster.nodes}
+            drained.update(pool_of.get(d.gpu_id.rpartition("/gpu")[0], "") for d in result.drains)
         for pool in snapshot.policy.pools:
             if pool.mig_dynamic is not None:
                 self.draining.labels(pool.name).set(drained[pool.name])
@@ -372,8 +374,11 @@ class SchedulerMetrics:
 
     def observe_health(self, snapshot: Snapshot, unhealthy: Iterable[str], evicted: int) -> None:
         """`unhealthy`: the GPUs out of service (`node/gpuN`)."""
-        pools = {n.name: n.pool for n in snapshot.cluster.nodes}
-        out: Counter[str] = Counter(pools.get(g.rpartition("/")[0], "none") for g in unhealthy)
+        out: Counter[str] = Counter()
+        gpus = list(unhealthy)
+        if gpus:  # the common case has none: no pass over every node
+            pools = {n.name: n.pool for n in snapshot.cluster.nodes}
+            out.update(pools.get(g.rpartition("/")[0], "none") for g in gpus)
         self.out_of_service.clear()
         for p in snapshot.policy.pools:
             self.out_of_service.labels(p.name).set(out.get(p.name, 0))

@@ -146,7 +146,7 @@ class Scheduler:
         self.facts, self.bound = PodFactsMemo(self.epoch), BoundGroups()
         # the pods sorted as the view reads them, moved as the informer's changes say
         self.index = PodIndex(config.name, self.facts)
-        self.engine = Engine()
+        self.engine = Engine(rebuilt_views=True)
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.holding: dict[str, tuple[str, ...]] = {}  # workload -> the slices it was given
         # workload -> (victims whose eviction was refused, with the status; when to ask
@@ -334,7 +334,7 @@ class Scheduler:
                 "ResourceClaims", policy.name,
             )  # fmt: skip
         self.policy = policy
-        self.engine = Engine()
+        self.engine = Engine(rebuilt_views=True)
         self.workloads = WorkloadCache()
         self._inventory = None
         self.mig = MigHandoff(self.client, policy, self.cfg.mig, self.clock, self._repartitioned)

@@ -20,7 +20,6 @@ from types import MappingProxyType
 from typing import Any
 
 from gpucarve.config.device_select import Device
-from gpucarve.core.cluster import ClusterState
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import (
@@ -217,7 +216,8 @@ def build_view(
     pending, pending_sets, partial = _pending(groups, specs, rest, view_invalid)
     hold_free(b.cluster.slices, b.allocs, inventory)
     b.hold_claimed(by_claim)
-    cluster = ClusterState(b.cluster.nodes, b.cluster.slices, MappingProxyType(b.allocs))
+    # the inventory's node index shared, not rebuilt (a fifth of a view at 5,000 nodes)
+    cluster = b.cluster.with_allocations(MappingProxyType(b.allocs))
     changed = {
         gpu: int((datetime.fromisoformat(at) - epoch).total_seconds())
         for gpu, at in inventory.mig_changed_at.items()

@@ -45,6 +45,7 @@ class MigManagerStandIn:
     fail: bool = False
     applied: list[Applied] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = field(default=None, repr=False)
 
     def start(self) -> threading.Thread:
         # As the real one does for each node it manages: report its configuration applied
@@ -53,9 +54,16 @@ class MigManagerStandIn:
             labels = self.api.get(f"/api/v1/nodes/{name}")["metadata"].get("labels") or {}
             if STATE not in labels and CONFIG not in labels:
                 self.set_labels(name, {STATE: "success"})
-        thread = threading.Thread(target=self._run, daemon=True)
+        thread = self._thread = threading.Thread(target=self._run, daemon=True)
         thread.start()
         return thread
+
+    def close(self) -> None:
+        """Stop, and wait until no call of the loop's is in flight: the stack may shut down
+        right after (a call then meets a 503 and fails the thread)."""
+        self.stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
 
     def _run(self) -> None:
         while not self.stop.wait(0.1):

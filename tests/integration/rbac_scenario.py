@@ -471,7 +471,7 @@ def run(workdir: Path, chart_objs: list[dict[str, Any]], target: Triple | None) 
         try:
             _with_scheduler(client, policy_file, scenario)
         finally:
-            manager.stop.set()
+            manager.close()
     return recording
 
 

@@ -58,7 +58,7 @@ def _run(
         with running(sched):
             yield sched, manager
     finally:
-        manager.stop.set()
+        manager.close()
 
 
 def _node(api: Api) -> dict[str, Any]:
@@ -342,7 +342,7 @@ def test_a_drained_gpu_is_reshaped_for_the_work_a_unit_quota_admits(
                     what="queue status",
                 )
         finally:
-            manager.stop.set()
+            manager.close()
     if drain:
         # the idle GPU took no pod in its old layout: it became 2 × 3g.40gb, then took two
         (done,) = manager.applied

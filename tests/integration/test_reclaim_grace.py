@@ -1,8 +1,14 @@
-"""Reclaim's grace on the real API server (the scenario of tests/engine/test_reclaim_grace.py):
-a borrowed pod whose activeDeadlineSeconds ends it within the grace is not evicted for the
-queue that lends; that queue's pod waits, saying for what, and binds once the pod is gone.
-And reclaim that spares large gangs (tests/engine/test_reservations.py, the same scenario): a
-1-GPU reclaimer takes the small borrowed pod, not the 6-GPU one that has run less."""
+"""Reclaim's options on the real API server. Its grace (the scenario of
+tests/engine/test_reclaim_grace.py): a borrowed pod whose activeDeadlineSeconds ends it within
+the grace is not evicted for the queue that lends; that queue's pod waits, saying for what, and
+binds once the pod is gone. Sparing large gangs (tests/engine/test_reservations.py, the same
+scenario): a 1-GPU reclaimer takes the small borrowed pod, not the 6-GPU one that has run less.
+And a PodDisruptionBudget does not keep the lenders from their nominal quota for ever: once a
+borrowed pod's budget has refused reclaim's eviction for
+`scheduling.reclaimPastBudgetAfterSeconds` the pod is deleted (a DisruptionTarget condition and
+a ReclaimedPastBudget Event), while priority preemption inside one queue honours the budget for
+good. Which pods reclaim takes is the engine's decision, the one `plan` and `simulate` make;
+budgets exist only on the API server."""
 
 from __future__ import annotations
 
@@ -32,9 +38,13 @@ POLICY: dict[str, Any] = {
     "cohorts": [{"name": "lab"}],
     "queues": [
         {"name": "owner", "namespaces": ["owner"], "cohort": "lab",
-         "quota": {"h100-full": {"nominal": 8}}},
+         "quota": {"h100-full": {"nominal": 8}}, "priorityClasses": ["low", "high"]},
         {"name": "borrower", "namespaces": ["borrower"], "cohort": "lab",
          "quota": {"h100-full": {"nominal": 0, "borrowingLimit": 8}}},
+    ],
+    "priorityClasses": [
+        {"name": "low", "value": 10, "preemptible": True, "default": True},
+        {"name": "high", "value": 100, "preemptible": True},
     ],
     "scheduling": {"minRuntimeSeconds": 0, "reclaimGraceSeconds": 3600},
 }  # fmt: skip
@@ -102,3 +112,108 @@ def test_reclaim_takes_the_small_borrower_not_the_large_one_for_a_small_reclaime
         left = pods_in(api, "borrower")
         assert "small" not in left or left["small"]["metadata"].get("deletionTimestamp")
         assert not left["large"]["metadata"].get("deletionTimestamp"), "the large one evicted"
+
+
+PAST_S = 3
+PAST_BUDGET: dict[str, Any] = {
+    **POLICY,
+    "metadata": {"name": "past-budget"},
+    "scheduling": {"minRuntimeSeconds": 0, "reclaimPastBudgetAfterSeconds": PAST_S},
+}
+
+
+def _kept(api: Api, ns: str, name: str, gpus: int, priority: str | None = None) -> None:
+    """A pod under a budget that never allows a disruption (no disruption controller runs
+    here, so the budget is never processed and refuses always), bound and Running: the
+    Eviction API passes over a budget for a pod that is not running, and nothing runs it."""
+    manifest = pod(ns, name, "nvidia.com/gpu", gpus, priority_class=priority)
+    manifest["metadata"]["labels"]["budget"] = name
+    manifest["spec"]["terminationGracePeriodSeconds"] = 5
+    create_pod(api, manifest)
+    wait_for(lambda: node_of(pods_in(api, ns)[name]), what=f"{name} bound")
+    path = f"/api/v1/namespaces/{ns}/pods/{name}/status"
+    code, _ = api.call("PATCH", path, {"status": {"phase": "Running"}},
+                       "application/merge-patch+json")  # fmt: skip
+    assert code == 200
+    api.create(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"budget": name}}},
+    })  # fmt: skip
+
+
+def _reason(api: Api, ns: str, name: str) -> str | None:
+    c = condition(pods_in(api, ns).get(name) or {})
+    return c["message"] if c and c["status"] == "False" else None
+
+
+def _events(api: Api, ns: str, name: str, reason: str) -> list[dict[str, Any]]:
+    items = api.get(f"/api/v1/namespaces/{ns}/events")["items"]
+    return [e for e in items if e["reason"] == reason and e["involvedObject"]["name"] == name]
+
+
+def test_reclaim_deletes_a_borrowed_pod_its_budget_keeps_past_the_bound(
+    cluster: tuple[LocalStack, Api, Path],
+) -> None:
+    stack, api, policy_file = cluster
+    policy_file.write_text(yaml.safe_dump(PAST_BUDGET))
+    with scheduling(stack, policy_file):
+        _kept(api, "borrower", "kept", 4)
+        free = pod("borrower", "free", "nvidia.com/gpu", 4)
+        free["spec"]["terminationGracePeriodSeconds"] = 5
+        create_pod(api, free)
+        wait_for(lambda: node_of(pods_in(api, "borrower")["free"]), what="free bound")
+        create_pod(api, pod("owner", "mine", "nvidia.com/gpu", 8))
+        message = wait_for(lambda: _reason(api, "owner", "mine"), what="mine's reason")
+        # the pod without a budget went at once; the one under it stays for now
+        assert message == (
+            "preemption/refused: the eviction of borrower/kept was refused (a "
+            "PodDisruptionBudget); asked again in 10 s; reclaim deletes it once its "
+            f"budget has refused for {PAST_S} s (scheduling.reclaimPastBudgetAfterSeconds)"
+        ), message
+        refused_at = time.monotonic()
+
+        def evicted() -> bool:
+            got = pods_in(api, "borrower").get("free")
+            return got is None or bool(got["metadata"].get("deletionTimestamp"))
+
+        wait_for(evicted, what="free evicted")
+        assert not pods_in(api, "borrower")["kept"]["metadata"].get("deletionTimestamp")
+
+        def deleted() -> dict[str, Any] | None:
+            got = pods_in(api, "borrower").get("kept")
+            return got if got and got["metadata"].get("deletionTimestamp") else None
+
+        # asked again after the server's back-off of 10 s, by then past the bound: deleted
+        terminating = wait_for(deleted, what="kept deleted past its budget", timeout_s=30)
+        assert time.monotonic() - refused_at >= PAST_S
+        (target,) = [c for c in terminating["status"]["conditions"]
+                     if c["type"] == "DisruptionTarget"]  # fmt: skip
+        assert (target["status"], target["reason"]) == ("True", "PreemptionByScheduler")
+        (event,) = _events(api, "borrower", "kept", "ReclaimedPastBudget")
+        assert event["type"] == "Warning"
+        assert "its PodDisruptionBudget refused the eviction for " in event["message"]
+        assert f"reclaimPastBudgetAfterSeconds is {PAST_S}: deleted" in event["message"]
+        assert _events(api, "borrower", "free", "Preempted")
+        # the kwok node ends it within its grace period; then the lender's pod binds
+        wait_for(lambda: node_of(pods_in(api, "owner")["mine"]), what="mine bound", timeout_s=30)
+        assert "kept" not in pods_in(api, "borrower")
+
+
+def test_priority_preemption_inside_a_queue_honours_a_budget_for_good(
+    cluster: tuple[LocalStack, Api, Path],
+) -> None:
+    stack, api, policy_file = cluster
+    policy_file.write_text(yaml.safe_dump(PAST_BUDGET))
+    with scheduling(stack, policy_file):
+        _kept(api, "owner", "low", 8, "low")
+        create_pod(api, pod("owner", "urgent", "nvidia.com/gpu", 8, priority_class="high"))
+        message = wait_for(lambda: _reason(api, "owner", "urgent"), what="urgent's reason")
+        assert message == (
+            "preemption/refused: the eviction of owner/low was refused (a "
+            "PodDisruptionBudget); asked again in 10 s"
+        ), message
+        time.sleep(10 + PAST_S + 2)  # asked again past the reclaim bound: still refused
+        low = pods_in(api, "owner")["low"]
+        assert not low["metadata"].get("deletionTimestamp")
+        assert node_of(pods_in(api, "owner")["urgent"]) is None
+        assert _reason(api, "owner", "urgent") == message

@@ -2,7 +2,7 @@
 (`scheduling.reclaimPastBudgetAfterSeconds`, `kube/scheduler/evictions.PastBudget`): the count
 starts at a victim's first refusal, ends in deletion once the bound has passed, never with no
 bound, and starts afresh for a victim the engine stopped asking for. The API server's side is
-tests/integration/test_reclaim_past_budget.py."""
+tests/integration/test_reclaim_grace.py."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import NamedTuple
 
 from gpucarve.core.cluster import Allocation
 from gpucarve.core.snapshot import Snapshot
@@ -72,6 +73,15 @@ def refusal(refused: Mapping[str, int], past_s: int | None = None) -> str:
             " (scheduling.reclaimPastBudgetAfterSeconds)"
         )
     return f"preemption/refused: the eviction of {names} was refused ({by}); {again}"
+
+
+class Refused(NamedTuple):
+    """An admission whose victims' eviction was refused: those victims with the refusing
+    status, when to ask again, and the reason its pods give meanwhile (`refusal`)."""
+
+    pods: dict[str, int]
+    until: int
+    reason: str
 
 
 # Seconds after its last refusal that a victim the engine no longer asks for is forgotten: a

@@ -46,6 +46,7 @@ from gpucarve.kube.scheduler.evictions import (
     REFUSED_RETRY_S,
     Acting,
     PastBudget,
+    Refused,
     awaited_pods,
     awaited_slices,
     evict_pods,
@@ -149,9 +150,8 @@ class Scheduler:
         self.engine = Engine(rebuilt_views=True)
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.holding: dict[str, tuple[str, ...]] = {}  # workload -> the slices it was given
-        # workload -> (victims whose eviction was refused, with the status; when to ask
-        # again; the reason its pods give meanwhile)
-        self.refused: dict[str, tuple[dict[str, int], int, str]] = {}
+        # workload -> its victims whose eviction was refused (`Refused`)
+        self.refused: dict[str, Refused] = {}
         self.past_budget = PastBudget(policy.scheduling.reclaim_past_budget_s)
         self.short_gangs = ShortGangs()
         self.runtimes = RuntimeLearner(self.metrics.observe_finished)
@@ -460,7 +460,7 @@ class Scheduler:
         self._evict(view, result, report)
         self._bind(view, result, report)
         waiting = self._waiting()  # with the admissions of this cycle
-        why = {w: reason for w, (_, _, reason) in self.refused.items()}
+        why = {w: r.reason for w, r in self.refused.items()}
         report.pending = self.reporter.pending(view, result, waiting, why)
         self.reporter.queues(self.policy, view, result, waiting)
         outside = outside_the_cycle(self.policy, view, waiting)
@@ -530,7 +530,7 @@ class Scheduler:
     def _waiting(self) -> dict[str, frozenset[str]]:
         if not self.refused:
             return self.awaiting
-        refused = {w: frozenset(pods) for w, (pods, _, _) in self.refused.items()}
+        refused = {w: frozenset(r.pods) for w, r in self.refused.items()}
         return {**self.awaiting, **refused}
 
     def _still_awaiting(self, view: View, now: int) -> dict[str, frozenset[str]]:
@@ -548,20 +548,20 @@ class Scheduler:
         }
         self.holding = {w: s for w, s in self.holding.items() if w in self.awaiting}
         self.refused = {
-            w: refused
-            for w, refused in self.refused.items()
-            if w in wanted and now < refused[1] and refused[0].keys() & present
+            w: r
+            for w, r in self.refused.items()
+            if w in wanted and now < r.until and r.pods.keys() & present
         }
         return self._waiting()
 
     def _evict(self, view: View, result: CycleResult, report: CycleReport) -> None:
         past = self.past_budget
-        past.after_s = self.policy.scheduling.reclaim_past_budget_s  # a reload may change it
-        stamp = rfc3339(self.clock())
-        refused = evict_pods(
-            Acting(self.client, self.reporter, report.now, stamp, past), view, result
-        )
         past.forget(report.now)
+        if not result.evictions:
+            return  # the common case: nothing to evict, nothing awaited
+        past.after_s = self.policy.scheduling.reclaim_past_budget_s  # a reload may change it
+        act = Acting(self.client, self.reporter, report.now, rfc3339(self.clock()), past)
+        refused = evict_pods(act, view, result)
         report.evicted += len(result.evictions)
         slices = awaited_slices(result)
         for w, victims in awaited_pods(view, result).items():
@@ -571,7 +571,7 @@ class Scheduler:
                 # 403): nothing is held for it, and the engine asks again once the server's
                 # back-off has passed
                 why = refusal(stays, past.reclaimed(stays))
-                self.refused[w] = (stays, report.now + REFUSED_RETRY_S, why)
+                self.refused[w] = Refused(stays, report.now + REFUSED_RETRY_S, why)
             else:
                 self.awaiting[w] = victims
                 self.holding[w] = slices[w]

@@ -6,8 +6,9 @@ and a snapshot not derived from the result must be reached all the same."""
 
 from __future__ import annotations
 
+import copy
 import random
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -17,6 +18,8 @@ from gpucarve.engine.apply import apply, finish
 from gpucarve.engine.working import Working
 from tests.engine.builders import mixed_arrivals as arrivals
 from tests.engine.builders import mixed_policy, snapshot
+
+T = TypeVar("T")
 
 
 def state_of(ws: Working) -> dict[str, Any]:
@@ -114,15 +117,29 @@ def test_a_snapshot_not_derived_from_the_result_is_reached_all_the_same() -> Non
     assert state_of(engine._working(sibling)) == state_of(Working(sibling))
 
 
-@pytest.mark.parametrize("derived", [False, True])
+def rebuilt_view(s: Snapshot, rng: random.Random | None) -> Snapshot:
+    """`s` as the scheduler's view gives it: no history, new containers, and (with `rng`)
+    about half of the allocations and running workloads rebuilt as new, equal objects, as
+    the view does for the gangs whose pods it works out again."""
+
+    def again(x: T) -> T:
+        return copy.copy(x) if rng is not None and rng.random() < 0.5 else x
+
+    allocs = {sid: again(a) for sid, a in s.cluster.allocations.items()}
+    running = tuple(again(rw) for rw in s.running)
+    return Snapshot(s.policy, s.cluster.with_allocations(allocs), running, tuple(s.pending))
+
+
+@pytest.mark.parametrize("view", ["kept", "copied", "derived"])
 def test_a_driver_of_rebuilt_views_undoes_the_kept_cycle_instead_of_applying_it(
-    derived: bool, monkeypatch: pytest.MonkeyPatch
+    view: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`Engine(rebuilt_views=True)` (the Kubernetes scheduler's): each next snapshot rebuilt,
     with no delta, is reached by undoing the last cycle and comparing with the snapshot before
     it, never by applying the result to the whole cluster; a derived one (the simulator's) by
     following its steps. Either way the state is a fresh copy's and the results are a plain
-    engine's."""
+    engine's. `copied`: the comparison goes by identity first, so a view that rebuilds part
+    of what did not change as equal objects must still read as no change there."""
     import gpucarve.engine.engine as engine_module
 
     def no_apply(*_: object) -> None:
@@ -134,9 +151,8 @@ def test_a_driver_of_rebuilt_views_undoes_the_kept_cycle_instead_of_applying_it(
     evicted = admitted = 0
     for step in range(15):
         s = Snapshot(p, s.cluster, s.running, (*s.pending, *arrivals(p, rng, step)), s.delta)
-        if not derived:  # as the scheduler's view: equal values, no history
-            s = Snapshot(p, s.cluster.with_allocations(dict(s.cluster.allocations)),
-                         tuple(s.running), tuple(s.pending))  # fmt: skip
+        if view != "derived":  # as the scheduler's view: equal values, no history
+            s = rebuilt_view(s, rng if view == "copied" else None)
         with monkeypatch.context() as m:
             m.setattr(engine_module, "apply", no_apply)
             ws = rebuilt._working(s)
@@ -149,3 +165,20 @@ def test_a_driver_of_rebuilt_views_undoes_the_kept_cycle_instead_of_applying_it(
         s = apply(s, result)
         s = finish(s, *[rw.workload.id for rw in s.running if rng.random() < 0.3])
     assert admitted > 10 and evicted > 0
+
+
+def test_one_allocation_object_under_two_slices_is_refused_not_followed() -> None:
+    """Identity tells the changes apart only if each object stands for one slice: a view that
+    broke that would hide a slice's change (and hand it out twice), so it is refused."""
+    p = mixed_policy()
+    rng = random.Random(3)
+    engine, s = Engine(rebuilt_views=True), snapshot(p)
+    s = Snapshot(p, s.cluster, s.running, tuple(arrivals(p, rng, 0)))
+    s = apply(s, engine.run_cycle(s, 0))
+    engine.run_cycle(rebuilt_view(s, None), 10)
+    allocs = dict(s.cluster.allocations)
+    first, second = sorted(allocs)[:2]
+    allocs[second] = allocs[first]
+    broken = Snapshot(p, s.cluster.with_allocations(allocs), s.running, ())
+    with pytest.raises(ValueError, match="one allocation object stands for two slices"):
+        engine.run_cycle(broken, 20)

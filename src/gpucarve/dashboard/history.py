@@ -43,7 +43,14 @@ class History:
         self._events(frame, at)
 
     def _events(self, frame: Frame, at: str) -> None:
-        running = {rw.workload.id: rw for rw in frame.snapshot.running}
+        # looked up only in a cycle that evicted: most do not, and the running workloads are
+        # the whole cluster's (a pass over them was a twentieth of a scheduler's cycle)
+        evicted = {e.workload for e in frame.result.evictions}
+        running = (
+            {rw.workload.id: rw for rw in frame.snapshot.running if rw.workload.id in evicted}
+            if evicted
+            else {}
+        )
         cluster = frame.snapshot.cluster
         for e in frame.result.evictions:
             rw = running.get(e.workload)

@@ -69,7 +69,8 @@ def populate(stack: LocalStack, api: Api, policy_file: Path, namespaces: Iterabl
 
 @contextmanager
 def running(sched: Scheduler) -> Iterator[Scheduler]:
-    """The scheduler's loop in a thread, stopped (and its client closed) on the way out."""
+    """The scheduler's loop in a thread, stopped (and its client closed) on the way out; when
+    the block passed, the loop must have collected garbage after its cycles itself."""
     stop = threading.Event()
     thread = threading.Thread(target=sched.run, args=(stop,), daemon=True)
     thread.start()
@@ -79,3 +80,4 @@ def running(sched: Scheduler) -> Iterator[Scheduler]:
         stop.set()
         thread.join(10)
         sched.stop()
+    assert sched.cycles == 0 or sched.collector.collected, "no collection between cycles"

@@ -245,7 +245,8 @@ def scheduler(
     # The informers hold every pod and node as long-lived dicts (hundreds of thousands of
     # objects at 10,000 pods); with CPython's default thresholds a full collection walks them
     # every few cycles and doubled a 0.1 s view now and then. JSON objects hold no reference
-    # cycles, so rarer collections cost little memory.
+    # cycles, so rarer collections cost little memory. These hold while the caches fill; the
+    # loop then collects between its cycles itself (`kube/scheduler/collector.py`).
     gc.set_threshold(*GC_THRESHOLDS)
     try:
         sched.run(stop, elector)

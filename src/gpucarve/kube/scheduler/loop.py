@@ -41,6 +41,7 @@ from gpucarve.kube.api.leader import LeaderElector
 from gpucarve.kube.scheduler.binder import Binder
 from gpucarve.kube.scheduler.bound_elsewhere import BoundElsewhere
 from gpucarve.kube.scheduler.claim_writer import RESOURCE, ClaimWriter
+from gpucarve.kube.scheduler.collector import Collector
 from gpucarve.kube.scheduler.device_config import DeviceConfigs
 from gpucarve.kube.scheduler.evictions import (
     REFUSED_RETRY_S,
@@ -144,6 +145,7 @@ class Scheduler:
         # when the last cycle ended (monotonic), and how long the last two took (pacing only,
         # never read by a decision)
         self._last_cycles: tuple[float, tuple[float, float]] = (0.0, (0.0, 0.0))
+        self.collector = Collector(time.monotonic)
         self.pods = Informer(client, "/api/v1/pods", self._poke)
         self.nodes = Informer(client, "/api/v1/nodes", self._poke)
         # Dynamic Resource Allocation, read when a pool of the policy is DRA-managed (a
@@ -270,29 +272,25 @@ class Scheduler:
         if self.health is not None:
             self.health.synced = True
         self.metrics.leader.set(1)  # leading (or alone): the loop runs from here
+        self.collector.begin()
         try:
             self._loop(stop, elector)
         finally:
+            self.collector.end()
             self.metrics.leader.set(0)
 
     def _loop(self, stop: threading.Event, elector: LeaderElector | None) -> None:
         while not stop.is_set():
             if self.health is not None:
                 self.health.beat()
-            self._wake.wait(self.cfg.interval_s)
+            quiet = not self._wake.wait(self.cfg.interval_s)
             self._wake.clear()
             if stop.wait(self._rest_s()):
                 break
             if elector is not None and not elector.is_leader():
                 log.error("not the leader any more: stopping")
                 break
-            if self.reloader is not None:
-                refused = self.reloader.refused
-                if (new := self.reloader.poll()) is not None:
-                    self.metrics.reloads.labels("applied").inc()
-                    self.set_policy(new)
-                elif self.reloader.refused > refused:
-                    self.metrics.reloads.labels("refused").inc()
+            self._reload()
             began = time.monotonic()
             try:
                 self.discover()
@@ -301,6 +299,18 @@ class Scheduler:
                 log.warning("cycle failed: %s; retrying", err)
             ended = time.monotonic()
             self._last_cycles = (ended, (self._last_cycles[1][1], ended - began))
+            self.collector.after_cycle(quiet)  # in the rest, which counts from `ended`
+
+    def _reload(self) -> None:
+        """A new policy from the reloader, if it has one (counted, as a refused one is)."""
+        if self.reloader is None:
+            return
+        refused = self.reloader.refused
+        if (new := self.reloader.poll()) is not None:
+            self.metrics.reloads.labels("applied").inc()
+            self.set_policy(new)
+        elif self.reloader.refused > refused:
+            self.metrics.reloads.labels("refused").inc()
 
     def discover(self) -> list[str]:
         """Owner kinds whose CRD was installed since the scheduler started (coscheduling's

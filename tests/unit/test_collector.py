@@ -1,0 +1,92 @@
+"""The scheduler's garbage collection between cycles (`kube/scheduler/collector.py`): off
+automatically while the loop runs, the young generation after each cycle, the middle one every
+`MIDDLE_EVERY` cycles, the whole heap after a quiet spell once `WHOLE_QUIET_S` has passed or at
+the latest every `WHOLE_LATEST_S`; and put back as it was."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from gpucarve.kube.scheduler.collector import (
+    MIDDLE_EVERY,
+    WHOLE_LATEST_S,
+    WHOLE_QUIET_S,
+    Collector,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def gc_on() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
+
+
+def test_collection_is_off_while_the_loop_runs_and_put_back_after(gc_on: None) -> None:
+    c = Collector(Clock())
+    c.begin()
+    assert not gc.isenabled()
+    c.end()
+    assert gc.isenabled()
+    gc.disable()  # off before: it stays off
+    c.begin()
+    c.end()
+    assert not gc.isenabled()
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def test_a_cycles_garbage_in_reference_cycles_is_collected_after_it(gc_on: None) -> None:
+    c = Collector(Clock())
+    c.begin()
+    try:
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        del a, b
+        assert gone() is not None  # nothing collects it by itself now
+        assert c.after_cycle(quiet=False) == 0
+        assert gone() is None
+    finally:
+        c.end()
+
+
+def test_the_generations_follow_the_cycles_and_the_clock(gc_on: None) -> None:
+    clock = Clock()
+    c = Collector(clock)
+    c.begin()
+    try:
+        got = [c.after_cycle(quiet=False) for _ in range(2 * MIDDLE_EVERY)]
+        middle = [i + 1 for i, g in enumerate(got) if g == 1]
+        assert middle == [MIDDLE_EVERY, 2 * MIDDLE_EVERY] and 2 not in got
+        # a quiet spell before WHOLE_QUIET_S: no whole collection; after it: one
+        clock.now += WHOLE_QUIET_S - 1
+        assert c.after_cycle(quiet=True) == 0
+        clock.now += 1
+        assert c.after_cycle(quiet=False) == 0  # not quiet: it waits
+        assert c.after_cycle(quiet=True) == 2
+        assert c.after_cycle(quiet=True) == 0  # counted from that one
+        # never quiet: the whole heap at the latest every WHOLE_LATEST_S
+        clock.now += WHOLE_LATEST_S - 1
+        assert c.after_cycle(quiet=False) in (0, 1)
+        clock.now += 1
+        assert c.after_cycle(quiet=False) == 2
+    finally:
+        c.end()

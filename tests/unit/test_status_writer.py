@@ -52,3 +52,25 @@ def test_new_keys_go_before_updates_and_dropped_keys_are_not_written() -> None:
     w.shutdown()
     assert [k for k, _ in gate.written] == ["busy", "new1", "new2", "old1", "old2"]
     assert ("old2", "changed again") in gate.written
+
+
+def test_a_newer_reason_waits_for_the_write_of_the_older_one() -> None:
+    """With several workers, a key's second value must not be written while its first is:
+    the first could land last and leave the older reason standing."""
+    gate = Gate()
+    w = LatestWrites(gate, workers=4)
+    w.offer("pod", "has 1 of its 3 pods", fresh=True)
+    assert gate.first.wait(10)  # one worker is inside the first write, held
+    w.offer("pod", "has 2 of its 3 pods", fresh=False)
+    w.offer("other", "its own reason", fresh=True)
+    for _ in range(200):  # the other key is written meanwhile; the pod's second value is not
+        if ("other", "its own reason") in gate.written:
+            break
+        threading.Event().wait(0.01)
+    assert gate.written == [("other", "its own reason")]
+    gate.go.set()
+    w.shutdown()
+    assert [v for k, v in gate.written if k == "pod"] == [
+        "has 1 of its 3 pods",
+        "has 2 of its 3 pods",
+    ]

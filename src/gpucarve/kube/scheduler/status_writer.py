@@ -4,7 +4,9 @@ Each pod keeps only its latest message: one that changes again before its turn r
 queued one instead of queueing a second write, so under churn the backlog is at most one write
 per pending pod. A pod never told why it waits goes before one whose reason only changed, so a
 new pod is not stuck behind a flood of updates; a pod bound meanwhile is dropped (a late
-"Unschedulable" would contradict its binding)."""
+"Unschedulable" would contradict its binding). One pod's writes never run at once: a newer
+reason waits for the write before it, which could otherwise land last and leave the older
+reason standing."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ class LatestWrites:
         self._cond = threading.Condition()
         self._fresh: dict[str, str] = {}  # dicts keep arrival order: first come, first written
         self._updates: dict[str, str] = {}
+        self._writing: set[str] = set()  # keys being written now
         self._closed = False
         self._threads = [
             threading.Thread(target=self._run, name=f"pending-status-{i}", daemon=True)
@@ -55,14 +58,22 @@ class LatestWrites:
 
     def _next(self) -> tuple[str, str] | None:
         with self._cond:
-            while not (self._fresh or self._updates or self._closed):
+            while True:
+                for queue in (self._fresh, self._updates):
+                    # at most one key per worker is skipped: few are being written at once
+                    key = next((k for k in queue if k not in self._writing), None)
+                    if key is not None:
+                        self._writing.add(key)
+                        return key, queue.pop(key)
+                if self._closed and not self._fresh and not self._updates:
+                    return None  # closed and empty
                 self._cond.wait()
-            for queue in (self._fresh, self._updates):
-                if queue:
-                    key = next(iter(queue))
-                    return key, queue.pop(key)
-            return None  # closed and empty
 
     def _run(self) -> None:
         while (item := self._next()) is not None:
-            self._write(*item)
+            try:
+                self._write(*item)
+            finally:
+                with self._cond:
+                    self._writing.discard(item[0])
+                    self._cond.notify_all()

@@ -70,7 +70,8 @@ def populate(stack: LocalStack, api: Api, policy_file: Path, namespaces: Iterabl
 @contextmanager
 def running(sched: Scheduler) -> Iterator[Scheduler]:
     """The scheduler's loop in a thread, stopped (and its client closed) on the way out; when
-    the block passed, the loop must have collected garbage after its cycles itself."""
+    the block passed, the loop must have handed every cycle but a last one cut short by the
+    stop to its garbage collector."""
     stop = threading.Event()
     thread = threading.Thread(target=sched.run, args=(stop,), daemon=True)
     thread.start()
@@ -80,4 +81,4 @@ def running(sched: Scheduler) -> Iterator[Scheduler]:
         stop.set()
         thread.join(10)
         sched.stop()
-    assert sched.cycles == 0 or sched.collector.collected, "no collection between cycles"
+    assert sched.collector.seen >= sched.cycles - 1, "the loop did not collect after its cycles"

@@ -1,7 +1,8 @@
 """The scheduler's garbage collection between cycles (`kube/scheduler/collector.py`): off
 automatically while the loop runs, the young generation after each cycle, the middle one every
 `MIDDLE_EVERY` cycles, the whole heap after a quiet spell once `WHOLE_QUIET_S` has passed or at
-the latest every `WHOLE_LATEST_S`; and put back as it was."""
+the latest every `WHOLE_LATEST_S`, none while bindings are in flight (for a while); and put
+back as it was."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from gpucarve.kube.scheduler.collector import (
+    DEFER_AT_MOST,
     MIDDLE_EVERY,
     WHOLE_LATEST_S,
     WHOLE_QUIET_S,
@@ -88,5 +90,19 @@ def test_the_generations_follow_the_cycles_and_the_clock(gc_on: None) -> None:
         assert c.after_cycle(quiet=False) in (0, 1)
         clock.now += 1
         assert c.after_cycle(quiet=False) == 2
+    finally:
+        c.end()
+
+
+def test_no_collection_starts_while_bindings_are_in_flight_for_long(gc_on: None) -> None:
+    """A collection holds the binder's threads too: a gang stopped half-way would show bound
+    in part. It waits for a cycle without bindings in flight, `DEFER_AT_MOST` cycles at most."""
+    c = Collector(Clock())
+    c.begin()
+    try:
+        got = [c.after_cycle(quiet=False, binding=True) for _ in range(DEFER_AT_MOST + 1)]
+        assert got == [None] * DEFER_AT_MOST + [0]
+        assert c.after_cycle(quiet=False, binding=True) is None  # counted afresh
+        assert c.after_cycle(quiet=False, binding=False) == 0
     finally:
         c.end()

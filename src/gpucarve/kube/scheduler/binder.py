@@ -54,6 +54,8 @@ class Binder:
         self.failed: list[str] = []
         self.lock = threading.Lock()
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
+        self._in_flight = 0  # bindings submitted and not done (under `lock`)
+        self._idle = threading.Condition(self.lock)  # told when none is in flight
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)
@@ -64,11 +66,29 @@ class Binder:
         with self.lock:
             for pod, assigned in jobs:
                 self.assumed[pod] = assigned
+            self._in_flight += len(jobs)
         for pod, assigned in jobs:
             self._pool.submit(self._bind_and_settle, pod, assigned)
 
+    @property
+    def busy(self) -> bool:
+        """Whether bindings are in flight: a gang's pods are then bound in part."""
+        with self.lock:
+            return self._in_flight > 0
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no binding is in flight, `timeout_s` at most; whether none is."""
+        with self.lock:
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout_s)
+
     def _bind_and_settle(self, pod: str, assigned: Assigned) -> None:
-        error = self._bind_one(pod, assigned)
+        try:
+            error = self._bind_one(pod, assigned)
+        finally:
+            with self.lock:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._idle.notify_all()
         if error is None:
             return
         with self.lock:

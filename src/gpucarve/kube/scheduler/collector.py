@@ -16,6 +16,10 @@ pod and node the informers cache (0.7 s at 6,000 pods), when the loop wakes from
 spell (no change for a whole wait) and the last whole collection is `WHOLE_QUIET_S` old, or at
 the latest every `WHOLE_LATEST_S`: rare, as CPython's own thresholds made it for this
 process (`cli/scheduler_cmd.py`), and at a moment when little waits.
+
+No collection starts while bindings are in flight (up to `DEFER_AT_MOST` cycles in a row): it
+holds every thread of the process, the binder's too, and a gang whose bindings it stopped
+half-way shows bound in part for as long as it lasts.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Callable
 MIDDLE_EVERY = 50  # cycles between collections of the middle generation (CPython's count)
 WHOLE_QUIET_S = 300.0  # a quiet spell collects the whole heap once this long has passed
 WHOLE_LATEST_S = 1800.0  # and the whole heap is collected at least this often
+DEFER_AT_MOST = 20  # cycles in a row that may skip collection while bindings are in flight
 
 
 class Collector:
@@ -35,9 +40,11 @@ class Collector:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._cycles = 0
+        self._deferred = 0
         self._whole_at = 0.0
         self._was_enabled = False
         self.collected: list[int] = []  # the generations collected, the last few (tests)
+        self.seen = 0  # the cycles it was told of
 
     def begin(self) -> None:
         self._was_enabled = gc.isenabled()
@@ -48,9 +55,15 @@ class Collector:
         if self._was_enabled:
             gc.enable()
 
-    def after_cycle(self, quiet: bool) -> int:
-        """Collect what the cycle left: the generation collected (0, 1 or 2). `quiet`: the
-        loop woke because its wait ran out, not for a change."""
+    def after_cycle(self, quiet: bool, binding: bool = False) -> int | None:
+        """Collect what the cycle left: the generation collected (0, 1 or 2), or None when
+        bindings are in flight (`binding`) and the collection waits for a later cycle.
+        `quiet`: the loop woke because its wait ran out, not for a change."""
+        self.seen += 1
+        if binding and self._deferred < DEFER_AT_MOST:
+            self._deferred += 1
+            return None
+        self._deferred = 0
         self._cycles += 1
         since = self._clock() - self._whole_at
         if since >= WHOLE_LATEST_S or (quiet and since >= WHOLE_QUIET_S):

@@ -87,6 +87,9 @@ from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 log = logging.getLogger("gpucarve.scheduler")
 
 
+BINDINGS_WAIT_S = 1.0  # the longest a cycle's bindings hold the next cycle back
+
+
 def rest_s(most: float, ended: float, took: tuple[float, float], now: float) -> float:
     """How long the loop waits before the cycle a change asks for: what is left at `now` of a
     rest as long as the shorter of the last two cycles `took` (at most `most`), counted from
@@ -299,7 +302,11 @@ class Scheduler:
                 log.warning("cycle failed: %s; retrying", err)
             ended = time.monotonic()
             self._last_cycles = (ended, (self._last_cycles[1][1], ended - began))
-            self.collector.after_cycle(quiet)  # in the rest, which counts from `ended`
+            # In the rest, which counts from `ended`: the cycle's bindings land first, with
+            # no cycle or collection holding their threads back (a gang's pods would show
+            # bound in part meanwhile), then what the cycle left is collected.
+            self.binder.wait_idle(BINDINGS_WAIT_S)
+            self.collector.after_cycle(quiet, binding=self.binder.busy)
 
     def _reload(self) -> None:
         """A new policy from the reloader, if it has one (counted, as a refused one is)."""

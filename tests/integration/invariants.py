@@ -176,3 +176,21 @@ def _bound_pods_claims(pods: dict[tuple[str, str], Obj], claims: Iterable[Obj]) 
             if name not in reserved:
                 problems.append(f"pod {ns}/{name} bound without its claim {claim_name} reserved")
     return problems
+
+
+def bound_at_once(seen: list[tuple[float, int]], total: int, within_s: float = 1.0) -> str | None:
+    """Why `seen`, polls of a gang as (monotonic time, pods bound), is not a gang bound at
+    once; None if it is. The count never falls, and from the first poll that saw a pod bound
+    to the first that saw all `total`, at most `within_s` pass: a poll may land in the moments
+    between the binding calls of the one cycle that placed the gang (a binding is one API call
+    per pod, made in parallel), but a part that stays bound alone is a gang bound in part."""
+    counts = [n for _, n in seen]
+    if counts != sorted(counts):
+        return f"the bound count fell: {counts}"
+    first = next((t for t, n in seen if n), None)
+    whole = next((t for t, n in seen if n == total), None)
+    if first is None or whole is None:
+        return f"never bound whole: {counts}"
+    if whole - first > within_s:
+        return f"bound in part for {whole - first:.2f} s: {counts}"
+    return None

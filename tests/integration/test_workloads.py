@@ -7,6 +7,7 @@ here with the labels they set, which is all the mapping reads; see kube/view/own
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.scheduler.loop import Scheduler
 from tests.integration.api import Api, wait_for
+from tests.integration.invariants import bound_at_once
 from tests.integration.kube_pods import (
     GPU_TOLERATION,
     condition,
@@ -119,16 +121,16 @@ def test_an_indexed_job_binds_all_or_nothing(
     (reason,) = set(reasons.values())  # one workload, one reason: for all 32 GPUs at once
     assert reason.startswith("quota/") and "needs 32 more" in reason, reason
     assert not any(node_of(p) for p in _of_job(api, "research", "train-").values())
-    seen: list[int] = []
+    seen: list[tuple[float, int]] = []
 
     def bound() -> bool:
         pods = _of_job(api, "research", "train-")
-        seen.append(sum(1 for p in pods.values() if node_of(p)))
-        return seen[-1] == 4
+        seen.append((time.monotonic(), sum(1 for p in pods.values() if node_of(p))))
+        return seen[-1][1] == 4
 
     api.call("DELETE", "/api/v1/namespaces/data-science/pods/holder?gracePeriodSeconds=0")
     wait_for(bound, what="the whole Job bound")
-    assert set(seen) <= {0, 4}, f"the Job was bound in part: {seen}"
+    assert (why := bound_at_once(seen, 4)) is None, f"the Job: {why}"
     indexes = {
         p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
         for p in _of_job(api, "research", "train-").values()

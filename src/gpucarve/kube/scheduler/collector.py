@@ -10,12 +10,13 @@ reference cycles (about 45 objects), so collection cannot simply stay off.
 
 While its loop runs, the scheduler turns automatic collection off and collects itself after
 each cycle, in the rest the loop takes anyway (`loop.rest_s`): the young generation then holds
-one cycle's survivors (0.3 ms median, 3 ms at p99 in the same run), the middle one is
-collected every `MIDDLE_EVERY` cycles (3 ms on average), and the whole heap, which holds every
-pod and node the informers cache (0.7 s at 6,000 pods), when the loop wakes from a quiet
-spell (no change for a whole wait) and the last whole collection is `WHOLE_QUIET_S` old, or at
-the latest every `WHOLE_LATEST_S`: rare, as CPython's own thresholds made it for this
-process (`cli/scheduler_cmd.py`), and at a moment when little waits.
+one cycle's survivors (0.3 ms median, 3 ms at p99 in a run timing each collection), the
+middle one is collected every `MIDDLE_EVERY` cycles (3 ms on average), and the whole heap,
+which holds every pod and node the informers cache (0.7 s at 6,000 pods), when the loop
+wakes from a quiet spell (no change for a whole wait) and the last whole collection is
+`WHOLE_QUIET_S` old, or at the latest every `WHOLE_LATEST_S`: rare, as CPython's own
+thresholds made it for this process (`cli/scheduler_cmd.py`), and at a moment when little
+waits.
 
 No collection starts while bindings are in flight (up to `DEFER_AT_MOST` cycles in a row): it
 holds every thread of the process, the binder's too, and a gang whose bindings it stopped

@@ -106,7 +106,8 @@ def rest_s(most: float, ended: float, took: tuple[float, float], now: float) -> 
 class SchedulerConfig:
     name: str = "gpucarve"  # the pods' spec.schedulerName
     interval_s: float = 2.0  # cycle at least this often (aging, retries) while pods wait
-    # after a cycle the loop rests as long as that cycle took, at most this long (`_rest_s`)
+    # after a cycle the loop rests as long as the shorter of the last two took, at most this
+    # long (`rest_s`)
     max_rest_s: float = 0.05
     discover_s: float = 30.0  # how often a missing owner kind's CRD is looked for again
     bind_workers: int = 16

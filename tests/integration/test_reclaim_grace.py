@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,15 @@ def _kept(api: Api, ns: str, name: str, gpus: int, priority: str | None = None) 
     })  # fmt: skip
 
 
+@contextmanager
+def _past_budget(cluster: tuple[LocalStack, Api, Path]) -> Iterator[Api]:
+    """The scheduler by `PAST_BUDGET` on the module's stack, while the block runs."""
+    stack, api, policy_file = cluster
+    policy_file.write_text(yaml.safe_dump(PAST_BUDGET))
+    with scheduling(stack, policy_file):
+        yield api
+
+
 def _reason(api: Api, ns: str, name: str) -> str | None:
     c = condition(pods_in(api, ns).get(name) or {})
     return c["message"] if c and c["status"] == "False" else None
@@ -154,9 +164,7 @@ def _events(api: Api, ns: str, name: str, reason: str) -> list[dict[str, Any]]:
 def test_reclaim_deletes_a_borrowed_pod_its_budget_keeps_past_the_bound(
     cluster: tuple[LocalStack, Api, Path],
 ) -> None:
-    stack, api, policy_file = cluster
-    policy_file.write_text(yaml.safe_dump(PAST_BUDGET))
-    with scheduling(stack, policy_file):
+    with _past_budget(cluster) as api:
         _kept(api, "borrower", "kept", 4)
         free = pod("borrower", "free", "nvidia.com/gpu", 4)
         free["spec"]["terminationGracePeriodSeconds"] = 5
@@ -202,9 +210,7 @@ def test_reclaim_deletes_a_borrowed_pod_its_budget_keeps_past_the_bound(
 def test_priority_preemption_inside_a_queue_honours_a_budget_for_good(
     cluster: tuple[LocalStack, Api, Path],
 ) -> None:
-    stack, api, policy_file = cluster
-    policy_file.write_text(yaml.safe_dump(PAST_BUDGET))
-    with scheduling(stack, policy_file):
+    with _past_budget(cluster) as api:
         _kept(api, "owner", "low", 8, "low")
         create_pod(api, pod("owner", "urgent", "nvidia.com/gpu", 8, priority_class="high"))
         message = wait_for(lambda: _reason(api, "owner", "urgent"), what="urgent's reason")

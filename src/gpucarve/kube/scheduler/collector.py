@@ -44,7 +44,6 @@ class Collector:
         self._deferred = 0
         self._whole_at = 0.0
         self._was_enabled = False
-        self.collected: list[int] = []  # the generations collected, the last few (tests)
         self.seen = 0  # the cycles it was told of
 
     def begin(self) -> None:
@@ -75,5 +74,4 @@ class Collector:
         else:
             generation = 0
         gc.collect(generation)
-        self.collected = [*self.collected[-9:], generation]
         return generation

@@ -392,8 +392,6 @@ class Scheduler:
         nodes_seen, nodes = self.nodes.snapshot()
         slices_seen, slices = self.slices.snapshot() if self.dra else (0, [])
         generation = (nodes_seen, slices_seen)
-        if self._inventory is not None and self._inventory_seen == generation:
-            return self._inventory[1]
         key = (*sorted(self._node_key(n) for n in nodes), f"slices@{slices_seen}")
         if self._inventory is None or self._inventory[0] != key:
             labelled = label_nodes(self.client, self.policy, nodes)

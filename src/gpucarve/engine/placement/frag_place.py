@@ -113,7 +113,13 @@ class _Scores:
 def _positions(candidates: npt.NDArray[np.intp], nodes: list[int]) -> npt.NDArray[np.intp]:
     """Where `nodes` (any order, repeats, some not candidates) sit in the ascending
     `candidates`, each once."""
-    want = np.asarray(sorted(set(nodes)), dtype=np.intp)  # few: cheaper than np.unique
+    distinct = set(nodes)
+    if len(distinct) == 1:  # the common case: one node changed (once per GPU it touched)
+        node = distinct.pop()
+        at = int(candidates.searchsorted(node))
+        hit = at < len(candidates) and int(candidates[at]) == node
+        return np.arange(at, at + 1 if hit else at, dtype=np.intp)
+    want = np.asarray(sorted(distinct), dtype=np.intp)  # few: cheaper than np.unique
     pos = np.searchsorted(candidates, want)
     inside = pos < len(candidates)
     pos, want = pos[inside], want[inside]
@@ -126,9 +132,10 @@ def _pick(
 ) -> Choice | None:
     if len(score) == 0:
         return None
-    top = float(score.max())
+    # the array methods and ufunc reduce, not their np.* wrappers: this runs once per pod
+    top = float(np.maximum.reduce(score))
     if math.isfinite(top):  # the common case, in two passes over the scores
-        best = int(np.argmax(score >= top - TIE * max(1.0, abs(top))))
+        best = int((score >= top - TIE * max(1.0, abs(top))).argmax())
     else:  # every candidate refused (-inf), or a score that is not a number
         finite = np.where(np.isfinite(score), score, -np.inf)
         if not np.isfinite(finite).any():

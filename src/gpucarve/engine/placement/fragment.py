@@ -200,14 +200,18 @@ class FragmentModel:
         )  # (types, classes)
 
     # ------------------------------------------------------------------ measures
-    def frag(self, rows: IntArray, cpu_left: IntArray, cls: IntArray) -> FloatArray:
+    def frag(
+        self, rows: IntArray, cpu_left: IntArray, cls: IntArray, free: IntArray | None = None
+    ) -> FloatArray:
         """One pod ahead: stranded capacity of nodes (rows of per-GPU free milli, -1: no GPU)
         with `cpu_left` milli-CPU free, of access class `cls`; all three may carry extra
-        leading dimensions (the rows one more at the end)."""
+        leading dimensions (the rows one more at the end). `free`: the rows' free milli, when
+        the caller has it."""
         j = np.searchsorted(-self.cpu_desc, -cpu_left, side="left")
         idx = np.where(rows >= 0, rows, MILLI + 1)
         full = (rows == MILLI).sum(axis=-1)
-        free = np.where(rows > 0, rows, 0).sum(axis=-1)
+        if free is None:
+            free = np.where(rows > 0, rows, 0).sum(axis=-1)
         # per shape: what a pod of that shape could not use here (shapes first)
         per_shape = self.stranded_gpu[:, idx].sum(axis=-1) + self.needs_more[:, full] * (
             MILLI * full
@@ -215,7 +219,8 @@ class FragmentModel:
         last = self.weights.shape[1] - 1
         # types whose CPU fits weigh their shape's stranded milli; the rest strand everything
         fitting = self.weights[cls, last, :] - self.weights[cls, j, :]
-        gpu = (np.moveaxis(per_shape, 0, -1) * fitting).sum(axis=-1)
+        # shapes to the last axis (a transposed view, as np.moveaxis makes at a greater cost)
+        gpu = (per_shape.transpose(*range(1, per_shape.ndim), 0) * fitting).sum(axis=-1)
         stranded_all = self.weight[cls, j] + self.no_access[cls]
         return np.asarray(gpu + stranded_all * free, dtype=np.float64)
 
@@ -262,6 +267,8 @@ class FragmentModel:
         """Score of placing a request (CPU `cpu_req`, `n` GPUs of `m` milli) on each candidate
         node (higher is better), and for a share the GPU it should take on each. Candidates
         must fit the request; nodes in the same state are scored once."""
+        if len(rows) < 2:  # one node is its own state
+            return self._score(rows, cpu, cls, cpu_req, n, m)
         first, inverse = same_states(rows, cpu, cls)
         score, choice = self._score(rows[first], cpu[first], cls[first], cpu_req, n, m)
         return score[inverse], (choice[inverse] if choice is not None else None)
@@ -272,10 +279,10 @@ class FragmentModel:
         cpu_after = cpu_before - cpu_req
         per_gpu, slots = self.slot_sums(rows)
         free = np.where(rows > 0, rows, 0).sum(axis=1)
-        before = self.frag(rows, cpu_before, cls) + self.filled(slots, free, cpu_before, cls)
+        before = self.frag(rows, cpu_before, cls, free) + self.filled(slots, free, cpu_before, cls)
         choice = None
         if n == 0:
-            after = self.frag(rows, cpu_after, cls) + self.filled(slots, free, cpu_after, cls)
+            after = self.frag(rows, cpu_after, cls, free) + self.filled(slots, free, cpu_after, cls)
         elif m < MILLI:
             # every GPU the share fits on is an option; keep each node's best
             width = rows.shape[1]
@@ -298,10 +305,11 @@ class FragmentModel:
         else:
             after_rows = take_whole(rows, n)
             _, after_slots = self.slot_sums(after_rows)
-            after = self.frag(after_rows, cpu_after, cls) + self.filled(
-                after_slots, free - n * m, cpu_after, cls
+            after_free = free - n * m  # n whole GPUs taken: exact in integers
+            after = self.frag(after_rows, cpu_after, cls, after_free) + self.filled(
+                after_slots, after_free, cpu_after, cls
             )
-        fit = best_fit(rows, cpu_before, cpu_req, n * m)
+        fit = best_fit(rows, cpu_before, cpu_req, n * m, free)
         return np.asarray(before - after + BEST_FIT_WEIGHT * fit, dtype=np.float64), choice
 
 
@@ -313,9 +321,12 @@ def take_whole(rows: IntArray, n: int) -> IntArray:
     return out
 
 
-def best_fit(rows: IntArray, cpu: IntArray, cpu_req: int, gpu_req: int) -> FloatArray:
-    """Least weighted leftover of CPU and GPU after placing (higher = less left)."""
-    gpu_left = np.where(rows > 0, rows, 0).sum(axis=-1)
+def best_fit(
+    rows: IntArray, cpu: IntArray, cpu_req: int, gpu_req: int, free: IntArray | None = None
+) -> FloatArray:
+    """Least weighted leftover of CPU and GPU after placing (higher = less left); `free`: the
+    rows' free milli, when the caller has it."""
+    gpu_left = np.where(rows > 0, rows, 0).sum(axis=-1) if free is None else free
     left = 0.5 * (cpu - cpu_req) / MAX_SPEC_CPU + 0.5 * (gpu_left - gpu_req) / MAX_SPEC_GPU
     return np.asarray(-left, dtype=np.float64)
 

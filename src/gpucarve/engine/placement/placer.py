@@ -183,12 +183,17 @@ class Placer:
         held = self._held_on(needs.flavor)
         if held is None:
             return cand
+        # both ascending: the few held nodes are looked up in the candidates (a sort of the
+        # whole candidate list per placement, as np.isin does, cost more than the rest)
+        pos = np.searchsorted(cand, held)
+        inside = pos < len(cand)
+        pos = pos[inside]
+        pos = pos[cand[pos] == held[inside]]
         nodes = self.ws.nodes
-        asked = cand[np.isin(cand, held)]
-        kept = [int(i) for i in asked if self._kept_from(nodes[int(i)], needs)]
+        kept = [int(k) for k in pos if self._kept_from(nodes[int(cand[k])], needs)]
         if not kept:
             return cand
-        out: npt.NDArray[np.intp] = cand[~np.isin(cand, kept)]
+        out: npt.NDArray[np.intp] = np.delete(cand, kept)
         return out
 
     def _held_on(self, flavor: str) -> npt.NDArray[np.intp] | None:

@@ -403,11 +403,14 @@ class ModelPlacer:
             return None
         cand = candidates[ok]
         rows, cpu = rows[ok], cpu[ok]
-        gain, gpu_choice = self.model().score(
+        # scored per distinct node state, the weights added per state too: on a large cluster
+        # thousands of candidates share a few dozen states
+        first, inverse, gain, gpu_choice = self.model().score_states(
             rows, np.minimum(cpu, fragment.MAX_SPEC_CPU * 64), self.cls[cand], t.cpu,
             t.num_gpu, t.milli,
         )  # fmt: skip
-        return self._combine(gain, rows, t), cand, gpu_choice
+        score = self._combine(gain, rows[first], t)[inverse]
+        return score, cand, (gpu_choice[inverse] if gpu_choice is not None else None)
 
     def _combine(
         self, gain: npt.NDArray[np.float64], rows: npt.NDArray[np.int64], t: RequestType

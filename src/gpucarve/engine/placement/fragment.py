@@ -267,11 +267,20 @@ class FragmentModel:
         """Score of placing a request (CPU `cpu_req`, `n` GPUs of `m` milli) on each candidate
         node (higher is better), and for a share the GPU it should take on each. Candidates
         must fit the request; nodes in the same state are scored once."""
-        if len(rows) < 2:  # one node is its own state
-            return self._score(rows, cpu, cls, cpu_req, n, m)
-        first, inverse = same_states(rows, cpu, cls)
-        score, choice = self._score(rows[first], cpu[first], cls[first], cpu_req, n, m)
+        _, inverse, score, choice = self.score_states(rows, cpu, cls, cpu_req, n, m)
         return score[inverse], (choice[inverse] if choice is not None else None)
+
+    def score_states(
+        self, rows: IntArray, cpu: IntArray, cls: IntArray, cpu_req: int, n: int, m: int
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], FloatArray, npt.NDArray[np.intp] | None]:
+        """`score` per distinct node state: one node of each state (`first`), each node's state
+        (`inverse`), and the score and GPU choice of each state. A caller that goes on to
+        work per node (the engine's weights) does so per state too."""
+        if len(rows) < 2:  # one node is its own state
+            one = np.zeros(len(rows), dtype=np.intp)
+            return one, one, *self._score(rows, cpu, cls, cpu_req, n, m)
+        first, inverse = same_states(rows, cpu, cls)
+        return first, inverse, *self._score(rows[first], cpu[first], cls[first], cpu_req, n, m)
 
     def _score(
         self, rows: IntArray, cpu_before: IntArray, cls: IntArray, cpu_req: int, n: int, m: int

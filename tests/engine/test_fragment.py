@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gpucarve.engine.placement.fragment import (
+    BEST_FIT_WEIGHT,
     CAPACITY_WEIGHT,
     CPU_WEIGHT,
     PRIOR_CPU_CAP,
@@ -16,7 +17,9 @@ from gpucarve.engine.placement.fragment import (
     FragmentModel,
     Reach,
     RequestType,
+    best_fit,
     model_of,
+    take_whole,
     whole_node_prior,
 )
 
@@ -256,3 +259,41 @@ def test_the_demand_holds_a_whole_node_pod_of_each_node_shape() -> None:
     assert model.cpu_desc.tolist() == [PRIOR_CPU_CAP, 128000, 96000, 11000]
     # without capacity by node shape there is no shape to weigh
     assert model_of({small: 40}, 2, None)[1].cpu_desc.tolist() == [11000]
+
+
+def test_scores_per_state_expand_to_the_scores_per_node() -> None:
+    """`score_states` scores each distinct (free per GPU, CPU, class) state once; each node's
+    state (`inverse`) gives back exactly what `score` gives per node, and one node alone is
+    scored as itself."""
+    mix = Counter({RequestType(4000, 1, 300): 3, RequestType(2000, 2, 1000): 1})
+    model = FragmentModel(mix, classes=2)
+    base = [1000] * 4 + [-1] * 4
+    used = [700, 1000, 1000, 0] + [-1] * 4
+    nodes = rows(base, used, base, used, used, base)
+    cpu, cls = ints(16000, 16000, 16000, 16000, 24000, 16000), ints(0, 0, 1, 0, 0, 0)
+    for cpu_req, n, m in ((4000, 1, 300), (2000, 2, 1000)):
+        first, inverse, score, choice = model.score_states(nodes, cpu, cls, cpu_req, n, m)
+        assert len(score) == 4  # base/0, used/0, base/1, used with more CPU
+        assert (nodes[first][inverse] == nodes).all() and (cpu[first][inverse] == cpu).all()
+        per_node, per_node_choice = model.score(nodes, cpu, cls, cpu_req, n, m)
+        assert (score[inverse] == per_node).all()
+        if choice is not None:
+            assert per_node_choice is not None and (choice[inverse] == per_node_choice).all()
+        one = model.score_states(nodes[1:2], cpu[1:2], cls[1:2], cpu_req, n, m)
+        alone, _ = model._score(nodes[1:2], cpu[1:2], cls[1:2], cpu_req, n, m)
+        assert list(one[0]) == [0] and list(one[1]) == [0] and (one[2] == alone).all()
+
+
+def test_a_score_is_the_stranded_capacity_it_spares_plus_the_best_fit_written_out() -> None:
+    """Exactly, not nearly: the best-fit term only breaks ties, so a mistake in it shows only
+    here. Whole GPUs (the node loses n of them and the CPU) and CPU alone."""
+    mix = Counter({RequestType(4000, 1, 1000): 3, RequestType(2000, 2, 1000): 1})
+    model = FragmentModel(mix, classes=1)
+    nodes = rows([1000] * 4 + [-1] * 4, [1000, 1000, 0, 300] + [-1] * 4, [1000] * 8)
+    cpu, cls = ints(16000, 9000, 64000), ints(0, 0, 0)
+    for cpu_req, n in ((4000, 1), (2000, 2), (1000, 0)):
+        score, _ = model._score(nodes, cpu, cls, cpu_req, n, 1000)
+        after = take_whole(nodes, n) if n else nodes
+        spared = model.stranded(nodes, cpu, cls) - model.stranded(after, cpu - cpu_req, cls)
+        fit = best_fit(nodes, cpu, cpu_req, n * 1000)
+        assert (score == spared + BEST_FIT_WEIGHT * fit).all(), (cpu_req, n)

@@ -3,13 +3,13 @@ sparing of large gangs, reclaim's grace and consolidation off (the defaults) and
 side in one run.
 
     python bench/keep_busy.py [--seeds 42-45] [--loads 1,2] [--days 2] [--after 43200]
-        [--grace 7200]
+        [--grace 7200] [--ratio 4]
 
 Each variant replays the same synthetic trace (`gpucarve simulate`'s, per seed and load). Prints
 per variant, seed and load: GPU-hours lost to preemption, the training pool's allocation,
 research's wait until its last start (p95), production's and data science's wait (p95), and the
 mean over the seeds. Variants: both off; reservations alone (reserveAfterSeconds 900); reclaim
-sparing alone (reclaimLargeVictimRatio 4, reclaimLargeVictimAfterSeconds `--after`); both;
+sparing alone (reclaimLargeVictimRatio `--ratio`, reclaimLargeVictimAfterSeconds `--after`); both;
 reclaim's grace alone (reclaimGraceSeconds `--grace`); sparing and grace; consolidation alone
 (consolidateMaxMoves 4); sparing, grace and consolidation.
 Figures, not assertions: tests check the mechanisms, this shows what they buy.
@@ -39,7 +39,7 @@ HOUR = 3600.0
 MOVES = 4  # consolidateMaxMoves of the consolidation variants
 
 
-def variants(policy: Policy, after: int, grace: int) -> dict[str, Policy]:
+def variants(policy: Policy, after: int, grace: int, ratio: int = 4) -> dict[str, Policy]:
     s = policy.scheduling
     off = dataclasses.replace(
         s,
@@ -49,7 +49,7 @@ def variants(policy: Policy, after: int, grace: int) -> dict[str, Policy]:
         consolidate_max_moves=None,
     )
     reserve = dataclasses.replace(off, reserve_after_s=900)
-    spare = dataclasses.replace(off, reclaim_large_ratio=4, reclaim_large_after_s=after)
+    spare = dataclasses.replace(off, reclaim_large_ratio=ratio, reclaim_large_after_s=after)
     both = dataclasses.replace(spare, reserve_after_s=900)
     wait = dataclasses.replace(off, reclaim_grace_s=grace)
     spare_wait = dataclasses.replace(spare, reclaim_grace_s=grace)
@@ -60,7 +60,7 @@ def variants(policy: Policy, after: int, grace: int) -> dict[str, Policy]:
         for name, sched in (
             ("before (all off)", off),
             ("reservations", reserve),
-            (f"spare large ({after // 3600} h)", spare),
+            (f"spare large ({ratio}x, {after // 3600} h)", spare),
             ("reservations + spare", both),
             (f"reclaim grace ({grace // 60} min)", wait),
             ("spare + grace", spare_wait),
@@ -95,6 +95,9 @@ def main() -> None:
     ap.add_argument("--days", type=float, default=2.0)
     ap.add_argument("--after", type=int, default=43200)
     ap.add_argument("--grace", type=int, default=7200, help="reclaimGraceSeconds variants")
+    ap.add_argument(
+        "--ratio", type=int, default=4, help="reclaimLargeVictimRatio of the sparing variants"
+    )
     ap.add_argument("--scenario", choices=("example", "stream"), default="example")
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")
@@ -109,7 +112,9 @@ def main() -> None:
         stream(seeds, args.days)
         return
     policy = load_policy(example_path(POLICY)).policy
-    cases = variants(policy, args.after, args.grace)
+    if args.ratio < 1:
+        ap.error(f"--ratio {args.ratio}: give a whole number of at least 1, such as 4")
+    cases = variants(policy, args.after, args.grace, args.ratio)
     for load in loads:
         print(f"\nload {load:g}, seeds {seeds[0]}-{seeds[-1]}, {args.days:g} days")
         header = None

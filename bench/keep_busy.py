@@ -108,12 +108,12 @@ def main() -> None:
         loads = [float(x) for x in args.loads.split(",")]
     except ValueError:
         ap.error(f"--loads {args.loads!r}: give numbers separated by commas, such as 1,2")
+    if not 1 <= args.ratio <= 1000:  # reclaimLargeVictimRatio's range
+        ap.error(f"--ratio {args.ratio}: give a whole number from 1 to 1000, such as 4")
     if args.scenario == "stream":
         stream(seeds, args.days)
         return
     policy = load_policy(example_path(POLICY)).policy
-    if args.ratio < 1:
-        ap.error(f"--ratio {args.ratio}: give a whole number of at least 1, such as 4")
     cases = variants(policy, args.after, args.grace, args.ratio)
     for load in loads:
         print(f"\nload {load:g}, seeds {seeds[0]}-{seeds[-1]}, {args.days:g} days")

@@ -70,14 +70,9 @@ class Binder:
         for pod, assigned in jobs:
             self._pool.submit(self._bind_and_settle, pod, assigned)
 
-    @property
-    def busy(self) -> bool:
-        """Whether bindings are in flight: a gang's pods are then bound in part."""
-        with self.lock:
-            return self._in_flight > 0
-
     def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until no binding is in flight, `timeout_s` at most; whether none is."""
+        """Wait until no binding is in flight (a gang's pods are bound in part meanwhile),
+        `timeout_s` at most; whether none is."""
         with self.lock:
             return self._idle.wait_for(lambda: self._in_flight == 0, timeout_s)
 

@@ -306,8 +306,9 @@ class Scheduler:
             # In the rest, which counts from `ended`: the cycle's bindings land first, with
             # no cycle or collection holding their threads back (a gang's pods would show
             # bound in part meanwhile), then what the cycle left is collected.
-            self.binder.wait_idle(BINDINGS_WAIT_S)
-            self.collector.after_cycle(quiet, binding=self.binder.busy)
+            # (only the cycle binds, so what is still in flight after the wait stays so)
+            idle = self.binder.wait_idle(BINDINGS_WAIT_S)
+            self.collector.after_cycle(quiet, binding=not idle)
 
     def _reload(self) -> None:
         """A new policy from the reloader, if it has one (counted, as a refused one is)."""

@@ -94,12 +94,15 @@ _MIG_DEVICE = re.compile(r"^gpu-(\d+)-mig-\d+-(\d+)-(\d+)$")
 def check_claims(api: Api, namespaces: Iterable[str]) -> int:
     """Assert the claim invariants (`claim_violations`) over the namespaces' claims, pods and
     the cluster's ResourceSlices; returns how many claims are allocated."""
+    # one list per kind, not per namespace: a device freed in one namespace after its list and
+    # taken in the next before its own would read as held twice
+    wanted = set(namespaces)
     claims = [
         c
-        for ns in namespaces
-        for c in api.get(f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims")["items"]
+        for c in api.get("/apis/resource.k8s.io/v1/resourceclaims")["items"]
+        if c["metadata"]["namespace"] in wanted
     ]
-    pods = [p for ns in namespaces for p in api.get(f"/api/v1/namespaces/{ns}/pods")["items"]]
+    pods = [p for p in api.get("/api/v1/pods")["items"] if p["metadata"]["namespace"] in wanted]
     slices = api.get("/apis/resource.k8s.io/v1/resourceslices")["items"]  # fmt: skip
     allocated, problems = claim_violations(claims, pods, slices)
     assert not problems, "\n".join(problems[:20])

@@ -402,14 +402,16 @@ class Scenario:
         assert status["reservedFor"][0]["name"] == "claims", status
 
     def once_each(self) -> bool:
-        """No slice held by two pods that exist (terminating ones included)."""
+        """No slice held by two pods that exist (terminating ones included), read in one list:
+        one list per namespace could see a victim before its deletion and the pod bound in its
+        place after it (the scheduler binds within milliseconds of a deletion)."""
         held: dict[str, str] = {}
-        for ns in ("research", "production"):
-            for name, p in pods_in(self.admin, ns).items():
-                raw = (p["metadata"].get("annotations") or {}).get("gpucarve.io/assignment")
-                for sid in json.loads(raw)["slices"] if raw else []:
-                    assert sid not in held, f"{sid} given to {held.get(sid)} and {ns}/{name}"
-                    held[sid] = f"{ns}/{name}"
+        for p in self.admin.get("/api/v1/pods")["items"]:
+            key = f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+            raw = (p["metadata"].get("annotations") or {}).get("gpucarve.io/assignment")
+            for sid in json.loads(raw)["slices"] if raw else []:
+                assert sid not in held, f"{sid} given to {held.get(sid)} and {key}"
+                held[sid] = key
         return True
 
     def gang_gone(self) -> bool:

@@ -23,35 +23,7 @@ T = TypeVar("T")
 
 
 def state_of(ws: Working) -> dict[str, Any]:
-    """Everything a cycle reads from the working state, in a comparable form (caches and
-    version counters left out: they only have to change when these do)."""
-    gpus = [
-        (gs.node, gs.gpu, gs.flavor, tuple(gs.free), gs.mem_free if ws.flavors[f].shared else 0)
-        for node in ws.nodes
-        for f, per in sorted(node.gpus.items())
-        for gs in per
-    ]
-    index = {
-        f: (dict(sorted(ix.count.items())), {k: list(v) for k, v in ix.buckets.items() if v})
-        for f, ix in ws.index.items()
-    }
-    return {
-        "gpus": gpus,
-        "nodes": [(n.cpu_free, n.mem_free) for n in ws.nodes],
-        "index": index,
-        "index_total": {f: ix.total for f, ix in ws.index.items()},
-        "free_slices": ws.free_slices,
-        "gpu_used": {k: v for k, v in sorted(ws.gpu_used.items()) if v},
-        "usage": {k: v for k, v in sorted(ws.usage.items()) if v},
-        "running": sorted(ws.running.items()),
-        "by_queue": {q: sorted(m.items()) for q, m in sorted(ws.running_by_queue.items()) if m},
-        "short": sorted(ws.short),
-        "demand": sorted((repr(k), v) for k, v in ws.running_demand.items() if v),
-        "shapes": {k: v for k, v in sorted(ws.running_shapes.items()) if v},
-        "rows": ws.gpu_rows.rows.tolist(),
-        "cpu": ws.gpu_rows.cpu.tolist(),
-        "mem": ws.gpu_rows.mem.tolist(),
-    }
+    return ws.comparable()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])

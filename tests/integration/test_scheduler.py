@@ -84,6 +84,7 @@ def test_pods_land_on_their_pools_and_slices(
     cluster: tuple[LocalStack, Api], scheduler: Scheduler
 ) -> None:
     _, api = cluster
+    skipped = scheduler.skipped
     create_pod(api, pod("production", "inference", "nvidia.com/mig-3g.40gb"))
     create_pod(api, pod("production", "small", "nvidia.com/mig-1g.10gb"))
     create_pod(api, pod("research", "train", "nvidia.com/gpu", 8))
@@ -103,6 +104,8 @@ def test_pods_land_on_their_pools_and_slices(
     assert len(_assignment(train)["slices"]) == 8
     assert node_of(notebooks["notebook"]).startswith("dev-")
     assert condition(inference) == condition(inference) and condition(inference)["status"] == "True"
+    # the watch showing the last cycle's bindings as they were made wakes no cycle
+    wait_for(lambda: scheduler.skipped > skipped, what="a wake that only confirmed bindings")
 
 
 def test_a_gang_waits_whole_then_binds_at_once(
@@ -187,6 +190,7 @@ def test_reclaim_evicts_a_borrower_through_the_api(
     cluster: tuple[LocalStack, Api], scheduler: Scheduler
 ) -> None:
     _, api = cluster
+    stepped = scheduler.stepped
     # research borrows 8 H100s beyond its 16; data-science fills the rest.
     research = [f"r-{i}" for i in range(3)]
     for n in research:
@@ -202,6 +206,8 @@ def test_reclaim_evicts_a_borrower_through_the_api(
     events = api.get("/api/v1/namespaces/research/events")["items"]
     preempted = [e for e in events if e["reason"] == "Preempted"]
     assert preempted and "reclaimed by queue production" in preempted[0]["message"]
+    # the engine followed views by their step (each checked against a fresh index)
+    assert scheduler.stepped > stepped
 
 
 def test_a_pod_deleted_while_being_scheduled_is_let_go(
@@ -397,9 +403,11 @@ def test_a_gpu_pod_bound_elsewhere_is_charged_reported_once_and_kept(
         status = api.get("/apis/gpucarve.io/v1alpha1/queues/research").get("status") or {}
         return status if (status.get("usage") or {}).get("h100-full") == 8 else None
 
+    stepped = scheduler.stepped
     wait_for(charged, what="its GPUs charged to research")
     start = scheduler.cycles
     wait_for(lambda: scheduler.cycles > start + 3, what="more cycles")
+    assert scheduler.stepped > stepped  # a charged pod is no kept gang's: still followed
     events = api.get("/api/v1/namespaces/research/events")["items"]
     said = [
         e

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from gpucarve.engine.working import Working
 from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.bound_view import BoundGroups
 from gpucarve.kube.view.cluster_view import View, build_view
@@ -15,6 +16,7 @@ from gpucarve.kube.view.inventory import build_inventory
 from gpucarve.kube.view.pod_facts import PodFactsMemo
 from gpucarve.kube.view.pod_index import PodIndex
 from gpucarve.kube.view.pods import GroupSpec, WorkloadCache
+from gpucarve.kube.view.view_step import step_between
 from tests.unit.test_kube_view import EPOCH, POLICY, pod, ready_nodes
 
 GPU8 = {"nvidia.com/gpu": "8"}
@@ -78,6 +80,7 @@ def _cycles(
     bound2, facts2, cache2 = BoundGroups(), PodFactsMemo(EPOCH), WorkloadCache()
     index = PodIndex("gpucarve", facts2)
     seen: list[BoundGroups] = []
+    last: list[View] = []
     for pods, assumed, specs in cycles:
         objects = informer.items(pods)
         kept = build_view(POLICY, INV, objects, "gpucarve", EPOCH, specs, assumed, cache, facts,
@@ -90,11 +93,33 @@ def _cycles(
         assert _summary(kept) == _summary(fresh)
         assert _summary(indexed) == _summary(fresh)
         assert (bound2.reused, bound2.rebuilt) == (bound.reused, bound.rebuilt)
+        if last:
+            _follows(last[0], kept)
+            _follows(last[1], indexed)
+        last = [kept, indexed]
         seen.append(copy.copy(bound))
     return seen
 
 
+FOLLOWED: list[int] = []  # steps followed by `_follows` (a test counts those it made)
+
+
+def _follows(before: View, after: View) -> None:
+    """The step between two views' layers takes a fresh index of the first to the state a
+    fresh index of the second has (when the step is known)."""
+    if before.layers is None or after.layers is None:
+        return  # a slice claimed twice, a pod without an assignment: no layers to follow
+    step = step_between(before.layers, after.layers)
+    if step is None:
+        return
+    ws = Working(before.snapshot)
+    ws.apply_steps([step])
+    assert ws.comparable() == Working(after.snapshot).comparable()
+    FOLLOWED.append(1)
+
+
 def test_unchanged_gangs_are_reused_and_the_view_equals_a_fresh_one() -> None:
+    followed = len(FOLLOWED)
     slices = [f"training-0/gpu{i}" for i in range(8)]
     g = {("research", "g"): GroupSpec(2)}
     a = pod("a", "research", GPU1, "training-1", ["training-1/gpu0"])
@@ -117,6 +142,7 @@ def test_unchanged_gangs_are_reused_and_the_view_equals_a_fresh_one() -> None:
         ]
     )  # fmt: skip
     assert [(s.reused, s.rebuilt) for s in stats] == [(0, 3), (3, 0), (1, 2), (2, 1)]
+    assert len(FOLLOWED) - followed == 6  # every step known, both ways
 
 
 def test_a_running_workload_keeps_its_object_while_its_pods_do() -> None:
@@ -130,6 +156,7 @@ def test_a_running_workload_keeps_its_object_while_its_pods_do() -> None:
 
 
 def test_a_slice_claimed_twice_or_no_annotation_is_rebuilt_as_from_scratch() -> None:
+    followed = len(FOLLOWED)
     a = pod("a", "research", GPU1, "training-1", ["training-1/gpu0"])
     stats = _cycles(
         [
@@ -146,6 +173,7 @@ def test_a_slice_claimed_twice_or_no_annotation_is_rebuilt_as_from_scratch() -> 
         ]
     )
     assert [s.reused for s in stats] == [0, 0, 0, 0, 2]
+    assert len(FOLLOWED) - followed == 2  # only from a clean view to a clean view
 
 
 def test_the_index_moves_only_changed_pods_and_the_view_works_out_only_their_gangs() -> None:
@@ -183,3 +211,24 @@ def test_the_index_moves_only_changed_pods_and_the_view_works_out_only_their_gan
     assert index.moved == 1 and (bound.reused, bound.rebuilt) == (len(pods) - 1, 1)
     fresh = build_view(POLICY, INV, copy.deepcopy(objects), "gpucarve", EPOCH, {}, {})
     assert _summary(again) == _summary(fresh)
+
+
+def test_the_step_between_views_covers_pods_another_scheduler_bound() -> None:
+    """Pods bound by another scheduler are no kept gang's: a governed one is charged to its
+    queue (a running workload of the view's own), another holds its slices; both come and go
+    between views, and the step follows them as it follows the kept gangs."""
+    followed = len(FOLLOWED)
+    a = pod("a", "research", GPU1, "training-1", ["training-1/gpu0"])
+    charged = pod("f", "research", GPU1, "training-1", scheduler="default-scheduler")
+    other = pod("o", "default", GPU1, "training-2", scheduler="default-scheduler")
+    b = pod("b", "research", GPU1, "training-1", ["training-1/gpu3"])
+    stats = _cycles(
+        [
+            ([a, charged], {}, {}),
+            ([a, charged, other], {}, {}),
+            ([a, other, b], {}, {}),  # the charged pod gone, ours added
+            ([b, charged], {}, {}),  # and back, the other gone, a deleted
+        ]
+    )
+    assert [s.reused for s in stats] == [0, 1, 1, 1]
+    assert len(FOLLOWED) - followed == 6

@@ -93,10 +93,14 @@ class Engine:
                     ws.running_before.clear()
                 else:
                     base, steps = apply(base, kept), None
-            if steps is not None:
-                ws.apply_steps(steps)
-            else:
-                ws.sync(base, snapshot)
+            try:
+                if steps is not None:
+                    ws.apply_steps(steps)
+                else:
+                    ws.sync(base, snapshot)
+            except BaseException:
+                self._ws = self._base = None  # part followed: the next snapshot indexed anew
+                raise
         if snapshot.delta is not None:
             snapshot.delta.forget_earlier()
         self._ws, self._base = ws, snapshot
@@ -109,6 +113,15 @@ class Engine:
         next cycle, and so out of the wait of the pods it places."""
         with collector_paused():
             self._working(snapshot)
+
+    def differs_from_fresh(self) -> list[str]:
+        """What of the indexed cluster differs from a fresh index of the last snapshot (by
+        name): none, or following snapshots went wrong. For checks: a fresh index costs what
+        the cluster's size does."""
+        if self._ws is None or self._base is None or self._kept is not None:
+            return []
+        mine, fresh = self._ws.comparable(), Working(self._base).comparable()
+        return [k for k in mine if mine[k] != fresh[k]]
 
     def run_cycle(self, snapshot: Snapshot, now: int) -> CycleResult:
         with collector_paused():

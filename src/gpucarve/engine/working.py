@@ -223,6 +223,46 @@ class Working:
     # ------------------------------------------------------------------ base changes
     # These follow the cluster from one snapshot to the next and are not logged: they are
     # only called between cycles, when the log is empty.
+    def comparable(self) -> dict[str, object]:
+        """Everything a cycle reads from the working state, in a comparable form (caches and
+        version counters left out: they only have to change when these do): how a state
+        reached by following snapshots is checked against a fresh one."""
+        gpus = [
+            (
+                gs.node,
+                gs.gpu,
+                gs.flavor,
+                tuple(gs.free),
+                gs.mem_free if self.flavors[f].shared else 0,
+            )
+            for node in self.nodes
+            for f, per in sorted(node.gpus.items())
+            for gs in per
+        ]
+        index = {
+            f: (dict(sorted(ix.count.items())), {k: list(v) for k, v in ix.buckets.items() if v})
+            for f, ix in self.index.items()
+        }
+        return {
+            "gpus": gpus,
+            "nodes": [(n.cpu_free, n.mem_free) for n in self.nodes],
+            "index": index,
+            "index_total": {f: ix.total for f, ix in self.index.items()},
+            "free_slices": dict(self.free_slices),
+            "gpu_used": {k: v for k, v in sorted(self.gpu_used.items()) if v},
+            "usage": {k: v for k, v in sorted(self.usage.items()) if v},
+            "running": sorted(self.running.items()),
+            "by_queue": {
+                q: sorted(m.items()) for q, m in sorted(self.running_by_queue.items()) if m
+            },
+            "short": sorted(self.short),
+            "demand": sorted((repr(k), v) for k, v in self.running_demand.items() if v),
+            "shapes": {k: v for k, v in sorted(self.running_shapes.items()) if v},
+            "rows": self.gpu_rows.rows.tolist(),
+            "cpu": self.gpu_rows.cpu.tolist(),
+            "mem": self.gpu_rows.mem.tolist(),
+        }
+
     def sync(self, old: Snapshot, new: Snapshot) -> None:
         assert not self.log, "sync inside a cycle"
         touched: set[tuple[int, str]] = set()

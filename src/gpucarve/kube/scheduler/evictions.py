@@ -135,6 +135,11 @@ def hold_awaited(snapshot: Snapshot, held: Mapping[str, tuple[str, ...]]) -> Sna
     """The snapshot with the free slices of each awaited admission held by it. The slices its
     victims still hold stay theirs (never held twice): they come free when the victims are
     gone, and then the admission is pending again and placed at once."""
+    return with_held(snapshot, awaited_holds(snapshot, held))
+
+
+def awaited_holds(snapshot: Snapshot, held: Mapping[str, tuple[str, ...]]) -> dict[str, Allocation]:
+    """The allocations `hold_awaited` adds: only of slices nothing holds."""
     cluster = snapshot.cluster
     allocs = cluster.allocations
     extra: dict[str, Allocation] = {}
@@ -143,9 +148,15 @@ def hold_awaited(snapshot: Snapshot, held: Mapping[str, tuple[str, ...]]) -> Sna
             s = cluster.slices.get(sid)
             if s is not None and sid not in allocs and sid not in extra:
                 extra[sid] = Allocation(sid, f"{AWAITING}{workload}", s.compute_milli, s.memory_mib)
+    return extra
+
+
+def with_held(snapshot: Snapshot, extra: Mapping[str, Allocation]) -> Snapshot:
+    """The snapshot with `extra` allocated as well (`awaited_holds`)."""
     if not extra:
         return snapshot
-    held_cluster = cluster.with_allocations(MappingProxyType({**allocs, **extra}))
+    cluster = snapshot.cluster
+    held_cluster = cluster.with_allocations(MappingProxyType({**cluster.allocations, **extra}))
     return dataclasses.replace(snapshot, cluster=held_cluster)
 
 

@@ -34,7 +34,7 @@ from gpucarve.core.workload import GpuKind, PodAssignment, Workload
 from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import Admission, CycleResult
 from gpucarve.engine.engine import Engine
-from gpucarve.engine.invariants import check_step
+from gpucarve.engine.invariants import InvariantViolation, check_step
 from gpucarve.kube.api.client import ApiError, Client, rfc3339
 from gpucarve.kube.api.informer import Informer
 from gpucarve.kube.api.leader import LeaderElector
@@ -48,11 +48,12 @@ from gpucarve.kube.scheduler.evictions import (
     Acting,
     PastBudget,
     Refused,
+    awaited_holds,
     awaited_pods,
     awaited_slices,
     evict_pods,
-    hold_awaited,
     refusal,
+    with_held,
 )
 from gpucarve.kube.scheduler.failed_gpus import FailedGpuPods
 from gpucarve.kube.scheduler.health import Health
@@ -62,7 +63,7 @@ from gpucarve.kube.scheduler.observed import CycleSeen, Observer, tell
 from gpucarve.kube.scheduler.policy_reload import PolicyReloader
 from gpucarve.kube.scheduler.reporter import Reporter
 from gpucarve.kube.scheduler.runtimes import RuntimeLearner
-from gpucarve.kube.view.assigned import Assigned
+from gpucarve.kube.view.assigned import Assigned, assigned_of
 from gpucarve.kube.view.bound_view import BoundGroups
 from gpucarve.kube.view.cluster_view import View, build_view
 from gpucarve.kube.view.cluster_view import key as pod_id
@@ -82,6 +83,7 @@ from gpucarve.kube.view.pod_facts import PodFactsMemo
 from gpucarve.kube.view.pod_index import PodIndex
 from gpucarve.kube.view.pods import WorkloadCache
 from gpucarve.kube.view.short_gangs import ShortGangs
+from gpucarve.kube.view.view_step import Layers, step_between
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger("gpucarve.scheduler")
@@ -167,6 +169,9 @@ class Scheduler:
         # the pods sorted as the view reads them, moved as the informer's changes say
         self.index = PodIndex(config.name, self.facts)
         self.engine = Engine(rebuilt_views=True)
+        # the snapshot the engine was last given and the layers of its view (`view_step`)
+        self.fed: tuple[Snapshot, Layers] | None = None
+        self.stepped = 0  # cycles whose snapshot carried that step (for tests and profiles)
         self.awaiting: dict[str, frozenset[str]] = {}  # workload -> victims still to go
         self.holding: dict[str, tuple[str, ...]] = {}  # workload -> the slices it was given
         # workload -> its victims whose eviction was refused (`Refused`)
@@ -190,8 +195,14 @@ class Scheduler:
         # never build an inventory themselves
         self._dra_devices = DraDevices()
         writer = ClaimWriter(client, self.claims, lambda: self._dra_devices) if self.dra else None
+        # a cycle asked for by the loop's own parts (a binding failed, a cycle deferred pods),
+        # never skipped as a wake the informers' confirmations alone made (`_only_confirmed`)
+        self._asked = False
+        self._asking = threading.Lock()  # `_asked` is set by other threads
+        self._others_seen: tuple[tuple[int, int], ...] = ()
+        self.skipped = 0  # wakes that only confirmed bindings: no cycle (for tests and profiles)
         self.binder = Binder(
-            client, self.pods, self.device_configs, self.metrics, self._wake.set,
+            client, self.pods, self.device_configs, self.metrics, self._ask,
             config.bind_workers, writer,
         )  # fmt: skip
         self.cycles = 0
@@ -201,6 +212,31 @@ class Scheduler:
     def _poke(self) -> None:
         """An informer saw a change: a cycle soon."""
         self._wake.set()
+
+    def _ask(self) -> None:
+        """A cycle soon, whatever the informers saw."""
+        with self._asking:
+            self._asked = True
+        self._wake.set()
+
+    def _others(self) -> tuple[tuple[int, int], ...]:
+        """Where the informers other than the pods' stand (each by identity: a kind
+        discovered later gets an informer of its own)."""
+        informers = (self.nodes, self.slices, self.claims, *self.owners.values())
+        return tuple((id(i), i.generation) for i in informers)
+
+    def _only_confirmed(self) -> bool:
+        """Whether all the informers saw since the last cycle is the watch showing pods bound
+        where this scheduler bound them, as it still assumes them. The view is then the last
+        one's, with those pods bound instead of assumed, so a cycle would decide nothing the
+        last did not (as kube-scheduler's queueing hints let no binding's event requeue a
+        pod); the next cycle anything else wakes reads them. In a stream of pods, half of the
+        wakes were these."""
+        if self._others() != self._others_seen:
+            return False
+        _, changes, _ = self.pods.changes_since(self.index.generation)
+        with self.binder.lock:
+            return confirms(changes, self.assumed)
 
     def _rest_s(self) -> float:
         ended, took = self._last_cycles
@@ -289,6 +325,11 @@ class Scheduler:
                 self.health.beat()
             quiet = not self._wake.wait(self.cfg.interval_s)
             self._wake.clear()
+            with self._asking:
+                asked, self._asked = self._asked, False
+            if not quiet and not asked and self._only_confirmed():
+                self.skipped += 1
+                continue
             if stop.wait(self._rest_s()):
                 break
             if elector is not None and not elector.is_leader():
@@ -363,6 +404,7 @@ class Scheduler:
             )  # fmt: skip
         self.policy = policy
         self.engine = Engine(rebuilt_views=True)
+        self.fed = None
         self.workloads = WorkloadCache()
         self._inventory = None
         self.mig = MigHandoff(self.client, policy, self.cfg.mig, self.clock, self._repartitioned)
@@ -453,6 +495,7 @@ class Scheduler:
         )
 
     def cycle(self) -> CycleReport:
+        self._others_seen = self._others()
         if self.dynamic_mig:
             inv = self.inventory()
             self.mig.advance(self._nodes_by_name(), inv.layouts, inv.changes)
@@ -473,13 +516,17 @@ class Scheduler:
         snapshot = view.snapshot
         now = int((self.clock() - self.epoch).total_seconds())
         waiting = self._still_awaiting(view, now)
+        layers = view.layers
         if waiting:
             kept = tuple(w for w in snapshot.pending if w.id not in waiting)
             snapshot = dataclasses.replace(snapshot, pending=kept)
-            snapshot = hold_awaited(snapshot, self.holding)
+            held = awaited_holds(snapshot, self.holding)
+            snapshot = with_held(snapshot, held)
+            layers = None if layers is None else layers.with_held(held)
         self.runtimes.observe(view.snapshot, view.running_pods, self._phase_of, now)
         snapshot = dataclasses.replace(snapshot, runtimes=self.runtimes.book)
         snapshot = self.short_gangs.dated(view, snapshot, now)
+        snapshot = self._stepped(snapshot, layers)
         started = time.perf_counter()  # a duration for the metrics, never read by a decision
         result = self.engine.run_cycle(snapshot, now)
         took = time.perf_counter() - started
@@ -489,7 +536,7 @@ class Scheduler:
         report = CycleReport(now)
         if result.stats.deferred:
             # it placed its budget of pods and left the rest untried: the next cycle at once
-            self._wake.set()
+            self._ask()
         self._evict(view, result, report)
         self._bind(view, result, report)
         waiting = self._waiting()  # with the admissions of this cycle
@@ -501,12 +548,14 @@ class Scheduler:
         if POD_GROUPS in self.served or WORKLOAD_API in self.served:
             with self.binder.lock:
                 assumed = frozenset(self.assumed)
-            pods = self.pods.items()
+            ours = self.owners[POD_GROUPS].items() if POD_GROUPS in self.served else []
+            theirs = self.owners[WORKLOAD_API].items() if WORKLOAD_API in self.served else []
+            # no group objects, no copy of every pod (the reporter reads none then)
+            pods = self.pods.items() if ours or theirs else []
             if POD_GROUPS in self.served:
-                ours = self.owners[POD_GROUPS].items()
                 self.reporter.groups(ours, pods, assumed, result, self.epoch)
             if WORKLOAD_API in self.served:
-                self.reporter.upstream_groups(self.owners[WORKLOAD_API].items(), pods, assumed)
+                self.reporter.upstream_groups(theirs, pods, assumed)
         if self.dynamic_mig:
             self._repartition(view, result)
         if self.observers:
@@ -520,6 +569,24 @@ class Scheduler:
                 report.pending,
             )
         return report
+
+    def _stepped(self, snapshot: Snapshot, layers: Layers | None) -> Snapshot:
+        """The snapshot with the step from the one the engine was given last, when the views'
+        layers tell it (`view_step`), so that the engine follows it in proportion to what
+        changed; the engine compares the two snapshots whole otherwise. Checking invariants,
+        the state the engine reaches must be a fresh one's."""
+        fed, self.fed = self.fed, None
+        step = None if fed is None or layers is None else step_between(fed[1], layers)
+        if step is not None and fed is not None:
+            snapshot = dataclasses.replace(snapshot, delta=fed[0].delta_with(step))
+            self.stepped += 1
+            if self.cfg.check_invariants:
+                self.engine.follow(snapshot)
+                if differs := self.engine.differs_from_fresh():
+                    raise InvariantViolation(f"the view's step left the engine off: {differs}")
+        if layers is not None:
+            self.fed = (snapshot, layers)
+        return snapshot
 
     def _tell(self, view: View, snapshot: Snapshot, result: CycleResult) -> None:
         inv = self.inventory()
@@ -623,6 +690,26 @@ class Scheduler:
             self.reporter.bound(pod)
 
 
+def confirms(
+    changes: Mapping[str, Mapping[str, Any] | None] | None, assumed: Mapping[str, Assigned]
+) -> bool:
+    """Whether every pod change (the informer's, by pod key; None: deleted) shows an assumed
+    pod bound as it was assumed: its node, slices and the memory promised on a shared GPU. No
+    change, or none known (the informer's log does not reach back), is no confirmation."""
+    if not changes:
+        return False
+    for pod_key, pod in changes.items():
+        a = assumed.get(pod_key)
+        seen = None if pod is None or a is None else assigned_of(pod)
+        if seen is None or a is None:
+            return False
+        if (seen.node, seen.slices, seen.shared_memory_mib) != (
+            a.node, a.slices, a.shared_memory_mib,
+        ):  # fmt: skip
+            return False
+    return True
+
+
 def _admitted(view: View, result: CycleResult) -> dict[str, Workload]:
     """The workloads admitted this cycle (pending ones, or running ones that grew)."""
     ids = {a.workload for a in result.admissions}
@@ -630,7 +717,8 @@ def _admitted(view: View, result: CycleResult) -> dict[str, Workload]:
         return {}
     snap = view.snapshot
     out = {w.id: w for w in snap.pending if w.id in ids}
-    out.update((r.workload.id, r.workload) for r in snap.running if r.workload.id in ids)
+    if len(out) < len(ids):  # a running one grew: only then a pass over every running one
+        out.update((r.workload.id, r.workload) for r in snap.running if r.workload.id in ids)
     return out
 
 

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import islice
 from types import MappingProxyType
 from typing import Any
 
@@ -45,6 +46,7 @@ from gpucarve.kube.view.pod_facts import PodFacts, PodFactsMemo
 from gpucarve.kube.view.pod_index import PodIndex
 from gpucarve.kube.view.pods import GroupSpec, PendingGroup, WorkloadCache, pending_workloads
 from gpucarve.kube.view.slice_claims import SliceClaims, gpu_requests
+from gpucarve.kube.view.view_step import Layers
 
 REST = "+rest"
 
@@ -70,6 +72,9 @@ class View:
     device_moves: dict[str, str] = field(default_factory=dict)
     # GPU pod of a governed namespace that something else bound -> the queue it is charged to
     elsewhere: dict[str, str] = field(default_factory=dict)
+    # what the snapshot is made of, for following it from the last view (`view_step`); None
+    # when it cannot be told apart
+    layers: Layers | None = None
 
     def pod_of(self, workload: str, engine_pod: str) -> str:
         """The real pod behind the engine's `<workload>/<set>-<i>`."""
@@ -152,6 +157,7 @@ def build_view(
         as_reported, moves = b.reported_first(index.sorted_bound())
     inputs = BoundInputs(policy, inventory, epoch, specs, cache, facts)
     section = claim_bound(b, index, inputs, bound, as_reported)
+    kept_layer, rewritten = len(b.allocs), b.rewritten
     running, running_pods = section.running, section.running_pods
     bound_count, running_by_key = section.bound_count, section.running_by_key
     orphans = section.orphans
@@ -172,8 +178,9 @@ def build_view(
         if id(pod) not in charged_ids and not b.claim_reported(key, pod, f"foreign:{key}"):
             b.fallback(f"foreign:{key}", pod)
     charged = _charge_elsewhere(b, elsewhere, policy, epoch, cache, of, claimed)
-    running = [*running, *(rw for rw, _ in charged.values())]
-    running_pods = {**running_pods, **{rw.workload.id: (k,) for k, (rw, _) in charged.items()}}
+    if charged:  # (the section's are copies already)
+        running = [*running, *(rw for rw, _ in charged.values())]
+        running_pods.update((rw.workload.id, (k,)) for k, (rw, _) in charged.items())
 
     # Pending groups; those with pods already bound wait as `<group>+rest` for the remainder.
     # (only gangs with a minimum matter below: no pass over every bound gang)
@@ -241,7 +248,25 @@ def build_view(
         short_running,
         moves,
         {k: q for k, (_, q) in charged.items()},
+        _layers(bound, b, kept_layer, rewritten, [rw for rw, _ in charged.values()]),
     )
+
+
+def _layers(
+    bound: BoundGroups | None,
+    b: SliceClaims,
+    kept_layer: int,
+    rewritten: int,
+    charged: list[RunningWorkload],
+) -> Layers | None:
+    """The view's layers: the kept gangs' claims came first (`kept_layer` of them, all the
+    kept gangs hold) and the rest after, only ever added (`rewritten` unchanged), so the rest
+    are the last ones in the claims' order."""
+    if bound is None or kept_layer != bound.holding() or b.rewritten != rewritten:
+        return None
+    rest = islice(reversed(b.allocs.items()), len(b.allocs) - kept_layer)
+    other = dict(reversed(list(rest)))
+    return Layers(bound.views, bound.changes(), other, tuple(charged))
 
 
 @dataclass(frozen=True)

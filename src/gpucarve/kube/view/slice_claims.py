@@ -38,6 +38,9 @@ class SliceClaims:
         self.allocs: dict[str, Allocation] = {}
         self.promised: dict[str, int] = {}  # GPU id -> MiB promised on shared GPUs
         self.warnings: list[str] = []
+        # claims written over a slice already claimed (the same owner's, from the kubelet's
+        # report): a view's layers (`view_step.Layers`) hold only while there are none
+        self.rewritten = 0
 
     def reset(self) -> None:
         """Forget every claim, to claim again from scratch."""
@@ -63,6 +66,8 @@ class SliceClaims:
             mem = s.memory_mib
             if s.kind in (SliceKind.TIME_SLICE, SliceKind.MPS) and a.shared_memory_mib:
                 mem = a.shared_memory_mib // len(a.slices)
+            if sid in self.allocs:
+                self.rewritten += 1
             self.allocs[sid] = Allocation(sid, owner, s.compute_milli, mem)
         return True
 

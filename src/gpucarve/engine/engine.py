@@ -51,8 +51,10 @@ class Engine:
     the result, and only the steps after it are followed, instead of the cycle being undone
     and then redone from the step. A snapshot reached otherwise is compared with that applied
     snapshot instead; a driver that only ever rebuilds its snapshots (the Kubernetes
-    scheduler, `rebuilt_views=True`) has the cycle undone and the new snapshot compared with
-    the one before it, which costs what the cycle changed rather than the cluster's size.
+    scheduler, `rebuilt_views=True`) has the cycle undone and then follows the step its new
+    snapshot carries from the one before (`Snapshot.delta`, which the scheduler's view works
+    out), or compares the two where it carries none: either costs what changed rather than
+    the cluster's size, the comparison with a pass over every allocation and running workload.
     """
 
     def __init__(self, *, rebuilt_views: bool = False) -> None:

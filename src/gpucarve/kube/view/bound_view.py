@@ -38,7 +38,7 @@ Bound = tuple[Mapping[str, Any], Assigned | None]
 
 @dataclass
 class BoundSection:
-    running: list[RunningWorkload] = field(default_factory=list)
+    running: tuple[RunningWorkload, ...] = ()  # a tuple, as the snapshot holds it: no copy
     running_pods: dict[str, tuple[str, ...]] = field(default_factory=dict)
     bound_count: dict[GroupKey, int] = field(default_factory=dict)
     running_by_key: dict[GroupKey, RunningWorkload] = field(default_factory=dict)
@@ -142,7 +142,7 @@ class BoundGroups:
         view is made (copies of them were a tenth of a cycle at 6,000 running pods)."""
         m = self._made
         return BoundSection(
-            list(self._run), dict(m.running_pods), m.bound_count,
+            tuple(self._run), dict(m.running_pods), m.bound_count,
             m.running_by_key, dict(sorted(m.orphans.items())),
         )  # fmt: skip
 
@@ -338,13 +338,15 @@ def _held(b: SliceClaims, members: Sequence[Bound]) -> dict[str, Allocation]:
 
 def _section(done: Sequence[tuple[GroupKey, _Kept]]) -> BoundSection:
     out = BoundSection()
+    running: list[RunningWorkload] = []
     for gk, k in done:
         if k.running is None:
             for pod_key in k.group.pods:
                 out.orphans[pod_key] = k.why
             continue
-        out.running.append(k.running)
+        running.append(k.running)
         out.running_by_key[gk] = k.running
         out.running_pods[k.running.workload.id] = k.group.pods
         out.bound_count[gk] = len(k.group.pods)
+    out.running = tuple(running)
     return out

@@ -179,7 +179,7 @@ def build_view(
             b.fallback(f"foreign:{key}", pod)
     charged = _charge_elsewhere(b, elsewhere, policy, epoch, cache, of, claimed)
     if charged:  # (the section's are copies already)
-        running = [*running, *(rw for rw, _ in charged.values())]
+        running = (*running, *(rw for rw, _ in charged.values()))
         running_pods.update((rw.workload.id, (k,)) for k, (rw, _) in charged.items())
 
     # Pending groups; those with pods already bound wait as `<group>+rest` for the remainder.

@@ -1,6 +1,7 @@
 """End-to-end binding speed on a real kube-apiserver, gpucarve and kube-scheduler side by side.
 
-    python bench/bind.py [--nodes 1000] [--pods 5000] [--scheduler gpucarve|kube-scheduler|both]
+    python bench/bind.py [--nodes 1000] [--pods 5000]
+                         [--scheduler gpucarve|kube-scheduler|both|plumbing]
                          [--workload whole|mig|mix] [--creators 4] [--workers 8] [--rate R]
                          [--kwok] [--rounds N] [--json] [--profile FILE]
 
@@ -37,6 +38,9 @@ the functions that held the most samples. `--rounds N` (with `both`) runs the tw
 alternating, and prints the first round's figures, each round's p99s and ratio, the median
 ratio, and in how many rounds gpucarve's p99 was at most kube-scheduler's: on a shared machine
 one run's ratio moves with the other processes as much as with either scheduler.
+`--scheduler plumbing` (whole-GPU pods only) measures the floor under gpucarve's figures:
+`bench/plumbing.py`, gpucarve's own client, pod informer and binding threads binding each pod to
+the next node in turn with no decision at all.
 """
 
 from __future__ import annotations
@@ -209,7 +213,13 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
             _dra_objects(client, policy, args.pods, args.workload)
         log = (work / "scheduler.log").open("wb")
         probes = _free_port()
-        if scheduler == "gpucarve":
+        if scheduler == "plumbing":
+            plumbing = Path(__file__).resolve().parent / "plumbing.py"
+            sched = subprocess.Popen(
+                [sys.executable, str(plumbing), str(stack.kubeconfig())],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        elif scheduler == "gpucarve":
             sched = subprocess.Popen(
                 [sys.executable, "-m", "gpucarve", "scheduler", "--policy", str(policy_file),
                  "--kubeconfig", str(stack.kubeconfig()), "--no-leader-elect",
@@ -309,11 +319,42 @@ def _cycles(port: int) -> dict[str, float]:
     return {"cycles": count, "mean engine ms a cycle": round(1000 * total / max(count, 1), 1)}
 
 
+def _validate(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse flags that do not go together, naming the fix."""
+    if args.workload == "mix" and args.scheduler != "gpucarve":
+        ap.error(
+            "--workload mix has gangs, which kube-scheduler cannot place: use --scheduler gpucarve"
+        )
+    if args.scheduler == "plumbing" and args.workload != "whole":
+        ap.error("--scheduler plumbing binds whole-GPU pods only: use --workload whole")
+    if args.profile is not None:
+        if args.scheduler in ("kube-scheduler", "plumbing"):
+            ap.error("--profile samples gpucarve's scheduler: use --scheduler gpucarve or both")
+        if not args.profile.parent.is_dir():
+            ap.error(f"--profile {args.profile}: folder {args.profile.parent} does not exist")
+    if args.rounds > 1 and args.scheduler != "both":
+        ap.error("--rounds compares the two schedulers: use --scheduler both")
+    if args.rounds > 1 and args.profile is not None:
+        ap.error("--profile samples one run: use --rounds 1")
+    for flag in ("nodes", "pods", "creators", "workers", "rounds"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag} must be at least 1")
+    if args.rate is not None and not 0 < args.rate <= 100_000:
+        ap.error(f"--rate must be above 0 and at most 100000 pods/s, got {args.rate:g}")
+    per_node = {"mig": 56, "dra-mig": 8 * 8 * len(DRA_MIG_PROFILES) // sum(
+        DRA_MIG_SLICES[p] for p in DRA_MIG_PROFILES)}  # fmt: skip
+    capacity = args.nodes * per_node.get(args.workload, 8)
+    if args.pods > capacity:
+        ap.error(f"--pods {args.pods} exceeds the {capacity} devices of --nodes {args.nodes}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--pods", type=int, default=5000)
-    ap.add_argument("--scheduler", choices=("gpucarve", "kube-scheduler", "both"), default="both")
+    ap.add_argument(
+        "--scheduler", choices=("gpucarve", "kube-scheduler", "both", "plumbing"), default="both"
+    )
     ap.add_argument("--workload", choices=WORKLOADS, default="whole")
     ap.add_argument("--creators", type=int, default=4, help="creating processes")
     ap.add_argument("--workers", type=int, default=8, help="threads per creating process")
@@ -333,29 +374,7 @@ def main() -> None:
         help="sample gpucarve's scheduler with py-spy into FILE and print where its time went",
     )  # fmt: skip
     args = ap.parse_args()
-    if args.workload == "mix" and args.scheduler != "gpucarve":
-        ap.error(
-            "--workload mix has gangs, which kube-scheduler cannot place: use --scheduler gpucarve"
-        )
-    if args.profile is not None:
-        if args.scheduler == "kube-scheduler":
-            ap.error("--profile samples gpucarve's scheduler: use --scheduler gpucarve or both")
-        if not args.profile.parent.is_dir():
-            ap.error(f"--profile {args.profile}: folder {args.profile.parent} does not exist")
-    if args.rounds > 1 and args.scheduler != "both":
-        ap.error("--rounds compares the two schedulers: use --scheduler both")
-    if args.rounds > 1 and args.profile is not None:
-        ap.error("--profile samples one run: use --rounds 1")
-    for flag in ("nodes", "pods", "creators", "workers", "rounds"):
-        if getattr(args, flag) < 1:
-            ap.error(f"--{flag} must be at least 1")
-    if args.rate is not None and not 0 < args.rate <= 100_000:
-        ap.error(f"--rate must be above 0 and at most 100000 pods/s, got {args.rate:g}")
-    per_node = {"mig": 56, "dra-mig": 8 * 8 * len(DRA_MIG_PROFILES) // sum(
-        DRA_MIG_SLICES[p] for p in DRA_MIG_PROFILES)}  # fmt: skip
-    capacity = args.nodes * per_node.get(args.workload, 8)
-    if args.pods > capacity:
-        ap.error(f"--pods {args.pods} exceeds the {capacity} devices of --nodes {args.nodes}")
+    _validate(ap, args)
     bin_dir = find_binaries()
     names = ["gpucarve", "kube-scheduler"] if args.scheduler == "both" else [args.scheduler]
     figures: dict[str, Any] = {

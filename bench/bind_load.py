@@ -88,7 +88,7 @@ def pod(name: str, workload: str, scheduler: str, index: int) -> dict[str, Any]:
             "claims": [{"name": "gpu"}],
         }
         spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name(name)}]
-    if scheduler == "gpucarve":
+    if scheduler in ("gpucarve", "plumbing"):
         spec["schedulerName"] = "gpucarve"
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 

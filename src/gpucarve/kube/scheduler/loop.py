@@ -342,6 +342,8 @@ class Scheduler:
                 self.cycle()
             except ApiError as err:
                 log.warning("cycle failed: %s; retrying", err)
+                with self._asking:  # at the next wake, even one that only confirms bindings
+                    self._asked = True
             ended = time.monotonic()
             self._last_cycles = (ended, (self._last_cycles[1][1], ended - began))
             # In the rest, which counts from `ended`: the cycle's bindings land first, with

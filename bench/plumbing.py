@@ -16,7 +16,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from gpucarve.kube.api.client import Client
+from gpucarve.kube.api.auth import ConfigProblem
+from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.api.informer import Informer
 
 WORKERS = 8  # the scheduler's default binding threads
@@ -37,8 +38,11 @@ def _bind(client: Client, pod: dict[str, Any], node: str) -> None:
 def main() -> None:
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    client = Client.from_kubeconfig(sys.argv[1])
-    nodes = [n["metadata"]["name"] for n in client.get("/api/v1/nodes")["items"]]
+    try:
+        client = Client.from_kubeconfig(sys.argv[1])
+        nodes = [n["metadata"]["name"] for n in client.get("/api/v1/nodes")["items"]]
+    except (ConfigProblem, ApiError) as err:
+        sys.exit(f"plumbing: {err}")
     if not nodes:
         sys.exit("no nodes to bind to")
     wake = threading.Event()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 
@@ -20,10 +20,6 @@ from tests.engine.builders import mixed_arrivals as arrivals
 from tests.engine.builders import mixed_policy, snapshot
 
 T = TypeVar("T")
-
-
-def state_of(ws: Working) -> dict[str, Any]:
-    return ws.comparable()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
@@ -45,7 +41,7 @@ def test_a_kept_cycle_reaches_the_state_a_fresh_copy_of_the_next_snapshot_has(
     for step in range(15):
         s = Snapshot(p, s.cluster, s.running, (*s.pending, *arrivals(p, rng, step)), s.delta)
         ws = engine._working(s)
-        assert state_of(ws) == state_of(Working(s)), f"cycle {step}: kept state differs"
+        assert ws.comparable() == Working(s).comparable(), f"cycle {step}: kept state differs"
         result = engine.run_cycle(s, step * 10)
         evicted += len(result.evictions)
         admitted += len(result.admissions)
@@ -82,11 +78,11 @@ def test_a_snapshot_not_derived_from_the_result_is_reached_all_the_same() -> Non
     assert result.admissions
     # the same cluster again, and a sibling derived from it by another step: no result kept
     again = engine._working(s)
-    assert state_of(again) == state_of(Working(s))
+    assert again.comparable() == Working(s).comparable()
     engine.run_cycle(s, 0)
     sibling = finish(s, *[rw.workload.id for rw in s.running]) if s.running else s
     sibling = Snapshot(p, sibling.cluster, sibling.running, sibling.pending, s.delta_with())
-    assert state_of(engine._working(sibling)) == state_of(Working(sibling))
+    assert engine._working(sibling).comparable() == Working(sibling).comparable()
 
 
 def rebuilt_view(s: Snapshot, rng: random.Random | None) -> Snapshot:
@@ -128,7 +124,7 @@ def test_a_driver_of_rebuilt_views_undoes_the_kept_cycle_instead_of_applying_it(
         with monkeypatch.context() as m:
             m.setattr(engine_module, "apply", no_apply)
             ws = rebuilt._working(s)
-        assert state_of(ws) == state_of(Working(s)), f"cycle {step}: state differs"
+        assert ws.comparable() == Working(s).comparable(), f"cycle {step}: state differs"
         assert not ws.log and not ws.running_before  # nothing of the last cycle left over
         result = rebuilt.run_cycle(s, step * 10)
         assert result == plain.run_cycle(s, step * 10)

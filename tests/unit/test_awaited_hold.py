@@ -9,9 +9,20 @@ import dataclasses
 
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine import run_cycle
-from gpucarve.kube.scheduler.evictions import AWAITING, awaited_slices, hold_awaited, refusal
+from gpucarve.kube.scheduler.evictions import (
+    AWAITING,
+    awaited_holds,
+    awaited_slices,
+    refusal,
+    with_held,
+)
 from tests.engine.builders import slices_held, submit, workload
 from tests.engine.test_consolidate import MOVE, split, two_nodes
+
+
+def hold_awaited(s: Snapshot, holding: dict[str, tuple[str, ...]]) -> Snapshot:
+    """The snapshot as the scheduler's loop hands it to the engine."""
+    return with_held(s, awaited_holds(s, holding))
 
 
 def _awaiting() -> tuple[Snapshot, dict[str, tuple[str, ...]], list[str]]:

@@ -220,9 +220,6 @@ class Working:
         self.running_before.clear()
         self.release_epoch += 1
 
-    # ------------------------------------------------------------------ base changes
-    # These follow the cluster from one snapshot to the next and are not logged: they are
-    # only called between cycles, when the log is empty.
     def comparable(self) -> dict[str, object]:
         """Everything a cycle reads from the working state, in a comparable form (caches and
         version counters left out: they only have to change when these do): how a state
@@ -263,6 +260,9 @@ class Working:
             "mem": self.gpu_rows.mem.tolist(),
         }
 
+    # ------------------------------------------------------------------ base changes
+    # These follow the cluster from one snapshot to the next and are not logged: they are
+    # only called between cycles, when the log is empty.
     def sync(self, old: Snapshot, new: Snapshot) -> None:
         assert not self.log, "sync inside a cycle"
         touched: set[tuple[int, str]] = set()

@@ -131,15 +131,10 @@ def awaited_slices(result: CycleResult) -> dict[str, tuple[str, ...]]:
     }
 
 
-def hold_awaited(snapshot: Snapshot, held: Mapping[str, tuple[str, ...]]) -> Snapshot:
-    """The snapshot with the free slices of each awaited admission held by it. The slices its
-    victims still hold stay theirs (never held twice): they come free when the victims are
-    gone, and then the admission is pending again and placed at once."""
-    return with_held(snapshot, awaited_holds(snapshot, held))
-
-
 def awaited_holds(snapshot: Snapshot, held: Mapping[str, tuple[str, ...]]) -> dict[str, Allocation]:
-    """The allocations `hold_awaited` adds: only of slices nothing holds."""
+    """The free slices of each awaited admission, held by it (`with_held` adds them). The
+    slices its victims still hold stay theirs (never held twice): they come free when the
+    victims are gone, and then the admission is pending again and placed at once."""
     cluster = snapshot.cluster
     allocs = cluster.allocations
     extra: dict[str, Allocation] = {}

@@ -1,7 +1,9 @@
 """The gpucarve scheduler on a real API server: informers, the engine's cycle, then actions.
 
 Each cycle rebuilds the snapshot from the informers' caches (`view.build_view`), runs the same
-`Engine.run_cycle` as the simulator, and acts on the result:
+`Engine.run_cycle` as the simulator (handing it the step from the last snapshot where the view
+tells it: `view_step`), and acts on the result. A change wakes a cycle at once, except one that
+only shows this scheduler's own bindings as it made them (`confirms`). The cycle acts:
 
 1. evictions first, through the Eviction API (PodDisruptionBudgets are honoured: a refused
    eviction is reported and asked again after the server's back-off; reclaim deletes a

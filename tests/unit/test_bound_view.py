@@ -232,3 +232,37 @@ def test_the_step_between_views_covers_pods_another_scheduler_bound() -> None:
     )
     assert [s.reused for s in stats] == [0, 1, 1, 1]
     assert len(FOLLOWED) - followed == 6
+
+
+def test_a_pod_bound_where_it_was_placed_is_not_validated_again(monkeypatch: Any) -> None:
+    """A pending pod's workload is validated once: when it is assumed bound, and when the watch
+    shows it bound, its gang is worked out again but finds the workload its document had while
+    pending (the two paths must key the validated documents alike)."""
+    from gpucarve.kube.view import pods as pods_module
+
+    built: list[str] = []
+    real = pods_module.build_workload
+
+    def counting(doc: Any, *args: Any, **kwargs: Any) -> Any:
+        built.append(doc["name"])
+        return real(doc, *args, **kwargs)
+
+    monkeypatch.setattr(pods_module, "build_workload", counting)
+    informer, bound, facts, cache = Informer(), BoundGroups(), PodFactsMemo(EPOCH), WorkloadCache()
+    index = PodIndex("gpucarve", facts)
+
+    def view(pods: list[dict[str, Any]], assumed: dict[str, Assigned]) -> View:
+        informer.items(pods)
+        index.sync(informer.changed, assumed, bound.assumed_pod)
+        return build_view(POLICY, INV, (), "gpucarve", EPOCH, {}, assumed, cache, facts, bound,
+                          index=index)  # fmt: skip
+
+    waiting = view([pod("zz", "research", GPU1)], {})
+    assert [w.id for w in waiting.snapshot.pending] == ["research/zz"]
+    a = Assigned("training-1", ("training-1/gpu0",))
+    assumed = view([pod("zz", "research", GPU1)], {"research/zz": a})
+    seen = view([pod("zz", "research", GPU1, a.node, list(a.slices))], {})
+    for v in (assumed, seen):
+        assert [rw.workload.id for rw in v.snapshot.running] == ["research/zz"]
+    assert bound.rebuilt == 1  # the gang was worked out again, from the cache
+    assert built == ["zz"]

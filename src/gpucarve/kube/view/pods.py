@@ -206,9 +206,13 @@ def pending_workloads(
     that builds them every cycle passes a `cache`: an unchanged group is validated once, and
     `keyed`, its memo of each pod's `group_key`. `devices`: each DRA flavor's devices as the
     cluster publishes them, for the selectors of the pods' claims; `seen_devices`, their
-    fingerprint where the caller has it (the inventory keeps one)."""
-    if seen_devices is None:
-        seen_devices = devices_key(devices) if devices else ""
+    fingerprint where the caller has it (the inventory keeps one). Without devices (None) the
+    fingerprint is empty whatever the caller says: the workloads built do not depend on it, and
+    a bound gang (grouped without devices) then finds the workload its pods had pending."""
+    if devices is None:
+        seen_devices = ""
+    elif seen_devices is None:
+        seen_devices = devices_key(devices)
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for pod in pods:
         groups.setdefault(keyed(pod), []).append(pod)

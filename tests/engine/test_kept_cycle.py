@@ -150,3 +150,35 @@ def test_one_allocation_object_under_two_slices_is_refused_not_followed() -> Non
     broken = Snapshot(p, s.cluster.with_allocations(allocs), s.running, ())
     with pytest.raises(ValueError, match="one allocation object stands for two slices"):
         engine.run_cycle(broken, 20)
+
+
+@pytest.mark.parametrize("rebuilt_views", [True, False])
+def test_what_the_queues_hold_is_read_from_the_kept_cycle(rebuilt_views: bool) -> None:
+    """`Engine.held` (the scheduler's queue statuses read it) equals what a pass over the
+    snapshot's running workloads and the result gives, through admissions, evictions and
+    completions, and each queue's running workloads are those the result leaves."""
+    from gpucarve.engine.usage import evicted_pods, usage_after
+
+    p = mixed_policy()
+    rng = random.Random(7)
+    engine, s = Engine(rebuilt_views=rebuilt_views), snapshot(p)
+    assert engine.held() is None
+    evicted = 0
+    for step in range(20):
+        s = Snapshot(p, s.cluster, s.running, (*s.pending, *arrivals(p, rng, step)), s.delta)
+        if rebuilt_views:
+            s = rebuilt_view(s, rng)
+        result = engine.run_cycle(s, step * 10)
+        held = engine.held()
+        assert held is not None
+        assert held.slices == {k: n for k, n in usage_after(s.running, result).items() if n}
+        evicted += len(result.evictions)
+        gone = {w for w, pods in evicted_pods(result).items() if pods is None}
+        s = apply(s, result)
+        running: dict[str, int] = {}
+        for rw in s.running:
+            running[rw.workload.queue] = running.get(rw.workload.queue, 0) + 1
+        assert held.running == running, f"cycle {step}"
+        assert not gone & {rw.workload.id for rw in s.running}
+        s = finish(s, *[rw.workload.id for rw in s.running if rng.random() < 0.3])
+    assert evicted > 0

@@ -1,6 +1,6 @@
-"""Queue statuses are worked out at most once a second by the reporter's injected clock (each
-is a pass over every running pod, and under load the loop cycles many times a second), and
-always for a new policy."""
+"""Queue statuses are worked out at most once a second by the reporter's injected clock (under
+load the loop cycles many times a second), and always for a new policy; from what the engine
+holds after the cycle they are those a pass over every running workload gives."""
 
 from __future__ import annotations
 
@@ -61,3 +61,31 @@ def test_queue_statuses_are_worked_out_at_most_once_a_second(
         assert len(worked) == 3 and worked[-1][0] is other
     finally:
         r.shutdown()
+
+
+def test_statuses_from_what_the_engine_holds_are_those_of_a_pass_over_what_runs() -> None:
+    """The loop hands the reporter what its engine holds after the cycle (`Engine.held`): the
+    statuses must be those worked out from the running workloads and the result, through
+    admissions, evictions (the stream borrows and reclaims in a cohort) and completions."""
+    import random
+
+    from gpucarve.core.snapshot import Snapshot
+    from gpucarve.engine import Engine
+    from gpucarve.engine.apply import apply, finish
+    from gpucarve.kube.view.queue_status import queue_statuses
+    from tests.engine.builders import mixed_arrivals, mixed_policy
+
+    p = mixed_policy()
+    rng = random.Random(3)
+    engine, s = Engine(rebuilt_views=True), snapshot(p)
+    evicted = borrowed = 0
+    for step in range(20):
+        s = Snapshot(p, s.cluster, s.running, (*s.pending, *mixed_arrivals(p, rng, step)))
+        result = engine.run_cycle(s, step * 10)
+        plain = queue_statuses(p, s.running, result)
+        assert queue_statuses(p, s.running, result, (), engine.held()) == plain
+        evicted += len(result.evictions)
+        borrowed += sum(1 for q in plain.values() if q["borrowed"])
+        s = apply(s, result)
+        s = finish(s, *[rw.workload.id for rw in s.running if rng.random() < 0.3])
+    assert evicted and borrowed

@@ -10,6 +10,7 @@ from typing import Any
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.engine import Held
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.usage import evicted_pods, usage_after
 
@@ -19,24 +20,19 @@ def queue_statuses(
     running: Sequence[RunningWorkload],
     result: CycleResult,
     also_pending: Sequence[Workload] = (),
+    held: Held | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per queue of the policy, its status after `result` (evictions gone, admissions in);
-    `also_pending`: workloads kept out of the cycle (waiting for their victims to exit)."""
-    admitted: Counter[str] = Counter()
+    `also_pending`: workloads kept out of the cycle (waiting for their victims to exit).
+    `held`: what the engine that ran the cycle says the queues hold after it
+    (`Engine.held`), which spares a pass over `running`."""
     pending: Counter[str] = Counter()
     usage: dict[str, Counter[str]] = {q.name: Counter() for q in policy.queues}
-    after = usage_after(running, result)
+    after = Counter(held.slices) if held is not None else usage_after(running, result)
     for (queue, flavor), n in after.items():
         usage[queue][flavor] += n
     quotas = Quotas(policy, dict(after))
-    gone = evicted_pods(result)
-    ran = {rw.workload.id for rw in running}
-    for rw in running:
-        if not (rw.workload.id in gone and gone[rw.workload.id] is None):
-            admitted[rw.workload.queue] += 1  # a gang that only gave back its surplus runs on
-    for a in result.admissions:
-        if a.workload not in ran:  # not a running gang that grew
-            admitted[a.queue] += 1
+    admitted = Counter(held.running) if held is not None else _admitted(running, result)
     for pend in result.pending:
         pending[pend.queue] += 1
     for w in also_pending:
@@ -61,3 +57,17 @@ def queue_statuses(
             "borrowed": dict(sorted(borrowed.items())),
         }
     return out
+
+
+def _admitted(running: Sequence[RunningWorkload], result: CycleResult) -> Counter[str]:
+    """Running workloads per queue once `result` holds."""
+    admitted: Counter[str] = Counter()
+    gone = evicted_pods(result)
+    ran = {rw.workload.id for rw in running}
+    for rw in running:
+        if not (rw.workload.id in gone and gone[rw.workload.id] is None):
+            admitted[rw.workload.queue] += 1  # a gang that only gave back its surplus runs on
+    for a in result.admissions:
+        if a.workload not in ran:  # not a running gang that grew
+            admitted[a.queue] += 1
+    return admitted

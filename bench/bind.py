@@ -264,9 +264,9 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
     return {
         "pods/s": round(args.pods / (max(bound.values()) - first), 1),
         "creation pods/s": round(args.pods / created_s, 1),
-        "p50 creation→bound s": round(_percentile(latencies, 0.5), 2),
-        "p99 creation→bound s": round(_percentile(latencies, 0.99), 2),
-        "max creation→bound s": round(max(latencies), 2),
+        "p50 creation→bound s": round(_percentile(latencies, 0.5), 3),
+        "p99 creation→bound s": round(_percentile(latencies, 0.99), 3),
+        "max creation→bound s": round(max(latencies), 3),
         "scheduler RSS MiB": rss,
         "scheduler peak RSS MiB": peak,
         **cycles,

@@ -1,11 +1,12 @@
-"""The fragmentation scores kept between pods (a node changed is patched, its state looked up
-in a memo) choose as scoring every candidate afresh would: the same decisions, cycle by cycle,
-with the memo and the patching on and off."""
+"""The fragmentation scores kept between pods and cycles, by node state (a node changed moves to
+the state it is in now, a new model scores the states), choose as scoring every candidate
+afresh would: the same decisions, cycle by cycle, with the states kept and not."""
 
 from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from gpucarve.core.snapshot import Snapshot
@@ -42,7 +43,7 @@ def _decisions() -> list[str]:
 def test_patched_and_memoised_scores_decide_as_fresh_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     kept = _decisions()
     assert sum(r.count("PodAssignment") for r in kept) > 100, "too few placements to compare"
-    monkeypatch.setattr(frag_place, "MEMO_LIMIT", 0)  # every changed node scored again
+    monkeypatch.setattr(frag_place, "STATES_LIMIT", 0)  # grouped anew whenever a node changed
     assert _decisions() == kept
 
     def fresh_always(self: frag_place.ModelPlacer, needs, candidates, t, pods):  # type: ignore[no-untyped-def]
@@ -50,3 +51,24 @@ def test_patched_and_memoised_scores_decide_as_fresh_ones(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(frag_place.ModelPlacer, "_scores", fresh_always)
     assert _decisions() == kept
+
+
+def test_every_kept_answer_is_the_fresh_one_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each answer of the kept scores (through nodes that changed and models that changed
+    between cycles) equals scoring every candidate afresh, score and GPU, exactly."""
+    real = frag_place.ModelPlacer._scores
+    asked = []
+
+    def checked(self: frag_place.ModelPlacer, needs, candidates, t, pods):  # type: ignore[no-untyped-def]
+        score, gpu = real(self, needs, candidates, t, pods)
+        fresh_score, fresh_gpu = self._fresh(needs, candidates, t, pods)
+        assert np.array_equal(score, fresh_score) and np.array_equal(gpu, fresh_gpu)
+        kept = self._cache[(t, pods, needs.mem, self.weights)]
+        held = kept.of[kept.of >= 0]  # each state counts its candidates (empty ones wait)
+        assert np.array_equal(kept.count, np.bincount(held, minlength=len(kept.count)))
+        asked.append(self.model())
+        return score, gpu
+
+    monkeypatch.setattr(frag_place.ModelPlacer, "_scores", checked)
+    _decisions()
+    assert len(asked) > 100 and len({id(m) for m in asked}) > 5  # many models, many answers

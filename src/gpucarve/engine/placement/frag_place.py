@@ -43,7 +43,8 @@ MILLI = 1000
 SEEN_LIMIT = 200_000  # memo entries kept before they are dropped
 CANDIDATE_LISTS = 256  # candidate arrays kept (each as long as a flavor's nodes)
 CACHE_LIMIT = 256  # requests whose scores are kept
-MEMO_LIMIT = 4096  # node states whose scores a request keeps
+STATES_LIMIT = 4096  # node states a request's scores keep before they are worked out anew
+CPU_CAP = fragment.MAX_SPEC_CPU * 64  # CPU beyond this scores as this much
 TIE = 1e-9  # relative: scores this close are a tie (float sums of the same terms differ)
 
 
@@ -64,6 +65,7 @@ class Choice:
 
 
 RunningKey = tuple[PodSet, "str | None", int, int]  # Working.running_demand's keys
+ScoresKey = tuple[RequestType, int, int, ScoringWeights]  # a request: type, pods, memory
 Typed = tuple[RequestType, int]  # a request type and how many pods it stands for
 
 
@@ -95,19 +97,58 @@ class ModelState:
         # (queue, topology, pod sets) -> the same types, for every workload of that kind
         self.kinds: dict[tuple[object, ...], list[tuple[RequestType, int]]] = {}
         self.model: tuple[Any, fragment.FragmentModel] | None = None
+        # each request's scores, kept across cycles: the nodes changed since are known
+        # (`GpuRows.touched`), and a new model rescores their states, not the nodes
+        self.scores: dict[ScoresKey, _Scores] = {}
+
+
+StateKey = tuple[bytes, int, int]  # a node's free milli per GPU, CPU (capped) and class
 
 
 @dataclass
 class _Scores:
+    """One request's scores over one candidate array, kept by node state: a node's score
+    depends only on its state (free milli per GPU, CPU, class) and the model, and on a large
+    cluster thousands of candidates share a few dozen states. Nodes that change move between
+    states (a new state is scored alone); a new model rescores the states, not the nodes."""
+
     model: fragment.FragmentModel
     epoch: int
     seen: int  # how much of `GpuRows.touched` these scores have taken in
     candidates: npt.NDArray[np.intp]
-    score: npt.NDArray[np.float64]
-    gpu: npt.NDArray[np.intp]
-    # node state -> (score, GPU): nodes fill through the same few states, so a changed node
-    # is mostly looked up, not scored again (NumPy's per-call cost dominates one node)
-    memo: dict[tuple[bytes, int, bool, int], tuple[float, int]] = field(default_factory=dict)
+    of: npt.NDArray[np.intp]  # each candidate's state; -1: the request does not fit it
+    ids: dict[StateKey, int]
+    rows: npt.NDArray[np.int64]  # per state
+    cpu: npt.NDArray[np.int64]
+    cls: npt.NDArray[np.int64]
+    count: npt.NDArray[np.int64]  # candidates in each state: states emptied are not scored
+    valid: npt.NDArray[np.bool_]  # whether a state's score is under `model`
+    state_score: npt.NDArray[np.float64]
+    state_gpu: npt.NDArray[np.intp]
+    score: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    gpu: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+
+    def add(self, added: Sequence[tuple[npt.NDArray[np.int64], int, int]]) -> None:
+        """New states, empty and not scored."""
+        n = len(added)
+        self.rows = np.concatenate([self.rows, np.stack([r for r, _, _ in added])])
+        self.cpu = np.concatenate([self.cpu, np.asarray([c for _, c, _ in added], np.int64)])
+        self.cls = np.concatenate([self.cls, np.asarray([k for _, _, k in added], np.int64)])
+        self.count = np.concatenate([self.count, np.zeros(n, dtype=np.int64)])
+        self.valid = np.concatenate([self.valid, np.zeros(n, dtype=np.bool_)])
+        self.state_score = np.concatenate([self.state_score, np.full(n, -np.inf)])
+        self.state_gpu = np.concatenate([self.state_gpu, np.full(n, -1, dtype=np.intp)])
+
+    def spread(self) -> None:
+        """Every candidate's score and GPU from its state's."""
+        inside = self.of >= 0
+        at = np.where(inside, self.of, 0)
+        if len(self.state_score):
+            self.score = np.where(inside, self.state_score[at], -np.inf)
+            self.gpu = np.where(inside, self.state_gpu[at], -1).astype(np.intp)
+        else:
+            self.score = np.full(len(self.of), -np.inf)
+            self.gpu = np.full(len(self.of), -1, dtype=np.intp)
 
 
 def _positions(candidates: npt.NDArray[np.intp], nodes: list[int]) -> npt.NDArray[np.intp]:
@@ -160,7 +201,7 @@ class ModelPlacer:
         # change in place)
         self.demand: Mapping[RequestType, int] = Counter()
         self._model_for: tuple[Mapping[RequestType, int], fragment.FragmentModel] | None = None
-        self._cache: dict[tuple[RequestType, int, int], _Scores] = {}
+        self._cache = state.scores
 
     @property
     def active(self) -> bool:
@@ -317,55 +358,144 @@ class ModelPlacer:
         self, needs: PodNeeds, candidates: npt.NDArray[np.intp], t: RequestType, pods: int
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
         """Every candidate's score (-inf where the request does not fit) and GPU pick (-1:
-        none). Kept per request: when asked again for the same candidates, only the nodes
-        changed since are scored again (a gang's pods, a flavor ranked then placed)."""
+        none). Kept per request, by node state (`_Scores`): when asked again for the same
+        candidates, only the nodes changed since are looked at again, and a new model (the
+        demand's mix moves every cycle that admits) scores the states, not every candidate.
+        The same as `_fresh`: a state's score is worked out as `score_all` works it out."""
         rows = self.ws.gpu_rows
         model = self.model()
-        key = (t, pods, needs.mem)
+        key = (t, pods, needs.mem, self.weights)
         hit = self._cache.get(key)
         if (
             hit is not None
-            and hit.model is model
             and hit.epoch == rows.epoch
             and (hit.candidates is candidates or np.array_equal(hit.candidates, candidates))
         ):
             changed = rows.touched[hit.seen :]
-            if changed:
-                sel = _positions(candidates, changed)
-                if len(sel) * 2 > len(candidates):
-                    hit.score, hit.gpu = self._fresh(needs, candidates, t, pods)
-                elif len(sel):
-                    self._patch(hit, needs, sel, t, pods)
-            hit.seen = len(rows.touched)
-            return hit.score, hit.gpu
-        score, gpu = self._fresh(needs, candidates, t, pods)
+            sel = _positions(candidates, changed) if changed else None
+            if sel is None or len(sel) * 2 <= len(candidates):
+                hit.seen = len(rows.touched)
+                if self._follow(hit, needs, sel, t, pods, model):
+                    return hit.score, hit.gpu
+        hit = self._states(needs, candidates, t, pods, model)
         if len(self._cache) >= CACHE_LIMIT:
             self._cache.clear()
-        self._cache[key] = _Scores(model, rows.epoch, len(rows.touched), candidates, score, gpu)
-        return score, gpu
+        self._cache[key] = hit
+        return hit.score, hit.gpu
 
-    def _patch(
+    def _states(
+        self,
+        needs: PodNeeds,
+        candidates: npt.NDArray[np.intp],
+        t: RequestType,
+        pods: int,
+        model: fragment.FragmentModel,
+    ) -> _Scores:
+        """The candidates grouped by state, as `score_all` groups those that fit, and scored."""
+        g = self.ws.gpu_rows
+        ok = self._fits(needs, candidates, t, pods)
+        of = np.full(len(candidates), -1, dtype=np.intp)
+        rows = g.rows[candidates[ok]]
+        cpu = np.minimum(g.cpu[candidates[ok]], CPU_CAP)
+        cls = self.cls[candidates[ok]]
+        if len(rows) >= 2:
+            first, inverse = fragment.same_states(rows, cpu, cls)
+        else:  # one node is its own state
+            first = inverse = np.zeros(len(rows), dtype=np.intp)
+        of[ok] = inverse
+        rows, cpu, cls = rows[first], cpu[first], cls[first]
+        keys = zip(rows, cpu.tolist(), cls.tolist(), strict=True)
+        ids = {(r.tobytes(), c, k): i for i, (r, c, k) in enumerate(keys)}
+        n = len(rows)
+        count = np.bincount(inverse, minlength=n).astype(np.int64)
+        hit = _Scores(model, g.epoch, len(g.touched), candidates, of, ids, rows, cpu, cls, count,
+                      np.zeros(n, dtype=np.bool_), np.full(n, -np.inf),
+                      np.full(n, -1, dtype=np.intp))  # fmt: skip
+        self._score_states(hit, t)
+        hit.spread()
+        return hit
+
+    def _follow(
+        self,
+        hit: _Scores,
+        needs: PodNeeds,
+        sel: npt.NDArray[np.intp] | None,
+        t: RequestType,
+        pods: int,
+        model: fragment.FragmentModel,
+    ) -> bool:
+        """Bring `hit` up to the nodes changed at `sel` and to `model`; False when it keeps
+        too many states to be worth keeping."""
+        if sel is not None and len(sel):
+            self._move(hit, needs, sel, t, pods)
+            if len(hit.ids) > STATES_LIMIT:
+                return False
+        if hit.model is not model:
+            hit.model = model
+            hit.valid[:] = False
+            self._score_states(hit, t)
+            hit.spread()
+            return True
+        self._score_states(hit, t)  # states nodes moved into
+        if sel is not None and len(sel):
+            at = hit.of[sel]
+            inside = at >= 0
+            hit.score[sel] = np.where(inside, hit.state_score[np.where(inside, at, 0)], -np.inf)
+            hit.gpu[sel] = np.where(inside, hit.state_gpu[np.where(inside, at, 0)], -1)
+        return True
+
+    def _move(
         self, hit: _Scores, needs: PodNeeds, sel: npt.NDArray[np.intp], t: RequestType, pods: int
     ) -> None:
-        """Score the candidates at `sel` again: what a node's score depends on (its free GPU
-        milli, CPU, whether its memory fits, its class) is looked up in the memo first."""
+        """The candidates at `sel` into the states they are in now (new states are added)."""
         g = self.ws.gpu_rows
         nodes = hit.candidates[sel]
-        need_mem = needs.mem * pods
-        keys = [
-            (g.rows[n].tobytes(), int(g.cpu[n]), bool(g.mem[n] >= need_mem), int(self.cls[n]))
-            for n in nodes
-        ]
-        todo = [k for k, key in enumerate(keys) if key not in hit.memo]
-        if todo:
-            if len(hit.memo) + len(todo) > MEMO_LIMIT:
-                hit.memo.clear()
-                todo = list(range(len(keys)))
-            score, gpu = self._fresh(needs, nodes[todo], t, pods)
-            for k, sc, gp in zip(todo, score.tolist(), gpu.tolist(), strict=True):
-                hit.memo[keys[k]] = (sc, gp)
-        for k, i in enumerate(sel.tolist()):
-            hit.score[i], hit.gpu[i] = hit.memo[keys[k]]
+        ok = self._fits(needs, nodes, t, pods).tolist()
+        added: list[tuple[npt.NDArray[np.int64], int, int]] = []
+        was = hit.of[sel]
+        for pos, n, fits in zip(sel.tolist(), nodes.tolist(), ok, strict=True):
+            if not fits:
+                hit.of[pos] = -1
+                continue
+            row, cpu, cls = g.rows[n], min(int(g.cpu[n]), CPU_CAP), int(self.cls[n])
+            key = (row.tobytes(), cpu, cls)
+            sid = hit.ids.get(key)
+            if sid is None:
+                sid = hit.ids[key] = len(hit.ids)
+                added.append((row.copy(), cpu, cls))
+            hit.of[pos] = sid
+        if added:
+            hit.add(added)
+        np.subtract.at(hit.count, was[was >= 0], 1)
+        now = hit.of[sel]
+        np.add.at(hit.count, now[now >= 0], 1)
+
+    def _score_states(self, hit: _Scores, t: RequestType) -> None:
+        """Score the states that hold candidates and have no score under `hit.model` (as
+        `score_all` scores them)."""
+        todo = np.flatnonzero(~hit.valid & (hit.count > 0))
+        if not len(todo):
+            return
+        rows, cpu, cls = hit.rows[todo], hit.cpu[todo], hit.cls[todo]
+        gain, choice = hit.model.score_one_each(rows, cpu, cls, t.cpu, t.num_gpu, t.milli)
+        hit.state_score[todo] = self._combine(gain, rows, t)
+        if choice is not None:
+            hit.state_gpu[todo] = choice
+        hit.valid[todo] = True
+
+    def _fits(
+        self, needs: PodNeeds, candidates: npt.NDArray[np.intp], t: RequestType, pods: int
+    ) -> npt.NDArray[np.bool_]:
+        """Which candidates the request fits (CPU, memory, and its GPUs)."""
+        g = self.ws.gpu_rows
+        ok: npt.NDArray[np.bool_] = (g.cpu[candidates] >= t.cpu) & (
+            g.mem[candidates] >= needs.mem * pods
+        )
+        if t.num_gpu and t.milli < MILLI:
+            ok &= (g.rows[candidates] >= t.milli).any(axis=1)
+        elif t.num_gpu:
+            ok &= (g.rows[candidates] == MILLI).sum(axis=1) >= t.num_gpu
+        return ok
 
     def _fresh(
         self, needs: PodNeeds, candidates: npt.NDArray[np.intp], t: RequestType, pods: int
@@ -406,7 +536,7 @@ class ModelPlacer:
         # scored per distinct node state, the weights added per state too: on a large cluster
         # thousands of candidates share a few dozen states
         first, inverse, gain, gpu_choice = self.model().score_states(
-            rows, np.minimum(cpu, fragment.MAX_SPEC_CPU * 64), self.cls[cand], t.cpu,
+            rows, np.minimum(cpu, CPU_CAP), self.cls[cand], t.cpu,
             t.num_gpu, t.milli,
         )  # fmt: skip
         score = self._combine(gain, rows[first], t)[inverse]

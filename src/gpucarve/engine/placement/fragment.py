@@ -282,6 +282,13 @@ class FragmentModel:
         first, inverse = same_states(rows, cpu, cls)
         return first, inverse, *self._score(rows[first], cpu[first], cls[first], cpu_req, n, m)
 
+    def score_one_each(
+        self, rows: IntArray, cpu: IntArray, cls: IntArray, cpu_req: int, n: int, m: int
+    ) -> tuple[FloatArray, npt.NDArray[np.intp] | None]:
+        """`score_states`' scores and GPU choices for rows that are distinct states already
+        (a caller that keeps its nodes grouped by state): one per row, as it gives them."""
+        return self._score(rows, cpu, cls, cpu_req, n, m)
+
     def _score(
         self, rows: IntArray, cpu_before: IntArray, cls: IntArray, cpu_req: int, n: int, m: int
     ) -> tuple[FloatArray, npt.NDArray[np.intp] | None]:

@@ -18,6 +18,14 @@ wakes from a quiet spell (no change for a whole wait) and the last whole collect
 thresholds made it for this process (`cli/scheduler_cmd.py`), and at a moment when little
 waits.
 
+What the process holds when the loop starts (the informers' first lists: every node and pod)
+is collected once and then frozen (`gc.freeze`), and so is what the first cycle built (the
+engine's index of the whole cluster): no young or middle collection walks it again,
+and the whole heap's collection unfreezes it, collects, and freezes what survived, so each
+young and middle collection walks only what is newer than the last whole one. At 5,000 nodes
+the first middle collection of a paced run walked those lists and took 136 ms, and the pods
+that arrived meanwhile waited for it.
+
 No collection starts while bindings are in flight (up to `DEFER_AT_MOST` cycles in a row): it
 holds every thread of the process, the binder's too, and a gang whose bindings it stopped
 half-way shows bound in part for as long as it lasts.
@@ -49,11 +57,20 @@ class Collector:
     def begin(self) -> None:
         self._was_enabled = gc.isenabled()
         gc.disable()
+        self._whole()
         self._whole_at = self._clock()
 
     def end(self) -> None:
+        gc.unfreeze()
         if self._was_enabled:
             gc.enable()
+
+    @staticmethod
+    def _whole() -> None:
+        """The whole heap, frozen objects too; what survives is frozen."""
+        gc.unfreeze()
+        gc.collect(2)
+        gc.freeze()
 
     def after_cycle(self, quiet: bool, binding: bool = False) -> int | None:
         """Collect what the cycle left: the generation collected (0, 1 or 2), or None when
@@ -66,12 +83,17 @@ class Collector:
         self._deferred = 0
         self._cycles += 1
         since = self._clock() - self._whole_at
-        if since >= WHOLE_LATEST_S or (quiet and since >= WHOLE_QUIET_S):
+        # the first cycle indexed the whole cluster for the engine: frozen with the rest
+        first = self._cycles == 1
+        if first or since >= WHOLE_LATEST_S or (quiet and since >= WHOLE_QUIET_S):
             generation = 2
             self._whole_at = self._clock()
         elif self._cycles % MIDDLE_EVERY == 0:
             generation = 1
         else:
             generation = 0
-        gc.collect(generation)
+        if generation == 2:
+            self._whole()
+        else:
+            gc.collect(generation)
         return generation

@@ -16,7 +16,7 @@ from gpucarve.kube.view.inventory import build_inventory
 from gpucarve.kube.view.pod_facts import PodFactsMemo
 from gpucarve.kube.view.pod_index import PodIndex
 from gpucarve.kube.view.pods import GroupSpec, WorkloadCache
-from gpucarve.kube.view.view_step import step_between
+from gpucarve.kube.view.view_step import maybe_gone, step_between
 from tests.unit.test_kube_view import EPOCH, POLICY, pod, ready_nodes
 
 GPU8 = {"nvidia.com/gpu": "8"}
@@ -102,6 +102,7 @@ def _cycles(
 
 
 FOLLOWED: list[int] = []  # steps followed by `_follows` (a test counts those it made)
+GONE_HINTED: list[int] = []  # running workloads gone where `maybe_gone` named candidates
 
 
 def _follows(before: View, after: View) -> None:
@@ -109,6 +110,10 @@ def _follows(before: View, after: View) -> None:
     fresh index of the second has (when the step is known)."""
     if before.layers is None or after.layers is None:
         return  # a slice claimed twice, a pod without an assignment: no layers to follow
+    hint = maybe_gone(before.layers, after.layers)
+    if hint is not None:  # every running workload gone between the two is among them
+        assert before.running_pods.keys() - after.running_pods.keys() <= set(hint)
+        GONE_HINTED.append(len(before.running_pods.keys() - after.running_pods.keys()))
     step = step_between(before.layers, after.layers)
     if step is None:
         return
@@ -266,3 +271,15 @@ def test_a_pod_bound_where_it_was_placed_is_not_validated_again(monkeypatch: Any
         assert [rw.workload.id for rw in v.snapshot.running] == ["research/zz"]
     assert bound.rebuilt == 1  # the gang was worked out again, from the cache
     assert built == ["zz"]
+
+
+def test_the_workloads_gone_between_views_are_among_those_the_step_names() -> None:
+    """`maybe_gone` (the runtime learner's candidates) names every running workload that left
+    between two views (checked in `_follows` for every pair of views of these tests), the
+    kept gangs' and the charged ones'; here some do leave."""
+    hinted = len(GONE_HINTED)
+    a = pod("a", "research", GPU1, "training-1", ["training-1/gpu0"])
+    b = pod("b", "research", GPU1, "training-1", ["training-1/gpu1"])
+    charged = pod("f", "research", GPU1, "training-1", scheduler="default-scheduler")
+    _cycles([([a, b, charged], {}, {}), ([a], {}, {}), ([a, charged], {}, {}), ([b], {}, {})])
+    assert sum(GONE_HINTED[hinted:]) >= 3  # b and f, then a and f

@@ -61,3 +61,18 @@ def test_a_finished_workload_is_exported_with_its_completion_and_run_time() -> N
         if x.name == "gpucarve_slowdown_bucket"
     }
     assert (buckets["1.25"], buckets["1.5"]) == (0, 1)  # 400 s over 300 s: 1.33
+
+
+def test_the_candidates_the_view_names_stand_for_the_comparison() -> None:
+    """Given the workloads that may have ended (`maybe_gone`), the learner looks at those only:
+    all of them named, it learns what the comparison of the two cycles learns; one left out
+    (never so by the view, which names a superset) is not looked at."""
+    books = []
+    for hint in (None, ["r/a", "r/b", "r/x"], ["r/b"]):
+        learner = RuntimeLearner()
+        s = _running(["a", "b"])
+        pods = {rw.workload.id: (f"{rw.workload.id}-pod",) for rw in s.running}
+        learner.observe(s, pods, lambda p: "Running", 100)
+        learner.observe(Snapshot(P, s.cluster), {}, lambda p: "Succeeded", 400, hint)
+        books.append(len(learner.book))
+    assert books == [2, 2, 1]

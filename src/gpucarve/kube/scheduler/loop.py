@@ -44,6 +44,7 @@ from gpucarve.kube.scheduler.binder import Binder
 from gpucarve.kube.scheduler.bound_elsewhere import BoundElsewhere
 from gpucarve.kube.scheduler.claim_writer import RESOURCE, ClaimWriter
 from gpucarve.kube.scheduler.collector import Collector
+from gpucarve.kube.scheduler.cycle_log import CycleLog
 from gpucarve.kube.scheduler.device_config import DeviceConfigs
 from gpucarve.kube.scheduler.evictions import (
     REFUSED_RETRY_S,
@@ -85,7 +86,7 @@ from gpucarve.kube.view.pod_facts import PodFactsMemo
 from gpucarve.kube.view.pod_index import PodIndex
 from gpucarve.kube.view.pods import WorkloadCache
 from gpucarve.kube.view.short_gangs import ShortGangs
-from gpucarve.kube.view.view_step import Layers, step_between
+from gpucarve.kube.view.view_step import Layers, maybe_gone, step_between
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger("gpucarve.scheduler")
@@ -154,6 +155,8 @@ class Scheduler:
         # never read by a decision)
         self._last_cycles: tuple[float, tuple[float, float]] = (0.0, (0.0, 0.0))
         self.collector = Collector(time.monotonic)
+        self.cycle_log = CycleLog(time.monotonic)
+        self._observed: Layers | None = None  # the layers of the view the learner saw last
         self.pods = Informer(client, "/api/v1/pods", self._poke)
         self.nodes = Informer(client, "/api/v1/nodes", self._poke)
         # Dynamic Resource Allocation, read when a pool of the policy is DRA-managed (a
@@ -527,7 +530,9 @@ class Scheduler:
             held = awaited_holds(snapshot, self.holding)
             snapshot = with_held(snapshot, held)
             layers = None if layers is None else layers.with_held(held)
-        self.runtimes.observe(view.snapshot, view.running_pods, self._phase_of, now)
+        observed, self._observed = self._observed, view.layers
+        hint = None if view.layers is None else maybe_gone(observed, view.layers)
+        self.runtimes.observe(view.snapshot, view.running_pods, self._phase_of, now, hint)
         snapshot = dataclasses.replace(snapshot, runtimes=self.runtimes.book)
         snapshot = self.short_gangs.dated(view, snapshot, now)
         snapshot = self._stepped(snapshot, layers)
@@ -564,14 +569,7 @@ class Scheduler:
             self._repartition(view, result)
         if self.observers:
             self._tell(view, snapshot, result)
-        if result.admissions or result.evictions:
-            log.info(
-                "cycle %d: %d pods bound, %d workloads evicted, %d pending",
-                self.cycles,
-                report.bound,
-                report.evicted,
-                report.pending,
-            )
+        self.cycle_log.cycle(self.cycles, report.bound, report.evicted, report.pending)
         return report
 
     def _stepped(self, snapshot: Snapshot, layers: Layers | None) -> Snapshot:

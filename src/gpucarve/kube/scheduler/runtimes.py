@@ -7,7 +7,7 @@ finish). The book lives as long as the scheduler; a restart starts it empty, and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from gpucarve.core.runtime import RuntimeBook
 from gpucarve.core.snapshot import Snapshot
@@ -30,14 +30,20 @@ class RuntimeLearner:
         running_pods: Mapping[str, tuple[str, ...]],
         phase_of: PhaseOf,
         now: int,
+        maybe_gone: Collection[str] | None = None,
     ) -> None:
         """Record the runs that ended since the last cycle; remember what runs now. A cycle
-        in which nothing ended costs no pass over what runs."""
+        in which nothing ended costs no pass over what runs. `maybe_gone`: the workloads that
+        may have ended since (`view_step.maybe_gone`), when the caller knows them; else the
+        two cycles' running workloads are compared."""
         last, self._last = self._last, (snapshot.running, running_pods)
         if last is None:
             return
         ran, pods_of = last
-        gone = pods_of.keys() - running_pods.keys()
+        if maybe_gone is None:
+            gone = pods_of.keys() - running_pods.keys()
+        else:
+            gone = {w for w in maybe_gone if w in pods_of and w not in running_pods}
         if not gone:
             return
         for rw in ran:  # in the snapshot's order, as the book always heard them

@@ -71,5 +71,16 @@ def step_between(before: Layers, after: Layers) -> Step | None:
     return Step(tuple(freed), tuple(taken), tuple(stopped), tuple(started))
 
 
+def maybe_gone(before: Layers | None, after: Layers) -> list[str] | None:
+    """The running workloads of the view `before` describes that may be gone from the one
+    `after` describes (a superset of those gone): the kept gangs dropped in between and what
+    was charged; None when the step is not known, and only a comparison of the two views'
+    running workloads tells."""
+    kept = after.kept
+    if before is None or kept is None or after.number != before.number + 1:
+        return None
+    return [rw.workload.id for rw in (*kept.stopped, *before.charged)]
+
+
 def _same(a: RunningWorkload | None, b: RunningWorkload) -> bool:
     return a is b or a == b

@@ -44,6 +44,9 @@ SEEN_LIMIT = 200_000  # memo entries kept before they are dropped
 CANDIDATE_LISTS = 256  # candidate arrays kept (each as long as a flavor's nodes)
 CACHE_LIMIT = 256  # requests whose scores are kept
 STATES_LIMIT = 4096  # node states a request's scores keep before they are worked out anew
+# a request whose candidates changed by more than 1 in this many is grouped anew (vectorised)
+# rather than moved node by node
+MOVED_AT_MOST = 8
 CPU_CAP = fragment.MAX_SPEC_CPU * 64  # CPU beyond this scores as this much
 TIE = 1e-9  # relative: scores this close are a tie (float sums of the same terms differ)
 
@@ -117,7 +120,9 @@ class _Scores:
     seen: int  # how much of `GpuRows.touched` these scores have taken in
     candidates: npt.NDArray[np.intp]
     of: npt.NDArray[np.intp]  # each candidate's state; -1: the request does not fit it
-    ids: dict[StateKey, int]
+    # the states by key, made when a node first moves (a state per node on a cluster whose
+    # nodes differ: most scores are grouped anew before any node moves)
+    ids: dict[StateKey, int] | None
     rows: npt.NDArray[np.int64]  # per state
     cpu: npt.NDArray[np.int64]
     cls: npt.NDArray[np.int64]
@@ -373,7 +378,7 @@ class ModelPlacer:
         ):
             changed = rows.touched[hit.seen :]
             sel = _positions(candidates, changed) if changed else None
-            if sel is None or len(sel) * 2 <= len(candidates):
+            if sel is None or len(sel) * MOVED_AT_MOST <= len(candidates):
                 hit.seen = len(rows.touched)
                 if self._follow(hit, needs, sel, t, pods, model):
                     return hit.score, hit.gpu
@@ -404,11 +409,9 @@ class ModelPlacer:
             first = inverse = np.zeros(len(rows), dtype=np.intp)
         of[ok] = inverse
         rows, cpu, cls = rows[first], cpu[first], cls[first]
-        keys = zip(rows, cpu.tolist(), cls.tolist(), strict=True)
-        ids = {(r.tobytes(), c, k): i for i, (r, c, k) in enumerate(keys)}
         n = len(rows)
         count = np.bincount(inverse, minlength=n).astype(np.int64)
-        hit = _Scores(model, g.epoch, len(g.touched), candidates, of, ids, rows, cpu, cls, count,
+        hit = _Scores(model, g.epoch, len(g.touched), candidates, of, None, rows, cpu, cls, count,
                       np.zeros(n, dtype=np.bool_), np.full(n, -np.inf),
                       np.full(n, -1, dtype=np.intp))  # fmt: skip
         self._score_states(hit, t)
@@ -428,7 +431,7 @@ class ModelPlacer:
         too many states to be worth keeping."""
         if sel is not None and len(sel):
             self._move(hit, needs, sel, t, pods)
-            if len(hit.ids) > STATES_LIMIT:
+            if len(hit.rows) > STATES_LIMIT:
                 return False
         if hit.model is not model:
             hit.model = model
@@ -436,10 +439,12 @@ class ModelPlacer:
             self._score_states(hit, t)
             hit.spread()
             return True
-        self._score_states(hit, t)  # states nodes moved into
         if sel is not None and len(sel):
             at = hit.of[sel]
             inside = at >= 0
+            into = at[inside]
+            if not hit.valid[into].all():  # states nodes moved into, not scored yet
+                self._score_states(hit, t, np.unique(into[~hit.valid[into]]))
             hit.score[sel] = np.where(inside, hit.state_score[np.where(inside, at, 0)], -np.inf)
             hit.gpu[sel] = np.where(inside, hit.state_gpu[np.where(inside, at, 0)], -1)
         return True
@@ -451,6 +456,10 @@ class ModelPlacer:
         g = self.ws.gpu_rows
         nodes = hit.candidates[sel]
         ok = self._fits(needs, nodes, t, pods).tolist()
+        ids = hit.ids
+        if ids is None:
+            keys = zip(hit.rows, hit.cpu.tolist(), hit.cls.tolist(), strict=True)
+            ids = hit.ids = {(r.tobytes(), c, k): i for i, (r, c, k) in enumerate(keys)}
         added: list[tuple[npt.NDArray[np.int64], int, int]] = []
         was = hit.of[sel]
         for pos, n, fits in zip(sel.tolist(), nodes.tolist(), ok, strict=True):
@@ -459,9 +468,9 @@ class ModelPlacer:
                 continue
             row, cpu, cls = g.rows[n], min(int(g.cpu[n]), CPU_CAP), int(self.cls[n])
             key = (row.tobytes(), cpu, cls)
-            sid = hit.ids.get(key)
+            sid = ids.get(key)
             if sid is None:
-                sid = hit.ids[key] = len(hit.ids)
+                sid = ids[key] = len(ids)
                 added.append((row.copy(), cpu, cls))
             hit.of[pos] = sid
         if added:
@@ -470,10 +479,13 @@ class ModelPlacer:
         now = hit.of[sel]
         np.add.at(hit.count, now[now >= 0], 1)
 
-    def _score_states(self, hit: _Scores, t: RequestType) -> None:
-        """Score the states that hold candidates and have no score under `hit.model` (as
-        `score_all` scores them)."""
-        todo = np.flatnonzero(~hit.valid & (hit.count > 0))
+    def _score_states(
+        self, hit: _Scores, t: RequestType, todo: npt.NDArray[np.intp] | None = None
+    ) -> None:
+        """Score the states `todo` (by default every one that holds candidates and has no
+        score under `hit.model`) as `score_all` scores them."""
+        if todo is None:
+            todo = np.flatnonzero(~hit.valid & (hit.count > 0))
         if not len(todo):
             return
         rows, cpu, cls = hit.rows[todo], hit.cpu[todo], hit.cls[todo]

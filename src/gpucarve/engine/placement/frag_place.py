@@ -429,55 +429,70 @@ class ModelPlacer:
     ) -> bool:
         """Bring `hit` up to the nodes changed at `sel` and to `model`; False when it keeps
         too many states to be worth keeping."""
-        if sel is not None and len(sel):
-            self._move(hit, needs, sel, t, pods)
-            if len(hit.rows) > STATES_LIMIT:
-                return False
+        moved = self._move(hit, needs, sel, t, pods) if sel is not None and len(sel) else []
+        if len(hit.rows) > STATES_LIMIT:
+            return False
         if hit.model is not model:
             hit.model = model
             hit.valid[:] = False
             self._score_states(hit, t)
             hit.spread()
             return True
-        if sel is not None and len(sel):
-            at = hit.of[sel]
-            inside = at >= 0
-            into = at[inside]
-            if not hit.valid[into].all():  # states nodes moved into, not scored yet
-                self._score_states(hit, t, np.unique(into[~hit.valid[into]]))
-            hit.score[sel] = np.where(inside, hit.state_score[np.where(inside, at, 0)], -np.inf)
-            hit.gpu[sel] = np.where(inside, hit.state_gpu[np.where(inside, at, 0)], -1)
+        states = [int(hit.of[pos]) for pos in moved]
+        todo = sorted({sid for sid in states if sid >= 0 and not hit.valid[sid]})
+        if todo:  # states nodes moved into, not scored yet
+            self._score_states(hit, t, np.asarray(todo, dtype=np.intp))
+        for pos, sid in zip(moved, states, strict=True):
+            if sid >= 0:
+                hit.score[pos], hit.gpu[pos] = hit.state_score[sid], hit.state_gpu[sid]
+            else:
+                hit.score[pos], hit.gpu[pos] = -np.inf, -1
         return True
 
     def _move(
         self, hit: _Scores, needs: PodNeeds, sel: npt.NDArray[np.intp], t: RequestType, pods: int
-    ) -> None:
-        """The candidates at `sel` into the states they are in now (new states are added)."""
+    ) -> list[int]:
+        """The candidates at `sel` into the states they are in now (new states are added);
+        their positions. Node by node in plain Python: a few nodes moved is the common case,
+        and NumPy's cost per call outweighs the work on so few."""
         g = self.ws.gpu_rows
-        nodes = hit.candidates[sel]
-        ok = self._fits(needs, nodes, t, pods).tolist()
         ids = hit.ids
         if ids is None:
             keys = zip(hit.rows, hit.cpu.tolist(), hit.cls.tolist(), strict=True)
             ids = hit.ids = {(r.tobytes(), c, k): i for i, (r, c, k) in enumerate(keys)}
+        need_mem, share = needs.mem * pods, t.num_gpu and t.milli < MILLI
         added: list[tuple[npt.NDArray[np.int64], int, int]] = []
-        was = hit.of[sel]
-        for pos, n, fits in zip(sel.tolist(), nodes.tolist(), ok, strict=True):
+        into: list[int] = []
+        positions: list[int] = sel.tolist()
+        for pos in positions:
+            n = int(hit.candidates[pos])
+            old = int(hit.of[pos])
+            if old >= 0:
+                hit.count[old] -= 1
+            row, cpu = g.rows[n], int(g.cpu[n])
+            fits = cpu >= t.cpu and int(g.mem[n]) >= need_mem  # as `_fits` judges
+            if fits and t.num_gpu:
+                free = row.tolist()
+                fits = (
+                    any(v >= t.milli for v in free)
+                    if share
+                    else sum(v == MILLI for v in free) >= t.num_gpu
+                )
             if not fits:
                 hit.of[pos] = -1
                 continue
-            row, cpu, cls = g.rows[n], min(int(g.cpu[n]), CPU_CAP), int(self.cls[n])
-            key = (row.tobytes(), cpu, cls)
+            key = (row.tobytes(), min(cpu, CPU_CAP), int(self.cls[n]))
             sid = ids.get(key)
             if sid is None:
                 sid = ids[key] = len(ids)
-                added.append((row.copy(), cpu, cls))
+                added.append((row.copy(), key[1], key[2]))
             hit.of[pos] = sid
+            into.append(sid)
         if added:
             hit.add(added)
-        np.subtract.at(hit.count, was[was >= 0], 1)
-        now = hit.of[sel]
-        np.add.at(hit.count, now[now >= 0], 1)
+        for sid in into:
+            hit.count[sid] += 1
+        return positions
 
     def _score_states(
         self, hit: _Scores, t: RequestType, todo: npt.NDArray[np.intp] | None = None

@@ -551,7 +551,7 @@ class Scheduler:
         waiting = self._waiting()  # with the admissions of this cycle
         why = {w: r.reason for w, r in self.refused.items()}
         report.pending = self.reporter.pending(view, result, waiting, why)
-        self.reporter.queues(self.policy, view, result, waiting, self.engine.held())
+        self.reporter.queues(self.policy, view, result, waiting, self.engine.held)
         outside = outside_the_cycle(self.policy, view, waiting)
         self.metrics.observe_cycle(snapshot, result, took, outside)
         if POD_GROUPS in self.served or WORKLOAD_API in self.served:

@@ -99,11 +99,11 @@ class Reporter:
         view: View,
         result: CycleResult,
         waiting: dict[str, frozenset[str]],
-        held: Held | None = None,
+        held: Callable[[], Held | None] | None = None,
     ) -> None:
         """Each Queue's status after the cycle, written where it changed; worked out at most
         every `QUEUE_STATUS_EVERY_S` under one policy (a new policy's cycle always). `held`:
-        what the cycle's engine says the queues hold (`Engine.held`)."""
+        asks what the cycle's engine says the queues hold (`Engine.held`), only when due."""
         now = self.clock()
         last = self._queues_at
         if last is not None and last[1] is policy and now - last[0] < _QUEUE_EVERY:
@@ -111,7 +111,7 @@ class Reporter:
         self._queues_at = (now, policy)
         waiting_ids = [w for w in view.snapshot.pending if w.id in waiting]
         for name, status in queue_statuses(
-            policy, view.snapshot.running, result, waiting_ids, held
+            policy, view.snapshot.running, result, waiting_ids, held() if held else None
         ).items():
             if self.queue_status.get(name) != status:
                 self.queue_status[name] = status

@@ -11,7 +11,8 @@ research's wait until its last start (p95), production's and data science's wait
 mean over the seeds. Variants: both off; reservations alone (reserveAfterSeconds 900); reclaim
 sparing alone (reclaimLargeVictimRatio `--ratio`, reclaimLargeVictimAfterSeconds `--after`); both;
 reclaim's grace alone (reclaimGraceSeconds `--grace`); sparing and grace; consolidation alone
-(consolidateMaxMoves 4); sparing, grace and consolidation.
+(consolidateMaxMoves 4); sparing, grace and consolidation; loans that wait for lenders'
+waiting work (loansWaitForLenders) alone, with grace, with sparing and grace, and with all three.
 Figures, not assertions: tests check the mechanisms, this shows what they buy.
 """
 
@@ -47,6 +48,7 @@ def variants(policy: Policy, after: int, grace: int, ratio: int = 4) -> dict[str
         reclaim_large_ratio=None,
         reclaim_grace_s=None,
         consolidate_max_moves=None,
+        loans_wait_for_lenders=False,
     )
     reserve = dataclasses.replace(off, reserve_after_s=900)
     spare = dataclasses.replace(off, reclaim_large_ratio=ratio, reclaim_large_after_s=after)
@@ -55,6 +57,7 @@ def variants(policy: Policy, after: int, grace: int, ratio: int = 4) -> dict[str
     spare_wait = dataclasses.replace(spare, reclaim_grace_s=grace)
     move = dataclasses.replace(off, consolidate_max_moves=MOVES)
     spare_wait_move = dataclasses.replace(spare_wait, consolidate_max_moves=MOVES)
+    lw = {"loans_wait_for_lenders": True}
     return {
         name: dataclasses.replace(policy, scheduling=sched)
         for name, sched in (
@@ -66,6 +69,10 @@ def variants(policy: Policy, after: int, grace: int, ratio: int = 4) -> dict[str
             ("spare + grace", spare_wait),
             (f"moves ({MOVES})", move),
             ("spare + grace + moves", spare_wait_move),
+            ("loans wait", dataclasses.replace(off, **lw)),
+            ("grace + loans wait", dataclasses.replace(wait, **lw)),
+            ("spare + grace + loans wait", dataclasses.replace(spare_wait, **lw)),
+            ("spare+grace+moves+loans wait", dataclasses.replace(spare_wait_move, **lw)),
         )
     }
 

@@ -365,6 +365,7 @@ def _scheduling(spec: PolicySpec) -> SchedulingConfig:
         reclaim_past_budget_s=s.reclaimPastBudgetAfterSeconds,
         max_pods_per_cycle=s.maxPodsPerCycle,
         consolidate_max_moves=s.consolidateMaxMoves,
+        loans_wait_for_lenders=s.loansWaitForLenders,
     )
 
 

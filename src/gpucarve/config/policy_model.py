@@ -325,6 +325,14 @@ class SchedulingSpec(_Strict):
         "time the gang gains by starting now exceeds the progress they lose. null (the "
         "default): no consolidation; see docs/engine.md for what it trades.",
     )
+    loansWaitForLenders: bool = Field(
+        default=False,
+        description="A queue's unused nominal quota is not lent while work of that queue that "
+        "fits within it waits (for room on the nodes, say): a loan made then would be "
+        "reclaimed as soon as that work finds room, throwing the borrower's progress away. "
+        "The borrower waits instead, with a reason that names the lender. false (the "
+        "default): whatever is unused is lent; see docs/engine.md for what it trades.",
+    )
     maxPodsPerCycle: int | None = Field(
         default=DEFAULT_MAX_PODS_PER_CYCLE,
         ge=1,

@@ -425,6 +425,10 @@ class SchedulingConfig:
     # Running workloads a cycle may move (evict to be re-placed) so that a gang quota admits,
     # but no node set holds, fits now (None: no consolidation; engine.consolidate).
     consolidate_max_moves: int | None = None
+    # A queue's unused nominal quota is not lent while its own work that fits within that
+    # quota waits (engine.quota.Quotas.waiting): a loan made then is reclaimed as soon as room
+    # for that work appears, and the borrower's progress is thrown away.
+    loans_wait_for_lenders: bool = False
 
 
 @dataclass(frozen=True, slots=True)

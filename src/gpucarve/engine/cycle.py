@@ -75,6 +75,7 @@ class Cycle:
         if not s.cfg.gang:
             podwise.continue_partial_gangs(s)
         skip = gang_timeout.release(s)
+        s.note_waiting(skip)
         reservation.reserve_starving(s)
         drained = drain.drain(s)
         by_queue: dict[str, deque[Workload]] = {}

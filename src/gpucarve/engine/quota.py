@@ -53,6 +53,10 @@ class Standing:
     pool_room: int = 0
     has_quota: bool = True
     unit: GpuUnit | None = None
+    # What of the pool is kept from this loan for lenders' waiting work, and those lenders
+    # (scheduling.loansWaitForLenders); already taken off pool_room.
+    withheld: int = 0
+    withheld_for: tuple[str, ...] = ()
 
     @property
     def borrow(self) -> int:
@@ -113,7 +117,13 @@ class Standing:
             return at + " and is in no cohort to borrow from"
         if first is Limit.BORROWING_LIMIT:
             return at + f"; borrowing limit {self.amount(self.borrowing_limit)}"
-        return at + f"; cohort {self.cohort} has {self.amount(self.cohort_lends)} to lend"
+        lends = f"; cohort {self.cohort} has {self.amount(self.cohort_lends)} to lend"
+        if self.withheld:
+            lends += (
+                f" ({self.amount(self.withheld)} more kept for work of queue "
+                f"{', '.join(self.withheld_for)} that waits within its nominal quota)"
+            )
+        return at + lends
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +169,9 @@ class Quotas:
         self.members: dict[str, list[str]] = {}
         self.pool: dict[tuple[str, str], int] = {}
         self._keys: dict[tuple[str, str], Charges] = {}
+        # (queue, key) -> what the queue's waiting work within its nominal quota asks of the
+        # key; set by the cycle only under scheduling.loansWaitForLenders (empty: lend all).
+        self.waiting: dict[tuple[str, str], int] = {}
         for q in policy.queues:
             if q.cohort is not None:
                 self.members.setdefault(q.cohort, []).append(q.name)
@@ -249,14 +262,46 @@ class Quotas:
             return Standing(queue, key, need, has_quota=False, unit=unit)
         used = self.used(queue, key)
         cohort = self.queues[queue].cohort
-        room = draw = 0
+        room = draw = kept = 0
+        lenders: tuple[str, ...] = ()
         if cohort is not None:
             room = self.pool.get((cohort, key), 0) - self.pool_used(cohort, key)
             draw = max(0, used + need - lim.guaranteed) - max(0, used - lim.guaranteed)
+            if self.waiting and used + need > lim.nominal:  # a loan
+                kept, lenders = self.withheld(cohort, key, queue)
+                room -= kept
         return Standing(
             queue, key, need, used, lim.nominal, lim.borrowing_limit, cohort, draw, room, True,
-            unit,
+            unit, kept, lenders,
         )  # fmt: skip
+
+    def withheld(self, cohort: str, key: str, borrower: str) -> tuple[int, tuple[str, ...]]:
+        """What of the cohort's pool is not lent to `borrower`: each other member's unused
+        nominal quota of `key`, up to what its own waiting work asks there; with the members
+        that keep it."""
+        kept = 0
+        lenders: list[str] = []
+        for q in self.members.get(cohort, ()):
+            want = self.waiting.get((q, key), 0) if q != borrower else 0
+            lim = self.limits.get((q, key))
+            if want <= 0 or lim is None:
+                continue
+            n = min(want, lim.lendable, max(0, lim.nominal - self.used(q, key)))
+            if n > 0:
+                kept += n
+                lenders.append(q)
+        return kept, tuple(lenders)
+
+    def note_waiting(self, queue: str, demand: Mapping[str, int], sign: int = 1) -> None:
+        """Count `demand` (slices per flavor) of `queue`'s waiting work (sign 1), or take
+        back what it was charged once admitted (sign -1)."""
+        for key, n in self.charge(queue, demand).items():
+            k = (queue, key)
+            left = self.waiting.get(k, 0) + sign * n
+            if left > 0:
+                self.waiting[k] = left
+            else:
+                self.waiting.pop(k, None)
 
     def check(self, queue: str, demand: Mapping[str, int]) -> QuotaVerdict:
         for key, d in sorted(self.charge(queue, demand).items()):

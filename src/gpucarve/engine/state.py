@@ -11,7 +11,7 @@ whoever admits.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
@@ -91,8 +91,24 @@ class CycleState:
         # against later work expected to run past its start (queueing.behind)
         self.queue_reserved: dict[tuple[str, str], Hold] = {}
         self.reserved_notes: dict[str, str] = {}  # workload -> what it reserved, for its reason
+        # workload -> the demand it counts in quotas.waiting (scheduling.loansWaitForLenders)
+        self.waiting_demand: dict[str, dict[str, int]] = {}
         if self.placer.model.active:
             self.placer.model.set_demand(snapshot.pending, self._first_needs)
+
+    def note_waiting(self, skip: Collection[str]) -> None:
+        """Under scheduling.loansWaitForLenders: count what each pending workload that fits
+        within its queue's nominal quota (beside what the queue holds) asks, so that quota is
+        not lent while it waits. Work that could only run on loan keeps nothing back."""
+        if not self.cfg.loans_wait_for_lenders:
+            return
+        for w in self.snapshot.pending:
+            if w.id in skip or self.first_flavors(w) is None:
+                continue
+            demand = self.first_demand(w)
+            if demand and self.quotas.within_nominal(w.queue, demand):
+                self.waiting_demand[w.id] = demand
+                self.quotas.note_waiting(w.queue, demand)
 
     def runtime(self, w: Workload) -> tuple[int, str]:
         """Seconds `w` is expected to run, and whence (core.runtime)."""
@@ -219,6 +235,9 @@ class CycleState:
             if (b := self.quotas.borrowed(w.queue, k)) > 0
         )
         self.pods_placed += len(placed)
+        counted = self.waiting_demand.pop(w.id, None)
+        if counted is not None:
+            self.quotas.note_waiting(w.queue, counted, -1)
         admission = Admission(
             workload=w.id,
             queue=w.queue,

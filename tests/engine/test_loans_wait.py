@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpucarve.core.snapshot import Snapshot
+from gpucarve.engine import run_cycle
 from gpucarve.engine.decisions import Plugin
+from gpucarve.engine.explain import explain, render
 from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
 
 
@@ -90,3 +92,16 @@ def test_what_the_lender_was_given_in_the_cycle_is_no_longer_kept() -> None:
     )
     result, _ = cycle(s, 100)
     assert sorted(result.admitted_ids()) == ["borrower/more", "lender/mine"]
+
+
+def test_explain_names_the_lender_that_keeps_its_quota() -> None:
+    p = _policy(wait=True)
+    s = submit(
+        _lent(p),
+        workload(p, "mine", "lender", gpus=8, submit=100),
+        workload(p, "more", "borrower", gpus=4, submit=100),
+    )
+    e = explain(s, run_cycle(s, 100), "borrower/more")
+    assert e is not None and e.state == "pending"
+    text = "\n".join(render(e))
+    assert "queue lender keeps 8 h100-full of its unused nominal quota from loans" in text, text

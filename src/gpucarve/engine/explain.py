@@ -72,6 +72,20 @@ def _demand(snapshot: Snapshot, w: Workload) -> dict[str, int]:
     return dict(out)
 
 
+def _note_waiting(
+    snapshot: Snapshot, result: CycleResult, quotas: Quotas, pending: dict[str, Workload]
+) -> None:
+    """What the work still waiting after the cycle keeps from loans, as the next cycle counts
+    it (scheduling.loansWaitForLenders; engine.state.CycleState.note_waiting)."""
+    for p in result.pending:
+        pw = pending.get(p.workload)
+        if pw is None:
+            continue
+        d = _demand(snapshot, pw)
+        if d and quotas.within_nominal(pw.queue, d):
+            quotas.note_waiting(pw.queue, d)
+
+
 def _fair_share(snapshot: Snapshot, quotas: Quotas, queue: str) -> str:
     waiting = sorted({w.queue for w in snapshot.pending} | {queue})
     order = sorted(waiting, key=lambda q: (quotas.fair_share(q), q))
@@ -95,6 +109,8 @@ def explain(snapshot: Snapshot, result: CycleResult, workload: str) -> Explanati
     # admissions made before this workload's turn took their share
     after = apply(snapshot, result)
     quotas = Quotas(policy, dict(usage_after(snapshot.running, result)))
+    if policy.scheduling.loans_wait_for_lenders:
+        _note_waiting(snapshot, result, quotas, pending)
     queue = policy.queue(w.queue)
     demand = _demand(snapshot, w)
     charged = quotas.charge(w.queue, demand)
@@ -224,6 +240,12 @@ def _quota_hints(
             f"of its own {what} must be given back first, or raise borrowingLimit"
         )
     if queue.cohort is not None and st.borrow > 0:
+        if st.withheld:
+            out.append(
+                f"queue {', '.join(st.withheld_for)} keeps {n(st.withheld)} {what} of its "
+                "unused nominal quota from loans while its own work waits for it "
+                "(scheduling.loansWaitForLenders): the loan waits until that work starts"
+            )
         if st.borrow > st.cohort_lends:
             out.append(
                 f"it must borrow {n(st.borrow)} and cohort {queue.cohort} lends "

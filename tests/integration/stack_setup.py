@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
-from gpucarve.devcluster.stack import LocalStack
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.api.client import Client
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.kube.view.nodes import node_manifests
@@ -38,6 +38,18 @@ def example_policy(folder: Path) -> Path:
     path = folder / "policy.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
+
+
+@contextmanager
+def populated(
+    workdir: Path, policy_file: Path, namespaces: Iterable[str]
+) -> Iterator[tuple[LocalStack, Api, Path]]:
+    """A stack in `workdir/stack` with `policy_file`'s namespaces, nodes and queues
+    (`populate`), and the administrator's client, while the block runs."""
+    with LocalStack(find_binaries(), workdir / "stack") as stack:
+        api = Api(stack.server, stack.tokens[ADMIN_USER])
+        populate(stack, api, policy_file, namespaces)
+        yield stack, api, policy_file
 
 
 @contextmanager

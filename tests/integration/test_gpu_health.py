@@ -20,11 +20,11 @@ from gpucarve.agent.health_loop import NodeAgent
 from gpucarve.agent.readings import GpuReading, Xid
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.vocabulary import UNHEALTHY_ANNOTATION, UNHEALTHY_TAINT
-from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.devcluster.stack import LocalStack
 from gpucarve.kube.api.client import Client
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import condition, create_pod, node_of, pod, pods_in
-from tests.integration.stack_setup import example_policy, populate, scheduling
+from tests.integration.stack_setup import example_policy, populated, scheduling
 
 pytestmark = pytest.mark.integration
 NODE = "training-0"
@@ -48,10 +48,8 @@ class FakeGpus:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[LocalStack, Api, Path]]:
     policy_file = example_policy(tmp_path)
-    with LocalStack(find_binaries(), tmp_path / "stack") as stack:
-        api = Api(stack.server, stack.tokens[ADMIN_USER])
-        populate(stack, api, policy_file, ["research"])
-        yield stack, api, policy_file
+    with populated(tmp_path, policy_file, ["research"]) as both:
+        yield both
 
 
 def _on_node(name: str, gpus: int) -> dict[str, Any]:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
+from gpucarve.devcluster.stack import LocalStack
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import condition, create_pod, node_of, pod, pods_in
-from tests.integration.stack_setup import populate, scheduling
+from tests.integration.stack_setup import populated, scheduling
 
 pytestmark = pytest.mark.integration
 
@@ -44,10 +44,8 @@ POLICY: dict[str, Any] = {
 def cluster(tmp_path: Path) -> Iterator[tuple[LocalStack, Api, Path]]:
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(POLICY))
-    with LocalStack(find_binaries(), tmp_path / "stack") as stack:
-        api = Api(stack.server, stack.tokens[ADMIN_USER])
-        populate(stack, api, policy_file, ["lender", "borrower"])
-        yield stack, api, policy_file
+    with populated(tmp_path, policy_file, ["lender", "borrower"]) as both:
+        yield both
 
 
 def _waiting(api: Api, ns: str, name: str) -> str | None:

@@ -26,7 +26,7 @@ from gpucarve.kube.api.client import Client
 from tests.dynamic_mig_policy import dynamic_mig_doc
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import create_pod, node_of, pod, pods_in
-from tests.integration.stack_setup import example_policy, populate, scheduling
+from tests.integration.stack_setup import example_policy, populate, populated, scheduling
 from tests.integration.test_mig_handoff import CM_NS, _run
 from tests.pod_resources_server import PodResourcesServer
 
@@ -70,10 +70,8 @@ def _reconciled(api: Api, ns: str) -> list[dict[str, Any]]:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[LocalStack, Api, Path]]:
     policy_file = example_policy(tmp_path)
-    with LocalStack(find_binaries(), tmp_path / "stack") as stack:
-        api = Api(stack.server, stack.tokens[ADMIN_USER])
-        populate(stack, api, policy_file, ["research"])
-        yield stack, api, policy_file
+    with populated(tmp_path, policy_file, ["research"]) as both:
+        yield both
 
 
 def _on(node: str, name: str, gpus: int) -> dict[str, Any]:

@@ -72,6 +72,18 @@ def test_lender_work_that_could_only_run_on_loan_keeps_nothing_back() -> None:
     assert admitted == ["borrower/more"] and reason is None
 
 
+def test_lender_work_no_node_could_hold_keeps_nothing_back() -> None:
+    # one pod of 12 GPUs, within the lender's nominal 12, on nodes of 8: never admitted
+    p = _policy(wait=True)
+    s = submit(
+        _lent(p),
+        workload(p, "huge", "lender", gpus=12, submit=100),
+        workload(p, "more", "borrower", gpus=4, submit=100),
+    )
+    result, _ = cycle(s, 100)
+    assert result.admitted_ids() == ["borrower/more"]
+
+
 def test_a_lender_with_nothing_waiting_lends_as_before() -> None:
     p = _policy(wait=True)
     s = submit(_lent(p), workload(p, "more", "borrower", gpus=4, submit=100))
@@ -105,3 +117,31 @@ def test_explain_names_the_lender_that_keeps_its_quota() -> None:
     assert e is not None and e.state == "pending"
     text = "\n".join(render(e))
     assert "queue lender keeps 8 h100-full of its unused nominal quota from loans" in text, text
+
+
+def test_explain_counts_no_lender_work_that_can_never_be_admitted() -> None:
+    # Every GPU is taken (the lender 4, the borrower 12 of which 8 lent): the borrower's next
+    # job waits on the cohort either way; only lender work that could run keeps quota.
+    p = _policy(wait=True)
+    s = snapshot(
+        p,
+        [
+            workload(p, "own", "lender", gpus=4),
+            workload(p, "big", "borrower", gpus=8),
+            workload(p, "small", "borrower", gpus=4),
+        ],
+    )
+    _, s = cycle(s, 0)
+
+    def hints(selector: dict[str, str] | None) -> str:
+        s2 = submit(
+            s,
+            workload(p, "next", "lender", gpus=4, submit=100, node_selector=selector),
+            workload(p, "more", "borrower", gpus=4, submit=100),
+        )
+        e = explain(s2, run_cycle(s2, 100), "borrower/more")
+        assert e is not None and e.state == "pending"
+        return "\n".join(e.hints)
+
+    assert "queue lender keeps 4 h100-full" in hints(None)
+    assert "keeps" not in hints({"gpucarve.io/pool": "nowhere"})  # no node matches

@@ -79,7 +79,7 @@ def _note_waiting(
     it (scheduling.loansWaitForLenders; engine.state.CycleState.note_waiting)."""
     for p in result.pending:
         pw = pending.get(p.workload)
-        if pw is None:
+        if pw is None or p.reason.stage is Stage.VALIDATION:  # never admitted: keeps nothing
             continue
         d = _demand(snapshot, pw)
         if d and quotas.within_nominal(pw.queue, d):

@@ -99,11 +99,14 @@ class CycleState:
     def note_waiting(self, skip: Collection[str]) -> None:
         """Under scheduling.loansWaitForLenders: count what each pending workload that fits
         within its queue's nominal quota (beside what the queue holds) asks, so that quota is
-        not lent while it waits. Work that could only run on loan keeps nothing back."""
+        not lent while it waits. Work that could only run on loan keeps nothing back, nor
+        does work no node could ever hold (a tenant's pod asking more than a node has would
+        otherwise keep its queue's quota idle for ever)."""
         if not self.cfg.loans_wait_for_lenders:
             return
         for w in self.snapshot.pending:
-            if w.id in skip or self.first_flavors(w) is None:
+            combo = None if w.id in skip else self.first_flavors(w)
+            if combo is None or self.ceilings.never_fits(w, combo) is not None:
                 continue
             demand = self.first_demand(w)
             if demand and self.quotas.within_nominal(w.queue, demand):

@@ -282,9 +282,9 @@ class Quotas:
         kept = 0
         lenders: list[str] = []
         for q in self.members.get(cohort, ()):
-            want = self.waiting.get((q, key), 0) if q != borrower else 0
+            want = self.waiting.get((q, key), 0)
             lim = self.limits.get((q, key))
-            if want <= 0 or lim is None:
+            if q == borrower or want <= 0 or lim is None:
                 continue
             n = min(want, lim.lendable, max(0, lim.nominal - self.used(q, key)))
             if n > 0:

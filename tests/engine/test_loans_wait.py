@@ -38,12 +38,13 @@ def _lent(p: Any) -> Snapshot:
     return s
 
 
-def _then(p: Any, lender_pods: int) -> tuple[list[str], Any]:
+def _then(p: Any, lender_pods: int, gpus: int = 8) -> tuple[list[str], Any]:
     """At 100 s (before reclaim may take anything: minRuntimeSeconds), the lender asks for
-    `lender_pods` whole nodes and the borrower for 4 more GPUs, which are free."""
+    `lender_pods` pods of `gpus` (whole nodes) and the borrower for 4 more GPUs, which are
+    free."""
     s = submit(
         _lent(p),
-        workload(p, "mine", "lender", gpus=8, pods=lender_pods, submit=100),
+        workload(p, "mine", "lender", gpus=gpus, pods=lender_pods, submit=100),
         workload(p, "more", "borrower", gpus=4, submit=100),
     )
     result, _ = cycle(s, 100)
@@ -74,14 +75,8 @@ def test_lender_work_that_could_only_run_on_loan_keeps_nothing_back() -> None:
 
 def test_lender_work_no_node_could_hold_keeps_nothing_back() -> None:
     # one pod of 12 GPUs, within the lender's nominal 12, on nodes of 8: never admitted
-    p = _policy(wait=True)
-    s = submit(
-        _lent(p),
-        workload(p, "huge", "lender", gpus=12, submit=100),
-        workload(p, "more", "borrower", gpus=4, submit=100),
-    )
-    result, _ = cycle(s, 100)
-    assert result.admitted_ids() == ["borrower/more"]
+    admitted, reason = _then(_policy(wait=True), lender_pods=1, gpus=12)
+    assert admitted == ["borrower/more"] and reason is None
 
 
 def test_a_lender_with_nothing_waiting_lends_as_before() -> None:

@@ -14,6 +14,7 @@ from gpucarve.config.policy_build import load_policy
 from gpucarve.core.vocabulary import SCHEDULER_OWNED_ANNOTATIONS
 from gpucarve.webhook.admission import mutate, pod_problems
 from gpucarve.webhook.bypass import owned_changes
+from tests.json_patch import apply_patch
 from tests.paths import BUILTIN
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
@@ -32,25 +33,6 @@ def _pod(ns: str = "research", limits: dict[str, str] | None = None, **spec: Any
 
 def _codes(pod: Any) -> list[str]:
     return sorted(p.code for p in pod_problems(POLICY, pod, "gpucarve"))
-
-
-def _apply(pod: Any, patch: list[dict[str, Any]]) -> Any:
-    """The JSON patch's add and remove ops (all the webhook emits), as the API server would."""
-    out = copy.deepcopy(pod)
-    for op in patch:
-        *parents, last = [
-            p.replace("~1", "/").replace("~0", "~") for p in op["path"][1:].split("/")
-        ]
-        node = out
-        for key in parents:
-            node = node[int(key)] if isinstance(node, list) else node[key]
-        if op["op"] == "remove":
-            del node[last]
-        elif isinstance(node, list):
-            node.append(op["value"]) if last == "-" else node.insert(int(last), op["value"])
-        else:
-            node[last] = op["value"]
-    return out
 
 
 GPU = {"nvidia.com/gpu": "1"}
@@ -97,7 +79,7 @@ def test_env_from_in_a_container_without_a_gpu_is_neutralised() -> None:
     p["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "settings"}}]
     assert _codes(p) == ["device-env-from"]  # had the mutating webhook not run
     m = mutate(POLICY, p, "gpucarve", "UID")
-    after = _apply(p, m.patch)
+    after = apply_patch(p, m.patch)
     assert after["spec"]["containers"][0]["env"] == [
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
     ]
@@ -123,7 +105,7 @@ def test_a_fractions_config_map_comes_last() -> None:
     p = _pod()
     p["metadata"]["annotations"] = {"gpucarve.io/gpu-fraction": "250"}
     p["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "settings"}}]
-    after = _apply(p, mutate(POLICY, p, "gpucarve", "ABC").patch)
+    after = apply_patch(p, mutate(POLICY, p, "gpucarve", "ABC").patch)
     refs = after["spec"]["containers"][0]["envFrom"]
     assert refs[-1] == {"configMapRef": {"name": "gpucarve-gpu-abc"}}
     assert "env" not in after["spec"]["containers"][0]  # its GPU comes through the ConfigMap
@@ -140,7 +122,7 @@ def test_scheduler_owned_annotations_are_removed_at_creation_and_frozen_after() 
         "team": "x",
     }
     assert _codes(p) == ["scheduler-owned", "scheduler-owned"]
-    after = _apply(p, mutate(POLICY, p, "gpucarve", "U").patch)
+    after = apply_patch(p, mutate(POLICY, p, "gpucarve", "U").patch)
     assert set(after["metadata"]["annotations"]) == {"team", "gpucarve.io/mutated"}
     assert _codes(after) == []
     # an update that sets or changes one is refused; other changes are not

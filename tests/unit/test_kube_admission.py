@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.policy import Policy
+from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION, FRACTION_ANNOTATION
 from gpucarve.core.workload import Workload
 from gpucarve.webhook.admission import (
     claim_problems,
@@ -16,6 +19,7 @@ from gpucarve.webhook.admission import (
     queue_problems,
     wants_gpu,
 )
+from tests.json_patch import apply_patch
 from tests.paths import BUILTIN, EXAMPLES
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
@@ -194,6 +198,33 @@ def test_pods_that_claim_devices_are_gpucarves_where_the_policy_has_dra_pools() 
     # without DRA pools, claims are another driver's business: left alone
     plain = {op["path"] for op in mutate(POLICY, claiming, "gpucarve").patch}
     assert "/spec/schedulerName" not in plain
+
+
+@pytest.mark.parametrize(
+    "ref", [{"resourceClaimTemplateName": "t"}, {"resourceClaimName": "shared"}]
+)
+def test_a_pod_that_claims_dra_devices_passes_both_webhooks_as_the_api_server_calls_them(
+    ref: dict[str, str],
+) -> None:
+    """The API server calls the mutating webhook with a review uid, then the validating one on
+    the mutated pod: a DRA pod gets its GPUs from the DRA driver, so no device ConfigMap is
+    given to it (which validation would then refuse as set by gpucarve only)."""
+    from tests.paths import EXAMPLES
+
+    dra = load_policy(EXAMPLES / "dra" / "policy.yaml").policy
+    claiming = _pod("research", {})
+    claiming["spec"]["resourceClaims"] = [{"name": "gpu", **ref}]
+    claiming["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    m = mutate(dra, claiming, "gpucarve", review_uid="0a1b2c")
+    mutated = apply_patch(claiming, m.patch)
+    assert DEVICE_CONFIG_ANNOTATION not in mutated["metadata"].get("annotations", {})
+    assert all("envFrom" not in c for c in mutated["spec"]["containers"])
+    assert pod_problems(dra, mutated) == []
+    # a fraction still gets its device ConfigMap, and passes too
+    fraction = _pod("notebooks", {}, annotations={FRACTION_ANNOTATION: "500"})
+    given = apply_patch(fraction, mutate(POLICY, fraction, "gpucarve", review_uid="9f").patch)
+    assert given["metadata"]["annotations"][DEVICE_CONFIG_ANNOTATION] == "gpucarve-gpu-9f"
+    assert pod_problems(POLICY, given) == []
 
 
 def _claim(requests: list[dict[str, Any]], ns: str = "research") -> dict[str, Any]:

@@ -97,7 +97,9 @@ def _device_config(m: Mutation, pod: Mapping[str, Any], review_uid: str) -> None
     (`kube.device_config`): named here, from the review's uid (the pod has neither name nor
     uid yet when it is created from a generateName)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if DEVICE_CONFIG in annotations or _requests_device(pod.get("spec") or {}):
+    # Only a fraction reaches its GPU this way: a pod that claims DRA devices gets them from
+    # the DRA driver, one that asks the device plugin from the kubelet.
+    if DEVICE_CONFIG in annotations or not fraction_only(pod):
         return
     name = f"gpucarve-gpu-{review_uid.lower()}"[:253]
     m.annotations[DEVICE_CONFIG] = name

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from gpucarve.config.policy_build import load_policy
+from gpucarve.core.problems import Severity
 from gpucarve.core.vocabulary import SCHEDULER_OWNED_ANNOTATIONS
-from gpucarve.webhook.admission import mutate, pod_problems
+from gpucarve.webhook.admission import mutate, pod_problems, pod_review
 from gpucarve.webhook.bypass import owned_changes
 from tests.json_patch import apply_patch
 from tests.paths import BUILTIN
@@ -161,15 +162,22 @@ def test_what_can_never_run_is_refused_with_what_to_change() -> None:
     assert "needs 16 h100-full" in p.message
 
 
-def test_a_selector_no_node_matches_names_the_label_gfd_publishes() -> None:
+def test_a_selector_no_node_of_the_policy_matches_is_admitted_with_a_warning() -> None:
+    """A node may carry the catalog's name, or a label the policy does not know, so these are
+    no certain refusal: admitted, with the nearest label GFD publishes in a warning that
+    kubectl prints."""
     # the guides' product name; GPU Feature Discovery publishes NVIDIA-H100-80GB-HBM3
     wrong = _pod(limits=GPU, nodeSelector={"nvidia.com/gpu.product": "H100-SXM5-80GB"})
-    (p,) = _problems(wrong)
-    assert p.code == "can-never-fit", p
-    assert "can never be admitted" in p.message
+    assert _problems(wrong) == []
+    (p,) = pod_review(POLICY, wrong, "gpucarve")
+    assert (p.code, p.severity) == ("may-never-fit", Severity.WARNING), p
     assert "did you mean nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3?" in p.message
     right = _pod(limits=GPU, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
-    assert _problems(right) == []
+    assert pod_review(POLICY, right, "gpucarve") == []
     typo = _pod(limits=GPU, nodeSelector={"nvidia.com/gpu.prodcut": "NVIDIA-H100-80GB-HBM3"})
-    (p,) = _problems(typo)
+    assert _problems(typo) == []
+    (p,) = pod_review(POLICY, typo, "gpucarve")
     assert "did you mean nvidia.com/gpu.product?" in p.message
+    # a name no node of the pool may carry is certain
+    (p,) = _problems(_pod(limits=GPU, nodeSelector={"nvidia.com/gpu.product": "Tesla-T4"}))
+    assert p.code == "can-never-fit"

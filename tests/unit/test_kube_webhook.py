@@ -167,3 +167,23 @@ def test_a_claim_no_device_could_serve_is_denied_at_creation_only() -> None:
     # a claim's spec cannot change: its updates (finalizers) are never refused
     update = _review_of(claim, kind="ResourceClaim", operation="UPDATE", oldObject=claim)
     assert json.loads(_post("/validate", update, DRA)[1])["response"]["allowed"] is True
+
+
+def test_a_selector_only_the_clusters_own_labels_could_satisfy_is_admitted_with_a_warning() -> None:
+    def pod(selector: dict[str, str]) -> dict[str, Any]:
+        limits = {"nvidia.com/gpu": "1"}
+        container = {"name": "c", "resources": {"limits": limits}}
+        spec = {"nodeSelector": selector, "containers": [container]}
+        return {"metadata": {"name": "p", "namespace": "research"}, "spec": spec}
+
+    _, raw = _post("/validate", _review_of(pod({"kubernetes.io/hostname": "gpu-7"})))
+    response = json.loads(raw)["response"]
+    assert response["allowed"] is True and "warnings" not in response
+    _, raw = _post("/validate", _review_of(pod({"nvidia.com/gpu.prodcut": "x"})))
+    response = json.loads(raw)["response"]
+    assert response["allowed"] is True
+    (warning,) = response["warnings"]
+    assert "did you mean nvidia.com/gpu.product?" in warning
+    _, raw = _post("/validate", _review_of(pod({"nvidia.com/gpu.product": "Tesla-T4"})))
+    response = json.loads(raw)["response"]
+    assert response["allowed"] is False and "can never be admitted" in response["status"]["message"]

@@ -200,6 +200,49 @@ class ClusterState:
         return out
 
 
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+def gfd_expectations(pool: Pool) -> tuple[tuple[str, ...], dict[str, str]]:
+    """What GPU Feature Discovery may say on a node of `pool`: the product names it may
+    publish (the model's id, aliases and GFD names; under the single MIG strategy, the MIG
+    device's), and the value of each other label it writes that the pool decides (count,
+    memory, and replicas outside MIG). A node that says otherwise is not the pool's."""
+    m = pool.model
+    names: tuple[str, ...] = (m.id, *m.aliases, *m.gfd_products)
+    said = {"nvidia.com/gpu.count": str(pool.gpus_per_node),
+            "nvidia.com/gpu.memory": str(m.memory_mib)}  # fmt: skip
+    if pool.mig_single:
+        profile = pool.mig_layouts[0][0].profile
+        names = tuple(f"{n}-MIG-{profile}" for n in names)
+        said["nvidia.com/gpu.count"] = str(sum(len(layout) for layout in pool.mig_layouts))
+        said["nvidia.com/gpu.memory"] = str(
+            next(p.memory_mib for p in (m.mig.profiles if m.mig else ()) if p.name == profile)
+        )
+    if pool.sharing is not SharingMode.MIG:
+        said["nvidia.com/gpu.replicas"] = str(pool.replicas)
+    return names, said
+
+
+def decided_labels(pool: Pool) -> dict[str, frozenset[str | None]]:
+    """The node labels whose values the policy decides for the nodes of `pool` that gpucarve
+    places on, each with the values such a node can carry (None: the label is absent). Every
+    other label (hostname, zone, an administrator's) is the cluster's, unknown to the policy.
+    A node whose GFD labels disagree is kept out of placements (`kube/view/inventory.py`), the
+    scheduler writes the mode label before it places, and a node joins a pool by its pool
+    label or by the pool's `nodeLabels`."""
+    names, said = gfd_expectations(pool)
+    out: dict[str, frozenset[str | None]] = {
+        PRODUCT_LABEL: frozenset([*names, None]),
+        MODE_LABEL: frozenset([pool.sharing.value]),
+    }
+    for key, value in said.items():
+        out[key] = frozenset([value, None])
+    by_labels = dict(pool.node_labels)
+    out[POOL_LABEL] = frozenset([pool.name, *([by_labels.get(POOL_LABEL)] if by_labels else [])])
+    return out
+
+
 def _node_labels(pool: Pool, policy: Policy, index: int) -> tuple[tuple[str, str], ...]:
     m = pool.model
     labels = dict(pool.node_labels)

@@ -10,14 +10,16 @@ the webhook refuses is exactly what the scheduler would leave pending with the s
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucarve.core.cluster import build_cluster
+from gpucarve.core.cluster import build_cluster, decided_labels
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.problems import Problem, Severity
 from gpucarve.core.snapshot import Snapshot
@@ -27,10 +29,11 @@ from gpucarve.core.vocabulary import (
     DRA_MIG_CLASS,
     MODE_LABEL,
     MUTATED_ANNOTATION,
+    POOL_LABEL,
     QUEUE_LABEL,
     QUEUE_LABELS,
 )
-from gpucarve.core.workload import Workload
+from gpucarve.core.workload import LabelRequirement, Operator, PodSet, Workload
 from gpucarve.engine.admit import never_fits
 from gpucarve.engine.state import CycleState
 from gpucarve.engine.working import Working
@@ -197,6 +200,14 @@ def pod_problems(
 ) -> list[Problem]:
     """Why the scheduler could never run this pod, or why it would reach a GPU past its
     queue (errors only); empty for a pod gpucarve does not govern."""
+    return [p for p in pod_review(policy, pod, scheduler_name) if p.severity is Severity.ERROR]
+
+
+def pod_review(
+    policy: Policy, pod: Mapping[str, Any], scheduler_name: str = "gpucarve"
+) -> list[Problem]:
+    """`pod_problems`, and warnings: what only the cluster's own labels could let run (a
+    selector no node of the policy carries, which a node may still be given)."""
     meta = pod.get("metadata") or {}
     if not governed(policy, str(meta.get("namespace") or "")):
         return []
@@ -247,16 +258,88 @@ def warm(policy: Policy) -> None:
 def never_fit_problems(policy: Policy, pod: Mapping[str, Any], w: Workload) -> list[Problem]:
     """What the scheduler would report as never admissible (no flavor of the queue serves
     it, or a ceiling: more than any node or the queue's reach, a selector no node matches),
-    from the engine's own checks on the policy's cluster: refused at `kubectl apply`."""
+    from the engine's own checks on the policy's cluster: refused at `kubectl apply` where
+    certain (`certain_part`); a selector only the policy's nodes fail is a warning."""
     with _FITS_LOCK:  # the decisions run in worker threads; the engine's memos are shared
-        reasons = never_fits(_empty_cycle(policy), w)
+        state = _empty_cycle(policy)
+        reasons, severity = never_fits(state, certain_part(policy, w)), Severity.ERROR
+        if not reasons and any(ps.node_selector or ps.affinity for ps in w.pod_sets):
+            reasons, severity = never_fits(state, _suspect_part(policy, w)), Severity.WARNING
     meta = pod.get("metadata") or {}
     name = str(meta.get("name") or meta.get("generateName") or "pod")
+    if severity is Severity.WARNING:
+        return [
+            Problem((name, "spec"), "may-never-fit",
+                    f"{r.message.replace('can never be admitted: ', '')} ({r.stage}/"
+                    f"{r.plugin}): it waits until a node carries what it selects",
+                    "label a node so, or fix the selector", Severity.WARNING)
+            for r in reasons[:1]
+        ]  # fmt: skip
     return [
         Problem((name, "spec"), "can-never-fit", f"{r.message} ({r.stage}/{r.plugin})",
                 "change what the message names: nothing that frees up would let it run")
         for r in reasons[:1]
     ]  # fmt: skip
+
+
+def certain_part(policy: Policy, w: Workload) -> Workload:
+    """`w` with its node selection judged only where the policy decides the answer.
+
+    The empty cycle's nodes are the policy's, with its labels alone; the cluster's own
+    (hostname, zone, whatever an administrator puts on nodes, now or later) are unknown to
+    it, so a requirement on one can never make a refusal certain. A pod set whose selector
+    and required affinity could hold, on the labels the policy decides, on nodes of some
+    pools is narrowed to those pools (every policy node carries its pool label); one that
+    could hold on none keeps its requirements on decided labels, for the engine to name."""
+    domains = {pool.name: decided_labels(pool) for pool in policy.pools}
+    sets = []
+    for ps in w.pod_sets:
+        if not (ps.node_selector or ps.affinity):
+            sets.append(ps)
+            continue
+        could = sorted(name for name, d in domains.items() if _could_select(ps, d))
+        if len(could) == len(domains):
+            sets.append(dataclasses.replace(ps, node_selector=(), affinity=()))
+        elif could:
+            term = (LabelRequirement(POOL_LABEL, Operator.IN, tuple(could)),)
+            sets.append(dataclasses.replace(ps, node_selector=(), affinity=(term,)))
+        else:
+            decided = set().union(*domains.values())
+            sets.append(_keep(ps, decided.__contains__))
+    return dataclasses.replace(w, pod_sets=tuple(sets))
+
+
+def _keep(ps: PodSet, wanted: Callable[[str], bool]) -> PodSet:
+    """`ps` with only the selector's and required affinity's requirements on `wanted` keys
+    (a term left with none goes)."""
+    terms = (tuple(r for r in term if wanted(r.key)) for term in ps.affinity)
+    selector = tuple(kv for kv in ps.node_selector if wanted(kv[0]))
+    return dataclasses.replace(ps, node_selector=selector, affinity=tuple(t for t in terms if t))
+
+
+def _suspect_part(policy: Policy, w: Workload) -> Workload:
+    """`w` with only its requirements on labels the policy decides or on names close to one
+    (a typo): where the policy's nodes fail those, a warning is worth the reader's time; the
+    cluster's own labels (hostname, zone) are no news."""
+    decided = set().union(*(decided_labels(pool) for pool in policy.pools))
+
+    def near(key: str) -> bool:
+        return key in decided or bool(difflib.get_close_matches(key, decided, n=1, cutoff=0.8))
+
+    return dataclasses.replace(w, pod_sets=tuple(_keep(ps, near) for ps in w.pod_sets))
+
+
+def _could_select(ps: PodSet, domain: Mapping[str, frozenset[str | None]]) -> bool:
+    """Whether some node whose decided labels take values in `domain` could satisfy the pod
+    set's node selector and required affinity (labels outside `domain`: anything)."""
+
+    def could(req: LabelRequirement) -> bool:
+        values = domain.get(req.key)
+        return values is None or any(req.matches({} if v is None else {req.key: v}) for v in values)
+
+    if not all(could(LabelRequirement(k, Operator.IN, (v,))) for k, v in ps.node_selector):
+        return False
+    return not ps.affinity or any(all(could(r) for r in term) for term in ps.affinity)
 
 
 def device_env_problems(pod: Mapping[str, Any]) -> list[Problem]:

@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gpucarve.core.policy import Policy
-from gpucarve.core.problems import Problem
+from gpucarve.core.problems import Problem, Severity
 from gpucarve.webhook.admission import (
     claim_problems,
     denial,
@@ -33,7 +33,7 @@ from gpucarve.webhook.admission import (
     governed,
     mutate,
     pod_group_problems,
-    pod_problems,
+    pod_review,
     queue_problems,
 )
 from gpucarve.webhook.bypass import owned_changes
@@ -57,8 +57,16 @@ class AsciiJSON(JSONResponse):
         return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-def _review(uid: str, allowed: bool, message: str = "", patch: list[Any] | None = None) -> Any:
+def _review(
+    uid: str,
+    allowed: bool,
+    message: str = "",
+    patch: list[Any] | None = None,
+    warnings: list[str] | None = None,
+) -> Any:
     response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if warnings:  # kubectl prints them ("Warning: …")
+        response["warnings"] = warnings
     if not allowed:
         response["status"] = {"code": 403, "reason": "Forbidden", "message": message}
     if patch:
@@ -130,7 +138,7 @@ def _problems(policy: Policy, req: dict[str, Any], scheduler_name: str) -> list[
     op, sub = req.get("operation"), req.get("subResource")
     if kind == "Pod" and op == "CREATE":
         obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
-        return pod_problems(policy, obj, scheduler_name)
+        return pod_review(policy, obj, scheduler_name)
     if kind == "Pod" and op == "UPDATE" and not sub:
         return _pod_update(req)
     if kind == "Pod" and sub == "ephemeralcontainers":
@@ -157,9 +165,11 @@ def _validate(policy: Policy, req: dict[str, Any], scheduler_name: str) -> Any:
         # an object of a shape the checks do not know: refused (fail closed), never a 500
         log.warning("review %s: malformed object refused: %s", req["uid"], exc)
         return _review(req["uid"], False, f"gpucarve: the object is malformed ({exc!r:.200})")
-    if problems:
-        return _review(req["uid"], False, denial(problems))
-    return _review(req["uid"], True)
+    errors = [p for p in problems if p.severity is Severity.ERROR]
+    if errors:
+        return _review(req["uid"], False, denial(errors))
+    warnings = [f"gpucarve: {p.location}: {p.message} (fix: {p.fix})" for p in problems]
+    return _review(req["uid"], True, warnings=warnings)
 
 
 def _mutate(policy: Policy, req: dict[str, Any], scheduler_name: str) -> Any:

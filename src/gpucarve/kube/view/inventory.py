@@ -23,11 +23,13 @@ from typing import Any
 
 from gpucarve.config.device_select import Device
 from gpucarve.core.cluster import (
+    PRODUCT_LABEL,
     UNAVAILABLE_TAINTS,
     ClusterState,
     Node,
     Slice,
     check_layouts,
+    gfd_expectations,
     pool_node,
 )
 from gpucarve.core.policy import DeviceApi, Policy, Pool, SharingMode, Taint
@@ -40,7 +42,6 @@ from gpucarve.kube.view.device_truth import pod_devices, unhealthy_gpus
 from gpucarve.kube.view.dra import DraDevices, device_unit, devices_key, dra_problems
 from gpucarve.kube.view.mig_layout import Change, NodeLayout, node_change, node_layout
 
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 UNSCHEDULABLE_TAINT, NOT_READY_TAINT, MISMATCH_TAINT = (
     Taint(key, "", "NoSchedule") for key in UNAVAILABLE_TAINTS
 )
@@ -139,30 +140,15 @@ def _mismatches(
     out: list[str] = []
     labels = node["metadata"].get("labels") or {}
     product = labels.get(PRODUCT_LABEL)
-    m = pool.model
-    names: tuple[str, ...] = (m.id, *m.aliases, *m.gfd_products)
-    said: dict[str, object] = {
-        "nvidia.com/gpu.count": pool.gpus_per_node,
-        "nvidia.com/gpu.memory": m.memory_mib,
-    }
-    if pool.mig_single:
-        # GFD describes the MIG device: `<product>-MIG-<profile>`, instances, their memory
-        profile = pool.mig_layouts[0][0].profile
-        names = tuple(f"{n}-MIG-{profile}" for n in names)
-        said["nvidia.com/gpu.count"] = sum(len(layout) for layout in pool.mig_layouts)
-        said["nvidia.com/gpu.memory"] = next(
-            p.memory_mib for p in (m.mig.profiles if m.mig else ()) if p.name == profile
-        )
+    names, said = gfd_expectations(pool)
     if product is not None and product not in names:
         out.append(
             f"{PRODUCT_LABEL}={product} but pool {pool.name} is {names[0]}; move the node to "
             f"a pool of that model or fix the pool's gpuModel"
         )
-    if pool.sharing is not SharingMode.MIG:
-        said["nvidia.com/gpu.replicas"] = pool.replicas
     for label, want in said.items():
         have = labels.get(label)
-        if have is not None and str(have) != str(want):
+        if have is not None and str(have) != want:
             out.append(
                 f"GPU Feature Discovery says {label}={have}, pool {pool.name} expects {want}; "
                 f"fix the pool or move the node"

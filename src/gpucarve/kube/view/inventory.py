@@ -146,21 +146,21 @@ def _mismatches(
             f"{PRODUCT_LABEL}={product} but pool {pool.name} is {names[0]}; move the node to "
             f"a pool of that model or fix the pool's gpuModel"
         )
-    for label, want in said.items():
+    for label, value in said.items():
         have = labels.get(label)
-        if have is not None and str(have) != want:
+        if have is not None and str(have) != value:
             out.append(
-                f"GPU Feature Discovery says {label}={have}, pool {pool.name} expects {want}; "
+                f"GPU Feature Discovery says {label}={have}, pool {pool.name} expects {value}; "
                 f"fix the pool or move the node"
             )
     strategy = labels.get("nvidia.com/mig.strategy")
     if pool.sharing is SharingMode.MIG and strategy in ("single", "mixed"):
-        want = "single" if pool.mig_single else "mixed"
-        if strategy != want:
+        strategy_want = "single" if pool.mig_single else "mixed"
+        if strategy != strategy_want:
             out.append(
-                f"the node runs the {strategy} MIG strategy, pool {pool.name} the {want} one; "
-                f"set `mig: {{strategy: {strategy}}}` on the pool or the device plugin's "
-                f"migStrategy to {want} (gpucarve render device-plugin)"
+                f"the node runs the {strategy} MIG strategy, pool {pool.name} the "
+                f"{strategy_want} one; set `mig: {{strategy: {strategy}}}` on the pool or the "
+                f"device plugin's migStrategy to {strategy_want} (gpucarve render device-plugin)"
             )
     seen = {k: _quantity(v, 1) for k, v in allocatable.items() if str(k).startswith(GPU_PREFIX)}
     renaming = _renaming(pool, seen, expected)

@@ -4,6 +4,7 @@ validation)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import yaml
 
 from tests.integration.api import Api
 from tests.integration.chart import CHART, NAMESPACE, RELEASE, helm, install, object_path, render
-from tests.paths import BUILTIN
+from tests.paths import BUILTIN, EXAMPLES
 
 pytestmark = pytest.mark.integration
 POLICY = BUILTIN / "three-teams.yaml"
@@ -164,13 +165,18 @@ def test_the_rendered_nvidia_config_maps_are_accepted(admin: Api, command: list[
     assert body["data"] == cm["data"]
 
 
-def test_the_rendered_namespace_objects_are_accepted(admin: Api) -> None:
+@pytest.mark.parametrize(
+    "policy", [POLICY, EXAMPLES / "dra" / "policy.yaml"], ids=["plugin", "dra"]
+)
+def test_the_rendered_namespace_objects_are_accepted(admin: Api, policy: Path) -> None:
+    """The backstop applies as rendered, DRA pools' devices capped by device class (a
+    `requests.` of a device class is refused by the API server, so none of it would apply)."""
     from typer.testing import CliRunner
 
     from gpucarve.cli.main import app
     from tests.integration.chart import apply, ensure_namespace
 
-    result = CliRunner().invoke(app, ["render", "namespaces", "--policy", str(POLICY)])
+    result = CliRunner().invoke(app, ["render", "namespaces", "--policy", str(policy)])
     assert result.exit_code == 0, result.output
     objs = [o for o in yaml.safe_load_all(result.output) if o]
     kinds = sorted({o["kind"] for o in objs})

@@ -9,6 +9,7 @@ import yaml
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.config.quota_import import import_quotas
+from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.render.namespaces import namespace_objects
 from tests.paths import BUILTIN
@@ -73,3 +74,38 @@ def test_what_the_policy_would_refuse_is_refused_here(tmp_path: Path, text: str,
         import_quotas(path, POLICY)
     (problem,) = err.value.problems
     assert problem.code == code and problem.fix, problem
+
+
+def test_dra_quotas_by_device_class_come_back_as_the_flavor_of_that_class(tmp_path: Path) -> None:
+    from tests.paths import EXAMPLES
+
+    dra = load_policy(EXAMPLES / "dra" / "policy.yaml").policy
+    path = tmp_path / "objs.yaml"
+    path.write_text("".join("---\n" + yaml.safe_dump(o) for o in namespace_objects(dra)))
+    with pytest.raises(InvalidInput) as err:
+        import_quotas(path, dra)  # gpu.nvidia.com devices: H100s and shared L40S alike
+    said = " ".join(f"{p.location} {p.message} {p.fix}" for p in err.value.problems)
+    assert "gpu.nvidia.com.deviceclass.resource.k8s.io/devices" in said
+    assert "split the quota by hand among h100-dra-full, l40s-dra-shared" in said
+    # a class that one flavor alone serves becomes that flavor's quota
+    one = dra_policy_with_one_mig_profile(tmp_path)
+    hard = {"mig.nvidia.com.deviceclass.resource.k8s.io/devices": "2"}
+    quota = {"kind": "ResourceQuota", "metadata": {"namespace": "research", "name": "q"},
+             "spec": {"hard": hard}}  # fmt: skip
+    path.write_text(yaml.safe_dump(quota))
+    (queue,) = import_quotas(path, one)["queues"]
+    assert queue["quota"] == {"a100-dra-mig-3g.40gb": {"nominal": 2}}
+
+
+def dra_policy_with_one_mig_profile(tmp_path: Path) -> Policy:
+    from tests.paths import EXAMPLES
+
+    doc = yaml.safe_load((EXAMPLES / "dra" / "policy.yaml").read_text())
+    for pool in doc["pools"]:
+        if pool["name"] == "a100-mig":
+            pool["mig"]["layout"] = {"3g.40gb": 2}
+    path = tmp_path / "one-profile.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    loaded = load_policy(path).policy
+    assert loaded is not None
+    return loaded

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.render.namespaces import namespace_objects, split_warnings
-from tests.paths import BUILTIN
+from tests.paths import BUILTIN, EXAMPLES
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
 
@@ -68,3 +68,21 @@ def test_a_share_of_nothing_is_warned() -> None:
     warnings = split_warnings(load_policy_text(raw))
     assert any("namespace team-24 gets 0 of" in w for w in warnings), warnings
     assert split_warnings(POLICY) == []
+
+
+def test_dra_devices_are_capped_by_device_class_and_never_as_an_extended_resource() -> None:
+    dra = load_policy(EXAMPLES / "dra" / "policy.yaml").policy
+    objs = namespace_objects(dra)
+    hard = {o["metadata"]["namespace"]: o["spec"]["hard"]
+            for o in objs if o["kind"] == "ResourceQuota"}  # fmt: skip
+    research = hard["research"]
+    # research: h100-dra-full 8 + 8 borrowed, l40s-dra-shared 8 (both gpu.nvidia.com devices)
+    assert research["gpu.nvidia.com.deviceclass.resource.k8s.io/devices"] == "24"
+    assert research["mig.nvidia.com.deviceclass.resource.k8s.io/devices"] == "2"
+    assert research["requests.nvidia.com/gpu"] == "8"  # the device-plugin A100s
+    keys = {k for h in hard.values() for k in h}
+    assert not any(k.startswith("requests.") and "nvidia.com/" not in k for k in keys), keys
+    assert "requests.gpu.nvidia.com" not in keys
+    for o in objs:
+        if o["kind"] == "LimitRange":
+            assert all(k.startswith("nvidia.com/") for k in o["spec"]["limits"][0]["max"])

@@ -26,7 +26,7 @@ from gpucarve.config.yaml_source import parse_yaml
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.quantity import QuantityError, whole_count
-from gpucarve.core.vocabulary import PREEMPTIBLE_LABEL
+from gpucarve.core.vocabulary import DEVICE_CLASS_QUOTA_SUFFIX, PREEMPTIBLE_LABEL
 
 MAX_BYTES = 16 * 1024 * 1024
 _SEPARATOR = re.compile(r"^---\s*$", re.MULTILINE)
@@ -102,9 +102,13 @@ def _quota_entry(
     where: Where, key: str, value: object, by_resource: Mapping[str, list[str]], policy: Policy
 ) -> tuple[str, int] | Problem | None:
     """One hard limit as (flavor, nominal); None for what is no GPU request limit."""
-    resource = key.removeprefix("requests.").removeprefix("limits.")
-    if not resource.startswith("nvidia.com/") or key.startswith("limits."):
-        return None
+    if key.endswith(f".{DEVICE_CLASS_QUOTA_SUFFIX}"):
+        resource = key  # DRA devices, by device class
+    else:
+        resource = key.removeprefix("requests.").removeprefix("limits.")
+        if not resource.startswith("nvidia.com/") or key.startswith("limits."):
+            return None
+        resource = f"requests.{resource}"
     at = (*where, "spec", "hard", key)
     flavors = by_resource.get(resource, [])
     if len(flavors) != 1:
@@ -146,7 +150,7 @@ def quota_blocks(
     problems: list[Problem] = []
     by_resource: dict[str, list[str]] = {}
     for name, flavor in sorted(policy.flavors.items()):
-        by_resource.setdefault(flavor.resource_name, []).append(name)
+        by_resource.setdefault(flavor.quota_name, []).append(name)
     queues: dict[str, dict[str, int]] = {}
     classes: list[dict[str, Any]] = []
     for where, obj in objs:

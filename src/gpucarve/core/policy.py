@@ -13,7 +13,12 @@ from enum import StrEnum
 
 from gpucarve.core.catalog import MILLI_PER_GPU, GpuModel
 from gpucarve.core.mig import Instance
-from gpucarve.core.vocabulary import BLOCK_LABEL, DRA_GPU_CLASS, DRA_MIG_CLASS
+from gpucarve.core.vocabulary import (
+    BLOCK_LABEL,
+    DEVICE_CLASS_QUOTA_SUFFIX,
+    DRA_GPU_CLASS,
+    DRA_MIG_CLASS,
+)
 
 
 class SharingMode(StrEnum):
@@ -87,6 +92,14 @@ class Flavor:
         if self.kind in (SliceKind.TIME_SLICE, SliceKind.MPS):
             return "nvidia.com/gpu.shared"
         return "nvidia.com/gpu"
+
+    @property
+    def quota_name(self) -> str:
+        """What a ResourceQuota's `hard` caps one slice of this flavor by: the device
+        resource's requests, or for a DRA flavor the count of devices of its class."""
+        if self.dra:
+            return f"{self.resource_name}.{DEVICE_CLASS_QUOTA_SUFFIX}"
+        return f"requests.{self.resource_name}"
 
 
 def flavor_name(

@@ -52,6 +52,9 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"  # the kubelet's label of its node's n
 DRA_GPU_DRIVER = "gpu.nvidia.com"
 DRA_GPU_CLASS = "gpu.nvidia.com"
 DRA_MIG_CLASS = "mig.nvidia.com"
+# a ResourceQuota caps the devices a namespace's claims of a class ask for as
+# `<class>.deviceclass.resource.k8s.io/devices`
+DEVICE_CLASS_QUOTA_SUFFIX = "deviceclass.resource.k8s.io/devices"
 COSCHEDULING_GROUP = "scheduling.x-k8s.io"
 COSCHEDULING_VERSION = "v1alpha1"
 COSCHEDULING_GROUP_LABEL = f"{COSCHEDULING_GROUP}/pod-group"

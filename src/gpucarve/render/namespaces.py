@@ -14,8 +14,12 @@ pods that bypass gpucarve (another scheduler, no webhook).
   share comes out at 0.
 
 Extended resources take only the `requests.` prefix in a ResourceQuota (they cannot be
-overcommitted, so requests equal limits). A gpucarve fraction asks for no device resource;
-only the scheduler and the webhook govern it.
+overcommitted, so requests equal limits). A DRA pool's devices are capped by device class
+(`<class>.deviceclass.resource.k8s.io/devices`, the count of devices the namespace's claims
+ask for): a claim takes at least one slice for each device it counts, so the queue's ceiling
+in slices never refuses what gpucarve would admit. A LimitRange cannot name a claim, so it
+caps device-plugin resources only. A gpucarve fraction asks for no device resource; only the
+scheduler and the webhook govern it.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ def _ceilings(policy: Policy, q: Queue) -> dict[str, int]:
             else:
                 top = quota.nominal + quota.borrowing_limit
             most = min(most, top // cost)
-        out[flavor.resource_name] += most
+        out[flavor.quota_name] += most
     return dict(out)
 
 
@@ -59,14 +63,14 @@ def _per_container(policy: Policy, q: Queue) -> dict[str, int]:
     out: dict[str, int] = {}
     for flavor_name, most in q.max_per_workload:
         flavor = policy.flavors.get(flavor_name)
-        if flavor is not None:
+        if flavor is not None and not flavor.dra:
             name = flavor.resource_name
             out[name] = max(out.get(name, 0), most)
     return out
 
 
 def _all_resources(policy: Policy) -> list[str]:
-    return sorted({f.resource_name for f in policy.flavors.values()})
+    return sorted({f.quota_name for f in policy.flavors.values()})
 
 
 def _shares(
@@ -106,7 +110,7 @@ def namespace_objects(policy: Policy, split: bool = True) -> list[dict[str, Any]
         biggest = {r: str(n) for r, n in sorted(_per_container(policy, q).items())}
         for ns, share in zip(q.namespaces, _shares(ceilings, q.namespaces, split), strict=True):
             meta = {"namespace": ns, "labels": {**MANAGED, QUEUE_LABEL: q.name}}
-            hard = {f"requests.{r}": str(n) for r, n in sorted(share.items())}
+            hard = {r: str(n) for r, n in sorted(share.items())}
             if hard:
                 objs.append({"apiVersion": "v1", "kind": "ResourceQuota",
                              "metadata": {"name": "gpucarve-gpus", **meta},

@@ -4,6 +4,7 @@ of ../shared/reference/sharing-formats.md §3), GPU Operator values; and read ba
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 from gpucarve.cli.main import app
 from gpucarve.config.device_plugin_import import import_device_plugin
 from gpucarve.config.policy_build import load_policy
+from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.render import nvidia
 from tests.paths import BUILTIN
@@ -215,3 +217,59 @@ def test_a_malformed_daemon_set_is_named_not_a_traceback(tmp_path: Path) -> None
     (c,) = import_device_plugin(path)  # the second reads as a plugin with no flags
     assert c.pool_block()["name"] == "plugin" and c.sharing == "exclusive"
     assert any("DaemonSet odd: runs no NVIDIA device plugin container" in n for n in c.notes)
+
+
+def _dra_doc() -> dict[str, Any]:
+    from tests.paths import EXAMPLES
+
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "dra" / "policy.yaml").read_text())
+    return doc
+
+
+def _load(tmp_path: Path, doc: object, name: str = "p.yaml") -> Policy:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    loaded = load_policy(path).policy
+    assert loaded is not None
+    return loaded
+
+
+def test_dra_pools_get_no_device_plugin_configuration_but_the_label_that_keeps_it_off(
+    tmp_path: Path,
+) -> None:
+    from gpucarve.render.migparted import mig_parted_config
+
+    policy = _load(tmp_path, _dra_doc())
+    configs = nvidia.device_plugin_configs(policy)
+    assert set(configs) == {"default", "gpucarve-a100"}  # the one device-plugin pool
+    labels = nvidia.node_labels(policy)
+    assert labels["a100"][nvidia.CONFIG_LABEL] == "gpucarve-a100"
+    for pool in ("h100", "a100-mig", "l40s"):
+        assert nvidia.CONFIG_LABEL not in labels[pool]
+        assert labels[pool]["nvidia.com/gpu.deploy.device-plugin"] == "false"
+    # a fixed DRA MIG layout is still the MIG manager's to make; the driver publishes it
+    assert "gpucarve-a100-mig" in mig_parted_config(policy)["mig-configs"]
+    # the command prints labels for the device-plugin pools only (no KeyError on DRA pools)
+    path = tmp_path / "p.yaml"
+    out = CliRunner().invoke(app, ["render", "device-plugin", "--policy", str(path)])
+    assert out.exit_code == 0, out.output
+    assert "pool a100:" in out.output and "pool h100:" not in out.output
+
+
+def test_dynamic_dra_mig_is_the_drivers_and_an_all_dra_policy_switches_the_plugin_off(
+    tmp_path: Path,
+) -> None:
+    from gpucarve.render.migparted import mig_parted_config
+
+    doc = _dra_doc()
+    doc["pools"] = [p for p in doc["pools"] if p.get("devices") == "dra"]
+    for p in doc["pools"]:
+        if p["name"] == "a100-mig":
+            p["mig"]["dynamic"] = {"profiles": ["7g.80gb"]}
+    for q in doc["queues"]:
+        q["quota"] = {k: v for k, v in q["quota"].items() if "-dra-" in k}
+    policy = _load(tmp_path, doc)
+    assert "gpucarve-a100-mig" not in mig_parted_config(policy)["mig-configs"]
+    assert nvidia.MIG_CONFIG_LABEL not in nvidia.node_labels(policy)["a100-mig"]
+    values = nvidia.gpu_operator_values(policy)
+    assert values["devicePlugin"] == {"enabled": False}

@@ -93,13 +93,14 @@ def device_plugin(
     name: NameOption = (nvidia.DEVICE_PLUGIN_CONFIG_MAP),
     catalog: CatalogOption = None,
 ) -> None:
-    """The NVIDIA device plugin's ConfigMap: one named configuration per pool (time-slicing
-    or MPS replicas, shared GPUs renamed nvidia.com/gpu.shared, MIG strategy mixed) and the
-    node label that selects each."""
+    """The NVIDIA device plugin's ConfigMap: one named configuration per device-plugin pool
+    (time-slicing or MPS replicas, shared GPUs renamed nvidia.com/gpu.shared, MIG strategy
+    mixed) and the node label that selects each; DRA pools get none (`render dra`)."""
     loaded = policy_or_exit(policy, catalog)
     cm = nvidia.device_plugin_config_map(loaded.policy, namespace, name)
     labels = {p: {nvidia.CONFIG_LABEL: v[nvidia.CONFIG_LABEL]}
-              for p, v in nvidia.node_labels(loaded.policy).items()}  # fmt: skip
+              for p, v in nvidia.node_labels(loaded.policy).items()
+              if nvidia.CONFIG_LABEL in v}  # fmt: skip
     typer.echo(_label_header(labels) + dump(cm), nl=False)
 
 

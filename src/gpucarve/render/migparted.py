@@ -5,7 +5,10 @@ layout per GPU (`devices: all` when every GPU has the same one, else one entry p
 limited by `device-filter` to the model's PCI device IDs so the file cannot carve another model
 by mistake; a pool that does not use MIG on a MIG-capable model gets `mig-enabled: false`. The
 GPU Operator's MIG manager applies a configuration when a node's `nvidia.com/mig.config` label
-names it, so each pool's nodes carry `nvidia.com/mig.config=gpucarve-<pool>`.
+names it, so each pool's nodes carry `nvidia.com/mig.config=gpucarve-<pool>`. A DRA pool with
+dynamic MIG is carved by NVIDIA's DRA driver as claims are prepared (partitionable devices), so
+it gets none; a DRA pool with a fixed layout gets one (the driver publishes the instances the
+MIG manager made).
 """
 
 from __future__ import annotations
@@ -13,13 +16,20 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from gpucarve.core.policy import Policy, Pool, SharingMode
+from gpucarve.core.policy import DeviceApi, Policy, Pool, SharingMode
 
 CONFIG_LABEL = "nvidia.com/mig.config"
 
 
 def config_name(pool: Pool) -> str:
     return f"gpucarve-{pool.name}"
+
+
+def carved_by_mig_manager(pool: Pool) -> bool:
+    """Whether the MIG manager sets this pool's GPUs' MIG mode and layout."""
+    if pool.model.mig is None:
+        return False
+    return not (pool.devices is DeviceApi.DRA and pool.mig_dynamic is not None)
 
 
 def _devices(pool: Pool) -> list[dict[str, Any]]:
@@ -43,7 +53,7 @@ def mig_parted_config(policy: Policy) -> dict[str, Any]:
     configs = {
         config_name(pool): _devices(pool)
         for pool in sorted(policy.pools, key=lambda p: p.name)
-        if pool.model.mig is not None
+        if carved_by_mig_manager(pool)
     }
     return {"version": "v1", "mig-configs": configs}
 
@@ -53,5 +63,5 @@ def node_labels(policy: Policy) -> dict[str, dict[str, str]]:
     return {
         pool.name: {CONFIG_LABEL: config_name(pool)}
         for pool in policy.pools
-        if pool.model.mig is not None
+        if carved_by_mig_manager(pool)
     }

@@ -13,6 +13,10 @@ Formats are k8s-device-plugin's `version: v1` file and the gpu-operator chart's 
   default (a pod asking `nvidia.com/gpu: 1` there gets one replica);
 - `failRequestsGreaterThanOne: false`: gpucarve gives a pod several replicas of one GPU for a
   larger share, which the plugin would otherwise refuse.
+
+A DRA pool (`devices: dra`) gets no device-plugin configuration: NVIDIA's DRA driver hands its
+GPUs out, and its nodes carry the label that keeps the operator's device plugin off them
+(`render/dra.py`); a policy of DRA pools alone switches the device plugin off.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from typing import Any
 
 import yaml
 
-from gpucarve.core.policy import Policy, Pool, SharingMode
+from gpucarve.core.policy import DeviceApi, Policy, Pool, SharingMode
+from gpucarve.render.dra import DEVICE_PLUGIN_DEPLOY_LABEL
 from gpucarve.render.migparted import CONFIG_LABEL as MIG_CONFIG_LABEL
-from gpucarve.render.migparted import config_name
+from gpucarve.render.migparted import carved_by_mig_manager, config_name
 
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 DEFAULT_CONFIG = "default"
@@ -55,10 +60,18 @@ def device_plugin_config(pool: Pool | None) -> dict[str, Any]:
     return doc
 
 
+def plugin_pools(policy: Policy) -> list[Pool]:
+    """The pools whose GPUs the device plugin publishes (not the DRA driver's)."""
+    return sorted(
+        (p for p in policy.pools if p.devices is DeviceApi.DEVICE_PLUGIN), key=lambda p: p.name
+    )
+
+
 def device_plugin_configs(policy: Policy) -> dict[str, dict[str, Any]]:
-    """Named configurations: `default` (nodes without the label) and one per pool."""
+    """Named configurations: `default` (nodes without the label) and one per device-plugin
+    pool."""
     out = {DEFAULT_CONFIG: device_plugin_config(None)}
-    for pool in sorted(policy.pools, key=lambda p: p.name):
+    for pool in plugin_pools(policy):
         out[config_name(pool)] = device_plugin_config(pool)
     return out
 
@@ -90,8 +103,11 @@ def node_labels(policy: Policy) -> dict[str, dict[str, str]]:
     """Per pool, the labels its nodes carry for the NVIDIA side to configure them."""
     out: dict[str, dict[str, str]] = {}
     for pool in policy.pools:
-        labels = {CONFIG_LABEL: config_name(pool)}
-        if pool.model.mig is not None:
+        if pool.devices is DeviceApi.DRA:
+            labels = {DEVICE_PLUGIN_DEPLOY_LABEL: "false"}
+        else:
+            labels = {CONFIG_LABEL: config_name(pool)}
+        if carved_by_mig_manager(pool):
             labels[MIG_CONFIG_LABEL] = config_name(pool)
         out[pool.name] = labels
     return out
@@ -103,14 +119,17 @@ def gpu_operator_values(
     mig_config_map: str = MIG_CONFIG_MAP,
 ) -> dict[str, Any]:
     """Values for the gpu-operator Helm chart (the same fields as its ClusterPolicy spec)."""
+    plugin = plugin_pools(policy)
     values: dict[str, Any] = {
         "mig": {"strategy": "mixed"},
         "devicePlugin": {"config": {"name": device_plugin_config_map, "default": DEFAULT_CONFIG}},
         "migManager": {
-            "enabled": any(p.model.mig is not None for p in policy.pools),
+            "enabled": any(carved_by_mig_manager(p) for p in policy.pools),
             "config": {"name": mig_config_map, "default": "all-disabled"},
         },
     }
-    if any(p.sharing is SharingMode.MPS for p in policy.pools):
+    if not plugin:  # every GPU is the DRA driver's
+        values["devicePlugin"] = {"enabled": False}
+    elif any(p.sharing is SharingMode.MPS for p in plugin):
         values["devicePlugin"]["mps"] = {"root": MPS_ROOT}
     return values

@@ -78,6 +78,22 @@ def _ceilings(
     return [c.ceilings.never_fits(w, combo) for combo in combos]
 
 
+def _preferred_first(
+    c: CycleState, w: Workload, combos: list[tuple[Flavor | None, ...]]
+) -> list[tuple[Flavor | None, ...]]:
+    """The flavor choices whose nodes the workload's preferred node affinity weighs most come
+    first (in their order otherwise): a preference for another model's nodes is not lost to
+    packing on the model tried first."""
+    if len(combos) < 2 or not any(ps.preferred for ps in w.pod_sets):
+        return combos
+
+    def weight(combo: tuple[Flavor | None, ...]) -> int:
+        return sum(c.ceilings.preference(ps, f.name)
+                   for ps, f in zip(w.pod_sets, combo, strict=True) if f is not None)  # fmt: skip
+
+    return sorted(combos, key=lambda combo: -weight(combo))
+
+
 def _try(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
     if not c.cfg.gang:
         return podwise.place_pods_alone(c, w, Counter(), ())
@@ -97,6 +113,7 @@ def _try(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
     if c.placer.model.active and len(combos) > 1:
         plans = [plan_for(c, w, combo)[0] for combo in combos]
         combos = rank_combos(combos, c.placer.preview(w, plans))
+    combos = _preferred_first(c, w, combos)
     tried: list[PendingReason] = []
     unplaced: list[Sequence[Flavor | None]] = []
     for combo in combos:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import slices_per_pod
+from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import TOPOLOGY_UNIT, PodSet, TopologyMode, Workload
 from gpucarve.engine.decisions import PendingReason, Plugin, Stage
 from gpucarve.engine.quota import Quotas
@@ -30,6 +31,8 @@ class Ceilings:
         self.quotas = quotas
         # (selector, affinity, flavor) -> why no node of the flavor matches, or None
         self._unmatched: dict[tuple[object, ...], str | None] = {}
+        # (preferred terms, flavor) -> the most any node of the flavor weighs by them
+        self._preferred: dict[tuple[object, ...], int] = {}
 
     def _largest_node(self, flavor: str) -> int:
         return self._largest_group(TopologyMode.NODE, flavor)
@@ -109,6 +112,23 @@ class Ceilings:
             Stage.VALIDATION, Plugin.CEILING, "can never be admitted: " + message, flavor
         )
 
+    def selects(self, ps: PodSet, flavor: str) -> bool:
+        """Whether some node carrying `flavor` (or able to, once repartitioned) matches the
+        pod set's node selector and required affinity."""
+        return not (ps.node_selector or ps.affinity) or self._unmatched_by(ps, flavor) is None
+
+    def preference(self, ps: PodSet, flavor: str) -> int:
+        """The most the pod set's preferred node affinity weighs on a node carrying `flavor`
+        (0 without preferences): a pod that prefers another GPU model's nodes tries that
+        model's flavor first."""
+        if not ps.preferred:
+            return 0
+        key = (ps.preferred, flavor)
+        if key not in self._preferred:
+            nodes = [self.ws.nodes[n] for n in sorted(self._per_node(flavor))]
+            self._preferred[key] = max((ps.preference(n.labels) for n in nodes), default=0)
+        return self._preferred[key]
+
     def _unmatched_by(self, ps: PodSet, flavor: str) -> str | None:
         """Why no node carrying `flavor` matches the pod set's selector and affinity (None:
         one does). Nodes of a dynamic MIG pool that could carry it count."""
@@ -144,3 +164,25 @@ def _mismatch(ps: PodSet, nodes: list[dict[str, str]], flavor: str) -> str:
         for term in ps.affinity
     )
     return f"no node carrying {flavor} matches its required node affinity {terms}"
+
+
+def selected_flavors(snapshot: Snapshot, ps: PodSet, flavors: Sequence[Flavor]) -> list[Flavor]:
+    """`flavors` of which some node of a pool providing it matches the pod set's node selector
+    and required affinity (all of them when none does: the ceiling names the requirement),
+    preferred ones first: the choice the cycle makes (`CycleState.flavors_for`) read from a
+    snapshot, for those that have no cycle's state (explain)."""
+    if not (ps.node_selector or ps.affinity or ps.preferred):
+        return list(flavors)
+    providers: dict[str, set[str]] = {}
+    for pool in snapshot.policy.pools:
+        for f in pool.flavors():
+            providers.setdefault(f.name, set()).add(pool.name)
+    labels = [(n.pool, dict(n.labels)) for n in snapshot.cluster.nodes]
+
+    def on(f: Flavor) -> list[dict[str, str]]:
+        return [have for pool, have in labels if pool in providers.get(f.name, ())]
+
+    kept = [f for f in flavors if any(ps.selects(have) for have in on(f))] or list(flavors)
+    if ps.preferred:
+        kept.sort(key=lambda f: -max((ps.preference(have) for have in on(f)), default=0))
+    return kept

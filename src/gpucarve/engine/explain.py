@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gpucarve.core.policy import GpuUnit
+from gpucarve.core.policy import Flavor, GpuUnit
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
 from gpucarve.engine.apply import apply
+from gpucarve.engine.ceilings import selected_flavors
 from gpucarve.engine.decisions import Admission, CycleResult, PendingReason, Stage
 from gpucarve.engine.gang_timeout import gang_gpus, timeout_of
 from gpucarve.engine.quota import SCALE, Quotas
@@ -58,17 +59,26 @@ class Explanation:
     idle: tuple[str, ...] = ()
 
 
+def _usable(snapshot: Snapshot, w: Workload) -> list[list[Flavor]]:
+    """Per pod set, the flavors the workload could run on: its queue has quota for them, they
+    serve its request, and its node selection matches their nodes (preferred first)."""
+    policy = snapshot.policy
+    quotas = Quotas(policy, {})
+    out = []
+    for ps in w.pod_sets:
+        served = [f for f in candidate_flavors(policy, ps.gpu) if quotas.has_quota(w.queue, f.name)]
+        out.append(selected_flavors(snapshot, ps, served))
+    return out
+
+
 def _demand(snapshot: Snapshot, w: Workload) -> dict[str, int]:
     """Slices per flavor of the workload's first flavor choices (what its minimum needs)."""
     policy = snapshot.policy
     out: Counter[str] = Counter()
-    quotas = Quotas(policy, {})
-    for ps in w.pod_sets:
-        for f in candidate_flavors(policy, ps.gpu):
-            if quotas.has_quota(w.queue, f.name):
-                memory = next(p.model.memory_mib for p in policy.pools if p.model.id == f.model_id)
-                out[f.name] += slices_per_pod(ps.gpu, f, memory) * ps.min_count
-                break
+    for ps, usable in zip(w.pod_sets, _usable(snapshot, w), strict=True):
+        for f in usable[:1]:
+            memory = next(p.model.memory_mib for p in policy.pools if p.model.id == f.model_id)
+            out[f.name] += slices_per_pod(ps.gpu, f, memory) * ps.min_count
     return dict(out)
 
 
@@ -114,8 +124,13 @@ def explain(snapshot: Snapshot, result: CycleResult, workload: str) -> Explanati
     queue = policy.queue(w.queue)
     demand = _demand(snapshot, w)
     charged = quotas.charge(w.queue, demand)
+    keys = {
+        k for fs in _usable(snapshot, w) for f in fs for k, _ in policy.quota_keys(queue, f.name)
+    }
     lines = []
     for q in queue.quotas:
+        if keys and q.flavor not in keys:
+            continue  # quota for flavors its request or node selection rules out
         free = None
         if queue.cohort is not None:
             pool = quotas.pool.get((queue.cohort, q.flavor), 0)

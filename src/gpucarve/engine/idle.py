@@ -87,14 +87,18 @@ def account(c: CycleState) -> tuple[Idle, ...]:
 
 
 def _flavors_of(c: CycleState, w: Workload) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
-    """The flavors a waiting workload could run on, and their (model, slice kind)."""
-    hit = c.ws.idle_memo.get(w.id)
+    """The flavors a waiting workload could run on (its node selection included: an L4-only
+    pod keeps no H100 idle), and their (model, slice kind)."""
+    # a selection's answer follows the nodes' labels, which change between cycles
+    kept = not any(ps.node_selector or ps.affinity for ps in w.pod_sets)
+    hit = c.ws.idle_memo.get(w.id) if kept else None
     if hit is not None and hit[0] is w:
         return hit[1], hit[2]
     names = frozenset(f.name for fs in c.flavors_for(w) for f in fs)
     flavors = c.ws.flavors
     kinds = frozenset((flavors[n].flavor.model_id, flavors[n].flavor.kind.value) for n in names)
-    c.ws.idle_memo[w.id] = (w, names, kinds)
+    if kept:
+        c.ws.idle_memo[w.id] = (w, names, kinds)
     return names, kinds
 
 

@@ -77,6 +77,9 @@ class CycleState:
         self.withdrawn: set[str] = set()
         self.preemptor.fresh = self.fresh
         self._flavor_cache: dict[tuple[str, GpuRequest], list[Flavor]] = {}
+        # workload -> its flavors as its node selection narrows and orders them, this cycle
+        # (nodes and their labels change between cycles; the quota's choice is kept in ws)
+        self._selected: dict[str, tuple[Workload, list[list[Flavor]]]] = {}
         for memo in (ws.flavor_memo, ws.shape_memo, ws.idle_memo, ws.shape_kinds):
             if len(memo) > MEMO_LIMIT:
                 memo.clear()  # a long-lived scheduler sees workloads come and go
@@ -156,15 +159,34 @@ class CycleState:
         return first_flavor_needs(w, self.flavors_for(w), self.needs_of)
 
     def flavors_for(self, w: Workload) -> list[list[Flavor]]:
+        """Per pod set, the flavors its queue has quota for that serve its request, less those
+        no node of which its node selection matches, preferred ones first."""
         memo = self.ws.flavor_memo.get(w.id)
         if memo is not None and memo[0] is w:
-            return memo[1]
-        out = [self._flavors_of(w.queue, ps.gpu) for ps in w.pod_sets]
-        self.ws.flavor_memo[w.id] = (w, out)
+            served = memo[1]
+        else:
+            served = [self._flavors_of(w.queue, ps.gpu) for ps in w.pod_sets]
+            self.ws.flavor_memo[w.id] = (w, served)
+        if not any(ps.node_selector or ps.affinity or ps.preferred for ps in w.pod_sets):
+            return served
+        hit = self._selected.get(w.id)
+        if hit is not None and hit[0] is w:
+            return hit[1]
+        out = [self._selectable(ps, fs) for ps, fs in zip(w.pod_sets, served, strict=True)]
+        self._selected[w.id] = (w, out)
         return out
 
     def flavors_for_set(self, w: Workload, ps: PodSet) -> list[Flavor]:
-        return self._flavors_of(w.queue, ps.gpu)
+        return self._selectable(ps, self._flavors_of(w.queue, ps.gpu))
+
+    def _selectable(self, ps: PodSet, flavors: list[Flavor]) -> list[Flavor]:
+        """`flavors` whose nodes the pod set's selection matches, those its preferred terms
+        weigh most on first; all of them when none matches (the ceiling then names the
+        requirement no node meets)."""
+        kept = [f for f in flavors if self.ceilings.selects(ps, f.name)] or flavors
+        if ps.preferred and len(kept) > 1:
+            kept = sorted(kept, key=lambda f: -self.ceilings.preference(ps, f.name))
+        return kept
 
     def _flavors_of(self, queue: str, gpu: GpuRequest) -> list[Flavor]:
         key = (queue, gpu)

@@ -203,7 +203,15 @@ def run_one(args: argparse.Namespace, scheduler: str, bin_dir: Path) -> dict[str
     for n in nodes:
         n["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "Bench"}]
     dra = args.workload in ("dra", "dra-mig")
-    with LocalStack(bin_dir, work / "kube", with_kwok=args.kwok) as stack:
+    # each round runs the one scheduler it measures on a control plane of its own
+    off = {
+        "controllers": "the bench writes its pods itself",
+        "kube-scheduler": "the bench starts the scheduler it measures itself",
+        "webhook": "binding speed alone; bench/webhook.py measures the webhook",
+    }
+    if not args.kwok:
+        off["kwok"] = "no kubelet, as kube-scheduler's own benchmark (scheduler_perf) runs"
+    with LocalStack(bin_dir, work / "kube", off=off) as stack:
         client = Client.from_kubeconfig(stack.kubeconfig())
         ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}}
         client.call("POST", "/api/v1/namespaces", ns)

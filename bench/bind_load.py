@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from gpucarve.devcluster.stack import free_port
+from gpucarve.devcluster.procs import free_port
 from gpucarve.kube.api.client import Client
 
 WORKLOADS = ("whole", "mig", "mix", "dra", "dra-mig")

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import print_figures
 
 from gpucarve.config.examples import POLICY, example_path
-from gpucarve.devcluster.stack import free_port
+from gpucarve.devcluster.procs import free_port
 from gpucarve.webhook.certs import issue
 
 

@@ -8,8 +8,8 @@ import dataclasses
 
 from gpucarve.core.workload import LabelRequirement, Operator, Workload
 from gpucarve.engine.decisions import IdleCause
-from gpucarve.engine.explain import explain
 from gpucarve.engine.engine import run_cycle
+from gpucarve.engine.explain import explain
 from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
 
 PRODUCT = "nvidia.com/gpu.product"

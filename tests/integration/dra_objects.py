@@ -8,11 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpucarve.config.policy_build import load_policy
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.scheduler.loop import Scheduler
-from gpucarve.kube.view.nodes import slice_manifests
-from gpucarve.render.dra import device_classes
 from tests.integration.api import Api
 from tests.integration.stack_setup import populate, scheduling
 
@@ -78,16 +75,11 @@ def devices(claim: dict[str, Any]) -> list[tuple[str, str]]:
 def dra_cluster(
     workdir: Path, policy_file: Path, namespaces: list[str]
 ) -> Iterator[tuple[Api, Scheduler]]:
-    """A stack with kube-controller-manager (its ResourceClaim controller), the policy's nodes,
+    """The stack as shipped (its webhook, the ResourceClaim controller) with the policy's nodes,
     queues, DeviceClasses and the ResourceSlices its DRA pools' driver would publish, and a
     gpucarve scheduler by the policy running while the block runs (the API, the scheduler)."""
-    with LocalStack(find_binaries(), workdir / "stack", with_controllers=True) as stack:
+    with LocalStack(find_binaries(), workdir / "stack", policy_file) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, namespaces)
-        policy = load_policy(policy_file, []).policy
-        for m in device_classes(policy):
-            api.create(f"{RESOURCE}/deviceclasses", m)
-        for m in slice_manifests(policy):
-            api.create(f"{RESOURCE}/resourceslices", m)
         with scheduling(stack, policy_file) as sched:
             yield api, sched

@@ -452,7 +452,7 @@ def run(workdir: Path, chart_objs: list[dict[str, Any]], target: Triple | None) 
     policy_file = workdir / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(policy_doc()))
     recording = Recording()
-    with LocalStack(find_binaries(), workdir / "stack") as stack:
+    with LocalStack(find_binaries(), workdir / "stack", policy_file) as stack:
         admin = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, admin, policy_file, ("research", "production", "serving", "notebooks"))
         install_coscheduling_crd(admin)

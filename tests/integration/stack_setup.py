@@ -18,8 +18,7 @@ from gpucarve.config.policy_build import load_policy
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.api.client import Client
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
-from gpucarve.kube.view.nodes import node_manifests
-from tests.integration.api import Api
+from tests.integration.api import Api, wait_for
 from tests.paths import BUILTIN
 
 
@@ -44,9 +43,10 @@ def example_policy(folder: Path) -> Path:
 def populated(
     workdir: Path, policy_file: Path, namespaces: Iterable[str]
 ) -> Iterator[tuple[LocalStack, Api, Path]]:
-    """A stack in `workdir/stack` with `policy_file`'s namespaces, nodes and queues
-    (`populate`), and the administrator's client, while the block runs."""
-    with LocalStack(find_binaries(), workdir / "stack") as stack:
+    """The stack as shipped (its webhook serving `policy_file`) in `workdir/stack` with the
+    policy's namespaces, nodes and queues (`populate`), and the administrator's client, while
+    the block runs."""
+    with LocalStack(find_binaries(), workdir / "stack", policy_file) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, namespaces)
         yield stack, api, policy_file
@@ -66,14 +66,16 @@ def scheduling(stack: LocalStack, policy_file: Path) -> Iterator[Scheduler]:
 
 
 def populate(stack: LocalStack, api: Api, policy_file: Path, namespaces: Iterable[str]) -> None:
-    """The namespaces, the policy's nodes, and its queues and priority classes (`apply`)."""
+    """The namespaces (those the stack's webhook governs are there already), the policy's
+    nodes (and DRA pools' ResourceSlices), and its queues and priority classes (`apply`)."""
     for ns in namespaces:
-        api.create(
+        stack.post(
             "/api/v1/namespaces",
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
         )
-    for m in node_manifests(load_policy(policy_file, []).policy):
-        api.create("/api/v1/nodes", m)
+    policy = load_policy(policy_file, []).policy
+    assert policy is not None
+    stack.add_policy_nodes(policy)
     args = ["apply", "--policy", str(policy_file), "--kubeconfig", str(stack.kubeconfig())]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -94,3 +96,43 @@ def running(sched: Scheduler) -> Iterator[Scheduler]:
         thread.join(10)
         sched.stop()
     assert sched.collector.seen >= sched.cycles - 1, "the loop did not collect after its cycles"
+
+
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+CONFIGURATIONS = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+
+
+def _canary(namespace: str) -> dict[str, Any]:
+    """A pod the validating webhook always refuses in a governed namespace (privileged)."""
+    container = {"name": "c", "image": "x", "securityContext": {"privileged": True}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "webhook-canary", "namespace": namespace},
+            "spec": {"containers": [container]}}  # fmt: skip
+
+
+def _refused(api: Api, namespace: str) -> bool:
+    status, _ = api.call(
+        "POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All", _canary(namespace)
+    )
+    return status == 403
+
+
+@contextmanager
+def webhook_bypassed(api: Api, namespace: str, why: str) -> Iterator[None]:
+    """The stack's webhook configurations taken away while the block runs, then put back: for
+    a scenario of what gets past admission (a cluster whose webhook was down with
+    `failurePolicy: Ignore`, objects made before gpucarve was installed). `why` says what the
+    scenario needs of it (`tests/unit/test_stack_as_shipped.py` lists them)."""
+    assert why.strip(), "say why the scenario bypasses the webhook"
+    saved = [(plural, api.get(f"{ADMISSION}/{plural}/gpucarve")) for plural in CONFIGURATIONS]
+    for plural, _ in saved:
+        status, body = api.call("DELETE", f"{ADMISSION}/{plural}/gpucarve")
+        assert status == 200, body
+    wait_for(lambda: not _refused(api, namespace), what="the API server to stop calling it")
+    try:
+        yield
+    finally:
+        for plural, obj in saved:
+            meta = {k: v for k, v in obj["metadata"].items() if k in ("name", "labels")}
+            api.create(f"{ADMISSION}/{plural}", {**obj, "metadata": meta})
+        wait_for(lambda: _refused(api, namespace), what="the API server to call it again")

@@ -104,7 +104,7 @@ def _deployment(replicas: int) -> dict[str, Any]:
 def test_hpas_apply_and_a_scale_up_preempts_to_find_capacity(tmp_path: Path) -> None:
     policy_file = _policy_file(tmp_path)
     policy = load_policy(policy_file).policy
-    with LocalStack(find_binaries(), tmp_path / "stack", with_controllers=True) as stack:
+    with LocalStack(find_binaries(), tmp_path / "stack", policy_file) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, ["production", "serving"])
         ensure_namespace(api, "monitoring")

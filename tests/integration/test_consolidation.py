@@ -57,7 +57,7 @@ def cluster(
     tmp_path_factory: pytest.TempPathFactory, policy_file: Path
 ) -> Iterator[tuple[LocalStack, Api]]:
     workdir = tmp_path_factory.mktemp("consolidate")
-    with LocalStack(find_binaries(), workdir, with_controllers=True) as stack:
+    with LocalStack(find_binaries(), workdir, policy_file) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, [NS])
         yield stack, api

@@ -85,7 +85,7 @@ def _research_reader(api: Api) -> str:
 def live(tmp_path: Path) -> Iterator[tuple[str, Api, LocalStack]]:
     need_browser()
     policy_file = example_policy(tmp_path)
-    with LocalStack(find_binaries(), tmp_path / "stack") as stack:
+    with LocalStack(find_binaries(), tmp_path / "stack", policy_file) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, TEAMS)
         status, _ = api.call(

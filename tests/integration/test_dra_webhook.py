@@ -6,15 +6,12 @@ drivers and claims outside the governed namespaces are created."""
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from gpucarve.devcluster import webhook as dev_webhook
-from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
 from tests.integration.stack_setup import populate
 from tests.paths import EXAMPLES
@@ -29,18 +26,10 @@ TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates"
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     work = tmp_path_factory.mktemp("dra-webhook")
-    with LocalStack(find_binaries(), work / "stack", with_kwok=False) as stack:
+    with LocalStack(find_binaries(), work / "stack", POLICY) as stack:
         admin = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, admin, POLICY, [*GOVERNED, "elsewhere"])
-        port = free_port()
-        pid, ca = dev_webhook.start(POLICY, work, port)
-        try:
-            url = f"https://127.0.0.1:{port}"
-            for plural, body in dev_webhook.configurations(url, ca, GOVERNED):
-                admin.create(f"/apis/admissionregistration.k8s.io/v1/{plural}", body)
-            yield admin
-        finally:
-            os.kill(pid, signal.SIGTERM)
+        yield admin
 
 
 def _claim(name: str, ns: str, cls: str, count: int = 1, *selectors: str) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from gpucarve.devcluster.procs import free_port
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
 from tests.integration.chart import NAMESPACE, install, render
 from tests.integration.kube_pods import condition, create_pod, node_of, pod, pods_in
@@ -89,7 +90,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     work = tmp_path_factory.mktemp("in-cluster")
     first = work / "policy.yaml"
     first.write_text(yaml.safe_dump(_policy(1)))
-    with LocalStack(find_binaries(), work / "stack") as stack:
+    with LocalStack(find_binaries(), work / "stack", first) as stack:
         admin = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, admin, first, ["research"])
         objs = render(first, ["webhook.enabled=false"])

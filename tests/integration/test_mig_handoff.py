@@ -36,7 +36,7 @@ POLICY = dynamic_mig_doc()
 def stack(tmp_path: Path) -> Iterator[tuple[LocalStack, Api, Path]]:
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(POLICY))
-    with LocalStack(find_binaries(), tmp_path / "stack") as st:
+    with LocalStack(find_binaries(), tmp_path / "stack", path) as st:
         api = Api(st.server, st.tokens[ADMIN_USER])
         populate(st, api, path, ("serving", CM_NS))
         yield st, api, path
@@ -296,7 +296,7 @@ def test_a_drained_gpu_is_reshaped_for_the_work_a_unit_quota_admits(
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(_drain_doc(drain)))
     layout = [{"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}] * 2
-    with LocalStack(find_binaries(), tmp_path / "stack") as st:
+    with LocalStack(find_binaries(), tmp_path / "stack", path) as st:
         api = Api(st.server, st.tokens[ADMIN_USER])
         populate(st, api, path, ("serving", "other", CM_NS))
         # the Queue objects carry the unit quotas as written (GPUs, fractions allowed)

@@ -53,7 +53,7 @@ def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, policy_file: Path) -> Iterator[Api]:
-    with LocalStack(find_binaries(), tmp_path_factory.mktemp("models")) as stack:
+    with LocalStack(find_binaries(), tmp_path_factory.mktemp("models"), policy_file) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, ["research"])
         with scheduling(stack, policy_file):

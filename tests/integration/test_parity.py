@@ -46,7 +46,7 @@ def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, policy_file: Path
 ) -> Iterator[tuple[LocalStack, Api]]:
-    with LocalStack(find_binaries(), tmp_path_factory.mktemp("parity")) as stack:
+    with LocalStack(find_binaries(), tmp_path_factory.mktemp("parity"), policy_file) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, NAMESPACES)
         install_coscheduling_crd(api)

@@ -115,7 +115,7 @@ def test_dynamic_mig_changes_the_gpu_that_is_really_free(tmp_path: Path) -> None
     node = "inf-0"
     mig = {"MIG-0": DeviceSlot(0, "7g.80gb", 0), "MIG-1": DeviceSlot(1, "7g.80gb", 0)}
     gpus = FakeNode(2, mig)
-    with LocalStack(find_binaries(), tmp_path / "stack") as st:
+    with LocalStack(find_binaries(), tmp_path / "stack", path) as st:
         api = Api(st.server, st.tokens[ADMIN_USER])
         populate(st, api, path, ("serving", CM_NS))
         with (

@@ -78,7 +78,7 @@ def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, policy_file: Path
 ) -> Iterator[tuple[LocalStack, Api]]:
-    with LocalStack(find_binaries(), tmp_path_factory.mktemp("reserve")) as stack:
+    with LocalStack(find_binaries(), tmp_path_factory.mktemp("reserve"), policy_file) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, ["research", "other"])
         install_coscheduling_crd(api)

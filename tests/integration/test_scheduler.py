@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
-from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from gpucarve.devcluster.procs import free_port
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.api.client import Client
 from gpucarve.kube.scheduler.health import Health, ProbeServer
 from gpucarve.kube.scheduler.loop import CycleReport, Scheduler, SchedulerConfig
@@ -53,7 +54,7 @@ def cluster(
     tmp_path_factory: pytest.TempPathFactory, policy_file: Path
 ) -> Iterator[tuple[LocalStack, Api]]:
     """A stack of its own (the tests fill its GPUs), with the example's nodes and queues."""
-    with LocalStack(find_binaries(), tmp_path_factory.mktemp("sched")) as stack:
+    with LocalStack(find_binaries(), tmp_path_factory.mktemp("sched"), policy_file) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, NAMESPACES)
         yield stack, api

@@ -52,12 +52,8 @@ def burst(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack
     policy_file = work / "policy.yaml"
     policy_file.write_text(POLICY)
     policy = load_policy(policy_file, []).policy
-    with LocalStack(find_binaries(), work / "kube") as stack:
+    with LocalStack(find_binaries(), work / "kube", policy_file) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
-        api.create(
-            "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}},
-        )
         with ThreadPoolExecutor(8) as ex:
             list(ex.map(lambda m: api.create("/api/v1/nodes", m), node_manifests(policy)))
         yield stack, policy_file

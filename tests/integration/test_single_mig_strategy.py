@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 def test_a_gpu_request_binds_to_an_instance_of_a_single_strategy_pool(tmp_path: Path) -> None:
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(doc()))
-    with LocalStack(find_binaries(), tmp_path / "stack") as stack:
+    with LocalStack(find_binaries(), tmp_path / "stack", policy_file) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, ["serving"])
         sched = Scheduler(

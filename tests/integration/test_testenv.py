@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.devcluster.stack import SCHEDULER_USER, LocalStack
+from gpucarve.devcluster.stack import PARTS, SCHEDULER_USER, LocalStack
 from gpucarve.kube.view.nodes import node_manifests
 from tests.integration.api import Api, wait_for
 from tests.paths import BUILTIN
 
 pytestmark = pytest.mark.integration
 EXAMPLE = BUILTIN / "three-teams.yaml"
+# the control plane alone: these tests are of its own start and stop
+BARE = dict.fromkeys(PARTS, "the bare control plane's own start and stop")
 
 
 def _ready(node: dict[str, object]) -> bool:
@@ -126,7 +128,7 @@ def test_a_bound_pod_runs_and_completes(stack: LocalStack, admin: Api) -> None:
 
 
 def test_the_stack_stops_by_pid(tmp_path: Path, stack: LocalStack) -> None:
-    other = LocalStack(stack.bin_dir, tmp_path / "second", with_kwok=False).start()
+    other = LocalStack(stack.bin_dir, tmp_path / "second", off=BARE).start()
     pids = other.pids()
     assert set(pids) == {"etcd", "kube-apiserver"}
     other.stop()
@@ -157,7 +159,7 @@ def test_a_stack_starts_when_its_first_ports_are_taken(
         return [port, *ports[1:]] if len(calls) == 1 else ports
 
     monkeypatch.setattr(stack_module, "free_ports", first_taken)
-    other = LocalStack(stack.bin_dir, tmp_path / "raced", with_kwok=False)
+    other = LocalStack(stack.bin_dir, tmp_path / "raced", off=BARE)
     try:
         other.start()
         assert "address already in use" in other.log_tail("etcd", lines=400)
@@ -169,7 +171,7 @@ def test_a_stack_starts_when_its_first_ports_are_taken(
 
 
 def test_free_ports_are_distinct() -> None:
-    from gpucarve.devcluster.stack import free_ports
+    from gpucarve.devcluster.procs import free_ports
 
     ports = free_ports(64)
     assert len(set(ports)) == 64

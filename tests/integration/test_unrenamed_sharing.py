@@ -48,7 +48,7 @@ def test_pods_asking_nvidia_com_gpu_get_replicas_of_an_unrenamed_pool(
 ) -> None:
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(_doc(sharing)))
-    with LocalStack(find_binaries(), tmp_path / "stack") as stack:
+    with LocalStack(find_binaries(), tmp_path / "stack", policy_file) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy_file, ["web"])
         node = api.get("/api/v1/nodes/dev-0")

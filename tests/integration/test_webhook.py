@@ -24,13 +24,13 @@ import pytest
 import yaml
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from gpucarve.devcluster.procs import free_port
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.devcluster.webhook import configurations
 from gpucarve.kube.api.client import Client
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.webhook.certs import issue
 from tests.integration.api import Api, wait_for
-from tests.integration.chart import CHART
 from tests.integration.kube_pods import node_of, pod, pods_in
 from tests.integration.stack_setup import populate, running
 from tests.paths import BUILTIN
@@ -87,28 +87,9 @@ class Webhook:
         return (self.certs.parent / "webhook.log").read_text(errors="replace")
 
 
-def owned_condition() -> str:
-    """The chart's CEL condition for the pod-update webhook, as the chart renders it."""
-    text = (CHART / "templates" / "_helpers.tpl").read_text()
-    block = text.split('define "gpucarve.ownedAnnotationsChanged" -}}')[1]
-    return block.split("{{- end")[0].strip()
-
-
 def _configurations(port: int, ca: bytes) -> list[tuple[str, dict[str, Any]]]:
-    """The dev cluster's configurations (those the chart installs, by URL), with the chart's
-    pod-update hook and its CEL condition, which the dev cluster leaves out."""
-    url = f"https://127.0.0.1:{port}"
-    out = configurations(url, ca, GOVERNED)
-    updates = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
-               "resources": ["pods"], "scope": "Namespaced"}  # fmt: skip
-    validating = out[1][1]
-    first = validating["webhooks"][0]
-    validating["webhooks"].insert(1, {
-        **first, "name": "pod-updates.validate.gpucarve.io", "rules": [updates],
-        "matchConditions": [{"name": "changes-scheduler-owned-annotations",
-                             "expression": owned_condition()}]})  # fmt: skip
-    validating["webhooks"][1].pop("namespaceSelector")
-    return out
+    """The configurations the stack (and the chart) install, pointed at this file's webhook."""
+    return configurations(f"https://127.0.0.1:{port}", ca, GOVERNED)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +99,11 @@ def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
     doc = yaml.safe_load(POLICY.read_text())
     doc.setdefault("scheduling", {})["minRuntimeSeconds"] = 0
     policy.write_text(yaml.safe_dump(doc))
-    with LocalStack(find_binaries(), work / "stack") as stack:
+    off = {
+        "webhook": "this file runs the webhook itself, to stop it and rotate its "
+        "certificate under load; its configurations are the stack's own"
+    }
+    with LocalStack(find_binaries(), work / "stack", off=off) as stack:
         api = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, api, policy, [*GOVERNED, "elsewhere"])
         issued = issue(["gpucarve-webhook"], ["127.0.0.1"], datetime.now(UTC))

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries, free_port
+from gpucarve.devcluster.procs import free_port
+from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
 from tests.integration.chart import NAMESPACE, install, render
 from tests.integration.pod_env import (
@@ -58,7 +59,7 @@ def test_the_chart_webhook_keeps_its_certificate_with_its_own_rights(tmp_path: P
     objs = render(POLICY)
     kinds = {o["kind"] for o in objs}
     assert {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Service"} <= kinds
-    with LocalStack(find_binaries(), tmp_path / "stack") as stack:
+    with LocalStack(find_binaries(), tmp_path / "stack", POLICY) as stack:
         admin = Api(stack.server, stack.tokens[ADMIN_USER])
         populate(stack, admin, POLICY, ["research"])
         install(admin, objs, [NAMESPACE, "gpu-operator"])

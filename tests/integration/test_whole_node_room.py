@@ -43,7 +43,7 @@ def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, policy_file: Path) -> Iterator[LocalStack]:
-    with LocalStack(find_binaries(), tmp_path_factory.mktemp("room")) as s:
+    with LocalStack(find_binaries(), tmp_path_factory.mktemp("room"), policy_file) as s:
         populate(s, Api(s.server, s.tokens[ADMIN_USER]), policy_file, ["research"])
         yield s
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpucarve.devcluster import stack
-from gpucarve.devcluster.stack import BINARIES, StackError, find_binaries
+from gpucarve.devcluster.procs import StackError
+from gpucarve.devcluster.stack import BINARIES, find_binaries
 
 
 def _fill(folder: Path, names: tuple[str, ...] = BINARIES) -> Path:

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from gpucarve.devcluster.stack import free_port
+from gpucarve.devcluster.procs import free_port
 from gpucarve.kube.scheduler.health import Health, ProbeServer
 
 

@@ -1,10 +1,14 @@
-"""A real, local Kubernetes control plane: etcd, kube-apiserver, kwok (fake kubelets) and,
-when asked, kube-controller-manager's Job controller (real Jobs make real pods).
+"""A real, local Kubernetes control plane as gpucarve ships onto one: etcd, kube-apiserver,
+kwok (fake kubelets), kube-controller-manager with the controllers a user's manifests need,
+kube-scheduler for the pods gpucarve does not govern, and gpucarve's admission webhook with the
+configurations the chart installs.
 
-Used by the integration tests and by `gpucarve dev-cluster`. Everything listens on 127.0.0.1
-on free ports, keeps its state in one folder, authenticates with static tokens (RBAC on) and is
-stopped by PID. The binaries come from `tools/testenv.sh`, which builds them from their Go
-modules once per user.
+The same code starts `gpucarve dev-cluster` and every integration test's cluster. A part is
+left out only with the reason why (`off={"webhook": "…"}`): a stack without a policy has no
+webhook to run and must say so, and `tests/integration/test_stack_as_shipped.py` lists every
+scenario that switches a part off. Everything listens on 127.0.0.1 on free ports, keeps its
+state in one folder, authenticates with static tokens (RBAC on) and is stopped by PID. The
+binaries come from `tools/testenv.sh`, which builds them from their Go modules once per user.
 """
 
 from __future__ import annotations
@@ -16,15 +20,21 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from gpucarve.core.policy import Policy
+from gpucarve.devcluster import webhook
+from gpucarve.devcluster.procs import StackError, free_port, free_ports
+from gpucarve.kube.view.nodes import node_manifests, slice_manifests
+from gpucarve.render.dra import device_classes
 
 ADMIN_USER = "gpucarve-admin"
 SCHEDULER_USER = "gpucarve-scheduler"
@@ -32,6 +42,7 @@ BINARIES = (
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
+    "kube-scheduler",
     "kubectl",
     "kwok",
     "kwok-stages.yaml",
@@ -39,10 +50,29 @@ BINARIES = (
 )
 
 
-class StackError(RuntimeError):
-    pass
-
-
+# The parts a stack runs beside etcd and kube-apiserver; each can be left out with a reason.
+PARTS = ("kwok", "controllers", "kube-scheduler", "webhook")
+# kube-controller-manager's controllers that a user's manifests rely on: workloads make pods
+# (Jobs, CronJobs, Deployments, StatefulSets, DaemonSets), claim templates make claims,
+# owners' deletion reaches their pods, namespaces can be deleted, ResourceQuota usage is
+# counted, PodDisruptionBudgets are kept, finished Jobs expire. Not the node lifecycle (kwok
+# keeps its nodes Ready; with TaintNodesByCondition off no new node waits for it) nor service
+# accounts (pods run no process that would use a token).
+CONTROLLERS = (
+    "job-controller", "cronjob-controller", "garbage-collector-controller",
+    "deployment-controller", "replicaset-controller", "statefulset-controller",
+    "daemonset-controller", "resourceclaim-controller", "resourcequota-controller",
+    "namespace-controller", "disruption-controller", "ttl-after-finished-controller",
+)  # fmt: skip
+# The Workload API's PodGroups are kept from deletion while pods use them (where it is served)
+WORKLOAD_API_CONTROLLERS = ("podgroup-protection-controller",)
+KUBE_SCHEDULER_CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: {kubeconfig}
+leaderElection:
+  leaderElect: false
+"""
 _START_ATTEMPTS = 3
 # Kubernetes' gang API (the Workload API's PodGroups, KEP-4671) is beta in 1.37 but off by
 # default: the stack switches it on, with the topology constraints of its PodGroups, so gangs
@@ -67,23 +97,6 @@ def serves_workload_api(apiserver: Path) -> bool:
     except (OSError, subprocess.SubprocessError) as exc:
         raise StackError(f"{apiserver} --help failed: {exc}") from None
     return WORKLOAD_API_GATE in out.stdout + out.stderr
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free loopback ports. The sockets stay open until all are chosen: asked
-    one by one, the kernel may hand the same port out twice (etcd then fails to listen twice
-    on it)."""
-    with contextlib.ExitStack() as held:
-        ports: list[int] = []
-        for _ in range(count):
-            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind(("127.0.0.1", 0))
-            ports.append(int(sock.getsockname()[1]))
-        return ports
 
 
 def cache_dir() -> Path:
@@ -153,16 +166,28 @@ def find_binaries(bin_dir: str | Path | None = None, needed: Sequence[str] = BIN
     return found
 
 
+def needed_binaries(off: Mapping[str, str]) -> list[str]:
+    """The binaries a stack with these parts off runs."""
+    out = ["etcd", "kube-apiserver"]
+    if "kwok" not in off:
+        out += ["kwok", "kwok-stages.yaml"]
+    if "controllers" not in off:
+        out.append("kube-controller-manager")
+    if "kube-scheduler" not in off:
+        out.append("kube-scheduler")
+    return out
+
+
 @dataclass
 class LocalStack:
-    """etcd + kube-apiserver (+ kwok) in `workdir`; `start()` then `stop()` (or `with`)."""
+    """The stack as shipped in `workdir`; `start()` then `stop()` (or `with`). `policy` is the
+    file the webhook serves (it follows the file's changes); `off` maps each part left out to
+    why."""
 
     bin_dir: Path
     workdir: Path
-    with_kwok: bool = True
-    # kube-controller-manager's Job, Deployment, ReplicaSet, garbage-collector and ResourceClaim
-    # controllers: real Jobs and Deployments make pods, and claim templates make claims
-    with_controllers: bool = False
+    policy: Path | None = None
+    off: Mapping[str, str] = field(default_factory=dict)
     api_port: int = 0
     tokens: dict[str, str] = field(default_factory=dict)  # user -> bearer token
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -193,25 +218,46 @@ class LocalStack:
                 self.api_port = chosen_port
         raise AssertionError("unreachable")
 
+    def _check_parts(self) -> None:
+        for part, why in self.off.items():
+            if part not in PARTS:
+                raise StackError(f"off: no part {part!r}; the parts are {', '.join(PARTS)}")
+            if not str(why).strip():
+                raise StackError(f"off: {part} is left out without a reason; say why")
+        if self.policy is None and "webhook" not in self.off:
+            raise StackError(
+                "a stack without a policy runs no webhook: pass policy=, or say why it is off "
+                "(off={'webhook': '…'})"
+            )
+
     def _start_once(self, timeout_s: float) -> LocalStack:
+        self._check_parts()
         try:
             self._start_etcd()
             self._start_apiserver()
             self._wait_ready(timeout_s)
-            if self.with_kwok:
+            if "kwok" not in self.off:
                 self._start_kwok()
-                time.sleep(0.5)
-                if (proc := self._procs["kwok"]).poll() is not None:
-                    raise StackError(f"kwok exited with {proc.returncode}: {self.log_tail('kwok')}")
-            if self.with_controllers:
+                self._still_up("kwok")
+            if "controllers" not in self.off:
                 self._start_controllers()
+            if "kube-scheduler" not in self.off:
+                self._start_kube_scheduler()
+            if self.policy is not None and "webhook" not in self.off:
+                self._start_webhook(self.policy)
         except BaseException:
             self.stop()
             raise
         return self
 
+    def _still_up(self, name: str) -> None:
+        time.sleep(0.5)
+        if (proc := self._procs[name]).poll() is not None:
+            raise StackError(f"{name} exited with {proc.returncode}: {self.log_tail(name)}")
+
     def stop(self) -> None:
-        for name in ("kube-controller-manager", "kwok", "kube-apiserver", "etcd"):
+        for name in ("webhook", "kube-scheduler", "kube-controller-manager", "kwok",
+                     "kube-apiserver", "etcd"):  # fmt: skip
             proc = self._procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue
@@ -373,27 +419,88 @@ class LocalStack:
             ],
         )
 
+    def _gates(self) -> tuple[str, ...]:
+        """The API server's feature gates, for the components that act on the same APIs."""
+        return WORKLOAD_API_FLAGS[:1] if self._version_flags() else ()
+
     def _start_controllers(self) -> None:
+        names = CONTROLLERS + (WORKLOAD_API_CONTROLLERS if self._version_flags() else ())
         self._spawn(
             "kube-controller-manager",
             [
                 str(self.bin_dir / "kube-controller-manager"),
                 f"--kubeconfig={self.kubeconfig(ADMIN_USER)}",
-                "--controllers=job-controller,garbage-collector-controller,"
-                "deployment-controller,replicaset-controller,resourceclaim-controller",
+                f"--controllers={','.join(names)}",
                 "--leader-elect=false",
                 "--secure-port=0",
+                *self._gates(),
             ],
         )
-        time.sleep(0.5)
-        if (proc := self._procs["kube-controller-manager"]).poll() is not None:
-            tail = self.log_tail("kube-controller-manager")
-            raise StackError(f"kube-controller-manager exited with {proc.returncode}: {tail}")
+        self._still_up("kube-controller-manager")
+
+    def _start_kube_scheduler(self) -> None:
+        """kube-scheduler binds the pods gpucarve does not govern (CPU pods, other
+        namespaces' GPU pods, DaemonSets' pods), as on a real cluster."""
+        config = self.workdir / "kube-scheduler.yaml"
+        config.write_text(KUBE_SCHEDULER_CONFIG.format(kubeconfig=self.kubeconfig(ADMIN_USER)))
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(self.bin_dir / "kube-scheduler"),
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                *self._gates(),
+            ],
+        )
+        self._still_up("kube-scheduler")
+
+    def _start_webhook(self, policy: Path) -> None:
+        """gpucarve's webhook serving `policy`, the configurations the chart installs pointed
+        at it, and the namespaces the policy governs (its configurations select them by
+        name)."""
+        governed = webhook.governed_namespaces(policy)
+        for ns in governed:
+            namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            self.post("/api/v1/namespaces", namespace)
+        port = free_port()
+        proc, ca = webhook.start(policy, self.workdir, port)
+        self._procs["webhook"] = proc
+        for plural, body in webhook.configurations(f"https://127.0.0.1:{port}", ca, governed):
+            self.post(f"/apis/admissionregistration.k8s.io/v1/{plural}", body)
+
+    def add_policy_nodes(self, policy: Policy) -> int:
+        """The policy's nodes as its pools' device plugin and GPU Feature Discovery publish
+        them, and for its DRA pools the DeviceClasses and the ResourceSlices NVIDIA's DRA
+        driver would publish; returns how many nodes."""
+        nodes = node_manifests(policy)
+        for m in nodes:
+            self.post("/api/v1/nodes", m)
+        for m in device_classes(policy):
+            self.post("/apis/resource.k8s.io/v1/deviceclasses", m)
+        for m in slice_manifests(policy):
+            self.post("/apis/resource.k8s.io/v1/resourceslices", m)
+        return len(nodes)
+
+    def post(self, path: str, body: Mapping[str, Any]) -> None:
+        """Create an object as the administrator; one that exists already is left as it is."""
+        request = urllib.request.Request(
+            self.server + path,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={
+                "Authorization": f"Bearer {self.tokens[ADMIN_USER]}",
+                "Content-Type": "application/json",
+            },
+        )
+        try:
+            urllib.request.urlopen(request, context=_insecure(), timeout=30).close()
+        except urllib.error.HTTPError as err:
+            if err.code != 409:  # already there
+                raise StackError(f"POST {path}: {err.code} {err.read()[:300]!r}") from None
 
     def _wait_ready(self, timeout_s: float) -> None:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
+        ctx = _insecure()
         request = urllib.request.Request(
             self.server + "/readyz",
             headers={"Authorization": f"Bearer {self.tokens[ADMIN_USER]}"},
@@ -421,8 +528,9 @@ class LocalStack:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-@contextlib.contextmanager
-def running(workdir: Path, bin_dir: Path | None = None, kwok: bool = True) -> Iterator[LocalStack]:
-    stack = LocalStack(find_binaries(bin_dir), workdir, with_kwok=kwok)
-    with stack:
-        yield stack
+def _insecure() -> ssl.SSLContext:
+    """The local API server's own self-signed certificate, on loopback."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx

@@ -1,13 +1,13 @@
 """The admission webhook wired into the dev cluster: its certificate for 127.0.0.1, the
-`gpucarve webhook serve` process, and the webhook configurations that point the API server at
+`gpucarve webhook serve` process, and the webhook configurations the chart installs, pointed at
 it by URL (a dev cluster has no Service network). Pods then reach gpucarve as they do on a
 real cluster with the chart: schedulerName, queue label and requests set, pods and Queues it
-could never run refused."""
+could never run refused, a change to what the scheduler acts on refused. The integration
+tests hold these configurations equal to the chart's rendering (test_webhook_chart.py)."""
 
 from __future__ import annotations
 
 import base64
-import os
 import ssl
 import subprocess
 import sys
@@ -17,15 +17,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpucarve.devcluster.stack import StackError
+from gpucarve.config.policy_build import load_policy
+from gpucarve.core.vocabulary import SCHEDULER_OWNED_ANNOTATIONS
+from gpucarve.devcluster.procs import StackError
 
 MUTATE, VALIDATE = "/mutate", "/validate"
 
 
-def configurations(url: str, ca_pem: bytes, governed: Sequence[str]) -> list[tuple[str, Any]]:
+def owned_changed_condition() -> str:
+    """The CEL condition under which the API server sends a pod update to the webhook: a
+    change to an annotation the scheduler acts on (the chart's `ownedAnnotationsChanged`)."""
+    names = ", ".join(f"'{k}'" for k in SCHEDULER_OWNED_ANNOTATIONS)
+
+    def side(obj: str) -> str:
+        return (f"(has({obj}.metadata.annotations) && k in {obj}.metadata.annotations ? "
+                f"{obj}.metadata.annotations[k] : '')")  # fmt: skip
+
+    return f"[{names}].exists(k, {side('object')} != {side('oldObject')})"
+
+
+def configurations(
+    url: str, ca_pem: bytes, governed: Sequence[str], failure_policy: str = "Fail"
+) -> list[tuple[str, Any]]:
     """(plural, object) of the webhook configurations the chart installs, by URL: pods created
-    in the governed namespaces are mutated and validated, PodGroups validated there, Queues
-    everywhere. (The chart's update hook, which needs its CEL condition, is left out.)"""
+    in the governed namespaces are mutated and validated, updates that change what the
+    scheduler acts on validated, PodGroups and claims validated there, Queues everywhere."""
     bundle = base64.b64encode(ca_pem).decode()
     pods = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
             "resources": ["pods"], "scope": "Namespaced"}  # fmt: skip
@@ -41,8 +57,10 @@ def configurations(url: str, ca_pem: bytes, governed: Sequence[str]) -> list[tup
     claims = {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "scope": "Namespaced",
               "operations": ["CREATE"],
               "resources": ["resourceclaims", "resourceclaimtemplates"]}  # fmt: skip
-    queues = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "*",
+    queues = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "Cluster",
               "operations": ["CREATE", "UPDATE"], "resources": ["queues"]}  # fmt: skip
+    updates = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+               "resources": ["pods"], "scope": "Namespaced"}  # fmt: skip
     selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
                                       "values": sorted(governed)}]}  # fmt: skip
 
@@ -53,17 +71,22 @@ def configurations(url: str, ca_pem: bytes, governed: Sequence[str]) -> list[tup
             "rules": rules,
             "sideEffects": "None",
             "admissionReviewVersions": ["v1"],
-            "failurePolicy": "Fail",
+            "failurePolicy": failure_policy,
             "timeoutSeconds": 5,
         }
         if scoped:
             h["namespaceSelector"] = selector
         return h
 
-    mutating = {"metadata": {"name": "gpucarve"},
-                "webhooks": [hook("pods.mutate.gpucarve.io", MUTATE, [pods], True)]}  # fmt: skip
+    mutate = {**hook("pods.mutate.gpucarve.io", MUTATE, [pods], True),
+              "reinvocationPolicy": "IfNeeded"}  # fmt: skip
+    owned = {**hook("pod-updates.validate.gpucarve.io", VALIDATE, [updates], False),
+             "matchConditions": [{"name": "changes-scheduler-owned-annotations",
+                                  "expression": owned_changed_condition()}]}  # fmt: skip
+    mutating = {"metadata": {"name": "gpucarve"}, "webhooks": [mutate]}
     validating = {"metadata": {"name": "gpucarve"}, "webhooks": [
         hook("pods.validate.gpucarve.io", VALIDATE, [pods, debug], True),
+        owned,
         hook("podgroups.validate.gpucarve.io", VALIDATE, [groups], True),
         hook("claims.validate.gpucarve.io", VALIDATE, [claims], True),
         hook("queues.validate.gpucarve.io", VALIDATE, [queues], False),
@@ -74,9 +97,21 @@ def configurations(url: str, ca_pem: bytes, governed: Sequence[str]) -> list[tup
     ]
 
 
-def start(policy: Path, workdir: Path, port: int, timeout_s: float = 30.0) -> tuple[int, bytes]:
-    """Issue the certificate and start `gpucarve webhook serve` (detached: it outlives this
-    process, as the dev cluster's other parts do); returns its PID and the CA."""
+def governed_namespaces(policy: Path) -> list[str]:
+    """The namespaces the policy's queues list (a policy the webhook could not serve is
+    refused here, with its first problem)."""
+    loaded = load_policy(policy, [])
+    if loaded.policy is None:
+        first = loaded.problems[0] if loaded.problems else None
+        raise StackError(f"{policy}: not a valid policy" + (f" ({first.plain()})" if first else ""))
+    return sorted({ns for q in loaded.policy.queues for ns in q.namespaces})
+
+
+def start(
+    policy: Path, workdir: Path, port: int, timeout_s: float = 60.0
+) -> tuple[subprocess.Popen[bytes], bytes]:
+    """Issue the certificate and start `gpucarve webhook serve` (in a session of its own: it
+    outlives this process, as the dev cluster's other parts do); returns it and the CA."""
     certs = workdir / "webhook-certs"
     # the same commands an operator runs (the webhook room is not imported from here)
     made = subprocess.run(
@@ -97,8 +132,9 @@ def start(policy: Path, workdir: Path, port: int, timeout_s: float = 30.0) -> tu
             url = f"https://127.0.0.1:{port}/healthz"
             with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
                 if r.status == 200:
-                    return proc.pid, (certs / "ca.crt").read_bytes()
+                    return proc, (certs / "ca.crt").read_bytes()
         except OSError:
             time.sleep(0.2)
-    os.kill(proc.pid, 15)
+    proc.kill()
+    proc.wait(5)
     raise StackError(f"the webhook did not answer on port {port} in {timeout_s:g} s")

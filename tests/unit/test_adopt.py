@@ -112,3 +112,54 @@ def test_quotas_that_already_bind_are_reported() -> None:
         "quota binds: namespace serving uses 2 of its 2 nvidia.com/mig-3g.40gb (no more such "
         "pods start until some finish; in gpucarve a queue borrows what its cohort leaves unused)"
     ]
+
+
+def test_dra_nodes_become_dra_pools_read_from_their_resource_slices() -> None:
+    from gpucarve.kube.view.nodes import slice_manifests
+    from tests.paths import EXAMPLES
+
+    dra = load_policy(EXAMPLES / "dra" / "policy.yaml").policy
+    nodes = node_manifests(dra)
+    for n in nodes:
+        n["metadata"]["labels"].pop("gpucarve.io/pool", None)
+    adopted = adopt(nodes, packaged_catalog(), "dra", slice_manifests(dra))
+    pools = {(p["gpuModel"], p["sharing"], p.get("devices", "device-plugin")): p
+             for p in adopted.doc["pools"]}  # fmt: skip
+    assert set(pools) == {
+        ("H100-SXM5-80GB", "exclusive", "dra"),
+        ("A100-80GB", "mig", "dra"),
+        ("L40S", "time-slicing", "dra"),
+        ("A100-80GB", "exclusive", "device-plugin"),
+    }, adopted.report
+    assert pools[("H100-SXM5-80GB", "exclusive", "dra")]["gpusPerNode"] == 8
+    assert pools[("A100-80GB", "mig", "dra")]["mig"] == {
+        "layout": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}  # fmt: skip
+    assert pools[("L40S", "time-slicing", "dra")]["replicas"] == 4
+    policy = build_policy(adopted.doc, packaged_catalog()).policy  # it validates
+    assert dict(policy.capacity.items()) == dict(dra.capacity)
+    # without the slices the DRA nodes are named, never dropped in silence
+    alone = adopt(nodes, packaged_catalog(), "dra")
+    assert any("neither the device plugin nor NVIDIA's DRA driver" in line
+               for line in alone.report), alone.report  # fmt: skip
+
+
+def test_a_gpu_quota_over_several_models_is_split_by_capacity_and_said() -> None:
+    nodes = node_manifests(EXAMPLE)
+    # the A100 pool's nodes publish whole GPUs too: two models behind nvidia.com/gpu
+    for n in nodes:
+        if n["metadata"]["name"].startswith("production-"):
+            alloc = n["status"]["allocatable"]
+            for k in [k for k in alloc if k.startswith("nvidia.com/mig-")]:
+                del alloc[k]
+            alloc["nvidia.com/gpu"] = "2"
+    adopted = adopt(nodes, packaged_catalog())
+    pools_only = build_policy(adopted.doc, packaged_catalog()).policy
+    with_quotas(adopted, [_quota("research", {"requests.nvidia.com/gpu": "20"})], pools_only, [])
+    (queue,) = adopted.doc["queues"]
+    quota = {f: q["nominal"] for f, q in queue["quota"].items()}
+    assert sum(quota.values()) == 20 and len(quota) == 2, quota
+    # 32 H100s and 16 A100s: two to one
+    assert sorted(quota.values()) == [7, 13], quota
+    said = [line for line in adopted.report if line.startswith("as read:")]
+    assert said and "split by the pools' capacity" in said[0] and "Problem(" not in said[0]
+    assert not any("without a ResourceQuota" in line for line in adopted.report)

@@ -24,7 +24,7 @@ from gpucarve.config.policy_build import build_policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.view.adopt import adopt as adopt_nodes
-from gpucarve.kube.view.adopt import with_quotas
+from gpucarve.kube.view.adopt import said_problem, with_quotas
 
 PAGE = 500
 
@@ -40,6 +40,16 @@ def _list(client: Client, path: str) -> list[dict[str, Any]]:
         token = (page.get("metadata") or {}).get("continue") or ""
         if not token:
             return items
+
+
+def _slices(client: Client) -> list[dict[str, Any]]:
+    """The DRA drivers' ResourceSlices (none where the server serves no resource.k8s.io/v1)."""
+    try:
+        return _list(client, "/apis/resource.k8s.io/v1/resourceslices")
+    except ApiError as exc:
+        if exc.status == 404:
+            return []
+        raise
 
 
 def adopt(
@@ -67,12 +77,13 @@ def adopt(
             if not str((pc.get("metadata") or {}).get("name", "")).startswith("system-")
         ]
         pods = _list(client, "/api/v1/pods?fieldSelector=status.phase%3DRunning")
+        slices = _slices(client)
     except ApiError as exc:
         api_error_exit(exc)
     for q in objects:
         q.setdefault("kind", "ResourceQuota")
     err = console(stderr=True)
-    adopted = adopt_nodes(nodes, cat, name)
+    adopted = adopt_nodes(nodes, cat, name, slices)
     if not adopted.doc["pools"]:
         for line in adopted.report:
             err.print(Text(line, style="yellow"))
@@ -88,20 +99,21 @@ def adopt(
         pools_only = build_policy(adopted.doc, cat, "the cluster's nodes").policy
     except InvalidInput as exc:
         for p in exc.problems:
-            err.print(Text(f"adopt: the pools read do not validate: {p}", style="red"))
+            err.print(Text(f"adopt: the pools read do not validate: {said_problem(p)}",
+                           style="red"))  # fmt: skip
         raise typer.Exit(Exit.INVALID) from None
     with_quotas(adopted, objects, pools_only, pods)
     try:
         loaded = build_policy(adopted.doc, cat, "the policy read")
     except InvalidInput as exc:
         # quotas that do not fit together: the pools are still worth having
-        adopted.report += [f"left out: {p}" for p in exc.problems]
+        adopted.report += [f"left out: {said_problem(p)}" for p in exc.problems]
         adopted.doc["queues"] = []
         loaded = build_policy(adopted.doc, cat, "the policy read")
     for line in adopted.report:
         err.print(Text(line))
     for w in loaded.warnings:
-        err.print(Text(f"as read: {w}", style="yellow"))
+        err.print(Text(f"as read: {said_problem(w)}", style="yellow"))
     text = yaml.safe_dump(adopted.doc, sort_keys=False)
     if out is None:
         typer.echo(text, nl=False)

@@ -24,7 +24,7 @@ from gpucarve.config.policy_model import PriorityClassSpec
 from gpucarve.config.textfile import read_text
 from gpucarve.config.yaml_source import parse_yaml
 from gpucarve.core.policy import Policy
-from gpucarve.core.problems import InvalidInput, Problem
+from gpucarve.core.problems import InvalidInput, Problem, Severity
 from gpucarve.core.quantity import QuantityError, whole_count
 from gpucarve.core.vocabulary import DEVICE_CLASS_QUOTA_SUFFIX, PREEMPTIBLE_LABEL
 
@@ -98,10 +98,32 @@ def _hard(where: Where, obj: Mapping[str, Any]) -> Mapping[str, Any] | Problem:
     return hard
 
 
+def split_by_capacity(n: int, flavors: Sequence[str], policy: Policy) -> dict[str, int]:
+    """`n` slices shared among `flavors` in proportion to what the pools hold of each (the
+    largest remainders first, then by name), each at most its capacity."""
+    caps = {f: policy.capacity.get(f, 0) for f in sorted(flavors)}
+    total = sum(caps.values())
+    n = min(n, total)
+    if total == 0:
+        return dict.fromkeys(caps, 0)
+    shares = {f: n * c // total for f, c in caps.items()}
+    order = sorted(caps, key=lambda f: (-(n * caps[f] % total), f))
+    for f in order[: n - sum(shares.values())]:
+        shares[f] += 1
+    return shares
+
+
 def _quota_entry(
-    where: Where, key: str, value: object, by_resource: Mapping[str, list[str]], policy: Policy
-) -> tuple[str, int] | Problem | None:
-    """One hard limit as (flavor, nominal); None for what is no GPU request limit."""
+    where: Where,
+    key: str,
+    value: object,
+    by_resource: Mapping[str, list[str]],
+    policy: Policy,
+    split: bool = False,
+) -> list[tuple[str, int]] | Problem | None:
+    """One hard limit as (flavor, nominal) pairs (several, split by capacity, where several
+    models publish the resource and `split` allows it; a warning says so); None for what is
+    no GPU request limit."""
     if key.endswith(f".{DEVICE_CLASS_QUOTA_SUFFIX}"):
         resource = key  # DRA devices, by device class
     else:
@@ -111,6 +133,12 @@ def _quota_entry(
         resource = f"requests.{resource}"
     at = (*where, "spec", "hard", key)
     flavors = by_resource.get(resource, [])
+    if len(flavors) > 1 and split:
+        try:
+            n = whole_count(str(value))
+        except QuantityError as exc:
+            return _bad(at, str(exc), "write a whole number", "bad-quantity")
+        return sorted(split_by_capacity(n, flavors, policy).items())
     if len(flavors) != 1:
         fix = (
             f"add a pool that publishes {resource}"
@@ -128,7 +156,7 @@ def _quota_entry(
         return _bad(at, f"{value} {resource} but the policy's pools hold {capacity} "
                     f"{flavors[0]}", f"lower it to at most {capacity}, or add capacity",
                     "quota-exceeds-capacity")  # fmt: skip
-    return flavors[0], n
+    return [(flavors[0], n)]
 
 
 def import_quotas(path: str | Path, policy: Policy) -> dict[str, Any]:
@@ -143,10 +171,12 @@ def import_quotas(path: str | Path, policy: Policy) -> dict[str, Any]:
 
 
 def quota_blocks(
-    objs: Sequence[tuple[Where, Any]], policy: Policy
+    objs: Sequence[tuple[Where, Any]], policy: Policy, split: bool = False
 ) -> tuple[dict[str, Any], list[Problem]]:
     """The blocks of ResourceQuota and PriorityClass objects (each with where it came from),
-    and what is wrong with them (a caller may report those and keep the rest)."""
+    and what is wrong with them (a caller may report those and keep the rest). With `split`,
+    a limit on a resource several models publish (`nvidia.com/gpu`) is shared among their
+    flavors by capacity, with a warning, instead of refused."""
     problems: list[Problem] = []
     by_resource: dict[str, list[str]] = {}
     for name, flavor in sorted(policy.flavors.items()):
@@ -167,7 +197,7 @@ def quota_blocks(
             continue
         if kind != "ResourceQuota":
             continue
-        problems += _resource_quota(where, obj, meta, by_resource, policy, queues)
+        problems += _resource_quota(where, obj, meta, by_resource, policy, queues, split)
     blocks = [
         {"name": ns, "namespaces": [ns], "quota": {f: {"nominal": n} for f, n in sorted(q.items())}}
         for ns, q in sorted((ns, {f: n for f, n in q.items() if n}) for ns, q in queues.items())
@@ -184,8 +214,10 @@ def _resource_quota(
     by_resource: Mapping[str, list[str]],
     policy: Policy,
     queues: dict[str, dict[str, int]],
+    split: bool = False,
 ) -> list[Problem]:
-    """One ResourceQuota into its namespace's queue; what is wrong with it."""
+    """One ResourceQuota into its namespace's queue; what is wrong with it (and, as
+    warnings, a limit split between models)."""
     ns = meta.get("namespace")
     if not isinstance(ns, str) or not _NAME.match(ns) or len(ns) > 63:
         fix = "a namespace name: lowercase letters, digits and '-', at most 63"
@@ -196,9 +228,17 @@ def _resource_quota(
     quota = queues.setdefault(ns, {})
     out: list[Problem] = []
     for key, value in sorted(hard.items(), key=lambda kv: str(kv[0])):
-        got = _quota_entry(where, str(key), value, by_resource, policy)
+        got = _quota_entry(where, str(key), value, by_resource, policy, split)
         if isinstance(got, Problem):
             out.append(got)
-        elif got is not None:
-            quota[got[0]] = max(quota.get(got[0], 0), got[1])
+            continue
+        for flavor, n in got or []:
+            quota[flavor] = max(quota.get(flavor, 0), n)
+        if got is not None and len(got) > 1:
+            parts = ", ".join(f"{n} {f}" for f, n in got)
+            out.append(Problem((*where, "spec", "hard", str(key)), "split-between-models",
+                               f"{value} {key} counts GPUs of several models: split by the "
+                               f"pools' capacity into {parts}",
+                               "change the split in the queue's quota to what the team uses",
+                               Severity.WARNING))  # fmt: skip
     return out

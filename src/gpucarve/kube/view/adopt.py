@@ -5,8 +5,11 @@ Nodes become pools by what GPU Feature Discovery and the device plugin say of th
 strategy), GPUs per node (`nvidia.com/gpu.count`), the sharing mode (`nvidia.com/mig-*`
 resources: MIG, with the layout their counts imply; `nvidia.com/gpu.sharing-strategy` or
 `nvidia.com/gpu.shared`: time-slicing or MPS with `nvidia.com/gpu.replicas`, renamed or not;
-else exclusive) and the node's CPU and memory. Nodes alike in all of that are one pool, which
-selects them by the labels that tell them apart. ResourceQuotas become queues (their GPU hard
+else exclusive) and the node's CPU and memory. A node whose GPUs NVIDIA's DRA driver publishes
+in ResourceSlices (no `nvidia.com/*` resource) is read from its devices: whole GPUs or MIG
+devices, the model from GFD's label or the devices' product name; it becomes a `devices: dra`
+pool. Nodes alike in all of that are one pool, which selects them by the labels that tell them
+apart. ResourceQuotas become queues (their GPU hard
 limits nominal quota of the flavor publishing the resource: `config.quota_import`), and
 PriorityClasses priority classes. Pure: objects in, a policy document and a report out; nothing
 in the cluster is changed.
@@ -23,7 +26,9 @@ from gpucarve.config.device_plugin_import import pool_name
 from gpucarve.config.quota_import import quota_blocks
 from gpucarve.core.catalog import AmbiguousModel, Catalog, GpuModel, UnknownModel
 from gpucarve.core.policy import Policy
+from gpucarve.core.problems import Problem, Severity
 from gpucarve.core.quantity import QuantityError, cpu_milli, memory_mib, whole_count
+from gpucarve.kube.view.dra import DraDevices, read_slices
 
 PRODUCT = "nvidia.com/gpu.product"
 COUNT = "nvidia.com/gpu.count"
@@ -49,6 +54,7 @@ class _Shape:
     cpus: int | None = None
     memory_gib: int | None = None
     taints: tuple[tuple[str, str, str], ...] = ()
+    dra: bool = False
 
 
 @dataclass
@@ -71,13 +77,25 @@ def _model(catalog: Catalog, product: str) -> GpuModel | None:
         return None
 
 
-def _shape(node: Mapping[str, Any], catalog: Catalog, report: list[str]) -> _Shape | None:
+def _shape(
+    node: Mapping[str, Any],
+    catalog: Catalog,
+    report: list[str],
+    dra: DraDevices,
+    shared: frozenset[str] = frozenset(),
+) -> _Shape | None:
     meta = node.get("metadata") or {}
     name = meta.get("name", "?")
     labels = meta.get("labels") or {}
     alloc = (node.get("status") or {}).get("allocatable") or {}
     gpu_resources = {k: _count(v) for k, v in alloc.items() if str(k).startswith("nvidia.com/")}
     if not any(gpu_resources.values()):
+        if name in dra.devices or name in dra.odd:
+            return _dra_shape(node, catalog, report, dra, shared)
+        if labels.get(PRODUCT):
+            report.append(f"node {name}: GFD says {labels[PRODUCT]} but neither the device "
+                          "plugin nor NVIDIA's DRA driver publishes its GPUs: left out; check "
+                          "the node's GPU stack")  # fmt: skip
         return None  # no GPUs: not gpucarve's
     product = labels.get(PRODUCT)
     if not product:
@@ -110,6 +128,57 @@ def _shape(node: Mapping[str, Any], catalog: Catalog, report: list[str]) -> _Sha
         return _Shape(model.id, str(product), gpus, mode, replicas, renamed, **extra)
     return _Shape(model.id, str(product), gpus or (gpu_resources.get(GPU) or 0), "exclusive",
                   **extra)  # fmt: skip
+
+
+def _dra_shape(
+    node: Mapping[str, Any],
+    catalog: Catalog,
+    report: list[str],
+    dra: DraDevices,
+    shared: frozenset[str],
+) -> _Shape | None:
+    """A node whose GPUs are the DRA driver's devices: whole GPUs (`gpuN`), shared ones (on
+    the `shared` nodes, whose devices allow several allocations) or MIG devices
+    (`gpuN/<profile>@<start>`), each GPU the same."""
+    meta = node.get("metadata") or {}
+    name = str(meta.get("name", "?"))
+    units = dra.devices.get(name) or {}
+    if dra.odd.get(name) or not units:
+        report.append(f"node {name}: the DRA driver publishes devices adopt cannot read "
+                      f"({', '.join(dra.odd.get(name, ())[:3]) or 'none'}; partitionable "
+                      "devices are a dynamic MIG pool): left out; write its pool by hand "
+                      "with devices: dra")  # fmt: skip
+        return None
+    labels = meta.get("labels") or {}
+    first = next(iter(units.values()))
+    product = str(labels.get(PRODUCT) or first.attributes.get("productName", "")).replace(" ", "-")
+    model = _model(catalog, product)
+    if model is None:
+        report.append(f"node {name}: the DRA driver's product {product or '(none)'} is no "
+                      "catalog model: left out; add it to a catalog file (--catalog)")  # fmt: skip
+        return None
+    gpus = {u.partition("/")[0] for u in units}
+    profiles = Counter(u.partition("/")[2].partition("@")[0] for u in units if "/" in u)
+    extra = _resources(node)
+    if name in shared:
+        # a GPU shared by memory: the policy's replicas (the quota's unit) are GFD's label
+        replicas = _count(labels.get(REPLICAS))
+        if not replicas:
+            report.append(f"node {name}: the DRA driver shares its GPUs but no {REPLICAS} "
+                          "label says in how many parts: left out; write its pool by hand "
+                          "with sharing: time-slicing and replicas")  # fmt: skip
+            return None
+        return _Shape(model.id, product, len(gpus), "time-slicing", replicas, dra=True, **extra)
+    if not profiles:
+        return _Shape(model.id, product, len(gpus), "exclusive", dra=True, **extra)
+    if any(n % len(gpus) for n in profiles.values()):
+        report.append(
+            f"node {name}: MIG devices {dict(profiles)} do not split evenly over its "
+            f"{len(gpus)} GPUs: left out; give its pool a perGpu layout by hand"
+        )
+        return None
+    layout = tuple(sorted((p, n // len(gpus)) for p, n in profiles.items()))
+    return _Shape(model.id, product, len(gpus), "mig", layout=layout, dra=True, **extra)
 
 
 def _resources(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -185,6 +254,8 @@ def _pool(shape: _Shape, name: str, nodes: int, labels: dict[str, str]) -> dict[
         block["mig"] = {"layout": dict(shape.layout)}
         if shape.single:
             block["mig"]["strategy"] = "single"
+    if shape.dra:
+        block["devices"] = "dra"
     block["nodeLabels"] = labels
     if shape.taints:
         block["taints"] = [{"key": k, "value": v, "effect": e} for k, v, e in shape.taints]
@@ -229,13 +300,26 @@ def _others_match(
     return False
 
 
-def adopt(nodes: Sequence[Mapping[str, Any]], catalog: Catalog, name: str = "adopted") -> Adopted:
-    """The pools a cluster's `nodes` already are (queues come with `with_quotas`, once the
-    pools' flavors are known)."""
+def adopt(
+    nodes: Sequence[Mapping[str, Any]],
+    catalog: Catalog,
+    name: str = "adopted",
+    slices: Sequence[Mapping[str, Any]] = (),
+) -> Adopted:
+    """The pools a cluster's `nodes` already are, DRA nodes read from the ResourceSlices
+    (queues come with `with_quotas`, once the pools' flavors are known)."""
     report: list[str] = []
     groups: dict[_Shape, list[Mapping[str, Any]]] = {}
+    dra = read_slices(slices)
+    shared = frozenset(
+        str((s.get("spec") or {}).get("nodeName"))
+        for s in slices
+        if any(
+            d.get("allowMultipleAllocations") for d in (s.get("spec") or {}).get("devices") or []
+        )
+    )
     for node in sorted(nodes, key=lambda n: str((n.get("metadata") or {}).get("name"))):
-        shape = _shape(node, catalog, report)
+        shape = _shape(node, catalog, report, dra, shared)
         if shape is not None:
             groups.setdefault(shape, []).append(node)
     selectors = _selectors(groups)
@@ -243,7 +327,7 @@ def adopt(nodes: Sequence[Mapping[str, Any]], catalog: Catalog, name: str = "ado
     used: Counter[str] = Counter()
     for shape, members in groups.items():
         prefix = model_prefix(catalog, shape.model)
-        base = pool_name(f"{prefix}-{shape.sharing}")
+        base = pool_name(f"{prefix}-{'dra-' if shape.dra else ''}{shape.sharing}")
         used[base] += 1
         pname = base if used[base] == 1 else f"{base}-{used[base]}"
         labels = selectors[shape] or {"gpucarve.io/pool": pname}
@@ -340,12 +424,16 @@ def with_quotas(
     flavors (`policy`, built from the pools); a quota that cannot be read is reported, and so
     is what runs where."""
     objs = [((f"object {i + 1}",), o) for i, o in enumerate(objects)]
-    blocks, problems = quota_blocks(objs, policy)
+    blocks, problems = quota_blocks(objs, policy, split=True)
     adopted.doc["queues"] = blocks["queues"]
     adopted.doc["priorityClasses"] = blocks["priorityClasses"]
-    adopted.report += [f"left out: {p}" for p in problems]
+    for p in problems:
+        said = "as read" if p.severity is Severity.WARNING else "left out"
+        adopted.report.append(f"{said}: {said_problem(p)}")
     adopted.report += binding(objects, pods)
     governed = {ns for q in blocks["queues"] for ns in q["namespaces"]}
+    quoted = {str((o.get("metadata") or {}).get("namespace")) for o in objects
+              if o.get("kind") == "ResourceQuota"}  # fmt: skip
     running = gpu_namespaces(pods)
     adopted.report += [f"namespace {ns}: {n} GPU pods" for ns, n in sorted(running.items())]
     if running:
@@ -355,7 +443,14 @@ def with_quotas(
             "over its quota as read waits for its own pods to finish"
         )
     for ns in sorted(set(running) - governed):
+        why = ("its ResourceQuota could not be read (above)" if ns in quoted
+               else "without a ResourceQuota on GPUs")  # fmt: skip
         adopted.report.append(
-            f"namespace {ns} runs GPU pods without a ResourceQuota on GPUs: give it a queue "
-            "(gpucarve governs only namespaces a queue lists)"
+            f"namespace {ns} runs GPU pods {why}: give it a queue (gpucarve governs only "
+            "namespaces a queue lists)"
         )
+
+
+def said_problem(p: Problem) -> str:
+    """A problem as one line of the report: where, what, the fix."""
+    return f"{p.location}: {p.message} (fix: {p.fix})"

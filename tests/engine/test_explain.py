@@ -4,6 +4,7 @@ turn, the decision, and hints that name what would let it run."""
 from __future__ import annotations
 
 from gpucarve.engine import run_cycle
+from gpucarve.engine.decisions import Plugin
 from gpucarve.engine.explain import explain, render
 from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
 
@@ -28,8 +29,38 @@ def test_a_queue_within_nominal_is_told_whom_it_can_reclaim_from_and_when() -> N
     assert str(e.reason).startswith("quota/"), render(e)
     (line,) = [q for q in e.quota if q.flavor == "h100-full"]
     assert (line.nominal, line.used, line.needs) == (8, 0, 8)
-    assert any("reclaim 16 h100-full from queue a (a/big, borrowing), possible from t=400 s" in h
-               for h in e.hints), e.hints  # fmt: skip
+    # started at t=100 with a 300 s minimum runtime: reclaimable 200 s after t=200
+    assert any("reclaim 16 h100-full from queue a (a/big, borrowing): possible in 200 s, once it "
+               "has run its minimum runtime of 300 s" in h for h in e.hints), e.hints  # fmt: skip
+    assert not any("t=" in h for h in e.hints), e.hints  # no internal epochs
+
+
+def test_a_gang_reclaim_spares_is_named_with_the_time_left_in_the_reason_and_explain() -> None:
+    spare = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 2, 8)],
+        queues=[
+            queue("a", {"h100-full": {"nominal": 8, "borrowingLimit": 8}}, cohort="c"),
+            queue("b", {"h100-full": {"nominal": 8}}, cohort="c"),
+        ],
+        cohorts=[{"name": "c"}],
+        scheduling={"minRuntimeSeconds": 0, "reclaimLargeVictimRatio": 4,
+                    "reclaimLargeVictimAfterSeconds": 3600},
+    )  # fmt: skip
+    _, s = cycle(snapshot(spare, [workload(spare, "big", "a", gpus=8, pods=2)]), 0)
+    small = workload(spare, "small", "b", gpus=1, submit=100)
+    s = submit(s, small)
+    result = run_cycle(s, 200)
+    (pend,) = [p for p in result.pending if p.workload == "b/small"]
+    assert pend.reason.plugin is Plugin.RECLAIM_SPARING, pend.reason
+    assert "reclaim spares a/big: it holds 16 slices, more than 4 times" in pend.reason.message
+    assert "in 3500 s" in pend.reason.message
+    e = explain(s, result, "b/small")
+    assert e is not None
+    assert any("reclaim spares a/big" in h and "3500 s" in h for h in e.hints), e.hints
+    assert not any("possible now" in h for h in e.hints), e.hints
+    # past the bound it is reclaimed
+    later = run_cycle(s, 100 + 3600)
+    assert "b/small" in later.admitted_ids()
 
 
 def test_a_queue_over_its_borrowing_limit_is_told_so() -> None:

@@ -144,6 +144,10 @@ def _try(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
     if waits is not None:
         reason = PendingReason(Stage.PREEMPTION, Plugin.RECLAIM_GRACE, waits)
         return Outcome(False, reason, (reason, *tried))
+    spared = c.preemptor.spared.get(w.id)
+    if spared is not None:
+        reason = PendingReason(Stage.PREEMPTION, Plugin.RECLAIM_SPARING, spared)
+        return Outcome(False, reason, (reason, *tried))
     return Outcome(False, best_reason(tried), tuple(tried))
 
 

@@ -43,6 +43,7 @@ class Plugin(StrEnum):
     RECLAIM = "reclaim"  # withdrawn by reclaim before it started
     RESERVATION = "reservation"  # found no room; holds the nodes where it fits soonest
     RECLAIM_GRACE = "reclaim-grace"  # reclaim waits for borrowed work about to end
+    RECLAIM_SPARING = "reclaim-sparing"  # reclaim spares a gang many times the reclaimer
     CYCLE_BUDGET = "cycle-budget"  # not tried: the cycle placed its budget of pods
 
 
@@ -144,6 +145,7 @@ class IdleCause(StrEnum):
     QUEUE_ORDER = "queue-order"  # behind its queue's head
     RESERVATION = "reservation"
     RECLAIM_GRACE = "reclaim-grace"  # reclaim waits for borrowed work about to end
+    RECLAIM_SPARING = "reclaim-sparing"  # reclaim spares a gang many times the reclaimer
     CYCLE_BUDGET = "cycle-budget"  # not tried yet: the cycle placed its budget of pods
     OTHER = "other"  # a gang short of pods, an admission withdrawn
 

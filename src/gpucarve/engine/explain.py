@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from gpucarve.core.policy import Flavor, GpuUnit
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import Workload
+from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.engine.apply import apply
 from gpucarve.engine.ceilings import selected_flavors
 from gpucarve.engine.decisions import Admission, CycleResult, PendingReason, Stage
@@ -222,7 +222,6 @@ def _quota_hints(
     what = flavor if st.unit is None else f"{flavor} GPUs"
     out: list[str] = []
     if st.borrow <= 0 and queue.cohort is not None:
-        min_runtime = snapshot.policy.scheduling.min_runtime_s
         for rw in sorted(snapshot.running, key=lambda r: (r.start_time, r.workload.id)):
             other = rw.workload
             if other.queue == w.queue or not other.preemptible:
@@ -233,15 +232,9 @@ def _quota_hints(
                 continue
             held = quotas.held(other.queue, rw.pods, flavor)
             if held:
-                at = rw.start_time + min_runtime
-                when = (
-                    f"possible from t={at} s (minimum runtime {min_runtime} s)"
-                    if at > now
-                    else f"possible now (it has run its minimum runtime of {min_runtime} s)"
-                )
                 out.append(
-                    f"reclaim {n(held)} {what} from queue {other.queue} ({other.id}, borrowing), "
-                    + when
+                    f"reclaim {n(held)} {what} from queue {other.queue} ({other.id}, borrowing): "
+                    + _reclaim_when(snapshot, w, rw, need, now)
                 )
         return out[:5] or [f"wait for queue {w.queue}'s own {what} to be given back"]
     own = [rw for rw in snapshot.running if rw.workload.queue == w.queue]
@@ -271,6 +264,28 @@ def _quota_hints(
     elif queue.cohort is None:
         out.append(f"it is in no cohort: raise its nominal {what} or wait for its own work")
     return out
+
+
+def _reclaim_when(snapshot: Snapshot, w: Workload, rw: RunningWorkload, need: int, now: int) -> str:
+    """When reclaiming from `rw` becomes possible for `w`, in seconds from now: its minimum
+    runtime, and reclaim sparing a gang many times `w`'s size (scheduling)."""
+    cfg = snapshot.policy.scheduling
+    waits = []
+    ran = rw.start_time + cfg.min_runtime_s - now
+    if ran > 0:
+        waits.append(f"in {ran} s, once it has run its minimum runtime of {cfg.min_runtime_s} s")
+    size = sum(len(p.slice_ids) for p in rw.pods)
+    ratio, after = cfg.reclaim_large_ratio, cfg.reclaim_large_after_s
+    if ratio is not None and size > ratio * max(1, need) and now - w.submit_time < after:
+        left = after - (now - w.submit_time)
+        waits.append(
+            f"in {left} s: it holds {size} slices, more than {ratio} times the {max(1, need)} "
+            "this workload needs, so reclaim spares it until this workload has waited "
+            f"{after} s (scheduling.reclaimLargeVictimRatio, reclaimLargeVictimAfterSeconds)"
+        )
+    if not waits:
+        return f"possible now (it has run its minimum runtime of {cfg.min_runtime_s} s)"
+    return "possible " + "; and ".join(waits)
 
 
 def _placement_hints(snapshot: Snapshot, flavor: str, need: int) -> list[str]:

@@ -30,6 +30,7 @@ _BY_PLUGIN = {
     Plugin.CPU_MEMORY: IdleCause.CPU_MEMORY,
     Plugin.MIG_REPARTITION: IdleCause.MIG_LAYOUT,
     Plugin.RECLAIM_GRACE: IdleCause.RECLAIM_GRACE,
+    Plugin.RECLAIM_SPARING: IdleCause.RECLAIM_SPARING,
     Plugin.CYCLE_BUDGET: IdleCause.CYCLE_BUDGET,
 }
 _BY_LIMIT = {

@@ -173,6 +173,8 @@ class Preemptor:
         # (ratio, seconds): reclaim spares a whole gang more than `ratio` times the
         # reclaimer's size until the reclaimer has waited `seconds` (ratio None: never spares)
         self.large: tuple[int | None, int] = (None, 0)
+        # reclaimer -> why a gang it could reclaim from was spared this cycle (its reason)
+        self.spared: dict[str, str] = {}
 
     def _running_of(self, queue: str) -> list[RunningWorkload]:
         """Eligible running workloads of a queue (re-listed when that queue's running set
@@ -214,8 +216,25 @@ class Preemptor:
                 if ok is None:
                     ok = lends[held] = self._lends_back(other, set(held), keys)
                 if ok:
-                    out += [r for r in self._ranked(rw) if self._in_size(r.victim, largest)]
+                    ranked = self._ranked(rw)
+                    kept = [r for r in ranked if self._in_size(r.victim, largest)]
+                    if len(kept) < len(ranked):
+                        self._note_spared(w, rw, largest)
+                    out += kept
         return _in_order(out)
+
+    def _note_spared(self, w: Workload, rw: RunningWorkload, largest: int | None) -> None:
+        ratio, after = self.large
+        if w.id in self.spared or largest is None or ratio is None:
+            return
+        size = sum(len(p.slice_ids) for p in rw.pods)
+        left = after - (self.now - w.submit_time)
+        self.spared[w.id] = (
+            f"reclaim spares {rw.workload.id}: it holds {size} slices, more than {ratio} times "
+            f"the {largest // ratio} this workload needs (scheduling.reclaimLargeVictimRatio); "
+            f"it may be reclaimed in {left} s (scheduling.reclaimLargeVictimAfterSeconds), "
+            "or its GPUs come back when it ends"
+        )
 
     def _lends_back(self, queue: str, held: set[str], keys: set[str]) -> bool:
         """Whether evicting what `queue` holds of the flavors `held` gives the cohort back

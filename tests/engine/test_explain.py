@@ -106,3 +106,16 @@ def test_explain_says_what_is_free_while_it_waits_and_why() -> None:
         "  - 12 h100-full free: nominal-quota (the reason of b/more, the first waiting that "
         "could use them)" in later
     )
+
+
+def test_explain_says_how_long_the_workload_is_expected_to_run_and_whence() -> None:
+    import dataclasses
+
+    w = dataclasses.replace(workload(P, "bounded", "b", gpus=8, pods=3), runtime_limit_s=600)
+    s = snapshot(P, [w])
+    e = explain(s, run_cycle(s, 0), "b/bounded")
+    assert e is not None
+    assert "expected to run 600 s, by its deadline" in render(e)
+    plain = snapshot(P, [workload(P, "open", "b", gpus=8, pods=3)])
+    e = explain(plain, run_cycle(plain, 0), "b/open")
+    assert e is not None and "expected to run 86400 s, by the default runtime" in render(e)

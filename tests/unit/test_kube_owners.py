@@ -97,3 +97,40 @@ def test_a_jobset_waits_for_the_jobs_it_says_it_has() -> None:
     second = _job("js-workers-1", 3, 3, jobset="js")
     driver = _job("js-driver-0", 1, 1, jobset="js")
     assert job_specs([workers, second, driver]) == {("ns", "jobset-js"): GroupSpec(7)}
+
+
+def test_a_jobs_own_deadline_bounds_its_gangs_runtime() -> None:
+    from datetime import UTC, datetime
+
+    from gpucarve.config.policy_build import load_policy
+    from gpucarve.kube.view.pods import pending_workloads
+    from tests.paths import BUILTIN
+
+    solo = _job("solo", 2, 2)
+    solo["spec"]["activeDeadlineSeconds"] = 600
+    js = [_job("js-a-0", 2, 2, jobset="js"), _job("js-b-0", 2, 2, jobset="js")]
+    js[0]["spec"]["activeDeadlineSeconds"] = 900
+    js[1]["spec"]["activeDeadlineSeconds"] = 300
+    specs = job_specs([solo, *js])
+    assert specs[("ns", "job-solo")] == GroupSpec(2, deadline_s=600)
+    assert specs[("ns", "jobset-js")].deadline_s == 300  # the least of its Jobs'
+    # the gang's pods carry no deadline of their own: the Job's bounds the workload
+    policy = load_policy(BUILTIN / "three-teams.yaml").policy
+    owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "solo", "uid": "u",
+              "controller": True}]  # fmt: skip
+    pods = [
+        {"metadata": {"name": f"solo-{i}", "namespace": "research", "ownerReferences": owner,
+                      "labels": {"batch.kubernetes.io/job-name": "solo"},
+                      "creationTimestamp": "2026-01-01T00:00:00Z"},
+         "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+        for i in range(2)
+    ]  # fmt: skip
+    epoch = datetime(2026, 1, 1, tzinfo=UTC)
+    specs = {("research", "job-solo"): GroupSpec(2, deadline_s=600)}
+    (group,) = pending_workloads(pods, policy, epoch, specs)
+    assert group.workload is not None and group.workload.runtime_limit_s == 600
+    # a pod's own shorter deadline still wins
+    pods[0]["spec"]["activeDeadlineSeconds"] = 120
+    pods[1]["spec"]["activeDeadlineSeconds"] = 120
+    (group,) = pending_workloads(pods, policy, epoch, specs)
+    assert group.workload is not None and group.workload.runtime_limit_s == 120

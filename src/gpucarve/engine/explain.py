@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from gpucarve.core.policy import Flavor, GpuUnit
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
+from gpucarve.core.runtime import WHENCE
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.engine.apply import apply
@@ -57,6 +58,9 @@ class Explanation:
     hints: tuple[str, ...] = field(default_factory=tuple)
     # the free slices of its flavors after the cycle and why they sit idle (engine.idle)
     idle: tuple[str, ...] = ()
+    # how long it is expected to run and whence (core.runtime): what reservations and reclaim
+    # grace weigh
+    runtime: str = ""
 
 
 def _usable(snapshot: Snapshot, w: Workload) -> list[list[Flavor]]:
@@ -94,6 +98,11 @@ def _note_waiting(
         d = _demand(snapshot, pw)
         if d and quotas.within_nominal(pw.queue, d):
             quotas.note_waiting(pw.queue, d)
+
+
+def _runtime(snapshot: Snapshot, w: Workload) -> str:
+    seconds, whence = snapshot.runtimes.expected(w, snapshot.policy.scheduling.default_runtime_s)
+    return f"{seconds} s, by {WHENCE[whence]}"
 
 
 def _fair_share(snapshot: Snapshot, quotas: Quotas, queue: str) -> str:
@@ -159,6 +168,7 @@ def explain(snapshot: Snapshot, result: CycleResult, workload: str) -> Explanati
         quota=tuple(lines),
         fair_share=_fair_share(snapshot, quotas, w.queue),
         idle=_idle(result, w.id, demand) if pend is not None else (),
+        runtime=_runtime(snapshot, w),
     )
     hints = _hints(after, result, explanation, w, quotas, demand)
     return Explanation(**{**explanation.__dict__, "hints": tuple(hints)})
@@ -317,6 +327,8 @@ def render(e: Explanation) -> list[str]:
     out.append(
         f"queue {e.queue}" + (f" (cohort {e.cohort})" if e.cohort else "") + f": {e.fair_share}"
     )
+    if e.runtime:
+        out.append(f"expected to run {e.runtime}")
     rows = [("flavor", "nominal", "borrowing-limit", "used", "borrowed", "needs", "cohort-lends")]
     for q in e.quota:
         name = q.flavor if q.unit is None else f"{q.flavor} (GPUs)"

@@ -19,3 +19,6 @@ class GroupSpec:
     # Kubernetes' own PodGroup names its topology by node label keys, which only the policy's
     # topology keys turn into a mode (`pod_groups.resolve_topology`)
     topology_keys: tuple[str, ...] = ()
+    # the owner's own bound on how long the gang runs (a Job's activeDeadlineSeconds; a
+    # JobSet's, the least of its Jobs'): a runtime bound as a pod's own deadline is
+    deadline_s: int | None = None

@@ -71,6 +71,13 @@ def gang_size(job: Mapping[str, Any]) -> int | None:
     return parallelism
 
 
+def deadline_of(job: Mapping[str, Any]) -> int | None:
+    """A Job's activeDeadlineSeconds (None: none, or not a whole number of seconds a pod's
+    deadline could be)."""
+    raw = (job.get("spec") or {}).get("activeDeadlineSeconds")
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 1 else None
+
+
 def job_specs(jobs: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], GroupSpec]:
     """Gang sizes of Jobs and of JobSets (the sum of their Jobs'), by the gang names of
     `owner_kinds.group_of`. A JobSet whose Jobs are not all created yet (it says how many it
@@ -80,6 +87,7 @@ def job_specs(jobs: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], GroupS
     out: dict[tuple[str, str], GroupSpec] = {}
     jobsets: dict[tuple[str, str], list[int | None]] = {}  # pods per Job (None: independent)
     expected: dict[tuple[str, str], int] = {}
+    deadlines: dict[tuple[str, str], int] = {}  # a JobSet's: the least of its Jobs'
     for job in jobs:
         meta = job["metadata"]
         ns, labels = meta["namespace"], meta.get("labels") or {}
@@ -88,16 +96,18 @@ def job_specs(jobs: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], GroupS
             key = (ns, f"jobset-{jobset}")
             parallelism = positive_int((job.get("spec") or {}).get("parallelism", 1)) or 1
             jobsets.setdefault(key, []).append(size or (1 if parallelism == 1 else None))
+            if (d := deadline_of(job)) is not None:
+                deadlines[key] = min(d, deadlines.get(key, d))
             said = labels.get(JOBSET_JOBS) or (meta.get("annotations") or {}).get(JOBSET_JOBS)
             if (n := positive_int(said)) is not None:
                 expected[key] = n
         elif size is not None:
-            out[(ns, f"job-{meta['name']}")] = GroupSpec(size)
+            out[(ns, f"job-{meta['name']}")] = GroupSpec(size, deadline_s=deadline_of(job))
     for key, sizes in jobsets.items():
         if any(s is None for s in sizes):
             continue
         total = sum(s for s in sizes if s is not None)
         total += max(0, expected.get(key, 0) - len(sizes))
         if total > 1:
-            out[key] = GroupSpec(min(total, MAX_GANG))
+            out[key] = GroupSpec(min(total, MAX_GANG), deadline_s=deadlines.get(key))
     return out

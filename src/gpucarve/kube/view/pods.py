@@ -299,6 +299,9 @@ def _group_doc(
     if not all(_controlled(p) for p in members):
         doc["restartable"] = False
     deadline = (first.get("spec") or {}).get("activeDeadlineSeconds")
+    owner = group_spec.deadline_s if group_spec is not None and in_group else None
+    if owner is not None:  # the Job's own deadline bounds its pods' runtime too
+        deadline = owner if not isinstance(deadline, int) else min(deadline, owner)
     if deadline is not None:
         doc["activeDeadlineSeconds"] = deadline
     if group_spec is not None and in_group:

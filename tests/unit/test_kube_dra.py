@@ -296,3 +296,21 @@ def test_a_pod_sharing_an_allocated_claim_runs_on_its_node_and_asks_for_no_devic
         waiting["research/y"].startswith("dra/claim-shared:")
         and "pod research/x" in waiting["research/y"]
     )
+
+
+def test_pods_sharing_an_allocated_claim_are_evicted_together() -> None:
+    """The claim's devices go back only when no pod reserves it: the view names each pod's
+    partners, and an eviction of one takes the others (kube/scheduler/evictions.py)."""
+    slices = slice_manifests(POLICY)
+    inv = build_inventory(POLICY, nodes(), read_slices(slices))
+    status = allocated("h100-1", ["gpu-2", "gpu-3"], "first")
+    status["reservedFor"].append({"resource": "pods", "name": "second", "uid": "u"})
+    shared = claim("shared", 2, status=status)
+    alone = claim("alone", 1, status=allocated("h100-0", ["gpu-0"], "solo"))
+    bound = [pod("first", "shared", node="h100-1"), pod("second", "shared", node="h100-1"),
+             pod("solo", "alone", node="h100-0")]  # fmt: skip
+    view = build_view(POLICY, inv, bound, "gpucarve", EPOCH, {}, claims=[shared, alone])
+    assert dict(view.claim_partners) == {
+        "research/first": ("research/second",), "research/second": ("research/first",)}  # fmt: skip
+    assert view.evicted_with(["research/first"]) == ["research/first", "research/second"]
+    assert view.evicted_with(["research/solo"]) == ["research/solo"]

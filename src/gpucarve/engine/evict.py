@@ -59,10 +59,8 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> b
                 continue
             if cause is Cause.RECLAIM:
                 flavors = sorted({p.flavor for p in victim.held if p.flavor in demand})
-                msg = (
-                    f"reclaimed by queue {w.queue} for {w.id}: queue {v.queue} was borrowing "
-                    + ", ".join(flavors)
-                )
+                msg = f"reclaimed by queue {w.queue} for {w.id}: queue {v.queue} was borrowing"
+                msg += f" {', '.join(flavors)}" if flavors else ""
             else:
                 msg = f"preempted by {w.id} (priority {w.priority} > {v.priority})"
             pods = tuple(sorted(p.pod for p in victim.pods))

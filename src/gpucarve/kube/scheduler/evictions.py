@@ -31,7 +31,8 @@ log = logging.getLogger("gpucarve.scheduler")
 def _taken(view: View, result: CycleResult) -> dict[str, set[str]]:
     taken: dict[str, set[str]] = {}
     for e in result.evictions:
-        taken.setdefault(e.workload, set()).update(e.pods or view.running_pods.get(e.workload, ()))
+        pods = view.evicted_with(e.pods or view.running_pods.get(e.workload, ()))
+        taken.setdefault(e.workload, set()).update(pods)
     return taken
 
 
@@ -228,12 +229,18 @@ def evict_pods(act: Acting, view: View, result: CycleResult) -> dict[str, int]:
     refused: dict[str, int] = {}
     for e in result.evictions:
         why = _REASONS.get(e.cause, "Preempted")
-        for pod in sorted(e.pods or view.running_pods.get(e.workload, ())):
+        own = e.pods or view.running_pods.get(e.workload, ())
+        for pod in view.evicted_with(own):
+            # a pod sharing a claim with a victim: the claim's devices go back only with it
+            message = e.message if pod in own else (
+                f"{e.message}; it shares an allocated ResourceClaim with "
+                f"{', '.join(q for q in view.claim_partners.get(pod, ()) if q in own)}, "
+                "whose devices go back only once every pod sharing it is gone")  # fmt: skip
             status = _evict(act.client, pod, why)
             if status == 429 and e.cause is Cause.RECLAIM and act.past.due(pod, act.now):
-                status = _past_budget(act, pod, e.message)
+                status = _past_budget(act, pod, message)
             if status == 0:
-                act.reporter.event(pod, "Normal", why, e.message)
+                act.reporter.event(pod, "Normal", why, message)
             elif status is not None:
                 refused[pod] = status
     return refused

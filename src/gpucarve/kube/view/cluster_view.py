@@ -75,6 +75,16 @@ class View:
     # what the snapshot is made of, for following it from the last view (`view_step`); None
     # when it cannot be told apart
     layers: Layers | None = None
+    # bound pod -> the other pods an allocated ResourceClaim it shares is reserved for
+    # (evicting one frees the claim's devices only with the others)
+    claim_partners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def evicted_with(self, pods: Iterable[str]) -> list[str]:
+        """`pods` and every pod sharing an allocated claim with one of them, sorted."""
+        out = set(pods)
+        for pod in list(out):
+            out.update(self.claim_partners.get(pod, ()))
+        return sorted(out)
 
     def pod_of(self, workload: str, engine_pod: str) -> str:
         """The real pod behind the engine's `<workload>/<set>-<i>`."""
@@ -249,6 +259,7 @@ def build_view(
         moves,
         {k: q for k, (_, q) in charged.items()},
         _layers(bound, b, kept_layer, rewritten, [rw for rw, _ in charged.values()]),
+        units.partners if units is not None else {},
     )
 
 

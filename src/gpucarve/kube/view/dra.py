@@ -345,6 +345,9 @@ class ClaimUnits:
 
     by_pod: Mapping[str, tuple[str, tuple[str, ...]]]
     by_claim: Mapping[str, tuple[str, tuple[str, ...]]]
+    # pod -> the other pods an allocated claim it shares is reserved for: its devices go
+    # back only once every one of them is gone
+    partners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _share_unit(unit: str, result: Mapping[str, Any]) -> str:
@@ -401,6 +404,7 @@ def device_unit(unit: str) -> str:
 def claim_units(claims: Sequence[Mapping[str, Any]], dra: DraDevices) -> ClaimUnits:
     by_pod: dict[str, tuple[str, list[str]]] = {}
     by_claim: dict[str, tuple[str, tuple[str, ...]]] = {}
+    partners: dict[str, set[str]] = {}
     for claim in sorted(claims, key=object_key):
         status = claim.get("status") or {}
         results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
@@ -424,10 +428,13 @@ def claim_units(claims: Sequence[Mapping[str, Any]], dra: DraDevices) -> ClaimUn
         for p in pods[:1]:
             have = by_pod.setdefault(p, (node, []))
             have[1].extend(units)
+        for p in pods if len(pods) > 1 else ():
+            partners.setdefault(p, set()).update(q for q in pods if q != p)
         by_claim[object_key(claim)] = (node, units)
     return ClaimUnits(
         MappingProxyType({p: (n, tuple(u)) for p, (n, u) in by_pod.items()}),
         MappingProxyType(by_claim),
+        MappingProxyType({p: tuple(sorted(q)) for p, q in sorted(partners.items())}),
     )
 
 

@@ -55,3 +55,14 @@ def test_a_pod_that_prefers_l4_nodes_lands_there_while_they_are_free() -> None:
     result, _ = cycle(submit(after, other), 30)
     (admission,) = result.admissions
     assert all(p.node.startswith("train-") for p in admission.pods)
+
+
+def test_explain_counts_only_the_workloads_that_hold_the_flavor() -> None:
+    on_l4 = workload(P, "l4", "r", gpus=2, node_selector={PRODUCT: "NVIDIA-L4"})
+    on_h100 = workload(P, "h100", "r", gpus=8, pods=2)
+    _, s = cycle(snapshot(P, [on_l4, on_h100]))
+    more = workload(P, "more", "r", gpus=8, submit=5)
+    s = submit(s, more)
+    e = explain(s, run_cycle(s, 10), more.id)
+    assert e is not None
+    assert any("queue r holds 16 h100-full in 1 running workloads" in h for h in e.hints), e.hints

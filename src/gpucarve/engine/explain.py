@@ -247,9 +247,11 @@ def _quota_hints(
                     + _reclaim_when(snapshot, w, rw, need, now)
                 )
         return out[:5] or [f"wait for queue {w.queue}'s own {what} to be given back"]
-    own = [rw for rw in snapshot.running if rw.workload.queue == w.queue]
-    held = sum(quotas.held(w.queue, rw.pods, flavor) for rw in own)
-    out.append(f"queue {w.queue} holds {n(held)} {what} in {len(own)} running workloads")
+    own = [quotas.held(w.queue, rw.pods, flavor)
+           for rw in snapshot.running if rw.workload.queue == w.queue]  # fmt: skip
+    holding = [h for h in own if h]
+    out.append(f"queue {w.queue} holds {n(sum(holding))} {what} in {len(holding)} running "
+               "workloads")  # fmt: skip
     if st.over_borrowing_limit:
         assert st.borrowing_limit is not None
         most = st.nominal + st.borrowing_limit

@@ -95,3 +95,31 @@ def test_the_chart_webhook_keeps_its_certificate_with_its_own_rights(tmp_path: P
         log = (tmp_path / "webhook.log").read_text()
         assert "Traceback" not in log, log
         assert "forbidden" not in log, log
+
+
+def _comparable(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """A webhook configuration's hooks without where they are served (a Service in the chart,
+    a URL in the dev cluster) and without how the namespace list is ordered."""
+    out = []
+    for h in config["webhooks"]:
+        h = {k: v for k, v in h.items() if k != "clientConfig"}
+        for expr in (h.get("namespaceSelector") or {}).get("matchExpressions") or []:
+            expr["values"] = sorted(expr["values"])
+        out.append(h)
+    return sorted(out, key=lambda h: h["name"])
+
+
+def test_the_stacks_webhook_configurations_are_the_charts() -> None:
+    """The dev cluster and every integration stack install the hooks the chart renders, the
+    pod-update hook and its CEL condition included: the stack tested is the stack shipped."""
+    from gpucarve.devcluster.webhook import configurations, governed_namespaces
+
+    objs = render(POLICY)
+    chart = {o["kind"]: o for o in objs if o["kind"].endswith("WebhookConfiguration")}
+    ours = dict(configurations("https://127.0.0.1:1", b"ca", governed_namespaces(POLICY)))
+    assert _comparable(ours["mutatingwebhookconfigurations"]) == _comparable(
+        chart["MutatingWebhookConfiguration"]
+    )
+    assert _comparable(ours["validatingwebhookconfigurations"]) == _comparable(
+        chart["ValidatingWebhookConfiguration"]
+    )

@@ -263,3 +263,34 @@ def test_a_gpu_claim_that_could_never_be_allocated_is_refused_with_its_field() -
     assert claim_problems(dra, wide, template=False) == []
     plain = _claim([_exactly("gpu.nvidia.com", 16)])
     assert claim_problems(POLICY, plain, template=False) == []
+
+
+def _job(parallelism: int, limits: dict[str, str], completions: int | None = None) -> Any:
+    spec: dict[str, Any] = {
+        "parallelism": parallelism,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "main", "image": "x", "resources": {"limits": limits}}]}},
+    }  # fmt: skip
+    if completions is not None:
+        spec["completions"] = completions
+    return {"metadata": {"name": "train", "namespace": "research"}, "spec": spec}
+
+
+def test_a_job_whose_gang_or_pods_could_never_run_is_refused_once_when_written() -> None:
+    from gpucarve.webhook.admission import job_problems
+
+    # 40 pods of one H100 each, all at once: research can never hold more than 32
+    (p,) = job_problems(POLICY, _job(40, {"nvidia.com/gpu": "1"}, completions=40))
+    assert p.code == "can-never-fit" and p.path[1:] == ("spec", "parallelism"), p
+    assert "its 40 pods run all at once" in p.message and "32" in p.message
+    # the same pods one by one (a work queue) run in turn: admitted
+    assert job_problems(POLICY, _job(40, {"nvidia.com/gpu": "1"})) == []
+    assert job_problems(POLICY, _job(8, {"nvidia.com/gpu": "1"}, completions=8)) == []
+    # a pod no node could hold: refused at the Job, at the template's path
+    (p,) = job_problems(POLICY, _job(2, {"nvidia.com/gpu": "64"}, completions=2))
+    assert p.code == "can-never-fit" and p.path[:3] == ("train", "spec", "template"), p
+    # another namespace's Jobs, and Jobs without GPUs, are not gpucarve's
+    elsewhere = _job(40, {"nvidia.com/gpu": "1"}, completions=40)
+    elsewhere["metadata"]["namespace"] = "kube-system"
+    assert job_problems(POLICY, elsewhere) == []
+    assert job_problems(POLICY, _job(40, {"cpu": "1"}, completions=40)) == []

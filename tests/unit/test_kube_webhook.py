@@ -187,3 +187,17 @@ def test_a_selector_only_the_clusters_own_labels_could_satisfy_is_admitted_with_
     _, raw = _post("/validate", _review_of(pod({"nvidia.com/gpu.product": "Tesla-T4"})))
     response = json.loads(raw)["response"]
     assert response["allowed"] is False and "can never be admitted" in response["status"]["message"]
+
+
+def test_a_job_whose_gang_could_never_run_is_denied_at_creation() -> None:
+    template = {"spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}  # fmt: skip
+    job = {"metadata": {"name": "sweep", "namespace": "research"},
+           "spec": {"parallelism": 40, "completions": 40, "template": template}}  # fmt: skip
+    _, raw = _post("/validate", _review_of(job, kind="Job"))
+    response = json.loads(raw)["response"]
+    assert response["allowed"] is False, response
+    assert "its 40 pods run all at once" in response["status"]["message"]
+    job["spec"]["parallelism"] = job["spec"]["completions"] = 4
+    _, raw = _post("/validate", _review_of(job, kind="Job"))
+    assert json.loads(raw)["response"]["allowed"] is True

@@ -57,6 +57,8 @@ def configurations(
     claims = {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "scope": "Namespaced",
               "operations": ["CREATE"],
               "resources": ["resourceclaims", "resourceclaimtemplates"]}  # fmt: skip
+    jobs = {"apiGroups": ["batch"], "apiVersions": ["v1"], "scope": "Namespaced",
+            "operations": ["CREATE"], "resources": ["jobs"]}  # fmt: skip
     queues = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "Cluster",
               "operations": ["CREATE", "UPDATE"], "resources": ["queues"]}  # fmt: skip
     updates = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
@@ -87,6 +89,7 @@ def configurations(
     validating = {"metadata": {"name": "gpucarve"}, "webhooks": [
         hook("pods.validate.gpucarve.io", VALIDATE, [pods, debug], True),
         owned,
+        hook("jobs.validate.gpucarve.io", VALIDATE, [jobs], True),
         hook("podgroups.validate.gpucarve.io", VALIDATE, [groups], True),
         hook("claims.validate.gpucarve.io", VALIDATE, [claims], True),
         hook("queues.validate.gpucarve.io", VALIDATE, [queues], False),

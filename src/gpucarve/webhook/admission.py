@@ -39,6 +39,7 @@ from gpucarve.engine.state import CycleState
 from gpucarve.engine.working import Working
 from gpucarve.kube.view.dra import CLAIMS_KEY, claim_requests
 from gpucarve.kube.view.gpu_mode import implied_mode
+from gpucarve.kube.view.owners import JOB_NAME_LABELS, gang_size
 from gpucarve.kube.view.pods import KEPT_ANNOTATIONS, PendingGroup, pending_workloads
 from gpucarve.webhook import bypass
 from gpucarve.webhook.bypass import DEFAULT_SCHEDULER, DEVICE_ENV, NO_DEVICES
@@ -340,6 +341,47 @@ def _could_select(ps: PodSet, domain: Mapping[str, frozenset[str | None]]) -> bo
     if not all(could(LabelRequirement(k, Operator.IN, (v,))) for k, v in ps.node_selector):
         return False
     return not ps.affinity or any(all(could(r) for r in term) for term in ps.affinity)
+
+
+def job_problems(policy: Policy, job: Mapping[str, Any]) -> list[Problem]:
+    """Why a batch/v1 Job in a governed namespace could never run: a pod of its template that
+    the scheduler would never run, or its gang (parallelism pods that must all complete) that
+    no node set or quota could ever hold. Refused when the Job is written, once, instead of
+    each pod the Job controller makes being refused (or left waiting for ever) in turn."""
+    meta = job.get("metadata") or {}
+    ns = str(meta.get("namespace") or "")
+    if not governed(policy, ns):
+        return []
+    name = str(meta.get("name") or meta.get("generateName") or "job")
+    template = (job.get("spec") or {}).get("template") or {}
+    tmeta = template.get("metadata") or {}
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": "-", "controller": True}
+    pod = {
+        "metadata": {**tmeta, "name": f"{name}-0", "namespace": ns,
+                     "labels": {**(tmeta.get("labels") or {}), JOB_NAME_LABELS[0]: name},
+                     "ownerReferences": [owner]},
+        "spec": template.get("spec") or {},
+    }  # fmt: skip
+    where = (name, "spec", "template")
+    own = [
+        Problem((*where, *p.path[1:]), p.code, p.message, p.fix) for p in pod_problems(policy, pod)
+    ]
+    size = gang_size(job)
+    if own or size is None or not (wants_gpu(pod) or claims_dra(policy, pod)):
+        return own
+    w = _as_scheduled(policy, pod).workload
+    if w is None:
+        return own
+    # the gang: `size` pods of the template, all at once
+    sets = tuple(dataclasses.replace(ps, count=size, min_count=size) for ps in w.pod_sets)
+    gang = dataclasses.replace(w, pod_sets=sets)
+    return [
+        Problem((name, "spec", "parallelism"), p.code,
+                f"its {size} pods run all at once (completions = parallelism): {p.message}",
+                p.fix, p.severity)
+        for p in never_fit_problems(policy, pod, gang)
+        if p.severity is Severity.ERROR
+    ]  # fmt: skip
 
 
 def device_env_problems(pod: Mapping[str, Any]) -> list[Problem]:

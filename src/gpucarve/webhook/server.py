@@ -31,6 +31,7 @@ from gpucarve.webhook.admission import (
     denial,
     device_env_problems,
     governed,
+    job_problems,
     mutate,
     pod_group_problems,
     pod_review,
@@ -152,6 +153,9 @@ def _problems(policy: Policy, req: dict[str, Any], scheduler_name: str) -> list[
         # patch among them) are never reviewed
         obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
         return claim_problems(policy, obj, template=kind == "ResourceClaimTemplate")
+    if kind == "Job" and op == "CREATE":
+        obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
+        return job_problems(policy, obj)
     if kind == "PodGroup" and op in ("CREATE", "UPDATE"):
         obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
         return pod_group_problems(policy, obj)

@@ -36,7 +36,7 @@ from tests.integration.kube_pods import (
     pod_group,
     pods_in,
 )
-from tests.integration.stack_setup import example_policy, populate, running, scheduling
+from tests.integration.stack_setup import example_policy, populate, populated, running, scheduling
 from tests.paths import BUILTIN
 
 pytestmark = pytest.mark.integration
@@ -385,6 +385,48 @@ def test_a_crd_installed_while_the_scheduler_runs_is_read(
         assert not any(node_of(p) for p in pods_in(api, "research").values())
     delete_all(api, NAMESPACES)
     wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")
+
+
+def test_a_gang_made_before_its_crd_is_discovered_waits_whole_and_is_found_soon(
+    tmp_path: Path, policy_file: Path
+) -> None:
+    """The coscheduling CRD installed while the scheduler runs, and a gang of it created at
+    once, before the scheduler's next look for CRDs (30 s by default): its pods wait for their
+    PodGroup, never bound in part, and the scheduler looks again within seconds because they
+    wait (a stack of its own: the CRD must be new to it)."""
+    with populated(tmp_path, policy_file, NAMESPACES) as (stack, api, _):
+        _early_gang(stack, api, policy_file)
+
+
+def _early_gang(stack: LocalStack, api: Api, policy_file: Path) -> None:
+    sched = Scheduler(
+        Client.from_kubeconfig(stack.kubeconfig()),
+        load_policy(policy_file, []).policy,
+        SchedulerConfig(interval_s=0.3),  # discover_s as shipped
+    )
+    with running(sched):
+        wait_for(lambda: sched.cycles > 0, what="a cycle")
+        assert "coscheduling PodGroup" not in sched.served  # no CRD at start
+        install_coscheduling_crd(api)
+        for i in range(2):
+            create_pod(api, pod("research", f"early-{i}", "nvidia.com/gpu", 4, group="early"))
+
+        def awaited() -> str | None:
+            c = condition(pods_in(api, "research").get("early-0") or {})
+            message = c.get("message", "") if c else ""
+            return message if "pod-group/awaited" in message else None
+
+        said = wait_for(awaited, what="the pods waiting for their PodGroup")
+        assert "coscheduling PodGroup research/early" in said
+        assert not any(node_of(p) for p in pods_in(api, "research").values())
+        started = time.monotonic()
+        wait_for(lambda: "coscheduling PodGroup" in sched.served, timeout_s=15,
+                 what="the CRD found while pods wait for it")  # fmt: skip
+        assert time.monotonic() - started < 15
+        pod_group(api, "research", "early", 2, group="scheduling.x-k8s.io")
+        bound = wait_for(lambda: _bound(api, "research", ["early-0", "early-1"]),
+                         what="the whole gang bound")  # fmt: skip
+        assert len(bound) == 2
 
 
 def _rogue(name: str) -> dict[str, Any]:

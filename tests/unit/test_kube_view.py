@@ -303,3 +303,28 @@ def test_a_shared_pool_advertised_under_the_other_name_gets_the_renaming_fix() -
     text = "\n".join(map(str, build_inventory(POLICY, nodes).problems))
     assert "node dev-1: allocatable nvidia.com/gpu is 8 where pool dev expects" in text
     assert "set `renameByDefault: false` on the pool" in text
+
+
+def test_a_coscheduling_gang_without_its_pod_group_waits_whole_for_it() -> None:
+    """Pods naming a coscheduling PodGroup that was not read (its CRD installed after the
+    scheduler started and not discovered yet, or the object not made yet) are never placed as
+    a gang of the pods that exist so far: they wait, saying for what."""
+    inv = build_inventory(POLICY, ready_nodes())
+    pods = [pod(f"g-{i}", "research", {"nvidia.com/gpu": "8"}, group="g") for i in range(2)]
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {})
+    assert view.snapshot.pending == ()
+    assert view.awaiting == {"coscheduling PodGroup"}
+    assert view.invalid["research/g-0"].startswith(
+        "pod-group/awaited: waiting for its coscheduling PodGroup research/g"
+    )
+    # once the PodGroup is read, the gang is placed whole
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): GroupSpec(2)})
+    (w,) = view.snapshot.pending
+    assert w.id == "research/g" and view.awaiting == frozenset()
+    # gpucarve's own pod group label keeps its documented meaning: all its pods, no object
+    own = [pod(f"o-{i}", "research", {"nvidia.com/gpu": "8"}) for i in range(2)]
+    for p in own:
+        p["metadata"]["labels"] = {"gpucarve.io/pod-group": "o"}
+    view = build_view(POLICY, inv, own, "gpucarve", EPOCH, {})
+    (w,) = view.snapshot.pending
+    assert w.id == "research/o" and w.pods == 2

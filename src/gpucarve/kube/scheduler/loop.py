@@ -93,6 +93,7 @@ log = logging.getLogger("gpucarve.scheduler")
 
 
 BINDINGS_WAIT_S = 1.0  # the longest a cycle's bindings hold the next cycle back
+AWAITED_DISCOVER_S = 2.0  # how often CRDs are looked for while pods wait for their objects
 
 
 def rest_s(most: float, ended: float, took: tuple[float, float], now: float) -> float:
@@ -169,6 +170,7 @@ class Scheduler:
         self.owners = {name: Informer(client, w.path, self._poke) for name, w in self.owner_watch}
         self.served = set(self.owners)  # the kinds whose objects the API server serves
         self._discover_at = 0.0  # when to look again for CRDs installed meanwhile
+        self.kinds_awaited: frozenset[str] = frozenset()  # kinds whose objects pods wait for
         self.workloads = WorkloadCache()
         self.facts, self.bound = PodFactsMemo(self.epoch), BoundGroups()
         # the pods sorted as the view reads them, moved as the informer's changes say
@@ -372,12 +374,18 @@ class Scheduler:
     def discover(self) -> list[str]:
         """Owner kinds whose CRD was installed since the scheduler started (coscheduling's
         PodGroups, say): their informers start and their objects count from this cycle. At
-        most one look every `discover_s` seconds; the kinds found are returned (and logged)."""
+        most one look every `discover_s` seconds, or every `AWAITED_DISCOVER_S` while pods
+        wait for the objects of a kind not served (their gang waits whole meanwhile); the
+        kinds found are returned (and logged)."""
         missing = [(n, w) for n, w in self.owner_watch if n not in self.served]
         now = time.monotonic()
         if not missing or now < self._discover_at:
             return []
-        self._discover_at = now + self.cfg.discover_s
+        self._discover_at = now + (
+            AWAITED_DISCOVER_S
+            if self.kinds_awaited & {n for n, _ in missing}
+            else self.cfg.discover_s
+        )
         found = []
         for name, w in missing:
             if not self._served(name, w, quiet=True):
@@ -507,6 +515,10 @@ class Scheduler:
             inv = self.inventory()
             self.mig.advance(self._nodes_by_name(), inv.layouts, inv.changes)
         view = self.view()
+        if view.awaiting - self.served and not self.kinds_awaited:
+            # pods wait for a kind's objects its CRD is not read for: look for it soon
+            self._discover_at = min(self._discover_at, time.monotonic() + AWAITED_DISCOVER_S)
+        self.kinds_awaited = view.awaiting
         if self.device_configs.written:
             self.device_configs.forget_gone({pod_id(p) for p in self.pods.items()})
         for w in view.warnings:

@@ -42,6 +42,7 @@ from gpucarve.kube.view.dra import (
 )
 from gpucarve.kube.view.held_slices import hold_free
 from gpucarve.kube.view.inventory import Inventory
+from gpucarve.kube.view.owner_kinds import awaited_object
 from gpucarve.kube.view.pod_facts import PodFacts, PodFactsMemo
 from gpucarve.kube.view.pod_index import PodIndex
 from gpucarve.kube.view.pods import GroupSpec, PendingGroup, WorkloadCache, pending_workloads
@@ -78,6 +79,8 @@ class View:
     # bound pod -> the other pods an allocated ResourceClaim it shares is reserved for
     # (evicting one frees the claim's devices only with the others)
     claim_partners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # gang kinds whose objects pending pods wait for (none read: a CRD not discovered yet?)
+    awaiting: frozenset[str] = frozenset()
 
     def evicted_with(self, pods: Iterable[str]) -> list[str]:
         """`pods` and every pod sharing an allocated claim with one of them, sorted."""
@@ -222,6 +225,17 @@ def build_view(
         _Short(short, have, running_by_key, min_members, created, specs, now), view_invalid
     )
     ours_pending = [p for p in ours_pending if of(p).group not in short]
+    awaiting: set[str] = set()
+    for p in ours_pending:
+        # (a pod of no gang is its own group, named after it; a gang with a spec is read)
+        if of(p).group in specs or of(p).group[1] == p["metadata"]["name"]:
+            continue
+        said = awaited_object(p, specs)
+        if said is not None:
+            awaiting.add(said[0])
+            view_invalid[of(p).key] = said[1]
+    if awaiting:
+        ours_pending = [p for p in ours_pending if of(p).key not in view_invalid]
     if claims:
         ours_pending, claim_waits = attach_claims(ours_pending, by_key)
         view_invalid.update(claim_waits)
@@ -260,6 +274,7 @@ def build_view(
         {k: q for k, (_, q) in charged.items()},
         _layers(bound, b, kept_layer, rewritten, [rw for rw, _ in charged.values()]),
         units.partners if units is not None else {},
+        frozenset(awaiting),
     )
 
 

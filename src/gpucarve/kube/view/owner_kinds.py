@@ -69,6 +69,9 @@ class OwnerKind:
     honours_opt_out: bool = True
     watch: Watched | None = None
     specs: Specs | None = None
+    # its pods wait for the kind's object (the gang's size), as that kind's own scheduler
+    # makes them: never placed as a gang of whatever pods exist so far
+    awaits_object: bool = False
 
 
 def _label(key: str, prefix: str = "") -> GangOf:
@@ -128,6 +131,7 @@ OWNER_KINDS: tuple[OwnerKind, ...] = (
         honours_opt_out=False,
         watch=Watched(COSCHEDULING_GROUP, COSCHEDULING_VERSION, "podgroups"),
         specs=_coscheduling,
+        awaits_object=True,
     ),
     OwnerKind(
         WORKLOAD_API,
@@ -136,6 +140,7 @@ OWNER_KINDS: tuple[OwnerKind, ...] = (
         # built in, but served only where the API server enables the beta API
         watch=Watched(WORKLOAD_API_GROUP, WORKLOAD_API_VERSION, "podgroups"),
         specs=workload_api_specs,
+        awaits_object=True,
     ),
     OwnerKind("LeaderWorkerSet", _lws),
     # a JobSet's size is the sum of its Jobs': read with the Jobs (below)
@@ -152,6 +157,14 @@ def group_of(
     """The gang a pod (its metadata, and its spec where a kind reads it) belongs to, and the
     size its labels say (None: from the gang's object, or all its pods); None for a pod that
     is a workload of its own."""
+    found = gang_and_kind(meta, kinds, spec)
+    return None if found is None else found[0]
+
+
+def gang_and_kind(
+    meta: Meta, kinds: Sequence[OwnerKind] = OWNER_KINDS, spec: Meta | None = None
+) -> tuple[tuple[str, int | None], OwnerKind] | None:
+    """`group_of`, with the kind that named the gang."""
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     opted_out = str(annotations.get(GANG_ANNOTATION, "")).lower() == "false"
@@ -160,8 +173,27 @@ def group_of(
             continue
         found = kind.gang_of(labels, annotations, meta, spec or {})
         if found is not None:
-            return found
+            return found, kind
     return None
+
+
+def awaited_object(
+    pod: Meta, specs: Mapping[GangKey, GroupSpec], kinds: Sequence[OwnerKind] = OWNER_KINDS
+) -> tuple[str, str] | None:
+    """(kind name, why the pod waits) for a pod whose gang's kind waits for its object and
+    none has been read (its CRD not installed or not discovered yet, or the object not made
+    yet); None otherwise."""
+    meta = pod["metadata"]
+    found = gang_and_kind(meta, kinds, pod.get("spec"))
+    if found is None or not found[1].awaits_object:
+        return None
+    (gang, _), kind = found
+    if (meta["namespace"], gang) in specs:
+        return None
+    return kind.name, (
+        f"pod-group/awaited: waiting for its {kind.name} {meta['namespace']}/{gang}: its pods "
+        "start only once it says how many start together, as that kind's own scheduler does"
+    )
 
 
 def all_specs(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -93,3 +94,94 @@ def test_the_dev_cluster_runs_controllers_and_the_webhook(tmp_path: Path) -> Non
     for pid in pids.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_the_dev_cluster_as_shipped_runs_dra_pods_selectors_and_the_backstop(
+    tmp_path: Path,
+) -> None:
+    """`dev-cluster up` of the DRA example, the webhook on as shipped: a pod claiming GPUs
+    through a template and one through a named claim are created and bound; a pod selecting
+    `kubernetes.io/hostname`, and one selecting a zone label `kubectl label` put on a node, are
+    admitted and placed there; the rendered quota backstop applies (`--dry-run=server`) and caps
+    DRA devices by device class; kube-scheduler binds a CPU pod of a governed namespace."""
+    import subprocess
+
+    from gpucarve.config.policy_build import load_policy
+    from gpucarve.devcluster.stack import find_binaries
+    from gpucarve.kube.api.client import Client
+    from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
+    from tests.integration import dra_objects as dra
+    from tests.integration.kube_pods import node_of, pods_in
+    from tests.integration.stack_setup import running
+    from tests.paths import EXAMPLES
+
+    policy_file = EXAMPLES / "dra" / "policy.yaml"
+    state = tmp_path / "dc"
+    runner = CliRunner()
+    r = runner.invoke(app, ["dev-cluster", "up", "--policy", str(policy_file), "--dir", str(state)])
+    assert r.exit_code == 0, r.output
+    pids = json.loads((state / "pids.json").read_text())
+    assert {"webhook", "kube-controller-manager", "kube-scheduler", "kwok"} <= set(pids)
+    kubeconfig = state / "kubeconfig-gpucarve-admin"
+    kubectl = [str(find_binaries() / "kubectl"), "--kubeconfig", str(kubeconfig)]
+    try:
+        config = json.loads(kubeconfig.read_text())
+        api = Api(config["clusters"][0]["cluster"]["server"], config["users"][0]["user"]["token"])
+        applied = runner.invoke(app, ["apply", "--policy", str(policy_file),
+                                      "--kubeconfig", str(kubeconfig)])  # fmt: skip
+        assert applied.exit_code == 0, applied.output
+        # pods as a user writes them: no schedulerName, the webhook sets it
+        template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "two-h100", "namespace": "research"},
+                    "spec": {"spec": dra.claim_spec([{"deviceClassName": "gpu.nvidia.com",
+                                                      "count": 2}])}}  # fmt: skip
+        api.create(f"{dra.RESOURCE}/namespaces/research/resourceclaimtemplates", template)
+        named = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": "mig", "namespace": "research"},
+                 "spec": dra.claim_spec([{"deviceClassName": "mig.nvidia.com", "selectors": [
+                     'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"']}])}  # fmt: skip
+        api.create(f"{dra.RESOURCE}/namespaces/research/resourceclaims", named)
+        wanted = {"by-template": dra.pod("by-template", template="two-h100"),
+                  "by-claim": dra.pod("by-claim", claim="mig")}  # fmt: skip
+        host = dra.pod("on-host", gpus=1)
+        host["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "a100-0"}
+        labelled = subprocess.run([*kubectl, "label", "node", "a100-0", "zone.example.com/z=b"],
+                                  capture_output=True, text=True, check=False)  # fmt: skip
+        assert labelled.returncode == 0, labelled.stderr
+        zoned = dra.pod("in-zone", gpus=1)
+        zoned["spec"]["nodeSelector"] = {"zone.example.com/z": "b"}
+        wanted |= {"on-host": host, "in-zone": zoned}
+        for name, p in wanted.items():
+            del p["spec"]["schedulerName"]
+            status, body = api.call("POST", "/api/v1/namespaces/research/pods", p)
+            assert status == 201, (name, body)
+        cpu = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "cpu-only", "namespace": "research"},
+               "spec": {"containers": [{"name": "c", "image": "x"}]}}  # fmt: skip
+        api.create("/api/v1/namespaces/research/pods", cpu)
+        sched = Scheduler(Client.from_kubeconfig(kubeconfig), load_policy(policy_file).policy,
+                          SchedulerConfig(interval_s=0.5, check_invariants=True))  # fmt: skip
+
+        def all_bound() -> dict[str, Any] | None:
+            pods = pods_in(api, "research")
+            return pods if all(node_of(pods.get(n) or {}) for n in [*wanted, "cpu-only"]) else None
+
+        with running(sched):
+            bound = wait_for(all_bound, timeout_s=60, what="every pod bound")
+        assert node_of(bound["on-host"]) == "a100-0" and node_of(bound["in-zone"]) == "a100-0"
+        assert node_of(bound["by-template"]).startswith("h100-")
+        assert node_of(bound["by-claim"]) == "a100-mig-0"
+        assert bound["cpu-only"]["spec"]["schedulerName"] == "default-scheduler"
+        # the backstop as rendered applies on this server, DRA devices capped by class
+        rendered = runner.invoke(app, ["render", "namespaces", "--policy", str(policy_file)])
+        assert rendered.exit_code == 0, rendered.output
+        path = tmp_path / "backstop.yaml"
+        path.write_text(rendered.output)
+        dry = subprocess.run([*kubectl, "apply", "--dry-run=server", "-f", str(path)],
+                             capture_output=True, text=True, check=False)  # fmt: skip
+        assert dry.returncode == 0, dry.stderr
+        assert "resourcequota/gpucarve-gpus created (server dry run)" in dry.stdout
+        assert "gpu.nvidia.com.deviceclass.resource.k8s.io/devices" in rendered.output
+    finally:
+        r = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
+    assert r.exit_code == 0, r.output

@@ -65,9 +65,16 @@ def scheduling(stack: LocalStack, policy_file: Path) -> Iterator[Scheduler]:
         yield sched
 
 
-def populate(stack: LocalStack, api: Api, policy_file: Path, namespaces: Iterable[str]) -> None:
+def populate(
+    stack: LocalStack,
+    api: Api,
+    policy_file: Path,
+    namespaces: Iterable[str],
+    devices: bool = True,
+) -> None:
     """The namespaces (those the stack's webhook governs are there already), the policy's
-    nodes (and DRA pools' ResourceSlices), and its queues and priority classes (`apply`)."""
+    nodes (and, with `devices`, DRA pools' DeviceClasses and ResourceSlices), and its queues
+    and priority classes (`apply`)."""
     for ns in namespaces:
         stack.post(
             "/api/v1/namespaces",
@@ -75,7 +82,7 @@ def populate(stack: LocalStack, api: Api, policy_file: Path, namespaces: Iterabl
         )
     policy = load_policy(policy_file, []).policy
     assert policy is not None
-    stack.add_policy_nodes(policy)
+    stack.add_policy_nodes(policy, devices)
     args = ["apply", "--policy", str(policy_file), "--kubeconfig", str(stack.kubeconfig())]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -36,7 +36,14 @@ from tests.integration.kube_pods import (
     pod_group,
     pods_in,
 )
-from tests.integration.stack_setup import example_policy, populate, populated, running, scheduling
+from tests.integration.stack_setup import (
+    example_policy,
+    populate,
+    populated,
+    running,
+    scheduling,
+    webhook_bypassed,
+)
 from tests.paths import BUILTIN
 
 pytestmark = pytest.mark.integration
@@ -243,7 +250,12 @@ def test_a_queue_label_of_another_team_is_refused_with_the_reason(
     _, api = cluster
     escape = pod("research", "escape", "nvidia.com/gpu", 8)
     escape["metadata"]["labels"]["gpucarve.io/queue"] = "production"
-    create_pod(api, escape)
+    # as shipped, the webhook refuses it at creation with the scheduler's own reason
+    status, body = api.call("POST", "/api/v1/namespaces/research/pods", escape)
+    assert status == 403, body
+    assert "namespace 'research' may not use queue 'production'" in body["message"]
+    with webhook_bypassed(api, "research", "a pod that got past admission: the scheduler's reason"):
+        create_pod(api, escape)
     create_pod(api, pod("research", "honest", "nvidia.com/gpu", 8))
     wait_for(lambda: _bound(api, "research", ["honest"]), what="the pod without the label bound")
 
@@ -430,17 +442,28 @@ def _early_gang(stack: LocalStack, api: Api, policy_file: Path) -> None:
 
 
 def _rogue(name: str) -> dict[str, Any]:
-    """A GPU pod bound past gpucarve: nodeName at creation (no webhook on this cluster)."""
+    """A GPU pod bound past gpucarve: nodeName at creation (the webhook refuses it: made while
+    it is away, `create_rogue`)."""
     p = pod("research", name, "nvidia.com/gpu", 8, scheduler="default-scheduler")
     p["spec"]["nodeName"] = "training-0"
     return p
+
+
+ROGUE = "a GPU pod another scheduler bound past the queue: what gpucarve does about it"
+
+
+def create_rogue(api: Api, name: str) -> None:
+    status, _ = api.call("POST", "/api/v1/namespaces/research/pods", _rogue(name))
+    assert status == 403  # as shipped: nodeName skips the queue
+    with webhook_bypassed(api, "research", ROGUE):
+        create_pod(api, _rogue(name))
 
 
 def test_a_gpu_pod_bound_elsewhere_is_charged_reported_once_and_kept(
     cluster: tuple[LocalStack, Api], scheduler: Scheduler
 ) -> None:
     _, api = cluster
-    create_pod(api, _rogue("rogue"))
+    create_rogue(api, "rogue")
 
     def charged() -> dict[str, Any] | None:
         status = api.get("/apis/gpucarve.io/v1alpha1/queues/research").get("status") or {}
@@ -470,7 +493,7 @@ def test_under_evict_a_gpu_pod_bound_elsewhere_is_evicted(
     doc["scheduling"]["boundElsewhere"] = "evict"
     evicting = tmp_path / "evict.yaml"
     evicting.write_text(yaml.safe_dump(doc))
-    create_pod(api, _rogue("rogue-2"))
+    create_rogue(api, "rogue-2")
     with scheduling(stack, evicting):
         wait_for(lambda: "rogue-2" not in pods_in(api, "research"), what="it evicted")
     delete_all(api, NAMESPACES)

@@ -13,6 +13,7 @@ binaries come from `tools/testenv.sh`, which builds them from their Go modules o
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import json
@@ -52,6 +53,7 @@ BINARIES = (
 
 # The parts a stack runs beside etcd and kube-apiserver; each can be left out with a reason.
 PARTS = ("kwok", "controllers", "kube-scheduler", "webhook")
+_PART_OF = {"kube-controller-manager": "controllers"}  # process -> the part it is
 # kube-controller-manager's controllers that a user's manifests rely on: workloads make pods
 # (Jobs, CronJobs, Deployments, StatefulSets, DaemonSets), claim templates make claims,
 # owners' deletion reaches their pods, namespaces can be deleted, ResourceQuota usage is
@@ -232,28 +234,40 @@ class LocalStack:
 
     def _start_once(self, timeout_s: float) -> LocalStack:
         self._check_parts()
-        try:
-            self._start_etcd()
-            self._start_apiserver()
-            self._wait_ready(timeout_s)
-            if "kwok" not in self.off:
-                self._start_kwok()
-                self._still_up("kwok")
-            if "controllers" not in self.off:
-                self._start_controllers()
-            if "kube-scheduler" not in self.off:
-                self._start_kube_scheduler()
-            if self.policy is not None and "webhook" not in self.off:
-                self._start_webhook(self.policy)
-        except BaseException:
-            self.stop()
-            raise
+        # The webhook (a Python process, seconds to start) needs no API server to serve:
+        # it starts beside the control plane, and is wired in once both are up.
+        policy = self.policy if "webhook" not in self.off else None
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            port = free_port()
+            served = None if policy is None else pool.submit(
+                webhook.start, policy, self.workdir, port)  # fmt: skip
+            try:
+                self._start_etcd()
+                self._start_apiserver()
+                self._wait_ready(timeout_s)
+                self._start_parts()
+                if served is not None and policy is not None:
+                    self._procs["webhook"], ca = served.result()
+                    self._wire_webhook(policy, port, ca)
+            except BaseException:
+                if served is not None and served.exception() is None:
+                    self._procs.setdefault("webhook", served.result()[0])
+                self.stop()
+                raise
         return self
 
-    def _still_up(self, name: str) -> None:
+    def _start_parts(self) -> None:
+        """kwok, the controllers and kube-scheduler, those not off; one that cannot start
+        exits at once: said with its log."""
+        parts = {"kwok": self._start_kwok, "kube-controller-manager": self._start_controllers,
+                 "kube-scheduler": self._start_kube_scheduler}  # fmt: skip
+        started = [name for name in parts if _PART_OF.get(name, name) not in self.off]
+        for name in started:
+            parts[name]()
         time.sleep(0.5)
-        if (proc := self._procs[name]).poll() is not None:
-            raise StackError(f"{name} exited with {proc.returncode}: {self.log_tail(name)}")
+        for name in started:
+            if (proc := self._procs[name]).poll() is not None:
+                raise StackError(f"{name} exited with {proc.returncode}: {self.log_tail(name)}")
 
     def stop(self) -> None:
         for name in ("webhook", "kube-scheduler", "kube-controller-manager", "kwok",
@@ -436,7 +450,6 @@ class LocalStack:
                 *self._gates(),
             ],
         )
-        self._still_up("kube-controller-manager")
 
     def _start_kube_scheduler(self) -> None:
         """kube-scheduler binds the pods gpucarve does not govern (CPU pods, other
@@ -453,33 +466,30 @@ class LocalStack:
                 *self._gates(),
             ],
         )
-        self._still_up("kube-scheduler")
 
-    def _start_webhook(self, policy: Path) -> None:
-        """gpucarve's webhook serving `policy`, the configurations the chart installs pointed
-        at it, and the namespaces the policy governs (its configurations select them by
-        name)."""
+    def _wire_webhook(self, policy: Path, port: int, ca: bytes) -> None:
+        """The configurations the chart installs, pointed at gpucarve's webhook serving
+        `policy` on `port`, and the namespaces the policy governs (its configurations select
+        them by name)."""
         governed = webhook.governed_namespaces(policy)
         for ns in governed:
             namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
             self.post("/api/v1/namespaces", namespace)
-        port = free_port()
-        proc, ca = webhook.start(policy, self.workdir, port)
-        self._procs["webhook"] = proc
         for plural, body in webhook.configurations(f"https://127.0.0.1:{port}", ca, governed):
             self.post(f"/apis/admissionregistration.k8s.io/v1/{plural}", body)
 
-    def add_policy_nodes(self, policy: Policy) -> int:
+    def add_policy_nodes(self, policy: Policy, devices: bool = True) -> int:
         """The policy's nodes as its pools' device plugin and GPU Feature Discovery publish
-        them, and for its DRA pools the DeviceClasses and the ResourceSlices NVIDIA's DRA
-        driver would publish; returns how many nodes."""
+        them, and (`devices`) for its DRA pools the DeviceClasses and the ResourceSlices
+        NVIDIA's DRA driver would publish; returns how many nodes."""
         nodes = node_manifests(policy)
         for m in nodes:
             self.post("/api/v1/nodes", m)
-        for m in device_classes(policy):
-            self.post("/apis/resource.k8s.io/v1/deviceclasses", m)
-        for m in slice_manifests(policy):
-            self.post("/apis/resource.k8s.io/v1/resourceslices", m)
+        if devices:
+            for m in device_classes(policy):
+                self.post("/apis/resource.k8s.io/v1/deviceclasses", m)
+            for m in slice_manifests(policy):
+                self.post("/apis/resource.k8s.io/v1/resourceslices", m)
         return len(nodes)
 
     def post(self, path: str, body: Mapping[str, Any]) -> None:

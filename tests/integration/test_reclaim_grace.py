@@ -221,3 +221,54 @@ def test_priority_preemption_inside_a_queue_honours_a_budget_for_good(
         assert not low["metadata"].get("deletionTimestamp")
         assert node_of(pods_in(api, "owner")["urgent"]) is None
         assert _reason(api, "owner", "urgent") == message
+
+
+def _explain(stack: LocalStack, policy_file: Path, pod_id: str) -> str:
+    from typer.testing import CliRunner
+
+    from gpucarve.cli.main import app
+
+    args = ["explain", pod_id, "--policy", str(policy_file), "--kubeconfig",
+            str(stack.kubeconfig())]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return str(result.stdout)
+
+
+def test_sparing_and_a_jobs_deadline_are_what_explain_says(
+    cluster: tuple[LocalStack, Api, Path],
+) -> None:
+    """The stack as shipped (webhook, Job controller): a gang Job on loan whose own
+    activeDeadlineSeconds bounds it, and a 1-GPU pod of the lender that reclaim may not take
+    it for (8 GPUs, more than 4 times 1): the pod's reason and `gpucarve explain` name the
+    sparing and the time left; explain of the Job's pod says its runtime comes from the Job's
+    deadline."""
+    stack, api, policy_file = cluster
+    doc = {**POLICY, "scheduling": {"minRuntimeSeconds": 0, "reclaimLargeVictimRatio": 4,
+                                    "reclaimLargeVictimAfterSeconds": 3600}}  # fmt: skip
+    policy_file.write_text(yaml.safe_dump(doc))
+    spec = {**pod("borrower", "x", "nvidia.com/gpu", 4)["spec"], "restartPolicy": "Never"}
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "sweep", "namespace": "borrower"},
+           "spec": {"parallelism": 2, "completions": 2, "activeDeadlineSeconds": 5400,
+                    "template": {"spec": spec}}}  # fmt: skip
+    del job["spec"]["template"]["spec"]["schedulerName"]  # the webhook sets it
+    with scheduling(stack, policy_file):
+        api.create("/apis/batch/v1/namespaces/borrower/jobs", job)
+
+        def job_pods() -> list[str] | None:
+            pods = pods_in(api, "borrower")
+            bound = [n for n, p in pods.items() if n.startswith("sweep-") and node_of(p)]
+            return sorted(bound) if len(bound) == 2 else None
+
+        names = wait_for(job_pods, what="the Job's two pods bound together")
+        said = _explain(stack, policy_file, f"borrower/{names[0]}")
+        assert "expected to run 5400 s, by its deadline" in said, said
+        create_pod(api, pod("owner", "one", "nvidia.com/gpu", 1))
+        message = wait_for(lambda: (m := _reason(api, "owner", "one")) and "spares" in m and m,
+                           what="the sparing reason")  # fmt: skip
+        assert message.startswith("preemption/reclaim-sparing: reclaim spares borrower/job-sweep")
+        assert "8 slices, more than 4 times the 1" in message, message
+        said = _explain(stack, policy_file, "owner/one")
+        assert "reclaim spares borrower/job-sweep" in said and "may be reclaimed in" in said, said
+        assert "possible now" not in said, said

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,93 @@ def test_the_dev_cluster_as_shipped_runs_dra_pods_selectors_and_the_backstop(
         assert dry.returncode == 0, dry.stderr
         assert "resourcequota/gpucarve-gpus created (server dry run)" in dry.stdout
         assert "gpu.nvidia.com.deviceclass.resource.k8s.io/devices" in rendered.output
+    finally:
+        r = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
+    assert r.exit_code == 0, r.output
+
+
+def test_the_dev_cluster_runs_what_users_manifests_need(tmp_path: Path) -> None:
+    """As shipped: a ResourceQuota's usage is counted, a DaemonSet makes pods kube-scheduler
+    binds, a namespace can be deleted, a Workload API PodGroup is kept while a pod uses it, and
+    a tenant's edit of a bound pod's assignment is refused by the pod-update webhook."""
+    import subprocess
+
+    from gpucarve.config.policy_build import load_policy
+    from gpucarve.devcluster.stack import find_binaries
+    from gpucarve.kube.api.client import Client
+    from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
+    from tests.integration.kube_pods import node_of, pod, pods_in
+    from tests.integration.stack_setup import running
+
+    state = tmp_path / "dc"
+    runner = CliRunner()
+    r = runner.invoke(app, ["dev-cluster", "up", "--policy", str(EXAMPLE), "--dir", str(state)])
+    assert r.exit_code == 0, r.output
+    kubeconfig = state / "kubeconfig-gpucarve-admin"
+    kubectl = [str(find_binaries() / "kubectl"), "--kubeconfig", str(kubeconfig)]
+    try:
+        config = json.loads(kubeconfig.read_text())
+        api = Api(config["clusters"][0]["cluster"]["server"], config["users"][0]["user"]["token"])
+        assert runner.invoke(app, ["apply", "--policy", str(EXAMPLE), "--kubeconfig",
+                                   str(kubeconfig)]).exit_code == 0  # fmt: skip
+        rendered = runner.invoke(app, ["render", "namespaces", "--policy", str(EXAMPLE)])
+        (tmp_path / "backstop.yaml").write_text(rendered.output)
+        done = subprocess.run([*kubectl, "apply", "-f", str(tmp_path / "backstop.yaml")],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        sched = Scheduler(Client.from_kubeconfig(kubeconfig), load_policy(EXAMPLE).policy,
+                          SchedulerConfig(interval_s=0.5))  # fmt: skip
+        with running(sched):
+            one = pod("research", "one", "nvidia.com/gpu", 1)
+            del one["spec"]["schedulerName"]
+            api.create("/api/v1/namespaces/research/pods", one)
+            wait_for(lambda: node_of(pods_in(api, "research").get("one") or {}), what="bound")
+
+            def used() -> str | None:
+                q = api.get("/api/v1/namespaces/research/resourcequotas/gpucarve-gpus")
+                return ((q.get("status") or {}).get("used") or {}).get("requests.nvidia.com/gpu")
+
+            assert wait_for(lambda: used() == "1", what="the quota's usage counted") is True
+            # the assignment the scheduler acts on is gpucarve's: a tenant's edit is refused
+            patch = {"metadata": {"annotations": {"gpucarve.io/assignment": '{"x": 1}'}}}
+            status, body = api.call("PATCH", "/api/v1/namespaces/research/pods/one", patch,
+                                    "application/merge-patch+json")  # fmt: skip
+            assert status == 403 and "pod-updates.validate.gpucarve.io" in body["message"], body
+        # a DaemonSet's pods, made by its controller and bound by kube-scheduler
+        everywhere = {"tolerations": [{"operator": "Exists"}],
+                      "containers": [{"name": "c", "image": "x"}]}  # fmt: skip
+        ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+              "metadata": {"name": "exporter", "namespace": "default"},
+              "spec": {"selector": {"matchLabels": {"app": "exporter"}},
+                       "template": {"metadata": {"labels": {"app": "exporter"}},
+                                    "spec": everywhere}}}  # fmt: skip
+        api.create("/apis/apps/v1/namespaces/default/daemonsets", ds)
+
+        def ds_bound() -> int:
+            return sum(1 for p in pods_in(api, "default").values() if node_of(p))
+
+        assert wait_for(lambda: ds_bound() == 18, timeout_s=60, what="a pod on every node")
+        # a namespace is deleted with what is in it
+        api.create("/api/v1/namespaces", {"metadata": {"name": "scratch"}})
+        api.create("/api/v1/namespaces/scratch/configmaps", {"metadata": {"name": "c"}})
+        assert api.call("DELETE", "/api/v1/namespaces/scratch")[0] == 200
+        wait_for(lambda: api.call("GET", "/api/v1/namespaces/scratch")[0] == 404,
+                 timeout_s=60, what="the namespace deleted")  # fmt: skip
+        # a Workload API PodGroup is kept while a pod names it
+        groups = "/apis/scheduling.k8s.io/v1beta1/namespaces/research/podgroups"
+        api.create(groups, {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                            "metadata": {"name": "kept"},
+                            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}})  # fmt: skip
+        member = pod("research", "member", "nvidia.com/gpu", 1)
+        member["spec"]["schedulingGroup"] = {"podGroupName": "kept"}
+        api.create("/api/v1/namespaces/research/pods", member)
+        assert api.call("DELETE", f"{groups}/kept")[0] == 200
+        time.sleep(2)
+        held = api.get(f"{groups}/kept")
+        assert held["metadata"].get("deletionTimestamp"), "deleted while a pod names it"
+        api.call("DELETE", "/api/v1/namespaces/research/pods/member?gracePeriodSeconds=0")
+        wait_for(lambda: api.call("GET", f"{groups}/kept")[0] == 404, timeout_s=60,
+                 what="the PodGroup gone with its last pod")  # fmt: skip
     finally:
         r = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
     assert r.exit_code == 0, r.output

@@ -45,14 +45,19 @@ def _reserved(api: Api) -> list[str]:
     return [r["name"] for r in (claim.get("status") or {}).get("reservedFor") or []]
 
 
-def test_two_pods_share_one_claims_gpus_charged_once(cluster: tuple[Api, Scheduler]) -> None:
-    api, sched = cluster
-    spec = dra.claim_spec([{"deviceClassName": "gpu.nvidia.com", "count": 2}])
+def _shared_pair(api: Api, gpus: int) -> None:
+    """ResourceClaim `pair` of `gpus` H100s, and pods pair-a and pair-b that share it."""
+    spec = dra.claim_spec([{"deviceClassName": "gpu.nvidia.com", "count": gpus}])
     api.create(f"{dra.RESOURCE}/namespaces/{NS}/resourceclaims",
                {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                 "metadata": {"name": "pair", "namespace": NS}, "spec": spec})  # fmt: skip
     for name in ("pair-a", "pair-b"):
         api.create(f"/api/v1/namespaces/{NS}/pods", dra.pod(name, claim="pair"))
+
+
+def test_two_pods_share_one_claims_gpus_charged_once(cluster: tuple[Api, Scheduler]) -> None:
+    api, sched = cluster
+    _shared_pair(api, 2)
     bound = wait_for(
         lambda: all(node_of(pods_in(api, NS).get(n) or {}) for n in ("pair-a", "pair-b")),
         what="both pods sharing the claim bound",
@@ -103,12 +108,7 @@ def test_reclaim_evicts_every_pod_sharing_the_claim_at_once(
     """The claim's devices go back only when no pod reserves it: reclaim evicts the pods that
     share it together, in one round, and says so on the one the engine did not choose."""
     api, _ = one_node
-    spec = dra.claim_spec([{"deviceClassName": "gpu.nvidia.com", "count": 8}])
-    api.create(f"{dra.RESOURCE}/namespaces/{NS}/resourceclaims",
-               {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": "pair", "namespace": NS}, "spec": spec})  # fmt: skip
-    for name in ("pair-a", "pair-b"):
-        api.create(f"/api/v1/namespaces/{NS}/pods", dra.pod(name, claim="pair"))
+    _shared_pair(api, 8)
     wait_for(lambda: sorted(_reserved(api)) == ["pair-a", "pair-b"], what="both reserve it")
     template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                 "metadata": {"name": "eight", "namespace": "production"},

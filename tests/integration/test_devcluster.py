@@ -173,6 +173,16 @@ def test_the_dev_cluster_as_shipped_runs_dra_pods_selectors_and_the_backstop(
         assert node_of(bound["by-template"]).startswith("h100-")
         assert node_of(bound["by-claim"]) == "a100-mig-0"
         assert bound["cpu-only"]["spec"]["schedulerName"] == "default-scheduler"
+        # a selector only the cluster's labels could satisfy: admitted, and kubectl prints the
+        # webhook's warning with the nearest label the policy's nodes carry
+        typo = dra.pod("typo", gpus=1)
+        typo["spec"]["nodeSelector"] = {"nvidia.com/gpu.prodcut": "NVIDIA-A100-SXM4-80GB"}
+        (tmp_path / "typo.yaml").write_text(json.dumps(typo))
+        made = subprocess.run([*kubectl, "create", "-f", str(tmp_path / "typo.yaml")],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        assert "Warning: gpucarve" in made.stderr, made.stderr
+        assert "did you mean nvidia.com/gpu.product?" in made.stderr, made.stderr
         # the backstop as rendered applies on this server, DRA devices capped by class
         rendered = runner.invoke(app, ["render", "namespaces", "--policy", str(policy_file)])
         assert rendered.exit_code == 0, rendered.output

@@ -77,6 +77,8 @@ def test_borrowed_work_about_to_end_is_waited_for_not_evicted(
         message = wait_for(lambda: (m := waits()) and "reclaim put off" in m and m, what="why")
         assert message.startswith("preemption/reclaim-grace: reclaim put off"), message
         assert "borrower/soon" in message and "by its deadline" in message, message
+        said = _explain(stack, policy_file, "owner/mine")  # explain says the same
+        assert "reclaim put off: borrower/soon" in said and "by its deadline" in said, said
         time.sleep(2)  # a few more cycles: still not evicted
         borrowed = pods_in(api, "borrower")["soon"]
         assert not borrowed["metadata"].get("deletionTimestamp"), "evicted within the grace"

@@ -207,15 +207,17 @@ def _attacks() -> list[tuple[str, dict[str, Any], str]]:
     devices["spec"]["volumes"] = [{"name": "dev", "hostPath": {"path": "/dev"}}]
     env_from = _plain("research", "settings", "nvidia.com/gpu")
     env_from["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "settings"}}]
+    # a product no node of research's pools may publish (a name a node may carry, the
+    # catalog's say, is admitted with a warning: test_a_selector_the_cluster_could_satisfy…)
     guide = _plain("research", "guide", "nvidia.com/gpu")
-    guide["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "H100-SXM5-80GB"}
+    guide["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "Tesla-T4"}
     thousand = _plain("research", "thousand", "nvidia.com/gpu", 1000)
     no_quota = _plain("research", "unserved", "nvidia.com/mig-3g.40gb")
     return [
         (
-            "a selector no GPU node matches",
+            "a selector no GPU node of the policy can carry",
             guide,
-            "did you mean nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3?",
+            "nodeSelector nvidia.com/gpu.product=Tesla-T4 matches no node carrying h100-full",
         ),
         ("a thousand GPUs", thousand, "no node has more than 8"),
         ("a flavor its queue has no quota for", no_quota, "no quota for a flavor"),
@@ -264,6 +266,36 @@ def test_the_attack_matrix_is_denied_with_its_message(webhook: Webhook) -> None:
         assert "pods.validate.gpucarve.io" in body["message"], (what, body["message"])
         assert says in body["message"], (what, body["message"])
         assert "fix:" in body["message"], (what, body["message"])
+
+
+def test_a_selector_the_cluster_could_satisfy_is_admitted_with_a_warning(
+    webhook: Webhook,
+) -> None:
+    """The catalog's name for the product (a node may be labelled so by hand) and the
+    cluster's own labels are no certain refusal: created, the warning in the API server's
+    `Warning` header (what kubectl prints) with the nearest value the nodes carry."""
+    import urllib.error
+
+    api = webhook.api
+    guide = _plain("research", "guide", "nvidia.com/gpu")
+    guide["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "H100-SXM5-80GB"}
+    request = urllib.request.Request(
+        api.server + "/api/v1/namespaces/research/pods?dryRun=All",
+        data=json.dumps(guide).encode(), method="POST",
+        headers={"Authorization": f"Bearer {api.token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, context=api.ctx, timeout=10) as reply:
+            status, warning = reply.status, reply.headers.get_all("Warning") or []
+    except urllib.error.HTTPError as err:
+        raise AssertionError(err.read()) from None
+    assert status == 201
+    assert any("did you mean nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3?" in w
+               for w in warning), warning  # fmt: skip
+    zoned = _plain("research", "zoned", "nvidia.com/gpu")
+    zoned["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "eu-1a"}
+    status, body = _create(api, zoned, dry_run=True)
+    assert status == 201, body
 
 
 def test_a_queue_edited_to_a_missing_cohort_is_denied(webhook: Webhook) -> None:

@@ -305,26 +305,26 @@ def test_a_shared_pool_advertised_under_the_other_name_gets_the_renaming_fix() -
     assert "set `renameByDefault: false` on the pool" in text
 
 
-def test_a_coscheduling_gang_without_its_pod_group_waits_whole_for_it() -> None:
-    """Pods naming a coscheduling PodGroup that was not read (its CRD installed after the
-    scheduler started and not discovered yet, or the object not made yet) are never placed as
-    a gang of the pods that exist so far: they wait, saying for what."""
+def test_a_coscheduling_gang_made_since_the_last_look_for_its_crd_waits_for_the_next() -> None:
+    """Pods naming a coscheduling PodGroup whose CRD was not served when the scheduler last
+    looked, made since that look (the CRD may have come with them), are never placed as a gang
+    of the pods that exist so far: they wait for the next look. Made before a look that found
+    no CRD, they are a gang of all their pods, as without an object."""
     inv = build_inventory(POLICY, ready_nodes())
     pods = [pod(f"g-{i}", "research", {"nvidia.com/gpu": "8"}, group="g") for i in range(2)]
-    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {})
+    created = 10  # the pods' creation (00:00:10), in seconds from EPOCH
+    kind = "coscheduling PodGroup"
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {}, unread={kind: created - 5})
     assert view.snapshot.pending == ()
-    assert view.awaiting == {"coscheduling PodGroup"}
+    assert view.awaiting == {kind}
     assert view.invalid["research/g-0"].startswith(
-        "pod-group/awaited: waiting for its coscheduling PodGroup research/g"
+        "pod-group/awaited: waiting for the scheduler to look for the coscheduling PodGroup CRD"
     )
-    # once the PodGroup is read, the gang is placed whole
-    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): GroupSpec(2)})
+    # a look since they were made found no CRD: the gang of all its pods
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {}, unread={kind: created + 1})
     (w,) = view.snapshot.pending
-    assert w.id == "research/g" and view.awaiting == frozenset()
-    # gpucarve's own pod group label keeps its documented meaning: all its pods, no object
-    own = [pod(f"o-{i}", "research", {"nvidia.com/gpu": "8"}) for i in range(2)]
-    for p in own:
-        p["metadata"]["labels"] = {"gpucarve.io/pod-group": "o"}
-    view = build_view(POLICY, inv, own, "gpucarve", EPOCH, {})
-    (w,) = view.snapshot.pending
-    assert w.id == "research/o" and w.pods == 2
+    assert w.id == "research/g" and w.pods == 2 and view.awaiting == frozenset()
+    # a look found it: its PodGroup is read and gives the size
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): GroupSpec(3)})
+    assert view.snapshot.pending == ()  # 2 of its 3: waiting for the third
+    assert view.awaiting == frozenset()

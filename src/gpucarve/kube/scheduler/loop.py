@@ -171,6 +171,8 @@ class Scheduler:
         self.served = set(self.owners)  # the kinds whose objects the API server serves
         self._discover_at = 0.0  # when to look again for CRDs installed meanwhile
         self.kinds_awaited: frozenset[str] = frozenset()  # kinds whose objects pods wait for
+        # kind not served -> when it was last looked for (seconds from the epoch)
+        self.unread: dict[str, int] = {}
         self.workloads = WorkloadCache()
         self.facts, self.bound = PodFactsMemo(self.epoch), BoundGroups()
         # the pods sorted as the view reads them, moved as the informer's changes say
@@ -289,10 +291,16 @@ class Scheduler:
             return False
         return True
 
+    def _seconds(self) -> int:
+        """Now, in whole seconds from the scheduler's epoch (the view's clock)."""
+        return int((self.clock() - self.epoch).total_seconds())
+
     def start(self, timeout_s: float = 60.0, stop: threading.Event | None = None) -> None:
         # Kinds whose CRD is not installed (coscheduling's PodGroups, say) are not read.
         self.served = {n for n, w in self.owner_watch if not w.crd or self._served(n, w)}
         self._discover_at = time.monotonic() + self.cfg.discover_s
+        looked = self._seconds()
+        self.unread = {n: looked for n, _ in self.owner_watch if n not in self.served}
         for inf in self._informers():
             inf.start()
         deadline = time.monotonic() + timeout_s
@@ -387,8 +395,10 @@ class Scheduler:
             else self.cfg.discover_s
         )
         found = []
+        looked = self._seconds()
         for name, w in missing:
             if not self._served(name, w, quiet=True):
+                self.unread[name] = looked
                 continue
             inf = self.owners[name]
             inf.start()
@@ -397,6 +407,7 @@ class Scheduler:
                 self.owners[name] = Informer(self.client, w.path, self._poke)
                 continue
             self.served.add(name)
+            self.unread.pop(name, None)
             found.append(name)
             log.info("the %s CRD is installed now: its objects are read from this cycle", name)
         return found
@@ -504,9 +515,10 @@ class Scheduler:
             self.workloads,
             self.facts,
             self.bound,
-            now=int((self.clock() - self.epoch).total_seconds()),
+            now=self._seconds(),
             claims=self.claims.items() if self.dra else (),
             index=self.index,
+            unread=self.unread,
         )
 
     def cycle(self) -> CycleReport:

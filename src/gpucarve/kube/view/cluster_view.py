@@ -131,6 +131,7 @@ def build_view(
     now: int | None = None,
     claims: Sequence[Mapping[str, Any]] = (),
     index: PodIndex | None = None,
+    unread: Mapping[str, int] | None = None,
 ) -> View:
     """`specs`: per pod group what its PodGroup object asks (minMember, topology, timeout),
     and the queue and priority class its pods must agree with (a gang cannot be charged to
@@ -140,7 +141,9 @@ def build_view(
     `epoch`): a gang short of pods past its timeout says so. `claims`: the ResourceClaims
     (Dynamic Resource Allocation): what pending pods claim, and the devices allocated claims
     hold. `index`: the scheduler's pod index, brought up to date with the informer's changes
-    and `assumed` (then `pods` is not read); without one, the view sorts `pods` afresh."""
+    and `assumed` (then `pods` is not read); without one, the view sorts `pods` afresh.
+    `unread`: gang kinds whose CRD was not served when the scheduler last looked, with when
+    (seconds from `epoch`): their pods made since wait for the next look (`View.awaiting`)."""
     facts = facts if facts is not None and facts.epoch == epoch else PodFactsMemo(epoch)
     of = facts.of
     if index is None or index.facts is not facts or index.scheduler_name != scheduler_name:
@@ -226,11 +229,11 @@ def build_view(
     )
     ours_pending = [p for p in ours_pending if of(p).group not in short]
     awaiting: set[str] = set()
-    for p in ours_pending:
+    for p in ours_pending if unread else ():
         # (a pod of no gang is its own group, named after it; a gang with a spec is read)
         if of(p).group in specs or of(p).group[1] == p["metadata"]["name"]:
             continue
-        said = awaited_object(p, specs)
+        said = awaited_object(p, specs, unread or {}, of(p).started)
         if said is not None:
             awaiting.add(said[0])
             view_invalid[of(p).key] = said[1]

@@ -178,21 +178,30 @@ def gang_and_kind(
 
 
 def awaited_object(
-    pod: Meta, specs: Mapping[GangKey, GroupSpec], kinds: Sequence[OwnerKind] = OWNER_KINDS
+    pod: Meta,
+    specs: Mapping[GangKey, GroupSpec],
+    unread: Mapping[str, int],
+    created: int,
+    kinds: Sequence[OwnerKind] = OWNER_KINDS,
 ) -> tuple[str, str] | None:
-    """(kind name, why the pod waits) for a pod whose gang's kind waits for its object and
-    none has been read (its CRD not installed or not discovered yet, or the object not made
-    yet); None otherwise."""
+    """(kind name, why the pod waits) for a pod of a gang whose kind waits for its object,
+    that kind's objects unread (its CRD not served when last looked for, at `unread[kind]`),
+    and the pod made since that look (`created`, on the same clock): the CRD may have come
+    with it, so the gang waits for the next look instead of running as the pods that exist so
+    far. None otherwise (a pod made before a look that found no CRD is a gang of all its pods,
+    as without an object)."""
     meta = pod["metadata"]
     found = gang_and_kind(meta, kinds, pod.get("spec"))
     if found is None or not found[1].awaits_object:
         return None
     (gang, _), kind = found
-    if (meta["namespace"], gang) in specs:
+    looked = unread.get(kind.name)
+    if looked is None or created < looked or (meta["namespace"], gang) in specs:
         return None
     return kind.name, (
-        f"pod-group/awaited: waiting for its {kind.name} {meta['namespace']}/{gang}: its pods "
-        "start only once it says how many start together, as that kind's own scheduler does"
+        f"pod-group/awaited: waiting for the scheduler to look for the {kind.name} CRD "
+        f"({meta['namespace']}/{gang} may be one): a gang of that kind starts only once its "
+        "object says how many start together"
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.problems import Severity
-from gpucarve.core.vocabulary import SCHEDULER_OWNED_ANNOTATIONS
+from gpucarve.core.vocabulary import QUEUE_LABELS, SCHEDULER_OWNED_ANNOTATIONS
 from gpucarve.webhook.admission import mutate, pod_problems, pod_review
 from gpucarve.webhook.bypass import owned_changes
 from tests.json_patch import apply_patch
@@ -136,11 +136,31 @@ def test_scheduler_owned_annotations_are_removed_at_creation_and_frozen_after() 
     assert owned_changes(after, relabelled) == []
 
 
-def test_the_charts_update_condition_names_the_same_annotations() -> None:
+def test_the_charts_update_condition_names_the_same_annotations_and_queue_labels() -> None:
     text = HELPERS.read_text()
     block = text.split('define "gpucarve.ownedAnnotationsChanged"')[1].split("{{- end")[0]
     listed = re.findall(r"'(gpucarve\.io/[a-z-]+)'", block.split("].exists")[0])
     assert tuple(listed) == SCHEDULER_OWNED_ANNOTATIONS
+    block = text.split('define "gpucarve.boundQueueChanged"')[1].split("{{- end")[0]
+    listed = re.findall(r"'([a-z0-9.-]+/[a-z-]+)'", block.split("].exists")[0])
+    assert tuple(listed) == QUEUE_LABELS
+
+
+def test_the_queue_label_of_a_bound_pod_is_frozen() -> None:
+    pending = _pod(limits=GPU)
+    pending["metadata"]["labels"] = {"gpucarve.io/queue": "research"}
+    moved = copy.deepcopy(pending)
+    moved["metadata"]["labels"]["gpucarve.io/queue"] = "production"
+    assert owned_changes(pending, moved) == []  # not bound yet: validation judges it anew
+    bound = copy.deepcopy(pending)
+    bound["spec"]["nodeName"] = "training-0"
+    moved["spec"]["nodeName"] = "training-0"
+    (p,) = owned_changes(bound, moved)
+    assert p.code == "queue-of-bound-pod" and "gpucarve.io/queue" in p.location
+    kueue = copy.deepcopy(bound)
+    kueue["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "production"
+    (p,) = owned_changes(bound, kueue)
+    assert "kueue.x-k8s.io/queue-name" in p.location
 
 
 def _problems(pod: Any) -> list[Any]:

@@ -328,3 +328,24 @@ def test_a_coscheduling_gang_made_since_the_last_look_for_its_crd_waits_for_the_
     view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {("research", "g"): GroupSpec(3)})
     assert view.snapshot.pending == ()  # 2 of its 3: waiting for the third
     assert view.awaiting == frozenset()
+
+
+def test_a_bound_pod_is_charged_to_the_queue_its_assignment_records_whatever_its_label() -> None:
+    from gpucarve.kube.view.assigned import Assigned, assigned_of
+
+    inv = build_inventory(POLICY, ready_nodes())
+    slices = [f"training-0/gpu{i}" for i in range(8)]
+    bound = pod("held", "research", {"nvidia.com/gpu": "8"}, "training-0", slices)
+    recorded = Assigned("training-0", tuple(slices), queue="research")
+    bound["metadata"]["annotations"][ASSIGNMENT] = recorded.annotation()
+    assert assigned_of(bound) == Assigned("training-0", tuple(slices), queue="research")
+    bound["metadata"]["labels"] = {"gpucarve.io/queue": "production"}  # relabelled later
+    view = build_view(POLICY, inv, [bound], "gpucarve", EPOCH, {})
+    (running,) = view.snapshot.running
+    assert running.workload.queue == "research"
+    # an assignment written before queues were recorded: the label, unless it names a queue
+    # the namespace may not use (then the namespace's own)
+    bound["metadata"]["annotations"][ASSIGNMENT] = json.dumps({"slices": slices})
+    view = build_view(POLICY, inv, [bound], "gpucarve", EPOCH, {})
+    (running,) = view.snapshot.running
+    assert running.workload.queue == "research"

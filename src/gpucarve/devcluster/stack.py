@@ -59,8 +59,10 @@ _PART_OF = {"kube-controller-manager": "controllers"}  # process -> the part it 
 # owners' deletion reaches their pods, namespaces can be deleted, ResourceQuota usage is
 # counted, PodDisruptionBudgets are kept, finished Jobs expire. Not the node lifecycle (kwok
 # keeps its nodes Ready; with TaintNodesByCondition off no new node waits for it) nor service
-# accounts (pods run no process that would use a token).
+# accounts (pods run no process that would use a token). The built-in `admin`, `edit` and
+# `view` roles are aggregated by a controller too: a tenant bound to them has their rights.
 CONTROLLERS = (
+    "clusterrole-aggregation-controller",
     "job-controller", "cronjob-controller", "garbage-collector-controller",
     "deployment-controller", "replicaset-controller", "statefulset-controller",
     "daemonset-controller", "resourceclaim-controller", "resourcequota-controller",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.core.vocabulary import SCHEDULER_OWNED_ANNOTATIONS
+from gpucarve.core.vocabulary import QUEUE_LABELS, SCHEDULER_OWNED_ANNOTATIONS
 from gpucarve.devcluster.procs import StackError
 
 MUTATE, VALIDATE = "/mutate", "/validate"
@@ -26,14 +26,20 @@ MUTATE, VALIDATE = "/mutate", "/validate"
 
 def owned_changed_condition() -> str:
     """The CEL condition under which the API server sends a pod update to the webhook: a
-    change to an annotation the scheduler acts on (the chart's `ownedAnnotationsChanged`)."""
-    names = ", ".join(f"'{k}'" for k in SCHEDULER_OWNED_ANNOTATIONS)
+    change to an annotation the scheduler acts on (the chart's `ownedAnnotationsChanged`), or
+    to the queue label of a bound pod (`boundQueueChanged`)."""
 
-    def side(obj: str) -> str:
-        return (f"(has({obj}.metadata.annotations) && k in {obj}.metadata.annotations ? "
-                f"{obj}.metadata.annotations[k] : '')")  # fmt: skip
+    def changed(field: str, keys: Sequence[str]) -> str:
+        def side(obj: str) -> str:
+            return (f"(has({obj}.metadata.{field}) && k in {obj}.metadata.{field} ? "
+                    f"{obj}.metadata.{field}[k] : '')")  # fmt: skip
 
-    return f"[{names}].exists(k, {side('object')} != {side('oldObject')})"
+        names = ", ".join(f"'{k}'" for k in keys)
+        return f"[{names}].exists(k, {side('object')} != {side('oldObject')})"
+
+    owned = changed("annotations", SCHEDULER_OWNED_ANNOTATIONS)
+    bound = "has(oldObject.spec.nodeName) && oldObject.spec.nodeName != ''"
+    return f"({owned}) || ({bound} && {changed('labels', QUEUE_LABELS)})"
 
 
 def configurations(

@@ -29,6 +29,7 @@ from gpucarve.core.problems import Problem
 from gpucarve.core.vocabulary import (
     ASSIGNMENT_ANNOTATION,
     DEVICE_CONFIG_ANNOTATION,
+    QUEUE_LABELS,
     SCHEDULER_OWNED_ANNOTATIONS,
 )
 
@@ -167,15 +168,28 @@ def owned_annotation_problems(pod: Obj, fraction_only: bool) -> list[Problem]:
 
 def owned_changes(old: Obj, new: Obj) -> list[Problem]:
     """An update that changes a scheduler-owned annotation (nothing of gpucarve's updates
-    pods: the scheduler writes the assignment through the binding)."""
+    pods: the scheduler writes the assignment through the binding), or the queue label of a
+    bound pod (it is charged to the queue it was admitted under)."""
     before = (old.get("metadata") or {}).get("annotations") or {}
     after = (new.get("metadata") or {}).get("annotations") or {}
-    return [
+    out = [
         Problem(_where(new, "metadata", "annotations", key), "scheduler-owned",
                 f"{key} is set by gpucarve only: it may not change after creation",
                 f"keep its value ({before.get(key, 'unset')!r})")
         for key in SCHEDULER_OWNED_ANNOTATIONS
         if before.get(key) != after.get(key)
+    ]  # fmt: skip
+    if not (old.get("spec") or {}).get("nodeName"):
+        return out
+    was = (old.get("metadata") or {}).get("labels") or {}
+    now = (new.get("metadata") or {}).get("labels") or {}
+    return out + [
+        Problem(_where(new, "metadata", "labels", key), "queue-of-bound-pod",
+                f"{key} names the queue a running pod is charged to: it may not change once "
+                "the pod is bound", f"keep its value ({was.get(key, 'unset')!r}); a new queue "
+                "takes a new pod")
+        for key in QUEUE_LABELS
+        if was.get(key) != now.get(key)
     ]  # fmt: skip
 
 

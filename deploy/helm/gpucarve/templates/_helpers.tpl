@@ -75,3 +75,11 @@ CEL: an update changes one of the annotations only gpucarve sets
 {{- define "gpucarve.ownedAnnotationsChanged" -}}
 ['gpucarve.io/device-config', 'gpucarve.io/assignment'].exists(k, (has(object.metadata.annotations) && k in object.metadata.annotations ? object.metadata.annotations[k] : '') != (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations ? oldObject.metadata.annotations[k] : ''))
 {{- end }}
+
+{{/*
+CEL: an update of a bound pod changes a label its queue is read from
+(gpucarve.core.vocabulary.QUEUE_LABELS): the queue it was admitted under is kept.
+*/}}
+{{- define "gpucarve.boundQueueChanged" -}}
+has(oldObject.spec.nodeName) && oldObject.spec.nodeName != '' && ['gpucarve.io/queue', 'kueue.x-k8s.io/queue-name'].exists(k, (has(object.metadata.labels) && k in object.metadata.labels ? object.metadata.labels[k] : '') != (has(oldObject.metadata.labels) && k in oldObject.metadata.labels ? oldObject.metadata.labels[k] : ''))
+{{- end }}

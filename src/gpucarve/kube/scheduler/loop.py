@@ -705,7 +705,10 @@ class Scheduler:
     def _bind(self, view: View, result: CycleResult, report: CycleReport) -> None:
         workloads = _admitted(view, result)
         jobs = [
-            (view.pod_of(a.workload, p.pod), Assigned.placed(p, _fraction(workloads, a, p)))
+            (
+                view.pod_of(a.workload, p.pod),
+                Assigned.placed(p, _fraction(workloads, a, p), a.queue),
+            )
             for a in result.admissions
             if not a.after_evictions  # bound once the victims are gone
             for p in a.pods

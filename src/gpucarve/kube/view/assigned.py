@@ -24,17 +24,25 @@ class Assigned:
     shared_memory_mib: int = 0
     gpus: tuple[int, ...] = ()
     fraction_milli: int = 0
+    # the queue the pod was admitted under: it is charged there for as long as it runs,
+    # whatever its labels say later ("": an assignment written before queues were recorded)
+    queue: str = ""
 
     @classmethod
-    def placed(cls, pod: PodAssignment, fraction_milli: int) -> Assigned:
+    def placed(cls, pod: PodAssignment, fraction_milli: int, queue: str = "") -> Assigned:
         gpus = dict.fromkeys(g for s in pod.slice_ids if (g := gpu_of_slice(s)) is not None)
-        return cls(pod.node, pod.slice_ids, pod.shared_memory_mib, tuple(gpus), fraction_milli)
+        return cls(
+            pod.node, pod.slice_ids, pod.shared_memory_mib, tuple(gpus), fraction_milli, queue
+        )
 
     def annotation(self) -> str:
-        return json.dumps(
-            {"slices": list(self.slices), "sharedMemoryMiB": self.shared_memory_mib},
-            separators=(",", ":"),
-        )
+        doc: dict[str, Any] = {
+            "slices": list(self.slices),
+            "sharedMemoryMiB": self.shared_memory_mib,
+        }
+        if self.queue:
+            doc["queue"] = self.queue
+        return json.dumps(doc, separators=(",", ":"))
 
 
 _PARSED: dict[tuple[str, str], Assigned | None] = {}
@@ -57,8 +65,12 @@ def assigned_of(pod: Mapping[str, Any]) -> Assigned | None:
 def _parse_assigned(node: str, raw: str) -> Assigned | None:
     try:
         doc = json.loads(raw)
+        queue = doc.get("queue", "")
         return Assigned(
-            str(node), tuple(str(s) for s in doc["slices"]), int(doc.get("sharedMemoryMiB", 0))
+            str(node),
+            tuple(str(s) for s in doc["slices"]),
+            int(doc.get("sharedMemoryMiB", 0)),
+            queue=queue if isinstance(queue, str) else "",
         )
     except (ValueError, KeyError, TypeError):
         return None

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpucarve.core.cluster import Allocation
 from gpucarve.core.policy import Policy
+from gpucarve.core.vocabulary import QUEUE_LABEL, QUEUE_LABELS
 from gpucarve.core.workload import PodAssignment, RunningWorkload
 from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.inventory import Inventory
@@ -173,10 +174,30 @@ class BoundInputs:
     def grouped(self, bound: Sequence[Bound]) -> tuple[list[PendingGroup], dict[str, Bound]]:
         """The workloads of `bound` (in group key order) and each pod's entry by its key."""
         groups = pending_workloads(
-            [p for p, _ in bound], self.policy, self.epoch, self.specs, self.cache,
-            keyed=self.facts.group,
+            [as_admitted(p, a, self.policy) for p, a in bound], self.policy, self.epoch, self.specs,
+            self.cache, keyed=self.facts.group,
         )  # fmt: skip
         return groups, {self.facts.of(p).key: (p, a) for p, a in bound}
+
+
+def as_admitted(pod: Mapping[str, Any], a: Assigned | None, policy: Policy) -> Mapping[str, Any]:
+    """A bound pod as it was admitted: under the queue its assignment records, whatever its
+    labels say now (a relabelled running pod stays on its queue's books). An assignment that
+    records none (written by an earlier version) keeps the label, unless it names a queue the
+    pod's namespace may not use: then the namespace's own queue."""
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    queue = a.queue if a is not None else ""
+    if not queue:
+        named = next((labels[k] for k in QUEUE_LABELS if k in labels), None)
+        own = [q.name for q in policy.queues if meta.get("namespace") in q.namespaces]
+        if named is None or named in own or len(own) != 1:
+            return pod
+        queue = own[0]
+    if labels.get(QUEUE_LABEL) == queue and not any(k in labels for k in QUEUE_LABELS[1:]):
+        return pod
+    kept = {k: v for k, v in labels.items() if k not in QUEUE_LABELS}
+    return {**pod, "metadata": {**meta, "labels": {**kept, QUEUE_LABEL: queue}}}
 
 
 def claim_bound(

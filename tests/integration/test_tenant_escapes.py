@@ -1,0 +1,105 @@
+"""Ways around the queue, tried as a tenant would: a user with the namespace's `edit` role (a
+ServiceAccount bound to the built-in ClusterRole) on the stack as shipped, gpucarve's scheduler
+running. Every escape is refused or neutralised; every valid pod is admitted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpucarve.devcluster.stack import LocalStack
+from gpucarve.kube.scheduler.loop import Scheduler
+from tests.integration.api import Api, wait_for
+from tests.integration.kube_pods import node_of, pod, pods_in
+from tests.integration.stack_setup import example_policy, populated, scheduling, webhook_bypassed
+
+pytestmark = pytest.mark.integration
+NS = "research"
+NAMESPACES = ["research", "production", "notebooks", "serving", "data-science", "elsewhere"]
+
+
+@dataclass
+class Tenancy:
+    stack: LocalStack
+    admin: Api
+    tenant: Api  # research's `edit` role, no more
+    scheduler: Scheduler
+    policy_file: Path
+
+
+def tenant_api(admin: Api, namespace: str) -> Api:
+    """A ServiceAccount of `namespace` bound to the built-in `edit` ClusterRole there, and a
+    client with its token (TokenRequest)."""
+    # `edit` is aggregated by kube-controller-manager: its rules come a moment after start
+    wait_for(lambda: admin.get("/apis/rbac.authorization.k8s.io/v1/clusterroles/edit")
+             .get("rules"), what="the edit role aggregated")  # fmt: skip
+    admin.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                 {"metadata": {"name": "tenant"}})  # fmt: skip
+    admin.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", {
+        "metadata": {"name": "tenant-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}],
+    })  # fmt: skip
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/tenant/token"
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600}}  # fmt: skip
+    status, reply = admin.call("POST", path, body)
+    assert status == 201, reply
+    return Api(admin.server, str(reply["status"]["token"]))
+
+
+@pytest.fixture(scope="module")
+def tenancy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenancy]:
+    work = tmp_path_factory.mktemp("tenant")
+    policy_file = example_policy(work)
+    with populated(work, policy_file, NAMESPACES) as (stack, admin, _):
+        tenant = tenant_api(admin, NS)
+        with scheduling(stack, policy_file) as sched:
+            yield Tenancy(stack, admin, tenant, sched, policy_file)
+
+
+def _usage(api: Api, queue: str) -> dict[str, Any]:
+    status = api.get(f"/apis/gpucarve.io/v1alpha1/queues/{queue}").get("status") or {}
+    return dict(status.get("usage") or {})
+
+
+def _plain(name: str, resource: str = "nvidia.com/gpu", count: int = 1) -> dict[str, Any]:
+    """A pod as a tenant writes it: no schedulerName (the webhook sets it)."""
+    p = pod(NS, name, resource, count)
+    del p["spec"]["schedulerName"]
+    return p
+
+
+def _patch(api: Api, name: str, body: dict[str, Any]) -> tuple[int, Any]:
+    return api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}", body,
+                    "application/merge-patch+json")  # fmt: skip
+
+
+def test_a_bound_pods_queue_cannot_change_and_it_stays_on_its_queues_books(
+    tenancy: Tenancy,
+) -> None:
+    admin, tenant = tenancy.admin, tenancy.tenant
+    status, body = tenant.call("POST", f"/api/v1/namespaces/{NS}/pods", _plain("relabel", count=8))
+    assert status == 201, body["message"]
+    wait_for(lambda: node_of(pods_in(admin, NS).get("relabel") or {}), what="bound")
+    wait_for(lambda: _usage(admin, "research").get("h100-full") == 8, what="charged to research")
+    # the tenant moves it to another team's queue: refused
+    relabel = {"metadata": {"labels": {"gpucarve.io/queue": "production"}}}
+    status, body = _patch(tenant, "relabel", relabel)
+    assert status == 403 and "pod-updates.validate.gpucarve.io" in body["message"], body
+    assert "queue a running pod is charged to" in body["message"]
+    # even past admission (the webhook away), the scheduler keeps it on research's books: the
+    # queue it was admitted under is in its assignment
+    why = "a relabel that got past admission: the scheduler charges the admitted queue"
+    with webhook_bypassed(admin, NS, why):
+        status, body = _patch(admin, "relabel", relabel)
+        assert status == 200, body
+    start = tenancy.scheduler.cycles
+    wait_for(lambda: tenancy.scheduler.cycles > start + 3, what="more cycles")
+    assert _usage(admin, "research").get("h100-full") == 8, _usage(admin, "research")
+    assert not _usage(admin, "production").get("h100-full"), _usage(admin, "production")

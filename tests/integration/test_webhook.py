@@ -255,6 +255,18 @@ def test_a_debug_container_cannot_name_the_nodes_gpus(webhook: Webhook) -> None:
     assert "ephemeralContainers" in body["message"] and "fix:" in body["message"], body
     status, body = debug("look", [{"name": "LANG", "value": "C"}])
     assert status == 200, body
+    # it was told it gets no GPU, whatever its image sets (the mutating webhook, on the
+    # subresource kubectl debug writes)
+    (look,) = [c for c in body["spec"]["ephemeralContainers"] if c["name"] == "look"]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in look["env"], look
+    # `kubectl debug --profile=sysadmin` makes it privileged: every device of the node
+    current = api.get("/api/v1/namespaces/research/pods/debugged")
+    current["spec"]["ephemeralContainers"].append(
+        {"name": "root", "image": "busybox", "securityContext": {"privileged": True}}
+    )
+    status, body = api.call("PUT", "/api/v1/namespaces/research/pods/debugged/ephemeralcontainers",
+                            current)  # fmt: skip
+    assert status == 403 and "privileged" in body["message"], body
 
 
 def test_the_attack_matrix_is_denied_with_its_message(webhook: Webhook) -> None:
@@ -340,6 +352,9 @@ def test_a_certificate_rotation_while_reviews_flow_drops_none(webhook: Webhook) 
 
 
 def test_with_the_webhook_down_governed_pods_are_refused_others_are_not(webhook: Webhook) -> None:
+    """As the README says: with the webhook down, a GPU pod of a governed namespace is
+    refused (failurePolicy Fail), a CPU pod there is created (otherPodsFailurePolicy Ignore:
+    the matchConditions send it to a hook of its own), and other namespaces never wait."""
     api = webhook.api
     webhook.stop()
     try:
@@ -347,6 +362,11 @@ def test_with_the_webhook_down_governed_pods_are_refused_others_are_not(webhook:
         assert status == 500 and "failed calling webhook" in body["message"], body
         status, body = _create(api, _plain("elsewhere", "while-down", "nvidia.com/gpu"))
         assert status == 201, body
+        cpu = pod("research", "cpu-while-down", "cpu")
+        del cpu["spec"]["schedulerName"]
+        status, body = _create(api, cpu)
+        assert status == 201, body
+        assert "env" not in body["spec"]["containers"][0]  # admitted unchanged meanwhile
     finally:
         webhook.start()
 

@@ -32,7 +32,11 @@ def _pod(ns: str = "research", limits: dict[str, str] | None = None, **spec: Any
     }
 
 
-def _codes(pod: Any) -> list[str]:
+def _codes(pod: Any, mutated: bool = False) -> list[str]:
+    """The validating webhook's codes for `pod` as it gets there: after the mutating webhook
+    (`mutated=False`: as written, as if the mutating webhook had not run)."""
+    if not mutated:
+        pod = apply_patch(pod, mutate(POLICY, pod, "gpucarve", "UID").patch)
     return sorted(p.code for p in pod_problems(POLICY, pod, "gpucarve"))
 
 
@@ -50,6 +54,11 @@ GPU = {"nvidia.com/gpu": "1"}
             "device-host-path",
         ),
         (_pod(volumes=[{"name": "d", "hostPath": {"path": "/dev"}}]), "device-host-path"),
+        # judged after normalisation, as the kubelet resolves them; the root holds /dev
+        *[
+            (_pod(volumes=[{"name": "d", "hostPath": {"path": p}}]), "device-host-path")
+            for p in ("//dev", "/./dev", "/var/../dev/nvidia0", "/", "//", "/dev/./nvidiactl")
+        ],
     ],
 )
 def test_each_way_past_the_scheduler_is_refused(pod: Any, code: str) -> None:
@@ -78,13 +87,13 @@ def test_what_stays_allowed() -> None:
 def test_env_from_in_a_container_without_a_gpu_is_neutralised() -> None:
     p = _pod()
     p["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "settings"}}]
-    assert _codes(p) == ["device-env-from"]  # had the mutating webhook not run
+    assert _codes(p, mutated=True) == ["device-env-from"]  # had the mutating webhook not run
     m = mutate(POLICY, p, "gpucarve", "UID")
     after = apply_patch(p, m.patch)
     assert after["spec"]["containers"][0]["env"] == [
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
     ]
-    assert _codes(after) == []
+    assert _codes(after, mutated=True) == []
     assert "NVIDIA_VISIBLE_DEVICES=void" in after["metadata"]["annotations"]["gpucarve.io/mutated"]
     # a container that sets it itself to something else is refused, as before
     p["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
@@ -122,7 +131,7 @@ def test_scheduler_owned_annotations_are_removed_at_creation_and_frozen_after() 
         "gpucarve.io/assignment": '{"slices":["h100-0/gpu0"]}',
         "team": "x",
     }
-    assert _codes(p) == ["scheduler-owned", "scheduler-owned"]
+    assert _codes(p, mutated=True) == ["scheduler-owned", "scheduler-owned"]
     after = apply_patch(p, mutate(POLICY, p, "gpucarve", "U").patch)
     assert set(after["metadata"]["annotations"]) == {"team", "gpucarve.io/mutated"}
     assert _codes(after) == []
@@ -201,3 +210,52 @@ def test_a_selector_no_node_of_the_policy_matches_is_admitted_with_a_warning() -
     # a name no node of the pool may carry is certain
     (p,) = _problems(_pod(limits=GPU, nodeSelector={"nvidia.com/gpu.product": "Tesla-T4"}))
     assert p.code == "can-never-fit"
+
+
+def test_every_container_that_gets_no_gpu_is_told_so_whatever_its_image_sets() -> None:
+    """A CUDA base image sets NVIDIA_VISIBLE_DEVICES=all, which the NVIDIA runtime honours
+    (`runtimeClassName: nvidia` or the runtime by default): every container given no GPU gets
+    an explicit `void`; a container given GPUs (device plugin, a claim, a fraction's) does not."""
+    p = _pod(limits=GPU, runtimeClassName="nvidia")
+    p["spec"]["containers"].append({"name": "sidecar", "image": "nvidia/cuda"})
+    p["spec"]["initContainers"] = [{"name": "fetch", "image": "nvidia/cuda"}]
+    after = apply_patch(p, mutate(POLICY, p, "gpucarve", "UID").patch)
+    void = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    assert "env" not in after["spec"]["containers"][0]
+    assert after["spec"]["containers"][1]["env"] == void
+    assert after["spec"]["initContainers"][0]["env"] == void
+    assert _codes(after, mutated=True) == []
+    assert _codes(p, mutated=True) == ["device-env-unset", "device-env-unset"]
+    claims = _pod(resourceClaims=[{"name": "g", "resourceClaimTemplateName": "t"}])
+    claims["spec"]["containers"][0]["resources"] = {"claims": [{"name": "g"}]}
+    assert bypass_void(claims) == []  # the DRA driver's devices reach it
+
+
+def bypass_void(pod: Any) -> list[tuple[str, int]]:
+    from gpucarve.webhook.bypass import needs_void
+
+    return needs_void(pod, False)
+
+
+def test_cdi_annotations_and_debug_containers_are_held_to_the_same_rules() -> None:
+    from gpucarve.webhook.admission import debug_problems, mutate_debug
+
+    cdi = _pod(limits={"cpu": "1"})
+    cdi["metadata"]["annotations"] = {"cdi.k8s.io/gpus": "nvidia.com/gpu=all"}
+    assert "cdi-annotation" in _codes(cdi)
+    running = _pod(limits={"cpu": "1"})
+    debugged = copy.deepcopy(running)
+    debugged["spec"]["ephemeralContainers"] = [
+        {"name": "root", "image": "busybox", "securityContext": {"privileged": True}},
+        {"name": "settings", "image": "busybox",
+         "envFrom": [{"configMapRef": {"name": "anything"}}]},
+    ]  # fmt: skip
+    codes = sorted(p.code for p in debug_problems(POLICY, debugged, running))
+    assert codes == ["device-env-from", "device-env-unset", "privileged"], codes
+    # the mutating webhook gives the added debug containers the explicit `void`
+    m = mutate_debug(POLICY, debugged, running)
+    fixed = apply_patch(debugged, m.patch)
+    fixed["spec"]["ephemeralContainers"] = fixed["spec"]["ephemeralContainers"][1:]
+    assert debug_problems(POLICY, fixed, running) == []
+    # what was there before is not judged again
+    assert debug_problems(POLICY, fixed, fixed) == []

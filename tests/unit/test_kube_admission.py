@@ -54,7 +54,13 @@ def _pod(ns: str, limits: dict[str, str], **meta: Any) -> dict[str, Any]:
 
 def test_only_gpu_pods_of_governed_namespaces_are_changed() -> None:
     assert not wants_gpu(_pod("research", {"cpu": "1"}))
-    assert mutate(POLICY, _pod("research", {"cpu": "1"}), "gpucarve").patch == []
+    # a CPU pod is only told it gets no GPU (its image may say otherwise): no scheduler, no
+    # queue, no requests
+    cpu = apply_patch(_pod("research", {"cpu": "1"}), mutate(POLICY, _pod("research", {
+        "cpu": "1"}), "gpucarve").patch)  # fmt: skip
+    assert cpu["spec"]["containers"][0]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]  # fmt: skip
+    assert "schedulerName" not in cpu["spec"] and "labels" not in cpu["metadata"]
     assert mutate(POLICY, _pod("kube-system", {"nvidia.com/gpu": "1"}), "gpucarve").patch == []
     other = _pod("research", {"nvidia.com/gpu": "1"})
     other["spec"]["schedulerName"] = "volcano"
@@ -175,6 +181,7 @@ def test_a_container_naming_its_own_devices_is_refused_in_governed_namespaces() 
         {"name": "dbg", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
     ]
     p["spec"]["containers"][0]["env"] = [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]
+    p = apply_patch(p, mutate(POLICY, p, "gpucarve", "UID").patch)  # as validation sees it
     where = sorted(str(prob.location) for prob in pod_problems(POLICY, p))
     assert len(where) == 2, where  # CUDA_VISIBLE_DEVICES only narrows what it was given
     assert "ephemeralContainers" in where[0] and "initContainers" in where[1], where

@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.core.vocabulary import QUEUE_LABELS, SCHEDULER_OWNED_ANNOTATIONS
+from gpucarve.core.vocabulary import (
+    FRACTION_ANNOTATION,
+    MEMORY_ANNOTATION,
+    QUEUE_LABELS,
+    SCHEDULER_OWNED_ANNOTATIONS,
+)
 from gpucarve.devcluster.procs import StackError
 
 MUTATE, VALIDATE = "/mutate", "/validate"
@@ -42,8 +47,34 @@ def owned_changed_condition() -> str:
     return f"({owned}) || ({bound} && {changed('labels', QUEUE_LABELS)})"
 
 
+def _asks(containers: str) -> str:
+    limits = (
+        "(has(c.resources.limits) && c.resources.limits.exists(r, r.startsWith('nvidia.com/')))"
+    )
+    requests = ("(has(c.resources.requests) && "
+                "c.resources.requests.exists(r, r.startsWith('nvidia.com/')))")  # fmt: skip
+    return f"{containers}.exists(c, has(c.resources) && ({limits} || {requests}))"
+
+
+# CEL: a pod asks for GPUs (the chart's `asksGpu`): a device-plugin resource in any container,
+# ResourceClaims, or a gpucarve fraction. Pods that do go to hooks that fail closed; the others
+# to hooks of their own failure policy, so that a dead webhook need not stop CPU work.
+ASKS_GPU = " || ".join([
+    "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)",
+    "(has(object.metadata.annotations) && [" + ", ".join(
+        repr(k) for k in (FRACTION_ANNOTATION, MEMORY_ANNOTATION)
+    ) + "].exists(k, k in object.metadata.annotations))",
+    _asks("object.spec.containers"),
+    f"(has(object.spec.initContainers) && {_asks('object.spec.initContainers')})",
+])  # fmt: skip
+
+
 def configurations(
-    url: str, ca_pem: bytes, governed: Sequence[str], failure_policy: str = "Fail"
+    url: str,
+    ca_pem: bytes,
+    governed: Sequence[str],
+    failure_policy: str = "Fail",
+    other_pods: str = "Ignore",
 ) -> list[tuple[str, Any]]:
     """(plural, object) of the webhook configurations the chart installs, by URL: pods created
     in the governed namespaces are mutated and validated, updates that change what the
@@ -86,14 +117,25 @@ def configurations(
             h["namespaceSelector"] = selector
         return h
 
-    mutate = {**hook("pods.mutate.gpucarve.io", MUTATE, [pods], True),
-              "reinvocationPolicy": "IfNeeded"}  # fmt: skip
+    def split(verb: str, path: str, extra: dict[str, Any]) -> list[dict[str, Any]]:
+        """One hook for pods that ask for GPUs, one for the others (`other_pods`)."""
+        return [
+            {**hook(f"{kind}.{verb}.gpucarve.io", path, [pods, debug], True), **extra,
+             "failurePolicy": policy,
+             "matchConditions": [{"name": name, "expression": expression}]}
+            for kind, name, expression, policy in (
+                ("pods", "asks-for-gpus", ASKS_GPU, failure_policy),
+                ("other-pods", "asks-for-no-gpu", f"!({ASKS_GPU})", other_pods),
+            )
+        ]  # fmt: skip
+
     owned = {**hook("pod-updates.validate.gpucarve.io", VALIDATE, [updates], False),
              "matchConditions": [{"name": "changes-scheduler-owned-annotations",
                                   "expression": owned_changed_condition()}]}  # fmt: skip
-    mutating = {"metadata": {"name": "gpucarve"}, "webhooks": [mutate]}
+    again = {"reinvocationPolicy": "IfNeeded"}
+    mutating = {"metadata": {"name": "gpucarve"}, "webhooks": split("mutate", MUTATE, again)}
     validating = {"metadata": {"name": "gpucarve"}, "webhooks": [
-        hook("pods.validate.gpucarve.io", VALIDATE, [pods, debug], True),
+        *split("validate", VALIDATE, {}),
         owned,
         hook("jobs.validate.gpucarve.io", VALIDATE, [jobs], True),
         hook("podgroups.validate.gpucarve.io", VALIDATE, [groups], True),

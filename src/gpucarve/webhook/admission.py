@@ -175,15 +175,19 @@ def _annotate(m: Mutation, meta: Mapping[str, Any]) -> Mutation:
 
 
 def _close_bypasses(m: Mutation, pod: Mapping[str, Any]) -> None:
-    """Remove a tenant's scheduler-owned annotations; give containers that get no GPU but
-    take envFrom an explicit NVIDIA_VISIBLE_DEVICES=void (webhook/bypass.py)."""
+    """Remove a tenant's scheduler-owned annotations; give containers that get no GPU an
+    explicit NVIDIA_VISIBLE_DEVICES=void (webhook/bypass.py)."""
     only = fraction_only(pod)
     for key in bypass.strip_owned(pod, only):
         m.patch.append({"op": "remove", "path": f"/metadata/annotations/{_escape(key)}"})
         m.removed.append(key)
         m.changes.append(f"removed annotation {key} (set by gpucarve only)")
+    _void(m, pod, bypass.needs_void(pod, only))
+
+
+def _void(m: Mutation, pod: Mapping[str, Any], where: list[tuple[str, int]]) -> None:
     spec = pod.get("spec") or {}
-    for kind, i in bypass.needs_void(pod, only):
+    for kind, i in where:
         c = spec[kind][i]
         var = {"name": DEVICE_ENV[0], "value": NO_DEVICES}
         if c.get("env"):
@@ -191,21 +195,30 @@ def _close_bypasses(m: Mutation, pod: Mapping[str, Any]) -> None:
         else:
             m.patch.append({"op": "add", "path": f"/spec/{kind}/{i}/env", "value": [var]})
         name = c.get("name", i)
-        m.changes.append(
-            f"{kind}[{name}] env {DEVICE_ENV[0]}={NO_DEVICES} (no GPU through envFrom)"
-        )
+        m.changes.append(f"{kind}[{name}] env {DEVICE_ENV[0]}={NO_DEVICES} (it gets no GPU)")
+
+
+def mutate_debug(policy: Policy, pod: Mapping[str, Any], old: Mapping[str, Any]) -> Mutation:
+    """The patch for debug containers added to a running pod (`kubectl debug`): each that
+    does not set it gets NVIDIA_VISIBLE_DEVICES=void, whatever its image sets."""
+    m = Mutation()
+    if governed(policy, str((pod.get("metadata") or {}).get("namespace") or "")):
+        _void(m, pod, bypass.needs_void(pod, False, old))
+    return m
 
 
 def pod_problems(
-    policy: Policy, pod: Mapping[str, Any], scheduler_name: str = "gpucarve"
+    policy: Policy, pod: Mapping[str, Any], scheduler_name: str = "gpucarve", mutated: bool = True
 ) -> list[Problem]:
     """Why the scheduler could never run this pod, or why it would reach a GPU past its
-    queue (errors only); empty for a pod gpucarve does not govern."""
-    return [p for p in pod_review(policy, pod, scheduler_name) if p.severity is Severity.ERROR]
+    queue (errors only); empty for a pod gpucarve does not govern. `mutated=False`: a pod
+    the mutating webhook has still to see (a Job's template), judged on the rest."""
+    found = pod_review(policy, pod, scheduler_name, mutated)
+    return [p for p in found if p.severity is Severity.ERROR]
 
 
 def pod_review(
-    policy: Policy, pod: Mapping[str, Any], scheduler_name: str = "gpucarve"
+    policy: Policy, pod: Mapping[str, Any], scheduler_name: str = "gpucarve", mutated: bool = True
 ) -> list[Problem]:
     """`pod_problems`, and warnings: what only the cluster's own labels could let run (a
     selector no node of the policy carries, which a node may still be given)."""
@@ -219,7 +232,9 @@ def pod_review(
     out += bypass.device_access_problems(pod)
     out += bypass.env_from_problems(pod, str(own) if own is not None else None)
     out += bypass.owned_annotation_problems(pod, only)
-    out += bypass.unneutralised_problems(pod, only)
+    if mutated:
+        out += bypass.unneutralised_problems(pod, only)
+    out += bypass.cdi_problems(pod)
     if not gpu:
         return out
     group = _as_scheduled(policy, pod)
@@ -363,8 +378,9 @@ def job_problems(policy: Policy, job: Mapping[str, Any]) -> list[Problem]:
         "spec": template.get("spec") or {},
     }  # fmt: skip
     where = (name, "spec", "template")
-    own = [
-        Problem((*where, *p.path[1:]), p.code, p.message, p.fix) for p in pod_problems(policy, pod)
+    own = [  # (its pods get what the mutating webhook adds when they are made)
+        Problem((*where, *p.path[1:]), p.code, p.message, p.fix)
+        for p in pod_problems(policy, pod, mutated=False)
     ]
     size = gang_size(job)
     if own or size is None or not (wants_gpu(pod) or claims_dra(policy, pod)):
@@ -382,6 +398,28 @@ def job_problems(policy: Policy, job: Mapping[str, Any]) -> list[Problem]:
         for p in never_fit_problems(policy, pod, gang)
         if p.severity is Severity.ERROR
     ]  # fmt: skip
+
+
+def debug_problems(policy: Policy, pod: Mapping[str, Any], old: Mapping[str, Any]) -> list[Problem]:
+    """Debug containers added to a running pod are held to the same rules as the pod's own:
+    no device variable of their own, not privileged, and the explicit `void` (the mutating
+    webhook adds it) whatever their image or envFrom would set."""
+    if not governed(policy, str((pod.get("metadata") or {}).get("namespace") or "")):
+        return []
+    added = _added_debug(pod, old)
+    out = device_env_problems(added)
+    out += bypass.device_access_problems(added)
+    out += bypass.unneutralised_problems(pod, False, old)
+    return out
+
+
+def _added_debug(pod: Mapping[str, Any], old: Mapping[str, Any]) -> dict[str, Any]:
+    """`pod` with only the ephemeral containers `old` did not have (the rest are judged)."""
+    had = {c.get("name") for c in (old.get("spec") or {}).get("ephemeralContainers") or []
+           if isinstance(c, Mapping)}  # fmt: skip
+    new = [c for c in (pod.get("spec") or {}).get("ephemeralContainers") or []
+           if isinstance(c, Mapping) and c.get("name") not in had]  # fmt: skip
+    return {"metadata": pod.get("metadata") or {}, "spec": {"ephemeralContainers": new}}
 
 
 def device_env_problems(pod: Mapping[str, Any]) -> list[Problem]:

@@ -22,6 +22,7 @@ does about each (docs/kubernetes.md, "Threat model"). Pure: a pod in, problems o
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +40,9 @@ DEVICE_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES")
 # the toolkit's value for "no GPU" (as if unset): harmless whoever sets it
 NO_DEVICES = "void"
 POD_KINDS = ("initContainers", "containers", "ephemeralContainers")
+EPHEMERAL = ("ephemeralContainers",)
+# pod annotations by which a runtime is asked for CDI devices directly
+CDI_PREFIX = "cdi.k8s.io/"
 
 Obj = Mapping[str, Any]
 
@@ -105,12 +109,19 @@ def device_access_problems(pod: Obj) -> list[Problem]:
     for i, vol in enumerate(spec.get("volumes") or []):
         host = (vol.get("hostPath") or {}) if isinstance(vol, Mapping) else {}
         path = str(host.get("path") or "") if isinstance(host, Mapping) else ""
-        if path.rstrip("/") == "/dev" or path.startswith("/dev/"):
+        if path and reaches_devices(path):
             out.append(Problem(_where(pod, "spec", "volumes", str(vol.get("name", i)),
                                       "hostPath", "path"), "device-host-path",
                                f"hostPath {path!r} hands the node's device files in",
                                "remove the volume: GPUs come from requests"))  # fmt: skip
     return out
+
+
+def reaches_devices(path: str) -> bool:
+    """Whether a host path, as the kubelet resolves it (`//dev`, `/./dev`, `/x/../dev` are
+    /dev), is the node's /dev, a path under it, or the root that holds it."""
+    norm = posixpath.normpath("/" + path.lstrip("/"))
+    return norm in ("/", "/dev") or norm.startswith("/dev/")
 
 
 def _prefix_safe(entry: Obj) -> bool:
@@ -205,30 +216,56 @@ def strip_owned(pod: Obj, fraction_only: bool) -> list[str]:
     ]  # fmt: skip
 
 
-def needs_void(pod: Obj, fraction_only: bool) -> list[tuple[str, int]]:
-    """Containers that get no GPU, take `envFrom` and do not set the variable themselves:
-    each gets `NVIDIA_VISIBLE_DEVICES=void`, which wins over any `envFrom`."""
+def gets_gpu(c: Obj) -> bool:
+    """The container is given GPUs: device-plugin resources, or ResourceClaims (the DRA
+    driver's devices)."""
+    return asks_device(c) or bool((c.get("resources") or {}).get("claims"))
+
+
+def needs_void(pod: Obj, fraction_only: bool, old: Obj | None = None) -> list[tuple[str, int]]:
+    """Containers that get no GPU and do not set the variable themselves: each gets
+    `NVIDIA_VISIBLE_DEVICES=void`, which wins over `envFrom` and over what the image sets (a
+    CUDA base image sets it to `all`, which the NVIDIA runtime would honour). A fraction's
+    containers get theirs through gpucarve's ConfigMap, last in envFrom. With `old` (an
+    update adding debug containers), only the ephemeral containers it adds."""
     spec = pod.get("spec") or {}
+    if old is not None:
+        had = {c.get("name") for _, _, c in containers((old.get("spec") or {}), EPHEMERAL)}
+        found = [(k, i, c) for k, i, c in containers(spec, EPHEMERAL) if c.get("name") not in had]
+    else:
+        found = containers(spec, ("initContainers", "containers"))
     out = []
-    for kind, i, c in containers(spec, ("initContainers", "containers")):
-        if not c.get("envFrom") or asks_device(c):
+    for kind, i, c in found:
+        if gets_gpu(c) or (fraction_only and kind == "containers"):
             continue
-        if fraction_only and kind == "containers":
-            continue  # its GPU comes through gpucarve's ConfigMap, last in envFrom
         names = {e.get("name") for e in c.get("env") or [] if isinstance(e, Mapping)}
         if DEVICE_ENV[0] not in names:
             out.append((kind, i))
     return out
 
 
-def unneutralised_problems(pod: Obj, fraction_only: bool) -> list[Problem]:
+def cdi_problems(pod: Obj) -> list[Problem]:
+    """Annotations that ask the container runtime for devices by CDI name, past any scheduler
+    (`cdi.k8s.io/<name>: nvidia.com/gpu=all`)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return [
+        Problem(_where(pod, "metadata", "annotations", key), "cdi-annotation",
+                f"{key} asks the container runtime for devices by name, outside the scheduler",
+                "remove it: request GPUs as resources, a fraction or a ResourceClaim")
+        for key in sorted(annotations)
+        if str(key).startswith(CDI_PREFIX)
+    ]  # fmt: skip
+
+
+def unneutralised_problems(pod: Obj, fraction_only: bool, old: Obj | None = None) -> list[Problem]:
     """Containers `needs_void` names that reached validation without the explicit variable
     (the mutating webhook did not run on them)."""
     spec = pod.get("spec") or {}
     return [
         Problem(_where(pod, "spec", kind, str(spec[kind][i].get("name", i)), "env"),
-                "device-env-from",
-                "envFrom may set NVIDIA_VISIBLE_DEVICES in a container that gets no GPU",
+                "device-env-from" if spec[kind][i].get("envFrom") else "device-env-unset",
+                "a container that gets no GPU must say so: its image may set "
+                "NVIDIA_VISIBLE_DEVICES (every CUDA base image does), and envFrom may too",
                 f"add env {DEVICE_ENV[0]}={NO_DEVICES} (gpucarve's mutating webhook does)")
-        for kind, i in needs_void(pod, fraction_only)
+        for kind, i in needs_void(pod, fraction_only, old)
     ]  # fmt: skip

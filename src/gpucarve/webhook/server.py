@@ -28,11 +28,11 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem, Severity
 from gpucarve.webhook.admission import (
     claim_problems,
+    debug_problems,
     denial,
-    device_env_problems,
-    governed,
     job_problems,
     mutate,
+    mutate_debug,
     pod_group_problems,
     pod_review,
     queue_problems,
@@ -143,9 +143,9 @@ def _problems(policy: Policy, req: dict[str, Any], scheduler_name: str) -> list[
     if kind == "Pod" and op == "UPDATE" and not sub:
         return _pod_update(req)
     if kind == "Pod" and sub == "ephemeralcontainers":
-        # `kubectl debug` adds containers to a running pod: the same device rule holds
-        ns = str(req.get("namespace") or "")
-        return device_env_problems(obj) if governed(policy, ns) else []
+        # `kubectl debug` adds containers to a running pod: the same rules hold
+        obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
+        return debug_problems(policy, obj, req.get("oldObject") or {})
     if kind == "Queue" and op in ("CREATE", "UPDATE"):
         return queue_problems(policy, obj)
     if kind in ("ResourceClaim", "ResourceClaimTemplate") and op == "CREATE":
@@ -178,11 +178,17 @@ def _validate(policy: Policy, req: dict[str, Any], scheduler_name: str) -> Any:
 
 def _mutate(policy: Policy, req: dict[str, Any], scheduler_name: str) -> Any:
     obj = req.get("object") or {}
-    if (req.get("kind") or {}).get("kind") != "Pod" or req.get("operation") != "CREATE":
+    if (req.get("kind") or {}).get("kind") != "Pod":
+        return _review(req["uid"], True)
+    debug = req.get("subResource") == "ephemeralcontainers"
+    if not debug and req.get("operation") != "CREATE":
         return _review(req["uid"], True)
     try:
         obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
-        m = mutate(policy, obj, scheduler_name, req["uid"])
+        if debug:
+            m = mutate_debug(policy, obj, req.get("oldObject") or {})
+        else:
+            m = mutate(policy, obj, scheduler_name, req["uid"])
     except MALFORMED as exc:
         # no patch; /validate refuses what it cannot read
         log.warning("review %s: malformed pod left unchanged: %s", req["uid"], exc)

@@ -83,3 +83,11 @@ CEL: an update of a bound pod changes a label its queue is read from
 {{- define "gpucarve.boundQueueChanged" -}}
 has(oldObject.spec.nodeName) && oldObject.spec.nodeName != '' && ['gpucarve.io/queue', 'kueue.x-k8s.io/queue-name'].exists(k, (has(object.metadata.labels) && k in object.metadata.labels ? object.metadata.labels[k] : '') != (has(oldObject.metadata.labels) && k in oldObject.metadata.labels ? oldObject.metadata.labels[k] : ''))
 {{- end }}
+
+{{/*
+CEL: a pod asks for GPUs (gpucarve.devcluster.webhook.ASKS_GPU; a test holds the chart and the
+stack equal): a device-plugin resource in any container, ResourceClaims, or a gpucarve fraction.
+*/}}
+{{- define "gpucarve.asksGpu" -}}
+(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0) || (has(object.metadata.annotations) && ['gpucarve.io/gpu-fraction', 'gpucarve.io/gpu-memory'].exists(k, k in object.metadata.annotations)) || object.spec.containers.exists(c, has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, r.startsWith('nvidia.com/'))) || (has(c.resources.requests) && c.resources.requests.exists(r, r.startsWith('nvidia.com/'))))) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, r.startsWith('nvidia.com/'))) || (has(c.resources.requests) && c.resources.requests.exists(r, r.startsWith('nvidia.com/'))))))
+{{- end }}

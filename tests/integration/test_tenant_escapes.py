@@ -103,3 +103,36 @@ def test_a_bound_pods_queue_cannot_change_and_it_stays_on_its_queues_books(
     wait_for(lambda: tenancy.scheduler.cycles > start + 3, what="more cycles")
     assert _usage(admin, "research").get("h100-full") == 8, _usage(admin, "research")
     assert not _usage(admin, "production").get("h100-full"), _usage(admin, "production")
+
+
+def test_a_fractions_device_config_map_is_out_of_the_tenants_reach(tenancy: Tenancy) -> None:
+    """A fraction's GPU comes from the ConfigMap the scheduler writes at binding, in the
+    tenant's namespace: the tenant (edit role) may neither rewrite it (`all` would give the
+    next container start every GPU of the node) nor delete and remake it; it goes with its
+    pod (the garbage collector)."""
+    admin = tenancy.admin
+    frac = _plain("frac")
+    del frac["spec"]["containers"][0]["resources"]
+    frac["metadata"]["namespace"] = "notebooks"
+    frac["metadata"]["annotations"] = {"gpucarve.io/gpu-fraction": "250"}
+    notebooks = tenant_api(admin, "notebooks")
+    status, made = notebooks.call("POST", "/api/v1/namespaces/notebooks/pods", frac)
+    assert status == 201, made
+    name = made["metadata"]["annotations"]["gpucarve.io/device-config"]
+    path = f"/api/v1/namespaces/notebooks/configmaps/{name}"
+    data = wait_for(lambda: admin.call("GET", path)[1].get("data"), what="its device ConfigMap")
+    assert data["NVIDIA_VISIBLE_DEVICES"] != "all"
+    status, body = notebooks.call("PATCH", path, {"data": {"NVIDIA_VISIBLE_DEVICES": "all"}},
+                                  "application/merge-patch+json")  # fmt: skip
+    assert status in (403, 422), body  # the webhook, or immutability, whichever answers first
+    status, body = notebooks.call("DELETE", path)
+    assert status == 403 and "device-configs.validate.gpucarve.io" in body["message"], body
+    assert "may not delete it" in body["message"], body
+    remade = {"metadata": {"name": "mine", "labels": {"app.kubernetes.io/managed-by": "gpucarve"}},
+              "data": {"NVIDIA_VISIBLE_DEVICES": "all"}}  # fmt: skip
+    status, body = notebooks.call("POST", "/api/v1/namespaces/notebooks/configmaps", remade)
+    assert status == 403, body
+    assert admin.call("GET", path)[1]["data"] == data  # untouched
+    # it goes with its pod: the control plane's garbage collector may delete it
+    assert notebooks.call("DELETE", "/api/v1/namespaces/notebooks/pods/frac")[0] == 200
+    wait_for(lambda: admin.call("GET", path)[0] == 404, timeout_s=60, what="gone with its pod")

@@ -259,3 +259,25 @@ def test_cdi_annotations_and_debug_containers_are_held_to_the_same_rules() -> No
     assert debug_problems(POLICY, fixed, running) == []
     # what was there before is not judged again
     assert debug_problems(POLICY, fixed, fixed) == []
+
+
+def test_only_the_scheduler_and_the_control_plane_touch_a_device_config_map() -> None:
+    from gpucarve.webhook.bypass import device_config_problems
+
+    cm = {"metadata": {"name": "gpucarve-gpu-x", "namespace": "notebooks",
+                       "labels": {"app.kubernetes.io/managed-by": "gpucarve"}}}  # fmt: skip
+    writers = frozenset({"system:serviceaccount:gpucarve-system:gpucarve"})
+
+    def review(user: str, op: str = "UPDATE", groups: tuple[str, ...] = ()) -> list[str]:
+        req = {"operation": op, "object": cm, "oldObject": cm,
+               "userInfo": {"username": user, "groups": list(groups)}}  # fmt: skip
+        return [p.code for p in device_config_problems(req, writers)]
+
+    tenant = "system:serviceaccount:notebooks:default"
+    assert review(tenant) == ["device-config-owned"]
+    assert review(tenant, "DELETE") == ["device-config-owned"]
+    assert review(tenant, "CREATE", ("system:authenticated",)) == ["device-config-owned"]
+    assert review("system:serviceaccount:gpucarve-system:gpucarve") == []
+    assert review("system:serviceaccount:kube-system:generic-garbage-collector", "DELETE") == []
+    assert review("system:kube-controller-manager", "DELETE") == []
+    assert review("alice", "DELETE", ("system:masters",)) == []

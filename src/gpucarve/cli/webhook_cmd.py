@@ -61,6 +61,14 @@ def serve(
         list[str] | None,
         typer.Option("--configuration", help="mutating/NAME or validating/NAME (repeat)."),
     ] = None,
+    writer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--writer",
+            help="A user that may write and delete gpucarve's device ConfigMaps besides the "
+            "control plane (the scheduler's service account; repeat).",
+        ),
+    ] = None,
     kubeconfig: KubeconfigOption = None,
     catalog: CatalogOption = None,
 ) -> None:
@@ -100,7 +108,7 @@ def serve(
     threading.Thread(target=follow, name="policy reload", daemon=True).start()
     certs.follow(stop)
     config = uvicorn.Config(
-        webhook_app(lambda: current[0], name),
+        webhook_app(lambda: current[0], name, writer or ()),
         host=host,
         port=port,
         log_level="warning",

@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import socket
 
+# the stack's static user for a scheduler (RBAC from the chart's roles, bound by tests)
+SCHEDULER_USER = "gpucarve-scheduler"
+
 
 class StackError(RuntimeError):
     pass

@@ -20,11 +20,13 @@ from typing import Any
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.vocabulary import (
     FRACTION_ANNOTATION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
     MEMORY_ANNOTATION,
     QUEUE_LABELS,
     SCHEDULER_OWNED_ANNOTATIONS,
 )
-from gpucarve.devcluster.procs import StackError
+from gpucarve.devcluster.procs import SCHEDULER_USER, StackError
 
 MUTATE, VALIDATE = "/mutate", "/validate"
 
@@ -96,6 +98,9 @@ def configurations(
               "resources": ["resourceclaims", "resourceclaimtemplates"]}  # fmt: skip
     jobs = {"apiGroups": ["batch"], "apiVersions": ["v1"], "scope": "Namespaced",
             "operations": ["CREATE"], "resources": ["jobs"]}  # fmt: skip
+    configs = {"apiGroups": [""], "apiVersions": ["v1"], "scope": "Namespaced",
+               "operations": ["CREATE", "UPDATE", "DELETE"],
+               "resources": ["configmaps"]}  # fmt: skip
     queues = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "Cluster",
               "operations": ["CREATE", "UPDATE"], "resources": ["queues"]}  # fmt: skip
     updates = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
@@ -138,6 +143,8 @@ def configurations(
         *split("validate", VALIDATE, {}),
         owned,
         hook("jobs.validate.gpucarve.io", VALIDATE, [jobs], True),
+        {**hook("device-configs.validate.gpucarve.io", VALIDATE, [configs], True),
+         "objectSelector": {"matchLabels": {MANAGED_BY_LABEL: MANAGED_BY}}},
         hook("podgroups.validate.gpucarve.io", VALIDATE, [groups], True),
         hook("claims.validate.gpucarve.io", VALIDATE, [claims], True),
         hook("queues.validate.gpucarve.io", VALIDATE, [queues], False),
@@ -171,7 +178,8 @@ def start(
     if made.returncode != 0:
         raise StackError(f"gpucarve webhook certs failed: {made.stderr[-400:]}")
     args = [sys.executable, "-m", "gpucarve", "webhook", "serve", "--policy", str(policy),
-            "--cert-dir", str(certs), "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+            "--cert-dir", str(certs), "--host", "127.0.0.1", "--port", str(port),
+            "--writer", SCHEDULER_USER]  # fmt: skip
     log = (workdir / "webhook.log").open("ab")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))

@@ -269,3 +269,35 @@ def unneutralised_problems(pod: Obj, fraction_only: bool, old: Obj | None = None
                 f"add env {DEVICE_ENV[0]}={NO_DEVICES} (gpucarve's mutating webhook does)")
         for kind, i in needs_void(pod, fraction_only, old)
     ]  # fmt: skip
+
+
+# Who besides the scheduler may write or delete a device ConfigMap: cluster administrators,
+# and the control plane's controllers (the garbage collector deletes one with its pod, the
+# namespace controller with its namespace), whether they run under their own service accounts
+# or kube-controller-manager's user.
+TRUSTED_GROUPS = ("system:masters",)
+TRUSTED_USERS = ("system:kube-controller-manager",)
+CONTROLLERS_PREFIX = "system:serviceaccount:kube-system:"
+
+
+def device_config_problems(req: Obj, writers: frozenset[str]) -> list[Problem]:
+    """A write or deletion of gpucarve's device ConfigMap (the one a fraction's containers take
+    `NVIDIA_VISIBLE_DEVICES` from) by anyone but the scheduler (`writers`) and the control
+    plane: a tenant who may edit ConfigMaps in the namespace would otherwise give the pod's
+    next container start every GPU of its node."""
+    user = req.get("userInfo") or {}
+    name = str(user.get("username") or "")
+    groups = user.get("groups") or []
+    if (name in writers or name in TRUSTED_USERS or name.startswith(CONTROLLERS_PREFIX)
+            or any(g in TRUSTED_GROUPS for g in groups)):  # fmt: skip
+        return []
+    obj = req.get("object") or req.get("oldObject") or {}
+    meta = obj.get("metadata") or {}
+    what = f"ConfigMap {meta.get('namespace') or req.get('namespace')}/{meta.get('name')}"
+    verb = str(req.get("operation") or "write").lower()
+    return [Problem((str(meta.get("name") or "configmap"), "metadata", "labels"),
+                    "device-config-owned",
+                    f"{what} is gpucarve's device configuration (it chooses a fraction's GPU): "
+                    f"{name or 'this user'} may not {verb} it",
+                    "leave it to gpucarve's scheduler: it is written at binding and deleted "
+                    "with its pod")]  # fmt: skip

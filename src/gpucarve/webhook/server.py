@@ -14,7 +14,8 @@ import logging
 import os
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from gpucarve.webhook.admission import (
     pod_review,
     queue_problems,
 )
-from gpucarve.webhook.bypass import owned_changes
+from gpucarve.webhook.bypass import device_config_problems, owned_changes
 
 log = logging.getLogger("gpucarve.webhook")
 MAX_REVIEW_BYTES = 3 * 1024 * 1024  # the API server's own limit on a request body
@@ -132,11 +133,24 @@ def _pod_update(req: dict[str, Any]) -> list[Problem]:
     return owned_changes(old, req.get("object") or {}) if isinstance(old, dict) else []
 
 
-def _problems(policy: Policy, req: dict[str, Any], scheduler_name: str) -> list[Problem]:
+@dataclass(frozen=True)
+class Settings:
+    """What the server is told at start: the schedulerName it gives GPU pods, and the users
+    besides the control plane that may write device ConfigMaps (the scheduler's)."""
+
+    scheduler_name: str = "gpucarve"
+    writers: frozenset[str] = frozenset()
+
+
+def _problems(policy: Policy, req: dict[str, Any], settings: Settings) -> list[Problem]:
     """What /validate refuses in this request (nothing for what it does not review)."""
     obj = req.get("object") or {}
     kind = (req.get("kind") or {}).get("kind")
     op, sub = req.get("operation"), req.get("subResource")
+    scheduler_name = settings.scheduler_name
+    if kind == "ConfigMap":
+        # sent only for gpucarve's device ConfigMaps (the hook's objectSelector)
+        return device_config_problems(req, settings.writers)
     if kind == "Pod" and op == "CREATE":
         obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
         return pod_review(policy, obj, scheduler_name)
@@ -162,9 +176,9 @@ def _problems(policy: Policy, req: dict[str, Any], scheduler_name: str) -> list[
     return []
 
 
-def _validate(policy: Policy, req: dict[str, Any], scheduler_name: str) -> Any:
+def _validate(policy: Policy, req: dict[str, Any], settings: Settings) -> Any:
     try:
-        problems = _problems(policy, req, scheduler_name)
+        problems = _problems(policy, req, settings)
     except MALFORMED as exc:
         # an object of a shape the checks do not know: refused (fail closed), never a 500
         log.warning("review %s: malformed object refused: %s", req["uid"], exc)
@@ -199,10 +213,13 @@ def _mutate(policy: Policy, req: dict[str, Any], scheduler_name: str) -> Any:
     return _review(req["uid"], True, patch=m.patch)
 
 
-def app(policy: Callable[[], Policy], scheduler_name: str) -> Starlette:
+def app(
+    policy: Callable[[], Policy], scheduler_name: str, writers: Iterable[str] = ()
+) -> Starlette:
     """`policy` gives the current one (the server follows the same file as the scheduler).
     Each decision runs in a worker thread, so the event loop keeps answering `/healthz` and
     taking reviews while a large one is worked out."""
+    settings = Settings(scheduler_name, frozenset(writers))
 
     async def do_mutate(request: Request) -> Response:
         req = await _read(request)
@@ -214,7 +231,7 @@ def app(policy: Callable[[], Policy], scheduler_name: str) -> Starlette:
         req = await _read(request)
         if isinstance(req, Response):
             return req
-        return AsciiJSON(await run_in_threadpool(_validate, policy(), req, scheduler_name))
+        return AsciiJSON(await run_in_threadpool(_validate, policy(), req, settings))
 
     async def healthz(_: Request) -> Response:
         return JSONResponse({"ok": True})

@@ -75,6 +75,9 @@ class DeviceConfigs:
                 "ownerReferences": [owner],
             },
             "data": environment(assigned),
+            # its data never changes once written (a new binding writes it anew); the webhook
+            # keeps tenants from deleting or rewriting it (device-configs.validate.gpucarve.io)
+            "immutable": True,
         }
         path = f"/api/v1/namespaces/{ns}/configmaps"
         try:

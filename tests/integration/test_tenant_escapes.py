@@ -4,6 +4,7 @@ running. Every escape is refused or neutralised; every valid pod is admitted."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from gpucarve.devcluster.stack import LocalStack
 from gpucarve.kube.scheduler.loop import Scheduler
 from tests.integration.api import Api, wait_for
-from tests.integration.kube_pods import node_of, pod, pods_in
+from tests.integration.kube_pods import condition, node_of, pod, pods_in
 from tests.integration.stack_setup import example_policy, populated, scheduling, webhook_bypassed
 
 pytestmark = pytest.mark.integration
@@ -136,3 +137,39 @@ def test_a_fractions_device_config_map_is_out_of_the_tenants_reach(tenancy: Tena
     # it goes with its pod: the control plane's garbage collector may delete it
     assert notebooks.call("DELETE", "/api/v1/namespaces/notebooks/pods/frac")[0] == 200
     wait_for(lambda: admin.call("GET", path)[0] == 404, timeout_s=60, what="gone with its pod")
+
+
+def test_a_pod_whose_binding_keeps_failing_backs_off_and_says_why(tenancy: Tenancy) -> None:
+    """A fraction that got past admission naming a ConfigMap that is not gpucarve's (as
+    shipped the webhook gives it its own): the scheduler never overwrites it, so the binding
+    fails; it is tried again after a back-off per pod, not every cycle, and the pod says
+    why."""
+    admin, sched = tenancy.admin, tenancy.scheduler
+    admin.create("/api/v1/namespaces/notebooks/configmaps",
+                 {"metadata": {"name": "taken"}, "data": {"A": "1"}})  # fmt: skip
+    frac = pod("notebooks", "named", "nvidia.com/gpu.shared", 1)
+    del frac["spec"]["containers"][0]["resources"]
+    frac["metadata"]["annotations"] = {"gpucarve.io/gpu-fraction": "250",
+                                       "gpucarve.io/device-config": "taken"}  # fmt: skip
+    frac["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    frac["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "taken"}}]
+    why = "a fraction naming a ConfigMap not gpucarve's: the scheduler's binding fails"
+    with webhook_bypassed(admin, "notebooks", why):
+        admin.create("/api/v1/namespaces/notebooks/pods", frac)
+
+    def failures() -> int:
+        return sum(1 for f in sched.binder.failed if f.startswith("notebooks/named:"))
+
+    wait_for(lambda: failures() >= 1, what="a first failed binding")
+    first = failures()
+
+    def said() -> str | None:
+        c = condition(pods_in(admin, "notebooks").get("named") or {})
+        return c["message"] if c and "bind/failed" in c.get("message", "") else None
+
+    message = wait_for(said, what="the pod saying why")
+    assert "not gpucarve's device ConfigMap" in message and "tried again in" in message
+    time.sleep(6)  # backing off 1, 2, 4 s: a few more tries at most, not one a cycle
+    assert failures() - first <= 3, failures()
+    assert not node_of(pods_in(admin, "notebooks")["named"])
+    assert admin.get("/api/v1/namespaces/notebooks/configmaps/taken")["data"] == {"A": "1"}

@@ -119,9 +119,29 @@ def test_a_fractions_config_map_comes_last() -> None:
     refs = after["spec"]["containers"][0]["envFrom"]
     assert refs[-1] == {"configMapRef": {"name": "gpucarve-gpu-abc"}}
     assert "env" not in after["spec"]["containers"][0]  # its GPU comes through the ConfigMap
-    assert _codes(after) == []
+    assert _codes(after, mutated=True) == []
     after["spec"]["containers"][0]["envFrom"] = [*refs, {"configMapRef": {"name": "late"}}]
-    assert _codes(after) == ["device-config-not-last"]
+    assert _codes(after, mutated=True) == ["device-config-not-last"]
+
+
+def test_a_fraction_may_name_only_the_device_config_map_of_its_own_admission() -> None:
+    """A tenant's name (kube-root-ca.crt, say) would have the scheduler fail to write it, and
+    retry, or trust another ConfigMap: the mutating webhook replaces it with the one named from
+    the admission request, and validation refuses any other (with the request's uid)."""
+    p = _pod()
+    p["metadata"]["annotations"] = {"gpucarve.io/gpu-fraction": "250",
+                                    "gpucarve.io/device-config": "kube-root-ca.crt"}  # fmt: skip
+    after = apply_patch(p, mutate(POLICY, p, "gpucarve", "R1").patch)
+    assert after["metadata"]["annotations"]["gpucarve.io/device-config"] == "gpucarve-gpu-r1"
+    assert after["spec"]["containers"][0]["envFrom"] == [
+        {"configMapRef": {"name": "gpucarve-gpu-r1"}}]  # fmt: skip
+    assert pod_problems(POLICY, after, review_uid="R1") == []
+    # reinvoked in the same admission: kept as it is
+    again = apply_patch(after, mutate(POLICY, after, "gpucarve", "R1").patch)
+    assert again["metadata"]["annotations"]["gpucarve.io/device-config"] == "gpucarve-gpu-r1"
+    # validation of a pod that names another, in this admission: refused
+    codes = [x.code for x in pod_problems(POLICY, p, review_uid="R1")]
+    assert "scheduler-owned" in codes, codes
 
 
 def test_scheduler_owned_annotations_are_removed_at_creation_and_frozen_after() -> None:

@@ -161,15 +161,36 @@ def env_from_problems(pod: Obj, own_config: str | None) -> list[Problem]:
     return out
 
 
-def owned_annotation_problems(pod: Obj, fraction_only: bool) -> list[Problem]:
+def device_config_name(review_uid: str) -> str:
+    """The device ConfigMap of a fraction-only pod: named from its admission request's uid
+    (the pod has neither name nor uid yet when it is made from a generateName), the same in
+    every webhook call of that request."""
+    return f"gpucarve-gpu-{review_uid.lower()}"[:253]
+
+
+def _own_device_config(annotations: Obj, fraction_only: bool, review_uid: str | None) -> bool:
+    """The device ConfigMap a pod names is the one gpucarve gave it in this admission (a
+    tenant's name, `kube-root-ca.crt` say, would have the scheduler write or trust another)."""
+    if not fraction_only:
+        return False
+    named = annotations.get(DEVICE_CONFIG_ANNOTATION)
+    return review_uid is None or named == device_config_name(review_uid)
+
+
+def owned_annotation_problems(
+    pod: Obj, fraction_only: bool, review_uid: str | None = None
+) -> list[Problem]:
     """Scheduler-owned annotations a pod may not carry at creation (the mutating webhook
-    removes them; this catches a pod that reached validation without it)."""
+    removes them; this catches a pod that reached validation without it). `review_uid`: the
+    admission request's, whose device ConfigMap a fraction may name (None: any)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     out: list[Problem] = []
     for key in SCHEDULER_OWNED_ANNOTATIONS:
         if key not in annotations:
             continue
-        if key == DEVICE_CONFIG_ANNOTATION and fraction_only:
+        if key == DEVICE_CONFIG_ANNOTATION and _own_device_config(
+            annotations, fraction_only, review_uid
+        ):
             continue  # the fraction's own ConfigMap (env_from_problems checks its use)
         out.append(Problem(_where(pod, "metadata", "annotations", key), "scheduler-owned",
                            f"{key} is set by gpucarve only: the scheduler acts on it",
@@ -204,12 +225,13 @@ def owned_changes(old: Obj, new: Obj) -> list[Problem]:
     ]  # fmt: skip
 
 
-def strip_owned(pod: Obj, fraction_only: bool) -> list[str]:
+def strip_owned(pod: Obj, fraction_only: bool, review_uid: str | None = None) -> list[str]:
     """The scheduler-owned annotations the mutating webhook removes from a new pod: all of
-    them, but the device ConfigMap's name on a fraction-only pod (it may be gpucarve's own
-    from an earlier invocation of the same admission)."""
+    them, but the device ConfigMap's name on a fraction-only pod that gpucarve gave it in an
+    earlier invocation of the same admission (`review_uid`)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    keep = {DEVICE_CONFIG_ANNOTATION} if fraction_only else set()
+    own = _own_device_config(annotations, fraction_only, review_uid)
+    keep = {DEVICE_CONFIG_ANNOTATION} if own else set()
     return [
         k for k in (ASSIGNMENT_ANNOTATION, DEVICE_CONFIG_ANNOTATION)
         if k in annotations and k not in keep

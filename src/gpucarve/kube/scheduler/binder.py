@@ -7,15 +7,20 @@ own binding whose reply was lost (a retry then conflicts); bound elsewhere by gp
 earlier leader), the slices its annotation names are assumed instead until the watch shows
 them. Any other failure, and 404 (the pod was deleted meanwhile), drops the assumption and
 wakes the loop, so the pod is placed again (an etcd failure the API server wraps as a 409,
-"rpc error: code = Unavailable", reads back unbound and ends here too).
+"rpc error: code = Unavailable", reads back unbound and ends here too). A pod whose binding
+failed is not placed again before a back-off per pod (1 s, doubling to 60 s, reset by a
+binding that holds): a binding that keeps failing (its device ConfigMap's name taken, say)
+would otherwise be retried every cycle, many times a second; meanwhile it waits, saying why.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from gpucarve.core.vocabulary import ASSIGNMENT_ANNOTATION as ASSIGNMENT
 from gpucarve.kube.api.client import ApiError, Client
@@ -26,6 +31,23 @@ from gpucarve.kube.view.assigned import Assigned, assigned_of
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger("gpucarve.scheduler")
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MOST_S = 60.0
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """A pod whose binding failed: how often in a row, until when (monotonic), and why."""
+
+    failures: int
+    until: float
+    error: str
+
+    def reason(self, now: float) -> str:
+        return (
+            f"bind/failed: binding failed {self.failures} time(s): {self.error}; tried again "
+            f"in {max(0, round(self.until - now))} s"
+        )
 
 
 def _split(pod: str) -> tuple[str, str]:
@@ -52,6 +74,8 @@ class Binder:
         self.wake = wake
         self.assumed: dict[str, Assigned] = {}
         self.failed: list[str] = []
+        self.backoff: dict[str, Backoff] = {}  # pod -> its binding's back-off (under `lock`)
+        self.clock: Callable[[], float] = time.monotonic
         self.lock = threading.Lock()
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
         self._in_flight = 0  # bindings submitted and not done (under `lock`)
@@ -70,6 +94,16 @@ class Binder:
         for pod, assigned in jobs:
             self._pool.submit(self._bind_and_settle, pod, assigned)
 
+    def held_back(self, present: set[str]) -> dict[str, str]:
+        """The pods still in their binding's back-off, with why (a pod gone is forgotten)."""
+        if not self.backoff:
+            return {}
+        now = self.clock()
+        with self.lock:
+            for pod in [p for p in self.backoff if p not in present]:
+                del self.backoff[pod]
+            return {p: b.reason(now) for p, b in self.backoff.items() if b.until > now}
+
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no binding is in flight (a gang's pods are bound in part meanwhile),
         `timeout_s` at most; whether none is."""
@@ -85,11 +119,17 @@ class Binder:
                 if not self._in_flight:
                     self._idle.notify_all()
         if error is None:
+            if self.backoff:
+                with self.lock:
+                    self.backoff.pop(pod, None)
             return
         with self.lock:
             self.failed.append(f"{pod}: {error}")
             if self.assumed.get(pod) == assigned:  # not the truth `_already_bound` found
                 self.assumed.pop(pod, None)
+            n = self.backoff[pod].failures + 1 if pod in self.backoff else 1
+            delay = min(BACKOFF_MOST_S, BACKOFF_FIRST_S * 2 ** (n - 1))
+            self.backoff[pod] = Backoff(n, self.clock() + delay, error)
         log.warning("binding %s to %s failed: %s", pod, assigned.node, error)
         self.wake()
 

@@ -548,6 +548,10 @@ class Scheduler:
         now = int((self.clock() - self.epoch).total_seconds())
         waiting = self._still_awaiting(view, now)
         layers = view.layers
+        backing = self._backing_off(view)
+        if backing:
+            kept = tuple(w for w in snapshot.pending if w.id not in backing)
+            snapshot = dataclasses.replace(snapshot, pending=kept)
         if waiting:
             kept = tuple(w for w in snapshot.pending if w.id not in waiting)
             snapshot = dataclasses.replace(snapshot, pending=kept)
@@ -572,8 +576,8 @@ class Scheduler:
             self._ask()
         self._evict(view, result, report)
         self._bind(view, result, report)
-        waiting = self._waiting()  # with the admissions of this cycle
-        why = {w: r.reason for w, r in self.refused.items()}
+        waiting = {**self._waiting(), **{w: frozenset() for w in backing}}
+        why = {w: r.reason for w, r in self.refused.items()} | backing
         report.pending = self.reporter.pending(view, result, waiting, why)
         self.reporter.queues(self.policy, view, result, waiting, self.engine.held)
         outside = outside_the_cycle(self.policy, view, waiting)
@@ -652,6 +656,19 @@ class Scheduler:
         inv = self.inventory()
         busy = busy_gpus(cluster, assumed, inv.reported)
         self.mig.begin(self._nodes_by_name(), pools, inv.layouts, inv.changes, busy, reps)
+
+    def _backing_off(self, view: View) -> dict[str, str]:
+        """Pending workloads a pod of which is in its binding's back-off, with why: they are
+        not placed again until it passes."""
+        if not self.binder.backoff:
+            return {}
+        held = self.binder.held_back({pod_id(p) for p in self.pods.items()})
+        out = {}
+        for w, sets in view.pending_sets.items():
+            said = [held[p] for pods in sets for p in pods if p in held]
+            if said:
+                out[w] = said[0]
+        return out  # (the loop cycles every interval_s while pods wait: it passes in time)
 
     def _waiting(self) -> dict[str, frozenset[str]]:
         if not self.refused:

@@ -78,7 +78,7 @@ def _cycles(
     for both ways that keep)."""
     informer, bound, facts, cache = Informer(), BoundGroups(), PodFactsMemo(EPOCH), WorkloadCache()
     bound2, facts2, cache2 = BoundGroups(), PodFactsMemo(EPOCH), WorkloadCache()
-    index = PodIndex("gpucarve", facts2)
+    index = PodIndex("gpucarve", facts2, POLICY.governed_namespaces())
     seen: list[BoundGroups] = []
     last: list[View] = []
     for pods, assumed, specs in cycles:
@@ -188,7 +188,7 @@ def test_the_index_moves_only_changed_pods_and_the_view_works_out_only_their_gan
         for i in range(8 * len(nodes))
     ]
     informer, bound, facts = Informer(), BoundGroups(), PodFactsMemo(EPOCH)
-    index = PodIndex("gpucarve", facts)
+    index = PodIndex("gpucarve", facts, POLICY.governed_namespaces())
 
     def view(objects: list[dict[str, Any]], assumed: dict[str, Assigned]) -> View:
         index.sync(informer.changed, assumed, bound.assumed_pod)
@@ -254,7 +254,7 @@ def test_a_pod_bound_where_it_was_placed_is_not_validated_again(monkeypatch: Any
 
     monkeypatch.setattr(pods_module, "build_workload", counting)
     informer, bound, facts, cache = Informer(), BoundGroups(), PodFactsMemo(EPOCH), WorkloadCache()
-    index = PodIndex("gpucarve", facts)
+    index = PodIndex("gpucarve", facts, POLICY.governed_namespaces())
 
     def view(pods: list[dict[str, Any]], assumed: dict[str, Assigned]) -> View:
         informer.items(pods)

@@ -349,3 +349,25 @@ def test_a_bound_pod_is_charged_to_the_queue_its_assignment_records_whatever_its
     view = build_view(POLICY, inv, [bound], "gpucarve", EPOCH, {})
     (running,) = view.snapshot.running
     assert running.workload.queue == "research"
+
+
+def test_an_assignment_on_a_pod_of_a_namespace_no_queue_lists_is_never_trusted() -> None:
+    """No webhook guards a namespace gpucarve does not govern: a pod there naming gpucarve as
+    its scheduler, bound by nodeName, with a hand-written assignment, holds no slice by it
+    (one asking for no GPU holds none at all)."""
+    inv = build_inventory(POLICY, ready_nodes())
+    slices = [f"training-0/gpu{i}" for i in range(8)]
+    squatter = pod("squat", "elsewhere", {"cpu": "1"}, "training-0", slices)
+    view = build_view(POLICY, inv, [squatter], "gpucarve", EPOCH, {})
+    held = set(view.snapshot.cluster.allocations)
+    assert not held & set(slices), sorted(held)
+    # one that asks for the GPUs (gpucarve's own, say, bound before a policy change dropped
+    # its namespace) keeps what it names, reported as outside the policy
+    orphan = pod("kept", "elsewhere", {"nvidia.com/gpu": "8"}, "training-0", slices)
+    view = build_view(POLICY, inv, [orphan], "gpucarve", EPOCH, {})
+    assert set(slices) <= set(view.snapshot.cluster.allocations)
+    assert "elsewhere/kept" in view.orphans
+    # the same pod in a governed namespace is gpucarve's: its assignment holds the slices
+    mine = pod("mine", "research", {"nvidia.com/gpu": "8"}, "training-0", slices)
+    view = build_view(POLICY, inv, [mine], "gpucarve", EPOCH, {})
+    assert set(slices) <= set(view.snapshot.cluster.allocations)

@@ -538,3 +538,7 @@ class Policy:
             if q.name == name:
                 return q
         raise KeyError(name)
+
+    def governed_namespaces(self) -> frozenset[str]:
+        """The namespaces its queues list: gpucarve places and admits pods of these only."""
+        return frozenset(ns for q in self.queues for ns in q.namespaces)

@@ -176,7 +176,7 @@ class Scheduler:
         self.workloads = WorkloadCache()
         self.facts, self.bound = PodFactsMemo(self.epoch), BoundGroups()
         # the pods sorted as the view reads them, moved as the informer's changes say
-        self.index = PodIndex(config.name, self.facts)
+        self.index = PodIndex(config.name, self.facts, policy.governed_namespaces())
         self.engine = Engine(rebuilt_views=True)
         # the snapshot the engine was last given and the layers of its view (`view_step`)
         self.fed: tuple[Snapshot, Layers] | None = None
@@ -431,6 +431,8 @@ class Scheduler:
         self.policy = policy
         self.engine = Engine(rebuilt_views=True)
         self.fed = None
+        if self.index.governed != (governed := policy.governed_namespaces()):
+            self.index = PodIndex(self.cfg.name, self.facts, governed)
         self.workloads = WorkloadCache()
         self._inventory = None
         self.mig = MigHandoff(self.client, policy, self.cfg.mig, self.clock, self._repartitioned)

@@ -146,8 +146,10 @@ def build_view(
     (seconds from `epoch`): their pods made since wait for the next look (`View.awaiting`)."""
     facts = facts if facts is not None and facts.epoch == epoch else PodFactsMemo(epoch)
     of = facts.of
-    if index is None or index.facts is not facts or index.scheduler_name != scheduler_name:
-        index = PodIndex(scheduler_name, facts)
+    governed = policy.governed_namespaces()
+    if (index is None or index.facts is not facts or index.scheduler_name != scheduler_name
+            or index.governed != governed):  # fmt: skip
+        index = PodIndex(scheduler_name, facts, governed)
         index.sync_all(pods, assumed or {}, None if bound is None else bound.assumed_pod)
     specs = _with_hints(specs, index)
     min_members = {k: s.min_member for k, s in specs.items()}
@@ -177,7 +179,6 @@ def build_view(
     running, running_pods = section.running, section.running_pods
     bound_count, running_by_key = section.bound_count, section.running_by_key
     orphans = section.orphans
-    governed = {ns for q in policy.queues for ns in q.namespaces}
     # DRA: the claims by name, and each DRA flavor's devices (for their selectors)
     by_key = {object_key(c): c for c in claims}
     dra_pools = any(p.devices is DeviceApi.DRA for p in policy.pools)

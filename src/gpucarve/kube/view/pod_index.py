@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from gpucarve.core.vocabulary import FRACTION_ANNOTATION, MEMORY_ANNOTATION
 from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.group_status import TERMINAL
 from gpucarve.kube.view.pod_facts import PodFacts, PodFactsMemo
@@ -32,15 +33,35 @@ Assume = Callable[[Mapping[str, Any], Assigned], Mapping[str, Any]]
 BOUND, PENDING, FOREIGN, PLAIN, DONE, NONE = range(6)
 
 
+def asks_gpus(pod: Mapping[str, Any]) -> bool:
+    """The pod asks for GPUs: device-plugin limits, ResourceClaims, or a gpucarve fraction."""
+    annotations = pod["metadata"].get("annotations") or {}
+    return bool(
+        gpu_requests(pod)
+        or (pod.get("spec") or {}).get("resourceClaims")
+        or any(k in annotations for k in (FRACTION_ANNOTATION, MEMORY_ANNOTATION))
+    )
+
+
 def _key(pod: Mapping[str, Any]) -> str:
     meta = pod["metadata"]
     return f"{meta['namespace']}/{meta['name']}"
 
 
 class PodIndex:
-    def __init__(self, scheduler_name: str, facts: PodFactsMemo) -> None:
+    def __init__(
+        self,
+        scheduler_name: str,
+        facts: PodFactsMemo,
+        governed: frozenset[str] | None = None,
+    ) -> None:
         self.scheduler_name = scheduler_name
         self.facts = facts
+        # the namespaces a queue lists (None: every one). Elsewhere no webhook guards the
+        # assignment annotation: a pod there that asks for no GPU holds nothing by one (a pod
+        # that does, gpucarve's own bound before a policy change dropped its namespace, keeps
+        # what its assignment names: `orphans`)
+        self.governed = governed
         self.generation = -1  # the informer's generation last read (-1: none)
         self._pods: dict[str, Mapping[str, Any]] = {}
         self._where: dict[str, tuple[int, GroupKey]] = {}
@@ -127,7 +148,9 @@ class PodIndex:
     def _sort(self, k: str, pod: Mapping[str, Any], f: PodFacts, assume: Assume | None) -> int:
         """As the view has always sorted a pod; the heap it went to."""
         spec = pod.get("spec") or {}
-        mine = spec.get("schedulerName") == self.scheduler_name
+        mine = spec.get("schedulerName") == self.scheduler_name and (
+            self.governed is None or pod["metadata"]["namespace"] in self.governed or asks_gpus(pod)
+        )
         phase = (pod.get("status") or {}).get("phase")
         if phase in TERMINAL:
             if mine and phase == "Succeeded":

@@ -4,6 +4,7 @@ running. Every escape is refused or neutralised; every valid pod is admitted."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -118,7 +119,7 @@ def test_a_fractions_device_config_map_is_out_of_the_tenants_reach(tenancy: Tena
     frac["metadata"]["annotations"] = {"gpucarve.io/gpu-fraction": "250"}
     notebooks = tenant_api(admin, "notebooks")
     status, made = notebooks.call("POST", "/api/v1/namespaces/notebooks/pods", frac)
-    assert status == 201, made
+    assert status == 201, made["message"]
     name = made["metadata"]["annotations"]["gpucarve.io/device-config"]
     path = f"/api/v1/namespaces/notebooks/configmaps/{name}"
     data = wait_for(lambda: admin.call("GET", path)[1].get("data"), what="its device ConfigMap")
@@ -173,3 +174,27 @@ def test_a_pod_whose_binding_keeps_failing_backs_off_and_says_why(tenancy: Tenan
     assert failures() - first <= 3, failures()
     assert not node_of(pods_in(admin, "notebooks")["named"])
     assert admin.get("/api/v1/namespaces/notebooks/configmaps/taken")["data"] == {"A": "1"}
+
+
+def test_an_assignment_written_in_a_namespace_no_queue_lists_holds_no_gpu(
+    tenancy: Tenancy,
+) -> None:
+    """No webhook runs in a namespace gpucarve does not govern: a CPU pod there naming gpucarve
+    as its scheduler, pinned by nodeName, with a hand-written assignment of a node's GPUs, does
+    not make gpucarve treat them as taken."""
+    admin = tenancy.admin
+    outsider = tenant_api(admin, "elsewhere")
+    node = "training-1"
+    squat = pod("elsewhere", "squat", "cpu")
+    squat["spec"]["nodeName"] = node
+    squat["metadata"]["annotations"] = {"gpucarve.io/assignment": json.dumps(
+        {"slices": [f"{node}/gpu{i}" for i in range(8)]})}  # fmt: skip
+    status, body = outsider.call("POST", "/api/v1/namespaces/elsewhere/pods", squat)
+    assert status == 201, body["message"]
+    wanted = _plain("on-the-squatted-node", count=8)
+    wanted["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    status, body = tenancy.tenant.call("POST", f"/api/v1/namespaces/{NS}/pods", wanted)
+    assert status == 201, body["message"]
+    bound = wait_for(lambda: node_of(pods_in(admin, NS).get("on-the-squatted-node") or {}),
+                     what="the pod bound on the node the squatter named")  # fmt: skip
+    assert bound == node

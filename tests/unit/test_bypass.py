@@ -124,24 +124,26 @@ def test_a_fractions_config_map_comes_last() -> None:
     assert _codes(after, mutated=True) == ["device-config-not-last"]
 
 
-def test_a_fraction_may_name_only_the_device_config_map_of_its_own_admission() -> None:
-    """A tenant's name (kube-root-ca.crt, say) would have the scheduler fail to write it, and
-    retry, or trust another ConfigMap: the mutating webhook replaces it with the one named from
-    the admission request, and validation refuses any other (with the request's uid)."""
+def test_a_fraction_may_name_only_a_device_config_map_of_gpucarves_shape() -> None:
+    """A tenant's name (kube-root-ca.crt, say) would have the scheduler fail to write it and
+    try again: the mutating webhook replaces it with one named from the admission request,
+    and validation refuses any name not of that shape (each webhook call of one request has a
+    uid of its own: the shape, not the name, is what validation can know)."""
+    uid = "0f8e2c1a-1111-4222-8333-444455556666"
+    name = f"gpucarve-gpu-{uid}"
     p = _pod()
     p["metadata"]["annotations"] = {"gpucarve.io/gpu-fraction": "250",
                                     "gpucarve.io/device-config": "kube-root-ca.crt"}  # fmt: skip
-    after = apply_patch(p, mutate(POLICY, p, "gpucarve", "R1").patch)
-    assert after["metadata"]["annotations"]["gpucarve.io/device-config"] == "gpucarve-gpu-r1"
-    assert after["spec"]["containers"][0]["envFrom"] == [
-        {"configMapRef": {"name": "gpucarve-gpu-r1"}}]  # fmt: skip
-    assert pod_problems(POLICY, after, review_uid="R1") == []
-    # reinvoked in the same admission: kept as it is
-    again = apply_patch(after, mutate(POLICY, after, "gpucarve", "R1").patch)
-    assert again["metadata"]["annotations"]["gpucarve.io/device-config"] == "gpucarve-gpu-r1"
-    # validation of a pod that names another, in this admission: refused
-    codes = [x.code for x in pod_problems(POLICY, p, review_uid="R1")]
-    assert "scheduler-owned" in codes, codes
+    after = apply_patch(p, mutate(POLICY, p, "gpucarve", uid).patch)
+    assert after["metadata"]["annotations"]["gpucarve.io/device-config"] == name
+    assert after["spec"]["containers"][0]["envFrom"] == [{"configMapRef": {"name": name}}]
+    assert pod_problems(POLICY, after) == []
+    # reinvoked in the same admission (another uid): kept as it is
+    other = "0f8e2c1a-1111-4222-8333-777777777777"
+    again = apply_patch(after, mutate(POLICY, after, "gpucarve", other).patch)
+    assert again["metadata"]["annotations"]["gpucarve.io/device-config"] == name
+    # validation of a pod that names another: refused
+    assert "scheduler-owned" in [x.code for x in pod_problems(POLICY, p)]
 
 
 def test_scheduler_owned_annotations_are_removed_at_creation_and_frozen_after() -> None:

@@ -103,9 +103,12 @@ def _device_config(m: Mutation, pod: Mapping[str, Any], review_uid: str) -> None
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     name = bypass.device_config_name(review_uid)
     # Only a fraction reaches its GPU this way: a pod that claims DRA devices gets them from
-    # the DRA driver, one that asks the device plugin from the kubelet. (One that names
-    # another ConfigMap has that name removed: `_close_bypasses`.)
-    if annotations.get(DEVICE_CONFIG) == name or not fraction_only(pod):
+    # the DRA driver, one that asks the device plugin from the kubelet. One that names a
+    # ConfigMap of gpucarve's shape keeps it (an earlier invocation of this admission); any
+    # other name is removed (`_close_bypasses`) and replaced.
+    if not fraction_only(pod) or (
+        DEVICE_CONFIG in annotations and DEVICE_CONFIG not in bypass.strip_owned(pod, True)
+    ):
         return
     m.annotations[DEVICE_CONFIG] = name
     for i, c in enumerate((pod.get("spec") or {}).get("containers") or []):
@@ -127,7 +130,7 @@ def mutate(
     namespace = str(meta.get("namespace") or "")
     if not governed(policy, namespace):
         return m
-    _close_bypasses(m, pod, review_uid)
+    _close_bypasses(m, pod)
     if not (wants_gpu(pod) or claims_dra(policy, pod)):
         return _annotate(m, meta)
     if spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER):
@@ -175,11 +178,11 @@ def _annotate(m: Mutation, meta: Mapping[str, Any]) -> Mutation:
     return m
 
 
-def _close_bypasses(m: Mutation, pod: Mapping[str, Any], review_uid: str | None) -> None:
+def _close_bypasses(m: Mutation, pod: Mapping[str, Any]) -> None:
     """Remove a tenant's scheduler-owned annotations; give containers that get no GPU an
     explicit NVIDIA_VISIBLE_DEVICES=void (webhook/bypass.py)."""
     only = fraction_only(pod)
-    for key in bypass.strip_owned(pod, only, review_uid):
+    for key in bypass.strip_owned(pod, only):
         m.patch.append({"op": "remove", "path": f"/metadata/annotations/{_escape(key)}"})
         m.removed.append(key)
         m.changes.append(f"removed annotation {key} (set by gpucarve only)")
@@ -209,26 +212,17 @@ def mutate_debug(policy: Policy, pod: Mapping[str, Any], old: Mapping[str, Any])
 
 
 def pod_problems(
-    policy: Policy,
-    pod: Mapping[str, Any],
-    scheduler_name: str = "gpucarve",
-    mutated: bool = True,
-    review_uid: str | None = None,
+    policy: Policy, pod: Mapping[str, Any], scheduler_name: str = "gpucarve", mutated: bool = True
 ) -> list[Problem]:
     """Why the scheduler could never run this pod, or why it would reach a GPU past its
     queue (errors only); empty for a pod gpucarve does not govern. `mutated=False`: a pod
-    the mutating webhook has still to see (a Job's template), judged on the rest.
-    `review_uid`: the admission request's (a fraction names the device ConfigMap of it)."""
-    found = pod_review(policy, pod, scheduler_name, mutated, review_uid)
+    the mutating webhook has still to see (a Job's template), judged on the rest."""
+    found = pod_review(policy, pod, scheduler_name, mutated)
     return [p for p in found if p.severity is Severity.ERROR]
 
 
 def pod_review(
-    policy: Policy,
-    pod: Mapping[str, Any],
-    scheduler_name: str = "gpucarve",
-    mutated: bool = True,
-    review_uid: str | None = None,
+    policy: Policy, pod: Mapping[str, Any], scheduler_name: str = "gpucarve", mutated: bool = True
 ) -> list[Problem]:
     """`pod_problems`, and warnings: what only the cluster's own labels could let run (a
     selector no node of the policy carries, which a node may still be given)."""
@@ -241,7 +235,7 @@ def pod_review(
     out += bypass.placement_problems(pod, scheduler_name, gpu)
     out += bypass.device_access_problems(pod)
     out += bypass.env_from_problems(pod, str(own) if own is not None else None)
-    out += bypass.owned_annotation_problems(pod, only, review_uid)
+    out += bypass.owned_annotation_problems(pod, only)
     if mutated:
         out += bypass.unneutralised_problems(pod, only)
     out += bypass.cdi_problems(pod)

@@ -23,6 +23,7 @@ does about each (docs/kubernetes.md, "Threat model"). Pure: a pod in, problems o
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -163,34 +164,36 @@ def env_from_problems(pod: Obj, own_config: str | None) -> list[Problem]:
 
 def device_config_name(review_uid: str) -> str:
     """The device ConfigMap of a fraction-only pod: named from its admission request's uid
-    (the pod has neither name nor uid yet when it is made from a generateName), the same in
-    every webhook call of that request."""
+    (the pod has neither name nor uid yet when it is made from a generateName)."""
     return f"gpucarve-gpu-{review_uid.lower()}"[:253]
 
 
-def _own_device_config(annotations: Obj, fraction_only: bool, review_uid: str | None) -> bool:
-    """The device ConfigMap a pod names is the one gpucarve gave it in this admission (a
-    tenant's name, `kube-root-ca.crt` say, would have the scheduler write or trust another)."""
-    if not fraction_only:
-        return False
+# the names `device_config_name` gives; each webhook call of one request has a uid of its own,
+# so validation knows the shape, not the name. Another pod's ConfigMap of this shape is
+# gpucarve's for that pod, which the scheduler never writes for this one.
+DEVICE_CONFIG_NAME = re.compile(r"gpucarve-gpu-[0-9a-z][0-9a-z-]*")
+
+
+def _own_device_config(annotations: Obj, fraction_only: bool) -> bool:
+    """The device ConfigMap a fraction names is one gpucarve names (a tenant's name,
+    `kube-root-ca.crt` say, would have the scheduler fail to write it and try again). A name
+    of that shape taken by another pod's ConfigMap is no way around either: the scheduler
+    writes only a ConfigMap that is its own for this very pod, else the binding fails."""
     named = annotations.get(DEVICE_CONFIG_ANNOTATION)
-    return review_uid is None or named == device_config_name(review_uid)
+    return (
+        fraction_only and isinstance(named, str) and DEVICE_CONFIG_NAME.fullmatch(named) is not None
+    )
 
 
-def owned_annotation_problems(
-    pod: Obj, fraction_only: bool, review_uid: str | None = None
-) -> list[Problem]:
+def owned_annotation_problems(pod: Obj, fraction_only: bool) -> list[Problem]:
     """Scheduler-owned annotations a pod may not carry at creation (the mutating webhook
-    removes them; this catches a pod that reached validation without it). `review_uid`: the
-    admission request's, whose device ConfigMap a fraction may name (None: any)."""
+    removes them; this catches a pod that reached validation without it)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     out: list[Problem] = []
     for key in SCHEDULER_OWNED_ANNOTATIONS:
         if key not in annotations:
             continue
-        if key == DEVICE_CONFIG_ANNOTATION and _own_device_config(
-            annotations, fraction_only, review_uid
-        ):
+        if key == DEVICE_CONFIG_ANNOTATION and _own_device_config(annotations, fraction_only):
             continue  # the fraction's own ConfigMap (env_from_problems checks its use)
         out.append(Problem(_where(pod, "metadata", "annotations", key), "scheduler-owned",
                            f"{key} is set by gpucarve only: the scheduler acts on it",
@@ -225,12 +228,12 @@ def owned_changes(old: Obj, new: Obj) -> list[Problem]:
     ]  # fmt: skip
 
 
-def strip_owned(pod: Obj, fraction_only: bool, review_uid: str | None = None) -> list[str]:
+def strip_owned(pod: Obj, fraction_only: bool) -> list[str]:
     """The scheduler-owned annotations the mutating webhook removes from a new pod: all of
-    them, but the device ConfigMap's name on a fraction-only pod that gpucarve gave it in an
-    earlier invocation of the same admission (`review_uid`)."""
+    them, but a device ConfigMap's name of gpucarve's shape on a fraction-only pod (it may be
+    gpucarve's own, from an earlier invocation of the same admission)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    own = _own_device_config(annotations, fraction_only, review_uid)
+    own = _own_device_config(annotations, fraction_only)
     keep = {DEVICE_CONFIG_ANNOTATION} if own else set()
     return [
         k for k in (ASSIGNMENT_ANNOTATION, DEVICE_CONFIG_ANNOTATION)

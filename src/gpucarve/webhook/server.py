@@ -153,7 +153,7 @@ def _problems(policy: Policy, req: dict[str, Any], settings: Settings) -> list[P
         return device_config_problems(req, settings.writers)
     if kind == "Pod" and op == "CREATE":
         obj.setdefault("metadata", {}).setdefault("namespace", req.get("namespace"))
-        return pod_review(policy, obj, scheduler_name, review_uid=str(req["uid"]))
+        return pod_review(policy, obj, scheduler_name)
     if kind == "Pod" and op == "UPDATE" and not sub:
         return _pod_update(req)
     if kind == "Pod" and sub == "ephemeralcontainers":

@@ -495,7 +495,11 @@ def test_annotations_the_scheduler_acts_on_are_gpucarves_alone(webhook: Webhook)
         webhook.start()
 
 
-def test_the_scheduler_never_overwrites_a_config_map_it_did_not_write(webhook: Webhook) -> None:
+def test_a_fraction_naming_a_config_map_of_its_own_gets_gpucarves_instead(webhook: Webhook) -> None:
+    """A fraction whose device-config annotation names the tenant's ConfigMap: the webhook
+    names gpucarve's own from the admission request instead, so the scheduler writes that one
+    and never touches the tenant's (that it never overwrites one it did not write is
+    test_tenant_escapes.py's back-off scenario)."""
     api, stack = webhook.api, webhook.stack
     precious = {"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "precious", "namespace": "notebooks"},
@@ -512,13 +516,14 @@ def test_the_scheduler_never_overwrites_a_config_map_it_did_not_write(webhook: W
     _wait_admitted(api, _plain("notebooks", "probe", "nvidia.com/gpu.shared"))
     status, created = _create(api, frac)
     assert status == 201, created
+    named = created["metadata"]["annotations"]["gpucarve.io/device-config"]
+    assert named.startswith("gpucarve-gpu-"), named
+    refs = created["spec"]["containers"][0]["envFrom"]
+    assert refs[-1] == {"configMapRef": {"name": named}}, refs  # gpucarve's last: it wins
     sched = Scheduler(Client.from_kubeconfig(stack.kubeconfig()),
                       load_policy(POLICY).policy, SchedulerConfig(interval_s=0.3))  # fmt: skip
     with running(sched):
-        wait_for(lambda: any("overwriter" in f for f in sched.failed_binds), what="refused")
-        failure = next(f for f in sched.failed_binds if "overwriter" in f)
-        assert "is not gpucarve's device ConfigMap" in failure, failure
+        wait_for(lambda: node_of(pods_in(api, "notebooks")["overwriter"]), what="bound")
     body = api.get("/api/v1/namespaces/notebooks/configmaps/precious")
     assert body["data"] == {"keep": "me"} and "ownerReferences" not in body["metadata"]
-    assert not node_of(pods_in(api, "notebooks")["overwriter"])
     api.call("DELETE", "/api/v1/namespaces/notebooks/pods/overwriter?gracePeriodSeconds=0")

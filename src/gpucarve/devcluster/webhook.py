@@ -28,6 +28,10 @@ from gpucarve.core.vocabulary import (
 )
 from gpucarve.devcluster.procs import SCHEDULER_USER, StackError
 
+# the scheduler's account where the chart is installed by its defaults (the tests that run the
+# chart's containers as host processes use its token)
+CHART_SCHEDULER = "system:serviceaccount:gpucarve-system:gpucarve"
+
 MUTATE, VALIDATE = "/mutate", "/validate"
 
 
@@ -179,7 +183,7 @@ def start(
         raise StackError(f"gpucarve webhook certs failed: {made.stderr[-400:]}")
     args = [sys.executable, "-m", "gpucarve", "webhook", "serve", "--policy", str(policy),
             "--cert-dir", str(certs), "--host", "127.0.0.1", "--port", str(port),
-            "--writer", SCHEDULER_USER]  # fmt: skip
+            "--writer", SCHEDULER_USER, "--writer", CHART_SCHEDULER]  # fmt: skip
     log = (workdir / "webhook.log").open("ab")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))

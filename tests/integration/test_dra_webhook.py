@@ -6,6 +6,10 @@ drivers and claims outside the governed namespaces are created."""
 
 from __future__ import annotations
 
+import base64
+import json
+import ssl
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +25,7 @@ POLICY = EXAMPLES / "dra" / "policy.yaml"
 GOVERNED = ["research", "production"]
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +85,33 @@ def test_gpu_claims_no_device_could_serve_are_refused_when_written(api: Api) -> 
     ):
         status, body = _post(api, CLAIMS, ok)
         assert status == 201, body
+
+
+def test_a_selector_that_costs_too_much_is_refused_within_the_deadline(api: Api) -> None:
+    """Macros nested over long lists took a core for minutes: the webhook bounds a selector's
+    cost before judging it, and answers at once with the reason, through the API server (a
+    selector its own, looser, cost limit lets through) and posted to it directly (any pod can
+    reach its Service), and keeps answering."""
+    numbers = "[" + ",".join(str(i) for i in range(60)) + "]"
+    costly = f"{numbers}.all(a, {numbers}.all(b, a + b >= 0))"
+    status, body = _post(api, CLAIMS, _claim("costly", "research", "gpu.nvidia.com", 1, costly))
+    assert status == 403, body["message"]  # (not answering within 5 s, the call would fail)
+    assert "claims.validate.gpucarve.io" in body["message"], body
+    assert "costs too much to judge" in body["message"], body
+    # posted directly, past the API server's own limit: refused at once too
+    hooks = api.get(f"{ADMISSION}/validatingwebhookconfigurations/gpucarve")["webhooks"]
+    url = next(h for h in hooks if h["name"] == "claims.validate.gpucarve.io")["clientConfig"]
+    worse = f"{numbers}.all(a, {numbers}.all(b, {numbers}.all(c, a + b + c >= 0)))"
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "direct", "kind": {"kind": "ResourceClaim"}, "operation": "CREATE",
+        "namespace": "research",
+        "object": _claim("worse", "research", "gpu.nvidia.com", 1, worse)}}  # fmt: skip
+    ctx = ssl.create_default_context(cadata=base64.b64decode(url["caBundle"]).decode())
+    request = urllib.request.Request(url["url"], data=json.dumps(review).encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, context=ctx, timeout=5) as reply:
+        answer = json.loads(reply.read())["response"]
+    assert answer["allowed"] is False and "costs too much" in answer["status"]["message"]
+    # the webhook still answers: an ordinary claim is created
+    status, body = _post(api, CLAIMS, _claim("after", "research", "gpu.nvidia.com", 1))
+    assert status == 201, body

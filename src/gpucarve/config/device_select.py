@@ -24,6 +24,7 @@ from celpy import celtypes
 from celpy.adapter import json_to_cel
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, CELFunction
+from lark import Token, Tree
 
 from gpucarve.core.catalog import GpuModel
 from gpucarve.core.policy import Policy
@@ -34,6 +35,16 @@ MIB = 1024 * 1024
 # Attributes that name one device: a selector on them picks devices, not a kind of device.
 IDENTITY = frozenset({"uuid", "pcieBusID", "parentUUID"})
 MAX_SELECTOR_CHARS = 10_240  # Kubernetes' own limit on one CEL expression
+# The most a selector may cost, as `estimated_cost` counts it (a parse-tree node each, a
+# macro's body once per element it may visit). Measured here, cel-python takes about 4 us a
+# unit: 100,000 keeps one verdict under half a second, so a tenant's selector cannot hold the
+# webhook or the scheduler (three macros nested over 60-element lists, 550 characters,
+# estimated at 9.4 million, took 38 s). Ordinary selectors cost 30 to 60.
+MAX_SELECTOR_COST = 100_000
+_MACROS = {"all", "exists", "exists_one", "map", "filter"}
+# how many elements a list the expression does not write out may have (a device's attributes
+# and capacities: Kubernetes allows 32 per device)
+_UNKNOWN_SIZE = 32
 MAX_CACHED = 10_000  # compiled selectors kept (verdicts: ten times as many)
 
 
@@ -155,7 +166,13 @@ class Selectors:
                 hit = f"longer than {MAX_SELECTOR_CHARS} characters"
             else:
                 try:
-                    hit = self._env.program(self._env.compile(expression), functions=_FUNCTIONS)
+                    tree = self._env.compile(expression)
+                    cost = estimated_cost(tree)
+                    if cost > MAX_SELECTOR_COST:
+                        hit = (f"costs too much to judge: about {cost} operations, past the "
+                               f"{MAX_SELECTOR_COST} a selector may take")  # fmt: skip
+                    else:
+                        hit = self._env.program(tree, functions=_FUNCTIONS)
                 except CELParseError as err:
                     where = getattr(err, "column", None)
                     hit = "is not a CEL expression" + (
@@ -203,6 +220,46 @@ class Selectors:
         if not isinstance(result, celtypes.BoolType):
             return f"gives {type(result).__name__}, not a boolean"
         return bool(result)
+
+
+def estimated_cost(tree: Tree[Token]) -> int:
+    """An upper bound on the operations evaluating a compiled CEL expression takes: one per
+    node, a macro's body (all, exists, exists_one, map, filter) once per element its target
+    may have. A list written out has its own length; any other (a variable, a field) the
+    longest written out, or what a device's attributes may hold."""
+    sizes = [_length(n) for kind in ("list_lit", "map_lit") for n in tree.find_data(kind)]
+    unknown = max([_UNKNOWN_SIZE, *sizes])
+    return _cost(tree, unknown)[0]
+
+
+def _length(node: Tree[Token]) -> int:
+    """The elements (or entries) a list or map literal writes out."""
+    inner = node.children[0] if node.children else None
+    return len(inner.children) if isinstance(inner, Tree) else 0
+
+
+def _cost(node: Tree[Token] | Token, unknown: int) -> tuple[int, int]:
+    """(operations, elements it may have) of one node."""
+    if not isinstance(node, Tree):
+        return 1, 1
+    kids = [c for c in node.children if isinstance(c, Tree)]
+    if node.data == "member_dot_arg" and len(node.children) == 3:
+        target, name, args = node.children
+        tc, ts = _cost(target, unknown)
+        exprs = args.children if isinstance(args, Tree) else []
+        if str(name) in _MACROS and len(exprs) >= 2:
+            body = sum(_cost(e, unknown)[0] for e in exprs[1:])
+            cost = tc + ts * (body + 1)
+            return cost, ts if str(name) in ("map", "filter") else 1
+    parts = [_cost(c, unknown) for c in kids]
+    cost = 1 + sum(c for c, _ in parts)
+    if node.data in ("list_lit", "map_lit"):
+        return cost, _length(node)
+    if node.data in ("ident", "member_dot", "member_index"):
+        return cost, unknown
+    if node.data == "addition":  # list + list
+        return cost, sum(s for _, s in parts)
+    return cost, max((s for _, s in parts), default=1)
 
 
 def _first(err: BaseException) -> str:

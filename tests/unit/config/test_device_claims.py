@@ -249,3 +249,20 @@ def test_selectors_that_single_out_devices_are_refused_not_honoured_in_part() ->
     # what every device of the kind shares is fine
     w, problems = build_workload(claim(PRODUCT), POLICY, devices=devices)
     assert problems == [] and w is not None
+
+
+def test_a_selector_that_costs_too_much_to_judge_is_refused_before_it_runs() -> None:
+    """A tenant's selector could hold the webhook and the scheduler for minutes (macros nested
+    over long lists): its cost is bounded before it is evaluated, and the claim is refused
+    with why, as `plan` and the webhook judge it."""
+    from gpucarve.config.device_select import MAX_SELECTOR_COST, Selectors
+
+    numbers = "[" + ",".join(str(i) for i in range(60)) + "]"
+    costly = f"{numbers}.all(a, {numbers}.all(b, {numbers}.all(c, a + b + c >= 0)))"
+    verdict = Selectors().program(costly)
+    assert isinstance(verdict, str) and "costs too much to judge" in verdict, verdict
+    assert str(MAX_SELECTOR_COST) in verdict
+    # an ordinary selector, and a small macro, are judged
+    ordinary = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
+    assert not isinstance(Selectors().program(ordinary), str)
+    assert not isinstance(Selectors().program("[1, 2, 3].all(x, x > 0)"), str)

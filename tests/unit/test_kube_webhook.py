@@ -201,3 +201,42 @@ def test_a_job_whose_gang_could_never_run_is_denied_at_creation() -> None:
     job["spec"]["parallelism"] = job["spec"]["completions"] = 4
     _, raw = _post("/validate", _review_of(job, kind="Job"))
     assert json.loads(raw)["response"]["allowed"] is True
+
+
+def test_reviews_are_worked_out_a_few_at_once_and_health_is_answered_meanwhile() -> None:
+    """Many large reviews at once queue for the workers instead of all holding the
+    interpreter's lock: the decisions never run more than DECISIONS_AT_ONCE at a time, and
+    /healthz is answered while they wait."""
+    from gpucarve.webhook.server import DECISIONS_AT_ONCE, Workers
+
+    work = Workers()
+    served = app(lambda: POLICY, "gpucarve", (), work)
+    pod = {"metadata": {"name": "p", "namespace": "research"}, "spec": {"containers": [
+        {"name": f"c{i}", "resources": {"limits": {"nvidia.com/gpu": "1"}}} for i in range(50)
+    ]}}  # fmt: skip
+    body = _review_of(pod)
+
+    async def call(path: str, data: bytes) -> int:
+        sent: list[dict[str, Any]] = []
+        chunks = [data]
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": chunks.pop(0) if chunks else b"",
+                    "more_body": False}  # fmt: skip
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST" if data else "GET", "path": path,
+                 "headers": [], "query_string": b"", "root_path": "", "scheme": "https",
+                 "server": ("127.0.0.1", 8443), "http_version": "1.1"}  # fmt: skip
+        await served(scope, receive, send)
+        return int(next(m["status"] for m in sent if m["type"] == "http.response.start"))
+
+    async def burst() -> list[int]:
+        reviews = [call("/validate", body) for _ in range(30)]
+        return list(await asyncio.gather(*reviews, call("/healthz", b"")))
+
+    statuses = asyncio.run(burst())
+    assert statuses == [200] * 31
+    assert 1 <= work.most <= DECISIONS_AT_ONCE < 30, work.most  # fewer than came at once

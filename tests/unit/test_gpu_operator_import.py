@@ -51,3 +51,14 @@ def test_anything_else_is_refused_with_what_it_held(tmp_path: Path) -> None:
         import_gpu_operator(path)
     (p,) = exc.value.problems
     assert p.code == "not-gpu-operator" and "skipped ConfigMap" in p.message and p.fix
+
+
+def test_a_mig_strategy_the_operator_does_not_know_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump({"mig": {"strategy": "sideways"},
+                                    "devicePlugin": {"config": {"name": "x"}}}))  # fmt: skip
+    with pytest.raises(InvalidInput) as exc:
+        import_gpu_operator(path)
+    (p,) = exc.value.problems
+    assert p.code == "unknown-mig-strategy" and "sideways" in p.message
+    assert p.fix == "use one of: single, mixed"

@@ -154,6 +154,11 @@ def test_queue_checks_beyond_the_schema() -> None:
     ok = {"metadata": {"name": "research"},
           "spec": {"cohort": "company", "quota": {"h100-full": {"nominal": 16}}}}  # fmt: skip
     assert queue_problems(POLICY, ok) == []
+    # a negative or non-numeric amount is refused by the webhook, not left to the schema
+    bad = {"metadata": {"name": "research"}, "spec": {"quota": {
+        "h100-full": {"nominal": -4, "borrowingLimit": "lots", "lendingLimit": True}}}}  # fmt: skip
+    codes = sorted(p.code for p in queue_problems(POLICY, bad))
+    assert codes == ["negative-quota", "not-a-number", "not-a-number"], codes
 
 
 def test_pod_group_queue_and_priority_are_the_namespaces() -> None:

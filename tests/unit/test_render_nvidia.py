@@ -273,3 +273,15 @@ def test_dynamic_dra_mig_is_the_drivers_and_an_all_dra_policy_switches_the_plugi
     assert nvidia.MIG_CONFIG_LABEL not in nvidia.node_labels(policy)["a100-mig"]
     values = nvidia.gpu_operator_values(policy)
     assert values["devicePlugin"] == {"enabled": False}
+
+
+def test_a_configuration_given_twice_is_refused_never_dropped(tmp_path: Path) -> None:
+    one = nvidia.device_plugin_config_map(load_policy(EXAMPLE).policy, "gpu-operator")
+    other = {**one, "metadata": {**one["metadata"], "name": "another"}}
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(one) + "---\n" + yaml.safe_dump(other))
+    with pytest.raises(InvalidInput) as exc:
+        import_device_plugin(path)
+    codes = {p.code for p in exc.value.problems}
+    assert codes == {"duplicate-config"}, exc.value.problems
+    assert any("another" in str(p.location) for p in exc.value.problems)

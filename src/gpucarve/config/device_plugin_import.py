@@ -145,6 +145,17 @@ def _config_map(read: _Read, doc: YamlDocument, obj: dict[str, Any], name: str) 
                 "(gpucarve mig import reads it)"
             )
             continue
+        if str(key) in read.configs:
+            read.problems.append(
+                _problem(
+                    (name, "data", str(key)),
+                    "duplicate-config",
+                    f"configuration {key!r} is given twice (ConfigMap {name} and an earlier "
+                    "object): the device plugin reads one",
+                    "pass the ConfigMap the device plugin is pointed at, or rename one key",
+                )
+            )
+            continue
         read.configs[str(key)] = parsed
 
 

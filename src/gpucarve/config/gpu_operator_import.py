@@ -40,6 +40,9 @@ def _spec(data: Any) -> tuple[dict[str, Any], str] | None:
     return None
 
 
+MIG_STRATEGIES = ("single", "mixed")  # the ClusterPolicy's mig.strategy
+
+
 def _block(spec: dict[str, Any], key: str) -> dict[str, Any]:
     value = spec.get(key)
     return value if isinstance(value, dict) else {}
@@ -74,6 +77,11 @@ def import_gpu_operator(path: str | Path) -> OperatorConfig:
     out = OperatorConfig(f"{path}: {what}", notes=skipped)
     mig = _block(spec, "mig")
     out.mig_strategy = str(mig["strategy"]) if "strategy" in mig else None
+    if out.mig_strategy not in (None, *MIG_STRATEGIES):
+        raise InvalidInput(str(path), [Problem(
+            ("mig", "strategy"), "unknown-mig-strategy",
+            f"mig.strategy {out.mig_strategy!r} is none the GPU Operator knows",
+            f"use one of: {', '.join(MIG_STRATEGIES)}")])  # fmt: skip
     plugin = _block(_block(spec, "devicePlugin"), "config")
     out.device_plugin_config_map = plugin.get("name") or None
     out.device_plugin_default = plugin.get("default") or None

@@ -525,9 +525,17 @@ def _quota_amounts(
     unit = policy.units.get(key)
     for name in ("nominal", "borrowingLimit", "lendingLimit"):
         value = q.get(name)
-        if not isinstance(value, int | float):
-            continue
         at = (*where, name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            out.append(Problem(at, "not-a-number", f"{name} {value!r} of {key} is not a number",
+                               "write a number of slices (GPUs for a GPU unit)"))  # fmt: skip
+            continue
+        if value < 0 or value in (float("inf"), float("-inf")):
+            out.append(Problem(at, "negative-quota", f"{name} {value} of {key}: a quota counts "
+                               "what may be held", "write 0 or more"))  # fmt: skip
+            continue
         if unit is None and value != int(value):
             out.append(Problem(at, "not-whole-slices", f"{name} {value} {key}: a flavor's "
                                "quota counts whole slices", "use a whole number"))  # fmt: skip

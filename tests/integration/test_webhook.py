@@ -212,6 +212,20 @@ def _attacks() -> list[tuple[str, dict[str, Any], str]]:
     guide = _plain("research", "guide", "nvidia.com/gpu")
     guide["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "Tesla-T4"}
     thousand = _plain("research", "thousand", "nvidia.com/gpu", 1000)
+    # /dev however it is spelt (the kubelet normalises), and the root that holds it
+    spelt = []
+    # (a path with `..` the API server refuses itself)
+    for i, path in enumerate(["//dev", "/./dev", "/dev/./nvidiactl", "/"]):
+        p = pod("research", f"spelt-{i}", "cpu")
+        p["spec"]["volumes"] = [{"name": "dev", "hostPath": {"path": path}}]
+        spelt.append((f"the node's /dev as {path}", p, f"hostPath {path!r}"))
+    cdi = pod("research", "cdi", "cpu")
+    cdi["metadata"]["annotations"] = {"cdi.k8s.io/all": "nvidia.com/gpu=all"}
+    listed = pod("research", "listed", "cpu")
+    listed["spec"]["volumes"] = [{"name": "v", "emptyDir": {}}]
+    listed["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "v", "mountPath": "/var/run/nvidia-container-devices/all"}
+    ]
     no_quota = _plain("research", "unserved", "nvidia.com/mig-3g.40gb")
     return [
         (
@@ -232,13 +246,18 @@ def _attacks() -> list[tuple[str, dict[str, Any], str]]:
         ("a GPU request hidden in an init container", _init_hidden(), "maxPerWorkload"),
         ("a profile no pool has", profile, "serves 1 × 4g.40gb"),
         ("a CPU pod that names the node's GPUs", allgpus, "NVIDIA_VISIBLE_DEVICES"),
+        *spelt,
+        ("a CDI annotation", cdi, "cdi.k8s.io/all asks the container runtime"),
+        ("a device list as a mount", listed, "where the NVIDIA runtime reads a list"),
     ]
 
 
 def test_a_debug_container_cannot_name_the_nodes_gpus(webhook: Webhook) -> None:
     api = webhook.api
     _wait_admitted(api, _plain("research", "probe", "nvidia.com/gpu"))
-    status, body = _create(api, pod("research", "debugged", "cpu"))
+    debugged = pod("research", "debugged", "cpu")
+    debugged["spec"]["volumes"] = [{"name": "v", "emptyDir": {}}]
+    status, body = _create(api, debugged)
     assert status == 201, body
 
     def debug(name: str, env: list[dict[str, str]]) -> tuple[int, Any]:
@@ -267,6 +286,28 @@ def test_a_debug_container_cannot_name_the_nodes_gpus(webhook: Webhook) -> None:
     status, body = api.call("PUT", "/api/v1/namespaces/research/pods/debugged/ephemeralcontainers",
                             current)  # fmt: skip
     assert status == 403 and "privileged" in body["message"], body
+    # `kubectl debug --custom` with envFrom: told it gets no GPU, whatever the source says
+    current = api.get("/api/v1/namespaces/research/pods/debugged")
+    current["spec"]["ephemeralContainers"].append(
+        {"name": "custom", "image": "busybox", "envFrom": [{"configMapRef": {"name": "x"}}]}
+    )
+    status, body = api.call("PUT", "/api/v1/namespaces/research/pods/debugged/ephemeralcontainers",
+                            current)  # fmt: skip
+    assert status == 200, body
+    (custom,) = [c for c in body["spec"]["ephemeralContainers"] if c["name"] == "custom"]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in custom["env"], custom
+    # nor may it mount a device list
+    current = body
+    current["spec"]["ephemeralContainers"].append(
+        {
+            "name": "lists",
+            "image": "busybox",
+            "volumeMounts": [{"name": "v", "mountPath": "/var/run/nvidia-container-devices/all"}],
+        }
+    )
+    status, body = api.call("PUT", "/api/v1/namespaces/research/pods/debugged/ephemeralcontainers",
+                            current)  # fmt: skip
+    assert status == 403 and "reads a list of devices" in body["message"], body
 
 
 def test_the_attack_matrix_is_denied_with_its_message(webhook: Webhook) -> None:

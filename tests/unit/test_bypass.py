@@ -59,6 +59,31 @@ GPU = {"nvidia.com/gpu": "1"}
             (_pod(volumes=[{"name": "d", "hostPath": {"path": p}}]), "device-host-path")
             for p in ("//dev", "/./dev", "/var/../dev/nvidia0", "/", "//", "/dev/./nvidiactl")
         ],
+        # a device list as mounts (the toolkit's volume-mounts strategy), in any container
+        *[
+            (
+                _pod(containers=[{"name": "m", "volumeMounts": [{"name": "v", "mountPath": p}]}]),
+                "device-list-mount",
+            )
+            for p in (
+                "/var/run/nvidia-container-devices/all",
+                "//run/nvidia-container-devices",
+                "/var/run/./nvidia-container-devices/0",
+            )
+        ],
+        (
+            _pod(
+                ephemeralContainers=[
+                    {
+                        "name": "dbg",
+                        "volumeMounts": [
+                            {"name": "v", "mountPath": "/var/run/nvidia-container-devices/all"}
+                        ],
+                    }
+                ]
+            ),
+            "device-list-mount",
+        ),
     ],
 )
 def test_each_way_past_the_scheduler_is_refused(pod: Any, code: str) -> None:
@@ -82,6 +107,8 @@ def test_what_stays_allowed() -> None:
     assert _codes(_pod(limits={"cpu": "1"}, nodeName="cpu-0")) == []
     assert _codes(_pod(limits=GPU)) == []
     assert _codes(_pod(volumes=[{"name": "d", "hostPath": {"path": "/devices-data"}}])) == []
+    mounts = [{"name": "v", "mountPath": "/var/run/nvidia-container-devices-cache"}]
+    assert _codes(_pod(containers=[{"name": "m", "volumeMounts": mounts}])) == []
 
 
 def test_env_from_in_a_container_without_a_gpu_is_neutralised() -> None:

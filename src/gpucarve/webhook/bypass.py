@@ -5,19 +5,29 @@ does about each (docs/kubernetes.md, "Threat model"). Pure: a pod in, problems o
   and for any pod that names gpucarve as its scheduler (only gpucarve binds those).
 - Another scheduler for a pod that asks for a GPU would place it outside the queue: refused.
 - A privileged container sees every device of its node, and a host path under /dev hands
-  device nodes in: refused in a governed namespace, whatever the pod asks.
+  device nodes in (judged after normalisation: `//dev`, `/./dev` and `/` too): refused in a
+  governed namespace, whatever the pod asks. So is a mount at the toolkit's device-list
+  directory (`/var/run/nvidia-container-devices`), where a runtime that accepts lists as
+  mounts reads which GPUs to give. Debug (ephemeral) containers are held to the same rules.
 - The NVIDIA container toolkit gives a container the GPUs `NVIDIA_VISIBLE_DEVICES` names, and
   the kubelet puts the pod's own environment after the device plugin's, so the pod's wins.
   Set in `env` it is refused (`admission.device_env_problems`). Through `envFrom` (a ConfigMap
   or Secret whose content admission cannot see, and which can change after admission):
   a container that gets no GPU is given an explicit `NVIDIA_VISIBLE_DEVICES=void` (an
-  explicit entry wins over `envFrom`; `void` means no GPU to the toolkit); a container that
+  explicit entry wins over `envFrom` and over the image's own, which every CUDA base image
+  sets to `all`; `void` means no GPU to the toolkit, whatever runtime class runs the pod);
+  a container that
   gets GPUs from the device plugin may use `envFrom` only with a prefix that cannot form the
   variable's name; a fraction's containers must take gpucarve's device ConfigMap last, so its
   value wins.
 - Annotations that make the scheduler act (`SCHEDULER_OWNED_ANNOTATIONS`) are gpucarve's: a
   tenant's are removed at creation (the device ConfigMap's name is kept only for a pod whose
-  GPU comes through it), and a change to them on update is refused.
+  GPU comes through it), and a change to them on update is refused, as is a change to a
+  bound pod's queue label (the scheduler charges a bound pod to the queue it was admitted
+  under, recorded in its assignment).
+- CDI annotations (`cdi.k8s.io/…`) ask the runtime for devices by name: refused.
+- gpucarve's device ConfigMaps (a fraction's variable) are written only by the scheduler and
+  the control plane (`device_config_problems`); their names have gpucarve's shape.
 """
 
 from __future__ import annotations
@@ -44,6 +54,10 @@ POD_KINDS = ("initContainers", "containers", "ephemeralContainers")
 EPHEMERAL = ("ephemeralContainers",)
 # pod annotations by which a runtime is asked for CDI devices directly
 CDI_PREFIX = "cdi.k8s.io/"
+# where the toolkit reads a device list from mounts (the device plugin's `volume-mounts`
+# strategy): a mount there names devices as the variable does, and a runtime set to accept
+# such lists honours any; the plugin adds its own at start, never through the pod's spec
+DEVICE_LIST_DIRS = ("/var/run/nvidia-container-devices", "/run/nvidia-container-devices")
 
 Obj = Mapping[str, Any]
 
@@ -107,6 +121,7 @@ def device_access_problems(pod: Obj) -> list[Problem]:
                                "remove privileged: true (GPUs come from requests; for tools "
                                "that need more, run them in a namespace gpucarve does not "
                                "govern)"))  # fmt: skip
+    out += _device_list_mounts(pod)
     for i, vol in enumerate(spec.get("volumes") or []):
         host = (vol.get("hostPath") or {}) if isinstance(vol, Mapping) else {}
         path = str(host.get("path") or "") if isinstance(host, Mapping) else ""
@@ -116,6 +131,28 @@ def device_access_problems(pod: Obj) -> list[Problem]:
                                f"hostPath {path!r} hands the node's device files in",
                                "remove the volume: GPUs come from requests"))  # fmt: skip
     return out
+
+
+def _device_list_mounts(pod: Obj) -> list[Problem]:
+    out: list[Problem] = []
+    for kind, i, c in containers(pod.get("spec") or {}):
+        for m in c.get("volumeMounts") or []:
+            path = str(m.get("mountPath") or "") if isinstance(m, Mapping) else ""
+            if not path or not names_devices(path):
+                continue
+            out.append(Problem(_where(pod, "spec", kind, str(c.get("name", i)), "volumeMounts",
+                                      str(m.get("name", path)), "mountPath"),
+                               "device-list-mount",
+                               f"mountPath {path!r} is where the NVIDIA runtime reads a list of "
+                               "devices to give the container",
+                               "mount the volume elsewhere: GPUs come from requests"))  # fmt: skip
+    return out
+
+
+def names_devices(mount_path: str) -> bool:
+    """Whether a container path, normalised, is the toolkit's device-list directory or under it."""
+    norm = posixpath.normpath("/" + mount_path.lstrip("/"))
+    return any(norm == d or norm.startswith(d + "/") for d in DEVICE_LIST_DIRS)
 
 
 def reaches_devices(path: str) -> bool:

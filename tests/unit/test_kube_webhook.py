@@ -12,7 +12,7 @@ import pytest
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.policy import Policy
-from gpucarve.webhook.server import MAX_REVIEW_BYTES, app
+from gpucarve.webhook.server import MAX_REVIEW_BYTES, Settings, app
 from tests.paths import BUILTIN, EXAMPLES
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
@@ -33,7 +33,7 @@ def _post(path: str, body: bytes, policy: Policy = POLICY) -> tuple[int, bytes]:
     scope = {"type": "http", "method": "POST", "path": path, "headers": [],
              "query_string": b"", "root_path": "", "scheme": "https",
              "server": ("127.0.0.1", 8443), "http_version": "1.1"}  # fmt: skip
-    asyncio.run(app(lambda: policy, "gpucarve")(scope, receive, send))
+    asyncio.run(app(lambda: policy, Settings())(scope, receive, send))
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
@@ -209,8 +209,8 @@ def test_reviews_are_worked_out_a_few_at_once_and_health_is_answered_meanwhile()
     /healthz is answered while they wait."""
     from gpucarve.webhook.server import DECISIONS_AT_ONCE, Workers
 
-    work = Workers()
-    served = app(lambda: POLICY, "gpucarve", (), work)
+    work = Workers(deadline_s=60.0)
+    served = app(lambda: POLICY, Settings(), work)
     pod = {"metadata": {"name": "p", "namespace": "research"}, "spec": {"containers": [
         {"name": f"c{i}", "resources": {"limits": {"nvidia.com/gpu": "1"}}} for i in range(50)
     ]}}  # fmt: skip
@@ -240,3 +240,90 @@ def test_reviews_are_worked_out_a_few_at_once_and_health_is_answered_meanwhile()
     statuses = asyncio.run(burst())
     assert statuses == [200] * 31
     assert 1 <= work.most <= DECISIONS_AT_ONCE < 30, work.most  # fewer than came at once
+
+
+def _call(served: Any, path: str, data: bytes) -> Any:
+    """One ASGI request to `served`, as a coroutine: (status, body)."""
+
+    async def go() -> tuple[int, bytes]:
+        sent: list[dict[str, Any]] = []
+        chunks = [data]
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": chunks.pop(0) if chunks else b"",
+                    "more_body": False}  # fmt: skip
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST" if data else "GET", "path": path,
+                 "headers": [], "query_string": b"", "root_path": "", "scheme": "https",
+                 "server": ("127.0.0.1", 8443), "http_version": "1.1"}  # fmt: skip
+        await served(scope, receive, send)
+        status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+        return int(status), b"".join(m.get("body", b"") for m in sent
+                                     if m["type"] == "http.response.body")  # fmt: skip
+
+    return go()
+
+
+@pytest.mark.parametrize("fail_closed", [True, False], ids=["Fail", "Ignore"])
+def test_a_review_past_its_deadline_is_answered_as_its_failure_policy_says(
+    monkeypatch: pytest.MonkeyPatch, fail_closed: bool
+) -> None:
+    """Decisions that outlast the deadline (held here by an event the test sets afterwards)
+    are answered in time, refused with the reason and fix under Fail, admitted with a warning
+    under Ignore; /healthz is answered meanwhile, and the abandoned decisions never run more
+    than DECISIONS_AT_ONCE at once."""
+    import threading
+
+    from gpucarve.webhook import server
+    from gpucarve.webhook.server import DECISIONS_AT_ONCE, Workers
+
+    release = threading.Event()
+    real = server._validate
+
+    def stuck(*args: Any) -> Any:
+        release.wait(10)
+        return real(*args)
+
+    monkeypatch.setattr(server, "_validate", stuck)
+    work = Workers(deadline_s=0.3)
+    served = app(lambda: POLICY, Settings(fail_closed=fail_closed), work)
+    pod = {"metadata": {"name": "p", "namespace": "research"}, "spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}  # fmt: skip
+
+    async def burst() -> list[tuple[int, bytes]]:
+        answers = await asyncio.gather(
+            *[_call(served, "/validate", _review_of(pod)) for _ in range(5)],
+            _call(served, "/healthz", b""),
+        )
+        release.set()
+        return list(answers)
+
+    *reviews, health = asyncio.run(burst())
+    assert health[0] == 200
+    for status, raw in reviews:
+        assert status == 200, raw
+        response = json.loads(raw)["response"]
+        assert response["allowed"] is not fail_closed, response
+        said = response["status"]["message"] if fail_closed else response["warnings"][0]
+        assert "did not decide this Pod within 0.3 s" in said, said
+        if fail_closed:
+            assert "fix: try again" in said, said
+    assert work.most <= DECISIONS_AT_ONCE
+
+
+def test_a_cpu_pod_past_its_deadline_follows_the_other_pods_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpucarve.webhook import server
+    from gpucarve.webhook.server import Workers
+
+    monkeypatch.setattr(server, "_validate", lambda *a: __import__("time").sleep(0.5))
+    cpu = {"metadata": {"name": "p", "namespace": "research"},
+           "spec": {"containers": [{"name": "c"}]}}  # fmt: skip
+    for closed in (False, True):
+        served = app(lambda: POLICY, Settings(other_pods_fail_closed=closed), Workers(0.1))
+        status, raw = asyncio.run(_call(served, "/validate", _review_of(cpu)))
+        assert status == 200 and json.loads(raw)["response"]["allowed"] is not closed, raw

@@ -6,6 +6,7 @@ import logging
 import signal
 import threading
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -22,7 +23,7 @@ from gpucarve.kube.scheduler.policy_reload import PolicyReloader, digest
 from gpucarve.webhook.admission import warm
 from gpucarve.webhook.cert_secret import CertKeeper
 from gpucarve.webhook.certs import issue, service_names
-from gpucarve.webhook.server import CertReloader
+from gpucarve.webhook.server import REVIEW_DEADLINE_S, CertReloader, Settings, Workers
 from gpucarve.webhook.server import app as webhook_app
 
 app = typer.Typer(
@@ -32,6 +33,11 @@ log = logging.getLogger("gpucarve.webhook")
 
 
 STARTUP_DEADLINE_S = 60.0  # for the first certificate, from the API server
+
+
+class FailurePolicy(StrEnum):
+    FAIL = "Fail"
+    IGNORE = "Ignore"
 
 
 @app.command("serve")
@@ -69,6 +75,29 @@ def serve(
             "control plane (the scheduler's service account; repeat).",
         ),
     ] = None,
+    failure_policy: Annotated[
+        FailurePolicy,
+        typer.Option(
+            "--failure-policy",
+            help="The GPU pods' hooks' failurePolicy: how a review "
+            "not decided by --review-deadline is answered.",
+        ),
+    ] = FailurePolicy.FAIL,
+    other_pods_failure_policy: Annotated[
+        FailurePolicy,
+        typer.Option(
+            "--other-pods-failure-policy", help="The other pods' hook's failurePolicy, likewise."
+        ),
+    ] = FailurePolicy.IGNORE,
+    review_deadline: Annotated[
+        float,
+        typer.Option(
+            "--review-deadline",
+            min=0.1,
+            max=30.0,
+            help="Seconds a review may take, inside the hooks' timeoutSeconds.",
+        ),
+    ] = REVIEW_DEADLINE_S,
     kubeconfig: KubeconfigOption = None,
     catalog: CatalogOption = None,
 ) -> None:
@@ -108,7 +137,16 @@ def serve(
     threading.Thread(target=follow, name="policy reload", daemon=True).start()
     certs.follow(stop)
     config = uvicorn.Config(
-        webhook_app(lambda: current[0], name, writer or ()),
+        webhook_app(
+            lambda: current[0],
+            Settings(
+                name,
+                frozenset(writer or ()),
+                failure_policy is FailurePolicy.FAIL,
+                other_pods_failure_policy is FailurePolicy.FAIL,
+            ),
+            Workers(review_deadline),
+        ),
         host=host,
         port=port,
         log_level="warning",

@@ -14,7 +14,7 @@ import logging
 import os
 import ssl
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,11 +38,13 @@ from gpucarve.webhook.admission import (
     pod_group_problems,
     pod_review,
     queue_problems,
+    wants_gpu,
 )
 from gpucarve.webhook.bypass import device_config_problems, owned_changes
 
 log = logging.getLogger("gpucarve.webhook")
 MAX_REVIEW_BYTES = 3 * 1024 * 1024  # the API server's own limit on a request body
+PARSED_AT_ONCE_BYTES = 64 * 1024  # about a millisecond of parsing (a pod is a few KiB)
 
 
 MAX_UID = 128  # the API server's uids are 36 characters
@@ -119,42 +121,78 @@ def _parse(body: bytes) -> dict[str, Any] | str:
 # the interpreter's lock, and the event loop answering /healthz and taking new reviews then
 # waits behind all of them (40 large reviews held /healthz 10-16 s with the default pool).
 DECISIONS_AT_ONCE = 2
+# Worker threads that may wait for a turn: a review past its deadline leaves its thread,
+# which gives up at its turn (so the bound on decisions holds).
+WAITING_THREADS = 16
+# The default deadline of a review, inside the hooks' own timeout (the chart's: 5 s), so the
+# API server hears gpucarve's answer rather than its own timeout's.
+REVIEW_DEADLINE_S = 4.0
+
+
+class Overrun:
+    """A review not decided by its deadline."""
+
+
+OVERRUN = Overrun()
 
 
 class Workers:
-    """The server's worker threads for its decisions, `DECISIONS_AT_ONCE` at most (the
-    limiter is made in the event loop that uses it)."""
+    """The server's worker threads for its decisions, `DECISIONS_AT_ONCE` at most, each review
+    decided by `deadline_s` from its arrival or answered as overrun (the limiter is made in
+    the event loop that uses it)."""
 
-    def __init__(self) -> None:
-        self._limiter: anyio.CapacityLimiter | None = None
+    def __init__(self, deadline_s: float = REVIEW_DEADLINE_S) -> None:
+        self.deadline_s = deadline_s
+        self._threads: anyio.CapacityLimiter | None = None
+        self._turns = threading.BoundedSemaphore(DECISIONS_AT_ONCE)
         self.most = 0  # the most decisions seen at once (tests read it)
         self._now = 0
         self._count = threading.Lock()
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(DECISIONS_AT_ONCE)
-        return await to_thread.run_sync(self._counted, fn, *args, limiter=self._limiter)
+    def by(self) -> float:
+        """The deadline of a review arriving now, on the event loop's clock."""
+        return anyio.current_time() + self.deadline_s
 
-    def _counted(self, fn: Callable[..., Any], *args: Any) -> Any:
-        with self._count:
-            self._now += 1
-            self.most = max(self.most, self._now)
-        try:
-            return fn(*args)
-        finally:
+    async def run(self, by: float, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._threads is None:
+            self._threads = anyio.CapacityLimiter(WAITING_THREADS)
+        gave_up = threading.Event()
+        with anyio.move_on_after(by - anyio.current_time()):
+            return await to_thread.run_sync(
+                self._counted, gave_up, fn, *args, abandon_on_cancel=True, limiter=self._threads
+            )
+        gave_up.set()
+        return OVERRUN
+
+    def _counted(self, gave_up: threading.Event, fn: Callable[..., Any], *args: Any) -> Any:
+        with self._turns:
+            if gave_up.is_set():
+                return OVERRUN  # answered already: the turn goes to the next
             with self._count:
-                self._now -= 1
+                self._now += 1
+                self.most = max(self.most, self._now)
+            try:
+                return fn(*args)
+            finally:
+                with self._count:
+                    self._now -= 1
 
 
-async def _read(request: Request, work: Workers) -> dict[str, Any] | Response:
+async def _read(request: Request, work: Workers, by: float) -> dict[str, Any] | Response:
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_REVIEW_BYTES:
             return Response("review too large", status_code=413)
-    # parsed off the event loop: a large body must not hold up /healthz or other reviews
-    req: dict[str, Any] | str = await work.run(_parse, body)
+    # a large body is parsed off the event loop (it must not hold up /healthz or other
+    # reviews); a small one at once, so that even a review waiting for its turn has a uid
+    # to be answered with at its deadline
+    req: dict[str, Any] | str | Overrun = (
+        _parse(body) if len(body) <= PARSED_AT_ONCE_BYTES else await work.run(by, _parse, body)
+    )
+    if isinstance(req, Overrun):
+        # no uid to answer with: the API server applies the hook's failure policy
+        return Response("review not read by its deadline", status_code=503)
     if isinstance(req, str):
         return Response(f"not an AdmissionReview v1 this server reads: {req}", 400)
     return req
@@ -173,6 +211,9 @@ class Settings:
 
     scheduler_name: str = "gpucarve"
     writers: frozenset[str] = frozenset()
+    # the hooks' failure policies (chart values), applied to a review past its deadline
+    fail_closed: bool = True
+    other_pods_fail_closed: bool = False
 
 
 def _problems(policy: Policy, req: dict[str, Any], settings: Settings) -> list[Problem]:
@@ -223,6 +264,25 @@ def _validate(policy: Policy, req: dict[str, Any], settings: Settings) -> Any:
     return _review(req["uid"], True, warnings=warnings)
 
 
+def overrun(req: dict[str, Any], settings: Settings, deadline_s: float) -> Any:
+    """The answer to a review not decided by its deadline: what the API server would do at
+    the hook's timeout under its failure policy, said by gpucarve with the reason and fix."""
+    obj = req.get("object") or {}
+    kind = (req.get("kind") or {}).get("kind")
+    other_pod = kind == "Pod" and not (
+        wants_gpu(obj) or ((obj.get("spec") or {}).get("resourceClaims") if
+                           isinstance(obj, dict) else None))  # fmt: skip
+    closed = settings.other_pods_fail_closed if other_pod else settings.fail_closed
+    why = (f"gpucarve did not decide this {kind or 'object'} within {deadline_s:g} s (the "
+           "webhook is busy, or the object is costly to check)")  # fmt: skip
+    log.warning("review %s: %s; %s", req["uid"], why, "refused" if closed else "admitted")
+    if closed:
+        return _review(req["uid"], False, f"{why}; fix: try again; if it persists, simplify "
+                       "the object's selectors or add webhook replicas")  # fmt: skip
+    return _review(req["uid"], True, warnings=[f"{why}: admitted unchecked, as the hook's "
+                                               "failurePolicy Ignore says"])  # fmt: skip
+
+
 def _mutate(policy: Policy, req: dict[str, Any], scheduler_name: str) -> Any:
     obj = req.get("object") or {}
     if (req.get("kind") or {}).get("kind") != "Pod":
@@ -248,27 +308,30 @@ def _mutate(policy: Policy, req: dict[str, Any], scheduler_name: str) -> Any:
 
 def app(
     policy: Callable[[], Policy],
-    scheduler_name: str,
-    writers: Iterable[str] = (),
+    settings: Settings,
     work: Workers | None = None,
 ) -> Starlette:
     """`policy` gives the current one (the server follows the same file as the scheduler).
     Each decision runs in a worker thread, `DECISIONS_AT_ONCE` at most, so the event loop
-    keeps answering `/healthz` and taking reviews while large ones are worked out."""
-    settings = Settings(scheduler_name, frozenset(writers))
+    keeps answering `/healthz` and taking reviews while large ones are worked out; a review
+    not decided by its deadline is answered as its hook's failure policy says."""
     workers = work or Workers()
 
-    async def do_mutate(request: Request) -> Response:
-        req = await _read(request, workers)
+    async def review(request: Request, decide: Callable[..., Any], *args: Any) -> Response:
+        by = workers.by()
+        req = await _read(request, workers, by)
         if isinstance(req, Response):
             return req
-        return AsciiJSON(await workers.run(_mutate, policy(), req, scheduler_name))
+        answer = await workers.run(by, decide, policy(), req, *args)
+        if isinstance(answer, Overrun):
+            answer = overrun(req, settings, workers.deadline_s)
+        return AsciiJSON(answer)
+
+    async def do_mutate(request: Request) -> Response:
+        return await review(request, _mutate, settings.scheduler_name)
 
     async def do_validate(request: Request) -> Response:
-        req = await _read(request, workers)
-        if isinstance(req, Response):
-            return req
-        return AsciiJSON(await workers.run(_validate, policy(), req, settings))
+        return await review(request, _validate, settings)
 
     async def healthz(_: Request) -> Response:
         return JSONResponse({"ok": True})

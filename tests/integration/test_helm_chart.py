@@ -78,6 +78,7 @@ def test_the_rendered_objects_are_accepted_by_the_api_server(admin: Api) -> None
         "CustomResourceDefinition",
         "DaemonSet",
         "Deployment",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "Role",
         "RoleBinding",
@@ -209,3 +210,76 @@ def test_the_dashboard_ingress_is_accepted_and_routes_to_its_service(admin: Api)
     assert backend == {"name": f"{RELEASE}-dashboard", "port": {"name": "http"}}
     assert stored["tls"] == [{"secretName": "gpus-tls", "hosts": ["gpus.example.internal"]}]
     assert stored["ingressClassName"] == "nginx"
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector's verdict on `labels` (matchLabels, and the operators the chart uses)."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for e in selector.get("matchExpressions", []):
+        op, key = e["operator"], e["key"]
+        held = {"DoesNotExist": key not in labels, "Exists": key in labels,
+                "In": labels.get(key) in e.get("values", []),
+                "NotIn": labels.get(key) not in e.get("values", [])}[op]  # fmt: skip
+        if not held:
+            return False
+    return True
+
+
+def test_the_network_policies_guard_the_ports_of_the_pods_they_select(admin: Api) -> None:
+    """Each NetworkPolicy selects exactly the pods it is written for, its ports are ports those
+    pods name, and the API server accepts it; the webhook's keeps the pod network out."""
+    from tests.integration.chart import apply, ensure_namespace
+
+    objs = render(POLICY, ["networkPolicy.podCIDRs={10.244.0.0/16,fd00:10:244::/56}"])
+    kinds = _by_kind(objs)
+    templates = {
+        (o["metadata"]["labels"].get("app.kubernetes.io/component") or "scheduler"):
+            o["spec"]["template"]
+        for o in kinds["Deployment"] + kinds["DaemonSet"]
+    }  # fmt: skip
+    assert sorted(templates) == ["node-agent", "scheduler", "webhook"]
+    policies = {o["metadata"]["name"]: o for o in kinds["NetworkPolicy"]}
+    assert sorted(policies) == [f"{RELEASE}-scheduler", f"{RELEASE}-webhook"]
+    ensure_namespace(admin, NAMESPACE)
+    for name, np in policies.items():
+        status, body = apply(admin, np, dry_run=True)
+        assert status in (200, 201), (name, body)
+        guarded = [c for c, t in templates.items()
+                   if _selects(np["spec"]["podSelector"], t["metadata"]["labels"])]  # fmt: skip
+        assert guarded == [name.removeprefix(f"{RELEASE}-")], (name, guarded)
+        (container,) = templates[guarded[0]]["spec"]["containers"]
+        named = {p["name"] for p in container["ports"]}
+        for rule in np["spec"]["ingress"]:
+            assert {p["port"] for p in rule["ports"]} <= named, (name, rule, named)
+    (health, dashboard) = policies[f"{RELEASE}-scheduler"]["spec"]["ingress"]
+    assert health["from"] == [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "monitoring"}}}]  # fmt: skip
+    assert "from" not in dashboard  # it authenticates every request
+    (hook,) = policies[f"{RELEASE}-webhook"]["spec"]["ingress"]
+    assert hook["from"] == [
+        {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.244.0.0/16"]}},
+        {"ipBlock": {"cidr": "::/0", "except": ["fd00:10:244::/56"]}},
+    ]
+    off = render(POLICY, ["networkPolicy.enabled=false"], crds=False)
+    assert "NetworkPolicy" not in _by_kind(off)
+
+
+def test_the_webhook_answers_inside_the_hooks_timeout_as_their_failure_policies_say() -> None:
+    """The webhook is told the hooks' failure policies and a deadline inside their timeout, so
+    a review it cannot decide in time gets gpucarve's answer, not the API server's timeout."""
+    objs = render(POLICY, ["webhook.timeoutSeconds=10", "webhook.otherPodsFailurePolicy=Fail"])
+    kinds = _by_kind(objs)
+    component = "app.kubernetes.io/component"
+    (hook,) = [
+        d for d in kinds["Deployment"] if d["metadata"]["labels"].get(component) == "webhook"
+    ]
+    (c,) = hook["spec"]["template"]["spec"]["containers"]
+    assert {"--failure-policy=Fail", "--other-pods-failure-policy=Fail",
+            "--review-deadline=8"} <= set(c["args"]), c["args"]  # fmt: skip
+    (validating,) = kinds["ValidatingWebhookConfiguration"]
+    timeouts = {h["timeoutSeconds"] for h in validating["webhooks"]}
+    assert timeouts == {10}
+    policies = {h["name"]: h["failurePolicy"] for h in validating["webhooks"]}
+    assert policies["other-pods.validate.gpucarve.io"] == "Fail"
+    assert policies["pods.validate.gpucarve.io"] == "Fail"

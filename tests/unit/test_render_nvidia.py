@@ -117,6 +117,17 @@ sharing:
          "    - {name: nvidia.com/gpu, replicas: 2}\n    - {name: nvidia.com/gpu, replicas: 4}\n",
          "several-resources"),
         ("version: v2\n", "bad-version"),
+        # what the plugin itself refuses at start: no node would run it as imported
+        *[("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+           f"    - {{name: nvidia.com/gpu, replicas: {n}}}\n", "bad-replicas")
+          for n in (0, 1, -3)],
+        ("version: v1\nflags: {migStrategy: sideways}\n", "unknown-mig-strategy"),
+        ("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: maybe\n"
+         "    resources: [{name: nvidia.com/gpu, replicas: 2}]\n", "not-a-switch"),
+        ("version: v1\nsharing:\n  mps:\n    failRequestsGreaterThanOne: 'yes'\n"
+         "    resources: [{name: nvidia.com/gpu, replicas: 2}]\n", "not-a-switch"),
+        ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+         "    - {name: amd.com/gpu, replicas: 2}\n", "unknown-resource"),
         ("kind: ConfigMap\ndata: {}\n", "empty-config-map"),
         ("just: text\n", "not-device-plugin"),
     ],
@@ -285,3 +296,17 @@ def test_a_configuration_given_twice_is_refused_never_dropped(tmp_path: Path) ->
     codes = {p.code for p in exc.value.problems}
     assert codes == {"duplicate-config"}, exc.value.problems
     assert any("another" in str(p.location) for p in exc.value.problems)
+
+
+def test_what_the_plugin_drops_is_said_and_not_imported(tmp_path: Path) -> None:
+    """The device plugin discards a resource's own `rename` and `devices`: the import reads
+    the configuration as the plugin runs it (unrenamed, every GPU shared) and says so."""
+    path = _config_file(
+        tmp_path,
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        "    - {name: nvidia.com/gpu, replicas: 4, rename: team.io/slice, devices: [0, 1]}\n",
+    )
+    (c,) = import_device_plugin(path)
+    assert (c.sharing, c.replicas, c.renamed) == ("time-slicing", 4, False)
+    assert any("rename 'team.io/slice' ignored" in n for n in c.notes), c.notes
+    assert any("devices [0, 1] ignored" in n for n in c.notes), c.notes

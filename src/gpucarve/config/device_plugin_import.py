@@ -5,8 +5,11 @@ plugin chart's `config.map`), or one configuration file (`version: v1`). Per con
 `sharing.mps` with replicas wins over `sharing.timeSlicing` (as in the plugin); replicas of
 `nvidia.com/gpu` become `sharing: time-slicing|mps` with `replicas`; no sharing becomes
 `exclusive`. What gpucarve cannot express is refused with the fix (replicas of MIG instances,
-several resources per configuration); the GPU model and node count are left for the user,
-since a device-plugin configuration does not hold them.
+several resources per configuration), and so is what the plugin itself refuses at start
+(fewer than 2 replicas, a MIG strategy it does not know, a switch that is not a boolean); a
+resource's `rename` and `devices`, which the plugin drops, are named in a note and not
+imported. The GPU model and node count are left for the user, since a device-plugin
+configuration does not hold them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from gpucarve.core.catalog import AmbiguousModel, Catalog, UnknownModel
 from gpucarve.core.problems import InvalidInput, Problem
 
 MAX_REPLICAS = 100  # as the policy's time-slicing bound
+MIG_STRATEGIES = ("none", "single", "mixed")  # the plugin's --mig-strategy
+# a sharing block's switches, which the plugin reads as booleans (it fails to start otherwise)
+SHARING_SWITCHES = ("renameByDefault", "failRequestsGreaterThanOne")
 
 
 @dataclass(frozen=True)
@@ -195,10 +201,31 @@ def _daemon_set(read: _Read, obj: dict[str, Any], name: str) -> None:
 
 
 def _shares(resource: Any) -> bool:
-    if not isinstance(resource, dict):
-        return False
-    n = resource.get("replicas")
-    return not isinstance(n, int) or n > 1  # a bad count is reported, not skipped
+    # a resource listed is shared: a count under 2 (which the plugin refuses at start) is
+    # reported, never read as "no sharing"
+    return isinstance(resource, dict)
+
+
+def _flag_problems(where: tuple[str | int, ...], doc: dict[str, Any]) -> list[Problem]:
+    """Values the plugin would refuse at start (so no node would run it as imported)."""
+    out = []
+    flags = doc.get("flags")
+    strategy = flags.get("migStrategy") if isinstance(flags, dict) else None
+    if strategy is not None and strategy not in MIG_STRATEGIES:
+        out.append(_problem((*where, "flags", "migStrategy"), "unknown-mig-strategy",
+                            f"migStrategy {strategy!r}: the device plugin knows "
+                            f"{', '.join(MIG_STRATEGIES)}",
+                            f"use one of: {', '.join(MIG_STRATEGIES)}"))  # fmt: skip
+    sharing = doc.get("sharing")
+    for key in ("mps", "timeSlicing"):
+        block = sharing.get(key) if isinstance(sharing, dict) else None
+        for switch in SHARING_SWITCHES:
+            value = block.get(switch) if isinstance(block, dict) else None
+            if value is not None and not isinstance(value, bool):
+                out.append(_problem((*where, "sharing", key, switch), "not-a-switch",
+                                    f"{switch} {value!r} is not true or false",
+                                    f"write {switch}: true or {switch}: false"))  # fmt: skip
+    return out
 
 
 def _malformed_sharing(where: tuple[str | int, ...], sharing: Any) -> list[Problem]:
@@ -222,6 +249,31 @@ def _malformed_sharing(where: tuple[str | int, ...], sharing: Any) -> list[Probl
             out.append(_problem((*where, "sharing", key, "resources"), "bad-config",
                                 f"sharing.{key}.resources is not a list of maps", fix))  # fmt: skip
     return out
+
+
+def _dropped(res: dict[str, Any], renamed: bool) -> list[str]:
+    out = []
+    if res.get("rename") not in (None, "", f"{res['name']}.shared" if renamed else None):
+        out.append(f"rename {res.get('rename')!r} ignored: the device plugin drops it; "
+                   "renameByDefault: true publishes nvidia.com/gpu.shared")  # fmt: skip
+    if res.get("devices") not in (None, "all"):
+        out.append(f"devices {res.get('devices')!r} ignored: the device plugin shares every "
+                   "GPU of the node")  # fmt: skip
+    return out
+
+
+def _unshareable(where: tuple[str | int, ...], name: Any) -> Problem:
+    if str(name).startswith("nvidia.com/mig-"):
+        return _problem(
+            where,
+            "shared-mig",
+            f"replicas of {name!r}: gpucarve shares whole GPUs, not MIG instances",
+            "share whole GPUs (nvidia.com/gpu), or use a MIG layout for this pool",
+        )
+    return _problem(where, "unknown-resource",
+                    f"replicas of {name!r}: the NVIDIA device plugin shares nvidia.com/gpu "
+                    "(or MIG instances)",
+                    "write name: nvidia.com/gpu")  # fmt: skip
 
 
 def one_config(name: str, doc: Any, problems: list[Problem]) -> ImportedConfig | None:
@@ -253,7 +305,7 @@ def _one(name: str, doc: Any, problems: list[Problem]) -> ImportedConfig | None:
         )
         return None
     sharing = doc.get("sharing") or {}
-    malformed = _malformed_sharing(where, sharing)
+    malformed = _malformed_sharing(where, sharing) or _flag_problems(where, doc)
     if malformed:
         problems += malformed
         return None
@@ -299,14 +351,7 @@ def _one(name: str, doc: Any, problems: list[Problem]) -> ImportedConfig | None:
         )
         return None
     if res.get("name") != "nvidia.com/gpu":
-        problems.append(
-            _problem(
-                (*path, 0, "name"),
-                "shared-mig",
-                f"replicas of {res.get('name')!r}: gpucarve shares whole GPUs, not MIG instances",
-                "share whole GPUs (nvidia.com/gpu), or use a MIG layout for this pool",
-            )
-        )
+        problems.append(_unshareable((*path, 0, "name"), res.get("name")))
         return None
     replicas = res.get("replicas")
     if not isinstance(replicas, int) or not 2 <= replicas <= MAX_REPLICAS:
@@ -319,7 +364,10 @@ def _one(name: str, doc: Any, problems: list[Problem]) -> ImportedConfig | None:
             )
         )
         return None
-    renamed = bool(sharing[key].get("renameByDefault") or res.get("rename"))
+    # the plugin drops a resource's own `rename` and `devices` (DisableResourceNamingInConfig):
+    # only renameByDefault renames, and every GPU of the node is shared
+    renamed = sharing[key].get("renameByDefault") is True
+    notes += _dropped(res, renamed)
     if not renamed:
         notes.append(
             "shared GPUs are advertised as nvidia.com/gpu (renameByDefault: false): the pool "

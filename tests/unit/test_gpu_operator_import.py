@@ -62,3 +62,25 @@ def test_a_mig_strategy_the_operator_does_not_know_is_refused(tmp_path: Path) ->
     (p,) = exc.value.problems
     assert p.code == "unknown-mig-strategy" and "sideways" in p.message
     assert p.fix == "use one of: single, mixed"
+
+
+@pytest.mark.parametrize(
+    ("plugin", "code", "field"),
+    [
+        # a default none of its configurations has: unlabelled nodes would get none
+        ({"config": {"name": "pc", "default": "a100", "data": {
+            "t4": "version: v1\n"}}}, "unknown-default", "default"),
+        ({"config": {"name": ["pc", "other"]}}, "not-a-name", "name"),
+        ({"config": {"name": "pc", "default": {"t4": 1}}}, "not-a-name", "default"),
+    ],
+)  # fmt: skip
+def test_config_map_names_the_operator_could_not_use_are_refused(
+    tmp_path: Path, plugin: dict[str, object], code: str, field: str
+) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump({"devicePlugin": plugin}))
+    with pytest.raises(InvalidInput) as exc:
+        import_gpu_operator(path)
+    (p,) = exc.value.problems
+    assert (p.code, p.path) == (code, ("devicePlugin", "config", field)), p
+    assert p.fix

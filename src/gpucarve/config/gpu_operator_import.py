@@ -83,14 +83,34 @@ def import_gpu_operator(path: str | Path) -> OperatorConfig:
             f"mig.strategy {out.mig_strategy!r} is none the GPU Operator knows",
             f"use one of: {', '.join(MIG_STRATEGIES)}")])  # fmt: skip
     plugin = _block(_block(spec, "devicePlugin"), "config")
-    out.device_plugin_config_map = plugin.get("name") or None
-    out.device_plugin_default = plugin.get("default") or None
     manager = _block(_block(spec, "migManager"), "config")
-    out.mig_manager_config_map = manager.get("name") or None
-    out.mig_manager_default = manager.get("default") or None
+    named = _names(str(path), {"devicePlugin": plugin, "migManager": manager})
+    out.device_plugin_config_map, out.device_plugin_default = named["devicePlugin"]
+    out.mig_manager_config_map, out.mig_manager_default = named["migManager"]
     gfd = _block(spec, "gfd")
     out.gfd = gfd.get("enabled", True) is not False
     _inline(out, plugin)
+    return out
+
+
+def _names(source: str, blocks: dict[str, dict[str, Any]]) -> dict[str, tuple[str | None, ...]]:
+    """Each block's ConfigMap name and default configuration, which must be strings (a list or
+    a map there would name no ConfigMap the operator could mount)."""
+    out: dict[str, tuple[str | None, ...]] = {}
+    problems = []
+    for block, config in blocks.items():
+        got: list[str | None] = []
+        for key in ("name", "default"):
+            value = config.get(key)
+            if value is not None and not isinstance(value, str):
+                problems.append(Problem((block, "config", key), "not-a-name",
+                                        f"{block}.config.{key} {value!r} is not a name",
+                                        "write the ConfigMap's name (a configuration's key "
+                                        "for default)"))  # fmt: skip
+            got.append(value or None if isinstance(value, str) else None)
+        out[block] = tuple(got)
+    if problems:
+        raise InvalidInput(source, problems)
     return out
 
 
@@ -105,6 +125,13 @@ def _inline(out: OperatorConfig, plugin: dict[str, Any]) -> None:
         got = one_config(str(key), parsed, problems)
         if got is not None:
             out.inline.append(got)
+    default = out.device_plugin_default
+    if default is not None and default not in data:
+        problems.append(Problem(("devicePlugin", "config", "default"), "unknown-default",
+                                f"default {default!r} is none of the configurations given "
+                                f"({', '.join(sorted(map(str, data)))}): a node without the "
+                                "nvidia.com/device-plugin.config label gets none",
+                                "name one of them, or add it"))  # fmt: skip
     if problems:
         raise InvalidInput(out.source, problems)
 

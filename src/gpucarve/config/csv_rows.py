@@ -9,22 +9,48 @@ different job. The caller decides whether a marked row stops the load or is skip
 from __future__ import annotations
 
 import csv
-import io
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpucarve.config.textfile import TRACE_MAX_BYTES, read_text
 from gpucarve.core.problems import InvalidInput, Problem
 
+# A cell this short is interned: traces repeat small values (counts, flags, "0") on every
+# row, and one string each keeps a large trace's rows to a few hundred bytes apiece.
+SHARED_CELL_CHARS = 8
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, slots=True)
 class CsvRow:
     line: int
-    cells: dict[str, str]
-    problem: Problem | None = None  # the row's shape is wrong; `cells` are not to be used
+    values: tuple[str, ...]
+    columns: Mapping[str, int]  # column -> index into values, one mapping for every row
+    problem: Problem | None = None  # the row's shape is wrong; its cells are not to be used
+
+    @property
+    def cells(self) -> dict[str, str]:
+        return {c: self.values[i] for c, i in self.columns.items()}
 
     def get(self, key: str) -> str:
-        return (self.cells.get(key) or "").strip()
+        i = self.columns.get(key)
+        return "" if i is None else self.values[i].strip()
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The text's lines with their endings, one at a time (no copy of the whole text); lines
+    end in \n (or \r\n), or in a lone \r where the file has no \n at all."""
+    start, end = 0, len(text)
+    sep = "\n" if "\n" in text or "\r" not in text else "\r"
+    while start < end:
+        stop = text.find(sep, start)
+        stop = end if stop < 0 else stop + 1
+        yield text[start:stop]
+        start = stop
+
+
+def _shared(cells: list[str]) -> tuple[str, ...]:
+    return tuple(sys.intern(c) if len(c) <= SHARED_CELL_CHARS else c for c in cells)
 
 
 def row_problem(line: int, message: str, fix: str, code: str = "bad-row") -> Problem:
@@ -45,9 +71,10 @@ def read_csv(
     """(header, rows) of a CSV file. `known`: every column allowed (None: any)."""
     source = str(path)
     text = read_text(path, what, max_bytes)
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(_lines(text))
     rows: list[CsvRow] = []
     header: list[str] | None = None
+    columns: dict[str, int] = {}
     line = 1
     try:
         for cells in reader:
@@ -56,6 +83,7 @@ def read_csv(
                 continue
             if header is None:
                 header = [c.strip() for c in cells]
+                columns = {c: i for i, c in enumerate(header)}
                 continue
             if len(cells) != len(header):
                 n = len(cells)
@@ -65,9 +93,9 @@ def read_csv(
                     "give every row one cell per column (empty cells are written as ,,)",
                     "bad-row-shape",
                 )
-                rows.append(CsvRow(start, {}, problem))
+                rows.append(CsvRow(start, (), {}, problem))
                 continue
-            rows.append(CsvRow(start, dict(zip(header, cells, strict=True))))
+            rows.append(CsvRow(start, _shared(cells), columns))
     except csv.Error as exc:  # e.g. a cell longer than the csv module's field limit
         raise InvalidInput(
             source,

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from gpucarve.core.catalog import Catalog, UnknownModel
 from gpucarve.core.problems import InvalidInput, Problem
@@ -112,7 +113,7 @@ PRIORITY_CLASSES = [
 class Imported:
     policy: dict[str, Any]
     catalog: dict[str, Any] | None
-    workloads: list[dict[str, Any]]
+    workloads: Sequence[dict[str, Any]]
     skipped_nodes: int = 0
     skipped_pods: int = 0
     problems: list[Problem] = field(default_factory=list)
@@ -248,7 +249,8 @@ def import_trace(
         ],
         "priorityClasses": PRIORITY_CLASSES,
     }
-    out = Imported(policy, None, [])
+    t0 = min((p.creation for p in pods), default=0)
+    out = Imported(policy, None, TraceWorkloads(pods, t0))
     if extra:
         out.catalog = {
             "apiVersion": API_VERSION,
@@ -258,18 +260,32 @@ def import_trace(
         for code, entry in EXTRA_MODELS.items():
             if entry in extra and entry.get("memoryEstimated"):
                 out.notes.append(f"model {code}: {entry['source']}")
-    t0 = min((p.creation for p in pods), default=0)
-    unplaceable = 0
-    for p in pods:
-        doc = _workload(p, t0)
-        if p.num_gpu and not _fits_somewhere(p, nodes):
-            unplaceable += 1
-        out.workloads.append(doc)
+    unplaceable = sum(1 for p in pods if p.num_gpu and not _fits_somewhere(p, nodes))
     if unplaceable:
         out.notes.append(f"{unplaceable} pod(s) fit no node of the list; they will stay pending")
     out.skipped_nodes, out.skipped_pods = node_rows.skipped, pod_rows.skipped
     out.problems = node_rows.problems + pod_rows.problems
     return out
+
+
+class TraceWorkloads(Sequence[dict[str, Any]]):
+    """The trace's pods as gpucarve workloads, each made when it is read (written out one at
+    a time, a large trace's documents are never all held at once)."""
+
+    def __init__(self, pods: list[TracePod], t0: int) -> None:
+        self._pods, self._t0 = pods, t0
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [_workload(p, self._t0) for p in self._pods[i]]
+        return _workload(self._pods[i], self._t0)
 
 
 def _fits_somewhere(p: TracePod, nodes: list[TraceNode]) -> bool:

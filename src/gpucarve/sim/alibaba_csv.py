@@ -20,7 +20,7 @@ NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceNode:
     name: str
     cpu_milli: int
@@ -29,7 +29,7 @@ class TraceNode:
     model: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TracePod:
     name: str
     line: int
@@ -60,7 +60,8 @@ class _Rows:
 
     def good(self) -> Iterator[CsvRow]:
         """The rows whose shape is right; the others are refused or skipped and counted."""
-        for row in self.rows:
+        rows, self.rows = self.rows, []  # read once: a large trace's rows go as they are used
+        for row in rows:
             if row.problem is None:
                 yield row
             else:

@@ -320,8 +320,12 @@ def test_a_coscheduling_gang_made_since_the_last_look_for_its_crd_waits_for_the_
     assert view.invalid["research/g-0"].startswith(
         "pod-group/awaited: waiting for the scheduler to look for the coscheduling PodGroup CRD"
     )
-    # a look since they were made found no CRD: the gang of all its pods
+    # a look in the second after their stamp may have come before them (a stamp is a whole
+    # second, the epoch need not be): they still wait
     view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {}, unread={kind: created + 1})
+    assert view.snapshot.pending == () and view.awaiting == {kind}
+    # a look surely since they were made found no CRD: the gang of all its pods
+    view = build_view(POLICY, inv, pods, "gpucarve", EPOCH, {}, unread={kind: created + 2})
     (w,) = view.snapshot.pending
     assert w.id == "research/g" and w.pods == 2 and view.awaiting == frozenset()
     # a look found it: its PodGroup is read and gives the size

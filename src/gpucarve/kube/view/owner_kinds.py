@@ -177,6 +177,12 @@ def gang_and_kind(
     return None
 
 
+# A creation stamp is a whole second and the scheduler's epoch is not: a pod `created` second
+# n (rounded down from the epoch) was made before a look at second `looked` for certain only
+# from n + 2 on; nearer, it may have come after the look, with the CRD it belongs to.
+STAMP_SLACK_S = 2
+
+
 def awaited_object(
     pod: Meta,
     specs: Mapping[GangKey, GroupSpec],
@@ -196,7 +202,7 @@ def awaited_object(
         return None
     (gang, _), kind = found
     looked = unread.get(kind.name)
-    if looked is None or created < looked or (meta["namespace"], gang) in specs:
+    if looked is None or created + STAMP_SLACK_S <= looked or (meta["namespace"], gang) in specs:
         return None
     return kind.name, (
         f"pod-group/awaited: waiting for the scheduler to look for the {kind.name} CRD "

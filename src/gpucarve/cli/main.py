@@ -1,39 +1,219 @@
-"""The `gpucarve` command."""
+"""The `gpucarve` command. Each command's module is imported only when that command runs (or
+its help is asked): `gpucarve --help`, `--version` and `kubectl gpucarve explain` do not pay
+for the engine, the simulator and the Kubernetes client (about a second of CPU) they do not
+use. The listing's one-line helps are kept here, and a test holds them to the commands' own."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import Abort, TyperException
 
 from gpucarve import __version__
-from gpucarve.cli import (
-    adopt_cmd,
-    agent_cmd,
-    apply_cmd,
-    bench_cmd,
-    devcluster_cmd,
-    explain_cmd,
-    import_cmd,
-    init_cmd,
-    mig_cmd,
-    plan_cmd,
-    policy_cmd,
-    render_cmd,
-    scheduler_cmd,
-    simulate_cmd,
-    usage,
-    webhook_cmd,
+from gpucarve.cli import usage
+from gpucarve.cli.output import Exit
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A command found by name: `attr` of `gpucarve.cli.<module>` is its function or, for a
+    group of commands, its Typer app; `short` is what the listing says of it."""
+
+    name: str
+    module: str
+    attr: str
+    short: str
+
+
+COMMANDS = (
+    Lazy(
+        "init",
+        "init_cmd",
+        "init",
+        (
+            "Write a starter policy (the three-team example, commented) and example workloads for "
+            "`gpucarve plan`, to edit for your own cluster."
+        ),
+    ),
+    Lazy(
+        "validate",
+        "policy_cmd",
+        "validate",
+        "Validate a policy file: print every problem with its path, reason and fix.",
+    ),
+    Lazy(
+        "plan",
+        "plan_cmd",
+        "plan",
+        (
+            "Admit and place WORKLOADS on the empty cluster of POLICY in one cycle; say why each "
+            "workload that stays pending does."
+        ),
+    ),
+    Lazy(
+        "simulate",
+        "simulate_cmd",
+        "simulate",
+        (
+            "Replay a seeded three-team synthetic workload on POLICY under kube-default, static-"
+            "quota and gpucarve, and compare allocation, SM utilisation, waits, dev time to first "
+            "GPU, gang first-try success, GPU-hours held by incomplete gangs, preemptions and cost "
+            "per team."
+        ),
+    ),
+    Lazy(
+        "apply",
+        "apply_cmd",
+        "apply",
+        (
+            "Apply the CRDs, the policy's priority classes and its queues to a cluster (server-side"
+            " apply, field manager `gpucarve`; running it again changes nothing)."
+        ),
+    ),
+    Lazy(
+        "queues",
+        "apply_cmd",
+        "queues",
+        (
+            "List the cluster's gpucarve Queues: quota per flavor and, once the scheduler runs, "
+            "usage and pending work."
+        ),
+    ),
+    Lazy(
+        "scheduler",
+        "scheduler_cmd",
+        "scheduler",
+        (
+            "Run the gpucarve scheduler: bind pending pods by the policy's quotas, gangs and "
+            "placement, say why the others wait, and preempt through the Eviction API."
+        ),
+    ),
+    Lazy(
+        "explain",
+        "explain_cmd",
+        "explain",
+        (
+            "Why POD waits: its queue's quota and usage, its turn by fair share, its gang, the "
+            "decision and which filters refused how many nodes, and what would let it run."
+        ),
+    ),
+    Lazy(
+        "adopt",
+        "adopt_cmd",
+        "adopt",
+        (
+            "Read the cluster as it is into a policy: pools from its GPU nodes (model, GPUs, "
+            "sharing mode, MIG layout), queues from its ResourceQuotas, its priority classes; "
+            "report what runs where."
+        ),
+    ),
+    Lazy(
+        "node-agent",
+        "agent_cmd",
+        "node_agent",
+        (
+            "Read every GPU through NVML each `gpuHealth.checkSeconds` (XIDs as they come), take "
+            "failing GPUs out of service on the Node with hysteresis, and bring them back after "
+            "clean checks; the scheduler places nothing new on a GPU out of service."
+        ),
+    ),
+    Lazy(
+        "policy",
+        "policy_cmd",
+        "policy_app",
+        "The policy file format.",
+    ),
+    Lazy(
+        "cluster",
+        "policy_cmd",
+        "cluster_app",
+        "The cluster a policy describes.",
+    ),
+    Lazy(
+        "mig",
+        "mig_cmd",
+        "app",
+        "MIG geometry: valid layouts of a GPU model, and checks.",
+    ),
+    Lazy(
+        "bench",
+        "bench_cmd",
+        "app",
+        "Benchmarks that reproduce published experiments.",
+    ),
+    Lazy(
+        "import",
+        "import_cmd",
+        "app",
+        "Import other tools' files.",
+    ),
+    Lazy(
+        "dev-cluster",
+        "devcluster_cmd",
+        "app",
+        "A local Kubernetes control plane with fake GPU nodes.",
+    ),
+    Lazy(
+        "render",
+        "render_cmd",
+        "app",
+        "Render the NVIDIA stack's configuration from a policy.",
+    ),
+    Lazy(
+        "webhook",
+        "webhook_cmd",
+        "app",
+        "The admission webhook and its certificate.",
+    ),
+    Lazy(
+        "catalog",
+        "catalog_cmd",
+        "app",
+        "The GPU catalog.",
+    ),
 )
-from gpucarve.cli.common import CatalogOption, catalog_or_exit, model_or_exit
-from gpucarve.cli.output import Exit, console
+BY_NAME = {c.name: c for c in COMMANDS}
+
+
+# The click types typer builds on are its own (vendored) in some versions and click's in
+# others: commands and contexts are passed through untyped.
+def load(entry: Lazy) -> Any:
+    """The click command of `entry`, its module imported now."""
+    found: Any = getattr(importlib.import_module(f"gpucarve.cli.{entry.module}"), entry.attr)
+    if isinstance(found, typer.Typer):
+        group = typer.main.get_group(found)
+        group.name = entry.name
+        return group
+    one = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)
+    one.command(entry.name)(found)
+    return typer.main.get_command(one)
+
+
+class LazyGroup(TyperGroup):
+    """The root group: commands listed from `COMMANDS`, imported when resolved."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [c.name for c in COMMANDS]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in BY_NAME:
+            self.commands[cmd_name] = load(BY_NAME[cmd_name])
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        # the listing of stand-ins that carry only the help: shortened as the commands' own
+        listing = [TyperCommand(name=c.name, help=c.short) for c in COMMANDS]
+        TyperGroup(name=self.name, commands=listing).format_commands(ctx, formatter)
+
 
 app = typer.Typer(
+    cls=LazyGroup,
     rich_markup_mode=None,
     name="gpucarve",
     help="Share a Kubernetes cluster's GPUs fully and fairly.",
@@ -41,119 +221,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.command("init")(init_cmd.init)
-app.command("validate")(policy_cmd.validate)
-app.command("plan")(plan_cmd.plan)
-app.command("simulate")(simulate_cmd.simulate)
-app.command("apply")(apply_cmd.apply)
-app.command("queues")(apply_cmd.queues)
-app.command("scheduler")(scheduler_cmd.scheduler)
-app.command("explain")(explain_cmd.explain)
-app.command("adopt")(adopt_cmd.adopt)
-app.command("node-agent")(agent_cmd.node_agent)
-app.add_typer(policy_cmd.policy_app, name="policy")
-app.add_typer(policy_cmd.cluster_app, name="cluster")
-app.add_typer(mig_cmd.app, name="mig")
-app.add_typer(bench_cmd.app, name="bench")
-app.add_typer(import_cmd.app, name="import")
-app.add_typer(devcluster_cmd.app, name="dev-cluster")
-app.add_typer(render_cmd.app, name="render")
-app.add_typer(webhook_cmd.app, name="webhook")
-
-catalog_app = typer.Typer(rich_markup_mode=None, help="The GPU catalog.", no_args_is_help=True)
-app.add_typer(catalog_app, name="catalog")
-
-
-@catalog_app.command("list")
-def catalog_list(catalog: CatalogOption = None) -> None:
-    """List the GPU models gpucarve knows."""
-    cat = catalog_or_exit(catalog)
-    table = Table(title=f"GPU catalog: {len(cat.models)} models")
-    for col in (
-        "model",
-        "arch",
-        "memory",
-        "SMs",
-        "MIG",
-        "NVLink",
-        "$/GPU-h",
-        "GFD product",
-        "flavor prefix",
-    ):
-        table.add_column(col)
-    for m in cat.models:
-        table.add_row(
-            m.id,
-            m.architecture,
-            f"{m.memory_mib:,} MiB" + ("*" if m.memory_estimated else ""),
-            str(m.sm_count),
-            f"{len(m.mig.profiles)} profiles" if m.mig else "-",
-            "yes" if m.nvlink else "-",
-            "n/a" if m.price_per_gpu_hour is None else f"{m.price_per_gpu_hour:.2f}",
-            ", ".join(m.gfd_products),
-            m.flavor_prefix,
-        )
-    out = console()
-    out.print(table)
-    out.print(Text("* estimated from the nominal size; prices are indicative on-demand USD"))
-
-
-@catalog_app.command("show")
-def catalog_show(
-    model: Annotated[str, typer.Argument(help="GPU model: id, alias or GFD product label.")],
-    catalog: CatalogOption = None,
-) -> None:
-    """Show one model with its MIG profiles."""
-    m = model_or_exit(catalog_or_exit(catalog), model)
-    out = console()
-    out.print(
-        Text(f"{m.id} ({m.architecture}, compute capability {m.compute_capability})", style="bold")
-    )
-    out.print(
-        Text(f"memory {m.memory_mib:,} MiB, {m.sm_count} SMs, NVLink {'yes' if m.nvlink else 'no'}")
-    )
-    out.print(
-        Text(
-            f"aliases: {', '.join(m.aliases) or '-'}; "
-            f"GFD products: {', '.join(m.gfd_products) or '-'}"
-        )
-    )
-    price = "n/a" if m.price_per_gpu_hour is None else f"${m.price_per_gpu_hour:.2f}/GPU-hour"
-    out.print(Text(f"price: {price} {m.price_note}".rstrip()))
-    if m.source:
-        out.print(Text(f"sources: {m.source}"))
-    if m.mig is None:
-        out.print(Text("MIG: not supported"))
-        return
-    g = m.mig
-    table = Table(
-        title=f"MIG profiles ({g.compute_slices} compute slices, {g.memory_slices} memory slices)"
-    )
-    for col in (
-        "profile",
-        "id",
-        "compute",
-        "memory slices",
-        "memory",
-        "SMs",
-        "max",
-        "starts",
-        "verified",
-    ):
-        table.add_column(col)
-    for p in g.profiles:
-        table.add_row(
-            p.name,
-            "-" if p.profile_id is None else str(p.profile_id),
-            str(p.compute_slices),
-            str(p.memory_slices),
-            f"{p.memory_mib:,} MiB" + ("*" if p.memory_estimated else ""),
-            "-" if p.sm_count is None else str(p.sm_count),
-            str(p.max_instances),
-            ",".join(map(str, p.starts)),
-            "yes" if p.placements_verified else "inferred",
-        )
-    out.print(table)
 
 
 @app.callback(invoke_without_command=True)

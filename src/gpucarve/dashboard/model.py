@@ -18,10 +18,9 @@ from typing import Any
 from gpucarve.core.cluster import RECONFIGURING, Gpu, Node, Slice
 from gpucarve.core.policy import Policy, flavor_pools, gpu_shares
 from gpucarve.core.snapshot import Snapshot
+from gpucarve.engine import SCALE, Quotas, evicted_pods, usage_after
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.explain import explain, render
-from gpucarve.engine.quota import SCALE, Quotas
-from gpucarve.engine.usage import evicted_pods, usage_after
 from gpucarve.kube.view.held_slices import UNHEALTHY
 
 FREE, USED, OUT, CHANGING, RESERVED, OTHER = (

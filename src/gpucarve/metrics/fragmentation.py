@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from gpucarve.core.policy import SliceKind
 from gpucarve.core.requests import candidate_flavors, gpu_memory_of, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
+from gpucarve.engine import allocated_after
 from gpucarve.engine.decisions import CycleResult
-from gpucarve.engine.usage import allocated_after
 
 SHARED = (SliceKind.TIME_SLICE, SliceKind.MPS)
 

@@ -22,9 +22,8 @@ from prometheus_client.registry import Collector
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
+from gpucarve.engine import Quotas, usage_after
 from gpucarve.engine.decisions import CycleResult, Idle, PendingReason, Plugin, Stage
-from gpucarve.engine.quota import Quotas
-from gpucarve.engine.usage import usage_after
 from gpucarve.metrics.fragmentation import pool_slices
 
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)

@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpucarve.engine.placement import fragment
-from gpucarve.engine.placement.frag_place import near_best
+from gpucarve.engine import FragmentModel, Reach, RequestType, fragment_model_of, near_best
 from gpucarve.sim.fill_marks import FillRun, Marks
 from gpucarve.sim.fill_trace import (
     MAX_GPUS,
@@ -130,7 +129,7 @@ class Fragmentation:
         self.gpu_choice: npt.NDArray[np.intp] | None = None  # per candidate, for share pods
         ids = cluster.model_ids
         self.types = [
-            fragment.RequestType(
+            RequestType(
                 int(pods.cpu[i]),
                 int(pods.num_gpu[i]),
                 int(pods.gpu_milli[i]),
@@ -140,11 +139,9 @@ class Fragmentation:
         ]
         self.classes = len(ids)
         gpus = cluster.nodes.gpus
-        self.capacity = fragment.Reach.of(
-            cluster.model, cluster.nodes.cpu, gpus, gpus.astype(np.float64)
-        )
-        self.demand: Counter[fragment.RequestType] = Counter()
-        self.model: tuple[Any, fragment.FragmentModel] | None = None
+        self.capacity = Reach.of(cluster.model, cluster.nodes.cpu, gpus, gpus.astype(np.float64))
+        self.demand: Counter[RequestType] = Counter()
+        self.model: tuple[Any, FragmentModel] | None = None
 
     def observe(self, i: int) -> None:
         self.demand[self.types[i]] += 1
@@ -156,7 +153,7 @@ class Fragmentation:
     def __call__(
         self, c: FillCluster, pods: Pods, i: int, cand: npt.NDArray[np.intp]
     ) -> npt.NDArray[np.float64]:
-        self.model = fragment.model_of(self.demand, self.classes, self.model, self.capacity)
+        self.model = fragment_model_of(self.demand, self.classes, self.model, self.capacity)
         t = self.types[i]
         score, self.gpu_choice = self.model[1].score(
             c.left[cand], c.cpu[cand], c.model[cand], t.cpu, t.num_gpu, t.milli

@@ -12,14 +12,13 @@ label. The scoring profile is the fragmentation model alone.
 Each pod is then placed as the engine's cycle would place it, without queues or quota (the
 experiment has none): the demand is the running pods and this one, as a cycle's would be (the
 experiment's pods never end), its candidate flavors ranked
-by the model (`flavor_rank.rank_combos`), and the gang placed by `Placer.place_gang`. Pods that
+by the model, and the gang placed by the engine's placer (`engine.OneByOne`). Pods that
 do not fit are dropped, as the experiment says.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -27,9 +26,8 @@ from typing import Any
 from gpucarve.config.catalog_file import catalog_with, packaged_catalog
 from gpucarve.config.policy_build import build_policy
 from gpucarve.core.cluster import ClusterState, Node, Slice, pool_node
-from gpucarve.core.policy import Flavor, Policy, ScoringWeights
+from gpucarve.core.policy import Policy, ScoringWeights
 from gpucarve.core.problems import InvalidInput, Problem
-from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.vocabulary import API_VERSION
 from gpucarve.core.workload import (
@@ -41,10 +39,7 @@ from gpucarve.core.workload import (
     TopologyMode,
     Workload,
 )
-from gpucarve.engine.placement import flavor_rank
-from gpucarve.engine.placement.placer import Placer
-from gpucarve.engine.placement.plugins import PodNeeds
-from gpucarve.engine.working import Working
+from gpucarve.engine import OneByOne
 from gpucarve.sim.alibaba import MODEL_LABEL, model_ids, shape_pool
 from gpucarve.sim.fill_marks import FillRun, Marks
 from gpucarve.sim.fill_trace import Nodes, Pods, arrival_order
@@ -58,6 +53,10 @@ WEIGHTS = ScoringWeights(binpack=0, spread=0, fragmentation=1)
 class FillEngine:
     policy: Policy
     cluster: ClusterState
+
+    def placer(self) -> OneByOne:
+        """The engine's placer on this cluster, empty, scored by fragmentation alone."""
+        return OneByOne(Snapshot(self.policy, self.cluster), WEIGHTS)
 
 
 def build(nodes: Nodes) -> FillEngine:
@@ -155,65 +154,12 @@ def workload(pods: Pods, i: int, serial: int) -> Workload:
     )
 
 
-class EnginePlacer:
-    """Places the experiment's pods one at a time through the engine's Placer."""
-
-    def __init__(self, engine: FillEngine) -> None:
-        self.policy = engine.policy
-        self.ws = Working(Snapshot(engine.policy, engine.cluster))
-        self.placer = Placer(self.ws, WEIGHTS, candidates=16)
-        self._flavors: dict[GpuRequest, list[Flavor]] = {}
-
-    def needs_of(self, ps: PodSet, f: Flavor | None) -> PodNeeds:
-        if f is None:
-            return PodNeeds(ps, None, 0, False, 0, ps.cpu_milli, ps.memory_mib)
-        info = self.ws.flavors[f.name]
-        slices = slices_per_pod(ps.gpu, f, info.gpu_memory)
-        shared_mem = info.gpu_memory * slices // f.replicas
-        return PodNeeds(ps, f.name, slices, True, shared_mem, ps.cpu_milli, ps.memory_mib)
-
-    def flavors(self, gpu: GpuRequest) -> list[Flavor]:
-        hit = self._flavors.get(gpu)
-        if hit is None:
-            hit = self._flavors[gpu] = candidate_flavors(self.policy, gpu)
-        return hit
-
-    def place(self, w: Workload) -> list[str] | None:
-        """The nodes of the pods placed, or None when the workload fits nowhere."""
-        ps = w.pod_sets[0]
-        flavors = self.flavors(ps.gpu)
-        combos: list[tuple[Flavor | None, ...]] = [(f,) for f in flavors] or [(None,)]
-        model = self.placer.model
-        # the engine's demand: the pods placed so far (all still running) and this one
-        needs = flavor_rank.first_flavor_needs(w, [flavors], self.needs_of)
-        types = model.workload_types(w, needs)
-        # a new demand, never the old one changed in place: the model is looked up by it
-        demand = Counter(model.demand)
-        demand.update(dict(types))
-        model.demand = demand
-
-        def plan(combo: Sequence[Flavor | None]) -> list[tuple[PodNeeds, int, int]]:
-            return [(self.needs_of(ps, combo[0]), ps.count, ps.count)]
-
-        if len(combos) > 1:
-            choices = self.placer.preview(w, [plan(c) for c in combos])
-            combos = flavor_rank.rank_combos(combos, choices)
-        for combo in combos:
-            placed, _ = self.placer.place_gang(w, plan(combo))
-            if placed is not None:
-                return [p.node for p in placed]
-        left = Counter(model.demand)
-        left.subtract(dict(types))  # dropped: it never runs
-        model.demand = left
-        return None
-
-
 def run_fill_engine(
     nodes: Nodes, pods: Pods, seed: int, engine: FillEngine | None = None
 ) -> FillRun:
     """`run_fill`'s figures for gpucarve, through the engine."""
     engine = engine or build(nodes)
-    placer = EnginePlacer(engine)
+    placer = engine.placer()
     marks = Marks(pods, nodes.gpu_capacity)
     for serial, i in enumerate(arrival_order(pods, nodes.gpu_capacity, seed)):
         marks.arrive(i)
@@ -227,7 +173,7 @@ def run_fill_engine(
 def placements(nodes: Nodes, pods: Pods, seed: int, limit: int) -> list[tuple[int, str | None]]:
     """(pod, node name or None) for the first `limit` arrivals: what the equivalence test
     compares with the array model."""
-    placer = EnginePlacer(build(nodes))
+    placer = build(nodes).placer()
     out: list[tuple[int, str | None]] = []
     for serial, i in enumerate(arrival_order(pods, nodes.gpu_capacity, seed)[:limit]):
         got = placer.place(workload(pods, i, serial))

@@ -24,8 +24,7 @@ from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.mig import Instance, place, profiles_by_size
 from gpucarve.core.policy import GpuUnit, Policy, Pool, SliceKind
 from gpucarve.core.workload import GpuKind, Workload
-from gpucarve.engine.mig.gpu_plan import PoolGpu
-from gpucarve.engine.mig.pool_plan import plan_pool
+from gpucarve.engine import PoolGpu, plan_pool
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,7 @@ from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.runtime import RuntimeBook
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
-from gpucarve.engine import CycleResult, Engine
-from gpucarve.engine.apply import apply_in, derive, finish_in
+from gpucarve.engine import CycleResult, Engine, apply_in, derive, finish_in
 from gpucarve.engine.decisions import Cause, Eviction
 from gpucarve.engine.invariants import check_step
 from gpucarve.sim import failures, mig_replay, slowdown

@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucarve.core.cluster import build_cluster, decided_labels
+from gpucarve.core.cluster import decided_labels
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.problems import Problem, Severity
-from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
 from gpucarve.core.vocabulary import (
     DRA_GPU_CLASS,
@@ -34,9 +33,7 @@ from gpucarve.core.vocabulary import (
     QUEUE_LABELS,
 )
 from gpucarve.core.workload import LabelRequirement, Operator, PodSet, Workload
-from gpucarve.engine.admit import never_fits
-from gpucarve.engine.state import CycleState
-from gpucarve.engine.working import Working
+from gpucarve.engine import Oracle
 from gpucarve.kube.view.dra import CLAIMS_KEY, claim_requests
 from gpucarve.kube.view.gpu_mode import implied_mode
 from gpucarve.kube.view.owners import JOB_NAME_LABELS, gang_size
@@ -249,30 +246,24 @@ def pod_review(
 
 
 _FITS_LOCK = threading.Lock()
-_FITS: dict[int, tuple[Policy, CycleState]] = {}
-MEMO_LIMIT = 10_000
+_FITS: dict[int, Oracle] = {}
 
 
-def _empty_cycle(policy: Policy) -> CycleState:
-    """The engine's cycle state on the policy's cluster with nothing running, built once per
-    policy (the webhook follows the policy file)."""
+def _oracle(policy: Policy) -> Oracle:
+    """The engine on the policy's cluster with nothing running, built once per policy (the
+    webhook follows the policy file)."""
     hit = _FITS.get(id(policy))
-    if hit is None or hit[0] is not policy:
+    if hit is None or hit.policy is not policy:
         _FITS.clear()
-        snapshot = Snapshot(policy, build_cluster(policy), (), ())
-        hit = _FITS[id(policy)] = (policy, CycleState(snapshot, 0, Working(snapshot)))
-    state = hit[1]
-    for memo in (state.ws.flavor_memo, state.ws.shape_memo):
-        if len(memo) > MEMO_LIMIT:
-            memo.clear()  # one entry per workload admitted: bounded
-    return state
+        hit = _FITS[id(policy)] = Oracle(policy)
+    return hit
 
 
 def warm(policy: Policy) -> None:
     """Build the engine's state on the policy's cluster now (the server does it at start and on
     each policy reload), so that no review waits for it: on a large cluster it takes seconds."""
     with _FITS_LOCK:
-        _empty_cycle(policy)
+        _oracle(policy)
 
 
 def never_fit_problems(policy: Policy, pod: Mapping[str, Any], w: Workload) -> list[Problem]:
@@ -281,10 +272,10 @@ def never_fit_problems(policy: Policy, pod: Mapping[str, Any], w: Workload) -> l
     from the engine's own checks on the policy's cluster: refused at `kubectl apply` where
     certain (`certain_part`); a selector only the policy's nodes fail is a warning."""
     with _FITS_LOCK:  # the decisions run in worker threads; the engine's memos are shared
-        state = _empty_cycle(policy)
-        reasons, severity = never_fits(state, certain_part(policy, w)), Severity.ERROR
+        oracle = _oracle(policy)
+        reasons, severity = oracle.never_fits(certain_part(policy, w)), Severity.ERROR
         if not reasons and any(ps.node_selector or ps.affinity for ps in w.pod_sets):
-            reasons, severity = never_fits(state, _suspect_part(policy, w)), Severity.WARNING
+            reasons, severity = oracle.never_fits(_suspect_part(policy, w)), Severity.WARNING
     meta = pod.get("metadata") or {}
     name = str(meta.get("name") or meta.get("generateName") or "pod")
     if severity is Severity.WARNING:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from gpucarve.core.policy import DeviceApi, Policy
-from gpucarve.engine.engine import run_whole_cycle
+from gpucarve.engine import run_whole_cycle
 from gpucarve.engine.explain import Explanation, explain, render
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.scheduler.claim_writer import RESOURCE

@@ -33,9 +33,8 @@ from typing import Any
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import GpuKind, PodAssignment, Workload
-from gpucarve.engine.apply import apply
+from gpucarve.engine import Engine, apply_cycle
 from gpucarve.engine.decisions import Admission, CycleResult
-from gpucarve.engine.engine import Engine
 from gpucarve.engine.invariants import InvariantViolation, check_step
 from gpucarve.kube.api.client import ApiError, Client, rfc3339
 from gpucarve.kube.api.informer import Informer
@@ -571,7 +570,7 @@ class Scheduler:
         took = time.perf_counter() - started
         self.cycles += 1
         if self.cfg.check_invariants:
-            check_step(snapshot, result, apply(snapshot, result))
+            check_step(snapshot, result, apply_cycle(snapshot, result))
         report = CycleReport(now)
         if result.stats.deferred:
             # it placed its budget of pods and left the rest untried: the next cycle at once

@@ -20,8 +20,8 @@ from gpucarve.core.vocabulary import (
     WORKLOAD_API_GROUP,
     WORKLOAD_API_VERSION,
 )
+from gpucarve.engine import Held
 from gpucarve.engine.decisions import Cause, CycleResult, Plugin
-from gpucarve.engine.engine import Held
 from gpucarve.kube.api.client import ApiError, Client, rfc3339
 from gpucarve.kube.api.events import post_event
 from gpucarve.kube.scheduler.status_writer import LatestWrites

@@ -30,7 +30,7 @@ from gpucarve.core.workload import (
     RunningWorkload,
     Workload,
 )
-from gpucarve.engine.gang_timeout import gang_gpus
+from gpucarve.engine import gang_gpus
 from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.bound_view import BoundGroups, BoundInputs, claim_bound
 from gpucarve.kube.view.dra import (

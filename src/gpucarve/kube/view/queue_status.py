@@ -9,10 +9,8 @@ from typing import Any
 
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import RunningWorkload, Workload
+from gpucarve.engine import Held, Quotas, evicted_pods, usage_after
 from gpucarve.engine.decisions import CycleResult
-from gpucarve.engine.engine import Held
-from gpucarve.engine.quota import Quotas
-from gpucarve.engine.usage import evicted_pods, usage_after
 
 
 def queue_statuses(

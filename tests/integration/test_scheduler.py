@@ -22,7 +22,8 @@ from gpucarve.devcluster.procs import free_port
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.api.client import Client
 from gpucarve.kube.scheduler.health import Health, ProbeServer
-from gpucarve.kube.scheduler.loop import CycleReport, Scheduler, SchedulerConfig
+from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
+from gpucarve.kube.scheduler.reactions import REACTIONS, Bind, CycleReport, Decided, Parts
 from tests.integration.api import Api, wait_for
 from tests.integration.invariants import bound_at_once
 from tests.integration.kube_pods import (
@@ -234,7 +235,7 @@ def test_a_pod_deleted_while_being_scheduled_is_let_go(
         assert [a.workload for a in result.admissions] == ["notebooks/gone"]
         # deleted between the decision and the binding
         api.call("DELETE", "/api/v1/namespaces/notebooks/pods/gone?gracePeriodSeconds=0")
-        sched._bind(view, result, CycleReport(0))
+        Bind().react(sched, Decided(view, view.snapshot, result, {}, 0.0, CycleReport(0)))
         wait_for(lambda: sched.failed_binds, what="the failed binding")
         assert "notebooks/gone" in sched.failed_binds[0] and "404" in sched.failed_binds[0]
         wait_for(lambda: sched.pods.get("notebooks/gone") is None, what="the deletion seen")
@@ -242,6 +243,38 @@ def test_a_pod_deleted_while_being_scheduled_is_let_go(
         assert sched.cycle().bound == 0  # the next cycle goes on without it
     finally:
         sched.stop()
+
+
+class Recorded:
+    """A reaction added by a test: one class and a list entry, nothing else touched."""
+
+    def __init__(self) -> None:
+        self.bound: list[tuple[int, list[str]]] = []
+
+    def react(self, s: Parts, d: Decided) -> None:
+        admitted = [a.workload for a in d.result.admissions]
+        if admitted:
+            self.bound.append((d.report.bound, admitted))
+
+
+def test_a_reaction_added_to_the_list_sees_each_cycle_after_the_bindings(
+    cluster: tuple[LocalStack, Api], policy_file: Path
+) -> None:
+    stack, api = cluster
+    recorded = Recorded()
+    sched = Scheduler(
+        Client.from_kubeconfig(stack.kubeconfig()),
+        load_policy(policy_file, []).policy,
+        reactions=(*REACTIONS, recorded),
+    )
+    with running(sched):
+        create_pod(api, pod("notebooks", "seen", "nvidia.com/gpu.shared"))
+        wait_for(lambda: recorded.bound, what="the reaction told of the admission")
+        # after the bindings: the report it reads says the pod was bound
+        assert recorded.bound[0] == (1, ["notebooks/seen"])
+        wait_for(lambda: node_of(pods_in(api, "notebooks").get("seen") or {}), what="bound")
+    delete_all(api, NAMESPACES)
+    wait_for(lambda: not any(pods_in(api, ns) for ns in NAMESPACES), what="pods deleted")
 
 
 def test_a_queue_label_of_another_team_is_refused_with_the_reason(

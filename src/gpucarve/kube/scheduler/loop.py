@@ -2,8 +2,10 @@
 
 Each cycle rebuilds the snapshot from the informers' caches (`view.build_view`), runs the same
 `Engine.run_cycle` as the simulator (handing it the step from the last snapshot where the view
-tells it: `view_step`), and acts on the result. A change wakes a cycle at once, except one that
-only shows this scheduler's own bindings as it made them (`confirms`). The cycle acts:
+tells it: `view_step`), and acts on the result: observe, decide, then the reactions the
+scheduler is configured with (`reactions.REACTIONS`), each one duty. A change wakes a cycle at
+once, except one that only shows this scheduler's own bindings as it made them (`confirms`).
+The reactions, in order:
 
 1. evictions first, through the Eviction API (PodDisruptionBudgets are honoured: a refused
    eviction is reported and asked again after the server's back-off; reclaim deletes a
@@ -25,18 +27,16 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.core.workload import GpuKind, PodAssignment, Workload
 from gpucarve.engine import Engine, apply_cycle
-from gpucarve.engine.decisions import Admission, CycleResult
 from gpucarve.engine.invariants import InvariantViolation, check_step
-from gpucarve.kube.api.client import ApiError, Client, rfc3339
+from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.api.informer import Informer
 from gpucarve.kube.api.leader import LeaderElector
 from gpucarve.kube.scheduler.binder import Binder
@@ -46,37 +46,28 @@ from gpucarve.kube.scheduler.collector import Collector
 from gpucarve.kube.scheduler.cycle_log import CycleLog
 from gpucarve.kube.scheduler.device_config import DeviceConfigs
 from gpucarve.kube.scheduler.evictions import (
-    REFUSED_RETRY_S,
-    Acting,
     PastBudget,
     Refused,
     awaited_holds,
-    awaited_pods,
-    awaited_slices,
-    evict_pods,
-    refusal,
     with_held,
 )
 from gpucarve.kube.scheduler.failed_gpus import FailedGpuPods
 from gpucarve.kube.scheduler.health import Health
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig, MigHandoff
 from gpucarve.kube.scheduler.node_labels import label_nodes
-from gpucarve.kube.scheduler.observed import CycleSeen, Observer, tell
+from gpucarve.kube.scheduler.observed import Observer
 from gpucarve.kube.scheduler.policy_reload import PolicyReloader
+from gpucarve.kube.scheduler.reactions import REACTIONS, CycleReport, Decided, Reaction
 from gpucarve.kube.scheduler.reporter import Reporter
 from gpucarve.kube.scheduler.runtimes import RuntimeLearner
 from gpucarve.kube.view.assigned import Assigned, assigned_of
 from gpucarve.kube.view.bound_view import BoundGroups
 from gpucarve.kube.view.cluster_view import View, build_view
 from gpucarve.kube.view.cluster_view import key as pod_id
-from gpucarve.kube.view.device_truth import busy_gpus
 from gpucarve.kube.view.dra import DraDevices, read_slices
 from gpucarve.kube.view.inventory import Inventory, build_inventory, node_key
-from gpucarve.kube.view.observe import outside_the_cycle
 from gpucarve.kube.view.owner_kinds import (
     OWNER_KINDS,
-    POD_GROUPS,
-    WORKLOAD_API,
     Watched,
     all_specs,
     watched,
@@ -122,12 +113,15 @@ class SchedulerConfig:
     check_invariants: bool = False
 
 
-@dataclass
-class CycleReport:
+@dataclass(frozen=True)
+class Observed:
+    """What a cycle decides on: the view, the snapshot the engine is given, the cycle's time
+    (seconds from the epoch), and the pending workloads in a binding's back-off, with why."""
+
+    view: View
+    snapshot: Snapshot
     now: int
-    bound: int = 0  # bindings started (they finish in the background)
-    evicted: int = 0
-    pending: int = 0
+    backing: Mapping[str, str]
 
 
 class Scheduler:
@@ -140,8 +134,10 @@ class Scheduler:
         health: Health | None = None,
         reloader: PolicyReloader | None = None,
         metrics: SchedulerMetrics | None = None,
+        reactions: Sequence[Reaction] = REACTIONS,
     ) -> None:
         self.client = client
+        self.reactions = tuple(reactions)  # what each cycle's decisions are acted on by
         self.metrics = metrics or SchedulerMetrics()
         self.health = health
         self.reloader = reloader
@@ -210,7 +206,7 @@ class Scheduler:
         self._others_seen: tuple[tuple[int, int], ...] = ()
         self.skipped = 0  # wakes that only confirmed bindings: no cycle (for tests and profiles)
         self.binder = Binder(
-            client, self.pods, self.device_configs, self.metrics, self._ask,
+            client, self.pods, self.device_configs, self.metrics, self.ask,
             config.bind_workers, writer,
         )  # fmt: skip
         self.cycles = 0
@@ -221,7 +217,7 @@ class Scheduler:
         """An informer saw a change: a cycle soon."""
         self._wake.set()
 
-    def _ask(self) -> None:
+    def ask(self) -> None:
         """A cycle soon, whatever the informers saw."""
         with self._asking:
             self._asked = True
@@ -523,6 +519,19 @@ class Scheduler:
         )
 
     def cycle(self) -> CycleReport:
+        """Observe, decide, then each reaction in turn (`reactions.REACTIONS`)."""
+        seen = self.observe()
+        decided = self.decide(seen)
+        for reaction in self.reactions:
+            reaction.react(self, decided)
+        return decided.report
+
+    def observe(self) -> Observed:
+        """The view of the cluster and the snapshot the engine is given: pending workloads
+        that wait outside the cycle (for victims, in a binding's back-off) taken out, the
+        slices held for them in, learned runtimes and the step from the last snapshot added.
+        What the view shows that needs an answer before any decision (failed GPUs, pods bound
+        elsewhere, orphans, warnings) is answered here."""
         self._others_seen = self._others()
         if self.dynamic_mig:
             inv = self.inventory()
@@ -534,10 +543,7 @@ class Scheduler:
         self.kinds_awaited = view.awaiting
         if self.device_configs.written:
             self.device_configs.forget_gone({pod_id(p) for p in self.pods.items()})
-        for w in view.warnings:
-            if w not in self._warned:  # once while it lasts, not every cycle
-                log.warning("%s", w)
-        self._warned = set(view.warnings)
+        self._warn(view)
         self.reporter.orphans(view)
         self.elsewhere.handle(view, self.policy.scheduling.bound_elsewhere)
         self.reporter.device_moves(view)
@@ -545,11 +551,41 @@ class Scheduler:
         evict = self.policy.gpu_health.evict_pods
         evicted = self.failed_gpus.handle(view.snapshot, unhealthy, evict)
         self.metrics.observe_health(view.snapshot, unhealthy, evicted)
-        snapshot = view.snapshot
         now = int((self.clock() - self.epoch).total_seconds())
         waiting = self._still_awaiting(view, now)
-        layers = view.layers
         backing = self._backing_off(view)
+        snapshot, layers = self._outside_the_cycle(view, waiting, backing)
+        observed, self._observed = self._observed, view.layers
+        hint = None if view.layers is None else maybe_gone(observed, view.layers)
+        self.runtimes.observe(view.snapshot, view.running_pods, self._phase_of, now, hint)
+        snapshot = dataclasses.replace(snapshot, runtimes=self.runtimes.book)
+        snapshot = self.short_gangs.dated(view, snapshot, now)
+        snapshot = self._stepped(snapshot, layers)
+        return Observed(view, snapshot, now, backing)
+
+    def decide(self, seen: Observed) -> Decided:
+        """The engine's cycle on the observed snapshot (its rules checked in debug mode)."""
+        snapshot = seen.snapshot
+        started = time.perf_counter()  # a duration for the metrics, never read by a decision
+        result = self.engine.run_cycle(snapshot, seen.now)
+        took = time.perf_counter() - started
+        self.cycles += 1
+        if self.cfg.check_invariants:
+            check_step(snapshot, result, apply_cycle(snapshot, result))
+        return Decided(seen.view, snapshot, result, seen.backing, took, CycleReport(seen.now))
+
+    def _warn(self, view: View) -> None:
+        for w in view.warnings:
+            if w not in self._warned:  # once while it lasts, not every cycle
+                log.warning("%s", w)
+        self._warned = set(view.warnings)
+
+    def _outside_the_cycle(
+        self, view: View, waiting: Mapping[str, frozenset[str]], backing: Mapping[str, str]
+    ) -> tuple[Snapshot, Layers | None]:
+        """The view's snapshot without the workloads in a binding's back-off or waiting for
+        their victims, and with the slices held for the latter."""
+        snapshot, layers = view.snapshot, view.layers
         if backing:
             kept = tuple(w for w in snapshot.pending if w.id not in backing)
             snapshot = dataclasses.replace(snapshot, pending=kept)
@@ -559,47 +595,12 @@ class Scheduler:
             held = awaited_holds(snapshot, self.holding)
             snapshot = with_held(snapshot, held)
             layers = None if layers is None else layers.with_held(held)
-        observed, self._observed = self._observed, view.layers
-        hint = None if view.layers is None else maybe_gone(observed, view.layers)
-        self.runtimes.observe(view.snapshot, view.running_pods, self._phase_of, now, hint)
-        snapshot = dataclasses.replace(snapshot, runtimes=self.runtimes.book)
-        snapshot = self.short_gangs.dated(view, snapshot, now)
-        snapshot = self._stepped(snapshot, layers)
-        started = time.perf_counter()  # a duration for the metrics, never read by a decision
-        result = self.engine.run_cycle(snapshot, now)
-        took = time.perf_counter() - started
-        self.cycles += 1
-        if self.cfg.check_invariants:
-            check_step(snapshot, result, apply_cycle(snapshot, result))
-        report = CycleReport(now)
-        if result.stats.deferred:
-            # it placed its budget of pods and left the rest untried: the next cycle at once
-            self._ask()
-        self._evict(view, result, report)
-        self._bind(view, result, report)
-        waiting = {**self._waiting(), **{w: frozenset() for w in backing}}
-        why = {w: r.reason for w, r in self.refused.items()} | backing
-        report.pending = self.reporter.pending(view, result, waiting, why)
-        self.reporter.queues(self.policy, view, result, waiting, self.engine.held)
-        outside = outside_the_cycle(self.policy, view, waiting)
-        self.metrics.observe_cycle(snapshot, result, took, outside)
-        if POD_GROUPS in self.served or WORKLOAD_API in self.served:
-            with self.binder.lock:
-                assumed = frozenset(self.assumed)
-            ours = self.owners[POD_GROUPS].items() if POD_GROUPS in self.served else []
-            theirs = self.owners[WORKLOAD_API].items() if WORKLOAD_API in self.served else []
-            # no group objects, no copy of every pod (the reporter reads none then)
-            pods = self.pods.items() if ours or theirs else []
-            if POD_GROUPS in self.served:
-                self.reporter.groups(ours, pods, assumed, result, self.epoch)
-            if WORKLOAD_API in self.served:
-                self.reporter.upstream_groups(theirs, pods, assumed)
-        if self.dynamic_mig:
-            self._repartition(view, result)
-        if self.observers:
-            self._tell(view, snapshot, result)
-        self.cycle_log.cycle(self.cycles, report.bound, report.evicted, report.pending)
-        return report
+        return snapshot, layers
+
+    def waiting(self, backing: Mapping[str, str]) -> dict[str, frozenset[str]]:
+        """Workloads that wait outside the cycle (for victims, after a refused eviction, or
+        in a binding's back-off), by the pods they wait for."""
+        return {**self._waiting(), **{w: frozenset() for w in backing}}
 
     def _stepped(self, snapshot: Snapshot, layers: Layers | None) -> Snapshot:
         """The snapshot with the step from the one the engine was given last, when the views'
@@ -619,44 +620,12 @@ class Scheduler:
             self.fed = (snapshot, layers)
         return snapshot
 
-    def _tell(self, view: View, snapshot: Snapshot, result: CycleResult) -> None:
-        inv = self.inventory()
-        changing = frozenset(
-            f"{node}/gpu{g}" for node, change in inv.changes.items() for g in change.gpus
-        )
-        seen = CycleSeen(
-            self.policy, snapshot, result, self.clock(), inv.unhealthy, changing,
-            view.pending_sets, view.running_pods,
-        )  # fmt: skip
-        tell(self.observers, seen)
-
     def _repartitioned(self, node: str, result: str) -> None:
         pool = next((n.pool for n in self.inventory().cluster.nodes if n.name == node), "none")
         self.metrics.repartitions.labels(pool, result).inc()
 
     def _nodes_by_name(self) -> dict[str, dict[str, Any]]:
         return {n["metadata"]["name"]: n for n in self.nodes.items()}
-
-    def _repartition(self, view: View, result: CycleResult) -> None:
-        """Hand the cycle's repartitions to the MIG manager (`mig_handoff`). GPUs with a
-        slice held (by a pod, bound or assumed) are never changed, and a node that gets
-        bindings this cycle waits for the next one: its device plugin must be up when the
-        kubelet admits them. A DRA pool's node is carved at once (`MigHandoff._carve`): its
-        partitions in use stay, and no device plugin restarts."""
-        if not result.repartitions:
-            return  # the common case: nothing to hand over, nothing to look up
-        cluster = view.snapshot.cluster
-        pools = {n.name: n.pool for n in cluster.nodes}
-        dra = {p.name for p in self.policy.pools if p.devices is DeviceApi.DRA}
-        binding = {p.node for a in result.admissions for p in a.pods}
-        reps = [r for r in result.repartitions if r.node not in binding or pools.get(r.node) in dra]
-        if not reps:
-            return
-        with self.binder.lock:
-            assumed = [s for a in self.assumed.values() for s in a.slices]
-        inv = self.inventory()
-        busy = busy_gpus(cluster, assumed, inv.reported)
-        self.mig.begin(self._nodes_by_name(), pools, inv.layouts, inv.changes, busy, reps)
 
     def _backing_off(self, view: View) -> dict[str, str]:
         """Pending workloads a pod of which is in its binding's back-off, with why: they are
@@ -698,44 +667,6 @@ class Scheduler:
         }
         return self._waiting()
 
-    def _evict(self, view: View, result: CycleResult, report: CycleReport) -> None:
-        past = self.past_budget
-        past.forget(report.now)
-        if not result.evictions:
-            return  # the common case: nothing to evict, nothing awaited
-        past.after_s = self.policy.scheduling.reclaim_past_budget_s  # a reload may change it
-        act = Acting(self.client, self.reporter, report.now, rfc3339(self.clock()), past)
-        refused = evict_pods(act, view, result)
-        report.evicted += len(result.evictions)
-        slices = awaited_slices(result)
-        for w, victims in awaited_pods(view, result).items():
-            stays = {pod: refused[pod] for pod in sorted(victims) if pod in refused}
-            if stays:
-                # a victim stays (its eviction refused: a PodDisruptionBudget's 429, or RBAC's
-                # 403): nothing is held for it, and the engine asks again once the server's
-                # back-off has passed
-                why = refusal(stays, past.reclaimed(stays))
-                self.refused[w] = Refused(stays, report.now + REFUSED_RETRY_S, why)
-            else:
-                self.awaiting[w] = victims
-                self.holding[w] = slices[w]
-
-    def _bind(self, view: View, result: CycleResult, report: CycleReport) -> None:
-        workloads = _admitted(view, result)
-        jobs = [
-            (
-                view.pod_of(a.workload, p.pod),
-                Assigned.placed(p, _fraction(workloads, a, p), a.queue),
-            )
-            for a in result.admissions
-            if not a.after_evictions  # bound once the victims are gone
-            for p in a.pods
-        ]
-        self.binder.bind(jobs)
-        report.bound = len(jobs)
-        for pod, _ in jobs:
-            self.reporter.bound(pod)
-
 
 def confirms(
     changes: Mapping[str, Mapping[str, Any] | None] | None, assumed: Mapping[str, Assigned]
@@ -755,22 +686,3 @@ def confirms(
         ):  # fmt: skip
             return False
     return True
-
-
-def _admitted(view: View, result: CycleResult) -> dict[str, Workload]:
-    """The workloads admitted this cycle (pending ones, or running ones that grew)."""
-    ids = {a.workload for a in result.admissions}
-    if not ids:
-        return {}
-    snap = view.snapshot
-    out = {w.id: w for w in snap.pending if w.id in ids}
-    if len(out) < len(ids):  # a running one grew: only then a pass over every running one
-        out.update((r.workload.id, r.workload) for r in snap.running if r.workload.id in ids)
-    return out
-
-
-def _fraction(workloads: Mapping[str, Workload], a: Admission, pod: PodAssignment) -> int:
-    """The milli-GPU a fractional pod asked for, from the workload the engine admitted."""
-    w = workloads.get(a.workload)
-    ps = None if w is None else next((s for s in w.pod_sets if s.name == pod.pod_set), None)
-    return 0 if ps is None or ps.gpu.kind is not GpuKind.FRACTION else ps.gpu.milli

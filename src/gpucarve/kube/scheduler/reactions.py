@@ -1,0 +1,287 @@
+"""What the scheduler does with a cycle's decisions: one reaction per duty, run in the order
+the scheduler is configured with (`REACTIONS`). A cycle is observe (the view and the snapshot
+the engine is given), decide (the engine's cycle), then each reaction in turn; a new reaction
+is a class with `react` and an entry in the list, never an edit of the cycle.
+
+A reaction reads and writes the scheduler only through `Parts`, the scheduler's parts it may
+use (the binder, the reporter, the metrics, the evictions awaited...): what a reaction may
+touch is written here, not found by reading the loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from gpucarve.core.policy import DeviceApi, Policy
+from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.workload import GpuKind, PodAssignment, Workload
+from gpucarve.engine import Engine
+from gpucarve.engine.decisions import Admission, CycleResult
+from gpucarve.kube.api.client import Client, rfc3339
+from gpucarve.kube.api.informer import Informer
+from gpucarve.kube.scheduler.binder import Binder
+from gpucarve.kube.scheduler.cycle_log import CycleLog
+from gpucarve.kube.scheduler.evictions import (
+    REFUSED_RETRY_S,
+    Acting,
+    PastBudget,
+    Refused,
+    awaited_pods,
+    awaited_slices,
+    evict_pods,
+    refusal,
+)
+from gpucarve.kube.scheduler.mig_handoff import MigHandoff
+from gpucarve.kube.scheduler.observed import CycleSeen, Observer, tell
+from gpucarve.kube.scheduler.reporter import Reporter
+from gpucarve.kube.view.assigned import Assigned
+from gpucarve.kube.view.cluster_view import View
+from gpucarve.kube.view.device_truth import busy_gpus
+from gpucarve.kube.view.inventory import Inventory
+from gpucarve.kube.view.observe import outside_the_cycle
+from gpucarve.kube.view.owner_kinds import POD_GROUPS, WORKLOAD_API
+from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
+
+
+@dataclass
+class CycleReport:
+    now: int
+    bound: int = 0  # bindings started (they finish in the background)
+    evicted: int = 0
+    pending: int = 0
+
+
+@dataclass(frozen=True)
+class Decided:
+    """One cycle as its reactions see it: the view observed, the snapshot the engine was
+    given, its result, the pending workloads held back from it while a pod of theirs is in
+    its binding's back-off (with why), how long the engine took (for the metrics only), and
+    the report the reactions fill in."""
+
+    view: View
+    snapshot: Snapshot
+    result: CycleResult
+    backing: Mapping[str, str]
+    took: float
+    report: CycleReport
+
+
+class Parts(Protocol):
+    """The scheduler's parts a reaction may use."""
+
+    client: Client
+    policy: Policy
+    engine: Engine
+    epoch: datetime
+    clock: Callable[[], datetime]
+    cycles: int
+    binder: Binder
+    reporter: Reporter
+    metrics: SchedulerMetrics
+    mig: MigHandoff
+    cycle_log: CycleLog
+    observers: list[Observer]
+    nodes: Informer
+    pods: Informer
+    owners: dict[str, Informer]
+    served: set[str]
+    past_budget: PastBudget
+    # workload -> victims still to go, the slices it was given, its refused victims
+    awaiting: dict[str, frozenset[str]]
+    holding: dict[str, tuple[str, ...]]
+    refused: dict[str, Refused]
+    dynamic_mig: bool
+
+    @property
+    def assumed(self) -> dict[str, Assigned]: ...
+
+    def inventory(self) -> Inventory: ...
+
+    def ask(self) -> None:
+        """A cycle soon, whatever the informers saw."""
+
+    def waiting(self, backing: Mapping[str, str]) -> dict[str, frozenset[str]]:
+        """Workloads that wait outside the cycle (for victims, after a refused eviction, or
+        in a binding's back-off), by the pods they wait for."""
+
+
+class Reaction(Protocol):
+    def react(self, s: Parts, d: Decided) -> None: ...
+
+
+class AskAgain:
+    """A cycle that placed its budget of pods and left the rest untried: the next at once."""
+
+    def react(self, s: Parts, d: Decided) -> None:
+        if d.result.stats.deferred:
+            s.ask()
+
+
+class Evict:
+    """Evictions first, through the Eviction API; the workload that asked for them waits,
+    out of the snapshot, until its victims are gone, or is asked again after a refusal."""
+
+    def react(self, s: Parts, d: Decided) -> None:
+        past, report, result = s.past_budget, d.report, d.result
+        past.forget(report.now)
+        if not result.evictions:
+            return  # the common case: nothing to evict, nothing awaited
+        past.after_s = s.policy.scheduling.reclaim_past_budget_s  # a reload may change it
+        act = Acting(s.client, s.reporter, report.now, rfc3339(s.clock()), past)
+        refused = evict_pods(act, d.view, result)
+        report.evicted += len(result.evictions)
+        slices = awaited_slices(result)
+        for w, victims in awaited_pods(d.view, result).items():
+            stays = {pod: refused[pod] for pod in sorted(victims) if pod in refused}
+            if stays:
+                # a victim stays (its eviction refused: a PodDisruptionBudget's 429, or RBAC's
+                # 403): nothing is held for it, and the engine asks again once the server's
+                # back-off has passed
+                why = refusal(stays, past.reclaimed(stays))
+                s.refused[w] = Refused(stays, report.now + REFUSED_RETRY_S, why)
+            else:
+                s.awaiting[w] = victims
+                s.holding[w] = slices[w]
+
+
+class Bind:
+    """Bindings through the pods/binding subresource, in the binder's threads."""
+
+    def react(self, s: Parts, d: Decided) -> None:
+        workloads = _admitted(d.view, d.result)
+        jobs = [
+            (
+                d.view.pod_of(a.workload, p.pod),
+                Assigned.placed(p, _fraction(workloads, a, p), a.queue),
+            )
+            for a in d.result.admissions
+            if not a.after_evictions  # bound once the victims are gone
+            for p in a.pods
+        ]
+        s.binder.bind(jobs)
+        d.report.bound = len(jobs)
+        for pod, _ in jobs:
+            s.reporter.bound(pod)
+
+
+class Reasons:
+    """Every pending pod's condition and Event, and each queue's status."""
+
+    def react(self, s: Parts, d: Decided) -> None:
+        waiting = s.waiting(d.backing)
+        why = {w: r.reason for w, r in s.refused.items()} | dict(d.backing)
+        d.report.pending = s.reporter.pending(d.view, d.result, waiting, why)
+        s.reporter.queues(s.policy, d.view, d.result, waiting, s.engine.held)
+
+
+class Metrics:
+    """The cycle's figures for Prometheus."""
+
+    def react(self, s: Parts, d: Decided) -> None:
+        outside = outside_the_cycle(s.policy, d.view, s.waiting(d.backing))
+        s.metrics.observe_cycle(d.snapshot, d.result, d.took, outside)
+
+
+class GroupStatus:
+    """The status of the PodGroups (gpucarve's and the Workload API's) the cycle decided on."""
+
+    def react(self, s: Parts, d: Decided) -> None:
+        if POD_GROUPS not in s.served and WORKLOAD_API not in s.served:
+            return
+        with s.binder.lock:
+            assumed = frozenset(s.assumed)
+        ours = s.owners[POD_GROUPS].items() if POD_GROUPS in s.served else []
+        theirs = s.owners[WORKLOAD_API].items() if WORKLOAD_API in s.served else []
+        # no group objects, no copy of every pod (the reporter reads none then)
+        pods = s.pods.items() if ours or theirs else []
+        if POD_GROUPS in s.served:
+            s.reporter.groups(ours, pods, assumed, d.result, s.epoch)
+        if WORKLOAD_API in s.served:
+            s.reporter.upstream_groups(theirs, pods, assumed)
+
+
+class Repartition:
+    """Hand the cycle's repartitions to the MIG manager (`mig_handoff`). GPUs with a slice
+    held (by a pod, bound or assumed) are never changed, and a node that gets bindings this
+    cycle waits for the next one: its device plugin must be up when the kubelet admits them.
+    A DRA pool's node is carved at once (`MigHandoff._carve`): its partitions in use stay,
+    and no device plugin restarts."""
+
+    def react(self, s: Parts, d: Decided) -> None:
+        result = d.result
+        if not s.dynamic_mig or not result.repartitions:
+            return  # the common case: nothing to hand over, nothing to look up
+        cluster = d.view.snapshot.cluster
+        pools = {n.name: n.pool for n in cluster.nodes}
+        dra = {p.name for p in s.policy.pools if p.devices is DeviceApi.DRA}
+        binding = {p.node for a in result.admissions for p in a.pods}
+        reps = [r for r in result.repartitions if r.node not in binding or pools.get(r.node) in dra]
+        if not reps:
+            return
+        with s.binder.lock:
+            assumed = [x for a in s.assumed.values() for x in a.slices]
+        inv = s.inventory()
+        busy = busy_gpus(cluster, assumed, inv.reported)
+        nodes = {n["metadata"]["name"]: n for n in s.nodes.items()}
+        s.mig.begin(nodes, pools, inv.layouts, inv.changes, busy, reps)
+
+
+class Tell:
+    """Tell the observers (the dashboard) the cycle's decisions, once acted on."""
+
+    def react(self, s: Parts, d: Decided) -> None:
+        if not s.observers:
+            return
+        inv = s.inventory()
+        changing = frozenset(
+            f"{node}/gpu{g}" for node, change in inv.changes.items() for g in change.gpus
+        )
+        seen = CycleSeen(
+            s.policy, d.snapshot, d.result, s.clock(), inv.unhealthy, changing,
+            d.view.pending_sets, d.view.running_pods,
+        )  # fmt: skip
+        tell(s.observers, seen)
+
+
+class LogLine:
+    """The cycle's line in the log (at most one a while: `CycleLog`)."""
+
+    def react(self, s: Parts, d: Decided) -> None:
+        r = d.report
+        s.cycle_log.cycle(s.cycles, r.bound, r.evicted, r.pending)
+
+
+# In this order: evictions before bindings (a victim's slices are never handed out while it
+# runs), the reasons once both are known, the observers told what was acted on.
+REACTIONS: Sequence[Reaction] = (
+    AskAgain(),
+    Evict(),
+    Bind(),
+    Reasons(),
+    Metrics(),
+    GroupStatus(),
+    Repartition(),
+    Tell(),
+    LogLine(),
+)
+
+
+def _admitted(view: View, result: CycleResult) -> dict[str, Workload]:
+    """The workloads admitted this cycle (pending ones, or running ones that grew)."""
+    ids = {a.workload for a in result.admissions}
+    if not ids:
+        return {}
+    snap = view.snapshot
+    out = {w.id: w for w in snap.pending if w.id in ids}
+    if len(out) < len(ids):  # a running one grew: only then a pass over every running one
+        out.update((r.workload.id, r.workload) for r in snap.running if r.workload.id in ids)
+    return out
+
+
+def _fraction(workloads: Mapping[str, Workload], a: Admission, pod: PodAssignment) -> int:
+    """The milli-GPU a fractional pod asked for, from the workload the engine admitted."""
+    w = workloads.get(a.workload)
+    ps = None if w is None else next((x for x in w.pod_sets if x.name == pod.pod_set), None)
+    return 0 if ps is None or ps.gpu.kind is not GpuKind.FRACTION else ps.gpu.milli

@@ -28,6 +28,7 @@ from gpucarve.engine.placement.fragment import FragmentModel, Reach, RequestType
 from gpucarve.engine.placement.fragment import model_of as fragment_model_of
 from gpucarve.engine.placement.one_by_one import OneByOne
 from gpucarve.engine.quota import SCALE, Quotas
+from gpucarve.engine.stranded import fewest_slices, group_of, smallest_needs, stranded_slices
 from gpucarve.engine.usage import allocated_after, evicted_pods, usage_after
 
 __all__ = [
@@ -53,13 +54,17 @@ __all__ = [
     "apply_in",
     "derive",
     "evicted_pods",
+    "fewest_slices",
     "finish",
     "finish_in",
     "fragment_model_of",
     "gang_gpus",
+    "group_of",
     "near_best",
     "plan_pool",
     "run_cycle",
     "run_whole_cycle",
+    "smallest_needs",
+    "stranded_slices",
     "usage_after",
 ]

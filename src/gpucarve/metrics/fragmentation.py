@@ -8,13 +8,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from gpucarve.core.policy import SliceKind
-from gpucarve.core.requests import candidate_flavors, gpu_memory_of, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.engine import allocated_after
+from gpucarve.engine import (
+    allocated_after,
+    fewest_slices,
+    group_of,
+    smallest_needs,
+    stranded_slices,
+)
 from gpucarve.engine.decisions import CycleResult
-
-SHARED = (SliceKind.TIME_SLICE, SliceKind.MPS)
 
 
 @dataclass
@@ -25,17 +27,9 @@ class Counts:
 
 
 def _smallest_waiting(snapshot: Snapshot, result: CycleResult) -> dict[str, int]:
-    policy = snapshot.policy
     waiting = {p.workload for p in result.pending}
-    smallest: dict[str, int] = {}
-    for w in snapshot.pending:
-        if w.id not in waiting:
-            continue
-        for ps in w.pod_sets:
-            for f in candidate_flavors(policy, ps.gpu):
-                n = slices_per_pod(ps.gpu, f, gpu_memory_of(policy, f))
-                smallest[f.name] = min(n, smallest.get(f.name, n))
-    return smallest
+    policy = snapshot.policy
+    return smallest_needs(fewest_slices(policy, w) for w in snapshot.pending if w.id in waiting)
 
 
 def pool_slices(snapshot: Snapshot, result: CycleResult) -> dict[tuple[str, str], Counts]:
@@ -51,11 +45,8 @@ def pool_slices(snapshot: Snapshot, result: CycleResult) -> dict[tuple[str, str]
             counts.allocated += 1
             continue
         counts.free += 1
-        where = f"{s.node}/gpu{s.gpu}" if s.kind in SHARED else s.node
-        free_at[(*key, where)] += 1
-    smallest = _smallest_waiting(snapshot, result)
-    for (pool, flavor, _), free in free_at.items():
-        need = smallest.get(flavor)
-        if need is not None and free < need:
-            out[(pool, flavor)].fragmented += free
+        free_at[(*key, group_of(s))] += 1
+    groups = (((pool, flavor), flavor, n) for (pool, flavor, _), n in free_at.items())
+    for key, n in stranded_slices(groups, _smallest_waiting(snapshot, result)).items():
+        out[key].fragmented = n
     return out

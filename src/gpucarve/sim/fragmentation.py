@@ -1,11 +1,6 @@
-"""Fragmentation: free GPU capacity that no pending pod can use where it lies.
-
-Free slices are grouped where one pod must find its slices: a node for whole GPUs and MIG
-instances, one GPU for time-slice and MPS replicas. A group is stranded when work of its flavor
-is pending and every pending pod of that flavor needs more slices than the group has free. Free
-capacity with no pending demand is idle, not fragmented. CPU and memory are not considered
-(a node's GPU freed by a CPU shortage is not counted). Amounts are in milli-GPU (each slice's
-charge, see docs/engine.md), per pool.
+"""Fragmentation as the simulator samples it: the engine's measure (`engine.stranded`: free
+slices no pending pod can use where they lie), kept up to date from the steps the driver
+applies, in milli-GPU (each slice's charge, see docs/engine.md) per pool.
 """
 
 from __future__ import annotations
@@ -13,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpucarve.core.cluster import ClusterState
-from gpucarve.core.policy import Policy, SliceKind
-from gpucarve.core.requests import candidate_flavors, charge_milli, gpu_memory_of, slices_per_pod
+from gpucarve.core.policy import Policy
+from gpucarve.core.requests import charge_milli, gpu_memory_of
 from gpucarve.core.snapshot import Step
 from gpucarve.core.workload import Workload
+from gpucarve.engine import fewest_slices, group_of, smallest_needs, stranded_slices
 
 
 class FragmentationProbe:
@@ -33,9 +29,7 @@ class FragmentationProbe:
         groups: dict[tuple[str, str, str], list[str]] = {}
         for sid in sorted(cluster.slices):
             s = cluster.slices[sid]
-            shared = s.kind in (SliceKind.TIME_SLICE, SliceKind.MPS)
-            where = f"{s.node}/{s.gpu}" if shared else s.node
-            groups.setdefault((pool_of[s.node], s.flavor, where), []).append(sid)
+            groups.setdefault((pool_of[s.node], s.flavor, group_of(s)), []).append(sid)
         self.groups = [(pool, flavor) for (pool, flavor, _) in groups]
         self.group_of = {sid: i for i, ids in enumerate(groups.values()) for sid in ids}
         self.free = [len(ids) for ids in groups.values()]
@@ -53,25 +47,14 @@ class FragmentationProbe:
     def _needs(self, w: Workload) -> dict[str, int]:
         hit = self._need.get(w.id)
         if hit is None:
-            hit = {}
-            for ps in w.pod_sets:
-                for f in candidate_flavors(self.policy, ps.gpu):
-                    n = slices_per_pod(ps.gpu, f, gpu_memory_of(self.policy, f))
-                    hit[f.name] = min(n, hit.get(f.name, n))
-            self._need[w.id] = hit
+            hit = self._need[w.id] = fewest_slices(self.policy, w)
         return hit
 
     def sample(self, pending: Sequence[Workload]) -> dict[str, float]:
         """Stranded milli-GPU per pool (pools with none are left out)."""
-        need: dict[str, int] = {}
-        for w in pending:
-            for f, n in self._needs(w).items():
-                need[f] = min(n, need.get(f, n))
+        need = smallest_needs(self._needs(w) for w in pending)
+        groups = zip(self.groups, (f for _, f in self.groups), self.free, strict=True)
         out: dict[str, float] = {}
-        if not need:
-            return out
-        for (pool, flavor), free in zip(self.groups, self.free, strict=True):
-            smallest = need.get(flavor)
-            if smallest is not None and 0 < free < smallest:
-                out[pool] = out.get(pool, 0.0) + free * self.charge[flavor]
+        for (pool, flavor), n in stranded_slices(groups, need).items():
+            out[pool] = out.get(pool, 0.0) + n * self.charge[flavor]
         return out

@@ -62,7 +62,7 @@ def place_pods_alone(
     pods_before: Sequence[PodAssignment],
 ) -> Outcome:
     """Place pods one by one, each charged to quota on its own, as far as they go."""
-    c.placer.current = w
+    c.placer.begin(w)
     per_set = c.flavors_for(w)
     placed: list[PodAssignment] = []
     reason: PendingReason | None = None

@@ -79,7 +79,7 @@ def reserve_emptiest(c: CycleState, head: Workload) -> None:
                 nodes.append(n)
                 size += ws.total[(flavor, n)]
         for n in nodes:
-            c.placer.reserved.setdefault((n, flavor), Hold(head, -1, 0, 0, shared=True))
+            c.placer.hold((n, flavor), Hold(head, -1, 0, 0, shared=True))
 
 
 def behind(c: CycleState, w: Workload) -> PendingReason | None:

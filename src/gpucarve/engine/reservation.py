@@ -173,8 +173,7 @@ def _reserve(c: CycleState, head: Workload) -> None:
             return None
         return c.placer.place_gang(head, plan)[0]
 
-    c.placer.strict_holds = True
-    try:
+    with c.placer.strictly():
         cp = c.ws.checkpoint()
         fits = place()
         c.ws.rollback(cp)
@@ -183,15 +182,13 @@ def _reserve(c: CycleState, head: Workload) -> None:
         found = (
             (c.now, fits, []) if fits is not None else look_ahead(c.ws, head, plan, place, c.end_of)
         )
-    finally:
-        c.placer.strict_holds = False
     if found is None:
         return
     start, placed, ended = found
     borrows = not c.within_nominal(head)
     for key, h in holds_for(c.ws, head, start, placed, ended).items():
         h.borrows = borrows
-        c.placer.reserved.setdefault(key, h)
+        c.placer.hold(key, h)
     holds_quota = not c.quotas.check(head.queue, demand).fits
     if holds_quota:
         # Its own queue's work (or the cohort's) keeps the quota it needs: that quota is kept

@@ -38,7 +38,7 @@ from gpucarve.engine.decisions import (
 from gpucarve.engine.mig.hint import shapes_from
 from gpucarve.engine.placement.flavor_rank import first_flavor_needs
 from gpucarve.engine.placement.holds import Hold
-from gpucarve.engine.placement.placer import Placer
+from gpucarve.engine.placement.placer import Placer, PlacerContext
 from gpucarve.engine.placement.plugins import PodNeeds
 from gpucarve.engine.preemption import Preemptor
 from gpucarve.engine.quota import Quotas
@@ -55,7 +55,6 @@ class CycleState:
         self.now = now
         self.ws = ws
         self.quotas = Quotas(self.policy, self.ws.usage)
-        self.placer = Placer(self.ws, self.cfg.scoring, self.cfg.candidates_per_pod)
         self.ceilings = Ceilings(self.ws, self.quotas)
         self.preemptor = Preemptor(self.ws, self.quotas, now, self.cfg.min_runtime_s)
         self.preemptor.large = (self.cfg.reclaim_large_ratio, self.cfg.reclaim_large_after_s)
@@ -85,9 +84,12 @@ class CycleState:
                 memo.clear()  # a long-lived scheduler sees workloads come and go
         # (queue, flavor, head) -> why work behind that head waits, this cycle
         self.behind_reasons: dict[tuple[str, str, str], PendingReason] = {}
-        self.placer.shapes = self._shapes()
-        self.placer.ends_at = self.ends_at
-        self.placer.guaranteed = self.within_nominal
+        self.placer = Placer(
+            self.ws,
+            self.cfg.scoring,
+            self.cfg.candidates_per_pod,
+            PlacerContext(self._shapes(), self.ends_at, self.within_nominal),
+        )
         self.reservations: list[Reservation] = []
         self.drains: list[Drain] = []
         # (queue, flavor) -> the reserving gang that holds the queue's quota of the flavor

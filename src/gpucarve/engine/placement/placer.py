@@ -8,8 +8,9 @@ whole gang is tried inside one group (node, NVLink domain or rack) at a time.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -54,16 +55,40 @@ Chosen = tuple[NodeState, GpuSlots | None] | None
 Chooser = Callable[[PodNeeds, list[int] | None, Rejections], Chosen]
 
 
+def _never_ends(w: Workload) -> int:
+    return 0
+
+
+def _not_guaranteed(w: Workload) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class PlacerContext:
+    """What the cycle tells the placer, fixed for its life: the request shapes seen per flavor
+    (slices per pod -> pods, for the fragmentation score), when a workload placed now is
+    expected to end, and whether it stays within its queue's nominal quota. The defaults: no
+    shapes, nothing ends, nothing guaranteed (a placer outside a cycle)."""
+
+    shapes: Mapping[str, Counter[int]] = field(default_factory=dict)
+    ends_at: Callable[[Workload], int] = _never_ends
+    guaranteed: Callable[[Workload], bool] = _not_guaranteed
+
+
 class Placer:
-    def __init__(self, ws: Working, weights: ScoringWeights, candidates: int) -> None:
+    def __init__(
+        self,
+        ws: Working,
+        weights: ScoringWeights,
+        candidates: int,
+        context: PlacerContext | None = None,
+    ) -> None:
         self.ws = ws
+        self.ctx = context or PlacerContext()
         self.weights = weights
         self.scores = plugins.profile(weights)
         self.candidates = candidates
         self._static: dict[tuple[object, ...], str | None] = {}
-        # Request shapes seen this cycle per flavor (slices per pod -> pods), for the
-        # fragmentation score.
-        self.shapes: dict[str, Counter[int]] = {}
         # (node, flavor) -> what a waiting gang's reservation keeps there (engine.reservation);
         # `current` is the workload being placed and `current_end` when it is expected to end
         self.reserved: dict[tuple[int, str], Hold] = {}
@@ -75,10 +100,6 @@ class Placer:
         # While a reservation looks ahead, earlier reservations hold their nodes outright:
         # their budgets are as of now, not of the later start being tried.
         self.strict_holds = False
-        # when a workload placed now is expected to end, and whether it stays within its
-        # queue's nominal quota (the cycle sets both)
-        self.ends_at: Callable[[Workload], int] = lambda w: 0
-        self.guaranteed: Callable[[Workload], bool] = lambda w: False
         self._current_guaranteed: bool | None = None  # worked out when a hold asks
         self.model = ModelPlacer(ws, weights, self._passes)
         # (pod set, flavor) -> (working state mark, the model's choice) from `preview`
@@ -127,15 +148,29 @@ class Placer:
             return False
         return True
 
-    def _begin(self, w: Workload) -> None:
+    def begin(self, w: Workload) -> None:
+        """`w` is the workload placed from now on (the holds it may pass are judged for it)."""
         self.current = w
-        self.current_end = self.ends_at(w) if self.reserved else 0
+        self.current_end = self.ctx.ends_at(w) if self.reserved else 0
         self._current_guaranteed = None
 
     def _guaranteed(self, w: Workload) -> bool:
         if self._current_guaranteed is None:
-            self._current_guaranteed = self.guaranteed(w)
+            self._current_guaranteed = self.ctx.guaranteed(w)
         return self._current_guaranteed
+
+    def hold(self, key: tuple[int, str], hold: Hold) -> None:
+        """Keep (node, flavor) for a waiting gang's reservation; the first hold stays."""
+        self.reserved.setdefault(key, hold)
+
+    @contextmanager
+    def strictly(self) -> Iterator[None]:
+        """While a reservation looks ahead: earlier reservations hold their nodes outright."""
+        self.strict_holds = True
+        try:
+            yield
+        finally:
+            self.strict_holds = False
 
     def _kept_from(self, node: NodeState, needs: PodNeeds) -> bool:
         """Whether a reservation keeps the workload being placed off this node: it is newer or
@@ -158,7 +193,7 @@ class Placer:
     def _score(self, needs: PodNeeds, free: int, total: int) -> int:
         if needs.flavor is None:
             return 0
-        shapes = self.shapes.get(needs.flavor)
+        shapes = self.ctx.shapes.get(needs.flavor)
         return sum(w * p.score(free, needs.slices, total, shapes) for w, p in self.scores)
 
     def _node_order(self, needs: PodNeeds, group: list[int] | None) -> Iterable[Iterable[int]]:
@@ -213,7 +248,7 @@ class Placer:
         whole gang when it must share a node), without placing it: to rank the workload's
         candidate flavors. None for a plan it does not weigh or cannot place."""
         out: list[Choice | None] = [None] * len(plans)
-        self._begin(w)
+        self.begin(w)
         self._previewed.clear()  # only the latest preview may stand for a placement
         if w.topology not in (TopologyMode.NONE, TopologyMode.NODE):
             return out
@@ -391,7 +426,7 @@ class Placer:
         self, w: Workload, plan: list[tuple[PodNeeds, int, int]]
     ) -> tuple[list[PodAssignment] | None, PendingReason | None]:
         """`plan`: (needs, pods wanted, pods required) per pod set."""
-        self._begin(w)
+        self.begin(w)
         if w.topology is TopologyMode.NODE:
             # a one-node gang the model can weigh as one request: on the node it picks
             choice = self.preview(w, [plan])[0]

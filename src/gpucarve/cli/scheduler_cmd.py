@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import gc
 import logging
-import os
-import signal
-import socket
-import threading
-from datetime import UTC, datetime
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
@@ -22,21 +16,15 @@ from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.kube_options import ContextOption, KubeconfigOption, client_or_exit
 from gpucarve.cli.output import Exit, console
 from gpucarve.core.policy import DeviceApi, Policy
-from gpucarve.core.problems import InvalidInput, errors
 from gpucarve.dashboard.access import KubeAccess, Open
 from gpucarve.dashboard.server import Board
 from gpucarve.dashboard.server import app as dashboard_app
 from gpucarve.kube.api.client import ApiError, Client
-from gpucarve.kube.api.events import post_event
-from gpucarve.kube.api.leader import LeaderElector
-from gpucarve.kube.scheduler.health import Health, ProbeServer, ThreadServer
-from gpucarve.kube.scheduler.leader_label import mark
-from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
+from gpucarve.kube.scheduler.health import ThreadServer
+from gpucarve.kube.scheduler.loop import SchedulerConfig
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig
-from gpucarve.kube.scheduler.policy_reload import PolicyReloader, digest
-from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
-
-GC_THRESHOLDS = (50_000, 50, 100)  # generation 0 allocations, then collections of 0 and 1
+from gpucarve.kube.scheduler.policy_reload import digest
+from gpucarve.kube.scheduler.process import Dashboard, PortTaken, ProcessSettings, run_process
 
 log = logging.getLogger("gpucarve.scheduler")
 
@@ -44,17 +32,6 @@ log = logging.getLogger("gpucarve.scheduler")
 class DashboardAuth(StrEnum):
     KUBE = "kube"
     NONE = "none"
-
-
-def _policy_refused(client: Client, config_map: str | None, exc: InvalidInput) -> None:
-    """A changed policy that does not validate: logged, and an Event on its ConfigMap."""
-    lines = [f"{p.location}: {p.message} (fix: {p.fix})" for p in errors(exc.problems)]
-    message = f"policy {exc.source} refused, the previous one stays: " + "; ".join(lines)
-    log.error("%s", message)
-    if config_map and "/" in config_map:
-        ns, _, name = config_map.partition("/")
-        involved = {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "namespace": ns}
-        post_event(client, involved, "Warning", "PolicyInvalid", message, datetime.now(UTC))
 
 
 def scheduler(
@@ -194,114 +171,46 @@ def scheduler(
         err.print(Text(str(exc), style="red"))
         err.print(Text("fix: pass --kubeconfig for a cluster that is up (its current context)"))
         raise typer.Exit(Exit.INVALID) from None
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    health = Health(leader=None if not leader_elect else False)
-    health.beat()
-    metrics = SchedulerMetrics()
-    probes = None
-    if health_port:
-        probes = ProbeServer(health, health_host, health_port, metrics.registry)
-        try:
-            probes.start()
-        except OSError as exc:
-            err.print(Text(f"--health-port {health_port}: {exc}", style="red"))
-            err.print(Text("fix: pick a free port"))
-            raise typer.Exit(Exit.INVALID) from None
-    elector = None
-    if leader_elect:
-        who = identity or f"{socket.gethostname()}_{os.getpid()}"
-        elector = LeaderElector(
-            client,
-            lease_namespace,
-            f"{name}-scheduler",
-            who,
-            duration_s=lease_duration,
-            renew_s=max(1.0, lease_duration / 5),
-        )
-    # served from the start (a standby answers that it has no cycle to show; a taken port
-    # fails now, not once the replica leads); the scheduler tells it its cycles once it leads
-    board = Board()
-    dashboard = _dashboard(
-        client, board, loaded.policy, dashboard_auth, dashboard_host, dashboard_port
+    settings = ProcessSettings(
+        policy_path=policy,
+        policy_digest=read_as,
+        catalog=catalog or [],
+        config=SchedulerConfig(
+            name=name,
+            mig=HandoffConfig(namespace, cm_name, mig_propagation, mig_timeout),
+            check_invariants=check_invariants,
+        ),
+        leader_elect=leader_elect,
+        lease_namespace=lease_namespace,
+        lease_duration_s=lease_duration,
+        identity=identity,
+        health_host=health_host,
+        health_port=health_port,
+        leader_pod=leader_pod,
+        reload_policy=reload_policy,
+        policy_config_map=policy_config_map,
     )
-    if not _lead(client, elector, health, stop, leader_pod):
-        if dashboard is not None:
-            dashboard.stop()
-        return
-    mig = HandoffConfig(namespace, cm_name, mig_propagation, mig_timeout)
-    cfg = SchedulerConfig(name=name, mig=mig, check_invariants=check_invariants)
-    reloader = None
-    if reload_policy:
-        reloader = PolicyReloader(
-            policy,
-            catalog or [],
-            partial(_policy_refused, client, policy_config_map),
-            loaded=read_as,
-        )
-    sched = Scheduler(client, loaded.policy, cfg, health=health, reloader=reloader, metrics=metrics)
-    sched.observers.append(board.observe)
-    # The informers hold every pod and node as long-lived dicts (hundreds of thousands of
-    # objects at 10,000 pods); with CPython's default thresholds a full collection walks them
-    # every few cycles and doubled a 0.1 s view now and then. JSON objects hold no reference
-    # cycles, so rarer collections cost little memory. These hold while the caches fill; the
-    # loop then collects between its cycles itself (`kube/scheduler/collector.py`).
-    gc.set_threshold(*GC_THRESHOLDS)
+    dashboard = partial(
+        _dashboard, client, loaded.policy, dashboard_auth, dashboard_host, dashboard_port
+    )
     try:
-        sched.run(stop, elector)
-    except ApiError as err:
-        log.error("%s", err)
-        raise typer.Exit(1) from None
-    finally:
-        sched.stop()
-        if probes is not None:
-            probes.stop()
-        if dashboard is not None:
-            dashboard.stop()
-        if elector is not None and stop.is_set():
-            elector.release()
-        if leader_pod:
-            mark(client, leader_pod, leading=False)
-    if elector is not None and not stop.is_set():
-        raise typer.Exit(1)  # lost the lease: exit so the supervisor restarts us as standby
-
-
-def _lead(
-    client: Client,
-    elector: LeaderElector | None,
-    health: Health,
-    stop: threading.Event,
-    leader_pod: str | None,
-) -> bool:
-    """Wait for the Lease (without leader election, lead at once); False: stopped first.
-    The pod's leader label says which, for the dashboard's Service."""
-    if leader_pod:
-        mark(client, leader_pod, leading=elector is None)
-    if elector is None:
-        return True
-    log.info("%s waiting for the lease %s/%s", elector.identity, elector.path, elector.name)
-    if not elector.acquire(stop, on_try=health.beat):
-        return False
-    health.leader = True
-    elector.keep_renewing(stop)
-    if leader_pod:
-        mark(client, leader_pod, leading=True)
-    return True
+        code = run_process(client, loaded.policy, settings, dashboard)
+    except PortTaken as exc:
+        err.print(Text(str(exc), style="red"))
+        err.print(Text("fix: pick a free port"))
+        raise typer.Exit(Exit.INVALID) from None
+    if code:
+        raise typer.Exit(code)
 
 
 def _dashboard(
-    client: Client,
-    board: Board,
-    first: Policy,
-    auth: DashboardAuth,
-    host: str,
-    port: int,
-) -> ThreadServer | None:
+    client: Client, first: Policy, auth: DashboardAuth, host: str, port: int
+) -> Dashboard | None:
     """The dashboard on host:port (port 0: none). The access reviews ask about the
     namespaces of the policy of the last cycle shown (`first` before any)."""
     if not port:
         return None
+    board = Board()
 
     def namespaces() -> list[str]:
         got = board.latest()
@@ -313,11 +222,9 @@ def _dashboard(
     try:
         server.start()
     except OSError as exc:
-        console(stderr=True).print(Text(f"--dashboard-port {port}: {exc}", style="red"))
-        console(stderr=True).print(Text("fix: pick a free port"))
-        raise typer.Exit(Exit.INVALID) from None
+        raise PortTaken("--dashboard-port", port, exc) from None
     log.info("dashboard on %s:%d", host, server.port)
-    return server
+    return Dashboard(board.observe, server)
 
 
 def _namespaced(flag: str, value: str, example: str, err: Console) -> tuple[str, str]:

@@ -15,7 +15,7 @@ middle one is collected every `MIDDLE_EVERY` cycles (3 ms on average), and the w
 which holds every pod and node the informers cache (0.7 s at 6,000 pods), when the loop
 wakes from a quiet spell (no change for a whole wait) and the last whole collection is
 `WHOLE_QUIET_S` old, or at the latest every `WHOLE_LATEST_S`: rare, as CPython's own
-thresholds made it for this process (`cli/scheduler_cmd.py`), and at a moment when little
+thresholds made it for this process (`kube/scheduler/process.py`), and at a moment when little
 waits.
 
 What the process holds when the loop starts (the informers' first lists: every node and pod)

@@ -45,11 +45,11 @@ from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.mig import profiles_by_size, smallest_profile_for
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import Workload
-from gpucarve.sim.alibaba_csv import TracePod, read_pods
-from gpucarve.sim.metrics import percentile, summarize
-from gpucarve.sim.recommend import layouts_for
-from gpucarve.sim.records import SimConfig, SimResult
-from gpucarve.sim.runner import Simulator
+from gpucarve.sim.recommend.proposals import layouts_for
+from gpucarve.sim.run.metrics import percentile, summarize
+from gpucarve.sim.run.records import SimConfig, SimResult
+from gpucarve.sim.run.runner import Simulator
+from gpucarve.sim.traces.alibaba_csv import TracePod, read_pods
 
 TRACES = os.environ.get("GPUCARVE_TRACES") or Path(__file__).resolve().parents[2] / "shared/traces"
 TRACE = Path(TRACES) / "alibaba-gpu-v2023"

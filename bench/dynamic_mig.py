@@ -34,10 +34,10 @@ from gpucarve.config.examples import POLICY, example_path
 from gpucarve.config.policy_build import build_policy
 from gpucarve.core.policy import Pool
 from gpucarve.core.workload import GpuKind
-from gpucarve.sim.metrics import percentile, summarize
-from gpucarve.sim.records import SimConfig
-from gpucarve.sim.runner import Simulator
-from gpucarve.sim.synthetic import DAY, generate, three_teams
+from gpucarve.sim.run.metrics import percentile, summarize
+from gpucarve.sim.run.records import SimConfig
+from gpucarve.sim.run.runner import Simulator
+from gpucarve.sim.traces.synthetic import DAY, generate, three_teams
 
 EXAMPLE = example_path(POLICY)
 POOL = "production"

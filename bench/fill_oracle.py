@@ -27,9 +27,9 @@ from figures import print_figures
 from gpucarve.cli.output import console, print_problems
 from gpucarve.core.problems import InvalidInput
 from gpucarve.engine.placement.frag_place import near_best
-from gpucarve.sim.fill import REFERENCE, FillCluster, Fragmentation, run_fill
-from gpucarve.sim.fill_bound import arrived_at
-from gpucarve.sim.fill_trace import Nodes, Pods, arrival_order, load_nodes, load_pods
+from gpucarve.sim.fill.bound import arrived_at
+from gpucarve.sim.fill.experiment import REFERENCE, FillCluster, Fragmentation, run_fill
+from gpucarve.sim.fill.trace import Nodes, Pods, arrival_order, load_nodes, load_pods
 
 MAX_SEEDS = 100
 

@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from gpucarve.config.examples import POLICY, example_path
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.policy import Policy
-from gpucarve.sim.metrics import summarize
-from gpucarve.sim.policy_scenario import scenario_for
-from gpucarve.sim.records import SimConfig
-from gpucarve.sim.runner import Simulator
-from gpucarve.sim.synthetic import DAY, generate
+from gpucarve.sim.run.metrics import summarize
+from gpucarve.sim.run.records import SimConfig
+from gpucarve.sim.run.runner import Simulator
+from gpucarve.sim.traces.policy_scenario import scenario_for
+from gpucarve.sim.traces.synthetic import DAY, generate
 
 HOUR = 3600.0
 MOVES = 4  # consolidateMaxMoves of the consolidation variants

@@ -39,10 +39,10 @@ from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.config.examples import POLICY, example_path
 from gpucarve.config.policy_build import build_policy
 from gpucarve.core.policy import Policy
-from gpucarve.sim.baselines import POLICIES
-from gpucarve.sim.records import SimConfig
-from gpucarve.sim.runner import Simulator
-from gpucarve.sim.synthetic import Scenario, generate, three_teams
+from gpucarve.sim.run.baselines import POLICIES
+from gpucarve.sim.run.records import SimConfig
+from gpucarve.sim.run.runner import Simulator
+from gpucarve.sim.traces.synthetic import Scenario, generate, three_teams
 
 EXAMPLE = example_path(POLICY)
 

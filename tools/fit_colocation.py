@@ -12,7 +12,7 @@ with U above the knee, with the knee where that line reaches 1:
              = 1 - slope * (U - knee)     otherwise, floored at `floor`
 
 Prints the coefficients that src/gpucarve/sim/slowdown.py holds (the fit is
-`gpucarve.sim.slowdown.fit_knee_line`).
+`gpucarve.sim.run.slowdown.fit_knee_line`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import csv
 import sys
 from pathlib import Path
 
-from gpucarve.sim.slowdown import fit_knee_line
+from gpucarve.sim.run.slowdown import fit_knee_line
 
 
 def load(folder: Path) -> list[tuple[float, float]]:

@@ -9,7 +9,7 @@ from gpucarve.core.policy import DEFAULT_MAX_PODS_PER_CYCLE, Policy
 from gpucarve.engine import Engine, run_whole_cycle
 from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import IdleCause, Plugin, Stage
-from gpucarve.sim.runner import Simulator
+from gpucarve.sim.run.runner import Simulator
 from tests.engine.builders import policy, pool, queue, snapshot, workload
 
 

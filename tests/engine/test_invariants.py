@@ -12,8 +12,8 @@ from gpucarve.engine import Cause, CycleResult, Engine, run_cycle
 from gpucarve.engine.apply import apply
 from gpucarve.engine.decisions import Eviction
 from gpucarve.engine.invariants import InvariantViolation, check_step, step_violations
-from gpucarve.sim.records import SimConfig
-from gpucarve.sim.runner import Simulator
+from gpucarve.sim.run.records import SimConfig
+from gpucarve.sim.run.runner import Simulator
 from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
 
 CLASSES = [

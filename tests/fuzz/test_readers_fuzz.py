@@ -21,9 +21,9 @@ from gpucarve.config.migparted_import import import_mig_config
 from gpucarve.config.policy_build import load_policy
 from gpucarve.config.yaml_source import MAX_EXPANSION, read_yaml
 from gpucarve.core.problems import InvalidInput
-from gpucarve.sim.alibaba_csv import read_nodes, read_pods
-from gpucarve.sim.fill_trace import load_nodes, load_pods
-from gpucarve.sim.trace_io import CSV_COLUMNS, load_trace
+from gpucarve.sim.fill.trace import load_nodes, load_pods
+from gpucarve.sim.traces.alibaba_csv import read_nodes, read_pods
+from gpucarve.sim.traces.trace_io import CSV_COLUMNS, load_trace
 from tests.fuzz.budget import fuzz_settings
 from tests.paths import BUILTIN
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from gpucarve.cli.main import app
 from gpucarve.config.catalog_file import load_catalog
 from gpucarve.core.problems import InvalidInput
-from gpucarve.sim.alibaba import import_trace
+from gpucarve.sim.traces.alibaba import import_trace
 from tests.paths import trace as public_trace
 
 NODES = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpucarve.core.cluster import Allocation
-from gpucarve.sim.allocations import Allocations
+from gpucarve.sim.run.allocations import Allocations
 
 
 def alloc(sid: str, owner: str = "p") -> Allocation:

@@ -7,9 +7,9 @@ from gpucarve.config.policy_build import load_policy
 from gpucarve.core.policy import SharingMode
 from gpucarve.core.workload import GpuKind
 from gpucarve.engine import Stage
-from gpucarve.sim.baselines import kube_default, static_quota, whole_gpus
-from gpucarve.sim.metrics import summarize
-from gpucarve.sim.runner import Simulator
+from gpucarve.sim.run.baselines import kube_default, static_quota, whole_gpus
+from gpucarve.sim.run.metrics import summarize
+from gpucarve.sim.run.runner import Simulator
 from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
 from tests.paths import BUILTIN
 

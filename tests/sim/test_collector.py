@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from gpucarve.sim.runner import FULL_COLLECTION_EVERY, Simulator
+from gpucarve.sim.run.runner import FULL_COLLECTION_EVERY, Simulator
 from tests.engine.builders import policy, pool, queue, workload
 
 

@@ -5,8 +5,8 @@ gang starts when it is moved. The engine's side: tests/engine/test_consolidate.p
 from __future__ import annotations
 
 from gpucarve.core.policy import Policy
-from gpucarve.sim.metrics import summarize
-from gpucarve.sim.runner import Simulator
+from gpucarve.sim.run.metrics import summarize
+from gpucarve.sim.run.runner import Simulator
 from tests.engine.builders import policy, pool, queue, workload
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpucarve.sim.demand_bound import demand_bound
+from gpucarve.sim.recommend.demand_bound import demand_bound
 from tests.engine.builders import policy, pool, queue, workload
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
-from gpucarve.sim.policy_scenario import scenario_for
+from gpucarve.sim.traces.policy_scenario import scenario_for
 from tests.paths import EXAMPLES
 
 POLICY = EXAMPLES / "dra" / "policy.yaml"

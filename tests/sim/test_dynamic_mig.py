@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpucarve.config.workload_spec import build_workload
-from gpucarve.sim.baselines import static_quota
-from gpucarve.sim.metrics import summarize
-from gpucarve.sim.records import SimConfig
-from gpucarve.sim.runner import Simulator
+from gpucarve.sim.run.baselines import static_quota
+from gpucarve.sim.run.metrics import summarize
+from gpucarve.sim.run.records import SimConfig
+from gpucarve.sim.run.runner import Simulator
 from tests.engine.builders import policy, pool, queue, workload
 
 

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from gpucarve.cli.main import app
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.problems import InvalidInput
-from gpucarve.sim.failures import from_rate, load_failures
-from gpucarve.sim.metrics import summarize
-from gpucarve.sim.records import GpuFailure, SimConfig, SimResult
-from gpucarve.sim.runner import Simulator
+from gpucarve.sim.run.failures import from_rate, load_failures
+from gpucarve.sim.run.metrics import summarize
+from gpucarve.sim.run.records import GpuFailure, SimConfig, SimResult
+from gpucarve.sim.run.runner import Simulator
 from tests.engine.builders import policy, pool, queue, workload
 
 P = policy(

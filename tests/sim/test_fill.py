@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from gpucarve.core.problems import InvalidInput
-from gpucarve.sim.fill import FillCluster, Fragmentation, run_fill
-from gpucarve.sim.fill_trace import arrival_order, load_nodes, load_pods
+from gpucarve.sim.fill.experiment import FillCluster, Fragmentation, run_fill
+from gpucarve.sim.fill.trace import arrival_order, load_nodes, load_pods
 from tests.paths import trace
 from tests.sim.fill_files import NODES_HEAD, PODS_HEAD, write
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import gpucarve.sim.fill_bound as fill_bound
-from gpucarve.sim.fill import REFERENCE, run_fill
-from gpucarve.sim.fill_bound import arrived_at, bound_ratios, exact_fill, upper_bound
-from gpucarve.sim.fill_engine import run_fill_engine
-from gpucarve.sim.fill_trace import Nodes, Pods, arrival_order, load_nodes, load_pods
+import gpucarve.sim.fill.bound as fill_bound
+from gpucarve.sim.fill.bound import arrived_at, bound_ratios, exact_fill, upper_bound
+from gpucarve.sim.fill.engine import run_fill_engine
+from gpucarve.sim.fill.experiment import REFERENCE, run_fill
+from gpucarve.sim.fill.trace import Nodes, Pods, arrival_order, load_nodes, load_pods
 from tests.sim.fill_files import NODES_HEAD, PODS_HEAD, write
 
 

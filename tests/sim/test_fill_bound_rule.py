@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gpucarve.sim.fill import REFERENCE, run_fill
-from gpucarve.sim.fill_bound import arrived_at, upper_bound
-from gpucarve.sim.fill_bound_rule import bounds_at, rule_bound
-from gpucarve.sim.fill_engine import run_fill_engine
-from gpucarve.sim.fill_trace import MILLI, Nodes, Pods, arrival_order, load_nodes, load_pods
+from gpucarve.sim.fill.bound import arrived_at, upper_bound
+from gpucarve.sim.fill.bound_rule import bounds_at, rule_bound
+from gpucarve.sim.fill.engine import run_fill_engine
+from gpucarve.sim.fill.experiment import REFERENCE, run_fill
+from gpucarve.sim.fill.trace import MILLI, Nodes, Pods, arrival_order, load_nodes, load_pods
 from tests.sim.fill_files import NODES_HEAD, PODS_HEAD, write
 
 State = tuple[tuple[int, int, tuple[int, ...]], ...]  # per node: CPU, memory, free per GPU

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from gpucarve.engine.placement.frag_place import near_best
-from gpucarve.sim.fill import FillCluster, Fragmentation
-from gpucarve.sim.fill_engine import build, placements, run_fill_engine
-from gpucarve.sim.fill_trace import Nodes, Pods, arrival_order, load_nodes, load_pods
+from gpucarve.sim.fill.engine import build, placements, run_fill_engine
+from gpucarve.sim.fill.experiment import FillCluster, Fragmentation
+from gpucarve.sim.fill.trace import Nodes, Pods, arrival_order, load_nodes, load_pods
 from tests.paths import trace
 from tests.sim.fill_files import NODES_HEAD, PODS_HEAD
 

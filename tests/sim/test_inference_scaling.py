@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from gpucarve.cli.main import app
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.policy import Autoscale
-from gpucarve.sim.inference_scaling import inference_load, replica_schedule, replica_workloads
+from gpucarve.sim.run.inference_scaling import inference_load, replica_schedule, replica_workloads
 from tests.paths import BUILTIN
 
 DAY = 86_400

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gpucarve.sim.metrics import percentile, summarize
-from gpucarve.sim.runner import Simulator
+from gpucarve.sim.run.metrics import percentile, summarize
+from gpucarve.sim.run.runner import Simulator
 from tests.engine.builders import policy, pool, queue, workload
 
 

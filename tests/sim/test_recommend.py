@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
 from gpucarve.config.catalog_file import packaged_catalog
-from gpucarve.sim.recommend import _split, layouts_for
+from gpucarve.sim.recommend.proposals import _split, layouts_for
 
 
 def test_a_layout_follows_the_mix_and_fills_every_gpu() -> None:
@@ -70,7 +70,7 @@ def test_a_profile_asked_for_is_not_lost_to_a_greedy_plan() -> None:
 
 
 def test_scheduling_proposals_follow_the_figures_that_call_for_them() -> None:
-    from gpucarve.sim.recommend import scheduling
+    from gpucarve.sim.recommend.proposals import scheduling
 
     quiet = {"idle_gpu_hours": {"nothing-waiting": 10.0}, "teams": {"a": {"gpu_hours": 100.0}},
              "gpu_hours_lost_to_preemption": 1.0}  # fmt: skip
@@ -113,7 +113,7 @@ def test_recommend_needs_gpucarve_and_keeps_json_clean(tmp_path: Path) -> None:
 def test_the_unit_proposal_keeps_each_queues_gpus_and_turns_on_drain() -> None:
     from gpucarve.config.examples import POLICY, example_path
     from gpucarve.config.policy_build import build_policy, load_policy
-    from gpucarve.sim.recommend import mig_layout
+    from gpucarve.sim.recommend.proposals import mig_layout
 
     loaded = load_policy(example_path(POLICY))
     doc = loaded.document.data if loaded.document is not None else None
@@ -142,7 +142,7 @@ def test_the_unit_proposal_keeps_each_queues_gpus_and_turns_on_drain() -> None:
 def test_limits_are_lifted_only_where_the_pool_idled_for_them_and_it_changes_something() -> None:
     from gpucarve.config.examples import POLICY, example_path
     from gpucarve.config.policy_build import load_policy
-    from gpucarve.sim.recommend import limits
+    from gpucarve.sim.recommend.proposals import limits
 
     loaded = load_policy(example_path(POLICY))
     doc = loaded.document.data if loaded.document is not None else None

@@ -11,9 +11,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
-from gpucarve.sim.metrics import timelines
-from gpucarve.sim.report import cdf, line_chart, nice_ticks
-from gpucarve.sim.runner import Simulator
+from gpucarve.sim.run.metrics import timelines
+from gpucarve.sim.run.report import cdf, line_chart, nice_ticks
+from gpucarve.sim.run.runner import Simulator
 from tests.engine.builders import policy, pool, queue, workload
 from tests.paths import BUILTIN
 

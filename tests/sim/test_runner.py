@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpucarve.sim import slowdown
-from gpucarve.sim.fragmentation import FragmentationProbe
-from gpucarve.sim.records import SimConfig
-from gpucarve.sim.runner import Simulator
+from gpucarve.sim.run import slowdown
+from gpucarve.sim.run.fragmentation import FragmentationProbe
+from gpucarve.sim.run.records import SimConfig
+from gpucarve.sim.run.runner import Simulator
 from tests.engine.builders import policy, pool, queue, workload
 
 

@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from gpucarve.sim import slowdown
+from gpucarve.sim.run import slowdown
 from tests.paths import trace
 
 

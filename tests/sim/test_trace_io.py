@@ -9,7 +9,7 @@ import pytest
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.workload import GpuKind
-from gpucarve.sim.trace_io import CSV_COLUMNS, load_trace
+from gpucarve.sim.traces.trace_io import CSV_COLUMNS, load_trace
 from tests.paths import BUILTIN
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy

@@ -15,12 +15,12 @@ from gpucarve.cli.common import fail
 from gpucarve.cli.output import console, refuse
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.quantity import QuantityError, whole_number
-from gpucarve.sim import fill_engine
-from gpucarve.sim.fill import POLICIES, REFERENCE, run_fill
-from gpucarve.sim.fill_bound import Bound
-from gpucarve.sim.fill_bound_rule import bounds_at
-from gpucarve.sim.fill_marks import MARKS, FillRun
-from gpucarve.sim.fill_trace import load_nodes, load_pods
+from gpucarve.sim.fill import engine as fill_engine
+from gpucarve.sim.fill.bound import Bound
+from gpucarve.sim.fill.bound_rule import bounds_at
+from gpucarve.sim.fill.experiment import POLICIES, REFERENCE, run_fill
+from gpucarve.sim.fill.marks import MARKS, FillRun
+from gpucarve.sim.fill.trace import load_nodes, load_pods
 
 app = typer.Typer(
     rich_markup_mode=None,

@@ -23,7 +23,7 @@ from gpucarve.config.gpu_operator_import import import_gpu_operator, report
 from gpucarve.config.policy_build import load_policy
 from gpucarve.config.quota_import import import_quotas
 from gpucarve.core.problems import InvalidInput
-from gpucarve.sim.alibaba import import_trace
+from gpucarve.sim.traces.alibaba import import_trace
 
 app = typer.Typer(rich_markup_mode=None, help="Import other tools' files.", no_args_is_help=True)
 

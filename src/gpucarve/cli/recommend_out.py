@@ -18,11 +18,11 @@ from gpucarve.config.policy_build import LoadedPolicy, load_policy_text
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.workload import Workload
-from gpucarve.sim.demand_bound import demand_bound
-from gpucarve.sim.metrics import summarize
-from gpucarve.sim.recommend import Proposal, limits, mig_layout, scheduling
-from gpucarve.sim.records import SimConfig
-from gpucarve.sim.runner import Simulator
+from gpucarve.sim.recommend.demand_bound import demand_bound
+from gpucarve.sim.recommend.proposals import Proposal, limits, mig_layout, scheduling
+from gpucarve.sim.run.metrics import summarize
+from gpucarve.sim.run.records import SimConfig
+from gpucarve.sim.run.runner import Simulator
 
 Trace = tuple[list[Workload], dict[str, float]]
 HOUR = 3600.0

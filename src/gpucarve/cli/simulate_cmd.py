@@ -33,16 +33,16 @@ from gpucarve.dashboard.export import standalone
 from gpucarve.dashboard.model import Frame
 from gpucarve.dashboard.server import Board
 from gpucarve.engine.decisions import CycleResult
-from gpucarve.sim import report
-from gpucarve.sim.baselines import POLICIES
-from gpucarve.sim.failures import from_rate, load_failures
-from gpucarve.sim.inference_scaling import inference_load
-from gpucarve.sim.metrics import is_dev, summarize, timelines
-from gpucarve.sim.policy_scenario import is_three_teams, scenario_for
-from gpucarve.sim.records import GpuFailure, SimConfig
-from gpucarve.sim.runner import Simulator
-from gpucarve.sim.synthetic import DAY, Scenario, generate
-from gpucarve.sim.trace_io import load_trace
+from gpucarve.sim.run import report
+from gpucarve.sim.run.baselines import POLICIES
+from gpucarve.sim.run.failures import from_rate, load_failures
+from gpucarve.sim.run.inference_scaling import inference_load
+from gpucarve.sim.run.metrics import is_dev, summarize, timelines
+from gpucarve.sim.run.records import GpuFailure, SimConfig
+from gpucarve.sim.run.runner import Simulator
+from gpucarve.sim.traces.policy_scenario import is_three_teams, scenario_for
+from gpucarve.sim.traces.synthetic import DAY, Scenario, generate
+from gpucarve.sim.traces.trace_io import load_trace
 
 
 def _hours(seconds: float) -> str:

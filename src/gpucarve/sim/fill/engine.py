@@ -40,9 +40,9 @@ from gpucarve.core.workload import (
     Workload,
 )
 from gpucarve.engine import OneByOne
-from gpucarve.sim.alibaba import MODEL_LABEL, model_ids, shape_pool
-from gpucarve.sim.fill_marks import FillRun, Marks
-from gpucarve.sim.fill_trace import Nodes, Pods, arrival_order
+from gpucarve.sim.fill.marks import FillRun, Marks
+from gpucarve.sim.fill.trace import Nodes, Pods, arrival_order
+from gpucarve.sim.traces.alibaba import MODEL_LABEL, model_ids, shape_pool
 
 REPLICAS = 100  # per GPU: the trace's shares are multiples of 10 milli
 QUEUE = "fill"

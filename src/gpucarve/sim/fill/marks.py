@@ -1,12 +1,13 @@
-"""The fill experiment's bookkeeping, shared by its runners (`sim/fill.py`'s array policies and
-`sim/fill_engine.py`'s engine path): the allocation ratio and the pods dropped at each mark."""
+"""The fill experiment's bookkeeping, shared by its runners (`sim/fill/experiment.py`'s
+array policies and `sim/fill/engine.py`'s engine path): the allocation ratio and the pods
+dropped at each mark."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gpucarve.sim.fill_trace import Pods
+from gpucarve.sim.fill.trace import Pods
 
 MARKS = (90, 95, 100, 130)  # arrived GPU request, % of capacity
 

@@ -11,10 +11,10 @@ from gpucarve.core.cluster import RECONFIGURING, Allocation, relayout
 from gpucarve.core.policy import DeviceApi
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.engine import CycleResult
-from gpucarve.sim import failures
-from gpucarve.sim.fragmentation import FragmentationProbe
-from gpucarve.sim.records import Kind
-from gpucarve.sim.sim_port import SimulatorPort
+from gpucarve.sim.run import failures
+from gpucarve.sim.run.fragmentation import FragmentationProbe
+from gpucarve.sim.run.records import Kind
+from gpucarve.sim.run.sim_port import SimulatorPort
 
 
 def may_change(sim: SimulatorPort, result: CycleResult, now: int) -> bool:

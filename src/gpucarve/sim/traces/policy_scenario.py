@@ -13,7 +13,7 @@ from typing import Any
 
 from gpucarve.core.policy import Flavor, Policy, Queue, SliceKind
 from gpucarve.core.vocabulary import DRA_GPU_DRIVER
-from gpucarve.sim.synthetic import JobKind, Scenario, Team, three_teams
+from gpucarve.sim.traces.synthetic import JobKind, Scenario, Team, three_teams
 
 THREE_TEAMS = frozenset({"research", "production", "data-science"})
 OFFERED_LOAD = 0.7  # of each queue's nominal quota, on average over the day

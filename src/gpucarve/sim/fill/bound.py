@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 import highspy
 import numpy as np
 
-from gpucarve.sim.fill_marks import MARKS
-from gpucarve.sim.fill_trace import MILLI, Nodes, Pods, arrival_order
+from gpucarve.sim.fill.marks import MARKS
+from gpucarve.sim.fill.trace import MILLI, Nodes, Pods, arrival_order
 
 MAX_ROUNDS = 200  # column generation rounds; each adds the best pattern per class
 EXACT_LIMIT = 4_000  # binary variables `exact_fill` accepts (it is for small instances)

@@ -23,8 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpucarve.engine import FragmentModel, Reach, RequestType, fragment_model_of, near_best
-from gpucarve.sim.fill_marks import FillRun, Marks
-from gpucarve.sim.fill_trace import (
+from gpucarve.sim.fill.marks import FillRun, Marks
+from gpucarve.sim.fill.trace import (
     MAX_GPUS,
     MAX_SPEC_CPU,
     MAX_SPEC_GPU,
@@ -203,7 +203,7 @@ POLICIES: dict[str, Score] = {
 
 
 # The engine's model on this module's arrays: a fast reference for the engine path
-# (`sim/fill_engine.py`), held to the same placements by a test.
+# (`sim/fill/engine.py`), held to the same placements by a test.
 REFERENCE = "gpucarve-array"
 
 

@@ -1,7 +1,7 @@
 """Reading the Alibaba GPU-sharing trace's CSV files (node list, pod list) row by row.
 
 A row that cannot be used is an error naming its line, or is skipped and counted when the
-caller asks for lenient reading. See `gpucarve.sim.alibaba` for what the rows become.
+caller asks for lenient reading. See `gpucarve.sim.traces.alibaba` for what the rows become.
 """
 
 from __future__ import annotations

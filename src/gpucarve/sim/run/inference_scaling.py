@@ -25,7 +25,7 @@ from gpucarve.core.policy import SCALE_DOWN_PODS, SCALE_UP_PODS, Autoscale, Poli
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.vocabulary import QUEUE_LABEL
 from gpucarve.core.workload import Workload
-from gpucarve.sim.synthetic import rate_factor
+from gpucarve.sim.traces.synthetic import rate_factor
 
 STEP_S = 60  # the HPA controller's sync period is 15 s; a minute keeps traces small
 NOISE = 0.15

@@ -18,9 +18,9 @@ from gpucarve.core.policy import Policy, Queue, SliceKind
 from gpucarve.core.requests import charge_milli, gpu_memory_of
 from gpucarve.core.workload import GpuKind, Workload
 from gpucarve.engine.decisions import Idle, IdleCause
-from gpucarve.sim.failures import gpu_seconds_out
-from gpucarve.sim.idle import by_cause, idle_gpu_seconds
-from gpucarve.sim.records import SimResult
+from gpucarve.sim.run.failures import gpu_seconds_out
+from gpucarve.sim.run.idle import by_cause, idle_gpu_seconds
+from gpucarve.sim.run.records import SimResult
 
 HOUR = 3600.0
 
@@ -258,7 +258,7 @@ def _key_use(policy: Policy, queue: str, key: str, use: Mapping[tuple[str, str],
 def _idle(
     result: SimResult, book: SliceBook, held: Mapping[str, float], window: tuple[int, int]
 ) -> dict[str, dict[str, float]]:
-    """Pool -> cause -> GPU-hours free while work waited (sim/idle.py)."""
+    """Pool -> cause -> GPU-hours free while work waited (sim/run/idle.py)."""
     start, end = window
     span = max(1, end - start)
     pools_of: defaultdict[str, set[str]] = defaultdict(set)

@@ -50,7 +50,7 @@ class SimConfig:
     # After every cycle, check every rule (engine.invariants) and stop at the first broken one:
     # costs a walk over the cluster per cycle, so it is for CI and debugging.
     check_invariants: bool = False
-    # GPUs that fail during the run (sim/failures.py): what runs on them starts over, and
+    # GPUs that fail during the run (sim/run/failures.py): what runs on them starts over, and
     # they take no work until repaired.
     gpu_failures: tuple[GpuFailure, ...] = ()
 
@@ -80,11 +80,11 @@ class SimResult:
     cycles: int = 0
     never_started: list[str] = field(default_factory=list)
     held_incomplete: set[str] = field(default_factory=set)  # gangs that held GPUs part-placed
-    # (time, stranded milli-GPU per pool) samples; see sim/fragmentation.py
+    # (time, stranded milli-GPU per pool) samples; see sim/run/fragmentation.py
     fragmentation: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     repartitions: list[tuple[int, str, str]] = field(default_factory=list)  # t, GPU, reason
     # (time, the cycle's idle shares) after every cycle, and (time, None) where an instant
-    # passes with nothing waiting (all that is free then is nothing-waiting); see sim/idle.py
+    # passes with nothing waiting (all that is free then is nothing-waiting); see sim/run/idle.py
     idle: list[tuple[int, tuple[Idle, ...] | None]] = field(default_factory=list)
     # t, GPU, when repaired (None: still out at the end), the workloads it stopped
     gpu_failures: list[tuple[int, str, int | None, tuple[str, ...]]] = field(default_factory=list)

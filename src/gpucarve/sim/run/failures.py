@@ -20,8 +20,8 @@ from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.quantity import QuantityError, whole_number
 from gpucarve.core.snapshot import Step
 from gpucarve.engine.decisions import Cause, CycleResult, Eviction
-from gpucarve.sim.records import GpuFailure
-from gpucarve.sim.sim_port import SimulatorPort
+from gpucarve.sim.run.records import GpuFailure
+from gpucarve.sim.run.sim_port import SimulatorPort
 
 # Owner of the slices of a GPU out of service (the scheduler's `held_slices.UNHEALTHY`).
 FAILED = "unhealthy:"

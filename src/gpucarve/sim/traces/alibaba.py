@@ -32,7 +32,7 @@ from typing import Any, overload
 from gpucarve.core.catalog import Catalog, UnknownModel
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.vocabulary import API_VERSION, FRACTION_ANNOTATION, POOL_LABEL
-from gpucarve.sim.alibaba_csv import TraceNode, TracePod, read_nodes, read_pods
+from gpucarve.sim.traces.alibaba_csv import TraceNode, TracePod, read_nodes, read_pods
 
 MODEL_LABEL = "alibaba.com/gpu-model"
 NAMESPACE = "alibaba"

@@ -28,10 +28,10 @@ from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine import CycleResult, Engine, apply_in, derive, finish_in
 from gpucarve.engine.decisions import Cause, Eviction
 from gpucarve.engine.invariants import check_step
-from gpucarve.sim import failures, mig_replay, slowdown
-from gpucarve.sim.allocations import Allocations
-from gpucarve.sim.fragmentation import FragmentationProbe
-from gpucarve.sim.records import Interval, Kind, SimConfig, SimResult
+from gpucarve.sim.run import failures, mig_replay, slowdown
+from gpucarve.sim.run.allocations import Allocations
+from gpucarve.sim.run.fragmentation import FragmentationProbe
+from gpucarve.sim.run.records import Interval, Kind, SimConfig, SimResult
 
 DEFAULT_UTILISATION = 60.0  # percent of a GPU a job keeps busy alone, when the trace says nothing
 

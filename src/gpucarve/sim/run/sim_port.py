@@ -11,9 +11,9 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import RunningWorkload
 from gpucarve.engine.decisions import CycleResult
-from gpucarve.sim.allocations import Allocations
-from gpucarve.sim.fragmentation import FragmentationProbe
-from gpucarve.sim.records import Kind, SimConfig, SimResult
+from gpucarve.sim.run.allocations import Allocations
+from gpucarve.sim.run.fragmentation import FragmentationProbe
+from gpucarve.sim.run.records import Kind, SimConfig, SimResult
 
 
 class SimulatorPort(Protocol):

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gpucarve.sim.fill_bound import Bound, BoundLp, Kind, arrived_at
-from gpucarve.sim.fill_marks import MARKS
-from gpucarve.sim.fill_trace import MILLI, Nodes, Pods, arrival_order
+from gpucarve.sim.fill.bound import Bound, BoundLp, Kind, arrived_at
+from gpucarve.sim.fill.marks import MARKS
+from gpucarve.sim.fill.trace import MILLI, Nodes, Pods, arrival_order
 
 FIRST_SPLIT = 8  # intervals of a group's arrivals when its cases are first taken apart
 BUDGET = 200  # LP solves per bound, the first included (each a few rounds from a warm start)

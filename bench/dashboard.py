@@ -8,7 +8,7 @@ dashboard's own server on loopback without authentication. "First render" is fro
 navigation start until it has drawn its data (the time the page marks itself drawn, measured
 in the browser): first on a cycle nothing has been computed for yet, then `--runs` times more
 (the median printed); and the API's answer time. `--screenshots DIR` also writes the pages of
-the three-team example (tests/unit/test_dashboard.py's scenario) as PNGs, the pictures
+the three-team example (tests/unit/dashboard/test_model.py's scenario) as PNGs, the pictures
 docs/dashboard.md shows. Needs Debian's chromium and chromium-driver.
 """
 
@@ -111,7 +111,7 @@ def showcase() -> list[Frame]:
     """The three-team example mid-day: every pool in use by its teams, a GPU out of service,
     MIG instances of several profiles, work waiting; two cycles, so the history has a line."""
     from tests.engine.builders import workload
-    from tests.unit.test_dashboard import OUT, TOLERATE, scenario
+    from tests.unit.dashboard.test_model import OUT, TOLERATE, scenario
 
     first = scenario()
     p = first.snapshot.policy

@@ -18,7 +18,7 @@ from gpucarve.config.quota_import import import_quotas
 from gpucarve.core.problems import InvalidInput
 from tests.fuzz.budget import fuzz_settings
 from tests.paths import BUILTIN
-from tests.unit.test_kube_webhook import _post
+from tests.unit.webhook.test_server import _post
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
 

@@ -129,7 +129,7 @@ def webhook_bypassed(api: Api, namespace: str, why: str) -> Iterator[None]:
     """The stack's webhook configurations taken away while the block runs, then put back: for
     a scenario of what gets past admission (a cluster whose webhook was down with
     `failurePolicy: Ignore`, objects made before gpucarve was installed). `why` says what the
-    scenario needs of it (`tests/unit/test_stack_as_shipped.py` lists them)."""
+    scenario needs of it (`tests/unit/devcluster/test_stack_as_shipped.py` lists them)."""
     assert why.strip(), "say why the scenario bypasses the webhook"
     saved = [(plural, api.get(f"{ADMISSION}/{plural}/gpucarve")) for plural in CONFIGURATIONS]
     for plural, _ in saved:

@@ -1,5 +1,5 @@
 """The dashboard in headless Chromium against the dev cluster's real state (the scenario of
-tests/unit/test_dashboard.py, there through the engine alone): research borrows 8 H100s beyond
+tests/unit/dashboard/test_model.py, there through the engine alone): research borrows 8 H100s beyond
 its nominal 16, GPU 3 of training-0 is out of service (the health agent's annotation),
 production runs a 3g.40gb instance, data science's 8-GPU pod waits. Access is decided by the
 API server: the admin signs in with a token and sees everything; a research service account

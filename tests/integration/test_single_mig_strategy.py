@@ -17,7 +17,7 @@ from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import create_pod, node_of, planned, pod, pods_in
 from tests.integration.stack_setup import populate, running
-from tests.unit.test_single_mig import doc
+from tests.unit.kube.view.test_single_mig import doc
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ owner references: `gang_of`), which objects the scheduler watches to learn the g
 (`watch`, with the RBAC rule that needs), and how it reads them (`specs`). The scheduler builds
 its informers from this registry, `explain` lists the same objects, and a test holds the Helm
 chart's ClusterRole equal to `rbac_rules()`. Adding a kind (a Volcano Job, say) is adding an
-entry; `tests/unit/test_owner_kinds.py` shows one added that way.
+entry; `tests/unit/kube/view/test_owner_kinds.py` shows one added that way.
 
 Order matters: the first kind whose `gang_of` answers names the gang; a pod annotated
 `gpucarve.io/gang: "false"` is a workload of its own for every kind that `honours_opt_out` (a

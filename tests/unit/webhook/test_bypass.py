@@ -19,7 +19,7 @@ from tests.json_patch import apply_patch
 from tests.paths import BUILTIN
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy
-HELPERS = Path(__file__).resolve().parents[2] / "deploy/helm/gpucarve/templates/_helpers.tpl"
+HELPERS = Path(__file__).resolve().parents[3] / "deploy/helm/gpucarve/templates/_helpers.tpl"
 
 
 def _pod(ns: str = "research", limits: dict[str, str] | None = None, **spec: Any) -> Any:

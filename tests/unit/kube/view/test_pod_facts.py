@@ -13,7 +13,7 @@ from gpucarve.kube.view.cluster_view import View, build_view
 from gpucarve.kube.view.inventory import build_inventory
 from gpucarve.kube.view.pod_facts import PodFactsMemo
 from gpucarve.kube.view.pods import GroupSpec
-from tests.unit.test_kube_view import EPOCH, POLICY, pod, ready_nodes
+from tests.unit.kube.view.test_cluster_view import EPOCH, POLICY, pod, ready_nodes
 
 
 def test_a_seen_object_is_not_parsed_again_and_a_replaced_one_is() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from gpucarve.kube.scheduler.loop import confirms
 from gpucarve.kube.view.assigned import Assigned
-from tests.unit.test_kube_view import pod
+from tests.unit.kube.view.test_cluster_view import pod
 
 GPU1 = {"nvidia.com/gpu": "1"}
 ASSUMED = {

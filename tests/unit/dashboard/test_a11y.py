@@ -17,7 +17,7 @@ from gpucarve.dashboard.server import Board, app
 from gpucarve.kube.scheduler.health import ThreadServer
 from tests.browser import axe_source, chromium, drawn, show
 from tests.integration.api import wait_for
-from tests.unit.test_dashboard import scenario
+from tests.unit.dashboard.test_model import scenario
 
 ROUTES = ("cluster", "pool/production", "node/training-0", "queues", "pending", "idle", "changes")
 RUN_AXE = """

@@ -60,7 +60,7 @@ def test_every_gpu_resource_is_capped_in_every_namespace() -> None:
 
 
 def test_a_share_of_nothing_is_warned() -> None:
-    from tests.unit.test_kube_admission import load_policy_text
+    from tests.unit.webhook.test_admission import load_policy_text
 
     many = ", ".join(f"team-{i}" for i in range(25))
     raw = (BUILTIN / "three-teams.yaml").read_text()

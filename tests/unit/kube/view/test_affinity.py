@@ -101,7 +101,7 @@ def _preferring(weight_terms: list[tuple[int, str]]) -> Any:
 
 
 def _zone_of(pod: dict[str, Any], scoring: str = "") -> str | None:
-    from tests.unit.test_kube_admission import load_policy_text
+    from tests.unit.webhook.test_admission import load_policy_text
 
     policy = load_policy_text(ZONES + scoring)
     (group,) = pending_workloads([pod], policy, EPOCH)

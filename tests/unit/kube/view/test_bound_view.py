@@ -17,7 +17,7 @@ from gpucarve.kube.view.pod_facts import PodFactsMemo
 from gpucarve.kube.view.pod_index import PodIndex
 from gpucarve.kube.view.pods import GroupSpec, WorkloadCache
 from gpucarve.kube.view.view_step import maybe_gone, step_between
-from tests.unit.test_kube_view import EPOCH, POLICY, pod, ready_nodes
+from tests.unit.kube.view.test_cluster_view import EPOCH, POLICY, pod, ready_nodes
 
 GPU8 = {"nvidia.com/gpu": "8"}
 GPU1 = {"nvidia.com/gpu": "1"}

@@ -26,7 +26,7 @@ from gpucarve.kube.view.dra import (
 from gpucarve.kube.view.inventory import MISMATCH_TAINT, build_inventory
 from gpucarve.kube.view.nodes import slice_manifests
 from tests.paths import EXAMPLES
-from tests.unit.test_kube_view import ready_nodes
+from tests.unit.kube.view.test_cluster_view import ready_nodes
 
 POLICY = load_policy(EXAMPLES / "dra" / "policy.yaml", []).policy
 EPOCH = datetime(2026, 12, 3, tzinfo=UTC)

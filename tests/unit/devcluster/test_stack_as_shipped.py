@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpucarve.devcluster.stack import PARTS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # `dev-cluster up` switches parts off by the user's flags (`--no-webhook`): its reasons are
 # those flags, not literals
 USER_FLAGS = ROOT / "src/gpucarve/cli/devcluster_cmd.py"

@@ -24,7 +24,7 @@ from gpucarve.kube.view.owner_kinds import (
 from gpucarve.kube.view.owners import positive_int
 from gpucarve.kube.view.pod_groups import resolve_topology
 
-CHART_RBAC = Path(__file__).resolve().parents[2] / "deploy/helm/gpucarve/templates/rbac.yaml"
+CHART_RBAC = Path(__file__).resolve().parents[4] / "deploy/helm/gpucarve/templates/rbac.yaml"
 # the scheduler's own informers, not owners' (the DRA ones run where the policy has DRA pools)
 INFORMED_ALWAYS = {
     ("", "pods"),

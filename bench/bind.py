@@ -81,9 +81,9 @@ from figures import print_figures
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.policy import Policy
+from gpucarve.devcluster.nodes import node_manifests, slice_manifests
 from gpucarve.devcluster.stack import LocalStack, find_binaries
 from gpucarve.kube.api.client import ApiError, Client
-from gpucarve.kube.view.nodes import node_manifests, slice_manifests
 from gpucarve.render.dra import device_classes
 
 RESOURCE = "/apis/resource.k8s.io/v1"

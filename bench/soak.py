@@ -45,9 +45,9 @@ from soak_churn import Churn
 from tests.integration.invariants import violations
 
 from gpucarve.config.policy_build import load_policy
+from gpucarve.devcluster.nodes import node_manifests
 from gpucarve.devcluster.stack import LocalStack, find_binaries
 from gpucarve.kube.api.client import Client
-from gpucarve.kube.view.nodes import node_manifests
 
 POLICY = """
 apiVersion: gpucarve.io/v1alpha1

@@ -27,6 +27,7 @@ from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
 from gpucarve.core.vocabulary import LEADER_LABEL
 from gpucarve.dashboard.access import KubeAccess
 from gpucarve.dashboard.server import Board, app
+from gpucarve.devcluster.nodes import slice_manifests
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.api.leader import LeaderElector
@@ -34,7 +35,6 @@ from gpucarve.kube.scheduler.health import ThreadServer
 from gpucarve.kube.scheduler.leader_label import mark
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig
-from gpucarve.kube.view.nodes import slice_manifests
 from gpucarve.render.dra import device_classes
 from tests.dynamic_mig_policy import dynamic_mig_doc
 from tests.integration.api import Api

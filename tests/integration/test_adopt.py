@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from gpucarve.cli.main import app
 from gpucarve.config.examples import POLICY, example_path
 from gpucarve.config.policy_build import load_policy
+from gpucarve.devcluster.nodes import node_manifests, slice_manifests
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
-from gpucarve.kube.view.nodes import node_manifests, slice_manifests
 from tests.integration.api import Api
 
 pytestmark = pytest.mark.integration

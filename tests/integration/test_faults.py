@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from gpucarve.config.policy_build import load_policy
+from gpucarve.devcluster.nodes import node_manifests
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.api.client import Client
-from gpucarve.kube.view.nodes import node_manifests
 from tests.integration.api import Api, wait_for
 from tests.integration.fault_proxy import FaultProxy
 from tests.integration.invariants import check_invariants

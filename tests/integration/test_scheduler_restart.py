@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from gpucarve.config.policy_build import load_policy
+from gpucarve.devcluster.nodes import node_manifests
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
-from gpucarve.kube.view.nodes import node_manifests
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import create_pod, node_of, pod, pods_in
 

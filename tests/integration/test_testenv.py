@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpucarve.config.policy_build import load_policy
+from gpucarve.devcluster.nodes import node_manifests
 from gpucarve.devcluster.stack import PARTS, SCHEDULER_USER, LocalStack
-from gpucarve.kube.view.nodes import node_manifests
 from tests.integration.api import Api, wait_for
 from tests.paths import BUILTIN
 

@@ -22,9 +22,9 @@ from gpucarve.cli.kube_options import (
 from gpucarve.cli.output import Exit, console
 from gpucarve.config.policy_build import build_policy
 from gpucarve.core.problems import InvalidInput
+from gpucarve.kube.adopt import adopt as adopt_nodes
+from gpucarve.kube.adopt import said_problem, with_quotas
 from gpucarve.kube.api.client import ApiError, Client
-from gpucarve.kube.view.adopt import adopt as adopt_nodes
-from gpucarve.kube.view.adopt import said_problem, with_quotas
 
 PAGE = 500
 

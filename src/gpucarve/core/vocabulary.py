@@ -69,3 +69,6 @@ GROUP_LABELS = (POD_GROUP_LABEL, COSCHEDULING_GROUP_LABEL)
 # Annotations that make the scheduler act (write an object by that name, trust an assignment):
 # only gpucarve sets them. The webhook removes a tenant's at creation and refuses a change.
 SCHEDULER_OWNED_ANNOTATIONS = (DEVICE_CONFIG_ANNOTATION, ASSIGNMENT_ANNOTATION)
+
+# A pod in one of these phases has ended: it holds nothing and is no gang member any more.
+TERMINAL_PHASES = ("Succeeded", "Failed")

@@ -33,9 +33,9 @@ from typing import Any
 
 from gpucarve.core.policy import Policy
 from gpucarve.devcluster import webhook
+from gpucarve.devcluster.nodes import node_manifests, slice_manifests
 from gpucarve.devcluster.procs import SCHEDULER_USER as SCHEDULER_USER
 from gpucarve.devcluster.procs import StackError, free_port, free_ports
-from gpucarve.kube.view.nodes import node_manifests, slice_manifests
 from gpucarve.render.dra import device_classes
 
 ADMIN_USER = "gpucarve-admin"

@@ -24,12 +24,12 @@ from gpucarve.engine import Held
 from gpucarve.engine.decisions import Cause, CycleResult, Plugin
 from gpucarve.kube.api.client import ApiError, Client, rfc3339
 from gpucarve.kube.api.events import post_event
+from gpucarve.kube.scheduler.group_status import group_status, upstream_condition
+from gpucarve.kube.scheduler.queue_status import queue_statuses
 from gpucarve.kube.scheduler.status_writer import LatestWrites
 from gpucarve.kube.view.cluster_view import View
-from gpucarve.kube.view.group_status import group_status, upstream_condition
 from gpucarve.kube.view.owners import positive_int
 from gpucarve.kube.view.pods import group_key
-from gpucarve.kube.view.queue_status import queue_statuses
 
 log = logging.getLogger("gpucarve.scheduler")
 # Queue statuses are worked out at most this often (by the injected clock): each is a pass over

@@ -17,9 +17,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from gpucarve.core.vocabulary import FRACTION_ANNOTATION, MEMORY_ANNOTATION
+from gpucarve.core.vocabulary import FRACTION_ANNOTATION, MEMORY_ANNOTATION, TERMINAL_PHASES
 from gpucarve.kube.view.assigned import Assigned
-from gpucarve.kube.view.group_status import TERMINAL
 from gpucarve.kube.view.pod_facts import PodFacts, PodFactsMemo
 from gpucarve.kube.view.slice_claims import gpu_requests
 
@@ -152,7 +151,7 @@ class PodIndex:
             self.governed is None or pod["metadata"]["namespace"] in self.governed or asks_gpus(pod)
         )
         phase = (pod.get("status") or {}).get("phase")
-        if phase in TERMINAL:
+        if phase in TERMINAL_PHASES:
             if mine and phase == "Succeeded":
                 self.done[f.group] += 1
                 return DONE

@@ -72,7 +72,7 @@ def test_statuses_from_what_the_engine_holds_are_those_of_a_pass_over_what_runs(
     from gpucarve.core.snapshot import Snapshot
     from gpucarve.engine import Engine
     from gpucarve.engine.apply import apply, finish
-    from gpucarve.kube.view.queue_status import queue_statuses
+    from gpucarve.kube.scheduler.queue_status import queue_statuses
     from tests.engine.builders import mixed_arrivals, mixed_policy
 
     p = mixed_policy()

@@ -14,10 +14,10 @@ from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy
 from gpucarve.core.vocabulary import ASSIGNMENT_ANNOTATION as ASSIGNMENT
 from gpucarve.core.workload import PartialGang
+from gpucarve.devcluster.nodes import node_manifests
 from gpucarve.engine.engine import run_cycle
 from gpucarve.kube.view.cluster_view import build_view
 from gpucarve.kube.view.inventory import MISMATCH_TAINT, build_inventory
-from gpucarve.kube.view.nodes import node_manifests
 from gpucarve.kube.view.pods import GroupSpec
 from tests.paths import BUILTIN
 

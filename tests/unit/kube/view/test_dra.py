@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from gpucarve.config.policy_build import load_policy, load_policy_text
+from gpucarve.devcluster.nodes import slice_manifests
 from gpucarve.engine.engine import run_cycle
 from gpucarve.kube.view.cluster_view import build_view
 from gpucarve.kube.view.dra import (
@@ -24,7 +25,6 @@ from gpucarve.kube.view.dra import (
     read_slices,
 )
 from gpucarve.kube.view.inventory import MISMATCH_TAINT, build_inventory
-from gpucarve.kube.view.nodes import slice_manifests
 from tests.paths import EXAMPLES
 from tests.unit.kube.view.test_cluster_view import ready_nodes
 

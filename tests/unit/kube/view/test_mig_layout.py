@@ -17,6 +17,7 @@ from gpucarve.core.cluster import RECONFIGURING
 from gpucarve.core.mig import Instance
 from gpucarve.core.vocabulary import MIG_CHANGE_ANNOTATION as CHANGE_ANNOTATION
 from gpucarve.core.vocabulary import MIG_LAYOUT_ANNOTATION as LAYOUT_ANNOTATION
+from gpucarve.devcluster.nodes import node_manifests
 from gpucarve.kube.view.cluster_view import build_view
 from gpucarve.kube.view.inventory import MISMATCH_TAINT, build_inventory, node_key
 from gpucarve.kube.view.mig_layout import (
@@ -26,7 +27,6 @@ from gpucarve.kube.view.mig_layout import (
     layout_annotation,
     node_layout,
 )
-from gpucarve.kube.view.nodes import node_manifests
 from tests.dynamic_mig_policy import dynamic_mig_doc
 
 DOC = dynamic_mig_doc()

@@ -15,9 +15,9 @@ from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.snapshot import Snapshot
+from gpucarve.devcluster.nodes import node_manifests
 from gpucarve.engine import run_cycle
 from gpucarve.kube.view.inventory import build_inventory
-from gpucarve.kube.view.nodes import node_manifests
 from gpucarve.render.nvidia import device_plugin_configs
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpucarve.kube.view.group_status import group_status, upstream_condition
+from gpucarve.kube.scheduler.group_status import group_status, upstream_condition
 
 
 def _pod(name: str, phase: str = "Pending", node: str | None = None) -> dict[str, Any]:

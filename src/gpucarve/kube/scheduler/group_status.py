@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-TERMINAL = ("Succeeded", "Failed")
+from gpucarve.core.vocabulary import TERMINAL_PHASES
 
 
 def group_status(
@@ -39,7 +39,7 @@ def group_status(
     live = [
         (p, phase)
         for p, phase in zip(members, phases, strict=True)
-        if phase not in TERMINAL and not p["metadata"].get("deletionTimestamp")
+        if phase not in TERMINAL_PHASES and not p["metadata"].get("deletionTimestamp")
     ]
     running = sum(1 for _, phase in live if phase == "Running")
     scheduled = sum(1 for p, _ in live if (p.get("spec") or {}).get("nodeName") or _key(p) in bound)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpucarve.config.policy_build import load_policy
-from gpucarve.kube.view.nodes import KWOK_ANNOTATION, node_manifests
+from gpucarve.devcluster.nodes import KWOK_ANNOTATION, node_manifests
 from tests.paths import BUILTIN
 
 EXAMPLE = BUILTIN / "three-teams.yaml"

@@ -10,8 +10,8 @@ from typing import Any
 from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.config.examples import POLICY, example_path
 from gpucarve.config.policy_build import build_policy, load_policy
-from gpucarve.kube.view.adopt import adopt, with_quotas
-from gpucarve.kube.view.nodes import node_manifests
+from gpucarve.devcluster.nodes import node_manifests
+from gpucarve.kube.adopt import adopt, with_quotas
 
 EXAMPLE = load_policy(example_path(POLICY)).policy
 
@@ -115,7 +115,7 @@ def test_quotas_that_already_bind_are_reported() -> None:
 
 
 def test_dra_nodes_become_dra_pools_read_from_their_resource_slices() -> None:
-    from gpucarve.kube.view.nodes import slice_manifests
+    from gpucarve.devcluster.nodes import slice_manifests
     from tests.paths import EXAMPLES
 
     dra = load_policy(EXAMPLES / "dra" / "policy.yaml").policy

@@ -24,7 +24,7 @@ from gpucarve.dashboard.server import Board, app
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from gpucarve.kube.api.client import Client
 from gpucarve.kube.scheduler.health import ThreadServer
-from gpucarve.kube.view.inventory import build_inventory
+from gpucarve.kube.view.nodes.inventory import build_inventory
 from tests.browser import chromium, drawn, need_browser, show
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import condition, create_pod, node_of, pod, pods_in

@@ -3,7 +3,7 @@ Deployment and ReplicaSet controllers making the pods: an indexed Job and a set 
 JobSet-labelled Jobs are gangs without a PodGroup, bound all or nothing; a Deployment's
 replicas are each their own workload; pods labelled as a LeaderWorkerSet's group form one gang
 of its size. (The JobSet and LeaderWorkerSet controllers are not run: their objects are written
-here with the labels they set, which is all the mapping reads; see kube/view/owners.py.)"""
+here with the labels they set, which is all the mapping reads; see kube/view/pods/owners.py.)"""
 
 from __future__ import annotations
 

@@ -2,11 +2,12 @@
 each change, the node's taint when the policy asks) and the scheduler's (read them back).
 
 The GPUs out of service are the annotation `gpucarve.io/unhealthy-gpus` (JSON: GPU index ->
-reason). The scheduler holds their free slices out of placement (`kube/view/held_slices.py`); the
-node's other GPUs stay usable, and pods already on a failed GPU are reported and, as
-`gpuHealth.evictPods` says, evicted (`kube/scheduler/failed_gpus.py`). The node is tainted
-`gpucarve.io/gpu-unhealthy:NoSchedule` only as `gpuHealth.taint` says: when all its GPUs are
-out (`allUnhealthy`, the default), also when one needs a reset (`needsReset`), or never.
+reason). The scheduler holds their free slices out of placement
+(`kube/view/bound/held_slices.py`); the node's other GPUs stay usable, and pods already on a
+failed GPU are reported and, as `gpuHealth.evictPods` says, evicted
+(`kube/scheduler/failed_gpus.py`). The node is tainted `gpucarve.io/gpu-unhealthy:NoSchedule`
+only as `gpuHealth.taint` says: when all its GPUs are out (`allUnhealthy`, the default), also
+when one needs a reset (`needsReset`), or never.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from gpucarve.core.policy import GpuHealth
 from gpucarve.core.vocabulary import UNHEALTHY_ANNOTATION, UNHEALTHY_TAINT
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.api.events import post_event
-from gpucarve.kube.view.device_truth import unhealthy_gpus
+from gpucarve.kube.view.nodes.device_truth import unhealthy_gpus
 
 if TYPE_CHECKING:  # it loads gRPC, which only the agent needs
     from gpucarve.agent.publisher import PodDevicesPublisher

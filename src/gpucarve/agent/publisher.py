@@ -1,6 +1,6 @@
 """The node agent's report of the devices pods really got: the kubelet's PodResources list,
 mapped to device units through NVML, written onto the Node (`device_truth.POD_DEVICES`) only
-when it changed. The scheduler reads it back (`kube/view/device_truth.py`)."""
+when it changed. The scheduler reads it back (`kube/view/nodes/device_truth.py`)."""
 
 from __future__ import annotations
 

@@ -307,3 +307,8 @@ def match_flavors(
         f"{s!r} {errors.get(s, 'matches no device')}" for s in selectors if not hits[s]
     )
     return Match(tuple(matched), unmatched, tuple(partial))
+
+
+def devices_key(devices: Mapping[str, Sequence[Device]]) -> str:
+    """A fingerprint of each DRA flavor's devices, for caches of what selectors matched."""
+    return json.dumps({f: sorted(d.key for d in ds) for f, ds in sorted(devices.items())})

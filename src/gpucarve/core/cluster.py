@@ -228,7 +228,7 @@ def decided_labels(pool: Pool) -> dict[str, frozenset[str | None]]:
     """The node labels whose values the policy decides for the nodes of `pool` that gpucarve
     places on, each with the values such a node can carry (None: the label is absent). Every
     other label (hostname, zone, an administrator's) is the cluster's, unknown to the policy.
-    A node whose GFD labels disagree is kept out of placements (`kube/view/inventory.py`), the
+    A node whose GFD labels disagree is kept out of placements (`kube/view/nodes/inventory.py`), the
     scheduler writes the mode label before it places, and a node joins a pool by its pool
     label or by the pool's `nodeLabels`."""
     names, said = gfd_expectations(pool)

@@ -21,7 +21,7 @@ from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine import SCALE, Quotas, evicted_pods, usage_after
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.explain import explain, render
-from gpucarve.kube.view.held_slices import UNHEALTHY
+from gpucarve.kube.view.bound.held_slices import UNHEALTHY
 
 FREE, USED, OUT, CHANGING, RESERVED, OTHER = (
     "free", "used", "out-of-service", "reconfiguring", "reserved", "other",

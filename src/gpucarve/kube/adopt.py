@@ -28,7 +28,7 @@ from gpucarve.core.catalog import AmbiguousModel, Catalog, GpuModel, UnknownMode
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem, Severity
 from gpucarve.core.quantity import QuantityError, cpu_milli, memory_mib, whole_count
-from gpucarve.kube.view.dra import DraDevices, read_slices
+from gpucarve.kube.view.nodes.devices import DraDevices, read_slices
 
 PRODUCT = "nvidia.com/gpu.product"
 COUNT = "nvidia.com/gpu.count"

@@ -34,10 +34,10 @@ from gpucarve.core.vocabulary import (
 )
 from gpucarve.core.workload import LabelRequirement, Operator, PodSet, Workload
 from gpucarve.engine import Oracle
-from gpucarve.kube.view.dra import CLAIMS_KEY, claim_requests
 from gpucarve.kube.view.gpu_mode import implied_mode
-from gpucarve.kube.view.owners import JOB_NAME_LABELS, gang_size
-from gpucarve.kube.view.pods import KEPT_ANNOTATIONS, PendingGroup, pending_workloads
+from gpucarve.kube.view.pods.claims import CLAIMS_KEY, claim_requests
+from gpucarve.kube.view.pods.owners import JOB_NAME_LABELS, gang_size
+from gpucarve.kube.view.pods.pods import KEPT_ANNOTATIONS, PendingGroup, pending_workloads
 from gpucarve.webhook import bypass
 from gpucarve.webhook.bypass import DEFAULT_SCHEDULER, DEVICE_ENV, NO_DEVICES
 

@@ -7,7 +7,7 @@ informer's own thread.
 
 A reader that keeps its own state in step with the cache asks `changes_since` the generation it
 last read: it gets the objects changed after it by key, so a cycle costs what changed rather
-than a pass over every object (the scheduler's pod index, `kube/view/pod_index.py`).
+than a pass over every object (the scheduler's pod index, `kube/view/pods/pod_index.py`).
 """
 
 from __future__ import annotations

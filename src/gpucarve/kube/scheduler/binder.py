@@ -27,7 +27,7 @@ from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.api.informer import Informer
 from gpucarve.kube.scheduler.claim_writer import ClaimWriter
 from gpucarve.kube.scheduler.device_config import DeviceConfigs
-from gpucarve.kube.view.assigned import Assigned, assigned_of
+from gpucarve.kube.view.pods.assigned import Assigned, assigned_of
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger("gpucarve.scheduler")

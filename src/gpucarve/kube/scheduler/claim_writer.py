@@ -1,7 +1,7 @@
 """Allocating a bound pod's ResourceClaims, as kube-scheduler's DRA plugin does, before the
 binding: the claim gets kube-controller-manager's delete-protection finalizer (so that once no
 pod is reserved for it any more, the claim controller deallocates it and lets it go), then its
-status: the devices gpucarve chose (`kube/view/dra.py`'s `allocation_for`), the node, and the
+status: the devices gpucarve chose (`claim_allocation.allocation_for`), the node, and the
 pod it is reserved for. The kubelet starts a pod with claims only once they are allocated and
 reserved for it.
 
@@ -22,14 +22,10 @@ from typing import Any
 
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.api.informer import Informer
-from gpucarve.kube.view.assigned import Assigned
-from gpucarve.kube.view.dra import (
-    DELETE_PROTECTION,
-    DraDevices,
-    allocation_for,
-    claim_refs,
-    followed,
-)
+from gpucarve.kube.scheduler.claim_allocation import allocation_for
+from gpucarve.kube.view.nodes.devices import DraDevices
+from gpucarve.kube.view.pods.assigned import Assigned
+from gpucarve.kube.view.pods.claims import DELETE_PROTECTION, claim_refs, followed
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 

@@ -24,7 +24,7 @@ from typing import Any
 from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
 from gpucarve.core.vocabulary import MANAGED_BY, MANAGED_BY_LABEL
 from gpucarve.kube.api.client import ApiError, Client
-from gpucarve.kube.view.assigned import Assigned
+from gpucarve.kube.view.pods.assigned import Assigned
 
 log = logging.getLogger("gpucarve.scheduler")
 

@@ -17,10 +17,10 @@ from gpucarve.engine.explain import Explanation, explain, render
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.scheduler.claim_writer import RESOURCE
 from gpucarve.kube.view.cluster_view import View, build_view, key
-from gpucarve.kube.view.dra import read_slices
-from gpucarve.kube.view.inventory import build_inventory
-from gpucarve.kube.view.owner_kinds import OWNER_KINDS, all_specs, watched
-from gpucarve.kube.view.pods import group_key
+from gpucarve.kube.view.nodes.devices import read_slices
+from gpucarve.kube.view.nodes.inventory import build_inventory
+from gpucarve.kube.view.pods.owner_kinds import OWNER_KINDS, all_specs, watched
+from gpucarve.kube.view.pods.pods import group_key
 
 
 class NoSuchPod(Exception):

@@ -60,23 +60,23 @@ from gpucarve.kube.scheduler.policy_reload import PolicyReloader
 from gpucarve.kube.scheduler.reactions import REACTIONS, CycleReport, Decided, Reaction
 from gpucarve.kube.scheduler.reporter import Reporter
 from gpucarve.kube.scheduler.runtimes import RuntimeLearner
-from gpucarve.kube.view.assigned import Assigned, assigned_of
-from gpucarve.kube.view.bound_view import BoundGroups
+from gpucarve.kube.view.bound.bound_view import BoundGroups
+from gpucarve.kube.view.bound.view_step import Layers, maybe_gone, step_between
 from gpucarve.kube.view.cluster_view import View, build_view
 from gpucarve.kube.view.cluster_view import key as pod_id
-from gpucarve.kube.view.dra import DraDevices, read_slices
-from gpucarve.kube.view.inventory import Inventory, build_inventory, node_key
-from gpucarve.kube.view.owner_kinds import (
+from gpucarve.kube.view.nodes.devices import DraDevices, read_slices
+from gpucarve.kube.view.nodes.inventory import Inventory, build_inventory, node_key
+from gpucarve.kube.view.pods.assigned import Assigned, assigned_of
+from gpucarve.kube.view.pods.owner_kinds import (
     OWNER_KINDS,
     Watched,
     all_specs,
     watched,
 )
-from gpucarve.kube.view.pod_facts import PodFactsMemo
-from gpucarve.kube.view.pod_index import PodIndex
-from gpucarve.kube.view.pods import WorkloadCache
+from gpucarve.kube.view.pods.pod_facts import PodFactsMemo
+from gpucarve.kube.view.pods.pod_index import PodIndex
+from gpucarve.kube.view.pods.pods import WorkloadCache
 from gpucarve.kube.view.short_gangs import ShortGangs
-from gpucarve.kube.view.view_step import Layers, maybe_gone, step_between
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger("gpucarve.scheduler")

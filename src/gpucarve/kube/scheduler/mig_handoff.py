@@ -51,7 +51,7 @@ from gpucarve.core.vocabulary import MIG_LAYOUT_ANNOTATION as LAYOUT_ANNOTATION
 from gpucarve.engine.decisions import Repartition
 from gpucarve.kube.api.client import ApiError, Client, rfc3339
 from gpucarve.kube.api.events import post_event
-from gpucarve.kube.view.mig_layout import (
+from gpucarve.kube.view.nodes.mig_layout import (
     CONFIG_LABEL,
     STATE_LABEL,
     Change,

@@ -36,12 +36,12 @@ from gpucarve.kube.scheduler.evictions import (
 from gpucarve.kube.scheduler.mig_handoff import MigHandoff
 from gpucarve.kube.scheduler.observed import CycleSeen, Observer, tell
 from gpucarve.kube.scheduler.reporter import Reporter
-from gpucarve.kube.view.assigned import Assigned
 from gpucarve.kube.view.cluster_view import View
-from gpucarve.kube.view.device_truth import busy_gpus
-from gpucarve.kube.view.inventory import Inventory
+from gpucarve.kube.view.nodes.device_truth import busy_gpus
+from gpucarve.kube.view.nodes.inventory import Inventory
 from gpucarve.kube.view.observe import outside_the_cycle
-from gpucarve.kube.view.owner_kinds import POD_GROUPS, WORKLOAD_API
+from gpucarve.kube.view.pods.assigned import Assigned
+from gpucarve.kube.view.pods.owner_kinds import POD_GROUPS, WORKLOAD_API
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 
 

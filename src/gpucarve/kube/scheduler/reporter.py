@@ -28,8 +28,8 @@ from gpucarve.kube.scheduler.group_status import group_status, upstream_conditio
 from gpucarve.kube.scheduler.queue_status import queue_statuses
 from gpucarve.kube.scheduler.status_writer import LatestWrites
 from gpucarve.kube.view.cluster_view import View
-from gpucarve.kube.view.owners import positive_int
-from gpucarve.kube.view.pods import group_key
+from gpucarve.kube.view.pods.owners import positive_int
+from gpucarve.kube.view.pods.pods import group_key
 
 log = logging.getLogger("gpucarve.scheduler")
 # Queue statuses are worked out at most this often (by the injected clock): each is a pass over

@@ -31,23 +31,18 @@ from gpucarve.core.workload import (
     Workload,
 )
 from gpucarve.engine import gang_gpus
-from gpucarve.kube.view.assigned import Assigned
-from gpucarve.kube.view.bound_view import BoundGroups, BoundInputs, claim_bound
-from gpucarve.kube.view.dra import (
-    attach_claims,
-    claim_refs,
-    claim_units,
-    expand_shares,
-    object_key,
-)
-from gpucarve.kube.view.held_slices import hold_free
-from gpucarve.kube.view.inventory import Inventory
-from gpucarve.kube.view.owner_kinds import awaited_object
-from gpucarve.kube.view.pod_facts import PodFacts, PodFactsMemo
-from gpucarve.kube.view.pod_index import PodIndex
-from gpucarve.kube.view.pods import GroupSpec, PendingGroup, WorkloadCache, pending_workloads
-from gpucarve.kube.view.slice_claims import SliceClaims, gpu_requests
-from gpucarve.kube.view.view_step import Layers
+from gpucarve.kube.view.bound.bound_view import BoundGroups, BoundInputs, claim_bound
+from gpucarve.kube.view.bound.held_slices import hold_free
+from gpucarve.kube.view.bound.holders import claim_units, expand_shares
+from gpucarve.kube.view.bound.slice_claims import SliceClaims
+from gpucarve.kube.view.bound.view_step import Layers
+from gpucarve.kube.view.nodes.inventory import Inventory
+from gpucarve.kube.view.pods.assigned import Assigned
+from gpucarve.kube.view.pods.claims import attach_claims, claim_refs, object_key
+from gpucarve.kube.view.pods.owner_kinds import awaited_object
+from gpucarve.kube.view.pods.pod_facts import PodFacts, PodFactsMemo, gpu_requests
+from gpucarve.kube.view.pods.pod_index import PodIndex
+from gpucarve.kube.view.pods.pods import GroupSpec, PendingGroup, WorkloadCache, pending_workloads
 
 REST = "+rest"
 

@@ -19,7 +19,7 @@ from gpucarve.core.policy import Policy, Pool
 from gpucarve.core.requests import candidate_flavors
 from gpucarve.core.vocabulary import MODE_LABEL
 from gpucarve.core.workload import GpuKind, GpuRequest
-from gpucarve.kube.view.inventory import pool_of
+from gpucarve.kube.view.nodes.inventory import pool_of
 
 
 def implied_mode(policy: Policy, requests: Sequence[GpuRequest]) -> str | None:

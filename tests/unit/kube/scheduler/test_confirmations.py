@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucarve.kube.scheduler.loop import confirms
-from gpucarve.kube.view.assigned import Assigned
+from gpucarve.kube.view.pods.assigned import Assigned
 from tests.unit.kube.view.test_cluster_view import pod
 
 GPU1 = {"nvidia.com/gpu": "1"}

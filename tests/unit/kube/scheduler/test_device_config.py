@@ -7,7 +7,7 @@ from gpucarve.core.cluster import gpu_of_slice
 from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
 from gpucarve.core.workload import PodAssignment
 from gpucarve.kube.scheduler.device_config import environment
-from gpucarve.kube.view.assigned import Assigned
+from gpucarve.kube.view.pods.assigned import Assigned
 from gpucarve.webhook.admission import mutate
 from tests.paths import BUILTIN
 

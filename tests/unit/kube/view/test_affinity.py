@@ -13,7 +13,7 @@ from gpucarve.core.cluster import build_cluster
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import LabelRequirement, Operator
 from gpucarve.engine import run_cycle
-from gpucarve.kube.view.pods import pending_workloads
+from gpucarve.kube.view.pods.pods import pending_workloads
 from tests.paths import BUILTIN
 
 POLICY = load_policy(BUILTIN / "three-teams.yaml").policy

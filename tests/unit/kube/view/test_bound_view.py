@@ -9,14 +9,14 @@ import copy
 from typing import Any
 
 from gpucarve.engine.working import Working
-from gpucarve.kube.view.assigned import Assigned
-from gpucarve.kube.view.bound_view import BoundGroups
+from gpucarve.kube.view.bound.bound_view import BoundGroups
+from gpucarve.kube.view.bound.view_step import maybe_gone, step_between
 from gpucarve.kube.view.cluster_view import View, build_view
-from gpucarve.kube.view.inventory import build_inventory
-from gpucarve.kube.view.pod_facts import PodFactsMemo
-from gpucarve.kube.view.pod_index import PodIndex
-from gpucarve.kube.view.pods import GroupSpec, WorkloadCache
-from gpucarve.kube.view.view_step import maybe_gone, step_between
+from gpucarve.kube.view.nodes.inventory import build_inventory
+from gpucarve.kube.view.pods.assigned import Assigned
+from gpucarve.kube.view.pods.pod_facts import PodFactsMemo
+from gpucarve.kube.view.pods.pod_index import PodIndex
+from gpucarve.kube.view.pods.pods import GroupSpec, WorkloadCache
 from tests.unit.kube.view.test_cluster_view import EPOCH, POLICY, pod, ready_nodes
 
 GPU8 = {"nvidia.com/gpu": "8"}
@@ -243,7 +243,7 @@ def test_a_pod_bound_where_it_was_placed_is_not_validated_again(monkeypatch: Any
     """A pending pod's workload is validated once: when it is assumed bound, and when the watch
     shows it bound, its gang is worked out again but finds the workload its document had while
     pending (the two paths must key the validated documents alike)."""
-    from gpucarve.kube.view import pods as pods_module
+    from gpucarve.kube.view.pods import pods as pods_module
 
     built: list[str] = []
     real = pods_module.build_workload

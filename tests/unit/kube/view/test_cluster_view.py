@@ -17,8 +17,8 @@ from gpucarve.core.workload import PartialGang
 from gpucarve.devcluster.nodes import node_manifests
 from gpucarve.engine.engine import run_cycle
 from gpucarve.kube.view.cluster_view import build_view
-from gpucarve.kube.view.inventory import MISMATCH_TAINT, build_inventory
-from gpucarve.kube.view.pods import GroupSpec
+from gpucarve.kube.view.nodes.inventory import MISMATCH_TAINT, build_inventory
+from gpucarve.kube.view.pods.pods import GroupSpec
 from tests.paths import BUILTIN
 
 EXAMPLE = BUILTIN / "three-teams.yaml"
@@ -335,7 +335,7 @@ def test_a_coscheduling_gang_made_since_the_last_look_for_its_crd_waits_for_the_
 
 
 def test_a_bound_pod_is_charged_to_the_queue_its_assignment_records_whatever_its_label() -> None:
-    from gpucarve.kube.view.assigned import Assigned, assigned_of
+    from gpucarve.kube.view.pods.assigned import Assigned, assigned_of
 
     inv = build_inventory(POLICY, ready_nodes())
     slices = [f"training-0/gpu{i}" for i in range(8)]

@@ -16,15 +16,11 @@ import yaml
 from gpucarve.config.policy_build import load_policy, load_policy_text
 from gpucarve.devcluster.nodes import slice_manifests
 from gpucarve.engine.engine import run_cycle
+from gpucarve.kube.scheduler.claim_allocation import allocation_for
 from gpucarve.kube.view.cluster_view import build_view
-from gpucarve.kube.view.dra import (
-    CLAIMS_KEY,
-    PINNED_KEY,
-    allocation_for,
-    attach_claims,
-    read_slices,
-)
-from gpucarve.kube.view.inventory import MISMATCH_TAINT, build_inventory
+from gpucarve.kube.view.nodes.devices import read_slices
+from gpucarve.kube.view.nodes.inventory import MISMATCH_TAINT, build_inventory
+from gpucarve.kube.view.pods.claims import CLAIMS_KEY, PINNED_KEY, attach_claims
 from tests.paths import EXAMPLES
 from tests.unit.kube.view.test_cluster_view import ready_nodes
 

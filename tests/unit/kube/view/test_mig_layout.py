@@ -19,8 +19,8 @@ from gpucarve.core.vocabulary import MIG_CHANGE_ANNOTATION as CHANGE_ANNOTATION
 from gpucarve.core.vocabulary import MIG_LAYOUT_ANNOTATION as LAYOUT_ANNOTATION
 from gpucarve.devcluster.nodes import node_manifests
 from gpucarve.kube.view.cluster_view import build_view
-from gpucarve.kube.view.inventory import MISMATCH_TAINT, build_inventory, node_key
-from gpucarve.kube.view.mig_layout import (
+from gpucarve.kube.view.nodes.inventory import MISMATCH_TAINT, build_inventory, node_key
+from gpucarve.kube.view.nodes.mig_layout import (
     Change,
     NodeLayout,
     config_for,

@@ -11,8 +11,8 @@ import yaml
 
 from gpucarve.core.policy import TopologyKeys
 from gpucarve.core.problems import Problem
-from gpucarve.kube.view.group_spec import GroupSpec
-from gpucarve.kube.view.owner_kinds import (
+from gpucarve.kube.view.pods.group_spec import GroupSpec
+from gpucarve.kube.view.pods.owner_kinds import (
     OWNER_KINDS,
     OwnerKind,
     Watched,
@@ -21,8 +21,8 @@ from gpucarve.kube.view.owner_kinds import (
     rbac_rules,
     watched,
 )
-from gpucarve.kube.view.owners import positive_int
-from gpucarve.kube.view.pod_groups import resolve_topology
+from gpucarve.kube.view.pods.owners import positive_int
+from gpucarve.kube.view.pods.pod_groups import resolve_topology
 
 CHART_RBAC = Path(__file__).resolve().parents[4] / "deploy/helm/gpucarve/templates/rbac.yaml"
 # the scheduler's own informers, not owners' (the DRA ones run where the policy has DRA pools)

@@ -1,5 +1,5 @@
 """Gangs found from the labels and owners their controllers give the pods: each mapping of
-kube/view/owners.py, and the sizes read from Jobs."""
+kube/view/pods/owners.py, and the sizes read from Jobs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gpucarve.kube.view.group_spec import GroupSpec
-from gpucarve.kube.view.owner_kinds import group_of
-from gpucarve.kube.view.owners import gang_size, job_specs
+from gpucarve.kube.view.pods.group_spec import GroupSpec
+from gpucarve.kube.view.pods.owner_kinds import group_of
+from gpucarve.kube.view.pods.owners import gang_size, job_specs
 
 JOB_OWNER = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u"}]
 
@@ -103,7 +103,7 @@ def test_a_jobs_own_deadline_bounds_its_gangs_runtime() -> None:
     from datetime import UTC, datetime
 
     from gpucarve.config.policy_build import load_policy
-    from gpucarve.kube.view.pods import pending_workloads
+    from gpucarve.kube.view.pods.pods import pending_workloads
     from tests.paths import BUILTIN
 
     solo = _job("solo", 2, 2)

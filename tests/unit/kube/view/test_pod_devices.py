@@ -13,7 +13,7 @@ from gpucarve.agent.pod_devices import PodResourcesError, list_pod_devices, unit
 from gpucarve.agent.readings import DeviceSlot
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.cluster import build_cluster
-from gpucarve.kube.view.device_truth import gpus_in_use, pod_devices, resolve
+from gpucarve.kube.view.nodes.device_truth import gpus_in_use, pod_devices, resolve
 from tests.paths import BUILTIN
 from tests.pod_resources_server import PodResourcesServer
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from gpucarve.core.vocabulary import ASSIGNMENT_ANNOTATION as ASSIGNMENT
 from gpucarve.kube.view.cluster_view import View, build_view
-from gpucarve.kube.view.inventory import build_inventory
-from gpucarve.kube.view.pod_facts import PodFactsMemo
-from gpucarve.kube.view.pods import GroupSpec
+from gpucarve.kube.view.nodes.inventory import build_inventory
+from gpucarve.kube.view.pods.pod_facts import PodFactsMemo
+from gpucarve.kube.view.pods.pods import GroupSpec
 from tests.unit.kube.view.test_cluster_view import EPOCH, POLICY, pod, ready_nodes
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.workload import GpuKind, TopologyMode
-from gpucarve.kube.view.pods import GroupSpec, pending_workloads, seconds_from
+from gpucarve.kube.view.pods.pods import GroupSpec, pending_workloads, seconds_from
 from tests.paths import BUILTIN
 
 EXAMPLE = BUILTIN / "three-teams.yaml"

@@ -17,7 +17,7 @@ from gpucarve.core.problems import InvalidInput
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.devcluster.nodes import node_manifests
 from gpucarve.engine import run_cycle
-from gpucarve.kube.view.inventory import build_inventory
+from gpucarve.kube.view.nodes.inventory import build_inventory
 from gpucarve.render.nvidia import device_plugin_configs
 
 

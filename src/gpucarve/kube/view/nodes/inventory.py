@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from gpucarve.config.device_select import Device
+from gpucarve.config.device_select import Device, devices_key
 from gpucarve.core.cluster import (
     PRODUCT_LABEL,
     UNAVAILABLE_TAINTS,
@@ -38,9 +38,9 @@ from gpucarve.core.vocabulary import MIG_CHANGE_ANNOTATION as CHANGE_ANNOTATION
 from gpucarve.core.vocabulary import MIG_LAYOUT_ANNOTATION as LAYOUT_ANNOTATION
 from gpucarve.core.vocabulary import POD_DEVICES_ANNOTATION as POD_DEVICES
 from gpucarve.core.vocabulary import POOL_LABEL, UNHEALTHY_ANNOTATION
-from gpucarve.kube.view.device_truth import pod_devices, unhealthy_gpus
-from gpucarve.kube.view.dra import DraDevices, device_unit, devices_key, dra_problems
-from gpucarve.kube.view.mig_layout import Change, NodeLayout, node_change, node_layout
+from gpucarve.kube.view.nodes.device_truth import pod_devices, unhealthy_gpus
+from gpucarve.kube.view.nodes.devices import DraDevices, device_unit, dra_problems
+from gpucarve.kube.view.nodes.mig_layout import Change, NodeLayout, node_change, node_layout
 
 UNSCHEDULABLE_TAINT, NOT_READY_TAINT, MISMATCH_TAINT = (
     Taint(key, "", "NoSchedule") for key in UNAVAILABLE_TAINTS

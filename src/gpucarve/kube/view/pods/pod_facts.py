@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpucarve.kube.view.assigned import Assigned, assigned_of
-from gpucarve.kube.view.owner_kinds import group_of
-from gpucarve.kube.view.pods import seconds_from
+from gpucarve.kube.view.pods.assigned import Assigned, assigned_of
+from gpucarve.kube.view.pods.owner_kinds import group_of
+from gpucarve.kube.view.pods.pods import seconds_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +66,16 @@ class PodFactsMemo:
     def roll(self) -> None:
         """End of a cycle: what was not seen in it is forgotten."""
         self._last, self._now = self._now, {}
+
+
+def gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """The pod's `nvidia.com/*` limits, summed over its containers."""
+    out: dict[str, int] = {}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for name, value in ((c.get("resources") or {}).get("limits") or {}).items():
+            if str(name).startswith("nvidia.com/"):
+                try:
+                    out[name] = out.get(name, 0) + int(value)
+                except (TypeError, ValueError):
+                    continue
+    return out

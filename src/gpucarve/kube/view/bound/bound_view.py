@@ -25,13 +25,13 @@ from gpucarve.core.cluster import Allocation
 from gpucarve.core.policy import Policy
 from gpucarve.core.vocabulary import QUEUE_LABEL, QUEUE_LABELS
 from gpucarve.core.workload import PodAssignment, RunningWorkload
-from gpucarve.kube.view.assigned import Assigned
-from gpucarve.kube.view.inventory import Inventory
-from gpucarve.kube.view.pod_facts import PodFactsMemo
-from gpucarve.kube.view.pod_index import PodIndex
-from gpucarve.kube.view.pods import GroupSpec, PendingGroup, WorkloadCache, pending_workloads
-from gpucarve.kube.view.slice_claims import SliceClaims
-from gpucarve.kube.view.view_step import KeptChanges
+from gpucarve.kube.view.bound.slice_claims import SliceClaims
+from gpucarve.kube.view.bound.view_step import KeptChanges
+from gpucarve.kube.view.nodes.inventory import Inventory
+from gpucarve.kube.view.pods.assigned import Assigned
+from gpucarve.kube.view.pods.pod_facts import PodFactsMemo
+from gpucarve.kube.view.pods.pod_index import PodIndex
+from gpucarve.kube.view.pods.pods import GroupSpec, PendingGroup, WorkloadCache, pending_workloads
 
 GroupKey = tuple[str, str]
 Bound = tuple[Mapping[str, Any], Assigned | None]

@@ -1,7 +1,7 @@
 """Pending pods as gpucarve workloads: the scheduler's view of what waits.
 
 Pods of one gang (a pod group label, or the labels of the controller that made them: Jobs,
-JobSets, training operators, LeaderWorkerSets, Ray clusters; `kube/view/owners.py`) form one
+JobSets, training operators, LeaderWorkerSets, Ray clusters; `kube/view/pods/owners.py`) form one
 workload per group, needing the group's `minMember` pods at once; other pods are one workload
 each. Pods of a group with the
 same resources, selectors, tolerations and annotations share a pod set. The queue comes from
@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from gpucarve.config.device_select import Device
+from gpucarve.config.device_select import Device, devices_key
 from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem
@@ -34,10 +34,10 @@ from gpucarve.core.vocabulary import (
     QUEUE_LABELS,
 )
 from gpucarve.core.workload import RunningWorkload, Workload
-from gpucarve.kube.view.dra import CLAIMS_KEY, PINNED_KEY, devices_key
-from gpucarve.kube.view.group_spec import GroupSpec
-from gpucarve.kube.view.owner_kinds import group_of
-from gpucarve.kube.view.pod_groups import resolve_topology
+from gpucarve.kube.view.pods.claims import CLAIMS_KEY, PINNED_KEY
+from gpucarve.kube.view.pods.group_spec import GroupSpec
+from gpucarve.kube.view.pods.owner_kinds import group_of
+from gpucarve.kube.view.pods.pod_groups import resolve_topology
 
 __all__ = ["GROUP_LABELS", "GroupSpec", "PendingGroup", "WorkloadCache", "pending_workloads"]
 

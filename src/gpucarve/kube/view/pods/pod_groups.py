@@ -20,8 +20,8 @@ from typing import Any
 from gpucarve.core.policy import TopologyKeys
 from gpucarve.core.problems import Problem
 from gpucarve.core.vocabulary import HOSTNAME_LABEL
-from gpucarve.kube.view.group_spec import GroupSpec
-from gpucarve.kube.view.owners import positive_int
+from gpucarve.kube.view.pods.group_spec import GroupSpec
+from gpucarve.kube.view.pods.owners import positive_int
 
 TOPOLOGIES = ("none", "node", "nvlink", "rack", "block")
 

@@ -18,9 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpucarve.core.vocabulary import FRACTION_ANNOTATION, MEMORY_ANNOTATION, TERMINAL_PHASES
-from gpucarve.kube.view.assigned import Assigned
-from gpucarve.kube.view.pod_facts import PodFacts, PodFactsMemo
-from gpucarve.kube.view.slice_claims import gpu_requests
+from gpucarve.kube.view.pods.assigned import Assigned
+from gpucarve.kube.view.pods.pod_facts import PodFacts, PodFactsMemo, gpu_requests
 
 GroupKey = tuple[str, str]
 Bound = tuple[Mapping[str, Any], Assigned | None]

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpucarve.core.vocabulary import GANG_ANNOTATION
-from gpucarve.kube.view.group_spec import GroupSpec
+from gpucarve.kube.view.pods.group_spec import GroupSpec
 
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"

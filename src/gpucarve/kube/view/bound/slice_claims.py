@@ -1,7 +1,7 @@
 """Which slices the cluster's bound pods hold, as the view rebuilds it each cycle: each pod's
 annotated slices (`gpucarve.io/assignment`), the devices the kubelet reports it got (those
-first: the real device wins, `kube/view/device_truth.py`), or for a pod bound by another scheduler
-the first free slices of the resources it requests."""
+first: the real device wins, `kube/view/nodes/device_truth.py`), or for a pod bound by
+another scheduler the first free slices of the resources it requests."""
 
 from __future__ import annotations
 
@@ -10,22 +10,10 @@ from typing import Any
 
 from gpucarve.core.cluster import Allocation
 from gpucarve.core.policy import Policy, SliceKind
-from gpucarve.kube.view.assigned import Assigned
-from gpucarve.kube.view.device_truth import resolve
-from gpucarve.kube.view.inventory import Inventory
-
-
-def gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
-    """The pod's `nvidia.com/*` limits, summed over its containers."""
-    out: dict[str, int] = {}
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        for name, value in ((c.get("resources") or {}).get("limits") or {}).items():
-            if str(name).startswith("nvidia.com/"):
-                try:
-                    out[name] = out.get(name, 0) + int(value)
-                except (TypeError, ValueError):
-                    continue
-    return out
+from gpucarve.kube.view.nodes.device_truth import resolve
+from gpucarve.kube.view.nodes.inventory import Inventory
+from gpucarve.kube.view.pods.assigned import Assigned
+from gpucarve.kube.view.pods.pod_facts import gpu_requests
 
 
 class SliceClaims:

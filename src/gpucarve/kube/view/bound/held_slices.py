@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpucarve.core.cluster import RECONFIGURING, Allocation, Slice
-from gpucarve.kube.view.inventory import Inventory
+from gpucarve.kube.view.nodes.inventory import Inventory
 
 UNHEALTHY = "unhealthy:"
 

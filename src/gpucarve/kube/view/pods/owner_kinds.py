@@ -31,9 +31,9 @@ from gpucarve.core.vocabulary import (
     WORKLOAD_API_GROUP,
     WORKLOAD_API_VERSION,
 )
-from gpucarve.kube.view import owners
-from gpucarve.kube.view.group_spec import GroupSpec
-from gpucarve.kube.view.pod_groups import group_specs, workload_api_specs
+from gpucarve.kube.view.pods import owners
+from gpucarve.kube.view.pods.group_spec import GroupSpec
+from gpucarve.kube.view.pods.pod_groups import group_specs, workload_api_specs
 
 Meta = Mapping[str, Any]
 GangKey = tuple[str, str]  # (namespace, gang name)

@@ -16,7 +16,7 @@ from collections import Counter
 
 from gpucarve.core.policy import Policy, Queue
 from gpucarve.core.snapshot import Snapshot
-from gpucarve.engine.decisions import Cause, CycleResult
+from gpucarve.engine.decisions import Cause, CycleResult, Plugin
 from gpucarve.engine.gang_timeout import timeout_of
 
 
@@ -166,7 +166,7 @@ def _evictions(before: Snapshot, result: CycleResult) -> list[str]:
             continue
         flavors = {pod.flavor for pod in victim.pods if pod.flavor}
         withdrawn = any(
-            pd.workload.startswith(vq.name + "/") and "admission withdrawn" in pd.reason.message
+            pd.workload.startswith(vq.name + "/") and pd.reason.plugin is Plugin.RECLAIM
             for pd in result.pending
         )  # an admission of that queue that reclaim later withdrew is not in the result
         if not withdrawn and not _borrowed_when_evicted(before, result, vq.name, flavors, ev.by):

@@ -35,7 +35,7 @@ from gpucarve.core.vocabulary import (
 from gpucarve.core.workload import LabelRequirement, Operator, PodSet, Workload
 from gpucarve.engine import Oracle
 from gpucarve.kube.view.gpu_mode import implied_mode
-from gpucarve.kube.view.pods.claims import CLAIMS_KEY, claim_requests
+from gpucarve.kube.view.pods.claims import PodClaims, claim_requests
 from gpucarve.kube.view.pods.owners import JOB_NAME_LABELS, gang_size
 from gpucarve.kube.view.pods.pods import KEPT_ANNOTATIONS, PendingGroup, pending_workloads
 from gpucarve.webhook import bypass
@@ -444,15 +444,20 @@ def device_env_problems(pod: Mapping[str, Any]) -> list[Problem]:
     return out
 
 
-def _as_scheduled(policy: Policy, pod: Mapping[str, Any]) -> PendingGroup:
+def _as_scheduled(
+    policy: Policy, pod: Mapping[str, Any], asked: PodClaims | None = None
+) -> PendingGroup:
     """The pod as the scheduler will read it from the API server (with what the server
-    fills in), built into its workload by the scheduler's own code."""
+    fills in), built into its workload by the scheduler's own code; `asked`: what its
+    ResourceClaims ask, as the scheduler reads them."""
     meta = pod.get("metadata") or {}
     shaped_meta = dict(meta)
     # a Job's pods have only generateName; the server appends five characters to it
     shaped_meta["name"] = meta.get("name") or f"{meta.get('generateName') or 'pod-'}xxxxx"
     shaped_meta["creationTimestamp"] = meta.get("creationTimestamp") or "2000-01-01T00:00:00Z"
-    (group,) = pending_workloads([{**pod, "metadata": shaped_meta}], policy, _EPOCH)
+    claims = {} if asked is None else {f"{meta.get('namespace')}/{shaped_meta['name']}": asked}
+    shaped = {**pod, "metadata": shaped_meta}
+    (group,) = pending_workloads([shaped], policy, _EPOCH, claims=claims)
     return group
 
 
@@ -609,9 +614,8 @@ def claim_problems(policy: Policy, obj: Mapping[str, Any], template: bool) -> li
     pod = {
         "metadata": {"name": name, "namespace": meta.get("namespace")},
         "spec": {"containers": [{"name": "main"}]},
-        CLAIMS_KEY: requests,
     }
-    group = _as_scheduled(policy, pod)
+    group = _as_scheduled(policy, pod, PodClaims(tuple(requests)))
     out = [
         Problem((name, *field, *_request_path(p.path)), p.code, p.message, p.fix)
         for p in group.problems

@@ -38,7 +38,7 @@ from gpucarve.kube.view.bound.slice_claims import SliceClaims
 from gpucarve.kube.view.bound.view_step import Layers
 from gpucarve.kube.view.nodes.inventory import Inventory
 from gpucarve.kube.view.pods.assigned import Assigned
-from gpucarve.kube.view.pods.claims import attach_claims, claim_refs, object_key
+from gpucarve.kube.view.pods.claims import PodClaims, attach_claims, claim_refs, object_key
 from gpucarve.kube.view.pods.owner_kinds import awaited_object
 from gpucarve.kube.view.pods.pod_facts import PodFacts, PodFactsMemo, gpu_requests
 from gpucarve.kube.view.pods.pod_index import PodIndex
@@ -235,12 +235,15 @@ def build_view(
             view_invalid[of(p).key] = said[1]
     if awaiting:
         ours_pending = [p for p in ours_pending if of(p).key not in view_invalid]
+    asked: dict[str, PodClaims] = {}
     if claims:
-        ours_pending, claim_waits = attach_claims(ours_pending, by_key)
+        asked, claim_waits = attach_claims(ours_pending, by_key)
+        if claim_waits:
+            ours_pending = [p for p in ours_pending if of(p).key not in claim_waits]
         view_invalid.update(claim_waits)
     groups = pending_workloads(
         ours_pending, policy, epoch, wanted, cache, keyed=facts.group, devices=devices,
-        seen_devices=inventory.dra_key,
+        seen_devices=inventory.dra_key, claims=asked,
     )  # fmt: skip
     rest = _Rest(wanted, min_members, bound_count, running_by_key)
     pending, pending_sets, partial = _pending(groups, specs, rest, view_invalid)
@@ -421,18 +424,18 @@ def _charge_elsewhere(
     out: dict[str, tuple[RunningWorkload, str]] = {}
     for pod in pods:
         f = of(pod)
-        shaped, a = pod, None
+        asked: dict[str, PodClaims] = {}
         if claimed is not None and claim_refs(pod):
-            attached, _ = attach_claims([pod], claimed.claims)
-            shaped = attached[0] if attached else pod
+            asked, _ = attach_claims([pod], claimed.claims)
             a = b.claim_reported(f.key, pod, f.key)
         else:
             a = b.fallback(f.key, pod)
         devices = claimed.devices if claimed is not None else None
         seen = claimed.devices_key if claimed is not None else None
         (group,) = pending_workloads(
-            [shaped], policy, epoch, None, cache, keyed=_alone, devices=devices, seen_devices=seen
-        )
+            [pod], policy, epoch, None, cache, keyed=_alone, devices=devices, seen_devices=seen,
+            claims=asked,
+        )  # fmt: skip
         w = group.workload
         if a is None or w is None or len(w.pod_sets) != 1:
             continue

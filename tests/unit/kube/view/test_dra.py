@@ -20,7 +20,7 @@ from gpucarve.kube.scheduler.claim_allocation import allocation_for
 from gpucarve.kube.view.cluster_view import build_view
 from gpucarve.kube.view.nodes.devices import read_slices
 from gpucarve.kube.view.nodes.inventory import MISMATCH_TAINT, build_inventory
-from gpucarve.kube.view.pods.claims import CLAIMS_KEY, PINNED_KEY, attach_claims
+from gpucarve.kube.view.pods.claims import PodClaims, attach_claims
 from tests.paths import EXAMPLES
 from tests.unit.kube.view.test_cluster_view import ready_nodes
 
@@ -106,9 +106,10 @@ def test_pending_claims_become_requests_or_say_why_they_wait() -> None:
     }
     claims["research/all"]["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] = "All"
     pods = [pod("a", "mine"), pod("b", "shared"), pod("c", "all"), pod("d", "nowhere")]
-    out, waiting = attach_claims(pods, claims)
-    assert [p["metadata"]["name"] for p in out] == ["a"]
-    assert out[0]["metadata"]["resourceVersion"] == "3+7"  # the claim's version counts too
+    asked, waiting = attach_claims(pods, claims)
+    assert list(asked) == ["research/a"]
+    assert asked["research/a"].versions == ("7",)  # the claim's version counts too
+    assert len(asked["research/a"].requests) == 1 and asked["research/a"].node is None
     assert waiting["research/b"].startswith("dra/claim-shared:")
     assert waiting["research/c"].startswith("dra/claim-unsupported:")
     assert waiting["research/d"].startswith("dra/claim-missing:")
@@ -185,10 +186,10 @@ def test_a_share_of_a_gpu_is_one_result_with_its_memory_and_holds_its_replicas()
 
 
 def test_one_claim_named_by_two_waiting_pods_goes_to_the_first_only() -> None:
-    out, waiting = attach_claims(
+    asked, waiting = attach_claims(
         [pod("a", "mine"), pod("b", "mine")], {"research/mine": claim("mine")}
     )
-    assert [p["metadata"]["name"] for p in out] == ["a"]
+    assert list(asked) == ["research/a"]
     assert waiting["research/b"].startswith(
         "dra/claim-shared: ResourceClaim research/mine is named by pod research/a too"
     )
@@ -265,8 +266,8 @@ def test_a_pod_sharing_an_allocated_claim_runs_on_its_node_and_asks_for_no_devic
     first = pod("z-first", "shared", node="h100-1")
     beside = pod("a-bound", "shared", node="h100-1")
     follower = pod("a-second", "shared")  # named before it: held by the allocator still
-    out, waiting = attach_claims([follower], {"research/shared": shared})
-    assert waiting == {} and out[0][CLAIMS_KEY] == [] and out[0][PINNED_KEY] == "h100-1"
+    asked, waiting = attach_claims([follower], {"research/shared": shared})
+    assert waiting == {} and asked["research/a-second"] == PodClaims((), ("7",), "h100-1")
     view = build_view(POLICY, inv, [first, beside, follower], "gpucarve", EPOCH, {},
                       claims=[shared])  # fmt: skip
     owners = Counter(a.owner for a in view.snapshot.cluster.allocations.values())
@@ -282,12 +283,14 @@ def test_a_pod_sharing_an_allocated_claim_runs_on_its_node_and_asks_for_no_devic
     # a pod that names another node itself can never use the claim's devices: it waits
     elsewhere = pod("a-second", "shared")
     elsewhere["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "h100-0"}
-    out, waiting = attach_claims([elsewhere], {"research/shared": shared})
-    assert out == [] and "asks for node h100-0" in waiting["research/a-second"]
+    asked, waiting = attach_claims([elsewhere], {"research/shared": shared})
+    assert asked == {} and "asks for node h100-0" in waiting["research/a-second"]
     # two pods naming one claim not allocated yet: the first is placed, the second waits
     fresh = claim("fresh", 1)
-    out, waiting = attach_claims([pod("x", "fresh"), pod("y", "fresh")], {"research/fresh": fresh})
-    assert [p["metadata"]["name"] for p in out] == ["x"]
+    asked, waiting = attach_claims(
+        [pod("x", "fresh"), pod("y", "fresh")], {"research/fresh": fresh}
+    )
+    assert list(asked) == ["research/x"]
     assert (
         waiting["research/y"].startswith("dra/claim-shared:")
         and "pod research/x" in waiting["research/y"]

@@ -1,6 +1,6 @@
 """What pods' ResourceClaims ask (`attach_claims`): a pending pod's claims (named, or made from
-its template by kube-controller-manager and named in the pod's status) become the pod set's
-`deviceClaims`; a pod whose claim does not exist yet waits for it, and what gpucarve cannot
+its template by kube-controller-manager and named in the pod's status) become a typed value,
+`PodClaims`, that `pods.pending_workloads` makes the pod set's `deviceClaims` of; a pod whose claim does not exist yet waits for it, and what gpucarve cannot
 serve (a claim another pod holds, `allocationMode: All`, a choice of `firstAvailable`
 alternatives) is refused with why."""
 
@@ -17,12 +17,16 @@ from gpucarve.core.vocabulary import HOSTNAME_LABEL
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 
 
-# where a pending pod's claims reach the workload document (never a Kubernetes field)
-CLAIMS_KEY = "gpucarve:deviceClaims"
+@dataclass(frozen=True)
+class PodClaims:
+    """What a pending pod's ResourceClaims ask: their device requests (the pod set's
+    `deviceClaims`), their resourceVersions (a change of a claim is a change of the pod for
+    the workload cache), and the node its devices are on when a claim it shares is allocated
+    there already (the pod must run there)."""
 
-
-# the node a pending pod must run on because a claim it shares is allocated there
-PINNED_KEY = "gpucarve:claimNode"
+    requests: tuple[Mapping[str, Any], ...] = ()
+    versions: tuple[str, ...] = ()
+    node: str | None = None
 
 
 @dataclass(frozen=True)
@@ -145,17 +149,15 @@ def _unservable(
 
 def attach_claims(
     pods: Sequence[Mapping[str, Any]], claims: Mapping[str, Mapping[str, Any]]
-) -> tuple[list[Mapping[str, Any]], dict[str, str]]:
-    """The pending pods with their claims' requests attached (under `CLAIMS_KEY`; the pod's
-    resourceVersion then also names its claims' versions, for the workload cache), and per
-    pod that cannot be placed as its claims stand, why."""
-    out: list[Mapping[str, Any]] = []
+) -> tuple[dict[str, PodClaims], dict[str, str]]:
+    """Per pending pod with claims that can be placed as they stand (namespace/name), what
+    they ask; per pod that cannot, why."""
+    asked: dict[str, PodClaims] = {}
     waiting: dict[str, str] = {}
     taken: dict[str, str] = {}  # claim -> the first pending pod that names it
     for pod in pods:
         refs = claim_refs(pod)
         if not refs:
-            out.append(pod)
             continue
         key = object_key(pod)
         entries: list[dict[str, Any]] = []
@@ -186,9 +188,5 @@ def attach_claims(
         if why is not None:
             waiting[key] = why
             continue
-        meta = dict(pod["metadata"])
-        if meta.get("resourceVersion"):
-            meta["resourceVersion"] = f"{meta['resourceVersion']}+{'+'.join(versions)}"
-        pinned = {PINNED_KEY: nodes.pop()} if nodes else {}
-        out.append({**pod, "metadata": meta, CLAIMS_KEY: entries, **pinned})
-    return out, waiting
+        asked[key] = PodClaims(tuple(entries), tuple(versions), nodes.pop() if nodes else None)
+    return asked, waiting

@@ -34,7 +34,7 @@ from gpucarve.core.vocabulary import (
     QUEUE_LABELS,
 )
 from gpucarve.core.workload import RunningWorkload, Workload
-from gpucarve.kube.view.pods.claims import CLAIMS_KEY, PINNED_KEY
+from gpucarve.kube.view.pods.claims import PodClaims
 from gpucarve.kube.view.pods.group_spec import GroupSpec
 from gpucarve.kube.view.pods.owner_kinds import group_of
 from gpucarve.kube.view.pods.pod_groups import resolve_topology
@@ -173,12 +173,12 @@ def _expressions(term: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _template(pod: Mapping[str, Any]) -> dict[str, Any]:
+def _template(pod: Mapping[str, Any], asked: PodClaims | None) -> dict[str, Any]:
     spec = pod.get("spec") or {}
     annotations = pod["metadata"].get("annotations") or {}
-    claimed = {"deviceClaims": pod[CLAIMS_KEY]} if pod.get(CLAIMS_KEY) else {}
+    claimed = {"deviceClaims": list(asked.requests)} if asked and asked.requests else {}
     # a pod sharing an allocated claim runs where its devices are
-    pinned = {HOSTNAME_LABEL: pod[PINNED_KEY]} if PINNED_KEY in pod else {}
+    pinned = {HOSTNAME_LABEL: asked.node} if asked and asked.node else {}
     return {
         **claimed,
         "resources": _resources(spec),
@@ -201,6 +201,7 @@ def pending_workloads(
     keyed: Callable[[Mapping[str, Any]], tuple[str, str]] = group_key,
     devices: Mapping[str, Sequence[Device]] | None = None,
     seen_devices: str | None = None,
+    claims: Mapping[str, PodClaims] | None = None,
 ) -> list[PendingGroup]:
     """Workloads of the pending pods (in namespace/name order of their groups). A scheduler
     that builds them every cycle passes a `cache`: an unchanged group is validated once, and
@@ -208,7 +209,8 @@ def pending_workloads(
     cluster publishes them, for the selectors of the pods' claims; `seen_devices`, their
     fingerprint where the caller has it (the inventory keeps one). Without devices (None) the
     fingerprint is empty whatever the caller says: the workloads built do not depend on it, and
-    a bound gang (grouped without devices) then finds the workload its pods had pending."""
+    a bound gang (grouped without devices) then finds the workload its pods had pending.
+    `claims`: what each pod's ResourceClaims ask (namespace/name -> `attach_claims`'s)."""
     if devices is None:
         seen_devices = ""
     elif seen_devices is None:
@@ -229,17 +231,24 @@ def pending_workloads(
                 out.append(PendingGroup(None, pod_ids, (resolved,)))
                 continue
             group_spec = resolved
+        asked = {p["metadata"]["name"]: claimed.get(f"{namespace}/{p['metadata']['name']}")
+                 for p in members} if (claimed := claims or {}) else {}  # fmt: skip
         versions = tuple(
-            (p["metadata"]["name"], p["metadata"].get("resourceVersion")) for p in members
+            (
+                p["metadata"]["name"],
+                p["metadata"].get("resourceVersion"),
+                c.versions if (c := asked.get(p["metadata"]["name"])) is not None else (),
+            )
+            for p in members
         )
         exact = None
-        if cache is not None and all(v for _, v in versions):
+        if cache is not None and all(v for _, v, _ in versions):
             exact = (namespace, name, group_spec, versions, seen_devices)
             hit = cache.by_pods.get(exact)
             if hit is not None:
                 out.append(hit)
                 continue
-        doc, by_set = _group_doc(namespace, name, members, group_spec, epoch)
+        doc, by_set = _group_doc(namespace, name, members, group_spec, epoch, asked)
         built = None
         if cache is not None:
             sig = json.dumps(doc, sort_keys=True) + seen_devices
@@ -263,6 +272,7 @@ def _group_doc(
     members: Sequence[Mapping[str, Any]],
     group_spec: GroupSpec | None,
     epoch: datetime,
+    asked: Mapping[str, PodClaims | None],
 ) -> tuple[dict[str, Any], tuple[tuple[str, ...], ...]]:
     """A pending group as the workload document `build_workload` reads (pods with the same
     template form one pod set), and the pods of each set."""
@@ -271,7 +281,7 @@ def _group_doc(
     sets: dict[str, dict[str, Any]] = {}
     set_pods: dict[str, list[str]] = {}
     for pod in members:
-        template = _template(pod)
+        template = _template(pod, asked.get(pod["metadata"]["name"]))
         sig = json.dumps(template, sort_keys=True)
         if sig not in sets:
             sets[sig] = {"name": f"set-{len(sets)}", "count": 0, **template}

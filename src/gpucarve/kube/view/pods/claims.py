@@ -1,8 +1,8 @@
 """What pods' ResourceClaims ask (`attach_claims`): a pending pod's claims (named, or made from
 its template by kube-controller-manager and named in the pod's status) become a typed value,
-`PodClaims`, that `pods.pending_workloads` makes the pod set's `deviceClaims` of; a pod whose claim does not exist yet waits for it, and what gpucarve cannot
-serve (a claim another pod holds, `allocationMode: All`, a choice of `firstAvailable`
-alternatives) is refused with why."""
+`PodClaims`, that `pods.pending_workloads` makes the pod set's `deviceClaims` of; a pod whose
+claim does not exist yet waits for it, and what gpucarve cannot serve (a claim another pod
+holds, `allocationMode: All`, a choice of `firstAvailable` alternatives) is refused with why."""
 
 from __future__ import annotations
 

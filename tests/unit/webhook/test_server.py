@@ -217,21 +217,8 @@ def test_reviews_are_worked_out_a_few_at_once_and_health_is_answered_meanwhile()
     body = _review_of(pod)
 
     async def call(path: str, data: bytes) -> int:
-        sent: list[dict[str, Any]] = []
-        chunks = [data]
-
-        async def receive() -> dict[str, Any]:
-            return {"type": "http.request", "body": chunks.pop(0) if chunks else b"",
-                    "more_body": False}  # fmt: skip
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        scope = {"type": "http", "method": "POST" if data else "GET", "path": path,
-                 "headers": [], "query_string": b"", "root_path": "", "scheme": "https",
-                 "server": ("127.0.0.1", 8443), "http_version": "1.1"}  # fmt: skip
-        await served(scope, receive, send)
-        return int(next(m["status"] for m in sent if m["type"] == "http.response.start"))
+        status, _ = await _call(served, path, data)
+        return int(status)
 
     async def burst() -> list[int]:
         reviews = [call("/validate", body) for _ in range(30)]

@@ -95,10 +95,10 @@ def test_every_invalid_example_exits_2_naming_the_field() -> None:
         assert "Traceback" not in err
 
 
-def test_validate_json_output() -> None:
-    code, out, _ = run(
-        "validate", "--format", "json", str(EXAMPLES / "invalid" / "case-study-layout.yaml")
-    )
+@pytest.mark.parametrize("flags", [["--json"], ["--format", "json"]], ids=["json", "format"])
+def test_validate_json_output(flags: list[str]) -> None:
+    """--json, as every other command spells it; --format json still works, with a note."""
+    code, out, err = run("validate", *flags, str(EXAMPLES / "invalid" / "case-study-layout.yaml"))
     assert code == 2
     doc = json.loads(out)
     (p,) = doc["problems"]
@@ -108,6 +108,7 @@ def test_validate_json_output() -> None:
         16,
         "error",
     )
+    assert ("deprecated; use --json" in err) == (flags[0] == "--format")
 
 
 @pytest.mark.parametrize(
@@ -417,6 +418,11 @@ def test_usage_errors_name_the_option_a_code_and_the_fix() -> None:
     assert proc.returncode == 2 and "error: frobnicate [usage]" in proc.stderr
     assert "--help` lists the commands" in proc.stderr
     assert "Traceback" not in proc.stderr and "╭" not in proc.stderr
+    # a command misspelt: the closest ones named
+    proc = console("valdate")
+    assert proc.returncode == 2 and "fix: did you mean validate? `" in proc.stderr
+    proc = console("mig", "chek")
+    assert proc.returncode == 2 and "did you mean check?" in proc.stderr
 
 
 def test_the_policy_may_be_given_as_simulate_takes_it() -> None:

@@ -43,13 +43,22 @@ class Format(StrEnum):
 def validate(
     file: OptionalPolicyFile = None,
     catalog: CatalogOption = None,
-    output: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.text,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    output: Annotated[
+        Format,
+        typer.Option("--format", hidden=True, help="Deprecated: --json (as every other command)."),
+    ] = Format.text,
     policy: PolicyOption = None,
 ) -> None:
     """Validate a policy file: print every problem with its path, reason and fix.
 
     Exit 0 when valid (warnings allowed), 2 when it has errors.
     """
+    if output is Format.json:
+        console(stderr=True).print(
+            Text("gpucarve validate: --format json is deprecated; use --json"), style="yellow"
+        )
+    output = Format.json if as_json else output
     out = console()
     file = policy_file(one_policy(file, policy))
     try:

@@ -4,6 +4,7 @@ bad input is reported; not the parser's box without a fix."""
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from typing import Any
@@ -29,8 +30,27 @@ def _field(exc: TyperException) -> str:
     hint = getattr(exc, "param_hint", None)
     if hint:
         return str(hint)
-    named = re.match(r"No such command '(.+)'", exc.format_message())
+    named = re.match(r"No such command '([^']+)'", exc.format_message())
     return named.group(1) if named else "command line"
+
+
+def _known(exc: TyperException) -> list[str]:
+    """The options and subcommands the command in error takes."""
+    ctx: Any = getattr(exc, "ctx", None)
+    cmd = getattr(ctx, "command", None)
+    if cmd is None:
+        return []
+    names = [o for p in getattr(cmd, "params", []) for o in getattr(p, "opts", [])]
+    if hasattr(cmd, "list_commands"):
+        names += cmd.list_commands(ctx)
+    return names
+
+
+def _did_you_mean(exc: TyperException, field: str) -> list[str]:
+    """What the user may have meant by an unknown option or command: its closest names."""
+    if type(exc).__name__ not in ("NoSuchOption", "UsageError") or field == "command line":
+        return []
+    return difflib.get_close_matches(field, _known(exc), n=2, cutoff=0.6)
 
 
 def _fix(exc: TyperException, command: str) -> str:
@@ -38,6 +58,9 @@ def _fix(exc: TyperException, command: str) -> str:
     if possibilities:
         return f"use {' or '.join(sorted(possibilities))}; `{command} --help` lists every option"
     message = exc.format_message()
+    close = _did_you_mean(exc, _field(exc))
+    if close:
+        return f"did you mean {' or '.join(close)}? `{command} --help` lists them all"
     if message.startswith("No such command"):
         return f"`{command} --help` lists the commands"
     if message.startswith("Missing"):

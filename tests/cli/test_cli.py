@@ -435,6 +435,11 @@ def test_the_policy_may_be_given_as_simulate_takes_it() -> None:
     assert code == 0 and json.loads(out)["admissions"]
     code, _, err = run("validate", THREE, "--policy", workloads)
     assert code == 2 and "[two-policies]" in err and "give it once" in err
+    # and simulate takes it as validate and plan do: as FILE too
+    code, out, _ = run("simulate", THREE, "--days", "0.1", "--json", "--compare", "gpucarve")
+    assert code == 0 and json.loads(out)["policy"] == "three-teams"
+    code, _, err = run("simulate", THREE, "--policy", workloads, "--days", "0.1")
+    assert code == 2 and "[two-policies]" in err
 
 
 def test_mig_import_reads_every_configuration_and_prints_a_yaml_stream(tmp_path: Path) -> None:

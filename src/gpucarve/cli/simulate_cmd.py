@@ -17,7 +17,9 @@ from rich.text import Text
 from gpucarve.cli import recommend_out
 from gpucarve.cli.common import (
     CatalogOption,
+    OptionalPolicyFile,
     fail,
+    one_policy,
     out_dir_or_exit,
     policy_file,
     policy_or_exit,
@@ -268,6 +270,7 @@ def _failures(
 
 
 def simulate(
+    file: OptionalPolicyFile = None,
     policy: Annotated[
         Path | None,
         typer.Option("--policy", help="Policy YAML file (default: the built-in example)."),
@@ -353,6 +356,7 @@ def simulate(
     static-quota and gpucarve, and compare allocation, SM utilisation, waits, dev time to first
     GPU, gang first-try success, GPU-hours held by incomplete gangs, preemptions and cost per
     team."""
+    policy = one_policy(file, policy)  # as validate and plan take it: FILE or --policy
     loaded = policy_or_exit(policy_file(policy), catalog)
     if out is not None:
         out_dir_or_exit(out, "--out")

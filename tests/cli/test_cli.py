@@ -499,3 +499,13 @@ def test_every_help_names_every_option_whole_at_80_columns() -> None:
                         cut.append(f"{' '.join(args[:-1])} {opt}")
             assert "…" not in r.stdout, args
     assert cut == []
+
+
+def test_simulate_piped_writes_no_blank_lines_where_its_progress_bars_were() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpucarve", "simulate", "--days", "0.1", "--json"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if not line.strip()] == []
+    assert json.loads(proc.stdout)["results"]

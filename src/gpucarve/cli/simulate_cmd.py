@@ -558,6 +558,7 @@ def _run_all(
             TextColumn("{task.description}"),
             console=err,
             transient=True,
+            disable=not err.is_terminal,  # piped: no bar, and no blank line where it was
         ) as bar:
             task = bar.add_task("", total=len(workloads))
 

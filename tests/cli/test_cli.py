@@ -509,3 +509,27 @@ def test_simulate_piped_writes_no_blank_lines_where_its_progress_bars_were() -> 
     assert proc.returncode == 0, proc.stderr
     assert [line for line in proc.stderr.splitlines() if not line.strip()] == []
     assert json.loads(proc.stdout)["results"]
+
+
+UNPRICED = """\
+apiVersion: gpucarve.io/v1alpha1
+kind: Policy
+metadata: {name: mixed-prices}
+pools:
+  - {name: train, gpuModel: H100-SXM5-80GB, nodes: 2, gpusPerNode: 8, sharing: exclusive}
+  - {name: infer, gpuModel: A30-24GB, nodes: 1, gpusPerNode: 4, sharing: exclusive}
+queues:
+  - {name: research, namespaces: [research], quota: {h100-full: {nominal: 16}}}
+"""
+
+
+def test_a_pool_without_a_price_leaves_the_others_total_marked(tmp_path: Path) -> None:
+    """The catalog has no price for the A30: the total is the priced pools' sum, marked, with
+    the pool named and the fix, instead of n/a for the whole cluster."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(UNPRICED)
+    code, out, _ = run("cluster", "summary", str(path))
+    assert code == 0
+    total = next(line for line in out.splitlines() if "total" in line)
+    assert "$52.64*" in total and "n/a" not in total  # 16 H100 at the catalog's $3.29
+    assert "* without pool infer: no price for its model" in out and "pricePerGpuHour" in out

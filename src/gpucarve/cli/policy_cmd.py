@@ -154,11 +154,11 @@ def summary(
     ):
         pools.add_column(col, justify="right" if col.startswith(("$", "nodes")) else "left")
     total_h = 0.0
-    priced = True
+    unpriced: list[str] = []
     for pool in p.pools:
         hourly = pool.hourly_price()
         if hourly is None:
-            priced = False
+            unpriced.append(pool.name)
         else:
             total_h += hourly
         pools.add_row(
@@ -179,11 +179,19 @@ def summary(
         "",
         "",
         "",
-        _money(total_h if priced else None),
-        _money(total_h * HOURS_PER_MONTH if priced else None),
+        # the priced pools' sum, marked, rather than no total at all for one unpriced pool
+        _money(total_h) + ("*" if unpriced else ""),
+        _money(total_h * HOURS_PER_MONTH) + ("*" if unpriced else ""),
         style="bold",
     )
     out.print(pools)
+    if unpriced:
+        out.print(
+            Text(
+                f"* without pool {', '.join(unpriced)}: no price for its model; fix: set the "
+                "pool's pricePerGpuHour (or the model's price in a --catalog file)"
+            )
+        )
 
     flavors = Table(title="Flavors (quota is counted in slices)")
     for col in (
@@ -244,9 +252,4 @@ def summary(
     problems = state.invariant_violations()
     if problems:  # pragma: no cover - a bug in build_cluster, never bad input
         raise RuntimeError("; ".join(problems))
-    out.print(
-        Text(
-            f"{len(state.nodes)} nodes, {gpus} GPUs, {len(state.slices)} slices"
-            + ("" if priced else "; some pools have no price: set pricePerGpuHour")
-        )
-    )
+    out.print(Text(f"{len(state.nodes)} nodes, {gpus} GPUs, {len(state.slices)} slices"))

@@ -117,3 +117,37 @@ def test_a_placers_filter_verdicts_never_follow_an_objects_id() -> None:
         # (CPython mostly gives `plain` the dead `picky`'s id: the case that went wrong)
         assert placer._static_reject(PodNeeds(plain, None, 0, False, 0, 0, 0), node) is None
     assert placer._static_reject(PodNeeds(base, None, 0, False, 0, 0, 0), node) is None
+
+
+def test_a_preemption_held_back_by_the_minimum_runtime_says_so_with_the_time_left() -> None:
+    """A high-priority workload that only the victims' minimum runtime keeps waiting is told
+    so, with the seconds left (not a placement reason that would advise more quota), and
+    preempts once the runtime is reached."""
+    from gpucarve.engine.decisions import Plugin, Stage
+
+    p = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 1, 8)],
+        queues=[queue("research", {"h100-full": {"nominal": 8}})],
+        priorityClasses=CLASSES,
+        scheduling={"minRuntimeSeconds": 300},
+    )
+    s = snapshot(p, [workload(p, "low", "research", gpus=8, priority="low", submit=0)])
+    _, s = cycle(s, now=0)
+    s = type(s)(
+        p, s.cluster, s.running,
+        (workload(p, "urgent", "research", gpus=8, priority="high", submit=100),),
+    )  # fmt: skip
+    result, s = cycle(s, now=100)
+    (pending,) = result.pending
+    assert (pending.reason.stage, pending.reason.plugin) == (Stage.PREEMPTION, Plugin.MIN_RUNTIME)
+    assert "waits to preempt research/low (priority 0 < 100)" in pending.reason.message
+    assert "has run 100 s of its minimum runtime of 300 s" in pending.reason.message
+    assert "preemptible in 200 s" in pending.reason.message
+    # explain says the same, and advises no quota change
+    from gpucarve.engine.explain import explain
+
+    said = explain(s, result, "research/urgent")
+    assert said is not None and any("preemptible in 200 s" in h for h in said.hints)
+    assert not any("nominal" in h for h in said.hints)
+    result, _ = cycle(s, now=300)
+    assert [e.workload for e in result.evictions] == ["research/low"]

@@ -135,20 +135,37 @@ def _try(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
         waiting = reshaper.absorbs(w, unplaced)
         if waiting is not None:
             return Outcome(False, waiting, (waiting, *tried))
+    demands: list[dict[str, int]] = []
     if c.cfg.preemption:
         for combo in combos:
             full_plan, demand, _ = plan_for(c, w, combo, ignore_quota=True)
             if full_plan is not None and evict.preempt(c, w, full_plan, demand):
                 return Outcome(True)
-    waits = c.reclaim_waits.get(w.id)
-    if waits is not None:
-        reason = PendingReason(Stage.PREEMPTION, Plugin.RECLAIM_GRACE, waits)
-        return Outcome(False, reason, (reason, *tried))
-    spared = c.preemptor.spared.get(w.id)
-    if spared is not None:
-        reason = PendingReason(Stage.PREEMPTION, Plugin.RECLAIM_SPARING, spared)
+            if full_plan is not None:
+                demands.append(demand)
+    reason = _preemption_waits(c, w, demands)
+    if reason is not None:
         return Outcome(False, reason, (reason, *tried))
     return Outcome(False, best_reason(tried), tuple(tried))
+
+
+def _preemption_waits(
+    c: CycleState, w: Workload, demands: Sequence[dict[str, int]]
+) -> PendingReason | None:
+    """Why eviction has not made room for `w` yet, when only time stands in its way: reclaim
+    waits for borrowed work about to end, spares a large gang, or the lower-priority work it
+    would preempt has not run its minimum runtime (`demands`: what it needs, per choice of
+    flavors that quota ignored would place)."""
+    waits = c.reclaim_waits.get(w.id)
+    if waits is not None:
+        return PendingReason(Stage.PREEMPTION, Plugin.RECLAIM_GRACE, waits)
+    spared = c.preemptor.spared.get(w.id)
+    if spared is not None:
+        return PendingReason(Stage.PREEMPTION, Plugin.RECLAIM_SPARING, spared)
+    young = next(filter(None, (c.preemptor.maturing(w, d) for d in demands)), None)
+    if young is not None:
+        return PendingReason(Stage.PREEMPTION, Plugin.MIN_RUNTIME, young)
+    return None
 
 
 def plan_for(

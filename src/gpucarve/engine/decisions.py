@@ -45,6 +45,7 @@ class Plugin(StrEnum):
     RECLAIM_GRACE = "reclaim-grace"  # reclaim waits for borrowed work about to end
     RECLAIM_SPARING = "reclaim-sparing"  # reclaim spares a gang many times the reclaimer
     CYCLE_BUDGET = "cycle-budget"  # not tried: the cycle placed its budget of pods
+    MIN_RUNTIME = "min-runtime"  # preemption waits for its victims' minimum runtime
 
 
 @dataclass(frozen=True, slots=True)

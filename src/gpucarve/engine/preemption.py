@@ -262,6 +262,31 @@ class Preemptor:
                 out += self._ranked(rw)
         return _in_order(out)
 
+    def maturing(self, w: Workload, demand: Mapping[str, int]) -> str | None:
+        """Why priority preemption has not made room for `w` yet when only the minimum
+        runtime stands in its way: the lower-priority work of its queue on the flavors it
+        needs has not run `min_runtime` yet (the soonest to reach it named, with the time
+        left). None when some of that work may already go, or there is none."""
+        flavors = set(demand)
+        young: list[tuple[int, str, int]] = []
+        for rw in self.ws.running_by_queue.get(w.queue, {}).values():
+            v = rw.workload
+            if v.priority >= w.priority or flavors.isdisjoint(self._holds(rw)):
+                continue
+            if not v.preemptible or rw.terminating:
+                continue
+            if self._eligible(rw):
+                return None  # it may go now: something else keeps w waiting
+            young.append((rw.start_time + self.min_runtime - self.now, v.id, v.priority))
+        if not young:
+            return None
+        left, victim, priority = min(young)
+        return (
+            f"waits to preempt {victim} (priority {priority} < {w.priority}): it has run "
+            f"{self.min_runtime - left} s of its minimum runtime of {self.min_runtime} s "
+            f"(scheduling.minRuntimeSeconds), preemptible in {left} s"
+        )
+
     def _holds(self, rw: RunningWorkload) -> frozenset[str]:
         """The flavors `rw` holds."""
         hit = self._held.get(rw.workload.id)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from gpucarve.core.policy import DeviceApi, Policy
+from gpucarve.core.vocabulary import TERMINAL_PHASES
 from gpucarve.engine import run_whole_cycle
 from gpucarve.engine.explain import Explanation, explain, render
 from gpucarve.kube.api.client import ApiError, Client
@@ -20,6 +21,7 @@ from gpucarve.kube.view.cluster_view import View, build_view, key
 from gpucarve.kube.view.nodes.devices import read_slices
 from gpucarve.kube.view.nodes.inventory import build_inventory
 from gpucarve.kube.view.pods.owner_kinds import OWNER_KINDS, all_specs, watched
+from gpucarve.kube.view.pods.pod_facts import gpu_requests
 from gpucarve.kube.view.pods.pods import group_key
 
 
@@ -102,7 +104,7 @@ def explain_pod(
         return PodExplanation(pod_key, tuple(lines), None)
     workload = _workload_of(view, pod_key)
     if workload is None:
-        lines.append("not a workload of this scheduler (finished, or no GPU request)")
+        lines.append(not_ours(obj, policy, scheduler))
         return PodExplanation(pod_key, tuple(lines), None)
     now_s = max(0, int((now - epoch).total_seconds()))
     result = run_whole_cycle(view.snapshot, now_s)
@@ -110,6 +112,28 @@ def explain_pod(
     lines += _gang_lines(view, obj, workload)
     lines += render(e) if e is not None else []
     return PodExplanation(pod_key, tuple(lines), e)
+
+
+def not_ours(obj: Mapping[str, Any], policy: Policy, scheduler: str) -> str:
+    """Why a pod is no workload this scheduler decides on, most telling first: another
+    scheduler's, finished, of a namespace no queue lists, or asking for no GPU."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    phase = (obj.get("status") or {}).get("phase")
+    asks = bool(gpu_requests(obj)) or bool(spec.get("resourceClaims"))
+    if (spec.get("schedulerName") or "default-scheduler") != scheduler:
+        return f"not a workload of this scheduler: spec.schedulerName is not {scheduler}" + (
+            "" if not asks else f"; fix: set schedulerName: {scheduler} for gpucarve to place it"
+        )
+    if phase in TERMINAL_PHASES:
+        return f"not a workload any more: it has {phase.lower()}"
+    ns = meta.get("namespace")
+    if ns not in policy.governed_namespaces():
+        return f"not a workload of this scheduler: namespace {ns} is in no queue of the policy" + (
+            f"; fix: add {ns} to a queue's namespaces" if asks else ""
+        )
+    if not asks:
+        return "not a workload of this scheduler: it asks for no GPU (no nvidia.com/* limit)"
+    return "not a workload of this scheduler this cycle (it may be bound already)"
 
 
 def _pod_line(obj: Mapping[str, Any], scheduler: str) -> str:

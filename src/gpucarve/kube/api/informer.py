@@ -21,7 +21,22 @@ from typing import Any
 from gpucarve.kube.api.client import ApiError, Client
 
 log = logging.getLogger("gpucarve.informer")
-RETRY_S = 0.5
+RETRY_S = 0.5  # the first retry after a failed list or watch, doubled up to MAX_RETRY_S
+MAX_RETRY_S = 10.0
+
+
+def retry_after(failures: int) -> float:
+    """Seconds before the next try after `failures` failed list or watch calls in a row: half
+    a second, doubling to MAX_RETRY_S, so an API server that is gone is not hammered."""
+    return min(MAX_RETRY_S, RETRY_S * float(2 ** max(0, min(failures - 1, 16))))
+
+
+def worth_saying(failures: int) -> bool:
+    """Whether the `failures`-th failure in a row is logged: the 1st, 2nd, 4th, 8th..., a few
+    lines while the API server is gone instead of one a retry."""
+    return failures > 0 and failures & (failures - 1) == 0
+
+
 # the change log holds at least this many entries, and at least twice as many as the cache
 # holds objects: a reader further behind than that reads the whole cache again
 LOG_MIN = 1024
@@ -53,6 +68,7 @@ class Informer:
         self._thread: threading.Thread | None = None
         self._close: Callable[[], None] | None = None
         self.relists = 0
+        self.failures = 0  # failed list or watch calls in a row (`retry_after`)
         # bumped with every change to the cache: a reader that saw this number before has
         # seen these items (callers skip work on an unchanged cache)
         self.generation = 0
@@ -112,6 +128,7 @@ class Informer:
 
     def _opened(self, close: Callable[[], None]) -> None:
         self._close = close
+        self.failures = 0  # the watch is open: the API server is back
         if self._stop.is_set():
             close()
 
@@ -136,6 +153,7 @@ class Informer:
             try:
                 if self.resource_version is None:
                     self.relist()
+                    self.failures = 0
                 self._watch()
             except ApiError as err:
                 if self._stop.is_set():
@@ -144,8 +162,12 @@ class Informer:
                     log.info("%s: watch version expired, relisting", self.path)
                     self.resource_version = None
                     continue
-                log.warning("%s: %s; retrying", self.path, err)
-                self._stop.wait(RETRY_S)
+                self.failures += 1
+                delay = retry_after(self.failures)
+                if worth_saying(self.failures):
+                    log.warning("%s: %s; %d failures in a row, retrying in %.1f s",
+                                self.path, err, self.failures, delay)  # fmt: skip
+                self._stop.wait(delay)
 
     def _watch(self) -> None:
         assert self.resource_version is not None

@@ -1,7 +1,8 @@
 """List + watch one kind of object into a local cache, as client-go's informers do.
 
 The first list gives the objects and a resourceVersion; the watch resumes from the last version
-seen (bookmarks included). A dropped watch resumes from there after a short backoff; 410 Gone
+seen (bookmarks included). A dropped watch resumes from there after a backoff (`retry_after`:
+half a second doubling to 10 s while the failures last); 410 Gone
 (the version was compacted away) relists. `on_change` is called after every change, from the
 informer's own thread.
 

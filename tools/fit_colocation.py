@@ -11,7 +11,7 @@ with U above the knee, with the knee where that line reaches 1:
     speed(U) = 1                          if U <= knee
              = 1 - slope * (U - knee)     otherwise, floored at `floor`
 
-Prints the coefficients that src/gpucarve/sim/slowdown.py holds (the fit is
+Prints the coefficients that src/gpucarve/sim/run/slowdown.py holds (the fit is
 `gpucarve.sim.run.slowdown.fit_knee_line`).
 """
 

@@ -119,3 +119,68 @@ def test_explain_says_how_long_the_workload_is_expected_to_run_and_whence() -> N
     plain = snapshot(P, [workload(P, "open", "b", gpus=8, pods=3)])
     e = explain(plain, run_cycle(plain, 0), "b/open")
     assert e is not None and "expected to run 86400 s, by the default runtime" in render(e)
+
+
+def _cohort_of(research: int, other: int, nodes: int) -> object:
+    return policy(
+        pools=[pool("train", "H100-SXM5-80GB", nodes, 8)],
+        queues=[
+            queue("research", {"h100-full": {"nominal": research}}, cohort="c"),
+            queue("prod", {"h100-full": {"nominal": other}}, cohort="c"),
+        ],
+        cohorts=[{"name": "c"}],
+    )
+
+
+def _hints_after(
+    p: object, running: list[tuple[str, str, int]], asking: tuple[str, int]
+) -> list[str]:
+    """Hints for `asking` (queue, GPUs in one pod) once `running` (name, queue, GPUs) run."""
+    from gpucarve.core.policy import Policy
+
+    assert isinstance(p, Policy)
+    s = snapshot(p, [])
+    for i, (name, q, gpus) in enumerate(running):
+        s = submit(s, workload(p, name, q, gpus=gpus, submit=i))
+        _, s = cycle(s, i)
+    assert len(s.running) == len(running), "the set-up runs whole"
+    s = submit(s, workload(p, "ask", asking[0], gpus=asking[1], submit=100))
+    result = run_cycle(s, 100)
+    e = explain(s, result, f"{asking[0]}/ask")
+    assert e is not None and e.state == "pending", e
+    return list(e.hints)
+
+
+def test_the_cohort_shortfall_is_what_admission_compares_while_a_queue_borrows() -> None:
+    # research at 25/16 needs 8 more, the cohort lends 7: short by 1 (not the 17 borrowed - 7)
+    p = _cohort_of(16, 24, 5)
+    running = [("r1", "research", 8), ("r2", "research", 8), ("r3", "research", 8),
+               ("r4", "research", 1), ("p1", "prod", 8)]  # fmt: skip
+    hints = _hints_after(p, running, ("research", 8))
+    assert any("draws 8 more h100-full from cohort c, which lends 7 now: 1 more must be" in h
+               for h in hints), hints  # fmt: skip
+    # at 9/2 needing 1, nothing to lend: short by 1 (not 8)
+    p = _cohort_of(2, 14, 2)
+    running = [("r1", "research", 8), ("r2", "research", 1), ("p1", "prod", 7)]
+    hints = _hints_after(p, running, ("research", 1))
+    assert any("draws 1 more h100-full from cohort c, which lends 0 now: 1 more must be" in h
+               for h in hints), hints  # fmt: skip
+
+
+def test_a_queue_within_reach_of_its_nominal_still_gets_its_cohort_line() -> None:
+    # at 0/6 needing 8 with 7 to lend: the cohort line says 1 (it said nothing)
+    p = _cohort_of(6, 10, 2)
+    hints = _hints_after(p, [("p1", "prod", 8), ("p2", "prod", 1)], ("research", 8))
+    assert any("which lends 7 now: 1 more must be given back" in h for h in hints), hints
+
+
+def test_a_pod_larger_than_any_node_has_free_is_told_what_one_node_lacks() -> None:
+    # 8 free in all, 4 on each node: a 7-GPU pod needs 3 more on one node (it said 0)
+    p = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 2, 8)],
+        queues=[queue("research", {"h100-full": {"nominal": 16}})],
+        scheduling={"scoring": {"binpack": 0, "spread": 1, "fragmentation": 0}},
+    )
+    hints = _hints_after(p, [("a", "research", 4), ("b", "research", 4)], ("research", 7))
+    assert any("at most 4 on one node; its largest pod needs 7 on one node: it runs once 3 more"
+               in h for h in hints), hints  # fmt: skip

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gpucarve.core.policy import Flavor, GpuUnit
-from gpucarve.core.requests import candidate_flavors, slices_per_pod
+from gpucarve.core.policy import Flavor, GpuUnit, SliceKind
+from gpucarve.core.requests import candidate_flavors, gpu_memory_of, slices_per_pod
 from gpucarve.core.runtime import WHENCE
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import RunningWorkload, Workload
@@ -203,7 +203,7 @@ def _hints(
         need = quotas.charge(w.queue, demand).get(flavor, 0)
         out += _quota_hints(snapshot, w, quotas, flavor, need, result.now)
     if stage is Stage.PLACEMENT and flavor is not None:
-        out += _placement_hints(snapshot, flavor, demand.get(flavor, 0))
+        out += _placement_hints(snapshot, w, flavor, demand.get(flavor, 0))
     return out or [str(e.reason)]
 
 
@@ -259,21 +259,21 @@ def _quota_hints(
             f"its borrowing limit lets it hold {n(most)}: {n(st.used + need - most)} "
             f"of its own {what} must be given back first, or raise borrowingLimit"
         )
-    if queue.cohort is not None and st.borrow > 0:
-        if st.withheld:
-            out.append(
-                f"queue {', '.join(st.withheld_for)} keeps {n(st.withheld)} {what} of its "
-                "unused nominal quota from loans while its own work waits for it "
-                "(scheduling.loansWaitForLenders): the loan waits until that work starts"
-            )
-        if st.borrow > st.cohort_lends:
-            out.append(
-                f"it must borrow {n(st.borrow)} and cohort {queue.cohort} lends "
-                f"{n(st.cohort_lends)} now: {n(st.borrow - st.cohort_lends)} more {what} must be "
-                "given back in the "
-                "cohort (work of its queues finishing), or raise nominal quota"
-            )
-    elif queue.cohort is None:
+    if queue.cohort is not None and st.borrow > 0 and st.withheld:
+        out.append(
+            f"queue {', '.join(st.withheld_for)} keeps {n(st.withheld)} {what} of its "
+            "unused nominal quota from loans while its own work waits for it "
+            "(scheduling.loansWaitForLenders): the loan waits until that work starts"
+        )
+    if queue.cohort is not None and st.short_in_cohort:
+        # admission's own comparison: what the demand draws from the cohort's pool against
+        # what the pool has free (never the total borrowed after admission)
+        out.append(
+            f"it draws {n(st.pool_draw)} more {what} from cohort {queue.cohort}, which lends "
+            f"{n(st.cohort_lends)} now: {n(st.pool_draw - max(0, st.pool_room))} more must be "
+            "given back in the cohort (work of its queues finishing), or raise nominal quota"
+        )
+    if queue.cohort is None:
         out.append(f"it is in no cohort: raise its nominal {what} or wait for its own work")
     return out
 
@@ -300,18 +300,42 @@ def _reclaim_when(snapshot: Snapshot, w: Workload, rw: RunningWorkload, need: in
     return "possible " + "; and ".join(waits)
 
 
-def _placement_hints(snapshot: Snapshot, flavor: str, need: int) -> list[str]:
+def _placement_hints(snapshot: Snapshot, w: Workload, flavor: str, need: int) -> list[str]:
     free_by_node: Counter[str] = Counter()
     allocated = snapshot.cluster.allocations
-    for sid, s in snapshot.cluster.slices.items():
-        if s.flavor == flavor and sid not in allocated:
-            free_by_node[s.node] += 1
+    for sid, sl in snapshot.cluster.slices.items():
+        if sl.flavor == flavor and sid not in allocated:
+            free_by_node[sl.node] += 1
     total = sum(free_by_node.values())
     most = max(free_by_node.values(), default=0)
-    return [
+    out = [
         f"{total} {flavor} free in the cluster (at most {most} on one node); the gang needs "
         f"{need}: it runs once {max(0, need - total)} more are free in the shape it needs"
     ]
+    per_pod = _largest_pod(snapshot, w, flavor)
+    if per_pod > most:
+        # a pod's slices of a whole GPU or MIG flavor are on one node: the best node decides
+        out[0] = (
+            f"{total} {flavor} free in the cluster, at most {most} on one node; its largest pod "
+            f"needs {per_pod} on one node: it runs once {per_pod - most} more are free on one "
+            "node (work there finishing)"
+        )
+    return out
+
+
+def _largest_pod(snapshot: Snapshot, w: Workload, flavor: str) -> int:
+    """The most slices of `flavor` one pod of `w` takes on one node (0 for a shared flavor,
+    whose replicas come from one GPU, or none of its pod sets on that flavor)."""
+    policy = snapshot.policy
+    f = policy.flavors.get(flavor)
+    if f is None or f.kind in (SliceKind.TIME_SLICE, SliceKind.MPS):
+        return 0
+    sizes = [
+        slices_per_pod(ps.gpu, f, gpu_memory_of(policy, f))
+        for ps in w.pod_sets
+        if any(c.name == flavor for c in candidate_flavors(policy, ps.gpu))
+    ]
+    return max(sizes, default=0)
 
 
 def render(e: Explanation) -> list[str]:

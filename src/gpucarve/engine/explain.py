@@ -267,10 +267,11 @@ def _quota_hints(
         )
     if queue.cohort is not None and st.short_in_cohort:
         # admission's own comparison: what the demand draws from the cohort's pool against
-        # what the pool has free (never the total borrowed after admission)
+        # what the pool has free (never the total borrowed after admission); a pool a policy
+        # change left overdrawn (negative room) needs that much more back too
         out.append(
             f"it draws {n(st.pool_draw)} more {what} from cohort {queue.cohort}, which lends "
-            f"{n(st.cohort_lends)} now: {n(st.pool_draw - max(0, st.pool_room))} more must be "
+            f"{n(st.cohort_lends)} now: {n(st.pool_draw - st.pool_room)} more must be "
             "given back in the cohort (work of its queues finishing), or raise nominal quota"
         )
     if queue.cohort is None:

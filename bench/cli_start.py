@@ -67,7 +67,7 @@ def measure(trees: dict[str, Path], policy: Path, runs: int) -> dict[str, object
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=5, choices=range(1, 101), metavar="1-100")
     ap.add_argument("--baseline", help="a git ref to measure side by side")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -76,20 +76,15 @@ def main() -> None:
         trees = {"this": ROOT / "src"}
         if args.baseline:
             wt = work / "baseline"
-            subprocess.run(
-                [
-                    "git",
-                    "-C",
-                    str(ROOT),
-                    "worktree",
-                    "add",
-                    "-q",
-                    "--detach",
-                    str(wt),
-                    args.baseline,
-                ],
-                check=True,
+            git = ["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach"]
+            added = subprocess.run(
+                [*git, str(wt), args.baseline], capture_output=True, text=True, check=False
             )
+            if added.returncode:
+                sys.exit(
+                    f"--baseline {args.baseline}: not a commit git can check out "
+                    f"({added.stderr.strip()}); fix: give a branch, tag or commit"
+                )
             trees["baseline"] = wt / "src"
         try:
             subprocess.run(

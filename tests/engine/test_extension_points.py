@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from gpucarve.core.policy import ScoringWeights
+from gpucarve.core.policy import Policy, ScoringWeights
 from gpucarve.core.workload import PodSet
 from gpucarve.engine.node_state import NodeState
 from gpucarve.engine.placement import plugins
 from gpucarve.engine.preemption import CheapestFirst, Preemptor, Victim, VictimOrder
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.working import Working
-from tests.engine.builders import cycle, policy, pool, queue, snapshot, workload
+from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
 
 CLASSES = [
     {"name": "high", "value": 100, "preemptible": True},
@@ -62,19 +62,21 @@ class OldestFirst:
         return (v.rw.start_time, v.workload.id)
 
 
-def test_a_victim_order_is_a_class_the_preemptor_takes() -> None:
-    p = policy(
+def _one_node(min_runtime: int) -> Policy:
+    """One 8-GPU node, one queue owning it, two priority classes."""
+    return policy(
         pools=[pool("train", "H100-SXM5-80GB", 1, 8)],
         queues=[queue("research", {"h100-full": {"nominal": 8}})],
         priorityClasses=CLASSES,
-        scheduling={"minRuntimeSeconds": 0},
+        scheduling={"minRuntimeSeconds": min_runtime},
     )
+
+
+def test_a_victim_order_is_a_class_the_preemptor_takes() -> None:
+    p = _one_node(min_runtime=0)
     first = snapshot(p, [workload(p, "old", "research", gpus=4, priority="low", submit=0)])
     _, first = cycle(first, now=0)
-    both = type(first)(
-        p, first.cluster, first.running,
-        (workload(p, "new", "research", gpus=4, priority="low", submit=50),),
-    )  # fmt: skip
+    both = submit(first, workload(p, "new", "research", gpus=4, priority="low", submit=50))
     _, both = cycle(both, now=100)
     assert sorted(rw.workload.id for rw in both.running) == ["research/new", "research/old"]
     high = workload(p, "need", "research", gpus=4, priority="high", submit=200)
@@ -125,18 +127,10 @@ def test_a_preemption_held_back_by_the_minimum_runtime_says_so_with_the_time_lef
     preempts once the runtime is reached."""
     from gpucarve.engine.decisions import Plugin, Stage
 
-    p = policy(
-        pools=[pool("train", "H100-SXM5-80GB", 1, 8)],
-        queues=[queue("research", {"h100-full": {"nominal": 8}})],
-        priorityClasses=CLASSES,
-        scheduling={"minRuntimeSeconds": 300},
-    )
+    p = _one_node(min_runtime=300)
     s = snapshot(p, [workload(p, "low", "research", gpus=8, priority="low", submit=0)])
     _, s = cycle(s, now=0)
-    s = type(s)(
-        p, s.cluster, s.running,
-        (workload(p, "urgent", "research", gpus=8, priority="high", submit=100),),
-    )  # fmt: skip
+    s = submit(s, workload(p, "urgent", "research", gpus=8, priority="high", submit=100))
     result, s = cycle(s, now=100)
     (pending,) = result.pending
     assert (pending.reason.stage, pending.reason.plugin) == (Stage.PREEMPTION, Plugin.MIN_RUNTIME)

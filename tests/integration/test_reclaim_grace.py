@@ -274,3 +274,27 @@ def test_sparing_and_a_jobs_deadline_are_what_explain_says(
         said = _explain(stack, policy_file, "owner/one")
         assert "reclaim spares borrower/job-sweep" in said and "may be reclaimed in" in said, said
         assert "possible now" not in said, said
+
+
+def test_a_preemption_waiting_for_the_minimum_runtime_says_so_on_the_api_server(
+    cluster: tuple[LocalStack, Api, Path],
+) -> None:
+    """The engine's min-runtime reason through the scheduler, in the stack as shipped: the
+    high-priority pod's condition and `gpucarve explain` name the victim and the time left,
+    with no quota advice (tests/engine/test_extension_points.py is the same scenario)."""
+    stack, api, policy_file = cluster
+    policy_file.write_text(yaml.safe_dump({**POLICY, "scheduling": {"minRuntimeSeconds": 3600}}))
+    with scheduling(stack, policy_file):
+        create_pod(api, pod("owner", "low", "nvidia.com/gpu", 8, priority_class="low"))
+        wait_for(lambda: node_of(pods_in(api, "owner")["low"]), what="low bound")
+        create_pod(api, pod("owner", "urgent", "nvidia.com/gpu", 8, priority_class="high"))
+        message = wait_for(
+            lambda: (m := _reason(api, "owner", "urgent")) and "min-runtime" in m and m,
+            what="urgent's reason",
+        )
+        assert message.startswith("preemption/min-runtime: waits to preempt owner/low"), message
+        assert "minimum runtime of 3600 s" in message and "preemptible in" in message, message
+        said = _explain(stack, policy_file, "owner/urgent")
+        assert "waits to preempt owner/low" in said and "preemptible in" in said, said
+        assert "raise nominal" not in said, said
+        assert not pods_in(api, "owner")["low"]["metadata"].get("deletionTimestamp")

@@ -148,6 +148,12 @@ COMMANDS = (
         "Benchmarks that reproduce published experiments.",
     ),
     Lazy(
+        "history",
+        "history_cmd",
+        "app",
+        "A cluster's recorded history: export it as a trace, replay it in the simulator.",
+    ),
+    Lazy(
         "import",
         "import_cmd",
         "app",

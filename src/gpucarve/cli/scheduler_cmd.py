@@ -25,6 +25,7 @@ from gpucarve.kube.scheduler.loop import SchedulerConfig
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig
 from gpucarve.kube.scheduler.policy_reload import digest
 from gpucarve.kube.scheduler.process import Dashboard, PortTaken, ProcessSettings, run_process
+from gpucarve.sim.history.store import history_bounds
 
 log = logging.getLogger("gpucarve.scheduler")
 
@@ -146,6 +147,27 @@ def scheduler(
             "port-forward).",
         ),
     ] = DashboardAuth.KUBE,
+    history_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--history-dir",
+            help="Record every GPU workload's history (arrival, starts, evictions, end, nodes) "
+            "here as a trace `gpucarve history replay` reads, served on /history of "
+            "--health-port (default: none kept).",
+        ),
+    ] = None,
+    history_max_mib: Annotated[
+        int,
+        typer.Option(
+            "--history-max-mib", min=1, max=1_000_000, help="The most the history keeps on disk."
+        ),
+    ] = 256,
+    history_max_days: Annotated[
+        int,
+        typer.Option(
+            "--history-max-days", min=1, max=3650, help="Workloads older are dropped, by file."
+        ),
+    ] = 90,
     catalog: CatalogOption = None,
 ) -> None:
     """Run the gpucarve scheduler: bind pending pods by the policy's quotas, gangs and
@@ -189,6 +211,8 @@ def scheduler(
         leader_pod=leader_pod,
         reload_policy=reload_policy,
         policy_config_map=policy_config_map,
+        history_dir=history_dir,
+        history_bounds=history_bounds(history_max_mib, history_max_days),
     )
     dashboard = partial(
         _dashboard, client, loaded.policy, dashboard_auth, dashboard_host, dashboard_port

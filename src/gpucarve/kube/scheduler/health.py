@@ -6,7 +6,8 @@ restarted. `/readyz` answers 200 once this replica can do its job: a leader (or 
 without leader election) whose informers have listed everything, or a standby waiting for the
 lease (it is ready to take over, and a rollout must not wait for it to lead). The body says
 which (`{"leader": ..., "synced": ...}`) for `kubectl describe` and humans. `/metrics` serves the
-scheduler's Prometheus metrics (`gpucarve.metrics`) on the same port.
+scheduler's Prometheus metrics (`gpucarve.metrics`) on the same port, and `/history?since=UNIX`
+the recorded history (`kube/scheduler/recorder.py`) as JSONL, where the scheduler keeps one.
 
 Served by Starlette on uvicorn in a thread of the scheduler process.
 """
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -51,7 +53,15 @@ class Health:
                 "synced": self.synced}  # fmt: skip
 
 
-def app(health: Health, registry: CollectorRegistry | None = None) -> Starlette:
+# the history's lines (JSONL) of workloads that ended at or after a Unix second (None: all)
+HistoryFeed = Callable[[int | None], str]
+
+
+def app(
+    health: Health,
+    registry: CollectorRegistry | None = None,
+    history: HistoryFeed | None = None,
+) -> Starlette:
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse(health.state(), status_code=200 if health.alive() else 503)
 
@@ -63,9 +73,19 @@ def app(health: Health, registry: CollectorRegistry | None = None) -> Starlette:
         assert registry is not None
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    async def history_lines(request: Request) -> Response:
+        assert history is not None
+        raw = request.query_params.get("since", "")
+        if raw and not (raw.isdigit() and len(raw) <= 12):
+            return JSONResponse({"error": "since is Unix seconds, e.g. ?since=1796000000"}, 400)
+        text = await run_in_threadpool(history, int(raw) if raw else None)
+        return Response(text, media_type="application/jsonl")
+
     routes = [Route("/healthz", healthz), Route("/readyz", readyz)]
     if registry is not None:
         routes.append(Route("/metrics", metrics))
+    if history is not None:
+        routes.append(Route("/history", history_lines))
     return Starlette(routes=routes)
 
 
@@ -111,6 +131,11 @@ class ProbeServer(ThreadServer):
     """The probes (and /metrics) of `app(health, registry)`."""
 
     def __init__(
-        self, health: Health, host: str, port: int, registry: CollectorRegistry | None = None
+        self,
+        health: Health,
+        host: str,
+        port: int,
+        registry: CollectorRegistry | None = None,
+        history: HistoryFeed | None = None,
     ) -> None:
-        super().__init__(app(health, registry), host, port, "probe server")
+        super().__init__(app(health, registry, history), host, port, "probe server")

@@ -1,8 +1,9 @@
 """The scheduler as a process: signals, the health and metrics endpoints, the Lease, the
 dashboard's server, the collector's thresholds, the policy reloader, then the loop until a
-signal or a lost Lease. `gpucarve scheduler` reads its options into `ProcessSettings` and
-calls `run_process`, as kube-scheduler's and Kueue's commands hand their options to a setup
-package; the dashboard (a room above this one) is handed in, built by the command."""
+signal or a lost Lease (then the history recorder's last lines written). `gpucarve scheduler`
+reads its options into `ProcessSettings` and calls `run_process`, as kube-scheduler's and
+Kueue's commands hand their options to a setup package; the dashboard (a room above this
+one) is handed in, built by the command."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,7 +30,10 @@ from gpucarve.kube.scheduler.leader_label import mark
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.kube.scheduler.observed import Observer
 from gpucarve.kube.scheduler.policy_reload import PolicyReloader
+from gpucarve.kube.scheduler.reactions import REACTIONS
+from gpucarve.kube.scheduler.recorder import Recorder
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
+from gpucarve.sim.history.store import Bounds, HistoryStore
 
 GC_THRESHOLDS = (50_000, 50, 100)  # generation 0 allocations, then collections of 0 and 1
 
@@ -60,6 +65,8 @@ class ProcessSettings:
     leader_pod: str | None = None  # NAMESPACE/NAME of this replica's pod, labelled when it leads
     reload_policy: bool = False
     policy_config_map: str | None = None  # NAMESPACE/NAME: where a refused policy's Event goes
+    history_dir: Path | None = None  # where the history recorder keeps its files (None: none)
+    history_bounds: Bounds = field(default_factory=Bounds)
 
 
 @dataclass
@@ -118,10 +125,25 @@ def _elector(client: Client, s: ProcessSettings) -> LeaderElector | None:
     )
 
 
-def _probes(s: ProcessSettings, health: Health, metrics: SchedulerMetrics) -> ProbeServer | None:
+def _feed(recorder: Recorder, since: int | None) -> str:
+    return recorder.feed(since, int(time.time()))
+
+
+def _recorder(s: ProcessSettings) -> Recorder | None:
+    if s.history_dir is None:
+        return None
+    return Recorder(HistoryStore(s.history_dir, s.history_bounds))
+
+
+def _probes(
+    s: ProcessSettings, health: Health, metrics: SchedulerMetrics, recorder: Recorder | None
+) -> ProbeServer | None:
     if not s.health_port:
         return None
-    probes = ProbeServer(health, s.health_host, s.health_port, metrics.registry)
+    feed = None
+    if recorder is not None:
+        feed = partial(_feed, recorder)
+    probes = ProbeServer(health, s.health_host, s.health_port, metrics.registry, feed)
     try:
         probes.start()
     except OSError as exc:
@@ -145,7 +167,8 @@ def run_process(
     health = Health(leader=None if not s.leader_elect else False)
     health.beat()
     metrics = SchedulerMetrics()
-    probes = _probes(s, health, metrics)
+    recorder = _recorder(s)
+    probes = _probes(s, health, metrics, recorder)
     elector = _elector(client, s)
     # served from the start (a standby answers that it has no cycle to show; a taken port
     # fails now, not once the replica leads); the scheduler tells it its cycles once it leads
@@ -156,8 +179,10 @@ def run_process(
             probes.stop()
         raise
     try:
-        return _lead_and_run(client, policy, s, stop, health, metrics, elector, board)
+        return _lead_and_run(client, policy, s, stop, health, metrics, elector, board, recorder)
     finally:
+        if recorder is not None:
+            recorder.flush(int(time.time()))
         if probes is not None:
             probes.stop()
         if board is not None:
@@ -173,6 +198,7 @@ def _lead_and_run(
     metrics: SchedulerMetrics,
     elector: LeaderElector | None,
     board: Dashboard | None,
+    recorder: Recorder | None = None,
 ) -> int:
     if not _lead(client, elector, health, stop, s.leader_pod):
         return 0
@@ -184,7 +210,11 @@ def _lead_and_run(
             partial(policy_refused, client, s.policy_config_map),
             loaded=s.policy_digest,
         )
-    sched = Scheduler(client, policy, s.config, health=health, reloader=reloader, metrics=metrics)
+    reactions = REACTIONS if recorder is None else (*REACTIONS, recorder)
+    sched = Scheduler(
+        client, policy, s.config, health=health, reloader=reloader, metrics=metrics,
+        reactions=reactions,
+    )  # fmt: skip
     if board is not None:
         sched.observers.append(board.observe)
     # The informers hold every pod and node as long-lived dicts (hundreds of thousands of

@@ -31,6 +31,7 @@ from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.quantity import whole_number
 from gpucarve.core.vocabulary import FRACTION_ANNOTATION, MEMORY_ANNOTATION
 from gpucarve.core.workload import Workload
+from gpucarve.sim.traces.recorded import Recorded, parse_recorded
 
 CSV_COLUMNS = (
     "name", "namespace", "queue", "priority_class", "submit_time", "duration", "pods", "min_pods",
@@ -47,6 +48,8 @@ class LoadedTrace:
     workloads: list[Workload] = field(default_factory=list)
     utilisation: dict[str, float] = field(default_factory=dict)
     skipped: int = 0
+    # what the cluster did with each workload, where the trace is a recorded history
+    recorded: dict[str, Recorded] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)  # of skipped rows, in lenient mode
 
 
@@ -136,6 +139,7 @@ def _accept(
     policy: Policy,
     source: str,
     lenient: bool,
+    recorded: Recorded | None = None,
 ) -> None:
     w, problems = build_workload(doc, policy, (f"line {line}",))
     if w is not None and w.duration is None:
@@ -153,6 +157,8 @@ def _accept(
         return
     out.workloads.append(w)
     out.utilisation[w.id] = DEFAULT_UTILISATION if util is None else util
+    if recorded is not None:
+        out.recorded[w.id] = recorded
 
 
 def _skip_or_raise(out: LoadedTrace, problem: Problem, source: str, lenient: bool) -> None:
@@ -210,11 +216,16 @@ def _load_jsonl(path: str | Path, policy: Policy, lenient: bool, out: LoadedTrac
         try:
             doc = _json_line(raw)
             util = utilisation_of(doc.pop("utilisation", None)) if isinstance(doc, dict) else None
+            seen = doc.pop("recorded", None) if isinstance(doc, dict) else None
+            recorded = None if seen is None else parse_recorded(seen)
         except ValueError as exc:
-            fix = "one JSON object per line, utilisation a percentage 0-100"
+            fix = (
+                "one JSON object per line, utilisation a percentage 0-100, recorded as "
+                "`gpucarve history export` writes it"
+            )
             _skip_or_raise(out, _row_problem(line, str(exc), fix), source, lenient)
             continue
-        _accept(out, doc, util, line, policy, source, lenient)
+        _accept(out, doc, util, line, policy, source, lenient, recorded)
 
 
 def load_trace(path: str | Path, policy: Policy, lenient: bool = False) -> LoadedTrace:

@@ -349,3 +349,13 @@ def _duration(text: str) -> int | None:
     if not number.isdigit() or len(number) > 9 or unit not in _UNITS:
         return None
     return int(number) * _UNITS[unit]
+
+
+def recorded_doc(
+    namespace: str, name: str, members: Sequence[Mapping[str, Any]], epoch: datetime
+) -> dict[str, Any]:
+    """A group of pods as a recorded history keeps it: the workload document its pods would
+    give the engine pending (without its owner's gang spec or its claims' devices)."""
+    ordered = sorted(members, key=lambda p: p["metadata"]["name"])
+    doc, _ = _group_doc(namespace, name, ordered, None, epoch, {})
+    return doc

@@ -1,0 +1,179 @@
+"""`gpucarve history`: a cluster's own recorded history, exported as a trace and replayed."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from gpucarve.cli.common import CatalogOption, fail, policy_file, policy_or_exit
+from gpucarve.cli.output import console, refuse
+from gpucarve.core.problems import InvalidInput
+from gpucarve.sim.history.export import jsonl, rebased, since_seconds
+from gpucarve.sim.history.replay import Fidelity, replay, scheduler_policy
+from gpucarve.sim.history.store import HistoryStore
+from gpucarve.sim.run.baselines import POLICIES
+from gpucarve.sim.traces.trace_io import load_trace
+
+app = typer.Typer(
+    rich_markup_mode=None,
+    help="A cluster's recorded history: export it as a trace, replay it in the simulator.",
+    no_args_is_help=True,
+)
+MAX_FEED_BYTES = 1024 * 1024 * 1024
+
+
+def _since(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(time.time()) - since_seconds(text)
+    except ValueError as exc:
+        refuse("--since", "bad-duration", str(exc), "write a number and a unit: s, m, h or d")
+
+
+def _from_url(url: str, since: int | None) -> list[dict[str, Any]]:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        fix = "give the scheduler's --health-port address, e.g. http://127.0.0.1:10259"
+        refuse("--url", "bad-url", f"{url!a} is not an http(s) address", fix)
+    target = url.rstrip("/") + "/history" + (f"?since={since}" if since is not None else "")
+    try:
+        with urllib.request.urlopen(target, timeout=60) as reply:
+            body = reply.read(MAX_FEED_BYTES + 1)
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        refuse("--url", "unreachable", f"{target} did not answer: {reason}",
+               "check that the scheduler runs with --history-dir and --health-port")  # fmt: skip
+    if len(body) > MAX_FEED_BYTES:
+        refuse("--url", "too-large", "the history is over 1 GiB", "export a shorter --since")
+    lines = []
+    for raw in body.decode("utf-8", errors="replace").splitlines():
+        try:
+            found = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(found, dict):
+            lines.append(found)
+    return lines
+
+
+@app.command("export")
+def export(
+    folder: Annotated[
+        Path | None,
+        typer.Option("--dir", help="The scheduler's --history-dir (its mounted volume)."),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="The scheduler's --health-port address (e.g. through kubectl port-forward): "
+            "its /history, with the workloads still running.",
+        ),
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Workloads that ended this long ago or later.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the trace here (default: standard output).")
+    ] = None,
+) -> None:
+    """Export the recorded history as a JSONL trace that `history replay` and
+    `simulate --trace` read: times in seconds from the first arrival."""
+    if (folder is None) == (url is None):
+        refuse("--dir/--url", "one-source", "give the history's folder or the scheduler's address",
+               "pass exactly one of --dir or --url")  # fmt: skip
+    cut = _since(since)
+    if folder is not None:
+        if not folder.is_dir():
+            refuse("--dir", "no-folder", f"{folder} is not a folder", "give the --history-dir")
+        lines = list(HistoryStore(folder).lines(cut))
+    else:
+        assert url is not None
+        lines = _from_url(url, cut)
+    text = jsonl(rebased(lines))
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text, encoding="utf-8")
+        console(stderr=True).print(Text(f"wrote {len(lines)} workloads to {out}"))
+
+
+def _print(fid: Fidelity) -> None:
+    doc = fid.as_doc(top=10)
+    c = console()
+    c.print(Text(f"replayed under {fid.policy}: {doc['compared']} workloads compared"))
+    for label, key in (
+        ("median |simulated − recorded start|", "median_abs_s"),
+        ("p95", "p95_abs_s"),
+        ("max", "max_abs_s"),
+    ):
+        c.print(Text(f"  {label}: {doc[key]} s"))
+    mean = fid.mean_signed()
+    if mean is not None:
+        late = "later" if mean > 0 else "earlier"
+        c.print(Text(f"  on average the replay starts work {abs(mean):.1f} s {late}"))
+    if fid.not_simulated:
+        c.print(
+            Text(f"  {fid.not_simulated} workloads the cluster started never start in the replay")
+        )
+    if fid.never_recorded:
+        c.print(
+            Text(
+                f"  {fid.never_recorded} workloads never started on the cluster "
+                "(replayed, not compared)"
+            )
+        )
+    table = Table("workload", "recorded start (s)", "simulated start (s)", title="furthest apart")
+    for row in doc["worst"]:  # type: ignore[attr-defined]
+        table.add_row(str(row["workload"]), str(row["recorded_s"]), str(row["simulated_s"]))
+    c.print(table)
+
+
+@app.command("replay")
+def replay_cmd(
+    trace: Annotated[Path, typer.Argument(help="A history `history export` wrote.")],
+    policy: Annotated[
+        Path | None,
+        typer.Option("--policy", help="The policy the cluster ran (default: the example)."),
+    ] = None,
+    as_policy: Annotated[
+        str | None,
+        typer.Option(
+            "--as",
+            help="The simulator's policy to replay under: gpucarve or kube-default (default: "
+            "gpucarve where gpucarve bound every recorded start, else kube-default).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+    catalog: CatalogOption = None,
+) -> None:
+    """Replay a recorded history in the simulator and compare each workload's simulated start
+    with the one recorded."""
+    loaded = policy_or_exit(policy_file(policy), catalog)
+    if as_policy is not None and as_policy not in ("gpucarve", "kube-default"):
+        refuse("--as", "unknown-policy", f"no replay policy {as_policy!a}",
+               "use gpucarve or kube-default")  # fmt: skip
+    try:
+        history = load_trace(trace, loaded.policy)
+    except InvalidInput as exc:
+        fail(exc)
+    if not history.recorded:
+        fix = "export one with `gpucarve history export`; `simulate --trace` replays plain traces"
+        refuse("TRACE", "not-a-history", f"{trace} has no recorded starts", fix)
+    name = as_policy or scheduler_policy(history)
+    assert name in POLICIES
+    _, fid = replay(loaded.policy, history, name)
+    if as_json:
+        typer.echo(json.dumps(fid.as_doc(), indent=2, sort_keys=True))
+        return
+    _print(fid)

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.kube_options import ContextOption, KubeconfigOption, client_or_exit
-from gpucarve.cli.output import Exit, console
+from gpucarve.cli.output import Exit, console, refuse
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.dashboard.access import KubeAccess, Open
 from gpucarve.dashboard.server import Board
@@ -40,8 +40,13 @@ def scheduler(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
     name: Annotated[
-        str, typer.Option("--name", help="The schedulerName of the pods to schedule.")
-    ] = "gpucarve",
+        str | None,
+        typer.Option(
+            "--name",
+            help="The schedulerName of the pods to schedule (default: gpucarve; with --shadow, "
+            "default-scheduler).",
+        ),
+    ] = None,
     leader_elect: Annotated[
         bool,
         typer.Option(
@@ -168,6 +173,16 @@ def scheduler(
             "--history-max-days", min=1, max=3650, help="Workloads older are dropped, by file."
         ),
     ] = 90,
+    shadow: Annotated[
+        bool,
+        typer.Option(
+            "--shadow",
+            help="Run beside the cluster's real scheduler (--name is its schedulerName): decide "
+            "every cycle, bind, evict and write nothing (read-only RBAC is enough; no Lease), "
+            "and record in --history-dir when each workload would have started against when "
+            "it did.",
+        ),
+    ] = False,
     catalog: CatalogOption = None,
 ) -> None:
     """Run the gpucarve scheduler: bind pending pods by the policy's quotas, gangs and
@@ -177,6 +192,10 @@ def scheduler(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if shadow and history_dir is None:
+        refuse("--shadow", "shadow-without-history", "a shadow keeps what it would have done "
+               "only in the history", "add --history-dir DIR (a volume)")  # fmt: skip
+    name = name or ("default-scheduler" if shadow else "gpucarve")
     read_as = digest(policy)  # before the read: a change in between is picked up later
     loaded = policy_or_exit(policy, catalog)
     err = console(stderr=True)
@@ -202,7 +221,7 @@ def scheduler(
             mig=HandoffConfig(namespace, cm_name, mig_propagation, mig_timeout),
             check_invariants=check_invariants,
         ),
-        leader_elect=leader_elect,
+        leader_elect=leader_elect and not shadow,
         lease_namespace=lease_namespace,
         lease_duration_s=lease_duration,
         identity=identity,
@@ -213,6 +232,7 @@ def scheduler(
         policy_config_map=policy_config_map,
         history_dir=history_dir,
         history_bounds=history_bounds(history_max_mib, history_max_days),
+        shadow=shadow,
     )
     dashboard = partial(
         _dashboard, client, loaded.policy, dashboard_auth, dashboard_host, dashboard_port

@@ -39,6 +39,13 @@ from gpucarve.devcluster.procs import StackError, free_port, free_ports
 from gpucarve.render.dra import device_classes
 
 ADMIN_USER = "gpucarve-admin"
+# every request's metadata, once its answer is sent
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+  - level: Metadata
+"""
 BINARIES = (
     "etcd",
     "kube-apiserver",
@@ -194,6 +201,11 @@ class LocalStack:
     off: Mapping[str, str] = field(default_factory=dict)
     api_port: int = 0
     tokens: dict[str, str] = field(default_factory=dict)  # user -> bearer token
+    # more users, with no group: RBAC gives them what a test binds them to
+    users: tuple[str, ...] = ()
+    # the API server's audit log (`audit.log` in workdir, every request's metadata): what a
+    # client really asked for, for the tests that must show it
+    audit: bool = False
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _args: dict[str, list[str]] = field(default_factory=dict)
 
@@ -365,12 +377,13 @@ class LocalStack:
                 check=True,
                 capture_output=True,
             )
-        for user in (ADMIN_USER, SCHEDULER_USER):
+        for user in (ADMIN_USER, SCHEDULER_USER, *self.users):
             self.tokens.setdefault(user, secrets.token_hex(16))
         # token,user,uid,"groups": the admin is a cluster admin; the scheduler gets RBAC later
         lines = [
             f'{self.tokens[ADMIN_USER]},{ADMIN_USER},1,"system:masters"',
             f"{self.tokens[SCHEDULER_USER]},{SCHEDULER_USER},2",
+            *(f"{self.tokens[u]},{u},{3 + i}" for i, u in enumerate(self.users)),
         ]
         (self.workdir / "tokens.csv").write_text("\n".join(lines) + "\n")
         self._spawn(
@@ -397,10 +410,30 @@ class LocalStack:
                 # TaintNodesByCondition puts on every new node once kwok makes it Ready.
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 *self._version_flags(),
+                *self._audit_flags(),
             ],
         )
-        for user in (ADMIN_USER, SCHEDULER_USER):
+        for user in (ADMIN_USER, SCHEDULER_USER, *self.users):
             self._write_kubeconfig(user)
+
+    def _audit_flags(self) -> tuple[str, ...]:
+        if not self.audit:
+            return ()
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        return (
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.workdir / 'audit.log'}",
+            "--audit-log-format=json",
+        )
+
+    def audited(self, user: str) -> list[dict[str, Any]]:
+        """The audit log's events of `user`'s requests (with `audit` on)."""
+        path = self.workdir / "audit.log"
+        if not path.exists():
+            return []
+        events = (json.loads(x) for x in path.read_text().splitlines() if x.strip())
+        return [e for e in events if (e.get("user") or {}).get("username") == user]
 
     def _version_flags(self) -> tuple[str, ...]:
         return WORKLOAD_API_FLAGS if serves_workload_api(self.bin_dir / "kube-apiserver") else ()

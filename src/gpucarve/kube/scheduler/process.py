@@ -14,7 +14,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -30,8 +30,9 @@ from gpucarve.kube.scheduler.leader_label import mark
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.kube.scheduler.observed import Observer
 from gpucarve.kube.scheduler.policy_reload import PolicyReloader
-from gpucarve.kube.scheduler.reactions import REACTIONS
+from gpucarve.kube.scheduler.reactions import REACTIONS, Reaction
 from gpucarve.kube.scheduler.recorder import Recorder
+from gpucarve.kube.scheduler.shadow import ReadOnlyClient, WouldStart, shadow_reactions
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 from gpucarve.sim.history.store import Bounds, HistoryStore
 
@@ -67,6 +68,8 @@ class ProcessSettings:
     policy_config_map: str | None = None  # NAMESPACE/NAME: where a refused policy's Event goes
     history_dir: Path | None = None  # where the history recorder keeps its files (None: none)
     history_bounds: Bounds = field(default_factory=Bounds)
+    # beside the cluster's real scheduler: decide, write nothing, record (`shadow.py`)
+    shadow: bool = False
 
 
 @dataclass
@@ -129,10 +132,17 @@ def _feed(recorder: Recorder, since: int | None) -> str:
     return recorder.feed(since, int(time.time()))
 
 
-def _recorder(s: ProcessSettings) -> Recorder | None:
-    if s.history_dir is None:
-        return None
-    return Recorder(HistoryStore(s.history_dir, s.history_bounds))
+def _reactions(s: ProcessSettings) -> tuple[Sequence[Reaction], Recorder | None]:
+    """What the loop does with its cycles, and the history recorder among them (if any)."""
+    would = WouldStart() if s.shadow else None
+    recorder = None
+    if s.history_dir is not None:
+        store = HistoryStore(s.history_dir, s.history_bounds)
+        recorder = Recorder(store, would_start=None if would is None else would.of)
+    acts: tuple[Reaction, ...] = (
+        tuple(REACTIONS) if would is None else tuple(shadow_reactions(would))
+    )
+    return (acts if recorder is None else (*acts, recorder)), recorder
 
 
 def _probes(
@@ -167,7 +177,9 @@ def run_process(
     health = Health(leader=None if not s.leader_elect else False)
     health.beat()
     metrics = SchedulerMetrics()
-    recorder = _recorder(s)
+    if s.shadow:
+        client = ReadOnlyClient.of(client)  # a write is never sent, whoever asks for one
+    reactions, recorder = _reactions(s)
     probes = _probes(s, health, metrics, recorder)
     elector = _elector(client, s)
     # served from the start (a standby answers that it has no cycle to show; a taken port
@@ -179,7 +191,7 @@ def run_process(
             probes.stop()
         raise
     try:
-        return _lead_and_run(client, policy, s, stop, health, metrics, elector, board, recorder)
+        return _lead_and_run(client, policy, s, stop, health, metrics, elector, board, reactions)
     finally:
         if recorder is not None:
             recorder.flush(int(time.time()))
@@ -198,7 +210,7 @@ def _lead_and_run(
     metrics: SchedulerMetrics,
     elector: LeaderElector | None,
     board: Dashboard | None,
-    recorder: Recorder | None = None,
+    reactions: Sequence[Reaction] = REACTIONS,
 ) -> int:
     if not _lead(client, elector, health, stop, s.leader_pod):
         return 0
@@ -210,7 +222,6 @@ def _lead_and_run(
             partial(policy_refused, client, s.policy_config_map),
             loaded=s.policy_digest,
         )
-    reactions = REACTIONS if recorder is None else (*REACTIONS, recorder)
     sched = Scheduler(
         client, policy, s.config, health=health, reloader=reloader, metrics=metrics,
         reactions=reactions,

@@ -13,7 +13,7 @@ replacement pod of an evicted one belongs to the same workload. Times are Unix s
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -153,8 +153,9 @@ class Workload:
             return "Failed"
         return "Succeeded" if hows == {"Succeeded"} else "Deleted"
 
-    def line(self, now: int) -> dict[str, Any]:
-        """This workload as a trace line (its duration: its last run's, or so far)."""
+    def line(self, now: int, would_start: int | None = None) -> dict[str, Any]:
+        """This workload as a trace line (its duration: its last run's, or so far), with when
+        a shadow would have started it where one ran."""
         doc = recorded_doc(self.namespace, self.name, list(self.members.values()), UNIX)
         if self.arrived is not None:
             doc["submitTime"] = min(int(doc["submitTime"]), self.arrived)
@@ -168,6 +169,7 @@ class Workload:
             self.outcome(),
             tuple(sorted(set(self.nodes.values()))),
             self.scheduler,
+            would_start=would_start,
         )
         doc["recorded"] = recorded.as_doc()
         return doc
@@ -177,9 +179,16 @@ class Recorder:
     """The reaction: reads the pods that changed since its last cycle, writes each workload
     to the store `linger_s` after it ended. `open_lines` gives those still open (for export)."""
 
-    def __init__(self, store: HistoryStore, linger_s: int = LINGER_S) -> None:
+    def __init__(
+        self,
+        store: HistoryStore,
+        linger_s: int = LINGER_S,
+        would_start: Callable[[str], int | None] | None = None,
+    ) -> None:
         self.store = store
         self.linger_s = linger_s
+        # in shadow mode: when the shadow would have started a workload (by its id)
+        self.would_start = would_start
         self.generation = -1
         self.open: dict[tuple[str, str], Workload] = {}
         self.pod_group: dict[str, tuple[str, str]] = {}  # pod -> its workload's key
@@ -227,7 +236,7 @@ class Recorder:
             for pod in w.members:
                 if self.pod_group.get(pod) == g:
                     del self.pod_group[pod]
-            self.store.append(w.line(now), now)
+            self.store.append(self._line(w, now), now)
 
     def flush(self, now: int) -> None:
         """Write every workload that ended, lingering or not (the scheduler stops)."""
@@ -242,7 +251,11 @@ class Recorder:
     def open_lines(self, now: int) -> list[dict[str, Any]]:
         """The workloads not written yet (running, waiting, or lingering), as lines."""
         with self.lock:
-            return [w.line(now) for _, w in sorted(self.open.items())]
+            return [self._line(w, now) for _, w in sorted(self.open.items())]
+
+    def _line(self, w: Workload, now: int) -> dict[str, Any]:
+        would = None if self.would_start is None else self.would_start(f"{w.namespace}/{w.name}")
+        return w.line(now, would)
 
 
 def _key(pod: Mapping[str, Any]) -> str:

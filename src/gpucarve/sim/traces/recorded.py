@@ -10,7 +10,8 @@ have, besides the workload `simulate --trace` replays, a `recorded` object:
       "outcome": "Succeeded",           # Succeeded | Failed | Deleted | Running | Pending
       "nodes": ["gpu-a-0", "gpu-a-1"],  # where its last run's pods were
       "scheduler": "gpucarve",          # who bound it (the pods' schedulerName)
-      "origin": 1796000000              # Unix seconds of time 0 (export sets it)
+      "origin": 1796000000,             # Unix seconds of time 0 (export sets it)
+      "wouldStart": 100                 # when a shadow gpucarve would have started it
     }
 
 Times are seconds on the trace's clock (the one `submitTime` counts on). The replay compares a
@@ -25,7 +26,7 @@ from typing import Any
 OUTCOMES = ("Succeeded", "Failed", "Deleted", "Running", "Pending")
 MAX_EVENTS = 10_000  # starts or stops of one workload: a record past it is not a history
 MAX_TIME = 10**12
-KEYS = ("starts", "stops", "endedAt", "outcome", "nodes", "scheduler", "origin")
+KEYS = ("starts", "stops", "endedAt", "outcome", "nodes", "scheduler", "origin", "wouldStart")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Recorded:
     nodes: tuple[str, ...] = ()
     scheduler: str = ""
     origin: int | None = None
+    would_start: int | None = None  # a shadow's first decision to start it (`--shadow`)
 
     def as_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"starts": list(self.starts), "outcome": self.outcome}
@@ -56,6 +58,8 @@ class Recorded:
             doc["scheduler"] = self.scheduler
         if self.origin is not None:
             doc["origin"] = self.origin
+        if self.would_start is not None:
+            doc["wouldStart"] = self.would_start
         return doc
 
     def shifted(self, by: int, origin: int) -> Recorded:
@@ -68,6 +72,7 @@ class Recorded:
             self.nodes,
             self.scheduler,
             origin,
+            None if self.would_start is None else self.would_start - by,
         )
 
 
@@ -113,6 +118,7 @@ def parse_recorded(raw: object) -> Recorded:
         )
     ended = raw.get("endedAt")
     origin = raw.get("origin")
+    would = raw.get("wouldStart")
     return Recorded(
         tuple(_time(t, "starts[]") for t in _list(raw.get("starts"), "starts")),
         tuple(_stop(s) for s in _list(raw.get("stops"), "stops")),
@@ -121,4 +127,5 @@ def parse_recorded(raw: object) -> Recorded:
         tuple(_text(n, "nodes[]") for n in _list(raw.get("nodes"), "nodes")),
         _text(raw.get("scheduler", ""), "scheduler"),
         None if origin is None else _time(origin, "origin"),
+        None if would is None else _time(would, "wouldStart"),
     )

@@ -1,0 +1,107 @@
+"""Shadow mode: the same loop beside a cluster's real scheduler, changing nothing.
+
+`gpucarve scheduler --shadow` observes and decides as it would on its own cluster, for the pods
+another scheduler binds (its `--name` is that scheduler's, `default-scheduler` by default), and
+reacts with `SHADOW_REACTIONS` only: no binding, eviction, condition, Event, status or MIG
+change. Two guarantees, not one: the reactions that write are not in the list, and the client
+is `ReadOnlyClient`, which sends reads and never a write (a part of the loop outside the
+reactions that would write, such as node labels or the MIG configurations, has its write
+withheld and counted). What it would have done is kept by `WouldStart` (the first cycle at which
+the engine would have started each workload) and written into the history beside when the
+workload really started (`Recorder`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from gpucarve.kube.api.client import Client
+from gpucarve.kube.scheduler.reactions import (
+    AskAgain,
+    Decided,
+    LogLine,
+    Metrics,
+    Parts,
+    Reaction,
+    Tell,
+)
+
+log = logging.getLogger("gpucarve.scheduler")
+READS = frozenset({"GET"})
+
+
+def _kind(path: str) -> str:
+    """The kind of object a path names (`pods/binding`, `events`, `nodes`...), for counting."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if "namespaces" in parts:
+        i = parts.index("namespaces")
+        parts = parts[i + 2 :] if len(parts) > i + 2 else parts[i:]
+    else:
+        parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    # a kind and, past the object's name, its subresource
+    return parts[0] if len(parts) < 3 else f"{parts[0]}/{parts[2]}"
+
+
+@dataclass
+class ReadOnlyClient(Client):
+    """A client that reads and never writes: a write is counted by method and kind, logged
+    once per kind, and answered with nothing."""
+
+    withheld: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def of(cls, client: Client) -> ReadOnlyClient:
+        shared = {f.name: getattr(client, f.name) for f in fields(client) if f.name != "_local"}
+        return cls(**shared)
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        *,
+        busy_is_answer: bool = False,
+    ) -> Any:
+        if method in READS:
+            return super().call(method, path, body, content_type, busy_is_answer=busy_is_answer)
+        what = f"{method} {_kind(path)}"
+        if what not in self.withheld:
+            log.info("shadow: withheld %s (and every later one of its kind)", what)
+        self.withheld[what] += 1
+        return None
+
+
+class WouldStart:
+    """The first cycle (Unix second) at which the engine would have started each workload:
+    its pods bound at once, or once the victims it asked for had gone (`after_evictions`)."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, int] = {}
+        self.evictions = 0  # pods the shadow would have evicted, over all cycles
+        self.lock = threading.Lock()
+
+    def react(self, s: Parts, d: Decided) -> None:
+        now = int(s.clock().timestamp())
+        with self.lock:
+            for a in d.result.admissions:
+                self.first.setdefault(a.workload, now)
+            self.evictions += len(d.result.evictions)
+
+    def of(self, workload: str) -> int | None:
+        with self.lock:
+            return self.first.get(workload)
+
+    def forget(self, workload: str) -> None:
+        with self.lock:
+            self.first.pop(workload, None)
+
+
+def shadow_reactions(would: WouldStart) -> Sequence[Reaction]:
+    """What a shadow does with a cycle: keep what it would have started, count for the metrics,
+    tell the dashboard, log; never act."""
+    return (AskAgain(), would, Metrics(), Tell(), LogLine())

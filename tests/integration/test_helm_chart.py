@@ -37,6 +37,12 @@ def test_the_chart_lints() -> None:
         (["leaderElection.enabled=false"], "leaderElection.enabled: two replicas"),
         (["serviceAccount.create=false"], "serviceAccount.name: name the ServiceAccount"),
         (["webhook.failurePolicy=Sometimes"], "/webhook/failurePolicy"),
+        (["history.maxMiB=0"], "/history/maxMiB"),
+        (["shadow=true"], "shadow: the webhook hands GPU pods to gpucarve"),
+        (
+            ["shadow=true", "webhook.enabled=false", "history.enabled=false"],
+            "set history.enabled=true",
+        ),
     ],
 )
 def test_bad_values_fail_naming_the_field(values: list[str], says: str) -> None:
@@ -147,6 +153,47 @@ def test_one_replica_has_no_disruption_budget_and_a_user_configmap_no_chart_one(
     volumes = dep["spec"]["template"]["spec"]["volumes"]
     assert {"name": "policy", "configMap": {"name": "mine", "items": [
         {"key": "policy.yaml", "path": "policy.yaml"}]}} in volumes  # fmt: skip
+
+
+WRITES = {"create", "update", "patch", "delete", "deletecollection", "*"}
+
+
+def _scheduler(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The scheduler's Deployment (the webhook has one too)."""
+    (dep,) = [d for d in _by_kind(objs)["Deployment"] if d["metadata"]["name"] == RELEASE]
+    return dep
+
+
+def test_the_history_is_kept_on_a_volume_the_values_size_or_name() -> None:
+    dep = _scheduler(render(POLICY, ["history.maxMiB=64"], crds=False))
+    pod = dep["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--history-dir=/var/lib/gpucarve/history" in args and "--history-max-mib=64" in args
+    assert {"name": "history", "emptyDir": {"sizeLimit": "80Mi"}} in pod["volumes"]
+    dep = _scheduler(render(POLICY, ["history.existingClaim=kept"], crds=False))
+    claim = {"name": "history", "persistentVolumeClaim": {"claimName": "kept"}}
+    assert claim in dep["spec"]["template"]["spec"]["volumes"]
+    dep = _scheduler(render(POLICY, ["history.enabled=false"], crds=False))
+    assert not [
+        a for a in dep["spec"]["template"]["spec"]["containers"][0]["args"] if "history" in a
+    ]
+
+
+def test_a_shadow_release_may_only_read_and_takes_no_lease() -> None:
+    values = ["shadow=true", "webhook.enabled=false", "schedulerName=default-scheduler"]
+    kinds = _by_kind(render(POLICY, values, crds=False))
+    (dep,) = kinds["Deployment"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--shadow" in args and "--no-leader-elect" in args and "--leader-elect" not in args
+    assert "--name=default-scheduler" in args
+    ours = [role for role in kinds["ClusterRole"] + kinds.get("Role", [])
+            if role["metadata"]["name"].startswith(RELEASE)
+            and "node-agent" not in role["metadata"]["name"]]  # fmt: skip
+    rules = [r for role in ours for r in role["rules"]]
+    writes = [r for r in rules if set(r["verbs"]) & WRITES]
+    # the dashboard's token and access reviews are questions, not changes to the cluster
+    assert {tuple(r["resources"]) for r in writes} == {("tokenreviews",), ("subjectaccessreviews",)}
+    assert "Lease" not in str(kinds.get("Role", []))
 
 
 @pytest.mark.parametrize("command", [["device-plugin"], ["mig-config", "--config-map"]])

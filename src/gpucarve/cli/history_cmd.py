@@ -141,7 +141,9 @@ def _print(fid: Fidelity) -> None:
 
 @app.command("replay")
 def replay_cmd(
-    trace: Annotated[Path, typer.Argument(help="A history `history export` wrote.")],
+    trace: Annotated[
+        Path, typer.Argument(metavar="HISTORY", help="A history `history export` wrote.")
+    ],
     policy: Annotated[
         Path | None,
         typer.Option("--policy", help="The policy the cluster ran (default: the example)."),

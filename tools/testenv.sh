@@ -3,8 +3,9 @@
 # against: kube-apiserver, kube-controller-manager, kube-scheduler (bench/bind.py's peer) and
 # kubectl (from the k8s.io/kubernetes module through a wrapper module, because that module's
 # own go.mod points its staging modules at local paths), etcd (go.etcd.io/etcd/server/v3),
-# kwok (fake kubelets), helm (helm.sh/helm/v3, for the chart tests) and promtool
-# (github.com/prometheus/prometheus, for the alert rules' tests).
+# kwok (fake kubelets), helm (helm.sh/helm/v3, for the chart tests), promtool and prometheus
+# (github.com/prometheus/prometheus: the alert rules' tests, and the server `import prometheus`
+# reads) and kube-state-metrics (k8s.io/kube-state-metrics/v2, what that server scrapes).
 # Binaries are cached per user, outside the clone, so a fresh checkout reuses them.
 # Usage: tools/testenv.sh            build what is missing, print the bin folder
 set -euo pipefail
@@ -14,6 +15,7 @@ ETCD_VERSION="${GPUCARVE_ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${GPUCARVE_KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${GPUCARVE_HELM_VERSION:-v3.22.0}"
 PROMETHEUS_VERSION="${GPUCARVE_PROMETHEUS_VERSION:-v0.316.0}"  # the Go module's tag of Prometheus 3
+KSM_VERSION="${GPUCARVE_KSM_VERSION:-v2.20.0}"
 CACHE="${GPUCARVE_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpucarve/testenv}"
 BIN="$CACHE/bin-$K8S_VERSION-$ETCD_VERSION-$KWOK_VERSION"
 mkdir -p "$BIN"
@@ -113,6 +115,17 @@ build_promtool() {
     github.com/prometheus/prometheus/cmd/promtool
 }
 
+# the server without its web UI's assets (they need npm; the HTTP API is all a test reads)
+build_prometheus() {
+  build_wrapped prometheus github.com/prometheus/prometheus "$PROMETHEUS_VERSION" \
+    github.com/prometheus/prometheus/cmd/prometheus
+}
+
+build_ksm() {
+  build_wrapped kube-state-metrics k8s.io/kube-state-metrics/v2 "$KSM_VERSION" \
+    k8s.io/kube-state-metrics/v2
+}
+
 # kwok does nothing without stages; kwokctl passes the ones the kwok module ships. Use the same:
 # nodes turn Ready and keep a heartbeat, pods run and complete after the delay their
 # `pod-complete.stage.kwok.x-k8s.io/delay` annotation asks for.
@@ -160,5 +173,13 @@ done
 [ -x "$BIN/promtool" ] || {
   log "building promtool $PROMETHEUS_VERSION"
   heartbeat promtool build_promtool
+}
+[ -x "$BIN/prometheus" ] || {
+  log "building prometheus $PROMETHEUS_VERSION"
+  heartbeat prometheus build_prometheus
+}
+[ -x "$BIN/kube-state-metrics" ] || {
+  log "building kube-state-metrics $KSM_VERSION"
+  heartbeat kube-state-metrics build_ksm
 }
 echo "$BIN"

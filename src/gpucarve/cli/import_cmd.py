@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
+import urllib.parse
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -23,6 +25,8 @@ from gpucarve.config.gpu_operator_import import import_gpu_operator, report
 from gpucarve.config.policy_build import load_policy
 from gpucarve.config.quota_import import import_quotas
 from gpucarve.core.problems import InvalidInput
+from gpucarve.sim.history.export import jsonl, rebased, since_seconds
+from gpucarve.sim.history.prometheus import Prometheus, PrometheusError, fetch, rebuild
 from gpucarve.sim.traces.alibaba import import_trace
 
 app = typer.Typer(rich_markup_mode=None, help="Import other tools' files.", no_args_is_help=True)
@@ -198,3 +202,79 @@ def quotas(
     )
     header = "# queues and priority classes read from ResourceQuotas and PriorityClasses\n"
     typer.echo(header + yaml.safe_dump(blocks, sort_keys=False), nl=False)
+
+
+def _gpu_hours(line: dict[str, Any]) -> float:
+    gpus = sum(
+        int(v) * int(ps.get("count", 1))
+        for ps in line.get("podSets", [])
+        for v in (ps.get("resources", {}).get("limits", {}) or {}).values()
+    )
+    return gpus * int(line.get("duration", 0)) / 3600
+
+
+@app.command("prometheus")
+def prometheus(
+    url: Annotated[str, typer.Option("--url", help="Prometheus's address (its HTTP API).")],
+    since: Annotated[
+        str, typer.Option("--since", help="How far back: 30d, 12h, 90m, 45s.")
+    ] = "30d",
+    step: Annotated[
+        int,
+        typer.Option(
+            "--step",
+            min=1,
+            max=3600,
+            help="Seconds between the scrapes of kube-state-metrics (the resolution of the "
+            "times of pods deleted before they finished).",
+        ),
+    ] = 30,
+    policy: Annotated[
+        Path | None,
+        typer.Option("--policy", help="Keep only workloads of namespaces a queue governs."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the history here (default: stdout).")
+    ] = None,
+    catalog: CatalogOption = None,
+) -> None:
+    """Rebuild a cluster's GPU workload history from the kube-state-metrics series its
+    Prometheus kept, as the trace `gpucarve history replay` reads; say what could not be
+    recovered."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        refuse("--url", "bad-url", f"{url!a} is not an http(s) address",
+               "give Prometheus's address, e.g. http://127.0.0.1:9090")  # fmt: skip
+    try:
+        window = since_seconds(since)
+    except ValueError as exc:
+        refuse("--since", "bad-duration", str(exc), "write a number and a unit: s, m, h or d")
+    governed = None
+    if policy is not None:
+        governed = policy_or_exit(policy, catalog).policy.governed_namespaces()
+    now = int(time.time())
+    try:
+        answers = fetch(Prometheus(url), now, window, step)
+    except PrometheusError as exc:
+        refuse("--url", "prometheus", str(exc),
+               "check the address and that Prometheus scrapes kube-state-metrics")  # fmt: skip
+    rebuilt = rebuild(answers, now, gone_after_s=4 * step)
+    lines = rebuilt.lines
+    if governed is not None:
+        kept = [x for x in lines if x["namespace"] in governed]
+        if len(kept) < len(lines):
+            rebuilt.unrecovered[f"no queue of {policy} governs its namespace"] = len(lines) - len(
+                kept
+            )
+        lines = kept
+    text = jsonl(rebased(lines))
+    err = console(stderr=True)
+    hours = sum(_gpu_hours(x) for x in lines)
+    err.print(Text(f"{len(lines)} workloads, {hours:.1f} GPU-hours, from {url}"))
+    for why, n in sorted(rebuilt.unrecovered.items()):
+        err.print(Text(f"not recovered: {n} ({why})", style="yellow"))
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text, encoding="utf-8")
+        err.print(Text(f"wrote {out}"))

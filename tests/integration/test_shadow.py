@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -56,7 +57,8 @@ def _export(url: str) -> list[dict[str, Any]]:
 def shadowed(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
-    """The shadow's exported history, the audit events of its requests, and its log."""
+    """The shadow's exported history, the audit events of its requests, and its log followed
+    by its metrics."""
     work = tmp_path_factory.mktemp("shadow")
     policy_file = example_policy(work)
     # the shadow's policy maps the namespace kube-scheduler serves to a queue
@@ -85,16 +87,16 @@ def shadowed(
             wait_for(lambda: len(_ended(_export(url))) == len(WORK), timeout_s=60,
                      what="the shadow's record of every workload")  # fmt: skip
             lines = _export(url)
+            with urllib.request.urlopen(url + "/metrics", timeout=10) as reply:
+                metrics = reply.read().decode()
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         time.sleep(1)  # the audit log's last events are written after the answers
-        return lines, stack.audited(SHADOW), log.read_text()
+        return lines, stack.audited(SHADOW), log.read_text() + "\n" + metrics
 
 
 def _ready(url: str) -> bool:
-    import urllib.request
-
     try:
         with urllib.request.urlopen(url + "/readyz", timeout=2) as r:
             return bool(r.status == 200)
@@ -131,3 +133,19 @@ def test_the_shadow_records_when_each_workload_would_have_started(
     submitted = {x["name"]: x["submitTime"] for x in lines if x["namespace"] == THEIRS}
     assert all(rec["wouldStart"] >= submitted[n] for n, rec in by.items())
     print({n: (submitted[n], rec["starts"][0], rec["wouldStart"]) for n, rec in sorted(by.items())})
+
+
+def test_the_shadows_metrics_say_how_much_sooner_it_would_have_started_work(
+    shadowed: tuple[list[dict[str, Any]], list[dict[str, Any]], str],
+) -> None:
+    _, _, text = shadowed
+    counts = {
+        line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("gpucarve_shadow_start_lead_seconds_count{")
+    }
+    # every workload the shadow would have started before kube-scheduler did is counted
+    # once it really started, under the queue the shadow's policy gives its namespace
+    assert counts.get('queue="research"', 0) >= 1, text[-3000:]
+    assert 'gpucarve_shadow_ahead_slices{queue="research"}' in text
+    assert "gpucarve_shadow_ahead_slice_seconds_total" in text

@@ -200,6 +200,28 @@ class SchedulerMetrics:
             buckets=WAIT_BUCKETS,
             registry=r,
         )
+        # shadow mode (`kube/scheduler/shadow.py`): what gpucarve would have done meanwhile
+        self.shadow_ahead = Gauge(
+            "gpucarve_shadow_ahead_slices",
+            "Slices of waiting workloads a shadow gpucarve would have started by now",
+            q,
+            registry=r,
+        )
+        self.shadow_ahead_seconds = PromCounter(
+            "gpucarve_shadow_ahead_slice_seconds",
+            "Slice-seconds a shadow gpucarve would have put to work while the real scheduler "
+            "kept the work waiting",
+            q,
+            registry=r,
+        )
+        self.shadow_lead = Histogram(
+            "gpucarve_shadow_start_lead_seconds",
+            "How much sooner a shadow gpucarve would have started a workload than the real "
+            "scheduler did (0: no sooner)",
+            q,
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
         self.gang_admissions = PromCounter(
             "gpucarve_gang_admissions_total",
             "Gangs (workloads of more than one pod) admitted, by whether it was their first try",

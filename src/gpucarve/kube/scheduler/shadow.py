@@ -76,13 +76,26 @@ class ReadOnlyClient(Client):
         return None
 
 
+@dataclass(frozen=True)
+class Ahead:
+    """A workload the shadow would have started that still waits on the cluster."""
+
+    queue: str
+    slices: int
+
+
 class WouldStart:
     """The first cycle (Unix second) at which the engine would have started each workload:
-    its pods bound at once, or once the victims it asked for had gone (`after_evictions`)."""
+    its pods bound at once, or once the victims it asked for had gone (`after_evictions`).
+    For the metrics: the slices of the work it would run that still waits, by queue, the
+    slice-seconds they wait, and, once the real scheduler starts one, how much sooner the
+    shadow would have."""
 
     def __init__(self) -> None:
         self.first: dict[str, int] = {}
         self.evictions = 0  # pods the shadow would have evicted, over all cycles
+        self.ahead: dict[str, Ahead] = {}  # as of the last cycle
+        self.last: int | None = None
         self.lock = threading.Lock()
 
     def react(self, s: Parts, d: Decided) -> None:
@@ -91,6 +104,26 @@ class WouldStart:
             for a in d.result.admissions:
                 self.first.setdefault(a.workload, now)
             self.evictions += len(d.result.evictions)
+            self._measure(s, d, now)
+
+    def _measure(self, s: Parts, d: Decided, now: int) -> None:
+        m = s.metrics
+        if self.last is not None:
+            for w in self.ahead.values():
+                m.shadow_ahead_seconds.labels(w.queue).inc(w.slices * max(0, now - self.last))
+        running = {r.workload.id for r in d.snapshot.running}
+        for wid, w in self.ahead.items():
+            if wid in running and wid in self.first:
+                m.shadow_lead.labels(w.queue).observe(max(0, now - self.first[wid]))
+        self.ahead = {
+            a.workload: Ahead(a.queue, sum(n for _, n in a.charged)) for a in d.result.admissions
+        }
+        totals: dict[str, int] = {q.name: 0 for q in s.policy.queues}
+        for w in self.ahead.values():
+            totals[w.queue] = totals.get(w.queue, 0) + w.slices
+        for queue, slices in totals.items():
+            m.shadow_ahead.labels(queue).set(slices)
+        self.last = now
 
     def of(self, workload: str) -> int | None:
         with self.lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
@@ -89,3 +90,36 @@ def test_the_scheduler_refuses_a_name_that_is_not_namespace_slash_name(
     assert r.exit_code == 2, r.output
     assert f"{flag} {value!r} is not NAMESPACE/NAME" in r.output
     assert f"fix: e.g. {flag} " in r.output and "Traceback" not in r.output
+
+
+def test_apply_diff_says_what_would_change_and_changes_nothing(
+    stack: LocalStack, admin: Api, tmp_path: Path
+) -> None:
+    runner = CliRunner()
+    kubeconfig = str(stack.kubeconfig(ADMIN_USER))
+    r = runner.invoke(app, ["apply", "--policy", str(EXAMPLE), "--kubeconfig", kubeconfig])
+    assert r.exit_code == 0, r.output
+    same = runner.invoke(
+        app, ["apply", "--diff", "--policy", str(EXAMPLE), "--kubeconfig", kubeconfig]
+    )
+    assert same.exit_code == 0, same.output
+    assert "change:" not in same.output and "create:" not in same.output
+    assert "nothing was changed" in same.output
+    # research weighs more, and data-science is gone (its namespaces with it)
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["queues"] = [q for q in doc["queues"] if q["name"] != "data-science"]
+    next(q for q in doc["queues"] if q["name"] == "research")["weight"] = 3
+    changed = tmp_path / "policy.yaml"
+    changed.write_text(yaml.safe_dump(doc))
+    before = admin.get("/apis/gpucarve.io/v1alpha1/queues/research")["metadata"]["resourceVersion"]
+    r = runner.invoke(
+        app, ["apply", "--diff", "--policy", str(changed), "--kubeconfig", kubeconfig]
+    )
+    assert r.exit_code == 0, r.output
+    flat = "\n".join(line.strip() for line in r.output.splitlines())
+    assert "change: Queue/research" in flat
+    assert "-weight: 2" in flat.replace("  ", "") and "+weight: 3" in flat.replace("  ", "")
+    assert "stays: Queue/data-science" in flat
+    assert "change: Queue/production" not in flat
+    after = admin.get("/apis/gpucarve.io/v1alpha1/queues/research")
+    assert after["metadata"]["resourceVersion"] == before and after["spec"]["weight"] == 2

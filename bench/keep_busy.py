@@ -3,7 +3,7 @@ sparing of large gangs, reclaim's grace and consolidation off (the defaults) and
 side in one run.
 
     python bench/keep_busy.py [--seeds 42-45] [--loads 1,2] [--days 2] [--after 43200]
-        [--grace 7200] [--ratio 4]
+        [--grace 7200] [--ratio 4] [--only NAME,...] [--bound QUEUE=SECONDS]...
 
 Each variant replays the same synthetic trace (`gpucarve simulate`'s, per seed and load). Prints
 per variant, seed and load: GPU-hours lost to preemption, the training pool's allocation,
@@ -13,7 +13,10 @@ sparing alone (reclaimLargeVictimRatio `--ratio`, reclaimLargeVictimAfterSeconds
 reclaim's grace alone (reclaimGraceSeconds `--grace`); sparing and grace; consolidation alone
 (consolidateMaxMoves 4); sparing, grace and consolidation; loans that wait for lenders'
 waiting work (loansWaitForLenders) alone, with grace, with sparing and grace, and with all three.
-Figures, not assertions: tests check the mechanisms, this shows what they buy.
+`--only` runs the variants whose names start with one of the given prefixes; `--bound` gives
+a queue's reclaimWaitSeconds (how long its work within nominal quota may wait for quota it lent)
+in every variant but "before (all off)". Figures, not assertions: tests check the mechanisms,
+this shows what they buy.
 """
 
 from __future__ import annotations
@@ -77,6 +80,21 @@ def variants(policy: Policy, after: int, grace: int, ratio: int = 4) -> dict[str
     }
 
 
+def bounded(policy: Policy, bounds: list[str], ap: argparse.ArgumentParser) -> Policy:
+    """`policy` with the queues' reclaimWaitSeconds `QUEUE=SECONDS` set."""
+    given: dict[str, int] = {}
+    for b in bounds:
+        name, _, seconds = b.partition("=")
+        if name not in {q.name for q in policy.queues} or not seconds.isdigit():
+            ap.error(f"--bound {b!r}: give QUEUE=SECONDS for a queue of the example")
+        given[name] = int(seconds)
+    queues = tuple(
+        dataclasses.replace(q, reclaim_wait_s=given[q.name]) if q.name in given else q
+        for q in policy.queues
+    )
+    return dataclasses.replace(policy, queues=queues)
+
+
 def run(policy: Policy, seed: int, load: float, days: float) -> dict[str, float]:
     scenario = scenario_for(policy, days)
     teams = tuple(
@@ -106,6 +124,8 @@ def main() -> None:
         "--ratio", type=int, default=4, help="reclaimLargeVictimRatio of the sparing variants"
     )
     ap.add_argument("--scenario", choices=("example", "stream"), default="example")
+    ap.add_argument("--only", default="", help="variant name prefixes, comma-separated")
+    ap.add_argument("--bound", action="append", default=[], help="QUEUE=SECONDS")
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")
     if not lo.isdigit() or not (hi or lo).isdigit() or int(hi or lo) < int(lo):
@@ -122,6 +142,15 @@ def main() -> None:
         return
     policy = load_policy(example_path(POLICY)).policy
     cases = variants(policy, args.after, args.grace, args.ratio)
+    if args.only:
+        prefixes = [x for x in args.only.split(",") if x]
+        cases = {n: p for n, p in cases.items() if any(n.startswith(x) for x in prefixes)}
+        if not cases:
+            ap.error(f"--only {args.only!r}: no variant starts with that")
+    if args.bound:
+        cases = {
+            n: p if n.startswith("before") else bounded(p, args.bound, ap) for n, p in cases.items()
+        }
     for load in loads:
         print(f"\nload {load:g}, seeds {seeds[0]}-{seeds[-1]}, {args.days:g} days")
         header = None

@@ -378,6 +378,7 @@ def _queue(q: QueueSpec, units: Mapping[str, GpuUnit]) -> Queue:
         weight_milli=round(q.weight * 1000),
         max_per_workload=tuple(sorted(q.maxPerWorkload.items())),
         allowed_priority_classes=tuple(q.priorityClasses),
+        reclaim_wait_s=q.reclaimWaitSeconds,
     )
 
 

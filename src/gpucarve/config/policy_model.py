@@ -211,6 +211,15 @@ class QueueSpec(_Strict):
     priorityClasses: list[str] = Field(
         default=[], description="Allowed priority classes (empty: all)."
     )
+    reclaimWaitSeconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=7 * 86400,
+        description="The most this queue's work within its nominal quota waits for quota it "
+        "lent: reclaim sparing large gangs (scheduling.reclaimLargeVictimRatio) and reclaim "
+        "grace (scheduling.reclaimGraceSeconds) hold off for it no longer (0: they never "
+        "hold its reclaims off). null (the default): the scheduling settings' own bounds.",
+    )
 
 
 class CohortSpec(_Strict):

@@ -342,6 +342,9 @@ class Queue:
     weight_milli: int
     max_per_workload: tuple[tuple[str, int], ...]
     allowed_priority_classes: tuple[str, ...]
+    # The most its work within nominal quota waits for quota it lent: reclaim sparing and
+    # reclaim grace hold its reclaims off no longer (None: their own bounds; 0: never).
+    reclaim_wait_s: int | None = None
 
     def quota(self, flavor: str) -> Quota | None:
         for q in self.quotas:

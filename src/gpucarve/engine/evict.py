@@ -79,7 +79,10 @@ def _waits_for_an_end(c: CycleState, w: Workload, victims: Sequence[Victim]) -> 
     """Whether reclaim puts off evicting `victims` for `w` (scheduling.reclaimGraceSeconds):
     one of them is expected to end within the grace (by a deadline, or a declared or learned
     runtime: the default runtime says nothing), and `w` has waited less than the grace."""
-    grace = c.cfg.reclaim_grace_s
+    grace, setting = c.cfg.reclaim_grace_s, "scheduling.reclaimGraceSeconds"
+    bound = c.wait_bounds.get(w.queue)
+    if grace is not None and bound is not None and bound < grace:
+        grace, setting = bound, f"queue {w.queue}'s reclaimWaitSeconds"
     if grace is None or c.now - w.submit_time >= grace:
         return False
     ends = []
@@ -96,7 +99,7 @@ def _waits_for_an_end(c: CycleState, w: Workload, victims: Sequence[Victim]) -> 
     c.reclaim_waits[w.id] = (
         f"reclaim put off: {victim}, borrowed work it would evict, is expected to end in "
         f"{end - c.now}s (by {WHENCE[whence]}); queue {w.queue} waits for that "
-        f"up to {grace}s from its submission (scheduling.reclaimGraceSeconds)"
+        f"up to {grace}s from its submission ({setting})"
     )
     return True
 

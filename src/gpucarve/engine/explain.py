@@ -289,12 +289,17 @@ def _reclaim_when(snapshot: Snapshot, w: Workload, rw: RunningWorkload, need: in
         waits.append(f"in {ran} s, once it has run its minimum runtime of {cfg.min_runtime_s} s")
     size = sum(len(p.slice_ids) for p in rw.pods)
     ratio, after = cfg.reclaim_large_ratio, cfg.reclaim_large_after_s
+    setting = "reclaimLargeVictimAfterSeconds"
+    queue = next((q for q in snapshot.policy.queues if q.name == w.queue), None)
+    bound = None if queue is None else queue.reclaim_wait_s
+    if bound is not None and bound < after:
+        after, setting = bound, f"queue {w.queue}'s reclaimWaitSeconds"
     if ratio is not None and size > ratio * max(1, need) and now - w.submit_time < after:
         left = after - (now - w.submit_time)
         waits.append(
             f"in {left} s: it holds {size} slices, more than {ratio} times the {max(1, need)} "
             "this workload needs, so reclaim spares it until this workload has waited "
-            f"{after} s (scheduling.reclaimLargeVictimRatio, reclaimLargeVictimAfterSeconds)"
+            f"{after} s (scheduling.reclaimLargeVictimRatio, {setting})"
         )
     if not waits:
         return f"possible now (it has run its minimum runtime of {cfg.min_runtime_s} s)"

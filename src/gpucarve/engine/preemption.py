@@ -173,6 +173,8 @@ class Preemptor:
         # (ratio, seconds): reclaim spares a whole gang more than `ratio` times the
         # reclaimer's size until the reclaimer has waited `seconds` (ratio None: never spares)
         self.large: tuple[int | None, int] = (None, 0)
+        # queue -> the most its reclaims are held off for (its reclaimWaitSeconds)
+        self.wait_bounds: Mapping[str, int] = {}
         # reclaimer -> why a gang it could reclaim from was spared this cycle (its reason)
         self.spared: dict[str, str] = {}
 
@@ -223,16 +225,25 @@ class Preemptor:
                     out += kept
         return _in_order(out)
 
+    def _after(self, w: Workload) -> tuple[int, str]:
+        """How long `w` may be held off by sparing, and the setting that says so."""
+        after = self.large[1]
+        bound = self.wait_bounds.get(w.queue)
+        if bound is not None and bound < after:
+            return bound, f"queue {w.queue}'s reclaimWaitSeconds"
+        return after, "scheduling.reclaimLargeVictimAfterSeconds"
+
     def _note_spared(self, w: Workload, rw: RunningWorkload, largest: int | None) -> None:
-        ratio, after = self.large
+        ratio = self.large[0]
         if w.id in self.spared or largest is None or ratio is None:
             return
         size = sum(len(p.slice_ids) for p in rw.pods)
+        after, setting = self._after(w)
         left = after - (self.now - w.submit_time)
         self.spared[w.id] = (
             f"reclaim spares {rw.workload.id}: it holds {size} slices, more than {ratio} times "
             f"the {largest // ratio} this workload needs (scheduling.reclaimLargeVictimRatio); "
-            f"it may be reclaimed in {left} s (scheduling.reclaimLargeVictimAfterSeconds), "
+            f"it may be reclaimed in {left} s ({setting}), "
             "or its GPUs come back when it ends"
         )
 
@@ -249,8 +260,8 @@ class Preemptor:
         size). A reclaim that evicts a gang many times the reclaimer's size destroys far more
         work than it frees for the reclaimer; it waits for something cheaper, or the gang's
         end, for `large[1]` seconds at most: the nominal guarantee comes that much later."""
-        ratio, after = self.large
-        if ratio is None or self.now - w.submit_time >= after:
+        ratio = self.large[0]
+        if ratio is None or self.now - w.submit_time >= self._after(w)[0]:
             return None
         return ratio * max(1, sum(demand.values()))
 

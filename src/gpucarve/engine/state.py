@@ -58,6 +58,9 @@ class CycleState:
         self.ceilings = Ceilings(self.ws, self.quotas)
         self.preemptor = Preemptor(self.ws, self.quotas, now, self.cfg.min_runtime_s)
         self.preemptor.large = (self.cfg.reclaim_large_ratio, self.cfg.reclaim_large_after_s)
+        self.preemptor.wait_bounds = self.wait_bounds = {
+            q.name: q.reclaim_wait_s for q in self.policy.queues if q.reclaim_wait_s is not None
+        }
         self.admissions: list[Admission] = []
         self.evictions: list[Eviction] = []
         self.pending: list[Pending] = []

@@ -38,6 +38,8 @@ def queue_manifest(q: Queue, units: Mapping[str, GpuUnit]) -> dict[str, Any]:
         spec["maxPerWorkload"] = dict(q.max_per_workload)
     if q.allowed_priority_classes:
         spec["priorityClasses"] = list(q.allowed_priority_classes)
+    if q.reclaim_wait_s is not None:
+        spec["reclaimWaitSeconds"] = q.reclaim_wait_s
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "Queue",

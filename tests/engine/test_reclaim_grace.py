@@ -14,9 +14,7 @@ from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, 
 
 
 def _policy(grace: int | None) -> Any:
-    sched: dict[str, Any] = {"minRuntimeSeconds": 0}
-    if grace is not None:
-        sched["reclaimGraceSeconds"] = grace
+    sched: dict[str, Any] = {"minRuntimeSeconds": 0, "reclaimGraceSeconds": grace}
     return policy(
         pools=[pool("train", "H100-SXM5-80GB", 1, 8)],
         cohorts=[{"name": "lab"}],

@@ -81,11 +81,14 @@ def test_scheduling_proposals_follow_the_figures_that_call_for_them() -> None:
         "gpu_hours_lost_to_preemption": 9.0,
     }
     names = [p.name for p in scheduling({}, busy)]
+    assert names == ["scheduling: reservations"]  # sparing is on by default
+    off = {"scheduling": {"reclaimLargeVictimRatio": None}}
+    names = [p.name for p in scheduling(off, busy)]
     assert names == ["scheduling: reservations", "scheduling: spare large gangs from reclaim"]
     # already set: nothing to propose
     assert scheduling({"scheduling": {"reserveAfterSeconds": 60, "reclaimLargeVictimRatio": 8}},
                       busy) == []  # fmt: skip
-    (spare,) = [p for p in scheduling({}, busy) if "spare" in p.name]
+    (spare,) = [p for p in scheduling(off, busy) if "spare" in p.name]
     assert spare.doc["scheduling"] == {"reclaimLargeVictimRatio": 4}
     # free room scattered across nodes: moving work, as well as reserving for the gang
     scattered = {**busy, "idle_gpu_hours": {"fragmentation": 30.0, "topology": 5.0}}

@@ -289,13 +289,13 @@ class SchedulingSpec(_Strict):
         "kind has finished to learn from.",
     )
     reclaimLargeVictimRatio: int | None = Field(
-        default=None,
+        default=4,
         ge=1,
         le=1000,
         description="Reclaim spares a whole gang more than this many times the reclaimer's "
         "size (a 32-GPU gang for a 4-GPU job) until the reclaimer has waited "
-        "reclaimLargeVictimAfterSeconds. null (the default): no gang is spared; see "
-        "docs/engine.md for what it trades.",
+        "reclaimLargeVictimAfterSeconds (or its queue's reclaimWaitSeconds). null: no gang is "
+        "spared; see docs/engine.md for what it trades.",
     )
     reclaimLargeVictimAfterSeconds: int = Field(
         default=43200,
@@ -305,13 +305,13 @@ class SchedulingSpec(_Strict):
         "a gang many times its size: the bound on how late its guarantee comes.",
     )
     reclaimGraceSeconds: int | None = Field(
-        default=None,
+        default=7200,
         ge=1,
         le=86400,
         description="Reclaim puts off evicting borrowed work that is expected to end within "
         "this many seconds (by its deadline, declared or learned runtime; never the default), "
-        "until the reclaimer has waited this long: work about to finish is not thrown away. "
-        "null (the default): reclaim never waits.",
+        "until the reclaimer has waited this long (or its queue's reclaimWaitSeconds): work "
+        "about to finish is not thrown away. null: reclaim never waits.",
     )
     reclaimPastBudgetAfterSeconds: int | None = Field(
         default=300,

@@ -425,11 +425,11 @@ class SchedulingConfig:
     # Reclaim spares a whole gang more than this many times the reclaimer's size until the
     # reclaimer has waited `reclaim_large_after_s` (None: no gang is spared); something
     # cheaper, or the gang's own end, usually comes first.
-    reclaim_large_ratio: int | None = None
+    reclaim_large_ratio: int | None = 4
     reclaim_large_after_s: int = 43_200
     # Reclaim waits this long at most for borrowed work expected to end within it (declared
     # or learned, never the default runtime) instead of evicting it (None: never waits).
-    reclaim_grace_s: int | None = None
+    reclaim_grace_s: int | None = 7200
     # On Kubernetes: a reclaim victim whose PodDisruptionBudget has refused its eviction this
     # long is deleted (None: a budget holds reclaim off for ever, and with it the lenders'
     # nominal quota).

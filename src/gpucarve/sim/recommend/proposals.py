@@ -339,7 +339,9 @@ def scheduling(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Propo
         out.append(_setting(doc, "consolidation", "consolidateMaxMoves", 4, why))
     used = sum(t.get("gpu_hours", 0.0) for t in summary.get("teams", {}).values())
     lost = summary.get("gpu_hours_lost_to_preemption", 0.0)
-    if used and lost / used > LOST_SHARE and sched.get("reclaimLargeVictimRatio") is None:
+    # sparing is on by default: proposed only where the policy turned it off (null)
+    off = "reclaimLargeVictimRatio" in sched and sched["reclaimLargeVictimRatio"] is None
+    if used and lost / used > LOST_SHARE and off:
         why = f"{lost:,.0f} of {used:,.0f} GPU-hours lost to preemption (for up to 12 h)"
         out.append(
             _setting(doc, "spare large gangs from reclaim", "reclaimLargeVictimRatio", 4, why)

@@ -137,3 +137,38 @@ def planned(policy_file: Path, namespace: str, names: list[str], resource: str) 
         a["workload"].split("/")[1]: [s for p in a["pods"] for s in p["slices"]]
         for a in json.loads(result.output)["admissions"]
     }
+
+
+def completing(
+    api: Api, manifest: dict[str, Any], run_s: int, exact: bool = False
+) -> dict[str, Any]:
+    """`manifest` (a pod of `pod`) made a pod kwok completes `run_s` after it runs: kwok
+    completes pods a Job owns, so a suspended Job of the same name is made its owner (no job
+    controller adopts it: the reference is not a controller's). `exact`: no jitter (kwok's
+    default adds up to 5 s)."""
+    meta = manifest["metadata"]
+    job = api.create(
+        f"/apis/batch/v1/namespaces/{meta['namespace']}/jobs",
+        {
+            "metadata": {"name": meta["name"]},
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "main", "image": "fake"}],
+                    }
+                },
+            },
+        },
+    )
+    annotations = {"pod-complete.stage.kwok.x-k8s.io/delay": f"{run_s}s"}
+    if exact:
+        annotations["pod-complete.stage.kwok.x-k8s.io/jitter-delay"] = f"{run_s}s"
+    meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+    meta["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+         "uid": job["metadata"]["uid"]}
+    ]  # fmt: skip
+    manifest["spec"]["restartPolicy"] = "Never"
+    return manifest

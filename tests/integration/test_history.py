@@ -34,7 +34,7 @@ from gpucarve.kube.scheduler.reactions import REACTIONS
 from gpucarve.kube.scheduler.recorder import Recorder
 from gpucarve.sim.history.store import HistoryStore
 from tests.integration.api import Api, wait_for
-from tests.integration.kube_pods import create_pod, pod, pods_in
+from tests.integration.kube_pods import completing, create_pod, pod, pods_in
 from tests.integration.stack_setup import example_policy, populated, running
 
 pytestmark = pytest.mark.integration
@@ -44,33 +44,10 @@ WORK = [(f"w{i}", i, 8 if i % 3 == 0 else 4, 6 + (i * 5) % 9) for i in range(8)]
 
 
 def _run_for(api: Api, namespace: str, name: str, gpus: int, run_s: int, scheduler: str) -> None:
-    """A pod kwok completes `run_s` after it runs (it completes pods a Job owns)."""
-    job = api.create(
-        f"/apis/batch/v1/namespaces/{namespace}/jobs",
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "suspend": True,
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [{"name": "main", "image": "fake"}],
-                    }
-                },
-            },
-        },
-    )
+    """A pod kwok completes `run_s` after it runs."""
     manifest = pod(namespace, name, "nvidia.com/gpu", gpus, scheduler=scheduler,
                    priority_class="training" if scheduler == "gpucarve" else None)  # fmt: skip
-    manifest["metadata"]["annotations"] = {
-        "pod-complete.stage.kwok.x-k8s.io/delay": f"{run_s}s",
-        "pod-complete.stage.kwok.x-k8s.io/jitter-delay": f"{run_s}s",
-    }
-    manifest["metadata"]["ownerReferences"] = [
-        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job["metadata"]["uid"]}
-    ]
-    manifest["spec"]["restartPolicy"] = "Never"
-    create_pod(api, manifest)
+    create_pod(api, completing(api, manifest, run_s, exact=True))
 
 
 def _submit_all(api: Api, namespace: str, scheduler: str) -> None:

@@ -25,6 +25,7 @@ from gpucarve.core.vocabulary import EXPECTED_RUNTIME_ANNOTATION
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import (
+    completing,
     condition,
     create_pod,
     install_coscheduling_crd,
@@ -219,27 +220,5 @@ def _phase(api: Api, name: str) -> str | None:
 
 
 def _completing(api: Api, name: str) -> dict[str, Any]:
-    """A one-GPU pod that the kwok node completes a second after it starts (kwok completes
-    pods a Job owns; no job controller runs, the suspended Job is only their owner)."""
-    job = api.create(
-        "/apis/batch/v1/namespaces/other/jobs",
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "suspend": True,
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [{"name": "main", "image": "fake"}],
-                    }
-                },
-            },
-        },
-    )
-    manifest = pod("other", name, "nvidia.com/gpu", 1)
-    manifest["metadata"]["annotations"] = {"pod-complete.stage.kwok.x-k8s.io/delay": "1s"}
-    manifest["metadata"]["ownerReferences"] = [
-        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job["metadata"]["uid"]}
-    ]
-    manifest["spec"]["restartPolicy"] = "Never"
-    return manifest
+    """A one-GPU pod that the kwok node completes a second after it starts."""
+    return completing(api, pod("other", name, "nvidia.com/gpu", 1), 1)

@@ -33,6 +33,7 @@ def run(*args: str) -> tuple[int, str]:
         (["history", "export", "--url", "ftp://x"], "not an http(s) address"),
         (["history", "export", "--url", "http://127.0.0.1:9", "--since", "last week"], "30d"),
         (["history", "export", "--url", "http://127.0.0.1:9"], "did not answer"),
+        (["history", "export", "--dir", ".", "--out", "/no-such-folder/h.jsonl"], "cannot-write"),
     ],
 )
 def test_bad_export_arguments_are_refused_with_the_fix(args: list[str], says: str) -> None:

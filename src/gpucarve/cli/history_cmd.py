@@ -104,7 +104,15 @@ def export(
     if out is None:
         typer.echo(text, nl=False)
     else:
-        out.write_text(text, encoding="utf-8")
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            refuse(
+                "--out",
+                "cannot-write",
+                f"{out}: {exc.strerror}",
+                "give a file in a folder you may write",
+            )
         console(stderr=True).print(Text(f"wrote {len(lines)} workloads to {out}"))
 
 

@@ -276,5 +276,13 @@ def prometheus(
     if out is None:
         typer.echo(text, nl=False)
     else:
-        out.write_text(text, encoding="utf-8")
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            refuse(
+                "--out",
+                "cannot-write",
+                f"{out}: {exc.strerror}",
+                "give a file in a folder you may write",
+            )
         err.print(Text(f"wrote {out}"))

@@ -231,12 +231,14 @@ class Recorder:
         ]
         if len(self.open) - len(due) > MAX_OPEN:
             due += sorted(set(self.open) - set(due))[: len(self.open) - len(due) - MAX_OPEN]
+        written = []
         for g in due:
             w = self.open.pop(g)
             for pod in w.members:
                 if self.pod_group.get(pod) == g:
                     del self.pod_group[pod]
-            self.store.append(self._line(w, now), now)
+            written.append(self._line(w, now))
+        self.store.append_all(written, now)  # one write and one sync a cycle, not one a line
 
     def flush(self, now: int) -> None:
         """Write every workload that ended, lingering or not (the scheduler stops)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,8 +61,14 @@ class HistoryStore:
 
     def append(self, line: Mapping[str, Any], now: int) -> None:
         """Add one line (a workload that ended), rotating and pruning first where due."""
+        self.append_all([line], now)
+
+    def append_all(self, lines: Sequence[Mapping[str, Any]], now: int) -> None:
+        """Add lines with one write and one sync (a cycle's workloads that ended)."""
+        if not lines:
+            return
         self.folder.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n"
+        text = "".join(json.dumps(x, sort_keys=True, separators=(",", ":")) + "\n" for x in lines)
         files = self.files()
         current = files[-1] if files else None
         if current is None or self._full(current, now):

@@ -1,12 +1,12 @@
-"""`simulate --recommend`: a MIG layout matched to the demand the idle accounting shows was
-mismatched, with quotas that follow it, replayed on the trace it came from and on another."""
+"""`simulate --recommend`'s changes from the idle accounting: a MIG layout matched to the
+demand the accounting shows was mismatched, with quotas that follow it; limits lifted where a
+pool idled for them. The search itself: tests/sim/test_recommend_search.py."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import yaml
 from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
@@ -35,31 +35,6 @@ def test_capacity_is_split_by_what_each_queue_asked() -> None:
     assert _split(5, {}) == {}
 
 
-def test_recommend_replays_a_layout_that_serves_the_waiting_profile(tmp_path: Path) -> None:
-    args = ["simulate", "--compare", "gpucarve", "--load", "2", "--days", "1"]
-    result = CliRunner().invoke(app, [*args, "--recommend", "--out", str(tmp_path)])
-    assert result.exit_code == 0, result.output
-    doc = json.loads((tmp_path / "results.json").read_text())
-    recs = {r["proposal"]: r for r in doc["recommendations"]}
-    assert "production: dynamic MIG" in recs  # replayed as well: it validated
-    dynamic = yaml.safe_load((tmp_path / "recommended-production-dynamic-mig.yaml").read_text())
-    (pool,) = [p for p in dynamic["pools"] if p["name"] == "production"]
-    assert pool["mig"]["dynamic"]["profiles"] == ["1g.10gb", "3g.40gb"]
-    rec = recs["production: layout matched to demand"]
-    before, after = rec["derived_from"]["before"], rec["derived_from"]["after"]
-    assert after["pools"]["production"] > before["pools"]["production"] + 0.03
-    assert after["wait_p95_h"]["production"] < before["wait_p95_h"]["production"]
-    assert "held_out" in rec  # checked on a trace it was not derived from too
-    policy = yaml.safe_load(
-        (tmp_path / "recommended-production-layout-matched-to-demand.yaml").read_text()
-    )
-    (pool,) = [p for p in policy["pools"] if p["name"] == "production"]
-    assert "perGpu" in pool["mig"]
-    diff = (tmp_path / "recommended-production-layout-matched-to-demand.diff").read_text()
-    assert diff.startswith("--- policy (as read)") and "-      2g.20gb: 1" in diff
-    assert "Recommendation: production: layout matched to demand" in result.output
-
-
 def test_a_profile_asked_for_is_not_lost_to_a_greedy_plan() -> None:
     geom = packaged_catalog().lookup("A100-80GB").mig
     assert geom is not None
@@ -67,35 +42,6 @@ def test_a_profile_asked_for_is_not_lost_to_a_greedy_plan() -> None:
     layouts = layouts_for({"3g.40gb": 2.0, "1g.10gb": 1.0}, geom, 2)
     held = {p: sum(lay.get(p, 0) for lay in layouts) for p in ("3g.40gb", "1g.10gb")}
     assert held["1g.10gb"] >= 1 and held["3g.40gb"] >= 2
-
-
-def test_scheduling_proposals_follow_the_figures_that_call_for_them() -> None:
-    from gpucarve.sim.recommend.proposals import scheduling
-
-    quiet = {"idle_gpu_hours": {"nothing-waiting": 10.0}, "teams": {"a": {"gpu_hours": 100.0}},
-             "gpu_hours_lost_to_preemption": 1.0}  # fmt: skip
-    assert scheduling({}, quiet) == []
-    busy = {
-        "idle_gpu_hours": {"gang-larger-than-free": 40.0},
-        "teams": {"a": {"gpu_hours": 100.0}},
-        "gpu_hours_lost_to_preemption": 9.0,
-    }
-    names = [p.name for p in scheduling({}, busy)]
-    assert names == ["scheduling: reservations"]  # sparing is on by default
-    off = {"scheduling": {"reclaimLargeVictimRatio": None}}
-    names = [p.name for p in scheduling(off, busy)]
-    assert names == ["scheduling: reservations", "scheduling: spare large gangs from reclaim"]
-    # already set: nothing to propose
-    assert scheduling({"scheduling": {"reserveAfterSeconds": 60, "reclaimLargeVictimRatio": 8}},
-                      busy) == []  # fmt: skip
-    (spare,) = [p for p in scheduling(off, busy) if "spare" in p.name]
-    assert spare.doc["scheduling"] == {"reclaimLargeVictimRatio": 4}
-    # free room scattered across nodes: moving work, as well as reserving for the gang
-    scattered = {**busy, "idle_gpu_hours": {"fragmentation": 30.0, "topology": 5.0}}
-    (move,) = [p for p in scheduling({}, scattered) if "consolidation" in p.name]
-    assert move.doc["scheduling"] == {"consolidateMaxMoves": 4}
-    assert "35 GPU-hours free in all" in move.why and "fragmentation, topology" in move.why
-    assert not [p for p in scheduling({}, busy) if "consolidation" in p.name]
 
 
 def test_recommend_needs_gpucarve_and_keeps_json_clean(tmp_path: Path) -> None:
@@ -110,7 +56,7 @@ def test_recommend_needs_gpucarve_and_keeps_json_clean(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*args, "--json", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)  # the tables went to stderr
-    assert "recommendations" in doc
+    assert doc["recommendation"]["path"][0]["policy"] == "the policy as read"
 
 
 def test_the_unit_proposal_keeps_each_queues_gpus_and_turns_on_drain() -> None:

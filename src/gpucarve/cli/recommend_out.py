@@ -1,11 +1,11 @@
-"""`gpucarve simulate --recommend`: replay each proposal of `sim.recommend` on the trace it came
-from and on one it did not, beside the policy as it is; print and save what each team gains."""
+"""`gpucarve simulate --recommend`: run the search of `sim.recommend.search` (derive on some
+traces, judge on others), print the path, the ranking and the chosen policy's trade per team,
+and save the chosen policy with its diff."""
 
 from __future__ import annotations
 
 import difflib
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,39 +13,27 @@ import yaml
 from rich.table import Table
 from rich.text import Text
 
-from gpucarve.cli.output import console
+from gpucarve.cli.output import console, refuse
 from gpucarve.config.policy_build import LoadedPolicy, load_policy_text
 from gpucarve.core.policy import Policy
-from gpucarve.core.problems import InvalidInput
+from gpucarve.core.problems import InvalidInput, errors
 from gpucarve.core.workload import Workload
 from gpucarve.sim.recommend.demand_bound import demand_bound
-from gpucarve.sim.recommend.proposals import Proposal, limits, mig_layout, scheduling
-from gpucarve.sim.run.metrics import summarize
-from gpucarve.sim.run.records import SimConfig
-from gpucarve.sim.run.runner import Simulator
+from gpucarve.sim.recommend.executors import RayUnavailable, evaluator
+from gpucarve.sim.recommend.search import (
+    Case,
+    Judged,
+    Step,
+    Verdict,
+    bounds,
+    judge,
+    search,
+)
 
-Trace = tuple[list[Workload], dict[str, float]]
 HOUR = 3600.0
-
-
-def _run(policy: Policy, trace: Trace, window: tuple[int, int]) -> dict[str, Any]:
-    workloads, utilisation = trace
-    result = Simulator(policy, workloads, utilisation, SimConfig()).run()
-    return summarize(result, utilisation, window)
-
-
-def _figures(s: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "pools": {p: v["allocation"] for p, v in s["pools"].items()},
-        "wait_p95_h": {t: round(v["wait_p95_s"] / HOUR, 2) for t, v in s["teams"].items()},
-        "idle_while_waiting_gpu_hours": round(
-            sum(h for c, h in s["idle_gpu_hours"].items() if c != "nothing-waiting"), 1
-        ),
-        "gpu_hours_lost_to_preemption": s["gpu_hours_lost_to_preemption"],
-        "wait_until_last_start_p95_h": {
-            t: round(v["wait_until_last_start_p95_s"] / HOUR, 2) for t, v in s["teams"].items()
-        },
-    }
+# judge traces this short in all, or this few, make the evidence thin: the report says so
+THIN_DAYS = 2.0
+THIN_CASES = 2
 
 
 def bound_table(
@@ -77,103 +65,208 @@ def bound_table(
     return out
 
 
+def _loader(
+    name: str, catalog: Sequence[Path]
+) -> Callable[[Mapping[str, Any]], tuple[str, Policy] | str]:
+    def load(doc: Mapping[str, Any]) -> tuple[str, Policy] | str:
+        text = yaml.safe_dump(dict(doc), sort_keys=False)
+        try:
+            return text, load_policy_text(text, name, catalog).policy
+        except InvalidInput as exc:
+            return "; ".join(
+                f"{'.'.join(map(str, e.path))} [{e.code}] {e.message}" for e in errors(exc.problems)
+            )
+
+    return load
+
+
 def recommend(
     loaded: LoadedPolicy,
-    derived: Trace,
-    before: dict[str, Any],
-    held_out: Callable[[], Trace] | None,
-    window: tuple[int, int],
+    derive: Sequence[Case],
+    judged_on: Sequence[Case],
     catalog: Sequence[Path],
     out: Path | None,
+    jobs: int,
+    ray: str | None,
     quiet: bool = False,
-) -> list[dict[str, Any]]:
-    """Replay the proposals; print a table per proposal (on stderr when `quiet`: stdout
-    then carries JSON) and return what results.json keeps."""
+) -> dict[str, Any]:
+    """Search, judge and report; print on stderr when `quiet` (stdout then carries JSON) and
+    return what results.json keeps under `recommendation`."""
     c = console(stderr=quiet)
     doc = loaded.document.data if loaded.document is not None else None
-    idle = {p: v.get("idle_gpu_hours", {}) for p, v in before["pools"].items()}
-    proposals = (
-        []
-        if doc is None
-        else [
-            *mig_layout(doc, loaded.policy, derived[0], idle),
-            *limits(doc, loaded.policy, idle),
-            *scheduling(doc, before),
-        ]
-    )
-    if not proposals:
-        c.print(
-            Text(
-                "recommend: nothing to propose: no pool idled for its MIG layout or while gangs "
-                "waited for room, and preemption destroyed little (see the idle table); what "
-                "is left is bound by demand or quota"
+    if doc is None:
+        c.print(Text("recommend: the policy was not read from a document: nothing to change"))
+        return {}
+    load = _loader("recommended policy", catalog)
+    objective = loaded.policy.objective
+    cases = {k.key: k for k in [*derive, *judged_on]}
+    progress = console(stderr=True)
+    try:
+        with evaluator(list(cases.values()), [str(p) for p in catalog], jobs, ray) as ev:
+            path = search(doc, load, objective, derive, ev, lambda m: progress.print(Text(m)))
+            progress.print(
+                Text(f"recommend: judging {len(path)} step(s) on {len(judged_on)} trace(s)")
             )
-        )
-        return []
-    other = held_out() if held_out is not None else None
-    base_other = _run(loaded.policy, other, window) if other is not None else None
-    kept = []
-    for prop in proposals:
-        text = yaml.safe_dump(prop.doc, sort_keys=False)
-        try:
-            policy = load_policy_text(text, prop.name, catalog).policy
-        except InvalidInput as exc:
-            c.print(Text(f"recommend: {prop.name}: the proposal does not validate ({exc})"))
-            continue
-        entry = {
-            "proposal": prop.name,
-            "why": prop.why,
-            "derived_from": {
-                "before": _figures(before),
-                "after": _figures(_run(policy, derived, window)),
-            },
-        }
-        if other is not None and base_other is not None:
-            entry["held_out"] = {
-                "before": _figures(base_other),
-                "after": _figures(_run(policy, other, window)),
-            }
-        kept.append(entry)
-        c.print(_table(entry))
-        if out is not None:
-            _save(out, doc, prop, text)
-    return kept
+            ranked = judge(path, load, objective, judged_on, ev)
+            replays = ev.replays
+    except RayUnavailable as exc:
+        fix = ("start Ray (ray start --head) and give its address, --ray local for a cluster "
+               "of this machine's cores, or leave --ray out")  # fmt: skip
+        refuse("--ray", "ray-unavailable", str(exc), fix)
+    chosen = ranked[0]
+    base = next(j for j in ranked if not j.step.candidate.changes)
+    c.print(_path_table(path, objective.minimize.value))
+    c.print(_judge_table(ranked, len(judged_on), objective.minimize.value))
+    bound = _bounds(loaded.policy, judged_on)
+    c.print(_trade_table(chosen, base, loaded.policy, judged_on, bound))
+    evidence = _evidence(derive, judged_on, chosen)
+    c.print(Text(f"recommend: {chosen.step.candidate.name} — {evidence}"))
+    if out is not None and chosen.step.candidate.changes:
+        made = load(chosen.step.candidate.doc)
+        assert not isinstance(made, str)
+        _save(out, doc, chosen.step.candidate.name, made[0])
+    return {
+        "objective": {
+            "minimize": objective.minimize.value,
+            "wait_p95_s": dict(objective.wait_p95_s),
+            "unnamed_wait_growth": objective.unnamed_growth,
+        },
+        "derived_on": [k.key for k in derive],
+        "judged_on": [k.key for k in judged_on],
+        "replays": replays,
+        "path": [_step_doc(s) for s in path],
+        "judged": [_judged_doc(j, base) for j in ranked],
+        "chosen": chosen.step.candidate.name,
+        "changes": [ch.label for ch in chosen.step.candidate.changes],
+        "evidence": evidence,
+        "demand_bound_gpus": bound,
+    }
 
 
-def _table(entry: dict[str, Any]) -> Table:
-    runs = [("trace it came from", entry["derived_from"])]
-    if "held_out" in entry:
-        runs.append(("another trace", entry["held_out"]))
-    t = Table(title=f"Recommendation: {entry['proposal']}\n{entry['why']}")
-    t.add_column("figure")
-    for label, _ in runs:
-        t.add_column(f"{label}: before → after", justify="right")
-    first = runs[0][1]["before"]
-    for pool in first["pools"]:
-        t.add_row(f"{pool} allocated", *(
-            f"{r['before']['pools'][pool]:.1%} → {r['after']['pools'][pool]:.1%}" for _, r in runs
-        ))  # fmt: skip
-    for team in first["wait_p95_h"]:
-        t.add_row(f"{team} wait p95", *(
-            f"{r['before']['wait_p95_h'][team]:.1f} h → {r['after']['wait_p95_h'][team]:.1f} h"
-            for _, r in runs
-        ))  # fmt: skip
-    t.add_row("GPU-hours lost to preemption", *(
-        f"{r['before']['gpu_hours_lost_to_preemption']:,.0f} → "
-        f"{r['after']['gpu_hours_lost_to_preemption']:,.0f}" for _, r in runs
-    ))  # fmt: skip
-    t.add_row("GPU-hours idle while work waited", *(
-        f"{r['before']['idle_while_waiting_gpu_hours']:,.0f} → "
-        f"{r['after']['idle_while_waiting_gpu_hours']:,.0f}" for _, r in runs
-    ))  # fmt: skip
+def _verdict_doc(v: Verdict) -> dict[str, Any]:
+    return {"objective_gpu_hours": v.objective, "hours_past_wait_bounds": v.excess_h,
+            "queues_past_bounds": list(v.past)}  # fmt: skip
+
+
+def _step_doc(s: Step) -> dict[str, Any]:
+    return {
+        "policy": s.candidate.name,
+        "why": [ch.why for ch in s.candidate.changes],
+        "derived": _verdict_doc(s.derived),
+        "round_ranking": [{"change": n, **_verdict_doc(v)} for n, v in s.ranked],
+    }
+
+
+def _mean(values: Sequence[float]) -> float:
+    return round(sum(values) / len(values), 3) if values else 0.0
+
+
+def _judged_doc(j: Judged, base: Judged) -> dict[str, Any]:
+    queues = sorted(j.figures[0].wait_p95_s) if j.figures else []
+    return {
+        "policy": j.step.candidate.name,
+        **_verdict_doc(j.verdict),
+        "holds_on": j.holds_on,
+        "gpu_hours_lost_to_preemption": _mean([f.lost for f in j.figures]),
+        "idle_while_waiting_gpu_hours": _mean([f.idle for f in j.figures]),
+        "wait_p95_h": {
+            q: round(_mean([f.wait_p95_s[q] for f in j.figures]) / HOUR, 2) for q in queues
+        },
+        "wait_until_last_start_p95_h": {
+            q: round(_mean([f.last_start_p95_s[q] for f in j.figures]) / HOUR, 2) for q in queues
+        },
+        "held_gpus": {p: _mean([f.held[p] for f in j.figures]) for p in sorted(j.figures[0].held)}
+        if j.figures
+        else {},
+    }
+
+
+def _bounds(policy: Policy, cases: Sequence[Case]) -> dict[str, float]:
+    """Per pool, the demand bound (GPUs) averaged over the judge cases."""
+    per = [demand_bound(policy, list(k.workloads), k.window) for k in cases]
+    pools = sorted({p for b in per for p in b})
+    return {p: _mean([b.get(p, 0.0) for b in per]) for p in pools}
+
+
+def _path_table(path: Sequence[Step], minimize: str) -> Table:
+    t = Table(title=f"Search on the derive trace(s): the best change of each round ({minimize})")
+    for col in ("step", "policy", minimize, "hours past wait bounds"):
+        t.add_column(col, justify="right" if col != "policy" else "left")
+    for i, s in enumerate(path):
+        t.add_row(str(i), s.candidate.name, f"{s.derived.objective:,.1f}", _past(s.derived))
     return t
 
 
-def _save(out: Path, doc: Any, prop: Proposal, text: str) -> None:
-    slug = re.sub(r"[^a-z0-9]+", "-", prop.name.lower()).strip("-")
-    (out / f"recommended-{slug}.yaml").write_text(text)
+def _past(v: Verdict) -> str:
+    return "within" if v.within else f"{v.excess_h:,.1f} ({', '.join(v.past)})"
+
+
+def _judge_table(ranked: Sequence[Judged], n: int, minimize: str) -> Table:
+    t = Table(title=f"Ranked on {n} judge trace(s) no step was chosen on")
+    for col in ("rank", "policy", minimize, "hours past wait bounds", "holds on"):
+        t.add_column(col, justify="right" if col != "policy" else "left")
+    for i, j in enumerate(ranked, 1):
+        t.add_row(str(i), j.step.candidate.name, f"{j.verdict.objective:,.1f}", _past(j.verdict),
+                  f"{j.holds_on} of {n}")  # fmt: skip
+    return t
+
+
+def _trade_table(
+    chosen: Judged, base: Judged, policy: Policy, cases: Sequence[Case], bound: Mapping[str, float]
+) -> Table:
+    """The chosen policy against the policy as read, per team and pool, on the judge cases."""
+    t = Table(title=f"Recommended: {chosen.step.candidate.name} (judge traces, mean)")
+    for col in ("figure", "as read", "recommended", "bound"):
+        t.add_column(col, justify="left" if col == "figure" else "right")
+    limit = [bounds(policy.objective, f) for f in base.figures]
+    for q in sorted(base.figures[0].wait_p95_s) if base.figures else []:
+        t.add_row(
+            f"{q} wait p95",
+            f"{_mean([f.wait_p95_s[q] for f in base.figures]) / HOUR:.1f} h",
+            f"{_mean([f.wait_p95_s[q] for f in chosen.figures]) / HOUR:.1f} h",
+            f"{_mean([b[q] for b in limit]) / HOUR:.1f} h",
+        )
+        t.add_row(
+            f"{q} wait until last start p95",
+            f"{_mean([f.last_start_p95_s[q] for f in base.figures]) / HOUR:.1f} h",
+            f"{_mean([f.last_start_p95_s[q] for f in chosen.figures]) / HOUR:.1f} h",
+            "",
+        )
+    t.add_row("GPU-hours lost to preemption", f"{_mean([f.lost for f in base.figures]):,.1f}",
+              f"{_mean([f.lost for f in chosen.figures]):,.1f}", "")  # fmt: skip
+    t.add_row("GPU-hours idle while work waited", f"{_mean([f.idle for f in base.figures]):,.1f}",
+              f"{_mean([f.idle for f in chosen.figures]):,.1f}", "")  # fmt: skip
+    for pool, most in bound.items():
+        held = [_mean([f.held.get(pool, 0.0) for f in j.figures]) for j in (base, chosen)]
+        t.add_row(f"{pool} GPUs held (of its demand bound)",
+                  *(f"{h:.1f} ({h / most:.0%})" if most else f"{h:.1f}" for h in held),
+                  f"{most:.1f}")  # fmt: skip
+    return t
+
+
+def _evidence(derive: Sequence[Case], judged_on: Sequence[Case], chosen: Judged) -> str:
+    days = sum(k.days for k in judged_on)
+    said = (
+        f"derived on {', '.join(k.key for k in derive)}, judged on "
+        f"{', '.join(k.key for k in judged_on)} ({days:.1f} days): "
+    )
+    if not chosen.step.candidate.changes:
+        said += "no change the search found holds on the judge traces; keep the policy as read"
+    else:
+        said += f"ranks first there, at least as good as the policy as read on {chosen.holds_on} "
+        said += f"of {len(judged_on)}"
+    if days < THIN_DAYS or len(judged_on) < THIN_CASES:
+        said += (
+            f" (thin evidence: fewer than {THIN_CASES} judge traces or {THIN_DAYS:g} days; "
+            "judge on more seeds or a longer history before applying it)"
+        )
+    return said
+
+
+def _save(out: Path, doc: Any, name: str, text: str) -> None:
+    (out / "recommended.yaml").write_text(text)
     before = yaml.safe_dump(doc, sort_keys=False).splitlines(keepends=True)
     diff = difflib.unified_diff(
-        before, text.splitlines(keepends=True), "policy (as read)", f"recommended ({prop.name})"
+        before, text.splitlines(keepends=True), "policy (as read)", f"recommended ({name})"
     )
-    (out / f"recommended-{slug}.diff").write_text("".join(diff))
+    (out / "recommended.diff").write_text("".join(diff))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -25,7 +26,6 @@ from gpucarve.cli.common import (
     policy_or_exit,
 )
 from gpucarve.cli.output import console, refuse
-from gpucarve.config.policy_build import LoadedPolicy
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
@@ -35,6 +35,7 @@ from gpucarve.dashboard.export import standalone
 from gpucarve.dashboard.model import Frame
 from gpucarve.dashboard.server import Board
 from gpucarve.engine.decisions import CycleResult
+from gpucarve.sim.recommend.search import Case
 from gpucarve.sim.run import report
 from gpucarve.sim.run.baselines import POLICIES
 from gpucarve.sim.run.failures import from_rate, load_failures
@@ -345,11 +346,41 @@ def simulate(
         bool,
         typer.Option(
             "--recommend",
-            help="From the idle accounting, propose policy changes (today: a MIG pool's layout "
-            "matched to demand, with quotas that follow it), replay each on this trace and on "
-            "another (the next seed), and write the proposal and its diff to --out.",
+            help="Search the policy options that change decisions (scheduling options, limits, "
+            "MIG layouts, dynamic MIG, GPU-unit quotas) for the policy the policy's objective "
+            "ranks first: derived on this trace (a --trace: its first two thirds), judged on "
+            "--judge-seeds other seeds (a --trace: its last third); writes recommended.yaml "
+            "and recommended.diff to --out.",
         ),
     ] = False,
+    judge_seeds: Annotated[
+        int,
+        typer.Option(
+            "--judge-seeds",
+            help="With --recommend on the synthetic trace: judge on this many seeds after --seed.",
+            min=1,
+            max=50,
+        ),
+    ] = 2,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            help="With --recommend: replays run on this many of this machine's cores "
+            "(default: all of them).",
+            min=1,
+            max=1024,
+        ),
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="With --recommend: run the replays as tasks on the Ray cluster at this address "
+            "(local: one started on this machine for the run; auto: the one this machine "
+            "belongs to). Its nodes need this version of gpucarve.",
+        ),
+    ] = None,
     catalog: CatalogOption = None,
 ) -> None:
     """Replay a seeded three-team synthetic workload on POLICY under kube-default,
@@ -402,9 +433,13 @@ def simulate(
         doc["demand_bound_gpus"] = recommend_out.bound_table(
             loaded.policy, workloads, window, results["gpucarve"], as_json
         )
-        doc["recommendations"] = _recommend(
-            loaded, (workloads, utilisation), results["gpucarve"], trace_file, seed, days, load,
-            window, catalog, out, as_json,
+        derive, judged_on = _cases(
+            loaded.policy, (workloads, utilisation), window, trace_file, seed, days, load,
+            judge_seeds,
+        )  # fmt: skip
+        doc["recommendation"] = recommend_out.recommend(
+            loaded, derive, judged_on, catalog or [], out, jobs or os.cpu_count() or 1, ray,
+            as_json,
         )  # fmt: skip
     if out is not None:
         what = (
@@ -417,7 +452,7 @@ def simulate(
         if drawn:
             wrote += f" (gpucarve's last cycle on the dashboard's pages: {out / 'dashboard.html'})"
         if recommend:
-            wrote += f" (and the recommended policies, recommended-*.yaml and .diff, in {out})"
+            wrote += f" (and the recommended policy, recommended.yaml and .diff, in {out})"
         console(stderr=True).print(Text(wrote))
     if as_json:
         typer.echo(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
@@ -451,31 +486,41 @@ def _names(policies: list[str] | None, recommend: bool) -> list[str]:
     return names
 
 
-def _recommend(
-    loaded: LoadedPolicy,
+def _cases(
+    policy: Policy,
     trace: tuple[list[Workload], dict[str, float]],
-    before: dict[str, Any],
+    window: tuple[int, int],
     trace_file: Path | None,
     seed: int,
     days: float,
     load: float,
-    window: tuple[int, int],
-    catalog: list[Path] | None,
-    out: Path | None,
-    quiet: bool,
-) -> list[dict[str, Any]]:
-    """`--recommend`: a synthetic trace is checked on the next seed too; a replayed one only on
-    itself (the report says so by leaving that column out)."""
-    held_out = None
+    judge_seeds: int,
+) -> tuple[list[Case], list[Case]]:
+    """The traces `--recommend` derives on and judges on: the synthetic seed and the next
+    `judge_seeds` seeds; a replayed trace's first two thirds (by arrival) and its last third,
+    each replayed from an empty cluster (a trace too short to split is judged on itself, and
+    the report says the evidence is thin)."""
+    workloads, utilisation = trace
     if trace_file is None:
-        scenario = _scenario(loaded.policy, days, load, "the policy")
-
-        def held_out() -> tuple[list[Workload], dict[str, float]]:
-            return _synthetic_workloads(loaded.policy, scenario, days, seed + 1)
-
-    return recommend_out.recommend(
-        loaded, trace, before, held_out, window, catalog or [], out, quiet
-    )
+        scenario = _scenario(policy, days, load, "the policy")
+        judged = []
+        for s in range(seed + 1, seed + 1 + judge_seeds):
+            ws, util = _synthetic_workloads(policy, scenario, days, s)
+            judged.append(Case(f"seed {s}", tuple(ws), util, window))
+        return [Case(f"seed {seed}", tuple(workloads), utilisation, window)], judged
+    start, end = window
+    split = start + (end - start) * 2 // 3
+    early = tuple(w for w in workloads if w.submit_time < split)
+    late = tuple(w for w in workloads if w.submit_time >= split)
+    whole = Case(f"{trace_file.name}", tuple(workloads), utilisation, window)
+    if not early or not late:
+        return [whole], [whole]
+    cut, whole_days = (split - start) / DAY, (end - start) / DAY
+    return (
+        [Case(f"{trace_file.name} days 0-{cut:.1f}", early, utilisation, (start, split))],
+        [Case(f"{trace_file.name} days {cut:.1f}-{whole_days:.1f}", late, utilisation,
+              (split, end))],
+    )  # fmt: skip
 
 
 def _source(trace_file: Path | None, seed: int, days: float, load: float) -> dict[str, Any]:

@@ -26,7 +26,9 @@ from gpucarve.core.policy import (
     Flavor,
     GpuHealth,
     GpuUnit,
+    Minimize,
     Monitoring,
+    Objective,
     Policy,
     Pool,
     PriorityClass,
@@ -187,6 +189,17 @@ def _cross_checks(
     out += _unique([c.name for c in spec.priorityClasses], "priorityClasses", "priority-class")
     cohorts = {c.name for c in spec.cohorts}
     classes = {c.name for c in spec.priorityClasses}
+    queues = [q.name for q in spec.queues]
+    out += [
+        Problem(
+            ("objective", "waitP95Seconds", name),
+            "unknown-queue",
+            f"no queue {name!r}: the wait bound names a queue the policy does not have",
+            f"name one of the policy's queues ({', '.join(queues) or 'none yet'}), or remove it",
+        )
+        for name in spec.objective.waitP95Seconds
+        if name not in queues
+    ]
     namespace_owner: dict[str, str] = {}
     for i, q in enumerate(spec.queues):
         out += _check_queue(i, q, flavors, units, cohorts, classes)
@@ -279,6 +292,11 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
         ),
         scheduling=_scheduling(spec),
         monitoring=_monitoring(spec),
+        objective=Objective(
+            Minimize(spec.objective.minimize),
+            dict(sorted(spec.objective.waitP95Seconds.items())),
+            spec.objective.unnamedWaitGrowth,
+        ),
         units=units,
         gpu_health=GpuHealth(
             spec.gpuHealth.checkSeconds,

@@ -446,6 +446,32 @@ class AutoscaleSpec(_Strict):
     scaleDownStabilizationSeconds: int = Field(default=300, ge=0, le=3600)
 
 
+class ObjectiveSpec(_Strict):
+    """What `simulate --recommend` optimises and what may give for it; the scheduler does
+    not read it."""
+
+    minimize: Literal["wasted-gpu-hours", "lost-gpu-hours", "idle-gpu-hours"] = Field(
+        default="wasted-gpu-hours",
+        description="The figure a recommended policy is ranked by: lost-gpu-hours (work "
+        "preemption threw away), idle-gpu-hours (free while work waited) or their sum, "
+        "wasted-gpu-hours (the default).",
+    )
+    waitP95Seconds: dict[Namespace, Annotated[int, Field(ge=0, le=365 * 86400)]] = Field(
+        default={},
+        max_length=10_000,
+        description="Queue name -> the longest its work's wait p95 may be under a recommended "
+        "policy (what may give for the objective). A queue not named may wait (p95) no longer "
+        "than under the policy as read, plus unnamedWaitGrowth of that.",
+    )
+    unnamedWaitGrowth: float = Field(
+        default=0.1,
+        ge=0,
+        le=10,
+        description="How much longer (a share: 0.1 is 10 %) the wait p95 of a queue that "
+        "waitP95Seconds does not name may grow under a recommended policy.",
+    )
+
+
 class PolicySpec(_Strict):
     """A gpucarve policy: node pools, queues with quotas, cohorts and priority classes."""
 
@@ -461,6 +487,7 @@ class PolicySpec(_Strict):
     monitoring: MonitoringSpec = MonitoringSpec()
     gpuHealth: GpuHealthSpec = GpuHealthSpec()
     autoscaling: list[AutoscaleSpec] = Field(default=[], max_length=1000)
+    objective: ObjectiveSpec = ObjectiveSpec()
 
 
 def policy_json_schema() -> dict[str, object]:

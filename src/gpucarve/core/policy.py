@@ -447,6 +447,25 @@ class SchedulingConfig:
     loans_wait_for_lenders: bool = False
 
 
+class Minimize(StrEnum):
+    """The figure `simulate --recommend` ranks policies by (`objective.minimize`)."""
+
+    WASTED = "wasted-gpu-hours"
+    LOST = "lost-gpu-hours"
+    IDLE = "idle-gpu-hours"
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """What a recommended policy is judged by (`objective:`): the figure it minimises, and
+    what may give for it — each named queue's wait p95 bound (seconds); a queue not named may
+    wait no longer than under the policy as read, plus `unnamed_growth` of that."""
+
+    minimize: Minimize = Minimize.WASTED
+    wait_p95_s: Mapping[str, int] = field(default_factory=dict)
+    unnamed_growth: float = 0.1
+
+
 @dataclass(frozen=True, slots=True)
 class Monitoring:
     """Alert thresholds (`gpucarve render monitoring`); seconds are `for:` durations."""
@@ -513,6 +532,7 @@ class Policy:
     monitoring: Monitoring = Monitoring()
     gpu_health: GpuHealth = GpuHealth()
     autoscaling: tuple[Autoscale, ...] = ()
+    objective: Objective = Objective()
     # quota units by name (a flavor prefix); see GpuUnit
     units: Mapping[str, GpuUnit] = field(default_factory=dict)
 

@@ -1,15 +1,15 @@
-"""Policy changes the idle accounting points to, proven by replay: `gpucarve simulate --recommend`.
+"""The policy changes the idle accounting points to, each a candidate of `simulate --recommend`'s
+search (`search.py`), beside the scheduling options it tries everywhere.
 
-Today one kind of change is proposed, where the accounting shows its cause: a MIG pool whose
+Limits: the borrowing or lending limits a pool idled for, lifted. MIG: a MIG pool whose
 free instances sat idle for `mig-layout` (instances of profiles nobody waited for, while work
 waited for others) gets a layout matched to the demand the trace showed — the mean number of
 instances of each profile in use if every MIG workload of the pool's model ran as it arrived,
 scaled to the pool's GPUs and planned per GPU (`engine.mig.pool_plan`) — and each queue's quota
 of the pool's profiles follows that demand (each profile's new capacity split between the queues
 in proportion to what their work asked of it; borrowing and lending limits kept, lending at most
-the new nominal). Each proposal is replayed on the trace it came from and on another one it was
-not derived from (the next seed), beside the policy as it is; the report says what each team
-gains or loses on both, so a gain that holds only where it was fitted shows.
+the new nominal); beside it, the layout as it is repartitioned on demand (dynamic MIG), and one
+GPU quota per queue with dynamic MIG and drain.
 """
 
 from __future__ import annotations
@@ -308,48 +308,3 @@ def limits(
                     )
                 )
     return out
-
-
-# Idle causes that a reservation addresses (a big gang that never finds its room while small
-# work keeps taking it), and the share of the run's GPU-hours lost to preemption past which
-# sparing large gangs from reclaim is worth a replay.
-RESERVATION_CAUSES = ("gang-larger-than-free", "fragmentation", "queue-order", "topology")
-LOST_SHARE = 0.02
-# Idle causes that moving running work can mend: enough free in all, not where one placement
-# of the waiting gang fits (engine/consolidate.py).
-MOVE_CAUSES = ("fragmentation", "topology", "cpu-memory")
-
-
-def scheduling(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Proposal]:
-    """Scheduling settings the run's figures point to: reservations where big gangs idled GPUs
-    waiting for room, consolidation where the room was there but scattered, sparing large
-    gangs from reclaim where preemption destroyed work."""
-    out = []
-    sched = dict(doc.get("scheduling") or {})
-    idle = summary.get("idle_gpu_hours", {})
-    waited = sum(idle.get(c, 0.0) for c in RESERVATION_CAUSES)
-    if waited >= WORTH_HOURS and sched.get("reserveAfterSeconds") is None:
-        causes = ", ".join(c for c in RESERVATION_CAUSES if idle.get(c))
-        why = f"{waited:,.0f} GPU-hours idle while gangs waited for room ({causes})"
-        out.append(_setting(doc, "reservations", "reserveAfterSeconds", 900, why))
-    scattered = sum(idle.get(c, 0.0) for c in MOVE_CAUSES)
-    if scattered >= WORTH_HOURS and sched.get("consolidateMaxMoves") is None:
-        causes = ", ".join(c for c in MOVE_CAUSES if idle.get(c))
-        why = f"{scattered:,.0f} GPU-hours free in all but not where a waiting gang fits ({causes})"
-        out.append(_setting(doc, "consolidation", "consolidateMaxMoves", 4, why))
-    used = sum(t.get("gpu_hours", 0.0) for t in summary.get("teams", {}).values())
-    lost = summary.get("gpu_hours_lost_to_preemption", 0.0)
-    # sparing is on by default: proposed only where the policy turned it off (null)
-    off = "reclaimLargeVictimRatio" in sched and sched["reclaimLargeVictimRatio"] is None
-    if used and lost / used > LOST_SHARE and off:
-        why = f"{lost:,.0f} of {used:,.0f} GPU-hours lost to preemption (for up to 12 h)"
-        out.append(
-            _setting(doc, "spare large gangs from reclaim", "reclaimLargeVictimRatio", 4, why)
-        )
-    return out
-
-
-def _setting(doc: Mapping[str, Any], name: str, key: str, value: int, why: str) -> Proposal:
-    new = copy.deepcopy(dict(doc))
-    new.setdefault("scheduling", {})[key] = value
-    return Proposal(f"scheduling: {name}", f"{why}; {key}: {value}", new)

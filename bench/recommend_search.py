@@ -2,8 +2,9 @@
 one seed, judged on others) as a user runs it, per load, with what the chosen policy buys on the
 judge seeds against the policy as read.
 
-    python bench/recommend_search.py [--seed 42] [--judge-seeds 3] [--loads 1,2] [--days 2]
-        [--jobs 2] [--minimize wasted-gpu-hours|lost-gpu-hours|idle-gpu-hours]
+    python bench/recommend_search.py [--seed 42] [--derive-seeds 1] [--judge-seeds 3]
+        [--loads 1,2] [--days 2] [--jobs 2]
+        [--minimize wasted-gpu-hours|lost-gpu-hours|idle-gpu-hours]
 
 Prints per load: the search's wall time and replays, the chosen policy, GPU-hours lost to
 preemption (as read → chosen), each queue's wait p95 against its bound, and each pool's GPUs
@@ -30,6 +31,7 @@ from gpucarve.config.examples import POLICY, example_path
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--derive-seeds", type=int, default=1)
     ap.add_argument("--judge-seeds", type=int, default=3)
     ap.add_argument("--loads", default="1,2")
     ap.add_argument("--days", type=float, default=2.0)
@@ -47,7 +49,8 @@ def main() -> None:
             out = Path(tmp) / f"load-{load}"
             out.mkdir()
             cmd = [str(exe), "simulate", "--policy", str(policy), "--compare", "gpucarve",
-                   "--recommend", "--seed", str(args.seed), "--judge-seeds",
+                   "--recommend", "--seed", str(args.seed), "--derive-seeds",
+                   str(args.derive_seeds), "--judge-seeds",
                    str(args.judge_seeds), "--load", load, "--days", str(args.days),
                    "--jobs", str(args.jobs), "--json", "--out", str(out)]  # fmt: skip
             t0 = time.perf_counter()

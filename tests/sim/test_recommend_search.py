@@ -156,3 +156,17 @@ def test_an_objective_the_search_cannot_rank_by_is_refused(tmp_path: Path, minim
     result = CliRunner().invoke(app, ["validate", str(bad)])
     assert result.exit_code != 0 and "objective.minimize" in result.output
     assert "wasted-gpu-hours" in result.output
+
+
+def test_derive_and_judge_seeds_follow_each_other_and_never_overlap() -> None:
+    from gpucarve.cli.simulate_cmd import _cases, _scenario, _synthetic_workloads
+    from gpucarve.config.policy_build import load_policy
+
+    policy = load_policy(example_path(POLICY)).policy
+    scenario = _scenario(policy, 0.2, 1.0, "test")
+    trace = _synthetic_workloads(policy, scenario, 0.2, 42)
+    derive, judged = _cases(policy, trace, (0, 17280), None, 42, 0.2, 1.0, (2, 3))
+    assert [c.key for c in derive] == ["seed 42", "seed 43"]
+    assert [c.key for c in judged] == ["seed 44", "seed 45", "seed 46"]
+    assert derive[0].workloads == tuple(trace[0])  # the run the report shows is derived on
+    assert derive[1].workloads != derive[0].workloads

@@ -353,11 +353,22 @@ def simulate(
             "and recommended.diff to --out.",
         ),
     ] = False,
+    derive_seeds: Annotated[
+        int,
+        typer.Option(
+            "--derive-seeds",
+            help="With --recommend on the synthetic trace: derive on --seed and this many "
+            "seeds in all (the next ones).",
+            min=1,
+            max=50,
+        ),
+    ] = 1,
     judge_seeds: Annotated[
         int,
         typer.Option(
             "--judge-seeds",
-            help="With --recommend on the synthetic trace: judge on this many seeds after --seed.",
+            help="With --recommend on the synthetic trace: judge on this many seeds after the "
+            "derive seeds.",
             min=1,
             max=50,
         ),
@@ -435,7 +446,7 @@ def simulate(
         )
         derive, judged_on = _cases(
             loaded.policy, (workloads, utilisation), window, trace_file, seed, days, load,
-            judge_seeds,
+            (derive_seeds, judge_seeds),
         )  # fmt: skip
         doc["recommendation"] = recommend_out.recommend(
             loaded, derive, judged_on, catalog or [], out, jobs or os.cpu_count() or 1, ray,
@@ -494,20 +505,20 @@ def _cases(
     seed: int,
     days: float,
     load: float,
-    judge_seeds: int,
+    seeds: tuple[int, int],
 ) -> tuple[list[Case], list[Case]]:
-    """The traces `--recommend` derives on and judges on: the synthetic seed and the next
-    `judge_seeds` seeds; a replayed trace's first two thirds (by arrival) and its last third,
-    each replayed from an empty cluster (a trace too short to split is judged on itself, and
-    the report says the evidence is thin)."""
+    """The traces `--recommend` derives on and judges on: `seeds` (derive, judge) synthetic
+    seeds from `seed` on, the judge seeds after the derive seeds; a replayed trace's first two
+    thirds (by arrival) and its last third, each replayed from an empty cluster (a trace too
+    short to split is judged on itself, and the report says the evidence is thin)."""
     workloads, utilisation = trace
     if trace_file is None:
         scenario = _scenario(policy, days, load, "the policy")
-        judged = []
-        for s in range(seed + 1, seed + 1 + judge_seeds):
+        made = [Case(f"seed {seed}", tuple(workloads), utilisation, window)]
+        for s in range(seed + 1, seed + sum(seeds)):
             ws, util = _synthetic_workloads(policy, scenario, days, s)
-            judged.append(Case(f"seed {s}", tuple(ws), util, window))
-        return [Case(f"seed {seed}", tuple(workloads), utilisation, window)], judged
+            made.append(Case(f"seed {s}", tuple(ws), util, window))
+        return made[: seeds[0]], made[seeds[0] :]
     start, end = window
     split = start + (end - start) * 2 // 3
     early = tuple(w for w in workloads if w.submit_time < split)

@@ -240,6 +240,8 @@ def search(
     path = [here]
     for round_no in range(1, MAX_ROUNDS + 1):
         cands: list[tuple[Candidate, str]] = []
+        # the idle accounting's changes follow the first derive trace (their demand, layouts
+        # and limits are fitted to one trace); every candidate is judged on all of them
         for change in changes(here.candidate.doc, policy, derive[0], here.figures[0]):
             made = load(change.doc)
             if isinstance(made, str):

@@ -298,3 +298,53 @@ def test_a_preemption_waiting_for_the_minimum_runtime_says_so_on_the_api_server(
         assert "waits to preempt owner/low" in said and "preemptible in" in said, said
         assert "raise nominal" not in said, said
         assert not pods_in(api, "owner")["low"]["metadata"].get("deletionTimestamp")
+
+
+BOUND_S = 15
+BOUNDED: dict[str, Any] = {
+    **POLICY,
+    "metadata": {"name": "bounded"},
+    "queues": [{**POLICY["queues"][0], "reclaimWaitSeconds": BOUND_S}, POLICY["queues"][1]],
+}
+
+
+def test_a_queues_wait_bound_cuts_reclaims_grace_short_on_the_api_server(
+    cluster: tuple[LocalStack, Api, Path],
+) -> None:
+    """tests/engine/test_reclaim_wait_bound.py's grace scenario through `apply` and the
+    scheduler: the Queue carries the bound; the lender's pod waits for the borrowed pod whose
+    deadline ends it within the bound (kwok never stops it: it overruns) only until it has
+    waited its queue's reclaimWaitSeconds, then reclaim evicts it (the hour's grace alone keeps
+    the lender waiting: test_borrowed_work_about_to_end_is_waited_for_not_evicted); its reason
+    and `gpucarve explain` name the bound."""
+    stack, api, policy_file = cluster
+    policy_file.write_text(yaml.safe_dump(BOUNDED))
+    args = ["apply", "--policy", str(policy_file), "--kubeconfig", str(stack.kubeconfig())]
+    from typer.testing import CliRunner
+
+    from gpucarve.cli.main import app
+
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    owner = api.get("/apis/gpucarve.io/v1alpha1/queues/owner")
+    assert owner["spec"]["reclaimWaitSeconds"] == BOUND_S
+    with scheduling(stack, policy_file):
+        soon = pod("borrower", "soon", "nvidia.com/gpu", 8)
+        soon["spec"]["activeDeadlineSeconds"] = 10  # within the bound: waited for, up to it
+        soon["spec"]["terminationGracePeriodSeconds"] = 1
+        create_pod(api, soon)
+        wait_for(lambda: node_of(pods_in(api, "borrower")["soon"]), what="the borrower bound")
+        create_pod(api, pod("owner", "mine", "nvidia.com/gpu", 8))
+        asked = time.monotonic()
+        message = wait_for(lambda: (m := _reason(api, "owner", "mine")) and "put off" in m and m,
+                           what="why mine waits")  # fmt: skip
+        assert message.startswith("preemption/reclaim-grace: reclaim put off"), message
+        assert "queue owner's reclaimWaitSeconds" in message, message
+        assert f"up to {BOUND_S}s from its submission" in message, message
+        said = _explain(stack, policy_file, "owner/mine")
+        assert "queue owner's reclaimWaitSeconds" in said, said
+        wait_for(lambda: node_of(pods_in(api, "owner")["mine"]), what="mine bound", timeout_s=40)
+        assert time.monotonic() - asked >= BOUND_S - 1  # not before its bound (a cycle's slack)
+        assert "soon" not in pods_in(api, "borrower") or pods_in(api, "borrower")["soon"][
+            "metadata"
+        ].get("deletionTimestamp")

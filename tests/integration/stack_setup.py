@@ -143,3 +143,40 @@ def webhook_bypassed(api: Api, namespace: str, why: str) -> Iterator[None]:
             meta = {k: v for k, v in obj["metadata"].items() if k in ("name", "labels")}
             api.create(f"{ADMISSION}/{plural}", {**obj, "metadata": meta})
         wait_for(lambda: _refused(api, namespace), what="the API server to call it again")
+
+
+def namespace_reader(api: Api, ns: str = "research") -> str:
+    """A service account (alice) that may list `ns`'s pods and nothing else; its token."""
+    api.create(
+        f"/api/v1/namespaces/{ns}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "alice"}},
+    )
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
+    api.create(
+        f"{rbac}/roles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "pod-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+        },
+    )
+    api.create(
+        f"{rbac}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "alice-reads-pods"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "pod-reader",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": ns}],
+        },
+    )
+    got = api.create(
+        f"/api/v1/namespaces/{ns}/serviceaccounts/alice/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    return str(got["status"]["token"])

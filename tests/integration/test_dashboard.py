@@ -28,7 +28,7 @@ from gpucarve.kube.view.nodes.inventory import build_inventory
 from tests.browser import chromium, drawn, need_browser, show
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import condition, create_pod, node_of, pod, pods_in
-from tests.integration.stack_setup import example_policy, populate, scheduling
+from tests.integration.stack_setup import example_policy, namespace_reader, populate, scheduling
 
 pytestmark = pytest.mark.integration
 TEAMS = ["research", "production", "data-science"]
@@ -41,44 +41,6 @@ def _json(base: str, path: str, token: str) -> tuple[int, Any]:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
-
-
-def _research_reader(api: Api) -> str:
-    """A service account that may list research's pods and nothing else; its token."""
-    ns = "research"
-    api.create(
-        f"/api/v1/namespaces/{ns}/serviceaccounts",
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "alice"}},
-    )
-    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
-    api.create(
-        f"{rbac}/roles",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "pod-reader"},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
-        },
-    )
-    api.create(
-        f"{rbac}/rolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "alice-reads-pods"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "pod-reader",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": ns}],
-        },
-    )
-    got = api.create(
-        f"/api/v1/namespaces/{ns}/serviceaccounts/alice/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )
-    return str(got["status"]["token"])
 
 
 @pytest.fixture
@@ -197,7 +159,7 @@ def test_the_dashboard_shows_the_cluster_as_it_is(live: tuple[str, Api, LocalSta
 
 def test_a_team_member_sees_their_namespaces_only(live: tuple[str, Api, LocalStack]) -> None:
     base, api, _ = live
-    token = _research_reader(api)
+    token = namespace_reader(api)
     status, body = _json(base, "/api/whoami", token)
     assert status == 200 and body["namespaces"] == ["research"] and body["cluster"] is False
     assert body["name"] == "system:serviceaccount:research:alice"

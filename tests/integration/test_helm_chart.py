@@ -177,6 +177,17 @@ def test_the_history_is_kept_on_a_volume_the_values_size_or_name() -> None:
     assert not [
         a for a in dep["spec"]["template"]["spec"]["containers"][0]["args"] if "history" in a
     ]
+    assert "--history-auth=kube" in args  # who reads it is reviewed by the API server
+    # with the dashboard off, the history's reviews still have their RBAC
+    kinds = _by_kind(render(POLICY, ["dashboard.enabled=false"], crds=False))
+    rules = [r for role in kinds["ClusterRole"] if role["metadata"]["name"] == RELEASE
+             for r in role["rules"]]  # fmt: skip
+    assert {"resources": ["tokenreviews"], "apiGroups": ["authentication.k8s.io"],
+            "verbs": ["create"]} in rules  # fmt: skip
+    kinds = _by_kind(render(POLICY, ["dashboard.enabled=false", "history.auth=none"], crds=False))
+    rules = [r for role in kinds["ClusterRole"] if role["metadata"]["name"] == RELEASE
+             for r in role["rules"]]  # fmt: skip
+    assert not [r for r in rules if "tokenreviews" in r["resources"]]
 
 
 def test_a_shadow_release_may_only_read_and_takes_no_lease() -> None:

@@ -77,7 +77,7 @@ def shadowed(
             sys.executable, "-m", "gpucarve", "scheduler", "--shadow",
             "--policy", str(shadow_policy), "--kubeconfig", str(stack.kubeconfig(SHADOW)),
             "--history-dir", str(work / "history"), "--health-port", str(port),
-            "--health-host", "127.0.0.1",
+            "--health-host", "127.0.0.1", "--history-auth", "none",
         ]  # fmt: skip
         proc = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, fail, policy_file, policy_or_exit
+from gpucarve.cli.kube_options import client_or_exit
 from gpucarve.cli.output import console, refuse
 from gpucarve.core.problems import InvalidInput
 from gpucarve.sim.history.export import jsonl, rebased, since_seconds
@@ -40,15 +41,50 @@ def _since(text: str | None) -> int | None:
         refuse("--since", "bad-duration", str(exc), "write a number and a unit: s, m, h or d")
 
 
-def _from_url(url: str, since: int | None) -> list[dict[str, Any]]:
+def _bearer(kubeconfig: Path | None, token_file: Path | None) -> str | None:
+    """The Authorization header /history is asked with: the token in `token_file`, or the
+    kubeconfig user's (None: neither given)."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            refuse("--token-file", "cannot-read", f"{token_file}: {exc.strerror}",
+                   "give a file holding a token (kubectl create token NAME > FILE)")  # fmt: skip
+        if not token:
+            refuse("--token-file", "empty", f"{token_file} holds no token",
+                   "write a token into it (kubectl create token NAME > FILE)")  # fmt: skip
+        return f"Bearer {token}"
+    if kubeconfig is None:
+        return None
+    header = client_or_exit(kubeconfig).credentials
+    said = header.authorization() if header is not None else None
+    if not said:
+        refuse("--kubeconfig", "no-token", f"{kubeconfig}'s user signs in with a certificate, "
+               "which /history cannot review", "give --token-file with a token "
+               "(kubectl create token NAME > FILE)")  # fmt: skip
+    return said
+
+
+def _from_url(url: str, since: int | None, authorization: str | None) -> list[dict[str, Any]]:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         fix = "give the scheduler's --health-port address, e.g. http://127.0.0.1:10259"
         refuse("--url", "bad-url", f"{url!a} is not an http(s) address", fix)
     target = url.rstrip("/") + "/history" + (f"?since={since}" if since is not None else "")
+    request = urllib.request.Request(target)
+    if authorization is not None:
+        request.add_header("Authorization", authorization)
     try:
-        with urllib.request.urlopen(target, timeout=60) as reply:
+        with urllib.request.urlopen(request, timeout=60) as reply:
             body = reply.read(MAX_FEED_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        said = exc.read(4096).decode("utf-8", errors="replace")
+        if exc.code in (401, 403):
+            refuse("--url", "not-allowed", f"{target} refused the request ({exc.code}): {said}",
+                   "give --kubeconfig or --token-file for a user who may list nodes (every "
+                   "workload) or pods in the namespaces to export")  # fmt: skip
+        refuse("--url", "refused", f"{target} answered {exc.code}: {said}",
+               "check the scheduler's log")  # fmt: skip
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         refuse("--url", "unreachable", f"{target} did not answer: {reason}",
@@ -80,6 +116,18 @@ def export(
             "its /history, with the workloads still running.",
         ),
     ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig",
+            help="With --url: ask as this kubeconfig's user (its bearer token; the scheduler "
+            "reviews it with the API server: --history-auth kube).",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option("--token-file", help="With --url: ask with the bearer token in this file."),
+    ] = None,
     since: Annotated[
         str | None, typer.Option("--since", help="Workloads that ended this long ago or later.")
     ] = None,
@@ -92,6 +140,12 @@ def export(
     if (folder is None) == (url is None):
         refuse("--dir/--url", "one-source", "give the history's folder or the scheduler's address",
                "pass exactly one of --dir or --url")  # fmt: skip
+    if url is None and (kubeconfig is not None or token_file is not None):
+        refuse("--kubeconfig/--token-file", "needs-url", "credentials are for the scheduler's "
+               "/history", "add --url, or leave them out with --dir")  # fmt: skip
+    if kubeconfig is not None and token_file is not None:
+        refuse("--kubeconfig/--token-file", "one-credential", "both give a token",
+               "pass one of them")  # fmt: skip
     cut = _since(since)
     if folder is not None:
         if not folder.is_dir():
@@ -99,7 +153,7 @@ def export(
         lines = list(HistoryStore(folder).lines(cut))
     else:
         assert url is not None
-        lines = _from_url(url, cut)
+        lines = _from_url(url, cut, _bearer(kubeconfig, token_file))
     text = jsonl(rebased(lines))
     if out is None:
         typer.echo(text, nl=False)

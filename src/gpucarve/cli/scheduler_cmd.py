@@ -16,11 +16,11 @@ from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.kube_options import ContextOption, KubeconfigOption, client_or_exit
 from gpucarve.cli.output import Exit, console, refuse
 from gpucarve.core.policy import DeviceApi, Policy
-from gpucarve.dashboard.access import KubeAccess, Open
+from gpucarve.dashboard.access import Denied, KubeAccess, Open
 from gpucarve.dashboard.server import Board
 from gpucarve.dashboard.server import app as dashboard_app
 from gpucarve.kube.api.client import ApiError, Client
-from gpucarve.kube.scheduler.health import ThreadServer
+from gpucarve.kube.scheduler.health import HistoryDenied, HistoryGuard, ThreadServer, everyone
 from gpucarve.kube.scheduler.loop import SchedulerConfig
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig
 from gpucarve.kube.scheduler.policy_reload import digest
@@ -173,6 +173,16 @@ def scheduler(
             "--history-max-days", min=1, max=3650, help="Workloads older are dropped, by file."
         ),
     ] = 90,
+    history_auth: Annotated[
+        DashboardAuth,
+        typer.Option(
+            "--history-auth",
+            help="Who may read /history: kube (the default): a request's bearer token is "
+            "reviewed by the API server, and a user who may list nodes reads every workload, "
+            "one who may list pods in some of the policy's namespaces only theirs; none: "
+            "everyone reads everything (only behind kubectl port-forward).",
+        ),
+    ] = DashboardAuth.KUBE,
     shadow: Annotated[
         bool,
         typer.Option(
@@ -232,6 +242,7 @@ def scheduler(
         policy_config_map=policy_config_map,
         history_dir=history_dir,
         history_bounds=history_bounds(history_max_mib, history_max_days),
+        history_guard=_history_guard(client, loaded.policy, history_auth),
         shadow=shadow,
     )
     dashboard = partial(
@@ -269,6 +280,26 @@ def _dashboard(
         raise PortTaken("--dashboard-port", port, exc) from None
     log.info("dashboard on %s:%d", host, server.port)
     return Dashboard(board.observe, server)
+
+
+def _history_guard(client: Client, policy: Policy, auth: DashboardAuth) -> HistoryGuard:
+    """/history's guard: the dashboard's access reviews (its token reviewed, what the user may
+    list asked of the API server; the answers kept per token for a while). The reviews are
+    questions, not writes: a shadow's read-only client would refuse to send them, so they go
+    through the client as given (its RBAC needs create on tokenreviews and
+    subjectaccessreviews)."""
+    if auth is DashboardAuth.NONE:
+        return everyone
+    access = KubeAccess(client, lambda: [ns for q in policy.queues for ns in q.namespaces])
+
+    def guard(authorization: str | None) -> frozenset[str] | None:
+        try:
+            viewer = access.viewer(authorization)
+        except Denied as exc:
+            raise HistoryDenied(exc.status, str(exc)) from None
+        return None if viewer.cluster else viewer.namespaces
+
+    return guard
 
 
 def _namespaced(flag: str, value: str, example: str, err: Console) -> tuple[str, str]:

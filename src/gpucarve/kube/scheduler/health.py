@@ -53,14 +53,35 @@ class Health:
                 "synced": self.synced}  # fmt: skip
 
 
-# the history's lines (JSONL) of workloads that ended at or after a Unix second (None: all)
-HistoryFeed = Callable[[int | None], str]
+# the history's lines (JSONL) of workloads that ended at or after a Unix second (None: all),
+# of the namespaces given (None: every namespace)
+HistoryFeed = Callable[[int | None, frozenset[str] | None], str]
+
+
+class HistoryDenied(Exception):
+    """A request may not read the history: `status` 401 (who is asking?) or 503 (the API
+    server could not say)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# Who asks for the history (the request's Authorization header): the namespaces whose
+# workloads they may read (None: all of them), or HistoryDenied.
+HistoryGuard = Callable[[str | None], frozenset[str] | None]
+
+
+def everyone(_: str | None) -> frozenset[str] | None:
+    """The guard that lets every request read everything (behind kubectl port-forward)."""
+    return None
 
 
 def app(
     health: Health,
     registry: CollectorRegistry | None = None,
     history: HistoryFeed | None = None,
+    guard: HistoryGuard = everyone,
 ) -> Starlette:
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse(health.state(), status_code=200 if health.alive() else 503)
@@ -78,7 +99,12 @@ def app(
         raw = request.query_params.get("since", "")
         if raw and not (raw.isdigit() and len(raw) <= 12):
             return JSONResponse({"error": "since is Unix seconds, e.g. ?since=1796000000"}, 400)
-        text = await run_in_threadpool(history, int(raw) if raw else None)
+        try:
+            seen = await run_in_threadpool(guard, request.headers.get("authorization"))
+        except HistoryDenied as exc:
+            challenge = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+            return JSONResponse({"error": str(exc)}, exc.status, headers=challenge)
+        text = await run_in_threadpool(history, int(raw) if raw else None, seen)
         return Response(text, media_type="application/jsonl")
 
     routes = [Route("/healthz", healthz), Route("/readyz", readyz)]
@@ -137,5 +163,6 @@ class ProbeServer(ThreadServer):
         port: int,
         registry: CollectorRegistry | None = None,
         history: HistoryFeed | None = None,
+        guard: HistoryGuard = everyone,
     ) -> None:
-        super().__init__(app(health, registry, history), host, port, "probe server")
+        super().__init__(app(health, registry, history, guard), host, port, "probe server")

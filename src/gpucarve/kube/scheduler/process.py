@@ -25,7 +25,13 @@ from gpucarve.core.problems import InvalidInput, errors
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.api.events import post_event
 from gpucarve.kube.api.leader import LeaderElector
-from gpucarve.kube.scheduler.health import Health, ProbeServer, ThreadServer
+from gpucarve.kube.scheduler.health import (
+    Health,
+    HistoryGuard,
+    ProbeServer,
+    ThreadServer,
+    everyone,
+)
 from gpucarve.kube.scheduler.leader_label import mark
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.kube.scheduler.observed import Observer
@@ -68,6 +74,8 @@ class ProcessSettings:
     policy_config_map: str | None = None  # NAMESPACE/NAME: where a refused policy's Event goes
     history_dir: Path | None = None  # where the history recorder keeps its files (None: none)
     history_bounds: Bounds = field(default_factory=Bounds)
+    # who may read /history, and which namespaces' workloads (default: everyone, everything)
+    history_guard: HistoryGuard = everyone
     # beside the cluster's real scheduler: decide, write nothing, record (`shadow.py`)
     shadow: bool = False
 
@@ -128,8 +136,8 @@ def _elector(client: Client, s: ProcessSettings) -> LeaderElector | None:
     )
 
 
-def _feed(recorder: Recorder, since: int | None) -> str:
-    return recorder.feed(since, int(time.time()))
+def _feed(recorder: Recorder, since: int | None, namespaces: frozenset[str] | None) -> str:
+    return recorder.feed(since, int(time.time()), namespaces)
 
 
 def _reactions(s: ProcessSettings) -> tuple[Sequence[Reaction], Recorder | None]:
@@ -153,7 +161,9 @@ def _probes(
     feed = None
     if recorder is not None:
         feed = partial(_feed, recorder)
-    probes = ProbeServer(health, s.health_host, s.health_port, metrics.registry, feed)
+    probes = ProbeServer(
+        health, s.health_host, s.health_port, metrics.registry, feed, s.history_guard
+    )
     try:
         probes.start()
     except OSError as exc:

@@ -245,10 +245,13 @@ class Recorder:
         with self.lock:
             self._write_closed(now, linger_s=0)
 
-    def feed(self, since: int | None, now: int) -> str:
-        """The history as JSONL: what the store keeps, then the workloads still open."""
-        opened = self.open_lines(now)
-        return jsonl([*self.store.lines(since), *opened])
+    def feed(self, since: int | None, now: int, namespaces: frozenset[str] | None = None) -> str:
+        """The history as JSONL: what the store keeps, then the workloads still open; with
+        `namespaces`, only theirs."""
+        lines = [*self.store.lines(since), *self.open_lines(now)]
+        if namespaces is not None:
+            lines = [x for x in lines if x.get("namespace") in namespaces]
+        return jsonl(lines)
 
     def open_lines(self, now: int) -> list[dict[str, Any]]:
         """The workloads not written yet (running, waiting, or lingering), as lines."""

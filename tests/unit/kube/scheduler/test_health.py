@@ -73,3 +73,45 @@ def test_a_taken_port_is_an_error_not_a_hang() -> None:
         server = ProbeServer(Health(), "127.0.0.1", s.getsockname()[1])
         with pytest.raises(OSError, match=r"cannot listen on 127\.0\.0\.1:.*in use"):
             server.start(timeout_s=5)
+
+
+def test_the_history_answers_whom_its_guard_lets_read_and_only_their_namespaces() -> None:
+    from gpucarve.kube.scheduler.health import HistoryDenied
+
+    asked: list[tuple[int | None, frozenset[str] | None]] = []
+
+    def feed(since: int | None, namespaces: frozenset[str] | None) -> str:
+        asked.append((since, namespaces))
+        return '{"namespace": "a"}\n'
+
+    def guard(authorization: str | None) -> frozenset[str] | None:
+        if authorization is None:
+            raise HistoryDenied(401, "sign in with a bearer token the API server accepts")
+        if authorization == "Bearer down":
+            raise HistoryDenied(503, "the API server could not review the token")
+        return None if authorization == "Bearer admin" else frozenset({"a"})
+
+    port = free_port()
+    server = ProbeServer(Health(), "127.0.0.1", port, None, feed, guard)
+    server.start()
+    try:
+
+        def get(token: str | None) -> tuple[int, str, str | None]:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/history?since=5")
+            if token is not None:
+                req.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(req, timeout=5) as reply:
+                    return reply.status, reply.read().decode(), None
+            except urllib.error.HTTPError as err:
+                return err.code, err.read().decode(), err.headers.get("WWW-Authenticate")
+
+        status, body, challenge = get(None)
+        assert (status, challenge) == (401, "Bearer") and "bearer token" in body
+        assert get("down")[0] == 503
+        assert asked == []  # refused before the history is read
+        assert get("admin")[:2] == (200, '{"namespace": "a"}\n')
+        assert get("alice")[0] == 200
+        assert asked == [(5, None), (5, frozenset({"a"}))]
+    finally:
+        server.stop()

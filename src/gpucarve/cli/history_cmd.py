@@ -17,12 +17,14 @@ from rich.text import Text
 from gpucarve.cli.common import CatalogOption, fail, policy_file, policy_or_exit
 from gpucarve.cli.kube_options import client_or_exit
 from gpucarve.cli.output import console, refuse
+from gpucarve.config.policy_build import LoadedPolicy
 from gpucarve.core.problems import InvalidInput
 from gpucarve.sim.history.export import jsonl, rebased, since_seconds
+from gpucarve.sim.history.gain import gain, predicted, recorded, simulated
 from gpucarve.sim.history.replay import Fidelity, replay, scheduler_policy
 from gpucarve.sim.history.store import HistoryStore
 from gpucarve.sim.run.baselines import POLICIES
-from gpucarve.sim.traces.trace_io import load_trace
+from gpucarve.sim.traces.trace_io import LoadedTrace, load_trace
 
 app = typer.Typer(
     rich_markup_mode=None,
@@ -241,3 +243,96 @@ def replay_cmd(
         typer.echo(json.dumps(fid.as_doc(), indent=2, sort_keys=True))
         return
     _print(fid)
+
+
+def _history(path: Path, policy: LoadedPolicy) -> LoadedTrace:
+    try:
+        history = load_trace(path, policy.policy)
+    except InvalidInput as exc:
+        fail(exc)
+    if not history.recorded:
+        fix = "export one with `gpucarve history export`; `simulate --trace` replays plain traces"
+        refuse("HISTORY", "not-a-history", f"{path} has no recorded starts", fix)
+    return history
+
+
+def _forecast(path: Path | None) -> dict[str, float] | None:
+    if path is None:
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        refuse("--predicted", "unreadable", f"{path}: {exc}",
+               "give the results.json `simulate --recommend --out DIR` wrote")  # fmt: skip
+    said = predicted(doc) if isinstance(doc, dict) else None
+    if said is None:
+        refuse("--predicted", "no-recommendation", f"{path} holds no recommendation",
+               "give the results.json of a `simulate --recommend` run")  # fmt: skip
+    return said
+
+
+@app.command("gain")
+def gain_cmd(
+    trace: Annotated[
+        Path,
+        typer.Argument(metavar="HISTORY", help="A history recorded since the new policy went out."),
+    ],
+    before: Annotated[
+        Path, typer.Option("--before", help="The policy the cluster ran before (the old one).")
+    ],
+    policy: Annotated[
+        Path | None,
+        typer.Option("--policy", help="The policy the history was recorded under (the new one)."),
+    ] = None,
+    forecast: Annotated[
+        Path | None,
+        typer.Option(
+            "--predicted",
+            help="The results.json of the `simulate --recommend` run that chose the new policy: "
+            "its predicted change of each queue's wait p95, beside the one seen.",
+        ),
+    ] = None,
+    as_policy: Annotated[
+        str | None,
+        typer.Option("--as", help="The simulator's policy to replay under (as history replay)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    catalog: CatalogOption = None,
+) -> None:
+    """The gain a policy change brought, seen on the history recorded after it: replayed under
+    the old policy and the new, against what the cluster did and what was predicted."""
+    new = policy_or_exit(policy_file(policy), catalog)
+    old = policy_or_exit(before, catalog)
+    if as_policy is not None and as_policy not in ("gpucarve", "kube-default"):
+        refuse("--as", "unknown-policy", f"no replay policy {as_policy!a}",
+               "use gpucarve or kube-default")  # fmt: skip
+    said = _forecast(forecast)
+    seen_history, old_history = _history(trace, new), _history(trace, old)
+    name = as_policy or scheduler_policy(seen_history)
+    new_run, _ = replay(new.policy, seen_history, name)
+    old_run, _ = replay(old.policy, old_history, name)
+    rows = gain(recorded(seen_history), simulated(old_history, old_run),
+                simulated(seen_history, new_run), said)  # fmt: skip
+    if as_json:
+        typer.echo(json.dumps({"replayed_as": name, "queues": rows}, indent=2, sort_keys=True))
+        return
+    table = Table(title=f"Wait p95 by queue (hours; replayed as {name}): seen against predicted")
+    for col in ("queue", "recorded", "old policy", "new policy", "seen change",
+                "replayed change", "predicted change", "stopped runs (rec/old/new)"):  # fmt: skip
+        table.add_column(col, justify="left" if col == "queue" else "right")
+    for r in rows:
+        table.add_row(
+            r["queue"],
+            *(_h(r[k], "") for k in ABSOLUTE),
+            *(_h(r[k], "+") for k in CHANGES),
+            f"{r['recorded_stops']}/{r['old_policy_stops']}/{r['new_policy_stops']}",
+        )
+    console().print(table)
+
+
+ABSOLUTE = ("recorded_wait_p95_h", "old_policy_wait_p95_h", "new_policy_wait_p95_h")
+CHANGES = ("seen_change_h", "replayed_change_h", "predicted_change_h")
+
+
+def _h(value: float | None, sign: str) -> str:
+    return "-" if value is None else format(value, f"{sign}.2f")

@@ -17,7 +17,7 @@ from gpucarve.cli.kube_options import ContextOption, KubeconfigOption, client_or
 from gpucarve.cli.output import Exit, console, refuse
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.dashboard.access import Denied, KubeAccess, Open
-from gpucarve.dashboard.server import Board
+from gpucarve.dashboard.server import Board, Shadow
 from gpucarve.dashboard.server import app as dashboard_app
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.scheduler.health import HistoryDenied, HistoryGuard, ThreadServer, everyone
@@ -25,6 +25,7 @@ from gpucarve.kube.scheduler.loop import SchedulerConfig
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig
 from gpucarve.kube.scheduler.policy_reload import digest
 from gpucarve.kube.scheduler.process import Dashboard, PortTaken, ProcessSettings, run_process
+from gpucarve.kube.scheduler.shadow import WouldStart
 from gpucarve.sim.history.store import history_bounds
 
 log = logging.getLogger("gpucarve.scheduler")
@@ -244,9 +245,11 @@ def scheduler(
         history_bounds=history_bounds(history_max_mib, history_max_days),
         history_guard=_history_guard(client, loaded.policy, history_auth),
         shadow=shadow,
+        would=WouldStart() if shadow else None,
     )
+    book = None if settings.would is None else settings.would.summary
     dashboard = partial(
-        _dashboard, client, loaded.policy, dashboard_auth, dashboard_host, dashboard_port
+        _dashboard, client, loaded.policy, dashboard_auth, dashboard_host, dashboard_port, book
     )
     try:
         code = run_process(client, loaded.policy, settings, dashboard)
@@ -259,7 +262,12 @@ def scheduler(
 
 
 def _dashboard(
-    client: Client, first: Policy, auth: DashboardAuth, host: str, port: int
+    client: Client,
+    first: Policy,
+    auth: DashboardAuth,
+    host: str,
+    port: int,
+    shadow: Shadow | None = None,
 ) -> Dashboard | None:
     """The dashboard on host:port (port 0: none). The access reviews ask about the
     namespaces of the policy of the last cycle shown (`first` before any)."""
@@ -273,7 +281,7 @@ def _dashboard(
         return [ns for q in policy.queues for ns in q.namespaces]
 
     access = Open() if auth is DashboardAuth.NONE else KubeAccess(client, namespaces)
-    server = ThreadServer(dashboard_app(board, access), host, port, "dashboard")
+    server = ThreadServer(dashboard_app(board, access, shadow), host, port, "dashboard")
     try:
         server.start()
     except OSError as exc:

@@ -102,14 +102,25 @@ Answer = tuple[int, dict[str, Any]]  # status, body
 Handler = Callable[[Params, Viewer, int, Frame, str], Answer]
 
 
+# a shadow's running difference with the real scheduler (kube/scheduler/shadow.WouldStart)
+Shadow = Callable[[], Mapping[str, Any]]
+
+
 class Pages:
     """The API's answers, each given the viewer and the board's latest cycle."""
 
-    def __init__(self, board: Board) -> None:
+    def __init__(self, board: Board, shadow: Shadow | None = None) -> None:
         self.board = board
+        self.shadow_book = shadow
 
     def version(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
-        return 200, {"generation": gen, "at": at, "now": frame.result.now}
+        body = {"generation": gen, "at": at, "now": frame.result.now}
+        return 200, {**body, "shadow": self.shadow_book is not None}
+
+    def shadow(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
+        if self.shadow_book is None:
+            return 404, {"message": "this scheduler binds; it is not a shadow (--shadow)"}
+        return 200, {"generation": gen, **self.shadow_book()}
 
     def whoami(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         ns = None if viewer.namespaces is None else sorted(viewer.namespaces)
@@ -194,8 +205,8 @@ def _guarded(
     return endpoint
 
 
-def app(board: Board, access: Access) -> Starlette:
-    pages = Pages(board)
+def app(board: Board, access: Access, shadow: Shadow | None = None) -> Starlette:
+    pages = Pages(board, shadow)
 
     def index(_: Request) -> Response:
         return FileResponse(STATIC / "index.html")
@@ -211,6 +222,7 @@ def app(board: Board, access: Access) -> Starlette:
         ("/api/explain", pages.explain, False),
         ("/api/idle", pages.idle, True),
         ("/api/changes", pages.changes, True),
+        ("/api/shadow", pages.shadow, True),
     ]
     routes: list[Route | Mount] = [Route("/", index)]
     routes += [Route(path, _guarded(board, access, h, wide)) for path, h, wide in api]

@@ -222,8 +222,21 @@ async function changesPage(main) {
       : h("p", {}, "None since the scheduler started."));
 }
 
+// ---------------------------------------------------------------- shadow
+async function shadowPage(main) {
+  const d = await api("/api/shadow");
+  main.append(h("h2", {}, "What gpucarve would have done beside the real scheduler"));
+  main.append(d.queues.length
+    ? table(["Queue", "Slices it would run now that wait", "Slice-hours such work waited", "Started later than it would have", "Mean lead", "Largest lead"],
+      d.queues.map((q) => [q.queue, q.aheadSlices, fmt(q.waitedSliceHours, 3), q.startedLater,
+        q.meanLeadSeconds === null ? "-" : hours(q.meanLeadSeconds), q.maxLeadSeconds === null ? "-" : hours(q.maxLeadSeconds)]), [1, 2, 3, 4, 5])
+    : h("p", {}, "No difference yet: the real scheduler started everything the shadow would have."));
+  main.append(h("p", {}, `Pods it would have evicted since it started: ${d.wouldHaveEvicted}.`));
+  main.append(h("p", { class: "muted" }, "The shadow binds nothing: it decides each cycle on the cluster as it is, so its starts are bounded by the capacity the real scheduler left (docs/kubernetes.md, Shadow mode)."));
+}
+
 // ---------------------------------------------------------------- frame
-const PAGES = { cluster: clusterPage, queues: queuesPage, pending: pendingPage, idle: idlePage, changes: changesPage };
+const PAGES = { cluster: clusterPage, queues: queuesPage, pending: pendingPage, idle: idlePage, changes: changesPage, shadow: shadowPage };
 
 async function redraw(route) {
   if (route !== undefined && location.hash !== `#${route}`) {
@@ -258,6 +271,7 @@ async function redraw(route) {
 async function poll() {
   try {
     const v = await api("/api/version");
+    document.getElementById("shadow-link").hidden = !v.shadow;
     document.getElementById("status").textContent = `last cycle ${v.at} · generation ${v.generation}`;
     if (v.generation !== shown) {
       shown = v.generation;

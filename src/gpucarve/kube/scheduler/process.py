@@ -76,6 +76,9 @@ class ProcessSettings:
     history_bounds: Bounds = field(default_factory=Bounds)
     # who may read /history, and which namespaces' workloads (default: everyone, everything)
     history_guard: HistoryGuard = everyone
+    # a shadow's book of what it would have started (one of its own when None and `shadow`;
+    # given, so the dashboard can show it)
+    would: WouldStart | None = None
     # beside the cluster's real scheduler: decide, write nothing, record (`shadow.py`)
     shadow: bool = False
 
@@ -142,7 +145,7 @@ def _feed(recorder: Recorder, since: int | None, namespaces: frozenset[str] | No
 
 def _reactions(s: ProcessSettings) -> tuple[Sequence[Reaction], Recorder | None]:
     """What the loop does with its cycles, and the history recorder among them (if any)."""
-    would = WouldStart() if s.shadow else None
+    would = s.would if s.would is not None else (WouldStart() if s.shadow else None)
     recorder = None
     if s.history_dir is not None:
         store = HistoryStore(s.history_dir, s.history_bounds)

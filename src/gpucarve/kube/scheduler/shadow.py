@@ -97,6 +97,10 @@ class WouldStart:
         self.ahead: dict[str, Ahead] = {}  # as of the last cycle
         self.last: int | None = None
         self.lock = threading.Lock()
+        # since the shadow started, by queue: the slice-seconds work it would have run waited,
+        # and the workloads the real scheduler started later than it would have, with how much
+        self.waited: Counter[str] = Counter()
+        self.leads: dict[str, list[int]] = {}
 
     def react(self, s: Parts, d: Decided) -> None:
         now = int(s.clock().timestamp())
@@ -110,11 +114,15 @@ class WouldStart:
         m = s.metrics
         if self.last is not None:
             for w in self.ahead.values():
-                m.shadow_ahead_seconds.labels(w.queue).inc(w.slices * max(0, now - self.last))
+                waited = w.slices * max(0, now - self.last)
+                m.shadow_ahead_seconds.labels(w.queue).inc(waited)
+                self.waited[w.queue] += waited
         running = {r.workload.id for r in d.snapshot.running}
         for wid, w in self.ahead.items():
             if wid in running and wid in self.first:
-                m.shadow_lead.labels(w.queue).observe(max(0, now - self.first[wid]))
+                lead = max(0, now - self.first[wid])
+                m.shadow_lead.labels(w.queue).observe(lead)
+                self.leads.setdefault(w.queue, []).append(lead)
         self.ahead = {
             a.workload: Ahead(a.queue, sum(n for _, n in a.charged)) for a in d.result.admissions
         }
@@ -128,6 +136,29 @@ class WouldStart:
     def of(self, workload: str) -> int | None:
         with self.lock:
             return self.first.get(workload)
+
+    def summary(self) -> dict[str, object]:
+        """The running difference, for the dashboard: per queue, the slices of work the
+        shadow would run now that still wait, the slice-hours such work has waited, and the
+        workloads started later than the shadow would have (how many, and the mean and the
+        largest lead)."""
+        with self.lock:
+            now: Counter[str] = Counter()
+            for w in self.ahead.values():
+                now[w.queue] += w.slices
+            queues = sorted(set(now) | set(self.waited) | set(self.leads))
+            rows = []
+            for q in queues:
+                leads = self.leads.get(q, [])
+                rows.append({
+                    "queue": q,
+                    "aheadSlices": now[q],
+                    "waitedSliceHours": round(self.waited[q] / 3600, 3),
+                    "startedLater": len(leads),
+                    "meanLeadSeconds": round(sum(leads) / len(leads), 1) if leads else None,
+                    "maxLeadSeconds": max(leads, default=None),
+                })  # fmt: skip
+            return {"queues": rows, "wouldHaveEvicted": self.evictions}
 
     def forget(self, workload: str) -> None:
         with self.lock:

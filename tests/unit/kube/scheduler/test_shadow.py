@@ -70,3 +70,17 @@ def test_kinds_are_named_with_their_subresource() -> None:
         "resourceclaims/status"
     )
     assert _kind("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases") == "leases"
+
+
+def test_the_running_difference_is_summed_per_queue_for_the_dashboard() -> None:
+    m, would = SchedulerMetrics(), WouldStart()
+    would.react(cast(Parts, _parts(T0, m)), cast(Decided, _decided(["research/a"], [])))
+    would.react(cast(Parts, _parts(T0 + 30, m)), cast(Decided, _decided(["research/a"], [])))
+    summary = would.summary()
+    assert summary["queues"] == [{"queue": "research", "aheadSlices": 8,
+                                  "waitedSliceHours": round(240 / 3600, 3), "startedLater": 0,
+                                  "meanLeadSeconds": None, "maxLeadSeconds": None}]  # fmt: skip
+    would.react(cast(Parts, _parts(T0 + 45, m)), cast(Decided, _decided([], ["research/a"])))
+    (row,) = would.summary()["queues"]
+    assert (row["aheadSlices"], row["startedLater"], row["meanLeadSeconds"]) == (0, 1, 45.0)
+    assert row["waitedSliceHours"] == round(360 / 3600, 3)  # 8 slices for 45 s

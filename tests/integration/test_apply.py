@@ -108,6 +108,7 @@ def test_apply_diff_says_what_would_change_and_changes_nothing(
     # research weighs more, and data-science is gone (its namespaces with it)
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["queues"] = [q for q in doc["queues"] if q["name"] != "data-science"]
+    del doc["objective"]["waitP95Seconds"]["data-science"]  # its bound goes with it
     next(q for q in doc["queues"] if q["name"] == "research")["weight"] = 3
     changed = tmp_path / "policy.yaml"
     changed.write_text(yaml.safe_dump(doc))

@@ -8,6 +8,7 @@ sees research's workloads only and none of the cluster-wide pages."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -169,3 +170,27 @@ def test_a_team_member_sees_their_namespaces_only(live: tuple[str, Api, LocalSta
     assert status == 403 and "may not list nodes" in body["message"]
     status, body = _json(base, "/api/pending", "not-a-token")
     assert status == 401 and "does not accept" in body["message"]
+
+
+def test_an_explain_opened_on_a_live_scheduler_stays_open_while_cycles_run(
+    live: tuple[str, Api, LocalStack],
+) -> None:
+    """The scheduler cycles every half second, each cycle a new generation the page redraws
+    for; the chain opened on the Pending page is still open, with its text, 30 s later."""
+    base, _, stack = live
+    with chromium() as d:
+        d.get(f"{base}/#pending")
+        wait_for(lambda: d.find_element(By.ID, "signin").is_displayed(), what="sign-in form")
+        d.find_element(By.ID, "token").send_keys(stack.tokens[ADMIN_USER])
+        d.find_element(By.CSS_SELECTOR, "#signin button").click()
+        wait_for(lambda: "data-science/big" in drawn(d), what="the pending page")
+        d.find_element(By.CSS_SELECTOR, 'details[data-workload="data-science/big"] summary').click()
+        chain = "return document.querySelector('details pre').textContent"
+        wait_for(lambda: d.execute_script(chain).startswith("workload data-science/big"),
+                 what="the chain shown")  # fmt: skip
+        ready = "return Number(document.getElementById('main').dataset.readyAt)"
+        first = d.execute_script(ready)
+        time.sleep(30)
+        assert d.execute_script(ready) > first  # redrawn meanwhile
+        assert d.execute_script("return document.querySelector('details').open") is True
+        assert d.execute_script(chain).startswith("workload data-science/big")

@@ -235,7 +235,32 @@ async function shadowPage(main) {
   main.append(h("p", { class: "muted" }, "The shadow binds nothing: it decides each cycle on the cluster as it is, so its starts are bounded by the capacity the real scheduler left (docs/kubernetes.md, Shadow mode)."));
 }
 
+// ---------------------------------------------------------------- what the user holds
+// A new cycle redraws the page; what the user opened, typed or where they were stays as it was.
+function keep(main) {
+  const open = new Map();
+  for (const d of main.querySelectorAll("details[open][data-workload]")) open.set(d.dataset.workload, d.querySelector("pre").textContent);
+  const values = new Map([...main.querySelectorAll("input[id]")].map((i) => [i.id, i.value]));
+  const active = document.activeElement;
+  return { open, values, focus: active && active.id && main.contains(active) ? active.id : null, scroll: window.scrollY };
+}
+
+function restore(main, kept) {
+  for (const d of main.querySelectorAll("details[data-workload]")) {
+    if (!kept.open.has(d.dataset.workload)) continue;
+    d.querySelector("pre").textContent = kept.open.get(d.dataset.workload);  // until this cycle's chain comes
+    d.open = true;  // its toggle asks for the chain as it is now
+  }
+  for (const [id, value] of kept.values) {
+    const input = main.querySelector(`#${CSS.escape(id)}`);
+    if (input && value) input.value = value;
+  }
+  if (kept.focus) main.querySelector(`#${CSS.escape(kept.focus)}`)?.focus({ preventScroll: true });
+  window.scrollTo(0, kept.scroll);
+}
+
 // ---------------------------------------------------------------- frame
+let drawnRoute = null;
 const PAGES = { cluster: clusterPage, queues: queuesPage, pending: pendingPage, idle: idlePage, changes: changesPage, shadow: shadowPage };
 
 async function redraw(route) {
@@ -244,7 +269,6 @@ async function redraw(route) {
     return;
   }
   const [page, ...args] = decodeURIComponent(location.hash.slice(1) || "cluster").split("/");
-  const main = document.getElementById("main");
   const fresh = h("main", { id: "main", tabindex: "-1" });
   for (const a of document.querySelectorAll("nav a")) {
     if (a.dataset.page === (page === "pool" || page === "node" ? "cluster" : page)) a.setAttribute("aria-current", "page");
@@ -263,7 +287,12 @@ async function redraw(route) {
     }
     fresh.append(h("p", { class: "error", role: "alert" }, err.message));
   }
-  main.replaceWith(fresh);
+  // read just before the swap: what the user did while this cycle's answers came counts too
+  const current = document.getElementById("main");
+  const kept = drawnRoute === location.hash ? keep(current) : null;  // the same page, a new cycle
+  current.replaceWith(fresh);
+  if (kept) restore(fresh, kept);
+  drawnRoute = location.hash;
   fresh.dataset.ready = "true";
   fresh.dataset.readyAt = String(performance.now());  // for bench/dashboard.py
 }

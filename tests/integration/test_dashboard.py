@@ -107,9 +107,11 @@ def test_the_dashboard_shows_the_cluster_as_it_is(live: tuple[str, Api, LocalSta
         wait_for(lambda: "training" in drawn(d), what="pools drawn")
         text = drawn(d)
         row = next(line for line in text.splitlines() if line.startswith("training"))
-        # pool, model, sharing, nodes, GPUs, in use, free, out of service
-        assert row.split("\t")[:8] == [
-            "training", "H100-SXM5-80GB", "exclusive", "4", "32", "24", "7", "1",
+        # pool, model, sharing, nodes, GPUs, in use, then by state: reserved, out of service,
+        # changing, held outside the policy, in no MIG instance, free
+        assert row.split("\t")[:12] == [
+            "training", "H100-SXM5-80GB", "exclusive", "4", "32", "24", "0", "1", "0", "0", "0",
+            "7",
         ]  # fmt: skip
 
         # a GPU out of service, drawn and said

@@ -23,10 +23,13 @@ from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.explain import explain, render
 from gpucarve.kube.view.bound.held_slices import UNHEALTHY
 
-FREE, USED, OUT, CHANGING, RESERVED, OTHER = (
-    "free", "used", "out-of-service", "reconfiguring", "reserved", "other",
+FREE, USED, OUT, CHANGING, RESERVED, OTHER, STRANDED = (
+    "free", "used", "out-of-service", "reconfiguring", "reserved", "other", "stranded",
 )  # fmt: skip
-STATES = (USED, FREE, RESERVED, OUT, CHANGING, OTHER)
+# STRANDED: the part of a MIG GPU its layout leaves in no instance (six 1g.10gb leave a
+# quarter of an A100): no slice holds it, yet it is the pool's, so the states add up to it
+STATES = (USED, FREE, RESERVED, OUT, CHANGING, OTHER, STRANDED)
+EPSILON = 1e-9
 PAGE = 200  # nodes of a pool per page
 
 
@@ -162,13 +165,17 @@ def _count_gpu(
     frame: Frame, h: Holders, gpu: Gpu, row: dict[str, Any], per: dict[str, float]
 ) -> None:
     slices = frame.snapshot.cluster.slices
+    held = 0.0
     for sid in gpu.slice_ids:
         s = slices[sid]
         part = per[s.flavor]
+        held += part
         state = state_of(frame, h, s)
         row["states"][state] += part
         if state == USED:
             row["teams"][h.slices[sid][1]] += part
+    if 1.0 - held > EPSILON:
+        row["states"][STRANDED] += 1.0 - held
 
 
 def _slice_row(frame: Frame, h: Holders, viewer: Viewer, s: Slice, gpu: Gpu) -> dict[str, Any]:
@@ -198,6 +205,9 @@ def _gpu_row(frame: Frame, h: Holders, viewer: Viewer, gpu: Gpu) -> dict[str, An
     # MIG instances in their placement order, as the GPU holds them
     rows.sort(key=lambda r: (r["start"] is None, r["start"] or 0, r["id"]))
     out: dict[str, Any] = {"index": gpu.index, "id": gpu.id, "slices": rows}
+    left = 1.0 - sum(share(slices[sid], frame.policy) for sid in gpu.slice_ids)
+    if left > EPSILON:
+        out["stranded"] = round(left, 4)
     why = frame.unhealthy.get(gpu.id)
     if why is not None:
         out["outOfService"] = why

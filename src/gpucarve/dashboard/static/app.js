@@ -6,7 +6,9 @@ const POLL_MS = 3000;
 const STATE_NAMES = {
   free: "free", used: "in use", reserved: "reserved for a waiting gang",
   "out-of-service": "out of service", reconfiguring: "MIG change in flight", other: "held outside the policy",
+  stranded: "in no MIG instance of the layout",
 };
+const STATES = ["reserved", "out-of-service", "reconfiguring", "other", "stranded", "free"];
 let teams = [];
 let token = sessionStorage.getItem("gpucarve-token") || "";
 let shown = -1;
@@ -61,7 +63,7 @@ function legend(items) {
 function poolBar(p) {
   const parts = [];
   for (const [t, n] of Object.entries(p.teams)) parts.push([teamClass(t), `${t}: ${fmt(n)} GPUs in use`, n]);
-  for (const s of ["reserved", "out-of-service", "reconfiguring", "other", "free"]) {
+  for (const s of STATES) {
     const n = p.states[s] || 0;
     if (n > 0) parts.push([`state-${s}`, `${STATE_NAMES[s]}: ${fmt(n)} GPUs`, n]);
   }
@@ -74,12 +76,13 @@ async function clusterPage(main) {
   const c = await api("/api/cluster");
   teams = c.teams;
   main.append(h("h2", {}, "Pools"),
-    legend([...teams.map((t) => [teamClass(t), t]), ...["reserved", "out-of-service", "reconfiguring", "free"].map((s) => [`state-${s}`, STATE_NAMES[s]])]));
+    legend([...teams.map((t) => [teamClass(t), t]), ...STATES.map((s) => [`state-${s}`, STATE_NAMES[s]])]));
+  // every state a GPU can be in has its column: a pool's row adds up to its GPUs
   const rows = c.pools.map((p) => [
     h("a", { href: `#pool/${encodeURIComponent(p.name)}` }, p.name), p.model, p.sharing, p.nodes, p.gpus,
-    fmt((p.states.used || 0)), fmt(p.states.free || 0), p.outOfService, poolBar(p),
+    fmt(p.states.used || 0), ...STATES.map((s) => fmt(p.states[s] || 0)), poolBar(p),
   ]);
-  main.append(table(["Pool", "GPU model", "Sharing", "Nodes", "GPUs", "In use (GPUs)", "Free (GPUs)", "GPUs out of service", "By team and state"], rows, [3, 4, 5, 6, 7]));
+  main.append(table(["Pool", "GPU model", "Sharing", "Nodes", "GPUs", "In use (GPUs)", ...STATES.map((s) => `${STATE_NAMES[s][0].toUpperCase()}${STATE_NAMES[s].slice(1)} (GPUs)`), "By team and state"], rows, [3, 4, 5, 6, 7, 8, 9, 10, 11]));
   // thousands of nodes: open one by name rather than paging to it
   const input = h("input", { id: "node-name", type: "text", required: true, autocomplete: "off", spellcheck: "false" });
   main.append(h("form", { class: "goto", onsubmit: (e) => { e.preventDefault(); redraw(`node/${input.value.trim()}`); } },
@@ -99,6 +102,10 @@ function gpuBox(g) {
       "data-slice": s.id, "data-state": s.state, "data-team": s.team || null,
     }, s.label);
   });
+  if (g.stranded) {
+    const label = `${fmt(g.stranded, 3)} of the GPU ${STATE_NAMES.stranded}`;
+    slices.push(h("div", { class: "slice state-stranded", style: `width:${100 * g.stranded}%`, title: label, "aria-label": label, "data-state": "stranded" }));
+  }
   return h("div", { class: `gpu${out ? " out" : ""}`, "data-gpu": g.id, title: out ? `out of service: ${g.outOfService}` : null },
     title, h("div", { class: "slices" }, slices), out ? h("div", { class: "muted", style: "font-size:.7rem;padding:0 .3rem" }, g.outOfService) : null);
 }

@@ -256,9 +256,13 @@ def queues(frame: Frame) -> dict[str, Any]:
     after = usage_after(frame.snapshot.running, frame.result)
     q = Quotas(policy, dict(after))
     pending: Counter[str] = Counter(p.queue for p in frame.result.pending)
+    lent = _lent(q, policy)
     out = []
     for queue in policy.queues:
-        rows = [_quota_row(q, policy, queue.name, queue.cohort, quota) for quota in queue.quotas]
+        rows = [
+            _quota_row(q, policy, queue.name, quota, lent.get((queue.name, quota.flavor), 0))
+            for quota in queue.quotas
+        ]
         out.append(
             {
                 "name": queue.name,
@@ -273,18 +277,42 @@ def queues(frame: Frame) -> dict[str, Any]:
     return {"queues": out}
 
 
-def _quota_row(
-    q: Quotas, policy: Policy, queue: str, cohort: str | None, quota: Any
-) -> dict[str, Any]:
+def _lent(q: Quotas, policy: Policy) -> dict[tuple[str, str], int]:
+    """(queue, quota key) -> what it lends: the cohort's borrowing of the key, shared between
+    its lenders in proportion to the unused nominal each may lend (its lending limit kept),
+    largest remainders first, so a cohort's lent adds up to its borrowed (a lender is not
+    credited with a loan another made)."""
+    out: dict[tuple[str, str], int] = {}
+    by_key: defaultdict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
+    for queue in policy.queues:
+        if queue.cohort is None:
+            continue
+        for quota in queue.quotas:
+            spare = max(0, quota.nominal - q.used(queue.name, quota.flavor))
+            if quota.lending_limit is not None:
+                spare = min(spare, quota.lending_limit)
+            by_key[(queue.cohort, quota.flavor)].append((queue.name, spare))
+    for (cohort, key), lenders in by_key.items():
+        borrowed = sum(q.borrowed(m, key) for m in q.members.get(cohort, ()))
+        spare = sum(n for _, n in lenders)
+        total = min(borrowed, spare)
+        if not total:
+            continue
+        shares = {name: total * n / spare for name, n in lenders}
+        given = {name: int(x) for name, x in shares.items()}
+        rest = total - sum(given.values())
+        for name in sorted(shares, key=lambda m: (-(shares[m] - given[m]), m))[:rest]:
+            given[name] += 1
+        out.update({(name, key): n for name, n in given.items()})
+    return out
+
+
+def _quota_row(q: Quotas, policy: Policy, queue: str, quota: Any, lent: int) -> dict[str, Any]:
     key = quota.flavor
     unit = policy.units.get(key)
     per = unit.parts_per_gpu if unit is not None else 1
     used = q.used(queue, key)
     borrowed = q.borrowed(queue, key)
-    others = 0
-    if cohort is not None:
-        others = sum(q.borrowed(m, key) for m in q.members.get(cohort, ()) if m != queue)
-    lent = min(max(0, quota.nominal - used), others)
     return {
         "key": key,
         "unit": "GPUs" if unit is not None else "slices",

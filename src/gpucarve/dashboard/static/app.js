@@ -171,7 +171,7 @@ async function queuesPage(main) {
       r.borrowingLimit === null ? "none" : fmt(r.borrowingLimit), r.lendingLimit === null ? "none" : fmt(r.lendingLimit), spark(q.history, queue.name, r.key, r.nominal)]);
     main.append(table(["Quota", "Unit", "Nominal", "Used", "Borrowed", "Lent", "Borrowing limit", "Lending limit", "Used over time"], rows, [2, 3, 4, 5, 6, 7]));
   }
-  main.append(h("p", { class: "muted" }, "Borrowed: used beyond nominal. Lent: this queue's unused nominal that other queues of its cohort are using. Over time: a point a minute; the dashed line is the nominal quota, above it the queue borrows."));
+  main.append(h("p", { class: "muted" }, "Borrowed: used beyond nominal. Lent: its share of what its cohort borrows, by the unused nominal each lender could lend (a cohort's lent adds up to its borrowed). Over time: a point a minute; the dashed line is the nominal quota, above it the queue borrows."));
 }
 
 // ---------------------------------------------------------------- pending

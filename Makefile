@@ -9,6 +9,7 @@ EXAMPLE ?= src/gpucarve/data/examples/three-teams.yaml
 .PHONY: demo test lint typecheck layers unit venv clean testenv axe
 
 $(STAMP): pyproject.toml
+	@echo "first use: installing gpucarve and its dependencies into $(VENV) (a few minutes; once)"
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

@@ -90,13 +90,17 @@ def _configs(path: str | Path) -> _Read:
         for i, obj in enumerate(objects_of(doc.data)):
             _object(read, doc, obj, i, Path(path).stem)
     if not read.configs and not read.problems:
+        operator = any(OPERATOR in x for x in read.skipped)
         read.problems.append(
             _problem(
                 (),
-                "not-device-plugin",
+                "gpu-operator-config" if operator else "not-device-plugin",
                 "no device-plugin configuration, ConfigMap or DaemonSet in the file"
                 + (f" ({'; '.join(read.skipped)})" if read.skipped else ""),
-                "pass the ConfigMap (`kubectl get cm -n gpu-operator NAME -o yaml`), the "
+                "run `gpucarve import gpu-operator` on it: it reads the GPU Operator's "
+                "ClusterPolicy and values"
+                if operator
+                else "pass the ConfigMap (`kubectl get cm -n gpu-operator NAME -o yaml`), the "
                 "plugin's DaemonSet, or one configuration file (`version: v1`)",
             )
         )
@@ -116,9 +120,16 @@ def _object(read: _Read, doc: YamlDocument, obj: Any, index: int, stem: str) -> 
         and ("version" in obj or "sharing" in obj or "flags" in obj)
     ):
         read.configs[stem if index == 0 and stem not in read.configs else f"{stem}-{index}"] = obj
+    elif kind == "ClusterPolicy":
+        read.skipped.append(f"ClusterPolicy {name}: {OPERATOR}")
     else:
         what = f"{kind} {name}".strip() if kind else f"a {type(obj).__name__}"
         read.skipped.append(f"{what}: not a device-plugin configuration, ConfigMap or DaemonSet")
+
+
+# what a skipped ClusterPolicy is, and the keys a ConfigMap keeps the plugin's MIG strategy under
+OPERATOR = "the GPU Operator's configuration (gpucarve import gpu-operator reads it)"
+STRATEGY_KEYS = ("migStrategy", "mig-strategy", "MIG_STRATEGY")
 
 
 def _config_map(read: _Read, doc: YamlDocument, obj: dict[str, Any], name: str) -> None:
@@ -145,6 +156,11 @@ def _config_map(read: _Read, doc: YamlDocument, obj: dict[str, Any], name: str) 
             )
             continue
         parsed = parse_yaml(text, f"{doc.source}: {name}: data.{key}").data
+        if str(key) in STRATEGY_KEYS and isinstance(parsed, str):
+            # the plugin's MIG strategy kept on its own (the flag's or its environment's
+            # name, a bare value): what --mig-strategy would say
+            parsed = {"version": "v1", "flags": {"migStrategy": parsed}}
+            key = name or str(key)
         if isinstance(parsed, dict) and ("mig-configs" in parsed):
             read.skipped.append(
                 f"ConfigMap {name} data.{key}: a mig-parted configuration "

@@ -57,7 +57,9 @@ def import_gpu_operator(path: str | Path) -> OperatorConfig:
             got = _spec(obj)
             if got is None:
                 kind = obj.get("kind") if isinstance(obj, dict) else type(obj).__name__
-                skipped.append(f"skipped {kind}: not a ClusterPolicy or GPU Operator values")
+                plugins = kind in ("ConfigMap", "DaemonSet")
+                hint = "; `gpucarve import device-plugin` reads the plugin's" if plugins else ""
+                skipped.append(f"skipped {kind}: not a ClusterPolicy or GPU Operator values{hint}")
             else:
                 found.append(got)
     if len(found) != 1:

@@ -51,6 +51,7 @@ def test_anything_else_is_refused_with_what_it_held(tmp_path: Path) -> None:
         import_gpu_operator(path)
     (p,) = exc.value.problems
     assert p.code == "not-gpu-operator" and "skipped ConfigMap" in p.message and p.fix
+    assert "gpucarve import device-plugin" in p.message  # the other importer reads it
 
 
 def test_a_mig_strategy_the_operator_does_not_know_is_refused(tmp_path: Path) -> None:

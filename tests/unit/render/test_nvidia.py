@@ -130,6 +130,9 @@ sharing:
          "    - {name: amd.com/gpu, replicas: 2}\n", "unknown-resource"),
         ("kind: ConfigMap\ndata: {}\n", "empty-config-map"),
         ("just: text\n", "not-device-plugin"),
+        # the GPU Operator's ClusterPolicy: the other importer reads it, and the fix says so
+        ("apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata: {name: cp}\n"
+         "spec: {mig: {strategy: mixed}}\n", "gpu-operator-config"),
     ],
 )  # fmt: skip
 def test_what_gpucarve_cannot_express_is_refused_with_the_fix(
@@ -139,6 +142,18 @@ def test_what_gpucarve_cannot_express_is_refused_with_the_fix(
         import_device_plugin(_config_file(tmp_path, body))
     (p,) = info.value.problems
     assert p.code == code and p.fix
+    if code == "gpu-operator-config":
+        assert "gpucarve import gpu-operator" in p.fix
+
+
+@pytest.mark.parametrize("key", ["migStrategy", "MIG_STRATEGY"])
+def test_a_config_map_holding_only_the_mig_strategy_reads_as_the_plugins_flag(
+    tmp_path: Path, key: str
+) -> None:
+    body = f"kind: ConfigMap\nmetadata: {{name: mig-strategy}}\ndata: {{{key}: mixed}}\n"
+    (got,) = import_device_plugin(_config_file(tmp_path, body))
+    assert got.name == "mig-strategy" and got.sharing == "exclusive"
+    assert any("migStrategy mixed" in n and "sharing: mig" in n for n in got.notes)
 
 
 @pytest.mark.parametrize(

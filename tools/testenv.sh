@@ -24,6 +24,13 @@ export CGO_ENABLED=0
 
 log() { echo "testenv: $*" >&2; }
 
+# GPUCARVE_TESTENV_WHERE=1: print the bin folder and build nothing (a caller that needs only
+# some binaries uses them at once when they are there, without waiting for another build)
+if [ -n "${GPUCARVE_TESTENV_WHERE:-}" ]; then
+  echo "$BIN"
+  exit 0
+fi
+
 # Two clones building at once must neither race on the same temporary file nor both spend
 # 20 minutes: one holds the lock and builds, the other waits and then finds the binaries.
 # Each binary is written under a unique temporary name and renamed into place (atomic).

@@ -67,7 +67,10 @@ def up(
            if not on}  # fmt: skip
     try:
         stack = LocalStack(
-            find_binaries(needed=needed_binaries(off)), state.resolve(), policy.resolve(), off
+            find_binaries(needed=needed_binaries(off), progress=lambda line: err.print(Text(line))),
+            state.resolve(),
+            policy.resolve(),
+            off,
         )
     except StackError as exc:
         err.print(Text(f"could not start the dev cluster: {exc}", style="red"))

@@ -23,10 +23,11 @@ import shutil
 import signal
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,10 +138,17 @@ def checkout_script() -> Path:
     return Path(__file__).resolve().parents[3] / "tools" / "testenv.sh"
 
 
-def find_binaries(bin_dir: str | Path | None = None, needed: Sequence[str] = BINARIES) -> Path:
+def find_binaries(
+    bin_dir: str | Path | None = None,
+    needed: Sequence[str] = BINARIES,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
     """The folder holding the test environment's binaries (`needed`: what the caller runs):
     `bin_dir`, $GPUCARVE_TESTENV_BIN, what `tools/testenv.sh` prints (it builds them when
-    missing) from a checkout, or else the per-user cache that script fills."""
+    missing) from a checkout, or else the per-user cache that script fills. From a checkout,
+    the script's folder is used at once when it holds `needed` (another build holding the
+    lock for the rest is not waited for); a build's lines, and a line every `HEARTBEAT_S`
+    while it is quiet, go to `progress`."""
     candidates: list[Path] = []
     if bin_dir is not None:
         candidates.append(Path(bin_dir))
@@ -160,21 +168,77 @@ def find_binaries(bin_dir: str | Path | None = None, needed: Sequence[str] = BIN
             "module proxy into that cache, about 20 minutes cold), or set "
             "GPUCARVE_TESTENV_BIN to a folder holding them"
         )
-    try:
-        out = subprocess.run([str(script)], check=True, capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        tail = getattr(exc, "stderr", "") or ""
-        raise StackError(
-            f"tools/testenv.sh could not build the components ({exc}): {tail[-600:]}; "
-            "it needs Go 1.26 and the Go module proxy"
-        ) from None
-    lines = out.stdout.strip().splitlines()
-    if not lines:
-        raise StackError("tools/testenv.sh printed no bin folder")
-    found = Path(lines[-1])
+    where = _script_folder(script)
+    if where is not None and _complete(where, needed):
+        return where
+    found = Path(_run_build(script, progress or (lambda _: None)))
     if not _complete(found, needed):
         raise StackError(f"tools/testenv.sh did not produce {', '.join(needed)} in {found}")
     return found
+
+
+HEARTBEAT_S = 10.0
+
+
+def _script_folder(script: Path) -> Path | None:
+    """The bin folder the script would fill (None: it could not say)."""
+    try:
+        env = {**os.environ, "GPUCARVE_TESTENV_WHERE": "1"}
+        out = subprocess.run([str(script)], check=True, capture_output=True, text=True,
+                             timeout=60, env=env)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.strip().splitlines()
+    return Path(lines[-1]) if lines else None
+
+
+def _run_build(script: Path, progress: Callable[[str], None]) -> str:
+    """Run the build, passing its log lines on as they come and saying every `HEARTBEAT_S`
+    that it still runs; the folder it printed last."""
+    try:
+        proc = subprocess.Popen([str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+    except OSError as exc:
+        raise StackError(f"tools/testenv.sh could not start ({exc})") from None
+    assert proc.stdout is not None and proc.stderr is not None
+    said: list[str] = []
+    started = time.monotonic()
+    last = [started]
+
+    def relay() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            progress(line.rstrip())
+            last[0] = time.monotonic()
+
+    printed: list[str] = []
+
+    def collect() -> None:
+        assert proc.stdout is not None
+        printed.extend(proc.stdout)  # read as it comes: a full pipe would stop the build
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (relay, collect)]
+    for r in readers:
+        r.start()
+    while proc.poll() is None:
+        time.sleep(0.5)
+        if time.monotonic() - last[0] >= HEARTBEAT_S:
+            progress(f"testenv: still building ({time.monotonic() - started:.0f} s so far)")
+            last[0] = time.monotonic()
+    for r in readers:
+        r.join(5)
+    stdout = "".join(printed)
+    if proc.returncode != 0:
+        tail = "".join(said)[-600:]
+        raise StackError(
+            f"tools/testenv.sh could not build the components (exit {proc.returncode}): {tail}; "
+            "it needs Go 1.26 and the Go module proxy"
+        )
+    lines = stdout.strip().splitlines()
+    if not lines:
+        raise StackError("tools/testenv.sh printed no bin folder")
+    return lines[-1]
 
 
 def needed_binaries(off: Mapping[str, str]) -> list[str]:

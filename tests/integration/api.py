@@ -55,3 +55,12 @@ def wait_for(check: Callable[[], Any], timeout_s: float = 30.0, what: str = "con
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+def probe_ready(url: str) -> bool:
+    """Whether a scheduler's probe port at `url` answers /readyz with 200."""
+    try:
+        with urllib.request.urlopen(url + "/readyz", timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False

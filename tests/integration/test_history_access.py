@@ -9,7 +9,6 @@ import json
 import signal
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typer.testing import CliRunner
 from gpucarve.cli.main import app
 from gpucarve.devcluster.procs import free_port
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack
-from tests.integration.api import Api, wait_for
+from tests.integration.api import Api, probe_ready, wait_for
 from tests.integration.kube_pods import create_pod, node_of, pod, pods_in
 from tests.integration.stack_setup import example_policy, namespace_reader, populated
 
@@ -35,14 +34,6 @@ def _export(url: str, *creds: str) -> tuple[int, str]:
 
 def _namespaces(text: str) -> set[str]:
     return {json.loads(x)["namespace"] for x in text.splitlines() if x.strip()}
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/readyz", timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +53,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, L
         proc = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_for(lambda: _ready(url), timeout_s=60, what="the scheduler to be ready")
+            wait_for(lambda: probe_ready(url), timeout_s=60, what="the scheduler to be ready")
             for ns in TEAMS:
                 create_pod(api, pod(ns, "one", "nvidia.com/gpu", 1))
             wait_for(lambda: all(node_of(pods_in(api, ns)["one"]) for ns in TEAMS),

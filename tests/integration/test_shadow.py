@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from gpucarve.cli.main import app
 from gpucarve.devcluster.procs import free_port
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
-from tests.integration.api import Api, wait_for
+from tests.integration.api import Api, probe_ready, wait_for
 from tests.integration.stack_setup import example_policy, populate
 from tests.integration.test_history import THEIRS, WORK, _submit_all
 
@@ -82,7 +82,7 @@ def shadowed(
         proc = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_for(lambda: _ready(url), timeout_s=60, what="the shadow to be ready")
+            wait_for(lambda: probe_ready(url), timeout_s=60, what="the shadow to be ready")
             _submit_all(api, THEIRS, "default-scheduler")
             wait_for(lambda: len(_ended(_export(url))) == len(WORK), timeout_s=60,
                      what="the shadow's record of every workload")  # fmt: skip
@@ -94,14 +94,6 @@ def shadowed(
             proc.wait(30)
         time.sleep(1)  # the audit log's last events are written after the answers
         return lines, stack.audited(SHADOW), log.read_text() + "\n" + metrics
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/readyz", timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
 
 
 def _ended(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:

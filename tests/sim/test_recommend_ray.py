@@ -3,26 +3,17 @@ started on this machine for the run), with the same choice and figures as in thi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
-
-
-def _recommend(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], str]:
-    args = ["simulate", "--compare", "gpucarve", "--days", "0.25", "--load", "2", "--recommend",
-            "--judge-seeds", "1", "--json", "--out", str(tmp_path), *extra]  # fmt: skip
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)["recommendation"], result.stderr
+from tests.sim.test_recommend_search import recommend
 
 
 def test_the_search_on_ray_chooses_as_the_search_in_this_process(tmp_path: Path) -> None:
-    here, _ = _recommend(tmp_path / "here", "--jobs", "1")
-    on_ray, said = _recommend(tmp_path / "ray", "--ray", "local")
+    here, _ = recommend(tmp_path / "here", "--jobs", "1", days=0.25)
+    on_ray, said = recommend(tmp_path / "ray", "--ray", "local", days=0.25)
     assert on_ray == here
     assert here["replays"] > len(here["path"])  # it searched: more than the path was replayed
     assert "recommend: round 1:" in said

@@ -69,9 +69,12 @@ def test_a_later_change_of_the_same_option_replaces_the_earlier_one() -> None:
     assert made.doc == {"r": 2}
 
 
-def _recommend(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], str]:
-    args = ["simulate", "--compare", "gpucarve", "--days", "0.5", "--load", "2", "--recommend",
-            "--judge-seeds", "1", "--json", "--out", str(tmp_path), *extra]  # fmt: skip
+def recommend(tmp_path: Path, *extra: str, days: float = 0.5) -> tuple[dict[str, Any], str]:
+    """`simulate --recommend` of the example at load 2, judged on one seed: the
+    recommendation and what went to standard error."""
+    args = ["simulate", "--compare", "gpucarve", "--days", str(days), "--load", "2",
+            "--recommend", "--judge-seeds", "1", "--json", "--out", str(tmp_path),
+            *extra]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)["recommendation"], result.stderr
@@ -80,7 +83,7 @@ def _recommend(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], str]:
 def test_the_search_derives_on_one_seed_judges_on_another_and_saves_its_choice(
     tmp_path: Path,
 ) -> None:
-    one, said = _recommend(tmp_path / "one", "--jobs", "1")
+    one, said = recommend(tmp_path / "one", "--jobs", "1")
     assert one["derived_on"] == ["seed 42"] and one["judged_on"] == ["seed 43"]
     assert one["objective"]["minimize"] == "wasted-gpu-hours"
     assert one["objective"]["wait_p95_s"] == {"data-science": 14400, "production": 3600}
@@ -117,7 +120,7 @@ def test_the_search_derives_on_one_seed_judges_on_another_and_saves_its_choice(
     else:
         assert not saved.exists() and "keep the policy as read" in one["evidence"]
     # the same choice and figures with the replays on two worker processes
-    two, _ = _recommend(tmp_path / "two", "--jobs", "2")
+    two, _ = recommend(tmp_path / "two", "--jobs", "2")
     assert two == one
 
 

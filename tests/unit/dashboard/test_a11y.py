@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.keys import Keys
 
-from gpucarve.dashboard.access import Open
-from gpucarve.dashboard.server import Board, app
-from gpucarve.kube.scheduler.health import ThreadServer
+from gpucarve.dashboard.server import Board
 from tests.browser import axe_source, chromium, drawn, show
 from tests.integration.api import wait_for
+from tests.unit.dashboard.serving import serving
 from tests.unit.dashboard.test_model import scenario
 
 ROUTES = ("cluster", "pool/production", "node/training-0", "queues", "pending", "idle", "changes")
@@ -39,12 +38,8 @@ def base() -> Iterator[str]:
     # a second cycle two minutes on: the queues page draws use over time too
     later = dataclasses.replace(first, result=dataclasses.replace(first.result, now=180))
     board.show(later, "2026-12-03T09:02:00+00:00")
-    server = ThreadServer(app(board, Open()), "127.0.0.1", 0, "dashboard")
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        server.stop()
+    with serving(board) as url:
+        yield url
 
 
 def test_no_page_breaks_wcag_a_or_aa(base: str) -> None:

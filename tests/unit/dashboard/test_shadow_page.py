@@ -12,13 +12,12 @@ from typing import Any, cast
 
 import pytest
 
-from gpucarve.dashboard.access import Open
-from gpucarve.dashboard.server import Board, app
-from gpucarve.kube.scheduler.health import ThreadServer
+from gpucarve.dashboard.server import Board
 from gpucarve.kube.scheduler.reactions import Decided, Parts
 from gpucarve.kube.scheduler.shadow import WouldStart
 from gpucarve.metrics.scheduler_metrics import SchedulerMetrics
 from tests.browser import axe_source, chromium, show
+from tests.unit.dashboard.serving import serving
 from tests.unit.dashboard.test_a11y import RUN_AXE
 from tests.unit.dashboard.test_model import scenario
 from tests.unit.kube.scheduler.test_shadow import T0, _decided, _parts
@@ -39,18 +38,11 @@ def served() -> Iterator[tuple[str, str]]:
     m, would = SchedulerMetrics(), WouldStart()
     for t in (T0, T0 + 30):
         would.react(cast(Parts, _parts(t, m)), cast(Decided, _decided(["research/a"], [])))
-    servers = []
-    for book in (would.summary, None):
-        board = Board()
+    boards = [Board(), Board()]
+    for board in boards:
         board.show(scenario(), "2026-12-03T09:00:00+00:00")
-        server = ThreadServer(app(board, Open(), book), "127.0.0.1", 0, "dashboard")
-        server.start()
-        servers.append(server)
-    try:
-        yield f"http://127.0.0.1:{servers[0].port}", f"http://127.0.0.1:{servers[1].port}"
-    finally:
-        for s in servers:
-            s.stop()
+    with serving(boards[0], shadow=would.summary) as shadow, serving(boards[1]) as binding:
+        yield shadow, binding
 
 
 def test_the_api_says_whether_it_is_a_shadow_and_what_it_would_have_done(

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from gpucarve.dashboard.access import Open
-from gpucarve.dashboard.server import Board, app
-from gpucarve.kube.scheduler.health import ThreadServer
+from gpucarve.dashboard.server import Board
 from tests.browser import chromium, show
 from tests.integration.api import wait_for
+from tests.unit.dashboard.serving import serving
 from tests.unit.dashboard.test_model import scenario
 
 
@@ -32,14 +31,12 @@ def cycling() -> Iterator[str]:
 
     thread = threading.Thread(target=cycles, daemon=True)
     thread.start()
-    server = ThreadServer(app(board, Open()), "127.0.0.1", 0, "dashboard")
-    server.start()
     try:
-        yield f"http://127.0.0.1:{server.port}"
+        with serving(board) as url:
+            yield url
     finally:
         stop.set()
         thread.join(5)
-        server.stop()
 
 
 def _drawn_at(d: Any) -> float:

@@ -15,12 +15,11 @@ from gpucarve.config.policy_build import build_policy
 from gpucarve.core.cluster import Allocation, build_cluster
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.dashboard import model
-from gpucarve.dashboard.access import Open
 from gpucarve.dashboard.model import Frame
-from gpucarve.dashboard.server import Board, app
+from gpucarve.dashboard.server import Board
 from gpucarve.engine import run_cycle
-from gpucarve.kube.scheduler.health import ThreadServer
 from tests.browser import chromium, show
+from tests.unit.dashboard.serving import serving
 
 OUTSIDE = "training-1/gpu0"
 
@@ -57,12 +56,8 @@ def test_each_pools_states_add_up_to_its_gpus() -> None:
 def base() -> Iterator[str]:
     board = Board()
     board.show(frame(), "2026-12-03T09:00:00+00:00")
-    server = ThreadServer(app(board, Open()), "127.0.0.1", 0, "dashboard")
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        server.stop()
+    with serving(board) as url:
+        yield url
 
 
 def test_the_cluster_page_has_a_column_and_a_legend_for_every_state(base: str) -> None:

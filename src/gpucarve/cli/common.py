@@ -9,7 +9,7 @@ from typing import Annotated, NoReturn
 import typer
 from rich.text import Text
 
-from gpucarve.cli.output import Exit, console, print_problems
+from gpucarve.cli.output import Exit, console, print_problems, refuse
 from gpucarve.config.catalog_file import load_catalog
 from gpucarve.config.examples import POLICY, example_path
 from gpucarve.config.policy_build import LoadedPolicy, load_policy
@@ -123,3 +123,17 @@ def out_dir_or_exit(path: Path, option: str) -> Path:
         err.print(Text(f"fix: pass a folder you can write to with {option}"))
         raise typer.Exit(Exit.INVALID)
     return path
+
+
+def text_out(out: Path | None, text: str) -> bool:
+    """`text` on standard output (`out` None) or into `out`; a file that cannot be written
+    exits naming --out and the fix. Whether it went to a file."""
+    if out is None:
+        typer.echo(text, nl=False)
+        return False
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        refuse("--out", "cannot-write", f"{out}: {exc.strerror}",
+               "give a file in a folder you may write")  # fmt: skip
+    return True

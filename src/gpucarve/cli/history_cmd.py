@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from gpucarve.cli.common import CatalogOption, fail, policy_file, policy_or_exit
+from gpucarve.cli.common import CatalogOption, fail, policy_file, policy_or_exit, text_out
 from gpucarve.cli.kube_options import client_or_exit
 from gpucarve.cli.output import console, refuse
 from gpucarve.config.policy_build import LoadedPolicy
@@ -156,19 +156,7 @@ def export(
     else:
         assert url is not None
         lines = _from_url(url, cut, _bearer(kubeconfig, token_file))
-    text = jsonl(rebased(lines))
-    if out is None:
-        typer.echo(text, nl=False)
-    else:
-        try:
-            out.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            refuse(
-                "--out",
-                "cannot-write",
-                f"{out}: {exc.strerror}",
-                "give a file in a folder you may write",
-            )
+    if text_out(out, jsonl(rebased(lines))):
         console(stderr=True).print(Text(f"wrote {len(lines)} workloads to {out}"))
 
 
@@ -229,13 +217,7 @@ def replay_cmd(
     if as_policy is not None and as_policy not in ("gpucarve", "kube-default"):
         refuse("--as", "unknown-policy", f"no replay policy {as_policy!a}",
                "use gpucarve or kube-default")  # fmt: skip
-    try:
-        history = load_trace(trace, loaded.policy)
-    except InvalidInput as exc:
-        fail(exc)
-    if not history.recorded:
-        fix = "export one with `gpucarve history export`; `simulate --trace` replays plain traces"
-        refuse("TRACE", "not-a-history", f"{trace} has no recorded starts", fix)
+    history = _history(trace, loaded)
     name = as_policy or scheduler_policy(history)
     assert name in POLICIES
     _, fid = replay(loaded.policy, history, name)

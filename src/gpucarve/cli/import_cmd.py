@@ -18,6 +18,7 @@ from gpucarve.cli.common import (
     fail,
     out_dir_or_exit,
     policy_or_exit,
+    text_out,
 )
 from gpucarve.cli.output import Exit, console, print_problems, refuse
 from gpucarve.config.device_plugin_import import import_device_plugin
@@ -273,16 +274,5 @@ def prometheus(
     err.print(Text(f"{len(lines)} workloads, {hours:.1f} GPU-hours, from {url}"))
     for why, n in sorted(rebuilt.unrecovered.items()):
         err.print(Text(f"not recovered: {n} ({why})", style="yellow"))
-    if out is None:
-        typer.echo(text, nl=False)
-    else:
-        try:
-            out.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            refuse(
-                "--out",
-                "cannot-write",
-                f"{out}: {exc.strerror}",
-                "give a file in a folder you may write",
-            )
+    if text_out(out, text):
         err.print(Text(f"wrote {out}"))

@@ -107,7 +107,7 @@ def recommend(
             progress.print(
                 Text(f"recommend: judging {len(path)} step(s) on {len(judged_on)} trace(s)")
             )
-            ranked = judge(path, load, objective, judged_on, ev)
+            ranked = judge(path, objective, judged_on, ev)
             replays = ev.replays
     except RayUnavailable as exc:
         fix = ("start Ray (ray start --head) and give its address, --ray local for a cluster "
@@ -122,9 +122,7 @@ def recommend(
     evidence = _evidence(derive, judged_on, chosen)
     c.print(Text(f"recommend: {chosen.step.candidate.name} — {evidence}"))
     if out is not None and chosen.step.candidate.changes:
-        made = load(chosen.step.candidate.doc)
-        assert not isinstance(made, str)
-        _save(out, doc, chosen.step.candidate.name, made[0])
+        _save(out, doc, chosen.step.candidate.name, chosen.step.text)
     return {
         "objective": {
             "minimize": objective.minimize.value,

@@ -209,10 +209,13 @@ def _set(doc: Mapping[str, Any], key: str, value: object) -> Candidate:
 
 @dataclass
 class Step:
-    """One step of the search's path: the candidate, its verdict on the derive cases, and the
-    round's other candidates ranked (name, verdict)."""
+    """One step of the search's path: the candidate (as YAML and as the policy it builds,
+    validated once), its verdict on the derive cases, and the round's candidates ranked
+    (name, verdict)."""
 
     candidate: Candidate
+    text: str
+    policy: Policy
     derived: Verdict
     figures: list[Figures]
     ranked: list[tuple[str, Verdict]] = field(default_factory=list)
@@ -236,38 +239,52 @@ def search(
         raise ValueError(f"the policy as read does not validate: {loaded}")
     text, policy = loaded
     base = evaluator.evaluate([(text, c.key) for c in derive])
-    here = Step(Candidate((), doc), verdict(objective, base, base), base)
+    here = Step(Candidate((), doc), text, policy, verdict(objective, base, base), base)
     path = [here]
     for round_no in range(1, MAX_ROUNDS + 1):
-        cands: list[tuple[Candidate, str]] = []
-        # the idle accounting's changes follow the first derive trace (their demand, layouts
-        # and limits are fitted to one trace); every candidate is judged on all of them
-        for change in changes(here.candidate.doc, policy, derive[0], here.figures[0]):
-            made = load(change.doc)
-            if isinstance(made, str):
-                progress(f"recommend: {change.name}: the change does not validate ({made})")
-                continue
-            cands.append((here.candidate.then(change), made[0]))
-        progress(
-            f"recommend: round {round_no}: {len(cands)} candidates × {len(derive)} derive "
-            f"trace(s) from {here.candidate.name}"
-        )
-        runs = evaluator.evaluate([(text, c.key) for _, text in cands for c in derive])
-        scored = []
-        for i, (cand, _) in enumerate(cands):
-            figs = runs[i * len(derive) : (i + 1) * len(derive)]
-            scored.append((cand, verdict(objective, figs, base), figs))
-        scored.sort(key=lambda s: (s[1].key(), s[0].changes[-1].label))
-        here.ranked = [(c.changes[-1].label, v) for c, v, _ in scored]
-        if not scored or not _gains(scored[0][1], here.derived):
+        best = _round(here, load, objective, derive, base, evaluator, progress, round_no)
+        if best is None:
             break
-        best, best_verdict, figs = scored[0]
-        made = load(best.doc)
-        assert not isinstance(made, str)  # it validated above
-        policy = made[1]
-        here = Step(best, best_verdict, figs)
+        here = best
         path.append(here)
     return path
+
+
+def _round(
+    here: Step,
+    load: Load,
+    objective: Objective,
+    derive: Sequence[Case],
+    base: Sequence[Figures],
+    evaluator: Evaluator,
+    progress: Callable[[str], None],
+    round_no: int,
+) -> Step | None:
+    """Every change from `here`, replayed and ranked (kept on `here.ranked`); the best as the
+    next step when it gains, else None."""
+    steps: list[Step] = []
+    # the idle accounting's changes follow the first derive trace (their demand, layouts and
+    # limits are fitted to one trace); every candidate is judged on all of them
+    for change in changes(here.candidate.doc, here.policy, derive[0], here.figures[0]):
+        made = load(change.doc)
+        if isinstance(made, str):
+            progress(f"recommend: {change.name}: the change does not validate ({made})")
+            continue
+        steps.append(Step(here.candidate.then(change), *made, here.derived, []))
+    progress(
+        f"recommend: round {round_no}: {len(steps)} candidates × {len(derive)} derive "
+        f"trace(s) from {here.candidate.name}"
+    )
+    runs = evaluator.evaluate([(st.text, c.key) for st in steps for c in derive])
+    n = len(derive)
+    for i, st in enumerate(steps):
+        st.figures = runs[i * n : (i + 1) * n]
+        st.derived = verdict(objective, st.figures, base)
+    steps.sort(key=lambda st: (st.derived.key(), st.candidate.changes[-1].label))
+    here.ranked = [(st.candidate.changes[-1].label, st.derived) for st in steps]
+    if not steps or not _gains(steps[0].derived, here.derived):
+        return None
+    return steps[0]
 
 
 def _gains(new: Verdict, old: Verdict) -> bool:
@@ -290,19 +307,10 @@ class Judged:
 
 
 def judge(
-    path: Sequence[Step],
-    load: Load,
-    objective: Objective,
-    cases: Sequence[Case],
-    evaluator: Evaluator,
+    path: Sequence[Step], objective: Objective, cases: Sequence[Case], evaluator: Evaluator
 ) -> list[Judged]:
     """Every step of the path replayed on `cases`, ranked as the search ranked, best first."""
-    texts = []
-    for step in path:
-        made = load(step.candidate.doc)
-        assert not isinstance(made, str)  # each step validated during the search
-        texts.append(made[0])
-    runs = evaluator.evaluate([(t, c.key) for t in texts for c in cases])
+    runs = evaluator.evaluate([(step.text, c.key) for step in path for c in cases])
     n = len(cases)
     base = runs[:n]
     out = []

@@ -23,7 +23,7 @@ def test_kube_default_is_whole_gpus_without_quota_or_gangs() -> None:
     assert all(q.cohort is None for q in kd.queues)
     assert all(q.quota("h100-full").nominal == 32 for q in kd.queues)  # type: ignore[union-attr]
     s = kd.scheduling
-    assert (s.gang, s.preemption, s.scoring.binpack, s.scoring.fragmentation) == (
+    assert (s.gang, s.preemption, s.scoring["binpack"], s.scoring["fragmentation"]) == (
         False,
         False,
         0,

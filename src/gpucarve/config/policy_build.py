@@ -22,6 +22,7 @@ from gpucarve.config.pydantic_errors import problems_from
 from gpucarve.config.yaml_source import YamlDocument, parse_yaml, read_yaml
 from gpucarve.core.catalog import Catalog
 from gpucarve.core.policy import (
+    DEFAULT_SCORING,
     Cohort,
     Flavor,
     GpuHealth,
@@ -40,6 +41,7 @@ from gpucarve.core.policy import (
     gpu_units,
 )
 from gpucarve.core.problems import InvalidInput, Path, Problem, Severity, errors
+from gpucarve.engine import score_names, victim_order_names
 
 from .policy_model import PolicySpec, QueueSpec
 from .quota_build import capacity_checks, check_quota, quota_of, suggest
@@ -176,6 +178,33 @@ def _unique(items: Sequence[str], section: str, what: str) -> list[Problem]:
     return out
 
 
+def _plugin_checks(spec: PolicySpec) -> list[Problem]:
+    """What the scheduling section names must be registered in the engine (its registries as
+    they are now: a score or victim order added there may be named at once)."""
+    scores = score_names()
+    out = [
+        Problem(
+            ("scheduling", "scoring", name),
+            "unknown-score",
+            f"no score plugin {name!r}",
+            f"weigh one of the engine's scores ({', '.join(scores)}), or remove it",
+        )
+        for name in spec.scheduling.scoring
+        if name not in scores
+    ]
+    orders = victim_order_names()
+    if spec.scheduling.victimOrder not in orders:
+        out.append(
+            Problem(
+                ("scheduling", "victimOrder"),
+                "unknown-victim-order",
+                f"no victim order {spec.scheduling.victimOrder!r}",
+                f"name one of the engine's victim orders ({', '.join(orders)})",
+            )
+        )
+    return out
+
+
 def _cross_checks(
     spec: PolicySpec,
     flavors: Mapping[str, Flavor],
@@ -269,6 +298,7 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
     flavors, capacity, probs = _flavors(pools)
     problems.extend(probs)
     problems.extend(_size_checks(pools))
+    problems.extend(_plugin_checks(spec))
     units = gpu_units([p for _, p in pools])
     if len(pools) == len(spec.pools):
         # Quota checks need every pool's flavors; with a broken pool they would mislead.
@@ -371,7 +401,8 @@ def _scheduling(spec: PolicySpec) -> SchedulingConfig:
         max_head_wait_s=s.maxHeadWaitSeconds,
         min_runtime_s=s.minRuntimeSeconds,
         preemption=s.preemption,
-        scoring=ScoringWeights(s.scoring.binpack, s.scoring.spread, s.scoring.fragmentation),
+        scoring=ScoringWeights.of({**dict(DEFAULT_SCORING), **s.scoring}),
+        victim_order=s.victimOrder,
         candidates_per_pod=s.candidatesPerPod,
         gang=s.gang,
         bound_elsewhere=s.boundElsewhere,

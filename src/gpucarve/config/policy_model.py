@@ -241,17 +241,6 @@ class TopologyKeysSpec(_Strict):
     block: str = BLOCK_LABEL
 
 
-class ScoringSpec(_Strict):
-    binpack: int = Field(default=1, ge=0, le=100, description="Fill nodes and GPUs already in use.")
-    spread: int = Field(default=0, ge=0, le=100, description="Prefer the emptiest nodes.")
-    fragmentation: int = Field(
-        default=2,
-        ge=0,
-        le=100,
-        description="Prefer the choice that least reduces room for the common request shapes.",
-    )
-
-
 class SchedulingSpec(_Strict):
     queueing: Literal["best-effort-fifo", "strict-fifo"] = Field(
         default="best-effort-fifo",
@@ -350,7 +339,20 @@ class SchedulingSpec(_Strict):
         "for the next cycle, which starts at once (in the order it would have been tried): a "
         "backlog is worked through in bounded cycles instead of one long one. null: no bound.",
     )
-    scoring: ScoringSpec = ScoringSpec()
+    scoring: dict[str, Annotated[int, Field(ge=0, le=100)]] = Field(
+        default_factory=dict,
+        description="Weight per score plugin, by name (0-100; 0 leaves one out): binpack (fill "
+        "nodes and GPUs already in use; default 1), spread (prefer the emptiest nodes; default "
+        "0), fragmentation (prefer the choice that least reduces room for the common request "
+        "shapes; default 2). A plugin not named keeps its default; any score the engine "
+        "registers may be named.",
+    )
+    victimOrder: str = Field(
+        default="cheapest-first",
+        description="Which running work preemption and reclaim try first, by the name of a "
+        "victim order the engine registers. cheapest-first: lowest priority, then a surplus pod "
+        "before a whole gang, then the least GPU-time lost, then the newest.",
+    )
     candidatesPerPod: int = Field(
         default=16, ge=1, le=10_000, description="Feasible nodes scored per pod (search bound)."
     )

@@ -388,11 +388,28 @@ class QueueingStrategy(StrEnum):
     STRICT_FIFO = "strict-fifo"
 
 
+# the scores a policy that names none weighs (scheduling.scoring), by plugin name, sorted
+DEFAULT_SCORING: tuple[tuple[str, int], ...] = (("binpack", 1), ("fragmentation", 2))
+DEFAULT_VICTIM_ORDER = "cheapest-first"
+
+
 @dataclass(frozen=True, slots=True)
 class ScoringWeights:
-    binpack: int = 1
-    spread: int = 0
-    fragmentation: int = 2
+    """Each score plugin's weight, by the plugin's name (the engine's registry names the
+    plugins, and the policy is checked against it); a plugin not named weighs 0. Kept sorted
+    and without zero weights, so equal profiles are equal values."""
+
+    by_plugin: tuple[tuple[str, int], ...] = DEFAULT_SCORING
+
+    @classmethod
+    def of(cls, weights: Mapping[str, int]) -> ScoringWeights:
+        return cls(tuple(sorted((n, w) for n, w in weights.items() if w)))
+
+    def __getitem__(self, name: str) -> int:
+        for n, w in self.by_plugin:
+            if n == name:
+                return w
+        return 0
 
 
 # A cycle's placements cost about 0.1 ms a pod at 20,000 nodes (docs/engine.md, Speed): this
@@ -415,6 +432,9 @@ class SchedulingConfig:
     # scheduler, nodeName): "keep" charges it to its queue and never evicts it; "evict" also
     # evicts it.
     bound_elsewhere: str = "keep"
+    # which running work preemption and reclaim try first: a victim order of the engine's
+    # registry, by name (engine.preemption.VICTIM_ORDERS)
+    victim_order: str = DEFAULT_VICTIM_ORDER
     # A gang that failed on placement and has waited this long reserves the nodes where it
     # will fit soonest (None: never); work expected to end after then may not take what it
     # needs there (engine.reservation).

@@ -27,6 +27,8 @@ from gpucarve.engine.placement.frag_place import near_best
 from gpucarve.engine.placement.fragment import FragmentModel, Reach, RequestType
 from gpucarve.engine.placement.fragment import model_of as fragment_model_of
 from gpucarve.engine.placement.one_by_one import OneByOne
+from gpucarve.engine.placement.plugins import score_names
+from gpucarve.engine.preemption import victim_order_names
 from gpucarve.engine.quota import SCALE, Quotas
 from gpucarve.engine.stranded import fewest_slices, group_of, smallest_needs, stranded_slices
 from gpucarve.engine.usage import allocated_after, evicted_pods, usage_after
@@ -64,7 +66,9 @@ __all__ = [
     "plan_pool",
     "run_cycle",
     "run_whole_cycle",
+    "score_names",
     "smallest_needs",
     "stranded_slices",
     "usage_after",
+    "victim_order_names",
 ]

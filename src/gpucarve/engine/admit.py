@@ -110,7 +110,7 @@ def _try(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
         assert first is not None
         return Outcome(False, first, tuple(r for r in impossible if r is not None))
     combos = [combo for combo, r in zip(combos, impossible, strict=True) if r is None]
-    if c.placer.model.active and len(combos) > 1:
+    if c.placer.weighs_batch() and len(combos) > 1:
         plans = [plan_for(c, w, combo)[0] for combo in combos]
         combos = rank_combos(combos, c.placer.preview(w, plans))
     combos = _preferred_first(c, w, combos)

@@ -39,6 +39,9 @@ class Plugin(StrEnum):
     GPU_SLICES = "gpu-slices"  # no set of nodes and GPUs holds the gang
     TOPOLOGY = "topology"  # no node set of the asked topology holds it
     CPU_MEMORY = "cpu-memory"  # GPUs free but not the CPU or memory beside them
+    NODE_SELECTOR = "node-selector"  # a node the pod's selector or required affinity refuses
+    TAINTS = "taints"  # a node with a taint the pod does not tolerate
+    GPU_MEMORY = "gpu-memory"  # no shared GPU with the replicas and declared memory free
     MIG_REPARTITION = "mig-repartition"  # waits for MIG instances a repartition creates
     RECLAIM = "reclaim"  # withdrawn by reclaim before it started
     RESERVATION = "reservation"  # found no room; holds the nodes where it fits soonest

@@ -19,8 +19,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
+from gpucarve.core.policy import DEFAULT_VICTIM_ORDER
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.working import Working
@@ -111,10 +112,13 @@ def _lost(ws: Working, pods: tuple[PodAssignment, ...], start: int, now: int) ->
 
 class VictimOrder(Protocol):
     """Which candidate victims are tried first (smallest key first): the policy of what
-    preemption and reclaim may destroy. A new policy is a new class handed to `Preemptor`.
+    preemption and reclaim may destroy. A new order is a new class and a line in
+    `VICTIM_ORDERS`; the policy names it (`scheduling.victimOrder`).
     A key is worked out once per running workload and cycle (again if the workload changes), so
     it may read the victim, `now` and what does not change in a cycle (flavors, nodes), not
     the working state's usage."""
+
+    name: ClassVar[str]
 
     def key(self, v: Victim, ws: Working, now: int) -> tuple[object, ...]: ...
 
@@ -122,6 +126,8 @@ class VictimOrder(Protocol):
 class CheapestFirst:
     """Lowest priority first; a surplus pod before a whole gang; then the least GPU-time
     lost; then the newest."""
+
+    name: ClassVar[str] = DEFAULT_VICTIM_ORDER
 
     def key(self, v: Victim, ws: Working, now: int) -> tuple[object, ...]:
         return (
@@ -132,6 +138,23 @@ class CheapestFirst:
             -v.workload.submit_time,
             v.workload.id,
         )
+
+
+# The registry of victim orders: the policy names one of them (scheduling.victimOrder).
+VICTIM_ORDERS: tuple[VictimOrder, ...] = (CheapestFirst(),)
+
+
+def victim_order_names() -> tuple[str, ...]:
+    """The names `scheduling.victimOrder` may give (the registry as it is now)."""
+    return tuple(o.name for o in VICTIM_ORDERS)
+
+
+def victim_order(name: str) -> VictimOrder:
+    """The registered order of that name (the policy was checked against the registry)."""
+    for o in VICTIM_ORDERS:
+        if o.name == name:
+            return o
+    raise KeyError(f"no victim order {name!r} (registered: {', '.join(victim_order_names())})")
 
 
 @dataclass(frozen=True, slots=True)

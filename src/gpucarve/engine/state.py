@@ -40,7 +40,7 @@ from gpucarve.engine.placement.flavor_rank import first_flavor_needs
 from gpucarve.engine.placement.holds import Hold
 from gpucarve.engine.placement.placer import Placer, PlacerContext
 from gpucarve.engine.placement.plugins import PodNeeds
-from gpucarve.engine.preemption import Preemptor
+from gpucarve.engine.preemption import Preemptor, victim_order
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.working import Working
 
@@ -56,7 +56,9 @@ class CycleState:
         self.ws = ws
         self.quotas = Quotas(self.policy, self.ws.usage)
         self.ceilings = Ceilings(self.ws, self.quotas)
-        self.preemptor = Preemptor(self.ws, self.quotas, now, self.cfg.min_runtime_s)
+        self.preemptor = Preemptor(
+            self.ws, self.quotas, now, self.cfg.min_runtime_s, victim_order(self.cfg.victim_order)
+        )
         self.preemptor.large = (self.cfg.reclaim_large_ratio, self.cfg.reclaim_large_after_s)
         self.preemptor.wait_bounds = self.wait_bounds = {
             q.name: q.reclaim_wait_s for q in self.policy.queues if q.reclaim_wait_s is not None
@@ -101,8 +103,7 @@ class CycleState:
         self.reserved_notes: dict[str, str] = {}  # workload -> what it reserved, for its reason
         # workload -> the demand it counts in quotas.waiting (scheduling.loansWaitForLenders)
         self.waiting_demand: dict[str, dict[str, int]] = {}
-        if self.placer.model.active:
-            self.placer.model.set_demand(snapshot.pending, self._first_needs)
+        self.placer.set_demand(snapshot.pending, self._first_needs)
 
     def note_waiting(self, skip: Collection[str]) -> None:
         """Under scheduling.loansWaitForLenders: count what each pending workload that fits

@@ -36,7 +36,7 @@ from gpucarve.core.workload import GpuKind, PodSet, TopologyMode, Workload
 from gpucarve.engine.node_state import NodeState
 from gpucarve.engine.placement import fragment
 from gpucarve.engine.placement.fragment import RequestType
-from gpucarve.engine.placement.plugins import PodNeeds
+from gpucarve.engine.placement.plugins import Binpack, Fragmentation, PodNeeds, Spread
 from gpucarve.engine.working import UNLIMITED, Working
 
 MILLI = 1000
@@ -210,7 +210,7 @@ class ModelPlacer:
 
     @property
     def active(self) -> bool:
-        return self.weights.fragmentation > 0
+        return self.weights[Fragmentation.name] > 0
 
     # ------------------------------------------------------------------ demand
     def type_of(self, ps: PodSet, needs: PodNeeds | None, gang: int = 1) -> Typed | None:
@@ -572,14 +572,14 @@ class ModelPlacer:
     def _combine(
         self, gain: npt.NDArray[np.float64], rows: npt.NDArray[np.int64], t: RequestType
     ) -> npt.NDArray[np.float64]:
-        w = self.weights
+        frag, binpack, spread = (self.weights[p.name] for p in (Fragmentation, Binpack, Spread))
         size = max(1, t.num_gpu * t.milli)
-        score = w.fragmentation * 100.0 * gain / size
-        if (w.binpack or w.spread) and t.num_gpu:
+        score = frag * 100.0 * gain / size
+        if (binpack or spread) and t.num_gpu:
             total = (rows >= 0).sum(axis=1) * MILLI
             free = np.where(rows > 0, rows, 0).sum(axis=1)
             used = np.where(total > 0, 100.0 * (total - (free - size)) / np.maximum(total, 1), 0)
-            score = score + w.binpack * used + w.spread * (100.0 - used)
+            score = score + binpack * used + spread * (100.0 - used)
         return np.asarray(score, dtype=np.float64)
 
     def candidates(self, needs: PodNeeds, group: list[int] | None) -> npt.NDArray[np.intp]:

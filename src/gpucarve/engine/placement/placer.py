@@ -40,7 +40,8 @@ SHARED_NODES_PER_RUN = 4
 
 @dataclass(slots=True)
 class Rejections:
-    """How many candidate nodes each filter refused, for the pending reason."""
+    """How many candidate nodes each filter refused (by the filter's name), for the pending
+    reason."""
 
     counts: Counter[str]
 
@@ -108,6 +109,20 @@ class Placer:
     def _passes(self, ps: PodSet, node: NodeState) -> bool:
         return all(f.filter(ps, node) for f in plugins.STATIC_FILTERS)
 
+    def weighs_batch(self) -> bool:
+        """Whether the profile weighs the fragmentation model's batch form (flavor ranking
+        asks it then)."""
+        return self.model.active
+
+    def set_demand(
+        self,
+        pending: Sequence[Workload],
+        needs_of: Callable[[Workload], Sequence[PodNeeds | None]],
+    ) -> None:
+        """The cycle's pending work, whose request shapes the batch model weighs."""
+        if self.model.active:
+            self.model.set_demand(pending, needs_of)
+
     def _modelled(self, needs: PodNeeds) -> bool:
         return self.model.active and (
             needs.flavor is None or needs.flavor in self.ws.gpu_rows.modelled
@@ -129,24 +144,33 @@ class Placer:
             self._static[key] = verdict
         return self._static[key]
 
+    def _node_filters(self, needs: PodNeeds) -> tuple[plugins.NodeFilter, ...]:
+        """The node filters with something to check for this pod, in the registry's order."""
+        return tuple(f for f in plugins.NODE_FILTERS if f.applies(needs, self))
+
     def _feasible(
-        self, needs: PodNeeds, node: NodeState, rej: Rejections
-    ) -> GpuSlots | bool | None:
+        self,
+        needs: PodNeeds,
+        node: NodeState,
+        rej: Rejections,
+        filters: tuple[plugins.NodeFilter, ...],
+    ) -> GpuSlots | bool:
+        """True, False, or the GPU a filter found room on; the first filter that refuses the
+        node is counted in `rej`."""
         why = self._static_reject(needs, node)
-        if why is None and self.reserved and self._kept_from(node, needs):
-            why = "reservation"
-        if why is None and not plugins.cpu_memory(needs, node):
-            why = "cpu-memory"
-        if why is None and needs.shared:
-            gpu = plugins.shared_gpu(needs, node)
-            if gpu is None:
-                why = "gpu-memory"
-            else:
-                return gpu
+        fit: GpuSlots | bool = True
+        if why is None:
+            for f in filters:
+                ok = f.admits(needs, node, self)
+                if ok is False:
+                    why = f.name
+                    break
+                if ok is not True:
+                    fit = ok
         if why is not None:
             rej.counts[why] += 1
             return False
-        return True
+        return fit
 
     def begin(self, w: Workload) -> None:
         """`w` is the workload placed from now on (the holds it may pass are judged for it)."""
@@ -172,7 +196,10 @@ class Placer:
         finally:
             self.strict_holds = False
 
-    def _kept_from(self, node: NodeState, needs: PodNeeds) -> bool:
+    def holds_any(self) -> bool:
+        return bool(self.reserved)
+
+    def kept_from(self, node: NodeState, needs: PodNeeds) -> bool:
         """Whether a reservation keeps the workload being placed off this node: it is newer or
         of lower priority than the gang that holds it, and would delay that gang there."""
         flavor = needs.flavor
@@ -208,11 +235,13 @@ class Placer:
         index = self.ws.index[needs.flavor]
         if group is not None:
             return [[n for n in group if index.count.get(n, 0) >= needs.slices]]
-        return index.levels(needs.slices, self.weights.spread > self.weights.binpack)
+        return index.levels(
+            needs.slices, self.weights[plugins.Spread.name] > self.weights[plugins.Binpack.name]
+        )
 
     def _unreserved(self, cand: npt.NDArray[np.intp], needs: PodNeeds) -> npt.NDArray[np.intp]:
         """The candidates no reservation keeps the pod off. Only nodes a hold is on for the
-        pod's flavor are asked (`_kept_from`), not every candidate."""
+        pod's flavor are asked (`kept_from`), not every candidate."""
         if not self.reserved or needs.flavor is None:
             return cand
         held = self._held_on(needs.flavor)
@@ -225,7 +254,7 @@ class Placer:
         pos = pos[inside]
         pos = pos[cand[pos] == held[inside]]
         nodes = self.ws.nodes
-        kept = [int(k) for k in pos if self._kept_from(nodes[int(cand[k])], needs)]
+        kept = [int(k) for k in pos if self.kept_from(nodes[int(cand[k])], needs)]
         if not kept:
             return cand
         out: npt.NDArray[np.intp] = np.delete(cand, kept)
@@ -365,13 +394,14 @@ class Placer:
         per_run = SHARED_NODES_PER_RUN if needs.shared else 1
         preferred = needs.pod_set.preferred
         limit = self.candidates
+        filters = self._node_filters(needs)
         if preferred:
             per_run = limit = len(ws.nodes)
         for run in self._node_order(needs, group):
             in_run = 0
             for n in run:
                 node = ws.nodes[n]
-                ok = self._feasible(needs, node, rej)
+                ok = self._feasible(needs, node, rej, filters)
                 if ok is False:
                     continue
                 in_run += 1
@@ -511,6 +541,10 @@ class Placer:
             hint = repartition_hint(self.ws, needs.flavor)
             if hint:
                 msg += f"; {hint} GPU{'s' if hint != 1 else ''} could make one by repartitioning"
-        # kept off nodes a waiting gang reserved: the reservation, not a lack of slices
-        plugin = Plugin.RESERVATION if rej.counts.get("reservation") else Plugin.GPU_SLICES
+        # kept off nodes by a filter that names its own reason (a waiting gang's reservation),
+        # not by a lack of slices
+        plugin = next(
+            (f.reason for f in plugins.NODE_FILTERS if f.reason and rej.counts.get(f.name)),
+            Plugin.GPU_SLICES,
+        )
         return PendingReason(Stage.PLACEMENT, plugin, msg, needs.flavor, hint)

@@ -3,8 +3,9 @@ per extension point (as the Kubernetes scheduler framework has them).
 
 A `FilterPlugin` answers "can this pod go on this node?" and names itself when it says no, so
 a pending reason can tell which one refused how many nodes. A `ScorePlugin` ranks the feasible
-candidates (0-100) and the policy's profile weighs them (`scheduling.scoring`): a new filter or
-score is a new class and an entry in `STATIC_FILTERS` or `SCORES`, not an edit of the placer.
+candidates (0-100) and the policy's profile weighs them by name (`scheduling.scoring`). A new
+filter or score is a new class and an entry in `STATIC_FILTERS`, `NODE_FILTERS` or `SCORES`,
+not an edit of the placer; the policy may weigh a score as soon as the registry lists it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import ClassVar, Protocol
 
 from gpucarve.core.policy import ScoringWeights
 from gpucarve.core.workload import GpuKind, PodSet
+from gpucarve.engine.decisions import Plugin
 from gpucarve.engine.node_state import GpuSlots, NodeState
 
 GPU_TAINT_KEYS = ("nvidia.com/gpu",)
@@ -78,21 +80,91 @@ class FilterPlugin(Protocol):
     def filter(self, ps: PodSet, node: NodeState) -> bool: ...
 
 
+class Placing(Protocol):
+    """What a node filter may ask of the placement in progress."""
+
+    def holds_any(self) -> bool:
+        """Whether a waiting gang's reservation holds any node this cycle."""
+        ...
+
+    def kept_from(self, node: NodeState, needs: PodNeeds) -> bool:
+        """Whether a reservation keeps the workload being placed off `node`."""
+        ...
+
+
+class NodeFilter(Protocol):
+    """A node check that reads what changes as pods are placed (free CPU, a GPU's free memory,
+    the holds of reservations): asked afresh for every candidate node. `applies` is asked once
+    per pod: a filter with nothing to check for it is not asked per node. `admits` answers
+    yes, no, or yes on one GPU (a shared pod's replicas must all be on one GPU). `reason`: the
+    pending reason's plugin when this filter kept the pod off a node (None: the placement's
+    own, gpu-slices or cpu-memory)."""
+
+    name: ClassVar[str]
+    reason: ClassVar[Plugin | None]
+
+    def applies(self, needs: PodNeeds, placing: Placing) -> bool: ...
+
+    def admits(self, needs: PodNeeds, node: NodeState, placing: Placing) -> bool | GpuSlots: ...
+
+
 class NodeSelector:
-    name: ClassVar[str] = "node-selector"
+    name: ClassVar[str] = Plugin.NODE_SELECTOR
 
     def filter(self, ps: PodSet, node: NodeState) -> bool:
         return node_selector(ps, node)
 
 
 class Taints:
-    name: ClassVar[str] = "taints"
+    name: ClassVar[str] = Plugin.TAINTS
 
     def filter(self, ps: PodSet, node: NodeState) -> bool:
         return taints(ps, node)
 
 
+class Reserved:
+    """A waiting gang's reservation keeps newer or lower-priority work off the nodes it holds
+    (engine.reservation)."""
+
+    name: ClassVar[str] = Plugin.RESERVATION
+    reason: ClassVar[Plugin | None] = Plugin.RESERVATION
+
+    def applies(self, needs: PodNeeds, placing: Placing) -> bool:
+        return needs.flavor is not None and placing.holds_any()
+
+    def admits(self, needs: PodNeeds, node: NodeState, placing: Placing) -> bool | GpuSlots:
+        return not placing.kept_from(node, needs)
+
+
+class CpuMemory:
+    name: ClassVar[str] = Plugin.CPU_MEMORY
+    reason: ClassVar[Plugin | None] = None
+
+    def applies(self, needs: PodNeeds, placing: Placing) -> bool:
+        return True
+
+    def admits(self, needs: PodNeeds, node: NodeState, placing: Placing) -> bool | GpuSlots:
+        return cpu_memory(needs, node)
+
+
+class GpuMemory:
+    """A shared pod's replicas and declared memory on one GPU: the fullest that has them."""
+
+    name: ClassVar[str] = Plugin.GPU_MEMORY
+    reason: ClassVar[Plugin | None] = None
+
+    def applies(self, needs: PodNeeds, placing: Placing) -> bool:
+        return needs.shared
+
+    def admits(self, needs: PodNeeds, node: NodeState, placing: Placing) -> bool | GpuSlots:
+        gpu = shared_gpu(needs, node)
+        return False if gpu is None else gpu
+
+
+# The registries: a new filter is a class and a line in one of them (in the order asked; the
+# first to refuse a node is the one counted).
 STATIC_FILTERS: tuple[FilterPlugin, ...] = (NodeSelector(), Taints())
+NODE_FILTERS: tuple[NodeFilter, ...] = (Reserved(), CpuMemory(), GpuMemory())
 
 
 # ---------------------------------------------------------------------------- scores
@@ -150,6 +222,10 @@ class Spread:
 
 
 class Fragmentation:
+    """Per node, as a fallback: where the fragmentation model weighs a flavor (whole GPUs,
+    shared GPUs, no GPU), its batch form (`frag_place.ModelPlacer`) ranks every candidate
+    node at once under this same weight and is asked first."""
+
     name: ClassVar[str] = "fragmentation"
 
     def score(self, free: int, taken: int, total: int, shapes: Mapping[int, int] | None) -> int:
@@ -157,11 +233,16 @@ class Fragmentation:
         return fragmentation(free, taken, total, shapes) if shapes else 0
 
 
+# The registry of scores, in the order they are added up: a new score is a class and a line
+# here; the policy weighs it by name (`scheduling.scoring`, checked against these names).
 SCORES: tuple[ScorePlugin, ...] = (Binpack(), Spread(), Fragmentation())
+
+
+def score_names() -> tuple[str, ...]:
+    """The names the policy's `scheduling.scoring` may weigh (the registry as it is now)."""
+    return tuple(p.name for p in SCORES)
 
 
 def profile(weights: ScoringWeights) -> tuple[tuple[int, ScorePlugin], ...]:
     """The score plugins a profile weighs, with their weights (a weight of 0 leaves one out)."""
-    by_name = {"binpack": weights.binpack, "spread": weights.spread,
-               "fragmentation": weights.fragmentation}  # fmt: skip
-    return tuple((by_name[p.name], p) for p in SCORES if by_name.get(p.name))
+    return tuple((weights[p.name], p) for p in SCORES if weights[p.name])

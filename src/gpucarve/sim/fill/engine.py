@@ -46,7 +46,7 @@ from gpucarve.sim.traces.alibaba import MODEL_LABEL, model_ids, shape_pool
 
 REPLICAS = 100  # per GPU: the trace's shares are multiples of 10 milli
 QUEUE = "fill"
-WEIGHTS = ScoringWeights(binpack=0, spread=0, fragmentation=1)
+WEIGHTS = ScoringWeights.of({"fragmentation": 1})
 
 
 @dataclass

@@ -29,7 +29,7 @@ from gpucarve.core.policy import (
 )
 from gpucarve.core.workload import GpuKind, GpuRequest, Workload
 
-FIRST_FIT = ScoringWeights(binpack=0, spread=0, fragmentation=0)
+FIRST_FIT = ScoringWeights.of({})
 NEVER = 10**9  # seconds: a head never starts holding its queue
 
 

@@ -31,15 +31,15 @@ def admit(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
     # (Not while a starving head holds flavors: that depends on submit times.)
     key = None if c.placer.reserved else (w.queue, w.priority, w.topology, w.pod_sets)
     if key is not None:
-        cached = c.failed.get(key)
-        if cached is not None and cached[0] == c.ws.release_epoch:
-            return cached[1]
+        cached = c.memos.failed(key, c.ws.release_epoch)
+        if cached is not None:
+            return cached
     outcome = _try(c, w, reshaper)
     # (A promise of new MIG instances counts each workload's own pods: never reused.)
     reason = outcome.reason
     promise = reason is not None and reason.plugin is Plugin.MIG_REPARTITION
     if key is not None and not outcome.admitted and not promise:
-        c.failed[key] = (c.ws.release_epoch, outcome)
+        c.memos.fail(key, c.ws.release_epoch, outcome)
     return outcome
 
 
@@ -156,7 +156,7 @@ def _preemption_waits(
     waits for borrowed work about to end, spares a large gang, or the lower-priority work it
     would preempt has not run its minimum runtime (`demands`: what it needs, per choice of
     flavors that quota ignored would place)."""
-    waits = c.reclaim_waits.get(w.id)
+    waits = c.holds.reclaim_put_off(w.id)
     if waits is not None:
         return PendingReason(Stage.PREEMPTION, Plugin.RECLAIM_GRACE, waits)
     spared = c.preemptor.spared.get(w.id)
@@ -235,11 +235,11 @@ def _place(
     # Under reservations a verdict depends on the workload (its seniority, its expected end),
     # not on its shape alone: no shape memo then.
     sig = None if c.placer.reserved else signature(w, plan)
-    cached = c.no_room.get(sig) if sig is not None else None
-    if cached is not None and cached[0] == c.ws.release_epoch:
-        return None, cached[1]
+    cached = c.memos.no_room(sig, c.ws.release_epoch) if sig is not None else None
+    if cached is not None:
+        return None, cached
     placed, reason = c.placer.place_gang(w, plan)
     if placed is None and sig is not None:
         assert reason is not None
-        c.no_room[sig] = (c.ws.release_epoch, reason)
+        c.memos.found_no_room(sig, c.ws.release_epoch, reason)
     return placed, reason

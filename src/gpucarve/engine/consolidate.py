@@ -49,7 +49,9 @@ def consolidate(c: CycleState) -> None:
     if moves is None or not c.cfg.preemption or not c.ws.running:
         return
     refused = [
-        p for p in c.pending if p.reason.stage is Stage.PLACEMENT and p.reason.plugin in MENDABLE
+        p
+        for p in c.decided.pending
+        if p.reason.stage is Stage.PLACEMENT and p.reason.plugin in MENDABLE
     ]
     if not refused:
         return
@@ -64,7 +66,7 @@ def consolidate(c: CycleState) -> None:
         moved = _make_room(c, w, moves)
         if moved:
             moves -= moved
-            c.pending = [p for p in c.pending if p.workload != w.id]
+            c.decided.placed_after_all(w.id)
 
 
 def _own_combo(c: CycleState, rw: RunningWorkload) -> list[Flavor | None]:
@@ -127,7 +129,7 @@ def _make_room(c: CycleState, w: Workload, budget: int) -> int:
         return 0
     for rw in chosen:
         evict(c.ws, c.ws.running[rw.workload.id])
-        c.evictions.append(
+        c.decided.evict(
             Eviction(
                 rw.workload.id,
                 rw.workload.queue,
@@ -154,7 +156,7 @@ def _movers(c: CycleState, w: Workload, flavors: set[str], size: int) -> list[Ru
             or not m.preemptible
             or not m.restartable
             or rw.terminating
-            or m.id in c.fresh
+            or m.id in c.decided.fresh
             or m.priority > w.priority
             or c.now - rw.start_time < c.cfg.min_runtime_s
             or not any(p.flavor in flavors for p in rw.pods)

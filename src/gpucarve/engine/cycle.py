@@ -58,6 +58,7 @@ from gpucarve.engine.decisions import (
     Plugin,
     Stage,
 )
+from gpucarve.engine.memo import AcrossCycles
 from gpucarve.engine.state import CycleState
 from gpucarve.engine.working import Working
 
@@ -65,8 +66,8 @@ from gpucarve.engine.working import Working
 class Cycle:
     """Orders the steps over a `CycleState`; the steps do the work."""
 
-    def __init__(self, snapshot: Snapshot, now: int, ws: Working) -> None:
-        self.state = CycleState(snapshot, now, ws)
+    def __init__(self, snapshot: Snapshot, now: int, ws: Working, memo: AcrossCycles) -> None:
+        self.state = CycleState(snapshot, now, ws, memo)
         self.reshaper = repartition.Reshaper(self.state)
         self._shares: dict[str, tuple[int, int]] = {}  # queue -> (usage version, fair share)
 
@@ -88,7 +89,7 @@ class Cycle:
         attempted = deferred = 0
         budget = s.cfg.max_pods_per_cycle
         while heap:
-            if budget is not None and s.pods_placed >= budget:
+            if budget is not None and s.decided.pods_placed >= budget:
                 deferred = self._defer(heap, by_queue, budget)
                 break
             _, _, _, name = heapq.heappop(heap)
@@ -96,25 +97,25 @@ class Cycle:
             w = items.popleft()
             behind = queueing.behind(s, w)
             if behind is not None:
-                s.pending.append(Pending(w.id, w.queue, behind))
+                s.decided.wait(Pending(w.id, w.queue, behind))
                 # Work behind a hold changes nothing, so the order in which it is visited does
                 # not matter: the rest of this queue behind holds is taken here, off the heap.
                 while items and (more := queueing.behind(s, items[0])) is not None:
                     nxt = items.popleft()
-                    s.pending.append(Pending(nxt.id, nxt.queue, more))
+                    s.decided.wait(Pending(nxt.id, nxt.queue, more))
             else:
                 attempted += 1
                 outcome = admit(s, w, self.reshaper)
                 if outcome.admitted and outcome.reason is not None:
                     # placed in part (no gangs): it runs short of pods, and says why
-                    s.pending.append(Pending(w.id, w.queue, outcome.reason))
+                    s.decided.wait(Pending(w.id, w.queue, outcome.reason))
                 if not outcome.admitted:
                     reason = outcome.reason
                     assert reason is not None
                     if queueing.holds_queue(s, w, reason):
                         queueing.hold(s, w, reason)
                     reason = reservation.noted(s, w.id, reason)
-                    s.pending.append(Pending(w.id, w.queue, reason, outcome.tried))
+                    s.decided.wait(Pending(w.id, w.queue, reason, outcome.tried))
             if items:
                 heapq.heappush(heap, self._key(name, items[0]))
         if s.cfg.gang and not deferred:
@@ -124,23 +125,23 @@ class Cycle:
         repartitions, unserved = repartition.plan(s)
         stats = CycleStats(
             attempted=attempted,
-            admitted=len(s.admissions),
-            pods_placed=s.pods_placed,
-            evicted=len(s.evictions),
-            pending=len(s.pending),
+            admitted=len(s.decided.admissions),
+            pods_placed=s.decided.pods_placed,
+            evicted=len(s.decided.evictions),
+            pending=len(s.decided.pending),
             deferred=deferred,
         )
         return CycleResult(
             s.now,
-            tuple(s.admissions),
-            tuple(s.evictions),
-            tuple(s.pending),
+            tuple(s.decided.admissions),
+            tuple(s.decided.evictions),
+            tuple(s.decided.pending),
             stats,
             repartitions,
             unserved,
-            tuple(s.reservations),
+            tuple(s.decided.reservations),
             idle.account(s),
-            tuple(s.drains),
+            tuple(s.decided.drains),
         )
 
     def _defer(
@@ -155,14 +156,14 @@ class Cycle:
         reason = PendingReason(
             Stage.QUEUEING,
             Plugin.CYCLE_BUDGET,
-            f"not tried yet: this cycle placed {s.pods_placed} pods, its budget "
+            f"not tried yet: this cycle placed {s.decided.pods_placed} pods, its budget "
             f"(scheduling.maxPodsPerCycle {budget}); the next cycle starts at once",
         )
         deferred = 0
         while heap:
             _, _, _, name = heapq.heappop(heap)
             for w in by_queue[name]:
-                s.pending.append(Pending(w.id, w.queue, reason))
+                s.decided.wait(Pending(w.id, w.queue, reason))
                 deferred += 1
         return deferred
 

@@ -49,7 +49,7 @@ def drain(c: CycleState) -> list[int]:
         what = ", ".join(f"{n} × {p}" for p, n in sorted(missing.items()))
         for gpu_id, until in _soonest(c, pool, set(excess))[:wanted]:
             taken += _take_free(c, gpu_id)
-            c.drains.append(Drain(gpu_id, until, f"drained for {what} waiting in pool {pool.name}"))
+            c.decided.drain(Drain(gpu_id, until, f"drained for {what} waiting in pool {pool.name}"))
     return taken
 
 

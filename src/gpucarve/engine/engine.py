@@ -17,6 +17,7 @@ from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine.apply import apply
 from gpucarve.engine.cycle import Cycle
 from gpucarve.engine.decisions import CycleResult
+from gpucarve.engine.memo import AcrossCycles
 from gpucarve.engine.working import Working
 
 
@@ -68,6 +69,7 @@ class Engine:
 
     def __init__(self, *, rebuilt_views: bool = False) -> None:
         self._ws: Working | None = None
+        self._memo = AcrossCycles()  # what cycles remember of workloads, as long as `_ws` lives
         self._base: Snapshot | None = None
         # the last cycle's result, when the view holds its changes on top of `_base`
         self._kept: CycleResult | None = None
@@ -91,6 +93,7 @@ class Engine:
             or base.cluster.slices is not snapshot.cluster.slices
         ):
             ws = Working(snapshot)
+            self._memo = AcrossCycles()
         elif base is not snapshot or kept is not None:
             delta = snapshot.delta
             steps = delta.steps_since(base) if delta is not None else None
@@ -151,7 +154,7 @@ class Engine:
             ws = self._working(snapshot)
             start = ws.checkpoint()
             try:
-                result = Cycle(snapshot, now, ws).run()
+                result = Cycle(snapshot, now, ws, self._memo).run()
             except BaseException:
                 ws.rollback(start)
                 ws.running_before.clear()

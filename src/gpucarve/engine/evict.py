@@ -24,13 +24,12 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> b
     # A shape that found no victims finds none again until capacity is given back (not under
     # reservations: there a placement depends on the workload, not on its shape alone).
     key = None if c.placer.reserved else (w.queue, w.priority, signature(w, plan))
-    if key is not None and c.no_victims.get(key) == c.ws.release_epoch:
+    if key is not None and c.memos.no_victims(key, c.ws.release_epoch):
         return False
     # Like Kueue, which considers only queue heads, bound the victim searches per queue
     # and cycle: the rest wait for the next cycle, when these evictions have settled.
-    if c.searches[w.queue] >= PREEMPTION_SEARCHES_PER_QUEUE:
+    if not c.memos.search(w.queue, PREEMPTION_SEARCHES_PER_QUEUE):
         return False
-    c.searches[w.queue] += 1
     attempt = lambda: c.placer.place_gang(w, plan)[0]  # noqa: E731
     shape = tuple(
         (n.flavor, n.slices, pods)
@@ -54,7 +53,7 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> b
             return False
         for victim in _merged(victims):
             v = victim.workload
-            if v.id in c.fresh:
+            if v.id in c.decided.fresh:
                 withdraw(c, v, w)
                 continue
             if cause is Cause.RECLAIM:
@@ -66,12 +65,12 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> b
             pods = tuple(sorted(p.pod for p in victim.pods))
             if pods:
                 msg += f"; an elastic gang, it gives back {len(pods)} pods and keeps running"
-            c.evictions.append(Eviction(v.id, v.queue, cause, w.id, msg, pods))
-        evicted = [v.workload.id for v in victims if v.workload.id not in c.withdrawn]
+            c.decided.evict(Eviction(v.id, v.queue, cause, w.id, msg, pods))
+        evicted = [v.workload.id for v in victims if v.workload.id not in c.decided.withdrawn]
         c.record(w, placed, Stage.PREEMPTION, list(dict.fromkeys(evicted)))
         return True
     if key is not None:
-        c.no_victims[key] = c.ws.release_epoch
+        c.memos.found_no_victims(key, c.ws.release_epoch)
     return False
 
 
@@ -87,7 +86,7 @@ def _waits_for_an_end(c: CycleState, w: Workload, victims: Sequence[Victim]) -> 
         return False
     ends = []
     for v in victims:
-        if v.workload.id in c.fresh:
+        if v.workload.id in c.decided.fresh:
             continue  # admitted this cycle: withdrawing it destroys nothing
         seconds, whence = c.runtime(v.workload)
         end = v.rw.start_time + seconds
@@ -96,10 +95,11 @@ def _waits_for_an_end(c: CycleState, w: Workload, victims: Sequence[Victim]) -> 
     if not ends:
         return False
     end, victim, whence = min(ends)
-    c.reclaim_waits[w.id] = (
+    c.holds.put_off_reclaim(
+        w.id,
         f"reclaim put off: {victim}, borrowed work it would evict, is expected to end in "
         f"{end - c.now}s (by {WHENCE[whence]}); queue {w.queue} waits for that "
-        f"up to {grace}s from its submission ({setting})"
+        f"up to {grace}s from its submission ({setting})",
     )
     return True
 
@@ -118,13 +118,9 @@ def _merged(victims: Sequence[Victim]) -> list[Victim]:
 
 def withdraw(c: CycleState, victim: Workload, by: Workload) -> None:
     """Take back an admission made earlier in this cycle (its pods never started)."""
-    admission = c.fresh.pop(victim.id)
-    c.admissions.remove(admission)
-    c.pods_placed -= len(admission.pods)
-    c.withdrawn.add(victim.id)
     reason = PendingReason(
         Stage.PREEMPTION,
         Plugin.RECLAIM,
         f"admission withdrawn: queue {by.queue} reclaimed its quota for {by.id}",
     )
-    c.pending.append(Pending(victim.id, victim.queue, reason))
+    c.decided.withdraw(victim.id, Pending(victim.id, victim.queue, reason))

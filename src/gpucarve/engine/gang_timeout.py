@@ -84,6 +84,8 @@ def release(c: CycleState) -> set[str]:
     by_id = {rw.workload.id: rw for rw in c.snapshot.running}
     for e in evictions:
         preemption.evict(c.ws, by_id[e.workload])
-    c.evictions += evictions
-    c.pending += pending
+    for e in evictions:
+        c.decided.evict(e)
+    for p in pending:
+        c.decided.wait(p)
     return {p.workload for p in pending}

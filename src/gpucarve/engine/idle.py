@@ -52,9 +52,9 @@ def account(c: CycleState) -> tuple[Idle, ...]:
     first: dict[str, tuple[Pending, int]] = {}  # flavor -> first waiting that could use it
     models: set[tuple[str, str]] = set()  # (model, slice kind) someone waits for
     unclaimed = set(free)
-    if c.pending:
+    if c.decided.pending:
         waiting = {w.id: w for w in c.snapshot.pending}
-        for p in c.pending:
+        for p in c.decided.pending:
             if not unclaimed:
                 break  # every free flavor has its first waiting workload
             w = waiting.get(p.workload)
@@ -92,15 +92,14 @@ def _flavors_of(c: CycleState, w: Workload) -> tuple[frozenset[str], frozenset[t
     pod keeps no H100 idle), and their (model, slice kind)."""
     # a selection's answer follows the nodes' labels, which change between cycles
     kept = not any(ps.node_selector or ps.affinity for ps in w.pod_sets)
-    hit = c.ws.idle_memo.get(w.id) if kept else None
-    if hit is not None and hit[0] is w:
-        return hit[1], hit[2]
-    names = frozenset(f.name for fs in c.flavors_for(w) for f in fs)
-    flavors = c.ws.flavors
-    kinds = frozenset((flavors[n].flavor.model_id, flavors[n].flavor.kind.value) for n in names)
-    if kept:
-        c.ws.idle_memo[w.id] = (w, names, kinds)
-    return names, kinds
+
+    def make() -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+        names = frozenset(f.name for fs in c.flavors_for(w) for f in fs)
+        flavors = c.ws.flavors
+        kinds = frozenset((flavors[n].flavor.model_id, flavors[n].flavor.kind.value) for n in names)
+        return names, kinds
+
+    return c.memo.idle_flavors(w, make) if kept else make()
 
 
 def _needs(c: CycleState, w: Workload) -> dict[str, int]:

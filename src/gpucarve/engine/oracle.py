@@ -10,6 +10,7 @@ from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
 from gpucarve.engine.admit import never_fits
 from gpucarve.engine.decisions import PendingReason
+from gpucarve.engine.memo import AcrossCycles
 from gpucarve.engine.state import CycleState
 from gpucarve.engine.working import Working
 
@@ -23,13 +24,11 @@ class Oracle:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         snapshot = Snapshot(policy, build_cluster(policy), (), ())
-        self._state = CycleState(snapshot, 0, Working(snapshot))
+        self._memo = AcrossCycles()
+        self._state = CycleState(snapshot, 0, Working(snapshot), self._memo)
 
     def never_fits(self, w: Workload) -> tuple[PendingReason, ...]:
         """Why `w` can never run under the policy on its cluster, whatever frees up (empty:
         it may); the same answer admission gives in a cycle (`admit.never_fits`)."""
-        ws = self._state.ws
-        for memo in (ws.flavor_memo, ws.shape_memo):
-            if len(memo) > MEMO_LIMIT:
-                memo.clear()  # bounded, however many workloads are asked about
+        self._memo.trim(MEMO_LIMIT)  # bounded, however many workloads are asked about
         return never_fits(self._state, w)

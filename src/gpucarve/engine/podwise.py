@@ -28,20 +28,20 @@ def continue_partial_gangs(c: CycleState) -> None:
         placed = Counter(p.pod_set for p in rw.pods)
         outcome = place_pods_alone(c, rw.workload, placed, rw.pods)
         if outcome.reason is not None:
-            c.pending.append(Pending(rw.workload.id, rw.workload.queue, outcome.reason))
+            c.decided.wait(Pending(rw.workload.id, rw.workload.queue, outcome.reason))
 
 
 def grow_elastic(c: CycleState) -> None:
     """Elastic gangs (admitted with fewer pods than they have, at least their minimum) grow
     towards their full size as room appears, after new work had its turn; each pod is
     charged to quota on its own. A gang that shrank or was released this cycle waits."""
-    changed = {e.workload for e in c.evictions}
+    changed = {e.workload for e in c.decided.evictions}
     # what ran short when the cycle began and nothing in it touched (not admitted, shrunk,
     # grown or released in it)
     grow = [
         rw
         for wid, rw in c.ws.short.items()
-        if not rw.terminating and wid not in changed and wid not in c.fresh and _whole(rw)
+        if not rw.terminating and wid not in changed and wid not in c.decided.fresh and _whole(rw)
     ]
     for rw in sorted(
         grow, key=lambda r: (-r.workload.priority, r.workload.submit_time, r.workload.id)

@@ -10,6 +10,8 @@ open (a starving training gang does not stop the team's notebooks).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpucarve.core.policy import QueueingStrategy
 from gpucarve.core.workload import TopologyMode, Workload
 from gpucarve.engine.decisions import PendingReason, Plugin, Stage
@@ -45,7 +47,7 @@ def hold(c: CycleState, head: Workload, reason: PendingReason) -> None:
     nodes most likely to hold it against newer or lower work of any queue."""
     for flavors in c.flavors_for(head):
         for f in flavors:
-            c.queue_holds.setdefault((head.queue, f.name), head)
+            c.holds.hold_queue(head.queue, f.name, head)
     if reason.stage is Stage.PLACEMENT and c.cfg.reserve_after_s is None:
         reserve_emptiest(c, head)
 
@@ -83,29 +85,31 @@ def reserve_emptiest(c: CycleState, head: Workload) -> None:
 
 
 def behind(c: CycleState, w: Workload) -> PendingReason | None:
-    if c.queue_reserved:
+    if c.holds.any_quota_reserved():
         reason = _behind_reservation(c, w)
         if reason is not None:
             return reason
-    if not c.queue_holds:
+    if not c.holds.queues_held():
         return None
     for flavors in c.flavors_for(w):
         for f in flavors:
-            head = c.queue_holds.get((w.queue, f.name))
+            head = c.holds.queue_head(w.queue, f.name)
             if head is not None:
-                key = (w.queue, f.name, head.id)
-                reason = c.behind_reasons.get(key)
-                if reason is None:
-                    waited = c.now - head.submit_time
-                    reason = c.behind_reasons[key] = PendingReason(
-                        Stage.QUEUEING,
-                        Plugin.FIFO,
-                        f"behind {head.id}, which holds queue {head.queue} for {f.name} "
-                        f"(waiting {waited}s)",
-                        f.name,
-                    )
-                return reason
+                return c.memos.behind((w.queue, f.name, head.id), _behind_head(c, head, f.name))
     return None
+
+
+def _behind_head(c: CycleState, head: Workload, flavor: str) -> Callable[[], PendingReason]:
+    def make() -> PendingReason:
+        waited = c.now - head.submit_time
+        return PendingReason(
+            Stage.QUEUEING,
+            Plugin.FIFO,
+            f"behind {head.id}, which holds queue {head.queue} for {flavor} (waiting {waited}s)",
+            flavor,
+        )
+
+    return make
 
 
 def _behind_reservation(c: CycleState, w: Workload) -> PendingReason | None:
@@ -115,7 +119,7 @@ def _behind_reservation(c: CycleState, w: Workload) -> PendingReason | None:
     end: int | None = None
     for flavors in c.flavors_for(w):
         for f in flavors:
-            held = c.queue_reserved.get((w.queue, f.name))
+            held = c.holds.quota_reserved(w.queue, f.name)
             if held is None or held.head.id == w.id or not senior(held.head, w):
                 continue
             if end is None:

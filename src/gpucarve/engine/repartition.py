@@ -44,7 +44,7 @@ def plan(c: CycleState) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int],
     }
     demand: dict[str, Counter[str]] = {name: Counter() for name in dynamic}
     top: dict[str, Counter[str]] = {name: Counter() for name in dynamic}
-    for p in c.pending:
+    for p in c.decided.pending:
         if p.reason.stage is not Stage.PLACEMENT:
             continue
         w = by_id.get(p.workload)
@@ -222,7 +222,7 @@ def instances_in_use(
 ) -> tuple[Container[str], dict[str, Counter[str]]]:
     """Slice ids in use (the snapshot's allocations and this cycle's admissions), and per GPU
     being reconfigured the instances it is creating (`instances_coming`, passed when known)."""
-    admitted = {sid for a in c.admissions for pod in a.pods for sid in pod.slice_ids}
+    admitted = {sid for a in c.decided.admissions for pod in a.pods for sid in pod.slice_ids}
     used = _InUse(admitted, c.snapshot.cluster.allocations)
     return used, instances_coming(c) if coming is None else coming
 

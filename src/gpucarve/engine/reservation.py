@@ -144,7 +144,7 @@ def reserve_starving(c: CycleState) -> None:
     for w in sorted(starving, key=lambda w: (-w.priority, w.submit_time, w.id)):
         heads.setdefault(w.queue, w)
     for w in sorted(heads.values(), key=lambda w: (w.submit_time, -w.priority, w.id)):
-        if len(c.reservations) >= RESERVATIONS_PER_CYCLE:
+        if len(c.decided.reservations) >= RESERVATIONS_PER_CYCLE:
             return
         _reserve(c, w)
 
@@ -195,26 +195,27 @@ def _reserve(c: CycleState, head: Workload) -> None:
         # for it too. (A gang short only of room holds no quota: its queue's other work may
         # fit elsewhere.)
         for flavor, n in demand.items():
-            c.queue_reserved.setdefault((head.queue, flavor), Hold(head, start, n, 0, False))
+            c.holds.reserve_quota(head.queue, flavor, Hold(head, start, n, 0, False))
     nodes = tuple(sorted({p.node for p in placed}))
-    c.reservations.append(
+    c.decided.reserve(
         Reservation(head.id, head.queue, start, nodes, tuple(rw.workload.id for rw in ended))
     )
     if ended:
         last = ended[-1].workload
-        c.reserved_notes[head.id] = (
+        c.holds.note_reserved(
+            head.id,
             f"reserved {', '.join(nodes)}{' and its queue quota' if holds_quota else ''}, "
             "where and when it fits "
             f"soonest: expected in {_span(start - c.now)}, once {len(ended)} running "
             f"workload(s) end (the last, {last.id}, by {WHENCE[c.runtime(last)[1]]}); "
             "meanwhile other work runs there only if it is expected to end first or leaves "
-            "the gang its room"
+            "the gang its room",
         )
 
 
 def noted(c: CycleState, wid: str, reason: PendingReason) -> PendingReason:
     """A pending reason that also says what the workload reserved."""
-    note = c.reserved_notes.get(wid)
+    note = c.holds.reserved_note(wid)
     if note is None:
         return reason
     return PendingReason(

@@ -1,5 +1,8 @@
 """What one cycle knows and has decided so far: the working copy of the cluster, quotas,
-the placer and the preemptor, the decisions made, and the memos that keep a cycle fast.
+the placer and the preemptor, and the cycle's own state split by who writes it: what it
+decided (`Decided`), what holds work back (`Holds`), what it remembers to stay fast (`Memos`),
+each written only through its methods; what the engine remembers across cycles is its own
+(`memo.AcrossCycles`). `tests/engine/test_cycle_state_sealed.py` refuses a write from outside.
 
 Every step of the cycle (`admit`, `queueing`, `evict`, `podwise`, `gang_timeout`,
 `repartition`) takes a `CycleState` and adds to it; none imports the orchestrator
@@ -11,7 +14,8 @@ whoever admits.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
@@ -35,6 +39,7 @@ from gpucarve.engine.decisions import (
     Reservation,
     Stage,
 )
+from gpucarve.engine.memo import AcrossCycles, Shapes
 from gpucarve.engine.mig.hint import shapes_from
 from gpucarve.engine.placement.flavor_rank import first_flavor_needs
 from gpucarve.engine.placement.holds import Hold
@@ -47,9 +52,189 @@ from gpucarve.engine.working import Working
 MEMO_LIMIT = 200_000
 
 
+class Decided:
+    """What the cycle has decided so far: admissions (those of this cycle, `fresh`, until one
+    is withdrawn), evictions, pending work with its reasons, reservations and drains, and the
+    pods placed. Only these methods write it; other steps read it through read-only views
+    (mypy refuses a write through them)."""
+
+    def __init__(self) -> None:
+        self._admissions: list[Admission] = []
+        self._evictions: list[Eviction] = []
+        self._pending: list[Pending] = []
+        self._fresh: dict[str, Admission] = {}
+        self._withdrawn: set[str] = set()
+        self._reservations: list[Reservation] = []
+        self._drains: list[Drain] = []
+        self._pods_placed = 0
+
+    @property
+    def admissions(self) -> Sequence[Admission]:
+        return self._admissions
+
+    @property
+    def evictions(self) -> Sequence[Eviction]:
+        return self._evictions
+
+    @property
+    def pending(self) -> Sequence[Pending]:
+        return self._pending
+
+    @property
+    def fresh(self) -> Mapping[str, Admission]:
+        """Admitted this cycle, not started: reclaim may withdraw it at no cost."""
+        return self._fresh
+
+    @property
+    def withdrawn(self) -> AbstractSet[str]:
+        return self._withdrawn
+
+    @property
+    def reservations(self) -> Sequence[Reservation]:
+        return self._reservations
+
+    @property
+    def drains(self) -> Sequence[Drain]:
+        return self._drains
+
+    @property
+    def pods_placed(self) -> int:
+        return self._pods_placed
+
+    def admit(self, admission: Admission) -> None:
+        self._admissions.append(admission)
+        self._fresh[admission.workload] = admission
+        self._pods_placed += len(admission.pods)
+
+    def withdraw(self, workload: str, why: Pending) -> None:
+        """Take back an admission of this cycle (its pods never started); it waits, saying why."""
+        admission = self._fresh.pop(workload)
+        self._admissions.remove(admission)
+        self._pods_placed -= len(admission.pods)
+        self._withdrawn.add(workload)
+        self._pending.append(why)
+
+    def evict(self, eviction: Eviction) -> None:
+        self._evictions.append(eviction)
+
+    def wait(self, pending: Pending) -> None:
+        self._pending.append(pending)
+
+    def placed_after_all(self, workload: str) -> None:
+        """Work found pending earlier in the cycle and placed later (consolidation) no longer
+        waits."""
+        self._pending = [p for p in self._pending if p.workload != workload]
+
+    def reserve(self, reservation: Reservation) -> None:
+        self._reservations.append(reservation)
+
+    def drain(self, drain: Drain) -> None:
+        self._drains.append(drain)
+
+
+class Holds:
+    """What holds work back this cycle, by who set it: a queue's head holding the queue's later
+    work on a flavor (queueing), a reserving gang holding its queue's quota (reservation) and
+    what it noted for its reason, the demand waiting work keeps from being lent
+    (loansWaitForLenders), and reclaims put off (reclaimGraceSeconds). Only these methods
+    write it; the first hold set on a key stays."""
+
+    def __init__(self) -> None:
+        self._queue_heads: dict[tuple[str, str], Workload] = {}
+        self._quota_reserved: dict[tuple[str, str], Hold] = {}
+        self._notes: dict[str, str] = {}
+        self._waiting: dict[str, dict[str, int]] = {}
+        self._reclaim_waits: dict[str, str] = {}
+
+    def hold_queue(self, queue: str, flavor: str, head: Workload) -> None:
+        self._queue_heads.setdefault((queue, flavor), head)
+
+    def queue_head(self, queue: str, flavor: str) -> Workload | None:
+        return self._queue_heads.get((queue, flavor))
+
+    def queues_held(self) -> bool:
+        return bool(self._queue_heads)
+
+    def reserve_quota(self, queue: str, flavor: str, hold: Hold) -> None:
+        self._quota_reserved.setdefault((queue, flavor), hold)
+
+    def quota_reserved(self, queue: str, flavor: str) -> Hold | None:
+        return self._quota_reserved.get((queue, flavor))
+
+    def any_quota_reserved(self) -> bool:
+        return bool(self._quota_reserved)
+
+    def note_reserved(self, workload: str, note: str) -> None:
+        self._notes[workload] = note
+
+    def reserved_note(self, workload: str) -> str | None:
+        return self._notes.get(workload)
+
+    def keep_waiting(self, workload: str, demand: dict[str, int]) -> None:
+        self._waiting[workload] = demand
+
+    def stop_keeping(self, workload: str) -> dict[str, int] | None:
+        """The demand `workload` kept from being lent, no longer kept (None: it kept none)."""
+        return self._waiting.pop(workload, None)
+
+    def put_off_reclaim(self, workload: str, why: str) -> None:
+        self._reclaim_waits[workload] = why
+
+    def reclaim_put_off(self, workload: str) -> str | None:
+        return self._reclaim_waits.get(workload)
+
+
+class Memos:
+    """What one cycle remembers to stay fast, dropped with it. Within a cycle capacity only
+    shrinks until something is given back (`Working.release_epoch`), so a verdict kept with
+    the epoch it was reached in stands until the epoch moves."""
+
+    def __init__(self) -> None:
+        self._failed: dict[tuple[object, ...], tuple[int, Outcome]] = {}
+        self._no_room: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
+        self._no_victims: dict[tuple[object, ...], int] = {}
+        self._searches: Counter[str] = Counter()
+        self._behind: dict[tuple[str, str, str], PendingReason] = {}
+
+    def failed(self, key: tuple[object, ...], epoch: int) -> Outcome | None:
+        hit = self._failed.get(key)
+        return hit[1] if hit is not None and hit[0] == epoch else None
+
+    def fail(self, key: tuple[object, ...], epoch: int, outcome: Outcome) -> None:
+        self._failed[key] = (epoch, outcome)
+
+    def no_room(self, key: tuple[object, ...], epoch: int) -> PendingReason | None:
+        hit = self._no_room.get(key)
+        return hit[1] if hit is not None and hit[0] == epoch else None
+
+    def found_no_room(self, key: tuple[object, ...], epoch: int, reason: PendingReason) -> None:
+        self._no_room[key] = (epoch, reason)
+
+    def no_victims(self, key: tuple[object, ...], epoch: int) -> bool:
+        return self._no_victims.get(key) == epoch
+
+    def found_no_victims(self, key: tuple[object, ...], epoch: int) -> None:
+        self._no_victims[key] = epoch
+
+    def search(self, queue: str, limit: int) -> bool:
+        """Whether `queue` may search for victims again this cycle (counted when it may)."""
+        if self._searches[queue] >= limit:
+            return False
+        self._searches[queue] += 1
+        return True
+
+    def behind(self, key: tuple[str, str, str], make: Callable[[], PendingReason]) -> PendingReason:
+        """Why work behind a head waits, made once per (queue, flavor, head)."""
+        hit = self._behind.get(key)
+        if hit is None:
+            hit = self._behind[key] = make()
+        return hit
+
+
 class CycleState:
-    def __init__(self, snapshot: Snapshot, now: int, ws: Working) -> None:
+    def __init__(self, snapshot: Snapshot, now: int, ws: Working, memo: AcrossCycles) -> None:
         self.snapshot = snapshot
+        self.memo = memo  # what the engine remembers across cycles (engine.memo)
         self.policy = snapshot.policy
         self.cfg = snapshot.policy.scheduling
         self.now = now
@@ -63,46 +248,23 @@ class CycleState:
         self.preemptor.wait_bounds = self.wait_bounds = {
             q.name: q.reclaim_wait_s for q in self.policy.queues if q.reclaim_wait_s is not None
         }
-        self.admissions: list[Admission] = []
-        self.evictions: list[Eviction] = []
-        self.pending: list[Pending] = []
-        self.pods_placed = 0
-        # (queue, flavor) -> the head holding that queue's later work for the flavor
-        self.queue_holds: dict[tuple[str, str], Workload] = {}
-        # (plan signature) -> (release epoch, reason): a gang shape that did not fit keeps not
-        # fitting until something is given back.
-        self.no_room: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
-        self.no_victims: dict[tuple[object, ...], int] = {}
-        self.searches: Counter[str] = Counter()
-        # workload -> why its reclaim was put off this cycle (scheduling.reclaimGraceSeconds)
-        self.reclaim_waits: dict[str, str] = {}
-        self.failed: dict[tuple[object, ...], tuple[int, Outcome]] = {}
-        self.fresh: dict[str, Admission] = {}
-        self.withdrawn: set[str] = set()
-        self.preemptor.fresh = self.fresh
+        # the cycle's state by who writes it: what it decided, what holds work back, and what
+        # it remembers to stay fast (each written only through its own methods)
+        self.decided = Decided()
+        self.holds = Holds()
+        self.memos = Memos()
+        self.preemptor.fresh = self.decided.fresh
         self._flavor_cache: dict[tuple[str, GpuRequest], list[Flavor]] = {}
         # workload -> its flavors as its node selection narrows and orders them, this cycle
         # (nodes and their labels change between cycles; the quota's choice is kept in ws)
         self._selected: dict[str, tuple[Workload, list[list[Flavor]]]] = {}
-        for memo in (ws.flavor_memo, ws.shape_memo, ws.idle_memo, ws.shape_kinds):
-            if len(memo) > MEMO_LIMIT:
-                memo.clear()  # a long-lived scheduler sees workloads come and go
-        # (queue, flavor, head) -> why work behind that head waits, this cycle
-        self.behind_reasons: dict[tuple[str, str, str], PendingReason] = {}
+        memo.trim(MEMO_LIMIT)  # a long-lived scheduler sees workloads come and go
         self.placer = Placer(
             self.ws,
             self.cfg.scoring,
             self.cfg.candidates_per_pod,
             PlacerContext(self._shapes(), self.ends_at, self.within_nominal),
         )
-        self.reservations: list[Reservation] = []
-        self.drains: list[Drain] = []
-        # (queue, flavor) -> the reserving gang that holds the queue's quota of the flavor
-        # against later work expected to run past its start (queueing.behind)
-        self.queue_reserved: dict[tuple[str, str], Hold] = {}
-        self.reserved_notes: dict[str, str] = {}  # workload -> what it reserved, for its reason
-        # workload -> the demand it counts in quotas.waiting (scheduling.loansWaitForLenders)
-        self.waiting_demand: dict[str, dict[str, int]] = {}
         self.placer.set_demand(snapshot.pending, self._first_needs)
 
     def note_waiting(self, skip: Collection[str]) -> None:
@@ -119,7 +281,7 @@ class CycleState:
                 continue
             demand = self.first_demand(w)
             if demand and self.quotas.within_nominal(w.queue, demand):
-                self.waiting_demand[w.id] = demand
+                self.holds.keep_waiting(w.id, demand)
                 self.quotas.note_waiting(w.queue, demand)
 
     def runtime(self, w: Workload) -> tuple[int, str]:
@@ -167,12 +329,7 @@ class CycleState:
     def flavors_for(self, w: Workload) -> list[list[Flavor]]:
         """Per pod set, the flavors its queue has quota for that serve its request, less those
         no node of which its node selection matches, preferred ones first."""
-        memo = self.ws.flavor_memo.get(w.id)
-        if memo is not None and memo[0] is w:
-            served = memo[1]
-        else:
-            served = [self._flavors_of(w.queue, ps.gpu) for ps in w.pod_sets]
-            self.ws.flavor_memo[w.id] = (w, served)
+        served = self.memo.flavors(w, self._served)
         if not any(ps.node_selector or ps.affinity or ps.preferred for ps in w.pod_sets):
             return served
         hit = self._selected.get(w.id)
@@ -181,6 +338,9 @@ class CycleState:
         out = [self._selectable(ps, fs) for ps, fs in zip(w.pod_sets, served, strict=True)]
         self._selected[w.id] = (w, out)
         return out
+
+    def _served(self, w: Workload) -> list[list[Flavor]]:
+        return [self._flavors_of(w.queue, ps.gpu) for ps in w.pod_sets]
 
     def flavors_for_set(self, w: Workload, ps: PodSet) -> list[Flavor]:
         return self._selectable(ps, self._flavors_of(w.queue, ps.gpu))
@@ -212,27 +372,21 @@ class CycleState:
     def _shapes(self) -> dict[str, Counter[int]]:
         """Pods per (flavor, slices per pod) among pending and running work."""
         counts: Counter[tuple[str, int]] = Counter()
-        memo = self.ws.shape_memo
-        kinds = self.ws.shape_kinds
+        shapes, shape_of = self.memo.shapes, self._shape_of
         for w in self.snapshot.pending:
-            hit = memo.get(w.id)
-            if hit is None or hit[0] is not w:
-                # work of one kind (a Job's shape, submitted again and again) is worked out once
-                kind = (w.queue, w.pod_sets)
-                mine = kinds.get(kind)
-                if mine is None:
-                    mine = []
-                    for ps, flavors in zip(w.pod_sets, self.flavors_for(w), strict=True):
-                        for f in flavors:
-                            mine.append(((f.name, self._slices(ps.gpu, f)), ps.count))
-                    kinds[kind] = mine
-                hit = memo[w.id] = (w, mine)
-            for shape, n in hit[1]:
+            for shape, n in shapes(w, shape_of):
                 counts[shape] += n
         for shape, n in sorted(self.ws.running_shapes.items()):
             if n:
                 counts[shape] += n
         return shapes_from((f, size, n) for (f, size), n in counts.items())
+
+    def _shape_of(self, w: Workload) -> Shapes:
+        return [
+            ((f.name, self._slices(ps.gpu, f)), ps.count)
+            for ps, flavors in zip(w.pod_sets, self.flavors_for(w), strict=True)
+            for f in flavors
+        ]
 
     def needs_of(self, ps: PodSet, f: Flavor | None) -> PodNeeds:
         slices = self._slices(ps.gpu, f) if f is not None else 0
@@ -265,8 +419,7 @@ class CycleState:
             for k in sorted(self.quotas.charge(w.queue, charged))
             if (b := self.quotas.borrowed(w.queue, k)) > 0
         )
-        self.pods_placed += len(placed)
-        counted = self.waiting_demand.pop(w.id, None)
+        counted = self.holds.stop_keeping(w.id)
         if counted is not None:
             self.quotas.note_waiting(w.queue, counted, -1)
         admission = Admission(
@@ -275,17 +428,16 @@ class CycleState:
             pods=tuple(placed),
             charged=tuple(sorted(charged.items())),
             borrowed=borrowed,
-            after_evictions=waits_for(self.snapshot, self.evictions, placed, victims),
+            after_evictions=waits_for(self.snapshot, self.decided.evictions, placed, victims),
             stage=stage,
         )
-        self.admissions.append(admission)
         # Admitted this cycle, not started: reclaim may still withdraw it at no cost, which
         # beats evicting older work of the same queue.
+        self.decided.admit(admission)
         start = self.now
         if pods_before:
             start = self.ws.running[w.id].start_time
         self.ws.add_running(RunningWorkload(w, (*pods_before, *placed), start))
-        self.fresh[w.id] = admission
 
 
 def waits_for(

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from gpucarve.core.cluster import Allocation, ClusterState, Gpu
-from gpucarve.core.policy import Flavor, SliceKind
+from gpucarve.core.policy import SliceKind
 from gpucarve.core.requests import SHARED_KINDS, charge_milli, gpu_memory_of
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import PodSet, RunningWorkload, TopologyMode
@@ -86,16 +86,6 @@ class Working:
         # Bumped on every change of `usage` (and its undo): caches of derived values (a
         # queue's fair share) compare it.
         self.usage_version = 0
-        # workload id -> (the workload, its candidate flavors per pod set): flavors depend only
-        # on the policy and the workload, so they are kept across cycles for the same object.
-        self.flavor_memo: dict[str, tuple[object, list[list[Flavor]]]] = {}
-        # workload id -> (the workload, pods per (flavor, slices per pod)), likewise
-        self.shape_memo: dict[str, tuple[object, list[tuple[tuple[str, int], int]]]] = {}
-        # (queue, pod sets) -> the same, for every workload of that kind
-        self.shape_kinds: dict[tuple[object, ...], list[tuple[tuple[str, int], int]]] = {}
-        # workload id -> (the workload, the flavors it could run on, their (model, kind)), for
-        # the idle accounting's pass over what waits
-        self.idle_memo: dict[str, tuple[object, frozenset[str], frozenset[tuple[str, str]]]] = {}
         # Running pods per (flavor, slices per pod), for the fragmentation score's demand mix.
         self.running_shapes: dict[tuple[str, int], int] = {}
         self.running: dict[str, RunningWorkload] = {}

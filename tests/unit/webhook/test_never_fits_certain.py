@@ -18,6 +18,7 @@ from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.vocabulary import MODE_LABEL, POOL_LABEL
 from gpucarve.core.workload import LabelRequirement, Operator, Workload
 from gpucarve.engine.admit import never_fits
+from gpucarve.engine.memo import AcrossCycles
 from gpucarve.engine.state import CycleState
 from gpucarve.engine.working import Working
 from gpucarve.webhook.admission import _as_scheduled, certain_part, pod_problems
@@ -137,7 +138,7 @@ def _on(labels: list[dict[str, str]], w: Workload) -> bool:
         for n, have in zip(cluster.nodes, labels, strict=True)
     )
     snap = Snapshot(POLICY, dataclasses.replace(cluster, nodes=nodes), (), ())
-    return not never_fits(CycleState(snap, 0, Working(snap)), w)
+    return not never_fits(CycleState(snap, 0, Working(snap), AcrossCycles()), w)
 
 
 @settings(max_examples=150, deadline=None)
@@ -155,6 +156,8 @@ def test_never_refuses_what_some_cluster_of_the_policy_would_place(
     ps = dataclasses.replace(w.pod_sets[0], affinity=tuple(tuple(t) for t in terms))
     w = dataclasses.replace(w, pod_sets=(ps,))
     snap = Snapshot(POLICY, build_cluster(POLICY), (), ())
-    refused = bool(never_fits(CycleState(snap, 0, Working(snap)), certain_part(POLICY, w)))
+    refused = bool(
+        never_fits(CycleState(snap, 0, Working(snap), AcrossCycles()), certain_part(POLICY, w))
+    )
     if refused:
         assert not _on(labels, w), "the webhook refused what this cluster would place"

@@ -12,12 +12,13 @@ from gpucarve.core.policy import Policy, ScoringWeights
 from gpucarve.core.problems import InvalidInput
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import PodSet
-from gpucarve.engine import preemption, victim_order_names
+from gpucarve.engine import victim_order_names, victims
 from gpucarve.engine.decisions import CycleResult, Plugin
 from gpucarve.engine.node_state import GpuSlots, NodeState
 from gpucarve.engine.placement import plugins
-from gpucarve.engine.preemption import CheapestFirst, Preemptor, Victim, VictimOrder
+from gpucarve.engine.preemption import Preemptor
 from gpucarve.engine.quota import Quotas
+from gpucarve.engine.victims import CheapestFirst, Victim, VictimOrder
 from gpucarve.engine.working import Working
 from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
 
@@ -177,7 +178,7 @@ def test_a_victim_order_added_to_the_registry_may_be_named_by_the_policy(
     said = _said(refused.value)
     assert "scheduling.victimOrder" in said and "unknown-victim-order" in said
     assert "cheapest-first" in said
-    monkeypatch.setattr(preemption, "VICTIM_ORDERS", (*preemption.VICTIM_ORDERS, OldestFirst()))
+    monkeypatch.setattr(victims, "VICTIM_ORDERS", (*victims.VICTIM_ORDERS, OldestFirst()))
     evicted = {}
     for order in ("cheapest-first", "oldest-first"):
         p = _nodes(victimOrder=order, minRuntimeSeconds=0)

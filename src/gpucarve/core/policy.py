@@ -433,7 +433,7 @@ class SchedulingConfig:
     # evicts it.
     bound_elsewhere: str = "keep"
     # which running work preemption and reclaim try first: a victim order of the engine's
-    # registry, by name (engine.preemption.VICTIM_ORDERS)
+    # registry, by name (engine.victims.VICTIM_ORDERS)
     victim_order: str = DEFAULT_VICTIM_ORDER
     # A gang that failed on placement and has waited this long reserves the nodes where it
     # will fit soonest (None: never); work expected to end after then may not take what it

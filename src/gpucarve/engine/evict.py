@@ -11,8 +11,8 @@ from gpucarve.core.runtime import WHENCE
 from gpucarve.core.workload import Workload
 from gpucarve.engine.decisions import Cause, Eviction, Pending, PendingReason, Plugin, Stage
 from gpucarve.engine.placement.plan_keys import Plan, signature
-from gpucarve.engine.preemption import Victim
 from gpucarve.engine.state import CycleState
+from gpucarve.engine.victims import Victim
 
 PREEMPTION_SEARCHES_PER_QUEUE = 4
 

@@ -45,8 +45,9 @@ from gpucarve.engine.placement.flavor_rank import first_flavor_needs
 from gpucarve.engine.placement.holds import Hold
 from gpucarve.engine.placement.placer import Placer, PlacerContext
 from gpucarve.engine.placement.plugins import PodNeeds
-from gpucarve.engine.preemption import Preemptor, victim_order
+from gpucarve.engine.preemption import Preemptor
 from gpucarve.engine.quota import Quotas
+from gpucarve.engine.victims import victim_order
 from gpucarve.engine.working import Working
 
 MEMO_LIMIT = 200_000

@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.text import Text
 
 from gpucarve.cli.common import CatalogOption, policy_or_exit
 from gpucarve.cli.output import Exit, console
+from gpucarve.core.policy import Policy
+from gpucarve.devcluster import scheduler as gpucarve_scheduler
 from gpucarve.devcluster.procs import StackError
 from gpucarve.devcluster.stack import LocalStack, find_binaries, needed_binaries
 
@@ -46,12 +49,19 @@ def up(
         bool,
         typer.Option(help="Run kube-scheduler for the pods gpucarve does not govern."),
     ] = True,
+    scheduler: Annotated[
+        bool,
+        typer.Option(
+            help="Apply the policy's CRDs, priority classes and queues and run gpucarve's "
+            "scheduler, its dashboard on loopback: GPU pods bind with no further command."
+        ),
+    ] = True,
 ) -> None:
-    """Start etcd, kube-apiserver, kwok, the controllers, kube-scheduler and the admission
-    webhook on loopback (the stack as gpucarve ships onto a cluster) and create the policy's
-    nodes (GPU capacity, allocatable and GPU Feature Discovery labels, as the device plugin
-    publishes them for each pool's sharing mode; DRA pools' ResourceSlices). Prints the
-    kubeconfig to use."""
+    """Start etcd, kube-apiserver, kwok, the controllers, kube-scheduler, the admission
+    webhook and gpucarve's scheduler on loopback (the stack as gpucarve ships onto a cluster)
+    and create the policy's nodes (GPU capacity, allocatable and GPU Feature Discovery labels,
+    as the device plugin publishes them for each pool's sharing mode; DRA pools'
+    ResourceSlices). Prints the kubeconfig to use and what to try next."""
     loaded = policy_or_exit(policy, catalog)
     err = console(stderr=True)
     if (state / "pids.json").exists():
@@ -75,21 +85,69 @@ def up(
     except StackError as exc:
         err.print(Text(f"could not start the dev cluster: {exc}", style="red"))
         raise typer.Exit(Exit.INVALID) from None
+    started: gpucarve_scheduler.Started | None = None
     try:
         nodes = stack.start().add_policy_nodes(loaded.policy)
+        if scheduler:
+            err.print(Text("starting gpucarve's scheduler (gpucarve apply, then the scheduler)"))
+            # where the GPU Operator's MIG manager reads the layouts the scheduler writes (the
+            # scheduler's default --mig-config-map): the dev cluster fakes the operator's nodes
+            stack.post("/api/v1/namespaces", _namespace(GPU_OPERATOR_NAMESPACE))
+            gpucarve_scheduler.apply_policy(policy.resolve(), stack.kubeconfig())
+            started = gpucarve_scheduler.start(policy.resolve(), stack.kubeconfig(), stack.workdir)
     except (StackError, OSError) as exc:
         stack.stop()
         err.print(Text(f"could not start the dev cluster: {exc}", style="red"))
         raise typer.Exit(Exit.INVALID) from None
     # Leave the processes running: `down` stops them by PID.
     pids = stack.detach()
+    if started is not None:
+        pids["scheduler"] = started.proc.pid
     (state / "pids.json").write_text(json.dumps(pids, sort_keys=True))
     out = console()
     out.print(f"dev cluster up: {stack.server}, {nodes} fake GPU nodes from {policy}")
     out.print(Text(f"export KUBECONFIG={stack.kubeconfig()}", style="bold"))
     if webhook:
         out.print(f"admission webhook: {state / 'webhook.log'}")
+    if started is not None:
+        out.print(f"gpucarve scheduler: {state / 'scheduler.log'}")
+        out.print(
+            f"dashboard: {started.dashboard} (sign in with the token in {stack.kubeconfig()})"
+        )
+        _next_steps(out, loaded.policy, policy)
+    else:
+        out.print(
+            f"next: gpucarve apply --policy {policy}, then gpucarve scheduler --policy {policy}"
+        )
     out.print(f"stop it with: gpucarve dev-cluster down --dir {state}")
+
+
+GPU_OPERATOR_NAMESPACE = "gpu-operator"
+
+
+def _namespace(name: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def _next_steps(out: Console, policy: Policy, policy_file: Path) -> None:
+    """A first GPU pod for the first namespace a queue lists, and how to ask why one waits."""
+    ns = next((q.namespaces[0] for q in policy.queues if q.namespaces), None)
+    if ns is None:
+        return
+    pod = json.dumps(
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "hello-gpu", "namespace": ns},
+         "spec": {"schedulerName": "gpucarve",
+                  "containers": [{"name": "main", "image": "fake",
+                                  "resources": {"limits": {"nvidia.com/gpu": 1}}}]}},
+        separators=(",", ":"),
+    )  # fmt: skip
+    out.print("next: a first GPU pod (it binds to a fake node; kwok runs no container):")
+    out.print(Text(f"  echo '{pod}' | kubectl apply -f -"), soft_wrap=True)
+    out.print(
+        f"  kubectl get pod -n {ns} hello-gpu -o wide; "
+        f"gpucarve explain {ns}/hello-gpu --policy {policy_file}"
+    )
 
 
 def _gone(pid: int) -> bool:
@@ -124,7 +182,7 @@ def down(state: DirOption = DEFAULT_DIR) -> None:
         err.print(Text("fix: stop the processes by hand (see the *.log files), then remove it"))
         raise typer.Exit(Exit.INVALID)
     pids: dict[str, int] = loaded
-    for name in ("webhook", "kube-scheduler", "kube-controller-manager", "kwok",
+    for name in ("scheduler", "webhook", "kube-scheduler", "kube-controller-manager", "kwok",
                  "kube-apiserver", "etcd"):  # fmt: skip
         pid = pids.get(name)
         if pid is None:

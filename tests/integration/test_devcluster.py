@@ -335,3 +335,40 @@ def test_the_dev_cluster_runs_what_users_manifests_need(tmp_path: Path) -> None:
     finally:
         r = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
     assert r.exit_code == 0, r.output
+
+
+def test_the_readmes_helm_install_succeeds_on_the_dev_cluster(tmp_path: Path) -> None:
+    """The README's `helm install` of the chart succeeds on a dev cluster started without the
+    parts the chart brings itself (`--no-webhook --no-scheduler`, as the README says): the
+    chart's scheduler and webhook pods are placed and run on its nodes (kwok runs no
+    container), and the node agent's DaemonSet wants one pod per fake GPU node, which carry
+    the GPU Operator's `nvidia.com/gpu.present` label as real ones do."""
+    from tests.integration.chart import CHART, NAMESPACE, RELEASE, helm
+
+    state = tmp_path / "dc"
+    runner = CliRunner()
+    args = ["dev-cluster", "up", "--policy", str(EXAMPLE), "--dir", str(state)]
+    r = runner.invoke(app, [*args, "--no-webhook", "--no-scheduler"])
+    assert r.exit_code == 0, r.output
+    try:
+        kubeconfig = state / "kubeconfig-gpucarve-admin"
+        done = helm(
+            "install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
+            "--kubeconfig", str(kubeconfig), "--set", "image.repository=example/gpucarve",
+            "--set-file", f"policy={EXAMPLE}", "--wait", "--timeout", "120s",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        config = json.loads(kubeconfig.read_text())
+        api = Api(config["clusters"][0]["cluster"]["server"], config["users"][0]["user"]["token"])
+
+        def running() -> list[str] | None:
+            pods = api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+            phases = [p["status"].get("phase") for p in pods]
+            return phases if len(pods) >= 4 and set(phases) == {"Running"} else None
+
+        wait_for(running, timeout_s=60, what="the chart's pods running")
+        agent = api.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/gpucarve-node-agent")
+        assert agent["status"]["desiredNumberScheduled"] == 18
+    finally:
+        r = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
+    assert r.exit_code == 0, r.output

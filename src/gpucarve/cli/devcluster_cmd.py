@@ -88,11 +88,15 @@ def up(
     started: gpucarve_scheduler.Started | None = None
     try:
         nodes = stack.start().add_policy_nodes(loaded.policy)
+        # The dev cluster fakes nodes the GPU Operator manages, so it has what the operator
+        # leaves on a cluster too: its namespace, where its MIG manager reads the layouts the
+        # scheduler writes (the scheduler's default --mig-config-map, the chart's
+        # migHandoff.namespace), and the `nvidia` RuntimeClass GPU containers run under (the
+        # chart's node agent asks for it).
+        stack.post("/api/v1/namespaces", _namespace(GPU_OPERATOR_NAMESPACE))
+        stack.post("/apis/node.k8s.io/v1/runtimeclasses", NVIDIA_RUNTIME_CLASS)
         if scheduler:
             err.print(Text("starting gpucarve's scheduler (gpucarve apply, then the scheduler)"))
-            # where the GPU Operator's MIG manager reads the layouts the scheduler writes (the
-            # scheduler's default --mig-config-map): the dev cluster fakes the operator's nodes
-            stack.post("/api/v1/namespaces", _namespace(GPU_OPERATOR_NAMESPACE))
             gpucarve_scheduler.apply_policy(policy.resolve(), stack.kubeconfig())
             started = gpucarve_scheduler.start(policy.resolve(), stack.kubeconfig(), stack.workdir)
     except (StackError, OSError) as exc:
@@ -123,6 +127,8 @@ def up(
 
 
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
+NVIDIA_RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                        "metadata": {"name": "nvidia"}, "handler": "nvidia"}  # fmt: skip
 
 
 def _namespace(name: str) -> dict[str, object]:

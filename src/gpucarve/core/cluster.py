@@ -15,7 +15,7 @@ from types import MappingProxyType
 from gpucarve.core import mig
 from gpucarve.core.mig import Instance
 from gpucarve.core.policy import Flavor, Policy, Pool, SharingMode, SliceKind, Taint
-from gpucarve.core.vocabulary import MISMATCH_LABEL, MODE_LABEL, POOL_LABEL
+from gpucarve.core.vocabulary import GPU_PRESENT_LABEL, MISMATCH_LABEL, MODE_LABEL, POOL_LABEL
 
 # The seed's `gpu-mode` node label: the sharing mode of the node's pool, for node selectors.
 
@@ -246,6 +246,7 @@ def decided_labels(pool: Pool) -> dict[str, frozenset[str | None]]:
 def _node_labels(pool: Pool, policy: Policy, index: int) -> tuple[tuple[str, str], ...]:
     m = pool.model
     labels = dict(pool.node_labels)
+    labels[GPU_PRESENT_LABEL] = "true"
     labels["nvidia.com/gpu.product"] = m.gfd_products[0] if m.gfd_products else m.id
     labels["nvidia.com/gpu.count"] = str(pool.gpus_per_node)
     labels["nvidia.com/gpu.memory"] = str(m.memory_mib)

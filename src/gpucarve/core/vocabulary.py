@@ -32,6 +32,9 @@ POD_DEVICES_ANNOTATION = f"{GROUP}/pod-devices"  # what the node agent saw the p
 # ----------------------------------------------------------------- nodes
 POOL_LABEL = f"{GROUP}/pool"
 MODE_LABEL = f"{GROUP}/gpu-mode"
+# the GPU Operator's label on every node with an NVIDIA GPU: its operands' DaemonSets select
+# it, and so does the chart's node agent (nodeAgent.nodeSelector)
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 MISMATCH_LABEL = f"{GROUP}/mismatch"
 RACK_LABEL = f"{GROUP}/rack"
 BLOCK_LABEL = f"{GROUP}/block"

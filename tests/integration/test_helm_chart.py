@@ -38,6 +38,7 @@ def test_the_chart_lints() -> None:
         (["serviceAccount.create=false"], "serviceAccount.name: name the ServiceAccount"),
         (["webhook.failurePolicy=Sometimes"], "/webhook/failurePolicy"),
         (["history.maxMiB=0"], "/history/maxMiB"),
+        (["dashboard.gpuMetricsUrl=prometheus:9090"], "/dashboard/gpuMetricsUrl"),
         (["shadow=true"], "shadow: the webhook hands GPU pods to gpucarve"),
         (
             ["shadow=true", "webhook.enabled=false", "history.enabled=false"],
@@ -162,6 +163,20 @@ def _scheduler(objs: list[dict[str, Any]]) -> dict[str, Any]:
     """The scheduler's Deployment (the webhook has one too)."""
     (dep,) = [d for d in _by_kind(objs)["Deployment"] if d["metadata"]["name"] == RELEASE]
     return dep
+
+
+def test_the_dashboard_reads_gpu_metrics_from_the_prometheus_the_values_name() -> None:
+    def args(values: list[str]) -> list[str]:
+        dep = _scheduler(render(POLICY, values, crds=False))
+        out: list[str] = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        return out
+
+    url = "http://prometheus.monitoring:9090"
+    assert f"--gpu-metrics-url={url}" in args([f"dashboard.gpuMetricsUrl={url}"])
+    assert not [a for a in args([]) if a.startswith("--gpu-metrics-url")]
+    # the scheduler refuses the flag without its dashboard: the chart leaves both out then
+    off = args([f"dashboard.gpuMetricsUrl={url}", "dashboard.enabled=false"])
+    assert not [a for a in off if a.startswith(("--gpu-metrics-url", "--dashboard-port"))]
 
 
 def test_the_history_is_kept_on_a_volume_the_values_size_or_name() -> None:

@@ -17,6 +17,7 @@ from gpucarve.cli.kube_options import ContextOption, KubeconfigOption, client_or
 from gpucarve.cli.output import Exit, console, refuse
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.dashboard.access import Denied, KubeAccess, Open
+from gpucarve.dashboard.gpu_use import PrometheusGpuUse
 from gpucarve.dashboard.server import Board, Shadow
 from gpucarve.dashboard.server import app as dashboard_app
 from gpucarve.kube.api.client import ApiError, Client
@@ -153,6 +154,15 @@ def scheduler(
             "port-forward).",
         ),
     ] = DashboardAuth.KUBE,
+    gpu_metrics_url: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu-metrics-url",
+            help="A Prometheus that scrapes the DCGM exporter (e.g. "
+            "http://prometheus.monitoring:9090): the dashboard shows each GPU's utilisation and "
+            "memory, and each team's, beside what the scheduler allocated.",
+        ),
+    ] = None,
     history_dir: Annotated[
         Path | None,
         typer.Option(
@@ -206,6 +216,7 @@ def scheduler(
     if shadow and history_dir is None:
         refuse("--shadow", "shadow-without-history", "a shadow keeps what it would have done "
                "only in the history", "add --history-dir DIR (a volume)")  # fmt: skip
+    gpu_use = _gpu_use(gpu_metrics_url, dashboard_port)
     name = name or ("default-scheduler" if shadow else "gpucarve")
     read_as = digest(policy)  # before the read: a change in between is picked up later
     loaded = policy_or_exit(policy, catalog)
@@ -249,8 +260,9 @@ def scheduler(
     )
     book = None if settings.would is None else settings.would.summary
     dashboard = partial(
-        _dashboard, client, loaded.policy, dashboard_auth, dashboard_host, dashboard_port, book
-    )
+        _dashboard, client, loaded.policy, dashboard_auth, dashboard_host, dashboard_port, book,
+        gpu_use,
+    )  # fmt: skip
     try:
         code = run_process(client, loaded.policy, settings, dashboard)
     except PortTaken as exc:
@@ -261,6 +273,19 @@ def scheduler(
         raise typer.Exit(code)
 
 
+def _gpu_use(url: str | None, dashboard_port: int) -> PrometheusGpuUse | None:
+    """The Prometheus the dashboard reads GPU metrics from (--gpu-metrics-url), if any."""
+    if url is None:
+        return None
+    if not url.startswith(("http://", "https://")) or len(url.split("//", 1)[1]) == 0:
+        refuse("--gpu-metrics-url", "not-a-url", f"{url!r} is not an http(s) URL",
+               "give Prometheus's base URL, e.g. http://prometheus.monitoring:9090")  # fmt: skip
+    if not dashboard_port:
+        refuse("--gpu-metrics-url", "no-dashboard", "only the dashboard shows GPU metrics",
+               "add --dashboard-port PORT, or drop --gpu-metrics-url")  # fmt: skip
+    return PrometheusGpuUse(url)
+
+
 def _dashboard(
     client: Client,
     first: Policy,
@@ -268,6 +293,7 @@ def _dashboard(
     host: str,
     port: int,
     shadow: Shadow | None = None,
+    gpu_use: PrometheusGpuUse | None = None,
 ) -> Dashboard | None:
     """The dashboard on host:port (port 0: none). The access reviews ask about the
     namespaces of the policy of the last cycle shown (`first` before any)."""
@@ -281,7 +307,7 @@ def _dashboard(
         return [ns for q in policy.queues for ns in q.namespaces]
 
     access = Open() if auth is DashboardAuth.NONE else KubeAccess(client, namespaces)
-    server = ThreadServer(dashboard_app(board, access, shadow), host, port, "dashboard")
+    server = ThreadServer(dashboard_app(board, access, shadow, gpu_use), host, port, "dashboard")
     try:
         server.start()
     except OSError as exc:

@@ -18,6 +18,7 @@ from typing import Any
 from gpucarve.core.cluster import RECONFIGURING, Gpu, Node, Slice
 from gpucarve.core.policy import Policy, flavor_pools, gpu_shares
 from gpucarve.core.snapshot import Snapshot
+from gpucarve.dashboard.gpu_use import Readings
 from gpucarve.engine import SCALE, Quotas, evicted_pods, usage_after
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.explain import explain, render
@@ -388,3 +389,62 @@ def changes(frame: Frame) -> dict[str, Any]:
             for r in frame.result.repartitions
         ],
     }
+
+
+# ---------------------------------------------------------------- what GPUs do (DCGM)
+
+
+def with_use(nodes: list[dict[str, Any]], readings: Readings) -> None:
+    """Each node row's GPUs given what DCGM measures on them (`use`), where it measures."""
+    for n in nodes:
+        for g in n["gpus"]:
+            use = readings.get((n["name"], g["index"]))
+            if use is not None:
+                g["use"] = use.as_json()
+
+
+def team_use(frame: Frame, readings: Readings) -> dict[str, dict[str, float]]:
+    """Per team, what DCGM measures on the GPUs it holds after this cycle, each GPU weighed
+    by the team's share of it (a replica of an 8-way shared GPU weighs an eighth): GPUs
+    measured, their utilisation (averaged by weight) and framebuffer memory used."""
+    h = holders(frame)
+    slices, policy = frame.snapshot.cluster.slices, frame.policy
+    acc: dict[str, list[float]] = {}  # team -> [GPUs, util × GPUs, GPUs with util, MiB]
+    for node in frame.snapshot.cluster.nodes:
+        for gpu in node.gpus:
+            use = readings.get((node.name, gpu.index))
+            if use is None:
+                continue
+            for sid in gpu.slice_ids:
+                held = h.slices.get(sid)
+                if held is None or state_of(frame, h, slices[sid]) != USED:
+                    continue
+                part = share(slices[sid], policy)
+                a = acc.setdefault(held[1], [0.0, 0.0, 0.0, 0.0])
+                a[0] += part
+                if use.util_percent is not None:
+                    a[1] += part * use.util_percent
+                    a[2] += part
+                if use.memory_used_mib is not None:
+                    a[3] += part * use.memory_used_mib
+    out: dict[str, dict[str, float]] = {}
+    for team, (gpus, util, measured, mib) in sorted(acc.items()):
+        row = {"gpus": round(gpus, 4), "memoryUsedMiB": round(mib)}
+        if measured:
+            row["utilPercent"] = round(util / measured, 1)
+        out[team] = row
+    return out
+
+
+def cluster_use(frame: Frame, readings: Readings) -> dict[str, float]:
+    """Over the cluster's GPUs DCGM measures: how many, their average utilisation and the
+    framebuffer memory used and there."""
+    known = {(n.name, g.index) for n in frame.snapshot.cluster.nodes for g in n.gpus}
+    mine = [u for k, u in readings.items() if k in known]
+    utils = [u.util_percent for u in mine if u.util_percent is not None]
+    out: dict[str, float] = {"gpus": len(mine)}
+    if utils:
+        out["utilPercent"] = round(sum(utils) / len(utils), 1)
+    out["memoryUsedMiB"] = round(sum(u.memory_used_mib or 0.0 for u in mine))
+    out["memoryTotalMiB"] = round(sum(u.memory_total_mib or 0.0 for u in mine))
+    return out

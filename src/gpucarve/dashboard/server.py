@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpucarve.dashboard import model
 from gpucarve.dashboard.access import Access, Denied
+from gpucarve.dashboard.gpu_use import Readings
 from gpucarve.dashboard.history import History
 from gpucarve.dashboard.model import Frame, Viewer
 from gpucarve.kube.scheduler.observed import CycleSeen
@@ -106,12 +107,33 @@ Handler = Callable[[Params, Viewer, int, Frame, str], Answer]
 Shadow = Callable[[], Mapping[str, Any]]
 
 
+class GpuUseSource(Protocol):
+    """What GPUs do, measured (gpu_use.PrometheusGpuUse): readings, and why there are none."""
+
+    url: str
+
+    def read(self) -> tuple[Readings, str | None]: ...
+
+
 class Pages:
     """The API's answers, each given the viewer and the board's latest cycle."""
 
-    def __init__(self, board: Board, shadow: Shadow | None = None) -> None:
+    def __init__(
+        self, board: Board, shadow: Shadow | None = None, gpu_use: GpuUseSource | None = None
+    ) -> None:
         self.board = board
         self.shadow_book = shadow
+        self.gpu_use = gpu_use
+
+    def _use(self) -> tuple[Readings, dict[str, Any]]:
+        """The GPU readings and what the page says of their source (nothing without one)."""
+        if self.gpu_use is None:
+            return {}, {}
+        readings, error = self.gpu_use.read()
+        said: dict[str, Any] = {"source": self.gpu_use.url}
+        if error is not None:
+            said["error"] = error
+        return readings, {"gpuMetrics": said}
 
     def version(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         body = {"generation": gen, "at": at, "now": frame.result.now}
@@ -128,7 +150,10 @@ class Pages:
 
     def cluster(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         body = self.board.cluster() or {}
-        return 200, {"generation": gen, "at": at, **body}
+        readings, said = self._use()
+        if said:
+            said["use"] = model.cluster_use(frame, readings)
+        return 200, {"generation": gen, "at": at, **body, **said}
 
     def pool(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         try:
@@ -138,17 +163,24 @@ class Pages:
         body = model.pool_nodes(frame, viewer, params["pool"], offset)
         if body is None:
             return 404, {"message": f"no pool {params['pool']!r} in the policy"}
-        return 200, {"generation": gen, **body}
+        readings, said = self._use()
+        model.with_use(body["nodes"], readings)
+        return 200, {"generation": gen, **body, **said}
 
     def node(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         body = model.node(frame, viewer, params["node"])
         if body is None:
             return 404, {"message": f"no node {params['node']!r} in any pool"}
-        return 200, {"generation": gen, **body}
+        readings, said = self._use()
+        model.with_use([body], readings)
+        return 200, {"generation": gen, **body, **said}
 
     def queues(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         points, _, _ = self.board.past()
-        return 200, {"generation": gen, **model.queues(frame), "history": points}
+        readings, said = self._use()
+        if said:
+            said["use"] = model.team_use(frame, readings)
+        return 200, {"generation": gen, **model.queues(frame), "history": points, **said}
 
     def pending(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         team = params.get("team") or None
@@ -205,8 +237,13 @@ def _guarded(
     return endpoint
 
 
-def app(board: Board, access: Access, shadow: Shadow | None = None) -> Starlette:
-    pages = Pages(board, shadow)
+def app(
+    board: Board,
+    access: Access,
+    shadow: Shadow | None = None,
+    gpu_use: GpuUseSource | None = None,
+) -> Starlette:
+    pages = Pages(board, shadow, gpu_use)
 
     def index(_: Request) -> Response:
         return FileResponse(STATIC / "index.html")

@@ -30,6 +30,20 @@ function h(tag, attrs = {}, ...children) {
 }
 
 const fmt = (x, digits = 2) => (Number.isInteger(x) ? String(x) : x.toFixed(digits).replace(/\.?0+$/, ""));
+const gib = (mib) => fmt(mib / 1024, 1);
+// what DCGM measures on a GPU (`use`, where a Prometheus is configured), in words
+function useText(u) {
+  const parts = [];
+  if (u.utilPercent !== undefined) parts.push(`${fmt(u.utilPercent, 1)} % busy`);
+  if (u.memoryUsedMiB !== undefined) parts.push(`${gib(u.memoryUsedMiB)}${u.memoryTotalMiB ? ` of ${gib(u.memoryTotalMiB)}` : ""} GiB used`);
+  return parts.join(" · ");
+}
+// where the GPU metrics come from, and why they are missing when Prometheus did not answer
+function metricsNote(d) {
+  if (!d.gpuMetrics) return null;
+  return d.gpuMetrics.error ? h("p", { class: "error", id: "gpu-metrics" }, d.gpuMetrics.error)
+    : h("p", { class: "muted", id: "gpu-metrics" }, `GPU use measured by DCGM, read from ${d.gpuMetrics.source}`);
+}
 const hours = (s) => (s < 3600 ? `${Math.round(s / 60)} min` : `${(s / 3600).toFixed(1)} h`);
 const teamClass = (t) => `team-${Math.max(0, teams.indexOf(t)) % 8}`;
 
@@ -82,6 +96,10 @@ async function clusterPage(main) {
     h("a", { href: `#pool/${encodeURIComponent(p.name)}` }, p.name), p.model, p.sharing, p.nodes, p.gpus,
     fmt(p.states.used || 0), ...STATES.map((s) => fmt(p.states[s] || 0)), poolBar(p),
   ]);
+  if (c.gpuMetrics) {
+    const u = c.use || {};
+    main.append(metricsNote(c), h("p", { id: "cluster-use" }, u.gpus ? `Measured: ${u.gpus} GPUs, ${useText(u)} on average and in all` : "No GPU measured yet."));
+  }
   main.append(table(["Pool", "GPU model", "Sharing", "Nodes", "GPUs", "In use (GPUs)", ...STATES.map((s) => `${STATE_NAMES[s][0].toUpperCase()}${STATE_NAMES[s].slice(1)} (GPUs)`), "By team and state"], rows, [3, 4, 5, 6, 7, 8, 9, 10, 11]));
   // thousands of nodes: open one by name rather than paging to it
   const input = h("input", { id: "node-name", type: "text", required: true, autocomplete: "off", spellcheck: "false" });
@@ -106,8 +124,9 @@ function gpuBox(g) {
     const label = `${fmt(g.stranded, 3)} of the GPU ${STATE_NAMES.stranded}`;
     slices.push(h("div", { class: "slice state-stranded", style: `width:${100 * g.stranded}%`, title: label, "aria-label": label, "data-state": "stranded" }));
   }
+  const use = g.use ? h("div", { class: "use", "data-util": g.use.utilPercent ?? null }, useText(g.use)) : null;
   return h("div", { class: `gpu${out ? " out" : ""}`, "data-gpu": g.id, title: out ? `out of service: ${g.outOfService}` : null },
-    title, h("div", { class: "slices" }, slices), out ? h("div", { class: "muted", style: "font-size:.7rem;padding:0 .3rem" }, g.outOfService) : null);
+    title, h("div", { class: "slices" }, slices), use, out ? h("div", { class: "muted", style: "font-size:.7rem;padding:0 .3rem" }, g.outOfService) : null);
 }
 
 function nodeBox(n) {
@@ -123,7 +142,7 @@ async function poolPage(main, pool, offset = 0) {
   const nav = h("p", {},
     p.offset > 0 ? h("button", { type: "button", onclick: () => redraw(`pool/${pool}/${Math.max(0, p.offset - 200)}`) }, "Previous nodes") : null, " ",
     last < p.total ? h("button", { type: "button", onclick: () => redraw(`pool/${pool}/${last}`) }, "Next nodes") : null);
-  main.append(nav, h("div", { class: "nodes" }, p.nodes.map(nodeBox)));
+  main.append(nav, metricsNote(p) || "", h("div", { class: "nodes" }, p.nodes.map(nodeBox)));
 }
 
 async function nodePage(main, name) {
@@ -136,6 +155,14 @@ async function nodePage(main, name) {
     }
   }
   main.append(table(["GPU", "Slice", "MIG start", "State", "Team", "Workload", "Out of service because"], rows));
+  if (n.gpuMetrics) {
+    main.append(h("h3", {}, "What the GPUs do (DCGM)"), metricsNote(n),
+      table(["GPU", "Busy (%)", "Memory used (GiB)", "Memory (GiB)"], n.gpus.map((g) => {
+        const u = g.use || {};
+        return [`GPU ${g.index}`, u.utilPercent === undefined ? "not measured" : fmt(u.utilPercent, 1),
+          u.memoryUsedMiB === undefined ? "" : gib(u.memoryUsedMiB), u.memoryTotalMiB === undefined ? "" : gib(u.memoryTotalMiB)];
+      }), [1, 2, 3]));
+  }
 }
 
 // ---------------------------------------------------------------- queues
@@ -170,7 +197,13 @@ async function queuesPage(main) {
     const rows = queue.quota.map((r) => [r.key, r.unit, fmt(r.nominal), fmt(r.used), fmt(r.borrowed), fmt(r.lent),
       r.borrowingLimit === null ? "none" : fmt(r.borrowingLimit), r.lendingLimit === null ? "none" : fmt(r.lendingLimit), spark(q.history, queue.name, r.key, r.nominal)]);
     main.append(table(["Quota", "Unit", "Nominal", "Used", "Borrowed", "Lent", "Borrowing limit", "Lending limit", "Used over time"], rows, [2, 3, 4, 5, 6, 7]));
+    if (q.gpuMetrics) {
+      const u = (q.use || {})[queue.name];
+      main.append(h("p", { class: "team-use", "data-team": queue.name },
+        u ? `What its GPUs do (DCGM): ${fmt(u.gpus)} GPUs measured, ${useText(u)}` : "What its GPUs do (DCGM): none of the GPUs it holds is measured"));
+    }
   }
+  if (q.gpuMetrics) main.append(metricsNote(q));
   main.append(h("p", { class: "muted" }, "Borrowed: used beyond nominal. Lent: its share of what its cohort borrows, by the unused nominal each lender could lend (a cohort's lent adds up to its borrowed). Over time: a point a minute; the dashed line is the nominal quota, above it the queue borrows."));
 }
 

@@ -533,3 +533,24 @@ def test_a_pool_without_a_price_leaves_the_others_total_marked(tmp_path: Path) -
     total = next(line for line in out.splitlines() if "total" in line)
     assert "$52.64*" in total and "n/a" not in total  # 16 H100 at the catalog's $3.29
     assert "* without pool infer: no price for its model" in out and "pricePerGpuHour" in out
+
+
+def test_output_fits_a_terminal_and_pipes_get_a_wide_fixed_width(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+    import os
+
+    from gpucarve.cli import output
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(output.shutil, "get_terminal_size",
+                        lambda fallback: os.terminal_size((80, 24)))  # fmt: skip
+    assert output.width_for(Tty()) == 80  # an 80-column terminal: tables fit it
+    assert output.width_for(io.StringIO()) == output.PIPE_WIDTH  # a pipe
+    monkeypatch.setenv("COLUMNS", "200")
+    assert output.width_for(Tty()) == output.width_for(io.StringIO()) == 200

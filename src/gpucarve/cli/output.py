@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 from collections.abc import Sequence
 from enum import IntEnum
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 import typer
 from rich.console import Console
@@ -22,10 +24,25 @@ class Exit(IntEnum):
     BUG = 3  # gpucarve itself failed: an internal error, reported as a bug
 
 
+PIPE_WIDTH = 120
+
+
+def width_for(stream: TextIO) -> int:
+    """COLUMNS when set; a terminal's own width; else (a pipe, a CI log) wide enough that
+    tables and messages do not wrap mid-word."""
+    columns = int(os.environ.get("COLUMNS", "0") or 0)
+    if columns:
+        return columns
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # a stream replaced or closed
+        tty = False
+    return shutil.get_terminal_size((PIPE_WIDTH, 24)).columns if tty else PIPE_WIDTH
+
+
 def console(stderr: bool = False) -> Console:
-    # Wide enough that tables and messages do not wrap mid-word in pipes and CI logs.
     # Errors (stderr) are never wrapped: one problem stays one line for grep and log search.
-    width = int(os.environ.get("COLUMNS", "0") or 0) or 120
+    width = width_for(sys.stderr if stderr else sys.stdout)
     return Console(stderr=stderr, width=width, highlight=False, soft_wrap=stderr)
 
 

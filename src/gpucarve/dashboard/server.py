@@ -55,7 +55,8 @@ class Board:
 
     def observe(self, seen: CycleSeen) -> None:
         frame = Frame(seen.snapshot, seen.result, seen.unhealthy, seen.reconfiguring)
-        self.show(frame, seen.at.isoformat())
+        # to the second: people read it (the page shows it in their own time zone)
+        self.show(frame, seen.at.isoformat(timespec="seconds"))
 
     def show(self, frame: Frame, at: str) -> None:
         with self._lock:

@@ -65,3 +65,31 @@ def test_an_opened_explain_and_a_typed_node_name_survive_new_cycles(cycling: str
         _redrawn(d, _drawn_at(d))
         assert d.find_element("id", "node-name").get_attribute("value") == "training-"
         assert d.switch_to.active_element.get_attribute("id") == "node-name"  # still typing
+
+
+def test_the_cycles_time_is_shown_for_people(cycling: str) -> None:
+    """The status line gives the last cycle's time in the viewer's own time zone, to the
+    second (not the ISO text the server sends)."""
+    import re
+
+    with chromium() as d:
+        show(d, cycling, "cluster")
+        status = wait_for(
+            lambda: (t := d.find_element("id", "status").text).startswith("last cycle") and t,
+            what="the status line",
+        )
+        assert "T09:00" not in status and "+00:00" not in status, status
+        assert re.search(r"\b\d{1,2}:\d{2}:\d{2}\b", status) and "2026" in status, status
+
+
+def test_the_server_keeps_a_cycles_time_to_the_second() -> None:
+    import datetime
+    from types import SimpleNamespace
+
+    board = Board()
+    at = datetime.datetime(2026, 12, 3, 9, 0, 1, 123456, tzinfo=datetime.UTC)
+    seen = SimpleNamespace(snapshot=scenario().snapshot, result=scenario().result,
+                           unhealthy={}, reconfiguring=frozenset(), at=at)  # fmt: skip
+    board.observe(seen)  # type: ignore[arg-type]
+    got = board.latest()
+    assert got is not None and got[2] == "2026-12-03T09:00:01+00:00"

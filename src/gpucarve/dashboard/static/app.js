@@ -31,6 +31,12 @@ function h(tag, attrs = {}, ...children) {
 
 const fmt = (x, digits = 2) => (Number.isInteger(x) ? String(x) : x.toFixed(digits).replace(/\.?0+$/, ""));
 const gib = (mib) => fmt(mib / 1024, 1);
+// a cycle's time for people: the viewer's own time zone, to the second (the server sends ISO
+// 8601; a simulation's page may carry its own clock's text, shown as it is)
+function when(at) {
+  const d = new Date(at);
+  return Number.isNaN(d.getTime()) ? String(at) : d.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+}
 // what DCGM measures on a GPU (`use`, where a Prometheus is configured), in words
 function useText(u) {
   const parts = [];
@@ -258,7 +264,7 @@ async function changesPage(main) {
   main.append(h("h2", {}, "MIG changes in flight"), h("p", {}, d.reconfiguring.join(", ") || "None."));
   main.append(h("h2", {}, "Recent evictions and repartitions"),
     d.events.length ? table(["When", "Kind", "What", "By", "GPU-hours lost", "Why"],
-      d.events.map((e) => [e.at, e.kind, e.workload || `${e.gpu} → ${(e.layout || []).join(" + ")}`, e.by || "", e.gpuHoursLost ?? "", e.message]), [4])
+      d.events.map((e) => [when(e.at), e.kind, e.workload || `${e.gpu} → ${(e.layout || []).join(" + ")}`, e.by || "", e.gpuHoursLost ?? "", e.message]), [4])
       : h("p", {}, "None since the scheduler started."));
 }
 
@@ -341,7 +347,7 @@ async function poll() {
   try {
     const v = await api("/api/version");
     document.getElementById("shadow-link").hidden = !v.shadow;
-    document.getElementById("status").textContent = `last cycle ${v.at} · generation ${v.generation}`;
+    document.getElementById("status").textContent = `last cycle ${when(v.at)} · generation ${v.generation}`;
     if (v.generation !== shown) {
       shown = v.generation;
       await redraw();

@@ -144,8 +144,8 @@ def completing(
 ) -> dict[str, Any]:
     """`manifest` (a pod of `pod`) made a pod kwok completes `run_s` after it runs: kwok
     completes pods a Job owns, so a suspended Job of the same name is made its owner (no job
-    controller adopts it: the reference is not a controller's). `exact`: no jitter (kwok's
-    default adds up to 5 s)."""
+    controller adopts it: the reference is not a controller's). `exact`: the jitter annotation
+    set to the delay as well (the stack's kwok adds no jitter of its own: `_kwok_stages`)."""
     meta = manifest["metadata"]
     job = api.create(
         f"/apis/batch/v1/namespaces/{meta['namespace']}/jobs",

@@ -372,3 +372,41 @@ def test_the_readmes_helm_install_succeeds_on_the_dev_cluster(tmp_path: Path) ->
     finally:
         r = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
     assert r.exit_code == 0, r.output
+
+
+def test_a_jobs_pod_runs_for_the_delay_its_kwok_annotation_gives(tmp_path: Path) -> None:
+    """A Job whose pod template carries kwok's documented delay annotation (15 s) runs its pod
+    that long on the dev cluster, not the few seconds kwok's default jitter gave."""
+    state = tmp_path / "dc"
+    runner = CliRunner()
+    args = ["dev-cluster", "up", "--policy", str(EXAMPLE), "--dir", str(state)]
+    r = runner.invoke(app, [*args, "--no-scheduler", "--no-webhook"])
+    assert r.exit_code == 0, r.output
+    try:
+        config = json.loads((state / "kubeconfig-gpucarve-admin").read_text())
+        api = Api(config["clusters"][0]["cluster"]["server"], config["users"][0]["user"]["token"])
+        template = {
+            "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "15s"}},
+            "spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": "fake"}]},
+        }  # fmt: skip
+        api.create("/apis/batch/v1/namespaces/default/jobs",
+                   {"metadata": {"name": "sleepy"}, "spec": {"template": template}})  # fmt: skip
+
+        def pod() -> dict[str, Any] | None:
+            items = api.get("/api/v1/namespaces/default/pods?labelSelector=job-name%3Dsleepy")
+            return items["items"][0] if items["items"] else None
+
+        def done() -> dict[str, Any] | None:
+            p = pod()
+            return p if p is not None and p["status"].get("phase") == "Succeeded" else None
+
+        finished = wait_for(done, timeout_s=90, what="the Job's pod completed")
+        (container,) = finished["status"]["containerStatuses"]
+        ran = {"started": finished["status"]["startTime"],
+               "finished": container["state"]["terminated"]["finishedAt"]}  # fmt: skip
+        start, end = (time.mktime(time.strptime(t, "%Y-%m-%dT%H:%M:%SZ")) for t in ran.values())
+        assert 14 <= end - start <= 30, ran
+    finally:
+        r = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
+    assert r.exit_code == 0, r.output

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gpucarve.core.policy import Policy
 from gpucarve.devcluster import webhook
 from gpucarve.devcluster.nodes import node_manifests, slice_manifests
@@ -239,6 +241,9 @@ def _run_build(script: Path, progress: Callable[[str], None]) -> str:
     if not lines:
         raise StackError("tools/testenv.sh printed no bin folder")
     return lines[-1]
+
+
+POD_COMPLETE = "pod-complete"  # kwok's stage that completes a Job's pod
 
 
 def needed_binaries(off: Mapping[str, str]) -> list[str]:
@@ -526,11 +531,25 @@ class LocalStack:
             [
                 str(self.bin_dir / "kwok"),
                 f"--kubeconfig={self.kubeconfig(ADMIN_USER)}",
-                f"--config={self.bin_dir / 'kwok-stages.yaml'}",
+                f"--config={self._kwok_stages()}",
                 "--manage-all-nodes=true",
                 f"--server-address=127.0.0.1:{free_port()}",
             ],
         )
+
+    def _kwok_stages(self) -> Path:
+        """kwok's stages as the test environment built them, but a Job's pod completes after
+        the delay its `pod-complete.stage.kwok.x-k8s.io/delay` annotation gives: kwok's own
+        stage adds a default jitter of up to 5 s that, shorter than the delay, wins over it
+        (pods of Jobs completed in seconds); a jitter is then only the one the
+        `…/jitter-delay` annotation asks for."""
+        docs = list(yaml.safe_load_all((self.bin_dir / "kwok-stages.yaml").read_text()))
+        for doc in docs:
+            if isinstance(doc, dict) and (doc.get("metadata") or {}).get("name") == POD_COMPLETE:
+                (doc.get("spec", {}).get("delay") or {}).pop("jitterDurationMilliseconds", None)
+        out = self.workdir / "kwok-stages.yaml"
+        out.write_text(yaml.safe_dump_all([d for d in docs if d is not None], sort_keys=False))
+        return out
 
     def _gates(self) -> tuple[str, ...]:
         """The API server's feature gates, for the components that act on the same APIs."""

@@ -8,7 +8,7 @@ all of them at once. Entry points: `build_policy(data, catalog)` for an already-
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path as FsPath
 from typing import Any
@@ -178,27 +178,30 @@ def _unique(items: Sequence[str], section: str, what: str) -> list[Problem]:
     return out
 
 
+def _unknown(
+    path: tuple[str, ...], code: str, names: Iterable[str], known: Sequence[str], kind: str
+) -> list[Problem]:
+    """A problem per name of `names` (each under `path`) that is not one of `known`, the
+    names of the `kind` there are."""
+    listed = ", ".join(known) or "none yet"
+    fix = f"name one of the {kind}s there are ({listed}), or remove it"
+    return [Problem((*path, n), code, f"no {kind} {n!r}", fix) for n in names if n not in known]
+
+
 def _plugin_checks(spec: PolicySpec) -> list[Problem]:
     """What the scheduling section names must be registered in the engine (its registries as
     they are now: a score or victim order added there may be named at once)."""
-    scores = score_names()
-    out = [
-        Problem(
-            ("scheduling", "scoring", name),
-            "unknown-score",
-            f"no score plugin {name!r}",
-            f"weigh one of the engine's scores ({', '.join(scores)}), or remove it",
-        )
-        for name in spec.scheduling.scoring
-        if name not in scores
-    ]
+    s = spec.scheduling
+    out = _unknown(
+        ("scheduling", "scoring"), "unknown-score", s.scoring, score_names(), "score plugin"
+    )
     orders = victim_order_names()
-    if spec.scheduling.victimOrder not in orders:
+    if s.victimOrder not in orders:
         out.append(
             Problem(
                 ("scheduling", "victimOrder"),
                 "unknown-victim-order",
-                f"no victim order {spec.scheduling.victimOrder!r}",
+                f"no victim order {s.victimOrder!r}",
                 f"name one of the engine's victim orders ({', '.join(orders)})",
             )
         )
@@ -219,16 +222,10 @@ def _cross_checks(
     cohorts = {c.name for c in spec.cohorts}
     classes = {c.name for c in spec.priorityClasses}
     queues = [q.name for q in spec.queues]
-    out += [
-        Problem(
-            ("objective", "waitP95Seconds", name),
-            "unknown-queue",
-            f"no queue {name!r}: the wait bound names a queue the policy does not have",
-            f"name one of the policy's queues ({', '.join(queues) or 'none yet'}), or remove it",
-        )
-        for name in spec.objective.waitP95Seconds
-        if name not in queues
-    ]
+    out += _unknown(
+        ("objective", "waitP95Seconds"), "unknown-queue", spec.objective.waitP95Seconds, queues,
+        "queue",
+    )  # fmt: skip
     namespace_owner: dict[str, str] = {}
     for i, q in enumerate(spec.queues):
         out += _check_queue(i, q, flavors, units, cohorts, classes)

@@ -6,6 +6,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,43 @@ from tests.paths import BUILTIN
 
 pytestmark = pytest.mark.integration
 EXAMPLE = BUILTIN / "three-teams.yaml"
+
+
+@contextmanager
+def dev_cluster(tmp_path: Path, *flags: str, policy: Path = EXAMPLE) -> Iterator[Up]:
+    """`dev-cluster up` of `policy` with `flags` while the block runs, then `down`, which must
+    leave none of its processes running."""
+    state = tmp_path / "dc"
+    runner = CliRunner()
+    up = runner.invoke(app, ["dev-cluster", "up", "--policy", str(policy), "--dir", str(state),
+                             *flags])  # fmt: skip
+    assert up.exit_code == 0, up.output
+    pids = json.loads((state / "pids.json").read_text())
+    try:
+        config = json.loads((state / "kubeconfig-gpucarve-admin").read_text())
+        server, token = (
+            config["clusters"][0]["cluster"]["server"],
+            config["users"][0]["user"]["token"],
+        )
+        yield Up(state, Api(server, token), up.stdout, pids)
+    finally:
+        down = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
+    assert down.exit_code == 0, down.output
+    for pid in pids.values():
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@dataclass(frozen=True)
+class Up:
+    state: Path
+    api: Api  # the administrator's
+    printed: str  # what `up` printed on standard output
+    pids: dict[str, int]
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state / "kubeconfig-gpucarve-admin"
 
 
 def test_up_creates_ready_gpu_nodes_and_down_stops_it(tmp_path: Path) -> None:
@@ -62,23 +102,15 @@ def test_up_runs_gpucarves_scheduler_and_the_printed_first_pod_binds(tmp_path: P
     import subprocess
     import urllib.request
 
-    state = tmp_path / "dc"
-    runner = CliRunner()
-    r = runner.invoke(app, ["dev-cluster", "up", "--policy", str(EXAMPLE), "--dir", str(state)])
-    assert r.exit_code == 0, r.output
-    pids = json.loads((state / "pids.json").read_text())
-    assert "scheduler" in pids
-    try:
-        shown = r.stdout
-        (line,) = [ln for ln in shown.splitlines() if ln.strip().startswith("echo '")]
-        pod = json.loads(line.strip()[len("echo '") : line.strip().index("' | kubectl")])
-        dashboard = next(ln.split()[1] for ln in shown.splitlines() if ln.startswith("dashboard:"))
+    with dev_cluster(tmp_path) as up:
+        assert "scheduler" in up.pids
+        (line,) = [ln.strip() for ln in up.printed.splitlines() if ln.strip().startswith("echo '")]
+        pod = json.loads(line[len("echo '") : line.index("' | kubectl")])
+        dashboard = next(ln.split()[1] for ln in up.printed.splitlines()
+                         if ln.startswith("dashboard:"))  # fmt: skip
         with urllib.request.urlopen(dashboard + "/", timeout=10) as page:
             assert page.status == 200
-        kubeconfig = state / "kubeconfig-gpucarve-admin"
-        config = json.loads(kubeconfig.read_text())
-        api = Api(config["clusters"][0]["cluster"]["server"], config["users"][0]["user"]["token"])
-        ns = pod["metadata"]["namespace"]
+        api, ns = up.api, pod["metadata"]["namespace"]
         api.create(f"/api/v1/namespaces/{ns}/pods", pod)
 
         def bound() -> str | None:
@@ -91,33 +123,21 @@ def test_up_runs_gpucarves_scheduler_and_the_printed_first_pod_binds(tmp_path: P
         # explain, as printed, answers for it
         explained = subprocess.run(
             [sys.executable, "-m", "gpucarve", "explain", f"{ns}/hello-gpu", "--policy",
-             str(EXAMPLE), "--kubeconfig", str(kubeconfig)],
+             str(EXAMPLE), "--kubeconfig", str(up.kubeconfig)],
             capture_output=True, text=True, check=False, timeout=120,
         )  # fmt: skip
         assert explained.returncode == 0 and f"on {node}" in explained.stdout, explained
-        log = (state / "scheduler.log").read_text()
+        log = (up.state / "scheduler.log").read_text()
         assert "WARNING" not in log and "bound" in log
-    finally:
-        r = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
-    assert r.exit_code == 0, r.output
-    for pid in pids.values():
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
 
 
 def test_the_dev_cluster_runs_controllers_and_the_webhook(tmp_path: Path) -> None:
     """A Deployment makes pods (the controllers run), and a GPU pod written for the default
     scheduler in a governed namespace reaches gpucarve (the webhook sets schedulerName), while
     one asking for a profile no pool has is refused with the fix."""
-    state = tmp_path / "dc"
-    runner = CliRunner()
-    r = runner.invoke(app, ["dev-cluster", "up", "--policy", str(EXAMPLE), "--dir", str(state)])
-    assert r.exit_code == 0, r.output
-    pids = json.loads((state / "pids.json").read_text())
-    assert {"webhook", "kube-controller-manager"} <= set(pids)
-    try:
-        config = json.loads((state / "kubeconfig-gpucarve-admin").read_text())
-        api = Api(config["clusters"][0]["cluster"]["server"], config["users"][0]["user"]["token"])
+    with dev_cluster(tmp_path) as up:
+        assert {"webhook", "kube-controller-manager"} <= set(up.pids)
+        api = up.api
         container = {"name": "main", "image": "fake",
                      "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}  # fmt: skip
         deployment = {
@@ -141,12 +161,6 @@ def test_the_dev_cluster_runs_controllers_and_the_webhook(tmp_path: Path) -> Non
                    "nvidia.com/mig-4g.40gb": "1"}}}]}}  # fmt: skip
         status, body = api.call("POST", "/api/v1/namespaces/production/pods", bad)
         assert status == 403 and "4g.40gb" in str(body) and "fix" in str(body)  # denied
-    finally:
-        r = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
-    assert r.exit_code == 0, r.output
-    for pid in pids.values():
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
 
 
 def test_the_dev_cluster_as_shipped_runs_dra_pods_selectors_and_the_backstop(
@@ -345,60 +359,39 @@ def test_the_readmes_helm_install_succeeds_on_the_dev_cluster(tmp_path: Path) ->
     the GPU Operator's `nvidia.com/gpu.present` label as real ones do."""
     from tests.integration.chart import CHART, NAMESPACE, RELEASE, helm
 
-    state = tmp_path / "dc"
-    runner = CliRunner()
-    args = ["dev-cluster", "up", "--policy", str(EXAMPLE), "--dir", str(state)]
-    r = runner.invoke(app, [*args, "--no-webhook", "--no-scheduler"])
-    assert r.exit_code == 0, r.output
-    try:
-        kubeconfig = state / "kubeconfig-gpucarve-admin"
+    with dev_cluster(tmp_path, "--no-webhook", "--no-scheduler") as up:
         done = helm(
             "install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
-            "--kubeconfig", str(kubeconfig), "--set", "image.repository=example/gpucarve",
+            "--kubeconfig", str(up.kubeconfig), "--set", "image.repository=example/gpucarve",
             "--set-file", f"policy={EXAMPLE}", "--wait", "--timeout", "120s",
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-        config = json.loads(kubeconfig.read_text())
-        api = Api(config["clusters"][0]["cluster"]["server"], config["users"][0]["user"]["token"])
 
         def running() -> list[str] | None:
-            pods = api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+            pods = up.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
             phases = [p["status"].get("phase") for p in pods]
             return phases if len(pods) >= 4 and set(phases) == {"Running"} else None
 
         wait_for(running, timeout_s=60, what="the chart's pods running")
-        agent = api.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/gpucarve-node-agent")
-        assert agent["status"]["desiredNumberScheduled"] == 18
-    finally:
-        r = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
-    assert r.exit_code == 0, r.output
+        path = f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/gpucarve-node-agent"
+        assert up.api.get(path)["status"]["desiredNumberScheduled"] == 18
 
 
 def test_a_jobs_pod_runs_for_the_delay_its_kwok_annotation_gives(tmp_path: Path) -> None:
     """A Job whose pod template carries kwok's documented delay annotation (15 s) runs its pod
     that long on the dev cluster, not the few seconds kwok's default jitter gave."""
-    state = tmp_path / "dc"
-    runner = CliRunner()
-    args = ["dev-cluster", "up", "--policy", str(EXAMPLE), "--dir", str(state)]
-    r = runner.invoke(app, [*args, "--no-scheduler", "--no-webhook"])
-    assert r.exit_code == 0, r.output
-    try:
-        config = json.loads((state / "kubeconfig-gpucarve-admin").read_text())
-        api = Api(config["clusters"][0]["cluster"]["server"], config["users"][0]["user"]["token"])
+    with dev_cluster(tmp_path, "--no-scheduler", "--no-webhook") as up:
         template = {
             "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "15s"}},
             "spec": {"restartPolicy": "Never",
                      "containers": [{"name": "main", "image": "fake"}]},
         }  # fmt: skip
-        api.create("/apis/batch/v1/namespaces/default/jobs",
-                   {"metadata": {"name": "sleepy"}, "spec": {"template": template}})  # fmt: skip
-
-        def pod() -> dict[str, Any] | None:
-            items = api.get("/api/v1/namespaces/default/pods?labelSelector=job-name%3Dsleepy")
-            return items["items"][0] if items["items"] else None
+        up.api.create("/apis/batch/v1/namespaces/default/jobs",
+                      {"metadata": {"name": "sleepy"}, "spec": {"template": template}})  # fmt: skip
 
         def done() -> dict[str, Any] | None:
-            p = pod()
+            got = up.api.get("/api/v1/namespaces/default/pods?labelSelector=job-name%3Dsleepy")
+            p = got["items"][0] if got["items"] else None
             return p if p is not None and p["status"].get("phase") == "Succeeded" else None
 
         finished = wait_for(done, timeout_s=90, what="the Job's pod completed")
@@ -407,6 +400,3 @@ def test_a_jobs_pod_runs_for_the_delay_its_kwok_annotation_gives(tmp_path: Path)
                "finished": container["state"]["terminated"]["finishedAt"]}  # fmt: skip
         start, end = (time.mktime(time.strptime(t, "%Y-%m-%dT%H:%M:%SZ")) for t in ran.values())
         assert 14 <= end - start <= 30, ran
-    finally:
-        r = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
-    assert r.exit_code == 0, r.output

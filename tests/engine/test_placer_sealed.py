@@ -12,11 +12,10 @@ import pytest
 
 import gpucarve
 from gpucarve.engine.placement.placer import PlacerContext
+from tests.engine.writes import writes
 
 SRC = Path(gpucarve.__file__).parent
 PLACER = SRC / "engine" / "placement" / "placer.py"
-MUTATORS = {"setdefault", "update", "pop", "popitem", "clear", "append", "extend", "add",
-            "discard", "remove", "insert", "__setitem__", "__delitem__"}  # fmt: skip
 
 
 def _through_placer(node: ast.AST) -> bool:
@@ -32,24 +31,7 @@ def _through_placer(node: ast.AST) -> bool:
 
 
 def writes_to_placer(source: str) -> list[str]:
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
-            targets = [node.target]
-        elif isinstance(node, ast.Delete):
-            targets = node.targets
-        found += [ast.unparse(t) for t in targets if _through_placer(t)]
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in MUTATORS
-            and _through_placer(node.func.value)
-        ):
-            found.append(ast.unparse(node))
-    return found
+    return writes(source, _through_placer)
 
 
 def test_no_module_outside_the_placer_writes_to_it() -> None:

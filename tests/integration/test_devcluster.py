@@ -61,17 +61,10 @@ class Up:
 
 
 def test_up_creates_ready_gpu_nodes_and_down_stops_it(tmp_path: Path) -> None:
-    state = tmp_path / "dc"
-    runner = CliRunner()
-    r = runner.invoke(app, ["dev-cluster", "up", "--policy", str(EXAMPLE), "--dir", str(state)])
-    assert r.exit_code == 0, r.output
-    pids = json.loads((state / "pids.json").read_text())
-    try:
-        config = json.loads((state / "kubeconfig-gpucarve-admin").read_text())
-        api = Api(config["clusters"][0]["cluster"]["server"], config["users"][0]["user"]["token"])
+    with dev_cluster(tmp_path) as up:
 
         def ready() -> int:
-            items = api.get("/api/v1/nodes")["items"]
+            items = up.api.get("/api/v1/nodes")["items"]
             return sum(
                 any(
                     c["type"] == "Ready" and c["status"] == "True"
@@ -81,17 +74,10 @@ def test_up_creates_ready_gpu_nodes_and_down_stops_it(tmp_path: Path) -> None:
             )
 
         assert wait_for(lambda: ready() == 18, what="18 Ready nodes")
-        again = runner.invoke(
-            app, ["dev-cluster", "up", "--policy", str(EXAMPLE), "--dir", str(state)]
-        )
+        args = ["dev-cluster", "up", "--policy", str(EXAMPLE), "--dir", str(up.state)]
+        again = CliRunner().invoke(app, args)
         assert again.exit_code == 2 and "already runs" in again.output
-    finally:
-        r = runner.invoke(app, ["dev-cluster", "down", "--dir", str(state)])
-    assert r.exit_code == 0, r.output
-    for pid in pids.values():
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
-    assert (state / "kube-apiserver.log").exists()
+    assert (up.state / "kube-apiserver.log").exists()
 
 
 def test_up_runs_gpucarves_scheduler_and_the_printed_first_pod_binds(tmp_path: Path) -> None:

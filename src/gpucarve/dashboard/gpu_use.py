@@ -61,6 +61,8 @@ def _node_of(labels: Mapping[str, str]) -> str | None:
 def parse(answer: Mapping[str, Any]) -> dict[tuple[str, int], GpuUse]:
     """A Prometheus instant query's answer (`/api/v1/query`, a vector) of the three series, by
     (node, GPU index). A series without a node or a GPU index is left out."""
+    if not isinstance(answer, Mapping):
+        raise Unreadable("not a Prometheus answer (a JSON object with status and data)")
     if answer.get("status") != "success":
         raise Unreadable(f"Prometheus answered {answer.get('status')!r}: {answer.get('error')}")
     data = answer.get("data")
@@ -69,8 +71,11 @@ def parse(answer: Mapping[str, Any]) -> dict[tuple[str, int], GpuUse]:
     util: dict[tuple[str, int], float] = {}
     used: dict[tuple[str, int], float] = {}
     free: dict[tuple[str, int], float] = {}
-    for series in data.get("result") or []:
-        labels = series.get("metric") or {}
+    result = data.get("result") or []
+    for series in result if isinstance(result, list) else []:
+        labels = series.get("metric") if isinstance(series, dict) else None
+        if not isinstance(labels, dict):
+            continue
         node, gpu = _node_of(labels), labels.get("gpu")
         try:
             key = (str(node), int(gpu)) if node is not None and gpu is not None else None

@@ -54,9 +54,11 @@ def test_a_mig_instance_adds_memory_to_its_gpu_and_no_utilisation() -> None:
         _series("DCGM_FI_DEV_GPU_UTIL", "five", gpu="0", Hostname="n"),
         _series("DCGM_FI_DEV_GPU_UTIL", "5", gpu="x", Hostname="n"),
         {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0", "Hostname": "n"}},
+        "not a series",
+        {"metric": ["not", "labels"], "value": [0, "5"]},
     ],
 )
-def test_a_series_that_cannot_be_placed_is_left_out(series: dict[str, Any]) -> None:
+def test_a_series_that_cannot_be_placed_is_left_out(series: Any) -> None:
     assert parse(_answer(series)) == {}
 
 
@@ -66,9 +68,10 @@ def test_a_series_that_cannot_be_placed_is_left_out(series: dict[str, Any]) -> N
         {"status": "error", "error": "parse error"},
         {"status": "success", "data": {"resultType": "matrix", "result": []}},
         {"status": "success"},
+        ["not", "an", "object"],
     ],
 )
-def test_an_answer_that_is_not_an_instant_vector_is_refused(answer: dict[str, Any]) -> None:
+def test_an_answer_that_is_not_an_instant_vector_is_refused(answer: Any) -> None:
     with pytest.raises(Unreadable):
         parse(answer)
 

@@ -194,6 +194,10 @@ class ModelPlacer:
     def __init__(self, ws: Working, weights: ScoringWeights, static: Passes) -> None:
         self.ws = ws
         self.weights = weights
+        # the weights the batch score adds up, looked up once (a ScoringWeights is a tuple)
+        self._frag, self._binpack, self._spread = (
+            weights[p.name] for p in (Fragmentation, Binpack, Spread)
+        )
         self.static = static
         state = ws.gpu_rows.model_state
         if not isinstance(state, ModelState):
@@ -210,7 +214,7 @@ class ModelPlacer:
 
     @property
     def active(self) -> bool:
-        return self.weights[Fragmentation.name] > 0
+        return self._frag > 0
 
     # ------------------------------------------------------------------ demand
     def type_of(self, ps: PodSet, needs: PodNeeds | None, gang: int = 1) -> Typed | None:
@@ -572,7 +576,7 @@ class ModelPlacer:
     def _combine(
         self, gain: npt.NDArray[np.float64], rows: npt.NDArray[np.int64], t: RequestType
     ) -> npt.NDArray[np.float64]:
-        frag, binpack, spread = (self.weights[p.name] for p in (Fragmentation, Binpack, Spread))
+        frag, binpack, spread = self._frag, self._binpack, self._spread
         size = max(1, t.num_gpu * t.milli)
         score = frag * 100.0 * gain / size
         if (binpack or spread) and t.num_gpu:

@@ -554,3 +554,33 @@ def test_output_fits_a_terminal_and_pipes_get_a_wide_fixed_width(
     assert output.width_for(io.StringIO()) == output.PIPE_WIDTH  # a pipe
     monkeypatch.setenv("COLUMNS", "200")
     assert output.width_for(Tty()) == output.width_for(io.StringIO()) == 200
+
+
+def test_dev_clusters_first_pod_asks_for_what_a_queue_has_quota_for() -> None:
+    """`dev-cluster up` prints a first pod its policy can run: a whole GPU where a queue has
+    quota for one, else the first device-plugin flavor a queue has (a MIG instance here)."""
+    import io
+
+    from rich.console import Console
+
+    from gpucarve.cli.devcluster_cmd import _next_steps
+    from gpucarve.core.policy import Policy
+    from tests.engine.builders import policy, pool, queue
+
+    def printed(p: Policy) -> str:
+        out = io.StringIO()
+        _next_steps(Console(file=out, width=400), p, Path("p.yaml"))
+        return out.getvalue()
+
+    mig = policy(
+        pools=[pool("inf", "A100-80GB", 1, 2, "mig", mig={"layout": {"3g.40gb": 2}})],
+        queues=[queue("serve", {"a100": {"nominal": 2}})],  # a GPU unit's quota
+    )
+    said = printed(mig)
+    assert '"namespace":"serve"' in said and '"nvidia.com/mig-3g.40gb":1' in said
+    assert "gpucarve explain serve/hello-gpu --policy p.yaml" in said
+    whole = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 1, 8)],
+        queues=[queue("research", {"h100-full": {"nominal": 8}})],
+    )
+    assert '"nvidia.com/gpu":1' in printed(whole)

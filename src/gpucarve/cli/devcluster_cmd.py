@@ -136,16 +136,26 @@ def _namespace(name: str) -> dict[str, object]:
 
 
 def _next_steps(out: Console, policy: Policy, policy_file: Path) -> None:
-    """A first GPU pod for the first namespace a queue lists, and how to ask why one waits."""
-    ns = next((q.namespaces[0] for q in policy.queues if q.namespaces), None)
-    if ns is None:
+    """A first GPU pod, asking for the device-plugin resource of a flavor a queue with a
+    namespace has quota for (a whole GPU where one has), and how to ask why one waits (none
+    where every flavor is claimed through DRA: such a pod needs a ResourceClaim)."""
+    found = [
+        (q.namespaces[0], f.resource_name)
+        for q in policy.queues
+        if q.namespaces
+        for f in policy.flavors.values()
+        if not f.dra and policy.quota_keys(q, f.name)  # its own quota, or its GPU unit's
+    ]
+    if not found:
         return
+    # a whole GPU, as the README's first pod asks, where some queue has one
+    ns, resource = next((c for c in found if c[1] == "nvidia.com/gpu"), found[0])
     pod = json.dumps(
         {"apiVersion": "v1", "kind": "Pod",
          "metadata": {"name": "hello-gpu", "namespace": ns},
          "spec": {"schedulerName": "gpucarve",
                   "containers": [{"name": "main", "image": "fake",
-                                  "resources": {"limits": {"nvidia.com/gpu": 1}}}]}},
+                                  "resources": {"limits": {resource: 1}}}]}},
         separators=(",", ":"),
     )  # fmt: skip
     out.print("next: a first GPU pod (it binds to a fake node; kwok runs no container):")

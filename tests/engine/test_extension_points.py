@@ -64,6 +64,7 @@ class KeepTwoCpus:
 
     name: ClassVar[str] = "keep-two-cpus"
     reason: ClassVar[Plugin | None] = None
+    batched: ClassVar[bool] = False  # the fragmentation model knows nothing of it
 
     def applies(self, needs: plugins.PodNeeds, placing: plugins.Placing) -> bool:
         return needs.cpu > 0
@@ -138,6 +139,15 @@ def test_a_node_filter_added_to_the_registry_reads_what_placing_changes(
     monkeypatch.setattr(plugins, "NODE_FILTERS", (*plugins.NODE_FILTERS, KeepTwoCpus()))
     result, _ = cycle(snapshot(p, [many]), now=0)
     # now each node keeps two CPUs free: one 8-CPU pod per node
+    (a,) = result.admissions
+    assert len(a.pods) == 4 and len({p.node for p in a.pods}) == 4
+    # the same where the fragmentation model places (the default profile weighs it)
+    modelled = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 4, 8, cpusPerNode=16)],
+        queues=[queue("research", {"h100-full": {"nominal": 32}})],
+    )
+    many = workload(modelled, "w", "research", gpus=1, pods=8, cpu="8", min_pods=1)
+    result, _ = cycle(snapshot(modelled, [many]), now=0)
     (a,) = result.admissions
     assert len(a.pods) == 4 and len({p.node for p in a.pods}) == 4
 

@@ -310,6 +310,8 @@ class Placer:
             cached = None  # another pod set that was given a dead one's id
         if needs.pod_set.preferred and len(cand):
             cand, cached = self._most_preferred(needs.pod_set, cand), None
+        # the filters the model does not apply itself: asked of the node it picks
+        unbatched = tuple(f for f in self._node_filters(needs) if not f.batched)
         while True:
             if cached is not None:
                 choice, cached = cached[1], None
@@ -318,6 +320,11 @@ class Placer:
             if choice is None:
                 return None
             node = ws.nodes[choice.node]
+            refused = next((f for f in unbatched if f.admits(needs, node, self) is False), None)
+            if refused is not None:
+                rej.counts[refused.name] += 1
+                excluded.add(node.idx)
+                continue
             gpu: GpuSlots | None = None
             if needs.shared:
                 assert needs.flavor is not None

@@ -98,10 +98,13 @@ class NodeFilter(Protocol):
     per pod: a filter with nothing to check for it is not asked per node. `admits` answers
     yes, no, or yes on one GPU (a shared pod's replicas must all be on one GPU). `reason`: the
     pending reason's plugin when this filter kept the pod off a node (None: the placement's
-    own, gpu-slices or cpu-memory)."""
+    own, gpu-slices or cpu-memory). `batched`: the fragmentation model's batch scoring applies
+    this check itself (over all candidates at once); the placer asks a filter that is not
+    batched of the node the model picks, and the model picks again without a node it refuses."""
 
     name: ClassVar[str]
     reason: ClassVar[Plugin | None]
+    batched: ClassVar[bool]
 
     def applies(self, needs: PodNeeds, placing: Placing) -> bool: ...
 
@@ -128,6 +131,7 @@ class Reserved:
 
     name: ClassVar[str] = Plugin.RESERVATION
     reason: ClassVar[Plugin | None] = Plugin.RESERVATION
+    batched: ClassVar[bool] = True
 
     def applies(self, needs: PodNeeds, placing: Placing) -> bool:
         return needs.flavor is not None and placing.holds_any()
@@ -139,6 +143,7 @@ class Reserved:
 class CpuMemory:
     name: ClassVar[str] = Plugin.CPU_MEMORY
     reason: ClassVar[Plugin | None] = None
+    batched: ClassVar[bool] = True
 
     def applies(self, needs: PodNeeds, placing: Placing) -> bool:
         return True
@@ -152,6 +157,7 @@ class GpuMemory:
 
     name: ClassVar[str] = Plugin.GPU_MEMORY
     reason: ClassVar[Plugin | None] = None
+    batched: ClassVar[bool] = True
 
     def applies(self, needs: PodNeeds, placing: Placing) -> bool:
         return needs.shared

@@ -25,6 +25,7 @@ from gpucarve.cli.output import Exit, console
 from gpucarve.config.examples import WORKLOADS, example_path
 from gpucarve.config.workload_spec import build_workloads
 from gpucarve.config.yaml_source import read_yaml
+from gpucarve.core.amounts import QuotaKey
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem
@@ -52,7 +53,7 @@ def _items(data: Any, source: str) -> tuple[list[Any], ProblemPath]:
     )
 
 
-def _amount(policy: Policy, key: str, n: int) -> str:
+def _amount(policy: Policy, key: QuotaKey, n: int) -> str:
     unit = policy.units.get(key)
     return f"{n} {key}" if unit is None else f"{unit.gpus_text(n)} {key} GPUs"
 

@@ -21,6 +21,7 @@ from gpucarve.cli.common import (
 from gpucarve.cli.output import Exit, console, print_problems, print_problems_json
 from gpucarve.config.policy_build import load_policy
 from gpucarve.config.policy_model import policy_json_schema
+from gpucarve.core.amounts import QuotaKey
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy, SharingMode
 from gpucarve.core.problems import InvalidInput
@@ -123,7 +124,7 @@ def _sharing(policy: Policy, name: str) -> str:
     return str(pool.sharing)
 
 
-def _key(p: Policy, key: str, n: int) -> str:
+def _key(p: Policy, key: QuotaKey, n: int) -> str:
     unit = p.units.get(key)
     return f"{key} {n}" if unit is None else f"{key} {unit.gpus_text(n)} GPUs"
 
@@ -236,15 +237,15 @@ def summary(
                 f"{q.weight_milli / 1000:g}",
                 ", ".join(_key(p, x.flavor, x.nominal) for x in q.quotas),
                 ", ".join(
-                    _key(p, x.flavor, x.borrowing_limit)
+                    _key(p, x.flavor, x.borrowing_limit.most)
                     for x in q.quotas
-                    if x.borrowing_limit is not None
+                    if x.borrowing_limit.most is not None
                 )
                 or "-",
                 ", ".join(
-                    _key(p, x.flavor, x.lending_limit)
+                    _key(p, x.flavor, x.lending_limit.most)
                     for x in q.quotas
-                    if x.lending_limit is not None
+                    if x.lending_limit.most is not None
                 )
                 or "-",
             )

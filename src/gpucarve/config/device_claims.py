@@ -24,6 +24,7 @@ from gpucarve.config.device_select import (
     match_flavors,
     policy_devices,
 )
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.problems import Path, Problem
 from gpucarve.core.quantity import QuantityError, memory_mib
@@ -55,14 +56,14 @@ def claim_request(
     claims: Sequence[DeviceClaimSpec],
     path: Path,
     policy: Policy,
-    devices: Mapping[str, Sequence[Device]] | None = None,
+    devices: Mapping[FlavorName, Sequence[Device]] | None = None,
 ) -> tuple[GpuRequest | None, list[Problem]]:
     """The GPUs (or MIG devices) the requests ask for, served only by DRA flavors all their
     selectors match. `devices`: each DRA flavor's devices as the cluster publishes them
     (None: the catalog's)."""
     problems: list[Problem] = []
     known = devices if devices is not None else policy_devices(policy)
-    allowed: set[str] | None = None
+    allowed: set[FlavorName] | None = None
     kinds: set[SliceKind] = set()
     total = memory = 0
     for i, c in enumerate(claims):
@@ -173,7 +174,7 @@ def _share(c: DeviceClaimSpec, cpath: Path) -> tuple[int, list[Problem]]:
 
 
 def _shared_request(
-    path: Path, allowed: set[str], kinds: set[SliceKind], total: int, memory: int
+    path: Path, allowed: set[FlavorName], kinds: set[SliceKind], total: int, memory: int
 ) -> tuple[GpuRequest | None, list[Problem]]:
     where = (*path, "deviceClaims")
     if not allowed or not kinds <= set(SHARED) or total != 1:
@@ -184,7 +185,7 @@ def _shared_request(
 
 
 def _request(
-    policy: Policy, path: Path, allowed: set[str], kinds: set[SliceKind], total: int
+    policy: Policy, path: Path, allowed: set[FlavorName], kinds: set[SliceKind], total: int
 ) -> tuple[GpuRequest | None, list[Problem]]:
     where = (*path, "deviceClaims")
     if not allowed:
@@ -226,7 +227,7 @@ def _no_devices(c: DeviceClaimSpec, cpath: Path, policy: Policy, kinds: set[Slic
     )
 
 
-def _described(devices: Mapping[str, Sequence[Device]]) -> str:
+def _described(devices: Mapping[FlavorName, Sequence[Device]]) -> str:
     parts = []
     for flavor, found in sorted(devices.items()):
         names = sorted({str(d.attributes.get("productName", "?")) for d in found})

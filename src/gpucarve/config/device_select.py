@@ -26,6 +26,7 @@ from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, CELFunction
 from lark import Token, Tree
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.catalog import GpuModel
 from gpucarve.core.policy import Policy
 from gpucarve.core.quantity import QuantityError, parse_quantity
@@ -92,9 +93,9 @@ def catalog_mig_device(model: GpuModel, profile: str) -> Device:
     )
 
 
-def policy_devices(policy: Policy) -> dict[str, tuple[Device, ...]]:
+def policy_devices(policy: Policy) -> dict[FlavorName, tuple[Device, ...]]:
     """DRA flavor -> its devices as the catalog describes them (`plan`, `simulate`)."""
-    out: dict[str, tuple[Device, ...]] = {}
+    out: dict[FlavorName, tuple[Device, ...]] = {}
     for pool in policy.pools:
         for flavor in pool.flavors():
             if flavor.dra and flavor.profile is not None:
@@ -269,22 +270,22 @@ def _first(err: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Match:
-    flavors: tuple[str, ...]  # the flavors whose devices every selector matches
+    flavors: tuple[FlavorName, ...]  # the flavors whose devices every selector matches
     # per selector that matched no flavor: what it is and why
     unmatched: tuple[str, ...] = ()
     # matched flavors of which the selectors take only some devices: (flavor, matched, all)
-    partial: tuple[tuple[str, int, int], ...] = ()
+    partial: tuple[tuple[FlavorName, int, int], ...] = ()
 
 
 def match_flavors(
     selectors: Sequence[str],
-    devices: Mapping[str, Iterable[Device]],
+    devices: Mapping[FlavorName, Iterable[Device]],
     judge: Selectors,
 ) -> Match:
     """The flavors with a device that all `selectors` match (any device when there are
     none). A selector no device of any flavor matches is named, with why."""
-    matched: list[str] = []
-    partial: list[tuple[str, int, int]] = []
+    matched: list[FlavorName] = []
+    partial: list[tuple[FlavorName, int, int]] = []
     hits: dict[str, bool] = dict.fromkeys(selectors, False)
     errors: dict[str, str] = {}
     for flavor, flavor_devices in sorted(devices.items()):
@@ -309,6 +310,6 @@ def match_flavors(
     return Match(tuple(matched), unmatched, tuple(partial))
 
 
-def devices_key(devices: Mapping[str, Sequence[Device]]) -> str:
+def devices_key(devices: Mapping[FlavorName, Sequence[Device]]) -> str:
     """A fingerprint of each DRA flavor's devices, for caches of what selectors matched."""
     return json.dumps({f: sorted(d.key for d in ds) for f, ds in sorted(devices.items())})

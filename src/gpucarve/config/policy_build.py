@@ -20,6 +20,7 @@ from gpucarve.config.catalog_file import load_catalog
 from gpucarve.config.pool_build import build_pool
 from gpucarve.config.pydantic_errors import problems_from
 from gpucarve.config.yaml_source import YamlDocument, parse_yaml, read_yaml
+from gpucarve.core.amounts import FlavorName, QuotaKey
 from gpucarve.core.catalog import Catalog
 from gpucarve.core.policy import (
     DEFAULT_SCORING,
@@ -60,10 +61,10 @@ SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 
 def _flavors(
     pools: Sequence[tuple[int, Pool]],
-) -> tuple[dict[str, Flavor], dict[str, int], list[Problem]]:
-    flavors: dict[str, Flavor] = {}
+) -> tuple[dict[FlavorName, Flavor], dict[FlavorName, int], list[Problem]]:
+    flavors: dict[FlavorName, Flavor] = {}
     owner: dict[str, str] = {}
-    capacity: dict[str, int] = {}
+    capacity: dict[FlavorName, int] = {}
     problems: list[Problem] = []
     for i, pool in pools:
         for flavor, per_node in pool.flavor_slices_per_node():
@@ -100,8 +101,8 @@ def _slice(f: Flavor) -> str:
 def _check_queue(
     i: int,
     q: QueueSpec,
-    flavors: Mapping[str, Flavor],
-    units: Mapping[str, GpuUnit],
+    flavors: Mapping[FlavorName, Flavor],
+    units: Mapping[QuotaKey, GpuUnit],
     cohorts: set[str],
     classes: set[str],
 ) -> list[Problem]:
@@ -119,7 +120,7 @@ def _check_queue(
         )
     for flavor, quota in q.quota.items():
         fpath = (*path, "quota", flavor)
-        out += check_quota(fpath, flavor, quota, flavors, units)
+        out += check_quota(fpath, QuotaKey(flavor), quota, flavors, units)
         for key, value in (
             ("borrowingLimit", quota.borrowingLimit),
             ("lendingLimit", quota.lendingLimit),
@@ -210,9 +211,9 @@ def _plugin_checks(spec: PolicySpec) -> list[Problem]:
 
 def _cross_checks(
     spec: PolicySpec,
-    flavors: Mapping[str, Flavor],
-    capacity: Mapping[str, int],
-    units: Mapping[str, GpuUnit],
+    flavors: Mapping[FlavorName, Flavor],
+    capacity: Mapping[FlavorName, int],
+    units: Mapping[QuotaKey, GpuUnit],
 ) -> list[Problem]:
     out: list[Problem] = []
     out += _unique([p.name for p in spec.pools], "pools", "pool")
@@ -415,14 +416,14 @@ def _scheduling(spec: PolicySpec) -> SchedulingConfig:
     )
 
 
-def _queue(q: QueueSpec, units: Mapping[str, GpuUnit]) -> Queue:
+def _queue(q: QueueSpec, units: Mapping[QuotaKey, GpuUnit]) -> Queue:
     return Queue(
         name=q.name,
         namespaces=tuple(q.namespaces),
         cohort=q.cohort,
-        quotas=tuple(quota_of(key, s, units) for key, s in sorted(q.quota.items())),
+        quotas=tuple(quota_of(QuotaKey(key), s, units) for key, s in sorted(q.quota.items())),
         weight_milli=round(q.weight * 1000),
-        max_per_workload=tuple(sorted(q.maxPerWorkload.items())),
+        max_per_workload=tuple(sorted((FlavorName(f), n) for f, n in q.maxPerWorkload.items())),
         allowed_priority_classes=tuple(q.priorityClasses),
         reclaim_wait_s=q.reclaimWaitSeconds,
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping, Sequence
 
+from gpucarve.core.amounts import Bound, FlavorName, QuotaKey, as_flavor
 from gpucarve.core.policy import Flavor, GpuUnit, Quota
 from gpucarve.core.problems import Path, Problem, Severity
 
@@ -30,13 +31,14 @@ def _parts(value: float, unit: GpuUnit) -> int | None:
 
 def check_quota(
     path: Path,
-    key: str,
+    key: QuotaKey,
     spec: QuotaSpec,
-    flavors: Mapping[str, Flavor],
-    units: Mapping[str, GpuUnit],
+    flavors: Mapping[FlavorName, Flavor],
+    units: Mapping[QuotaKey, GpuUnit],
 ) -> list[Problem]:
-    unit = units.get(key) if key not in flavors else None
-    if key not in flavors and unit is None:
+    own = as_flavor(key) in flavors  # a flavor's own key
+    unit = None if own else units.get(key)
+    if not own and unit is None:
         return [
             Problem(
                 path,
@@ -88,7 +90,7 @@ def _nearest(value: float, unit: GpuUnit) -> str:
     return unit.gpus_text(round(value * unit.parts_per_gpu))
 
 
-def quota_of(key: str, spec: QuotaSpec, units: Mapping[str, GpuUnit]) -> Quota:
+def quota_of(key: QuotaKey, spec: QuotaSpec, units: Mapping[QuotaKey, GpuUnit]) -> Quota:
     unit = units.get(key)
 
     def count(value: float | None) -> int | None:
@@ -102,16 +104,17 @@ def quota_of(key: str, spec: QuotaSpec, units: Mapping[str, GpuUnit]) -> Quota:
 
     nominal = count(spec.nominal)
     assert nominal is not None
-    return Quota(key, nominal, count(spec.borrowingLimit), count(spec.lendingLimit))
+    return Quota(key, nominal, Bound(count(spec.borrowingLimit)), Bound(count(spec.lendingLimit)))
 
 
 def _unit_nominals(
-    queues: list[QueueSpec], flavors: Mapping[str, Flavor], units: Mapping[str, GpuUnit]
-) -> dict[str, list[tuple[str, int]]]:
-    out: dict[str, list[tuple[str, int]]] = {}
+    queues: list[QueueSpec], flavors: Mapping[FlavorName, Flavor], units: Mapping[QuotaKey, GpuUnit]
+) -> dict[QuotaKey, list[tuple[str, int]]]:
+    out: dict[QuotaKey, list[tuple[str, int]]] = {}
     for q in queues:
-        for key, spec in q.quota.items():
-            if key in units and key not in flavors:
+        for name, spec in q.quota.items():
+            key = QuotaKey(name)
+            if key in units and as_flavor(key) not in flavors:
                 parts = _parts(spec.nominal, units[key])
                 if parts is not None:
                     out.setdefault(key, []).append((q.name, parts))
@@ -120,9 +123,9 @@ def _unit_nominals(
 
 def capacity_checks(
     spec: PolicySpec,
-    flavors: Mapping[str, Flavor],
-    capacity: Mapping[str, int],
-    units: Mapping[str, GpuUnit],
+    flavors: Mapping[FlavorName, Flavor],
+    capacity: Mapping[FlavorName, int],
+    units: Mapping[QuotaKey, GpuUnit],
 ) -> list[Problem]:
     """Nominal quotas against what the pools hold: more is an error, less a warning (a slice
     in nobody's nominal quota is never admitted to: a cohort lends only what its members own)."""

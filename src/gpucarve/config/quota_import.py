@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from gpucarve.config.policy_model import PriorityClassSpec
 from gpucarve.config.textfile import read_text
 from gpucarve.config.yaml_source import parse_yaml
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Problem, Severity
 from gpucarve.core.quantity import QuantityError, whole_count
@@ -98,7 +99,9 @@ def _hard(where: Where, obj: Mapping[str, Any]) -> Mapping[str, Any] | Problem:
     return hard
 
 
-def split_by_capacity(n: int, flavors: Sequence[str], policy: Policy) -> dict[str, int]:
+def split_by_capacity(
+    n: int, flavors: Sequence[FlavorName], policy: Policy
+) -> dict[FlavorName, int]:
     """`n` slices shared among `flavors` in proportion to what the pools hold of each (the
     largest remainders first, then by name), each at most its capacity."""
     caps = {f: policy.capacity.get(f, 0) for f in sorted(flavors)}
@@ -117,7 +120,7 @@ def _quota_entry(
     where: Where,
     key: str,
     value: object,
-    by_resource: Mapping[str, list[str]],
+    by_resource: Mapping[str, list[FlavorName]],
     policy: Policy,
     split: bool = False,
 ) -> list[tuple[str, int]] | Problem | None:
@@ -178,7 +181,7 @@ def quota_blocks(
     a limit on a resource several models publish (`nvidia.com/gpu`) is shared among their
     flavors by capacity, with a warning, instead of refused."""
     problems: list[Problem] = []
-    by_resource: dict[str, list[str]] = {}
+    by_resource: dict[str, list[FlavorName]] = {}
     for name, flavor in sorted(policy.flavors.items()):
         by_resource.setdefault(flavor.quota_name, []).append(name)
     queues: dict[str, dict[str, int]] = {}
@@ -211,7 +214,7 @@ def _resource_quota(
     where: Where,
     obj: Mapping[str, Any],
     meta: Mapping[str, Any],
-    by_resource: Mapping[str, list[str]],
+    by_resource: Mapping[str, list[FlavorName]],
     policy: Policy,
     queues: dict[str, dict[str, int]],
     split: bool = False,

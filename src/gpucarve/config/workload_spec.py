@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpucarve.config.device_claims import DeviceClaimSpec, claim_request
 from gpucarve.config.device_select import Device
 from gpucarve.config.pydantic_errors import problems_from
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Path, Problem, format_path
 from gpucarve.core.quantity import QuantityError, cpu_milli, memory_mib, whole_count, whole_number
@@ -232,7 +233,7 @@ def _fraction(
     return milli, mem
 
 
-Devices = Mapping[str, Sequence[Device]]
+Devices = Mapping[FlavorName, Sequence[Device]]
 
 
 def _gpu_request(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from gpucarve.core import mig
+from gpucarve.core.amounts import Bound, FlavorName
 from gpucarve.core.mig import Instance
 from gpucarve.core.policy import Flavor, Policy, Pool, SharingMode, SliceKind, Taint
 from gpucarve.core.vocabulary import GPU_PRESENT_LABEL, MISMATCH_LABEL, MODE_LABEL, POOL_LABEL
@@ -26,7 +27,7 @@ class Slice:
     node: str
     gpu: int
     kind: SliceKind
-    flavor: str
+    flavor: FlavorName
     compute_milli: int
     memory_mib: int
     profile: str | None = None
@@ -54,9 +55,19 @@ class Node:
     pool: str
     labels: tuple[tuple[str, str], ...]
     taints: tuple[Taint, ...]
-    cpu_milli: int | None
+    cpu_milli: int | None  # None: the node does not say, and nothing is held to it
     memory_mib: int | None
     gpus: tuple[Gpu, ...]
+
+    @property
+    def cpu(self) -> Bound:
+        """Allocatable milli-CPU as a bound on what its pods request."""
+        return Bound(self.cpu_milli)
+
+    @property
+    def memory(self) -> Bound:
+        """Allocatable memory in MiB as a bound on what its pods request."""
+        return Bound(self.memory_mib)
 
     def label(self, key: str) -> str | None:
         for k, v in self.labels:
@@ -121,7 +132,7 @@ class ClusterState:
         for n in self.nodes:
             yield from n.gpus
 
-    def free_slices(self, flavor: str | None = None) -> list[Slice]:
+    def free_slices(self, flavor: FlavorName | None = None) -> list[Slice]:
         return [
             s
             for sid, s in self.slices.items()

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gpucarve.core.amounts import UNLIMITED, Bound, FlavorName, QuotaKey, as_key
 from gpucarve.core.catalog import MILLI_PER_GPU, GpuModel
 from gpucarve.core.mig import Instance
 from gpucarve.core.vocabulary import (
@@ -61,7 +62,7 @@ class Flavor:
     or MPS replica an equal share of both.
     """
 
-    name: str
+    name: FlavorName
     model_id: str
     kind: SliceKind
     profile: str | None
@@ -104,19 +105,21 @@ class Flavor:
 
 def flavor_name(
     prefix: str, mode: SharingMode, profile: str | None = None, *, dra: bool = False
-) -> str:
+) -> FlavorName:
     if dra:
         # apart from the device-plugin flavor of the same model: a pod that asks for
         # nvidia.com/gpu cannot use a DRA GPU, nor a claim a device-plugin one
         prefix = f"{prefix}-dra"
     if mode is SharingMode.MIG:
         assert profile is not None
-        return f"{prefix}-mig-{profile.replace('+', '.')}"
-    return {
-        SharingMode.EXCLUSIVE: f"{prefix}-full",
-        SharingMode.TIME_SLICING: f"{prefix}-shared",
-        SharingMode.MPS: f"{prefix}-mps",
-    }[mode]
+        return FlavorName(f"{prefix}-mig-{profile.replace('+', '.')}")
+    return FlavorName(
+        {
+            SharingMode.EXCLUSIVE: f"{prefix}-full",
+            SharingMode.TIME_SLICING: f"{prefix}-shared",
+            SharingMode.MPS: f"{prefix}-mps",
+        }[mode]
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +179,11 @@ class Pool:
         if self.price_per_gpu_hour is None:
             return None
         return self.price_per_gpu_hour * self.gpus
+
+    @property
+    def unit(self) -> QuotaKey:
+        """The key of the GPU unit its flavor prefix names (where one is: `Policy.units`)."""
+        return QuotaKey(self.flavor_prefix)
 
     def flavors(self) -> list[Flavor]:
         """The flavors this pool provides, with how many slices of each one node holds."""
@@ -240,13 +248,13 @@ class GpuUnit:
     the GPU's memory slices (its placement size: 3g.40gb on an A100 is half the GPU, whatever
     else shares it), a whole GPU all of it, a time-slicing or MPS replica its equal share."""
 
-    name: str
+    name: QuotaKey
     model_id: str
     parts_per_gpu: int
-    charges: tuple[tuple[str, int], ...]
+    charges: tuple[tuple[FlavorName, int], ...]
     gpus: int
 
-    def charge(self, flavor: str) -> int | None:
+    def charge(self, flavor: FlavorName) -> int | None:
         for name, parts in self.charges:
             if name == flavor:
                 return parts
@@ -271,15 +279,15 @@ def gpu_share(flavor: Flavor, model: GpuModel) -> float:
     return 1.0 / flavor.replicas
 
 
-def gpu_shares(policy: Policy) -> dict[str, float]:
+def gpu_shares(policy: Policy) -> dict[FlavorName, float]:
     """Flavor -> what one of its slices is of a GPU (`gpu_share`, by the flavor's model)."""
     models = {p.model.id: p.model for p in policy.pools}
     return {f.name: gpu_share(f, models[f.model_id]) for f in policy.flavors.values()}
 
 
-def flavor_pools(policy: Policy) -> dict[str, str]:
+def flavor_pools(policy: Policy) -> dict[FlavorName, str]:
     """Flavor -> the pool serving it (pools joined by `+` when several do)."""
-    out: dict[str, list[str]] = {}
+    out: dict[FlavorName, list[str]] = {}
     for pool in policy.pools:
         for f in pool.flavors():
             out.setdefault(f.name, []).append(pool.name)
@@ -295,12 +303,12 @@ def unit_parts_per_slice(flavor: Flavor, model: GpuModel, parts_per_gpu: int) ->
     return parts_per_gpu // flavor.replicas
 
 
-def gpu_units(pools: tuple[Pool, ...] | list[Pool]) -> dict[str, GpuUnit]:
+def gpu_units(pools: tuple[Pool, ...] | list[Pool]) -> dict[QuotaKey, GpuUnit]:
     """A unit per flavor prefix whose pools all hold one GPU model."""
     by_prefix: dict[str, list[Pool]] = {}
     for pool in pools:
         by_prefix.setdefault(pool.flavor_prefix, []).append(pool)
-    out: dict[str, GpuUnit] = {}
+    out: dict[QuotaKey, GpuUnit] = {}
     for prefix, members in sorted(by_prefix.items()):
         model = members[0].model
         if any(p.model.id != model.id for p in members):
@@ -315,21 +323,30 @@ def gpu_units(pools: tuple[Pool, ...] | list[Pool]) -> dict[str, GpuUnit]:
         charges = {
             f.name: unit_parts_per_slice(f, model, parts) for p in members for f in p.flavors()
         }
-        out[prefix] = GpuUnit(
-            prefix, model.id, parts, tuple(sorted(charges.items())), sum(p.gpus for p in members)
+        out[QuotaKey(prefix)] = GpuUnit(
+            QuotaKey(prefix),
+            model.id,
+            parts,
+            tuple(sorted(charges.items())),
+            sum(p.gpus for p in members),
         )
     return out
 
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """A queue's quota in one flavor, in slices, or in a GPU unit, in its parts. `None` limits
-    mean unlimited."""
+    """A queue's quota in one flavor, in slices, or in a GPU unit, in its parts (`flavor`:
+    the quota key). Without a lending limit the queue lends all of nominal."""
 
-    flavor: str
+    flavor: QuotaKey
     nominal: int
-    borrowing_limit: int | None = None
-    lending_limit: int | None = None
+    borrowing_limit: Bound = UNLIMITED
+    lending_limit: Bound = UNLIMITED
+
+    @property
+    def lendable(self) -> int:
+        """What of nominal the queue lends its cohort."""
+        return self.lending_limit.or_else(self.nominal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,13 +357,13 @@ class Queue:
     quotas: tuple[Quota, ...]
     # Fair-share weight in thousandths, so that ordering never depends on float rounding.
     weight_milli: int
-    max_per_workload: tuple[tuple[str, int], ...]
+    max_per_workload: tuple[tuple[FlavorName, int], ...]
     allowed_priority_classes: tuple[str, ...]
     # The most its work within nominal quota waits for quota it lent: reclaim sparing and
     # reclaim grace hold its reclaims off no longer (None: their own bounds; 0: never).
     reclaim_wait_s: int | None = None
 
-    def quota(self, flavor: str) -> Quota | None:
+    def quota(self, flavor: QuotaKey) -> Quota | None:
         for q in self.quotas:
             if q.flavor == flavor:
                 return q
@@ -542,8 +559,8 @@ class Policy:
     name: str
     description: str
     pools: tuple[Pool, ...]
-    flavors: Mapping[str, Flavor]
-    capacity: Mapping[str, int]
+    flavors: Mapping[FlavorName, Flavor]
+    capacity: Mapping[FlavorName, int]
     queues: tuple[Queue, ...]
     cohorts: tuple[Cohort, ...]
     priority_classes: tuple[PriorityClass, ...]
@@ -554,15 +571,15 @@ class Policy:
     autoscaling: tuple[Autoscale, ...] = ()
     objective: Objective = Objective()
     # quota units by name (a flavor prefix); see GpuUnit
-    units: Mapping[str, GpuUnit] = field(default_factory=dict)
+    units: Mapping[QuotaKey, GpuUnit] = field(default_factory=dict)
 
-    def quota_keys(self, queue: Queue, flavor: str) -> tuple[tuple[str, int], ...]:
+    def quota_keys(self, queue: Queue, flavor: FlavorName) -> tuple[tuple[QuotaKey, int], ...]:
         """What one slice of `flavor` is charged to in `queue`: its own quota and its GPU
         unit's, each with the slice's cost there (empty: the queue has no quota for it)."""
-        out: list[tuple[str, int]] = []
+        out: list[tuple[QuotaKey, int]] = []
         for q in queue.quotas:
-            if q.flavor == flavor:
-                out.append((flavor, 1))
+            if q.flavor == as_key(flavor):
+                out.append((q.flavor, 1))
             else:
                 unit = self.units.get(q.flavor)
                 parts = None if unit is None else unit.charge(flavor)

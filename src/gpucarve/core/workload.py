@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gpucarve.core.amounts import FlavorName
+
 
 class GpuKind(StrEnum):
     NONE = "none"  # CPU-only pod
@@ -35,7 +37,7 @@ class GpuRequest:
     # claimed through Dynamic Resource Allocation (a ResourceClaim), so only DRA flavors
     # serve it; `flavors`: those whose devices its selectors match (empty: any)
     dra: bool = False
-    flavors: tuple[str, ...] = ()
+    flavors: tuple[FlavorName, ...] = ()
 
     def describe(self) -> str:
         if self.kind is GpuKind.WHOLE:
@@ -201,7 +203,7 @@ class PodAssignment:
     pod_set: str
     node: str
     slice_ids: tuple[str, ...]
-    flavor: str | None
+    flavor: FlavorName | None
     # Memory promised on a shared GPU (declared by a fractional request); 0 otherwise.
     shared_memory_mib: int = 0
 

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpucarve.core.amounts import Bound, FlavorName, QuotaKey
 from gpucarve.core.cluster import RECONFIGURING, Gpu, Node, Slice
-from gpucarve.core.policy import Policy, flavor_pools, gpu_shares
+from gpucarve.core.policy import Policy, Quota, flavor_pools, gpu_shares
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.dashboard.gpu_use import Readings
 from gpucarve.engine import SCALE, Quotas, evicted_pods, usage_after
@@ -116,10 +117,10 @@ def _teams(policy: Policy) -> list[str]:
     return [q.name for q in policy.queues]
 
 
-_SHARES: list[tuple[Policy, dict[str, float]]] = []  # the last policies asked about
+_SHARES: list[tuple[Policy, dict[FlavorName, float]]] = []  # the last policies asked about
 
 
-def shares(policy: Policy) -> dict[str, float]:
+def shares(policy: Policy) -> dict[FlavorName, float]:
     """Flavor -> what one of its slices is of a GPU (kept for the policy's next cycles)."""
     for known, got in _SHARES:
         if known is policy:
@@ -163,7 +164,7 @@ def cluster(frame: Frame) -> dict[str, Any]:
 
 
 def _count_gpu(
-    frame: Frame, h: Holders, gpu: Gpu, row: dict[str, Any], per: dict[str, float]
+    frame: Frame, h: Holders, gpu: Gpu, row: dict[str, Any], per: dict[FlavorName, float]
 ) -> None:
     slices = frame.snapshot.cluster.slices
     held = 0.0
@@ -278,20 +279,19 @@ def queues(frame: Frame) -> dict[str, Any]:
     return {"queues": out}
 
 
-def _lent(q: Quotas, policy: Policy) -> dict[tuple[str, str], int]:
+def _lent(q: Quotas, policy: Policy) -> dict[tuple[str, QuotaKey], int]:
     """(queue, quota key) -> what it lends: the cohort's borrowing of the key, shared between
     its lenders in proportion to the unused nominal each may lend (its lending limit kept),
     largest remainders first, so a cohort's lent adds up to its borrowed (a lender is not
     credited with a loan another made)."""
-    out: dict[tuple[str, str], int] = {}
-    by_key: defaultdict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
+    out: dict[tuple[str, QuotaKey], int] = {}
+    by_key: defaultdict[tuple[str, QuotaKey], list[tuple[str, int]]] = defaultdict(list)
     for queue in policy.queues:
         if queue.cohort is None:
             continue
         for quota in queue.quotas:
             spare = max(0, quota.nominal - q.used(queue.name, quota.flavor))
-            if quota.lending_limit is not None:
-                spare = min(spare, quota.lending_limit)
+            spare = quota.lending_limit.cap(spare)
             by_key[(queue.cohort, quota.flavor)].append((queue.name, spare))
     for (cohort, key), lenders in by_key.items():
         borrowed = sum(q.borrowed(m, key) for m in q.members.get(cohort, ()))
@@ -308,7 +308,11 @@ def _lent(q: Quotas, policy: Policy) -> dict[tuple[str, str], int]:
     return out
 
 
-def _quota_row(q: Quotas, policy: Policy, queue: str, quota: Any, lent: int) -> dict[str, Any]:
+def _per(bound: Bound, per: int) -> float | None:
+    return None if bound.most is None else bound.most / per
+
+
+def _quota_row(q: Quotas, policy: Policy, queue: str, quota: Quota, lent: int) -> dict[str, Any]:
     key = quota.flavor
     unit = policy.units.get(key)
     per = unit.parts_per_gpu if unit is not None else 1
@@ -318,8 +322,8 @@ def _quota_row(q: Quotas, policy: Policy, queue: str, quota: Any, lent: int) -> 
         "key": key,
         "unit": "GPUs" if unit is not None else "slices",
         "nominal": quota.nominal / per,
-        "borrowingLimit": None if quota.borrowing_limit is None else quota.borrowing_limit / per,
-        "lendingLimit": None if quota.lending_limit is None else quota.lending_limit / per,
+        "borrowingLimit": _per(quota.borrowing_limit, per),
+        "lendingLimit": _per(quota.lending_limit, per),
         "used": used / per,
         "borrowed": borrowed / per,
         "lent": lent / per,

@@ -13,6 +13,7 @@ import itertools
 from collections import Counter
 from collections.abc import Sequence
 
+from gpucarve.core.amounts import Demand, FlavorName
 from gpucarve.core.policy import Flavor
 from gpucarve.core.workload import PodAssignment, Workload
 from gpucarve.engine import evict, podwise
@@ -135,7 +136,7 @@ def _try(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
         waiting = reshaper.absorbs(w, unplaced)
         if waiting is not None:
             return Outcome(False, waiting, (waiting, *tried))
-    demands: list[dict[str, int]] = []
+    demands: list[Demand] = []
     if c.cfg.preemption:
         for combo in combos:
             full_plan, demand, _ = plan_for(c, w, combo, ignore_quota=True)
@@ -150,7 +151,7 @@ def _try(c: CycleState, w: Workload, reshaper: Reshaper) -> Outcome:
 
 
 def _preemption_waits(
-    c: CycleState, w: Workload, demands: Sequence[dict[str, int]]
+    c: CycleState, w: Workload, demands: Sequence[Demand]
 ) -> PendingReason | None:
     """Why eviction has not made room for `w` yet, when only time stands in its way: reclaim
     waits for borrowed work about to end, spares a large gang, or the lower-priority work it
@@ -170,11 +171,11 @@ def _preemption_waits(
 
 def plan_for(
     c: CycleState, w: Workload, combo: Sequence[Flavor | None], ignore_quota: bool = False
-) -> tuple[Plan | None, dict[str, int], PendingReason | None]:
+) -> tuple[Plan | None, Demand, PendingReason | None]:
     needs = [c.needs_of(ps, f) for ps, f in zip(w.pod_sets, combo, strict=True)]
 
-    def demand_of(counts: Sequence[int]) -> dict[str, int]:
-        d: Counter[str] = Counter()
+    def demand_of(counts: Sequence[int]) -> Demand:
+        d: Counter[FlavorName] = Counter()
         for n, k in zip(needs, counts, strict=True):
             if n.flavor is not None:
                 d[n.flavor] += n.slices * k

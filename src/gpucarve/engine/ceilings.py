@@ -14,6 +14,7 @@ import difflib
 from collections import Counter
 from collections.abc import Sequence
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import slices_per_pod
 from gpucarve.core.snapshot import Snapshot
@@ -34,10 +35,10 @@ class Ceilings:
         # (preferred terms, flavor) -> the most any node of the flavor weighs by them
         self._preferred: dict[tuple[object, ...], int] = {}
 
-    def _largest_node(self, flavor: str) -> int:
+    def _largest_node(self, flavor: FlavorName) -> int:
         return self._largest_group(TopologyMode.NODE, flavor)
 
-    def _largest_group(self, mode: TopologyMode, flavor: str) -> int:
+    def _largest_group(self, mode: TopologyMode, flavor: FlavorName) -> int:
         key = (mode, flavor)
         cache = self.ws.largest
         if key not in cache:
@@ -49,7 +50,7 @@ class Ceilings:
                 cache[key] = max((sum(counts.get(n, 0) for n in g) for g in groups), default=0)
         return cache[key]
 
-    def _per_node(self, flavor: str) -> dict[int, int]:
+    def _per_node(self, flavor: FlavorName) -> dict[int, int]:
         """Slices of `flavor` each node holds, or could hold once repartitioned: a dynamic MIG
         pool's GPUs can each be carved into the most instances of the profile that fit, so
         the layout of the moment is no ceiling."""
@@ -69,7 +70,7 @@ class Ceilings:
         return out
 
     def never_fits(self, w: Workload, combo: Sequence[Flavor | None]) -> PendingReason | None:
-        demand: Counter[str] = Counter()
+        demand: Counter[FlavorName] = Counter()
         for ps, f in zip(w.pod_sets, combo, strict=True):
             if f is None:
                 continue
@@ -107,17 +108,17 @@ class Ceilings:
         return None
 
     @staticmethod
-    def _reason(message: str, flavor: str) -> PendingReason:
+    def _reason(message: str, flavor: FlavorName) -> PendingReason:
         return PendingReason(
             Stage.VALIDATION, Plugin.CEILING, "can never be admitted: " + message, flavor
         )
 
-    def selects(self, ps: PodSet, flavor: str) -> bool:
+    def selects(self, ps: PodSet, flavor: FlavorName) -> bool:
         """Whether some node carrying `flavor` (or able to, once repartitioned) matches the
         pod set's node selector and required affinity."""
         return not (ps.node_selector or ps.affinity) or self._unmatched_by(ps, flavor) is None
 
-    def preference(self, ps: PodSet, flavor: str) -> int:
+    def preference(self, ps: PodSet, flavor: FlavorName) -> int:
         """The most the pod set's preferred node affinity weighs on a node carrying `flavor`
         (0 without preferences): a pod that prefers another GPU model's nodes tries that
         model's flavor first."""
@@ -129,7 +130,7 @@ class Ceilings:
             self._preferred[key] = max((ps.preference(n.labels) for n in nodes), default=0)
         return self._preferred[key]
 
-    def _unmatched_by(self, ps: PodSet, flavor: str) -> str | None:
+    def _unmatched_by(self, ps: PodSet, flavor: FlavorName) -> str | None:
         """Why no node carrying `flavor` matches the pod set's selector and affinity (None:
         one does). Nodes of a dynamic MIG pool that could carry it count."""
         key = (ps.node_selector, ps.affinity, flavor)
@@ -142,7 +143,7 @@ class Ceilings:
         return self._unmatched[key]
 
 
-def _mismatch(ps: PodSet, nodes: list[dict[str, str]], flavor: str) -> str:
+def _mismatch(ps: PodSet, nodes: list[dict[str, str]], flavor: FlavorName) -> str:
     """The selector term no node of the flavor has, the values they carry, the nearest."""
     if not nodes:
         return f"no node carries {flavor}"

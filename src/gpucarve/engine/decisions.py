@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gpucarve.core.amounts import FlavorName, QuotaKey
 from gpucarve.core.mig import Instance
 from gpucarve.core.workload import PodAssignment
 
@@ -56,7 +57,8 @@ class PendingReason:
     stage: Stage
     plugin: Plugin
     message: str
-    flavor: str | None = None
+    # the flavor it waits for; for a quota reason, the quota key it is short in
+    flavor: FlavorName | QuotaKey | None = None
     # GPUs of a dynamic MIG pool whose repartition could make the instance that is missing
     # (placement says so in its message too; metrics and explain read this)
     repartition_gpus: int = 0
@@ -74,10 +76,10 @@ class Admission:
     queue: str
     pods: tuple[PodAssignment, ...]
     # Slices per flavor this admission charges to the queue.
-    charged: tuple[tuple[str, int], ...]
+    charged: tuple[tuple[FlavorName, int], ...]
     # What the queue then holds past nominal, per quota key it charged (slices of a flavor,
     # parts of a GPU unit: `core.policy.GpuUnit`).
-    borrowed: tuple[tuple[str, int], ...] = ()
+    borrowed: tuple[tuple[QuotaKey, int], ...] = ()
     # Only when preemption made room: these workloads must be gone before the pods start.
     after_evictions: tuple[str, ...] = ()
     stage: Stage = Stage.QUOTA
@@ -160,7 +162,7 @@ class Idle:
     the first waiting workload that could use them (empty for nothing-waiting and the
     mismatch causes), whose reason is the cause."""
 
-    flavor: str
+    flavor: FlavorName
     cause: IdleCause
     slices: int
     workload: str = ""

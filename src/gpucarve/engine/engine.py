@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine.apply import apply
 from gpucarve.engine.cycle import Cycle
@@ -43,7 +44,7 @@ def run_whole_cycle(snapshot: Snapshot, now: int) -> CycleResult:
 class Held:
     """What the queues hold after a cycle (`Engine.held`)."""
 
-    slices: dict[tuple[str, str], int]  # per (queue, flavor), none zero
+    slices: dict[tuple[str, FlavorName], int]  # per (queue, flavor), none zero
     running: dict[str, int]  # running workloads per queue, none zero
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpucarve.core.amounts import Demand
 from gpucarve.core.runtime import WHENCE
 from gpucarve.core.workload import Workload
 from gpucarve.engine.decisions import Cause, Eviction, Pending, PendingReason, Plugin, Stage
@@ -17,7 +18,7 @@ from gpucarve.engine.victims import Victim
 PREEMPTION_SEARCHES_PER_QUEUE = 4
 
 
-def preempt(c: CycleState, w: Workload, plan: Plan, demand: dict[str, int]) -> bool:
+def preempt(c: CycleState, w: Workload, plan: Plan, demand: Demand) -> bool:
     """Reclaim, then priority preemption, for `w` on `plan`: evict the fewest victims that let
     the gang place (an admission of this cycle is withdrawn instead)."""
     pre = c.preemptor

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gpucarve.core.amounts import Bound, Demand, FlavorName, QuotaKey
 from gpucarve.core.policy import Flavor, GpuUnit, SliceKind
 from gpucarve.core.requests import candidate_flavors, gpu_memory_of, slices_per_pod
 from gpucarve.core.runtime import WHENCE
@@ -25,19 +26,20 @@ from gpucarve.engine.usage import usage_after
 
 @dataclass(frozen=True, slots=True)
 class QuotaLine:
-    flavor: str  # the quota key: a flavor (slices), or a GPU unit (parts of a GPU)
+    flavor: QuotaKey  # a flavor (slices), or a GPU unit (parts of a GPU)
     nominal: int
-    borrowing_limit: int | None
+    borrowing_limit: Bound
     used: int
     borrowed: int
     needs: int  # what the workload asks of this key (its first choice), 0 if none
     cohort_free: int | None  # what the cohort can still lend; None without a cohort
     unit: GpuUnit | None = None
 
-    def amount(self, n: int | None) -> str:
-        if n is None:
-            return "-"
-        return str(n) if self.unit is None else self.unit.gpus_text(n)
+    def amount(self, n: int | Bound | None) -> str:
+        fmt = str if self.unit is None else self.unit.gpus_text
+        if isinstance(n, Bound):
+            return n.text(fmt)
+        return "-" if n is None else fmt(n)
 
 
 @dataclass(frozen=True)
@@ -75,10 +77,10 @@ def _usable(snapshot: Snapshot, w: Workload) -> list[list[Flavor]]:
     return out
 
 
-def _demand(snapshot: Snapshot, w: Workload) -> dict[str, int]:
+def _demand(snapshot: Snapshot, w: Workload) -> Demand:
     """Slices per flavor of the workload's first flavor choices (what its minimum needs)."""
     policy = snapshot.policy
-    out: Counter[str] = Counter()
+    out: Counter[FlavorName] = Counter()
     for ps, usable in zip(w.pod_sets, _usable(snapshot, w), strict=True):
         for f in usable[:1]:
             memory = next(p.model.memory_mib for p in policy.pools if p.model.id == f.model_id)
@@ -180,7 +182,7 @@ def _hints(
     e: Explanation,
     w: Workload,
     quotas: Quotas,
-    demand: dict[str, int],
+    demand: Demand,
 ) -> list[str]:
     if e.admission is not None:
         nodes = sorted({p.node for p in e.admission.pods})
@@ -198,16 +200,19 @@ def _hints(
     if stage is Stage.PREEMPTION:
         return [f"preemption: {e.reason.message}"]
     out: list[str] = []
-    flavor = e.reason.flavor or next(iter(sorted(demand)), None)
-    if stage is Stage.QUOTA and flavor is not None:
-        need = quotas.charge(w.queue, demand).get(flavor, 0)
-        out += _quota_hints(snapshot, w, quotas, flavor, need, result.now)
-    if stage is Stage.PLACEMENT and flavor is not None:
+    # a quota reason names the quota key it is short in, a placement reason the flavor
+    first = e.reason.flavor or next(iter(sorted(demand)), None)
+    if stage is Stage.QUOTA and first is not None:
+        key = QuotaKey(first)
+        need = quotas.charge(w.queue, demand).get(key, 0)
+        out += _quota_hints(snapshot, w, quotas, key, need, result.now)
+    if stage is Stage.PLACEMENT and first is not None:
+        flavor = FlavorName(first)
         out += _placement_hints(snapshot, w, flavor, demand.get(flavor, 0))
     return out or [str(e.reason)]
 
 
-def _idle(result: CycleResult, workload: str, demand: dict[str, int]) -> tuple[str, ...]:
+def _idle(result: CycleResult, workload: str, demand: Demand) -> tuple[str, ...]:
     """What is free of the flavors it asks for, and why that sits idle while it waits."""
     out = []
     for share in result.idle:
@@ -223,7 +228,7 @@ def _idle(result: CycleResult, workload: str, demand: dict[str, int]) -> tuple[s
 
 
 def _quota_hints(
-    snapshot: Snapshot, w: Workload, quotas: Quotas, flavor: str, need: int, now: int
+    snapshot: Snapshot, w: Workload, quotas: Quotas, flavor: QuotaKey, need: int, now: int
 ) -> list[str]:
     """`flavor` is the quota key the demand ran into (a flavor, or a GPU unit)."""
     queue = snapshot.policy.queue(w.queue)
@@ -253,8 +258,7 @@ def _quota_hints(
     out.append(f"queue {w.queue} holds {n(sum(holding))} {what} in {len(holding)} running "
                "workloads")  # fmt: skip
     if st.over_borrowing_limit:
-        assert st.borrowing_limit is not None
-        most = st.nominal + st.borrowing_limit
+        most = st.borrowing_limit.plus(st.nominal).or_int()
         out.append(
             f"its borrowing limit lets it hold {n(most)}: {n(st.used + need - most)} "
             f"of its own {what} must be given back first, or raise borrowingLimit"
@@ -306,7 +310,7 @@ def _reclaim_when(snapshot: Snapshot, w: Workload, rw: RunningWorkload, need: in
     return "possible " + "; and ".join(waits)
 
 
-def _placement_hints(snapshot: Snapshot, w: Workload, flavor: str, need: int) -> list[str]:
+def _placement_hints(snapshot: Snapshot, w: Workload, flavor: FlavorName, need: int) -> list[str]:
     free_by_node: Counter[str] = Counter()
     allocated = snapshot.cluster.allocations
     for sid, sl in snapshot.cluster.slices.items():
@@ -329,7 +333,7 @@ def _placement_hints(snapshot: Snapshot, w: Workload, flavor: str, need: int) ->
     return out
 
 
-def _largest_pod(snapshot: Snapshot, w: Workload, flavor: str) -> int:
+def _largest_pod(snapshot: Snapshot, w: Workload, flavor: FlavorName) -> int:
     """The most slices of `flavor` one pod of `w` takes on one node (0 for a shared flavor,
     whose replicas come from one GPU, or none of its pod sets on that flavor)."""
     policy = snapshot.policy

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import SliceKind
 
 if TYPE_CHECKING:
@@ -26,7 +27,9 @@ MODELLED = (SliceKind.WHOLE, SliceKind.TIME_SLICE, SliceKind.MPS)
 
 
 class GpuRows:
-    def __init__(self, nodes: Sequence[NodeState], flavors: Mapping[str, FlavorInfo]) -> None:
+    def __init__(
+        self, nodes: Sequence[NodeState], flavors: Mapping[FlavorName, FlavorInfo]
+    ) -> None:
         # Nodes changed, in order (with `epoch` bumped when the list is cut): a cached score
         # of many nodes is patched where they changed instead of recomputed.
         self.touched: list[int] = []
@@ -43,8 +46,8 @@ class GpuRows:
         # (node, GPU) -> its slots, for the modelled flavor a node's GPU serves
         self.slots: dict[tuple[int, int], GpuSlots] = {}
         # flavor -> its nodes (indices, ascending), and whether a node has one at all
-        self.nodes_of: dict[str, npt.NDArray[np.intp]] = {}
-        members: dict[str, list[int]] = {}
+        self.nodes_of: dict[FlavorName, npt.NDArray[np.intp]] = {}
+        members: dict[FlavorName, list[int]] = {}
         for node in nodes:
             for fname, gpus in node.gpus.items():
                 if fname not in self.modelled:
@@ -55,7 +58,7 @@ class GpuRows:
                     self.touch(gs)
         # flavor -> per node, whether it has the flavor (a group's nodes are filtered by it
         # in the group's size, not the flavor's node count)
-        self.serves: dict[str, npt.NDArray[np.bool_]] = {}
+        self.serves: dict[FlavorName, npt.NDArray[np.bool_]] = {}
         for fname, idx in members.items():
             self.nodes_of[fname] = np.asarray(sorted(set(idx)), dtype=np.intp)
             serves = np.zeros(len(nodes), dtype=np.bool_)

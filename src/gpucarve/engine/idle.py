@@ -18,6 +18,7 @@ capacity; the simulator and the scheduler's metrics turn them into GPU-seconds.
 
 from __future__ import annotations
 
+from gpucarve.core.amounts import Demand, FlavorName
 from gpucarve.core.policy import SliceKind
 from gpucarve.core.workload import Workload
 from gpucarve.engine.decisions import Idle, IdleCause, Pending, PendingReason, Plugin, Stage
@@ -39,7 +40,7 @@ _BY_LIMIT = {
 }
 
 
-def free_slices(c: CycleState) -> dict[str, int]:
+def free_slices(c: CycleState) -> Demand:
     """Free slices per flavor on the working state (a shared flavor's replicas summed over
     its GPUs: the index keeps only the most free on one GPU of each node)."""
     return dict(c.ws.free_slices)
@@ -49,7 +50,7 @@ def account(c: CycleState) -> tuple[Idle, ...]:
     free = {f: n for f, n in free_slices(c).items() if n > 0}
     if not free:
         return ()
-    first: dict[str, tuple[Pending, int]] = {}  # flavor -> first waiting that could use it
+    first: dict[FlavorName, tuple[Pending, int]] = {}  # flavor -> first waiting that could use it
     models: set[tuple[str, str]] = set()  # (model, slice kind) someone waits for
     unclaimed = set(free)
     if c.decided.pending:
@@ -87,13 +88,15 @@ def account(c: CycleState) -> tuple[Idle, ...]:
     return tuple(out)
 
 
-def _flavors_of(c: CycleState, w: Workload) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+def _flavors_of(
+    c: CycleState, w: Workload
+) -> tuple[frozenset[FlavorName], frozenset[tuple[str, str]]]:
     """The flavors a waiting workload could run on (its node selection included: an L4-only
     pod keeps no H100 idle), and their (model, slice kind)."""
     # a selection's answer follows the nodes' labels, which change between cycles
     kept = not any(ps.node_selector or ps.affinity for ps in w.pod_sets)
 
-    def make() -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+    def make() -> tuple[frozenset[FlavorName], frozenset[tuple[str, str]]]:
         names = frozenset(f.name for fs in c.flavors_for(w) for f in fs)
         flavors = c.ws.flavors
         kinds = frozenset((flavors[n].flavor.model_id, flavors[n].flavor.kind.value) for n in names)
@@ -102,9 +105,9 @@ def _flavors_of(c: CycleState, w: Workload) -> tuple[frozenset[str], frozenset[t
     return c.memo.idle_flavors(w, make) if kept else make()
 
 
-def _needs(c: CycleState, w: Workload) -> dict[str, int]:
+def _needs(c: CycleState, w: Workload) -> Demand:
     """Slices the workload needs of each flavor it could run on (its minimum pods)."""
-    out: dict[str, int] = {}
+    out: Demand = {}
     for ps, flavors in zip(w.pod_sets, c.flavors_for(w), strict=True):
         for f in flavors:
             out[f.name] = out.get(f.name, 0) + c.needs_of(ps, f).slices * ps.min_count

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from gpucarve.core.amounts import FlavorName, QuotaKey
 from gpucarve.core.policy import Policy, Queue
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine.decisions import Cause, CycleResult, Plugin
@@ -24,8 +25,8 @@ class InvariantViolation(RuntimeError):
     """The engine or a driver broke a rule it must keep: a bug, never the user's input."""
 
 
-def _usage(s: Snapshot) -> Counter[tuple[str, str]]:
-    usage: Counter[tuple[str, str]] = Counter()
+def _usage(s: Snapshot) -> Counter[tuple[str, FlavorName]]:
+    usage: Counter[tuple[str, FlavorName]] = Counter()
     for rw in s.running:
         for pod in rw.pods:
             if pod.flavor:
@@ -33,23 +34,23 @@ def _usage(s: Snapshot) -> Counter[tuple[str, str]]:
     return usage
 
 
-def _key_used(p: Policy, q: Queue, key: str, usage: Counter[tuple[str, str]]) -> int:
+def _key_used(p: Policy, q: Queue, key: QuotaKey, usage: Counter[tuple[str, FlavorName]]) -> int:
     """What queue `q` holds of a quota key: slices of a flavor, or parts of a GPU unit."""
     unit = p.units.get(key)
     if unit is None:
-        return usage[(q.name, key)]
+        return usage[(q.name, FlavorName(key))]  # a flavor's own key
     return sum(usage[(q.name, f)] * cost for f, cost in unit.charges)
 
 
 def _quota(p: Policy, after: Snapshot) -> list[str]:
     out: list[str] = []
     usage = _usage(after)
-    lent: Counter[tuple[str, str]] = Counter()
-    lendable: Counter[tuple[str, str]] = Counter()
+    lent: Counter[tuple[str, QuotaKey]] = Counter()
+    lendable: Counter[tuple[str, QuotaKey]] = Counter()
     for q in p.queues:
         for quota in q.quotas:
             used = _key_used(p, q, quota.flavor, usage)
-            can_lend = quota.nominal if quota.lending_limit is None else quota.lending_limit
+            can_lend = quota.lendable
             if q.cohort is None:
                 if used > quota.nominal:
                     out.append(
@@ -57,10 +58,10 @@ def _quota(p: Policy, after: Snapshot) -> list[str]:
                     )
                 continue
             limit = quota.borrowing_limit
-            if limit is not None and used > quota.nominal + limit:
+            if limit.plus(quota.nominal).exceeded_by(used):
                 out.append(
                     f"queue {q.name} uses {used} {quota.flavor}, beyond nominal "
-                    f"{quota.nominal} + borrowing limit {limit}"
+                    f"{quota.nominal} + borrowing limit {limit.text()}"
                 )
             lent[(q.cohort, quota.flavor)] += max(0, used - (quota.nominal - can_lend))
             lendable[(q.cohort, quota.flavor)] += can_lend
@@ -104,7 +105,7 @@ def _gangs(before: Snapshot, result: CycleResult) -> list[str]:
 
 
 def _borrowed_when_evicted(
-    before: Snapshot, result: CycleResult, queue: str, flavors: set[str], by: str
+    before: Snapshot, result: CycleResult, queue: str, flavors: set[FlavorName], by: str
 ) -> bool:
     """Did `queue` use more than its nominal quota of one of `flavors` when the admission of
     `by` reclaimed from it? Its usage before the cycle plus what the cycle admitted for it

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import Flavor
 from gpucarve.core.workload import Workload
 
-Shapes = list[tuple[tuple[str, int], int]]  # pods per (flavor, slices per pod)
-IdleFlavors = tuple[frozenset[str], frozenset[tuple[str, str]]]  # names; (model, slice kind)
+Shapes = list[tuple[tuple[FlavorName, int], int]]  # pods per (flavor, slices per pod)
+IdleFlavors = tuple[frozenset[FlavorName], frozenset[tuple[str, str]]]  # names; (model, slice kind)
 
 
 class AcrossCycles:

@@ -7,6 +7,7 @@ import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import Flavor
 
 
@@ -16,7 +17,7 @@ class GpuSlots:
 
     node: int
     gpu: int
-    flavor: str
+    flavor: FlavorName
     free: list[int]
     total: int
     mem_free: int  # only meaningful for shared flavors: GPU memory not yet promised
@@ -35,7 +36,7 @@ class NodeState:
     rack: str
     nvlink: str
     block: str
-    gpus: dict[str, list[GpuSlots]] = field(default_factory=dict)
+    gpus: dict[FlavorName, list[GpuSlots]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

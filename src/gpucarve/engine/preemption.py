@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from gpucarve.core.amounts import Demand, FlavorName, QuotaKey
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.victims import CheapestFirst, Victim, VictimOrder
@@ -31,7 +32,7 @@ MAX_VICTIMS = 64
 Attempt = Callable[[], list[PodAssignment] | None]
 # the searched-for workload's pods, (flavor, slices per pod, pods) per pod set of an unshared
 # flavor: a cheap bound on whether a placement can succeed (`Preemptor._room_may_fit`)
-Shape = tuple[tuple[str, int, int], ...]
+Shape = tuple[tuple[FlavorName, int, int], ...]
 
 
 def surplus(rw: RunningWorkload) -> tuple[PodAssignment, ...]:
@@ -116,7 +117,7 @@ class Preemptor:
         self._by_queue: dict[str, tuple[int, list[RunningWorkload]]] = {}
         # per running workload, worked out once while it runs unchanged: the flavors it holds,
         # and (whether admitted this cycle, its candidate victims with their keys)
-        self._held: dict[str, tuple[RunningWorkload, frozenset[str]]] = {}
+        self._held: dict[str, tuple[RunningWorkload, frozenset[FlavorName]]] = {}
         self._victims: dict[str, tuple[RunningWorkload, bool, list[_Ranked]]] = {}
         self.fresh: Mapping[str, object] = {}
         # (ratio, seconds): reclaim spares a whole gang more than `ratio` times the
@@ -147,7 +148,7 @@ class Preemptor:
         # Admitted earlier in this cycle: nothing ran yet, so no minimum runtime applies.
         return w.id in self.fresh or self.now - rw.start_time >= self.min_runtime
 
-    def reclaim_candidates(self, w: Workload, demand: dict[str, int]) -> list[Victim]:
+    def reclaim_candidates(self, w: Workload, demand: Demand) -> list[Victim]:
         q = self.quotas
         cohort = q.queues[w.queue].cohort
         if cohort is None:
@@ -160,12 +161,12 @@ class Preemptor:
         for other in q.members.get(cohort, ()):
             if other == w.queue or not any(q.borrowed(other, k) > 0 for k in keys):
                 continue
-            lends: dict[frozenset[str], bool] = {}  # many workloads hold the same flavors
+            lends: dict[frozenset[FlavorName], bool] = {}  # many workloads hold the same flavors
             for rw in self._running_of(other):
                 held = self._holds(rw)
                 ok = lends.get(held)
                 if ok is None:
-                    ok = lends[held] = self._lends_back(other, set(held), keys)
+                    ok = lends[held] = self._lends_back(other, held, keys)
                 if ok:
                     ranked = self._ranked(rw)
                     kept = [r for r in ranked if self._in_size(r.victim, largest)]
@@ -196,7 +197,7 @@ class Preemptor:
             "or its GPUs come back when it ends"
         )
 
-    def _lends_back(self, queue: str, held: set[str], keys: set[str]) -> bool:
+    def _lends_back(self, queue: str, held: frozenset[FlavorName], keys: set[QuotaKey]) -> bool:
         """Whether evicting what `queue` holds of the flavors `held` gives the cohort back
         quota in one of `keys` (the reclaimer's): the queue borrows there."""
         q = self.quotas
@@ -204,7 +205,7 @@ class Preemptor:
             k in keys and q.borrowed(queue, k) > 0 for f in held for k, _ in q.keys(queue, f)
         )
 
-    def _spared(self, w: Workload, demand: dict[str, int]) -> int | None:
+    def _spared(self, w: Workload, demand: Demand) -> int | None:
         """The most slices a whole gang may hold and still be reclaimed for `w` now (None: any
         size). A reclaim that evicts a gang many times the reclaimer's size destroys far more
         work than it frees for the reclaimer; it waits for something cheaper, or the gang's
@@ -214,7 +215,7 @@ class Preemptor:
             return None
         return ratio * max(1, sum(demand.values()))
 
-    def preempt_candidates(self, w: Workload, demand: dict[str, int]) -> list[Victim]:
+    def preempt_candidates(self, w: Workload, demand: Demand) -> list[Victim]:
         flavors = set(demand)
         out: list[_Ranked] = []
         for rw in self._running_of(w.queue):
@@ -222,7 +223,7 @@ class Preemptor:
                 out += self._ranked(rw)
         return _in_order(out)
 
-    def maturing(self, w: Workload, demand: Mapping[str, int]) -> str | None:
+    def maturing(self, w: Workload, demand: Mapping[FlavorName, int]) -> str | None:
         """Why priority preemption has not made room for `w` yet when only the minimum
         runtime stands in its way: the lower-priority work of its queue on the flavors it
         needs has not run `min_runtime` yet (the soonest to reach it named, with the time
@@ -247,7 +248,7 @@ class Preemptor:
             f"(scheduling.minRuntimeSeconds), preemptible in {left} s"
         )
 
-    def _holds(self, rw: RunningWorkload) -> frozenset[str]:
+    def _holds(self, rw: RunningWorkload) -> frozenset[FlavorName]:
         """The flavors `rw` holds."""
         hit = self._held.get(rw.workload.id)
         if hit is not None and hit[0] is rw:
@@ -282,7 +283,7 @@ class Preemptor:
     def find(
         self,
         w: Workload,
-        demand: dict[str, int],
+        demand: Demand,
         candidates: list[Victim],
         attempt: Attempt,
         shape: Shape = (),
@@ -320,10 +321,10 @@ class Preemptor:
     def _grow(
         self,
         w: Workload,
-        demand: dict[str, int],
+        demand: Demand,
         candidates: list[Victim],
         attempt: Attempt,
-        keys: set[str],
+        keys: set[QuotaKey],
         strict: bool,
         shape: Shape,
     ) -> tuple[list[Victim] | None, bool]:
@@ -341,7 +342,7 @@ class Preemptor:
                 strict
                 and v.workload.queue != w.queue
                 and not self._lends_back(
-                    v.workload.queue, {p.flavor for p in v.held if p.flavor}, keys
+                    v.workload.queue, frozenset(p.flavor for p in v.held if p.flavor), keys
                 )
             ):
                 skipped = True
@@ -369,7 +370,7 @@ class Preemptor:
     def _all_make_room(
         self,
         w: Workload,
-        demand: dict[str, int],
+        demand: Demand,
         candidates: list[Victim],
         evicted: list[Victim],
         attempt: Attempt,
@@ -392,10 +393,10 @@ class Preemptor:
         return ok
 
     def _loans(
-        self, w: Workload, victims: list[Victim], keys: set[str]
-    ) -> dict[tuple[str, str], int]:
+        self, w: Workload, victims: list[Victim], keys: set[QuotaKey]
+    ) -> dict[tuple[str, QuotaKey], int]:
         """What each other queue among the victims borrows, per reclaimer's key, now."""
-        out: dict[tuple[str, str], int] = {}
+        out: dict[tuple[str, QuotaKey], int] = {}
         for v in victims:
             queue = v.workload.queue
             if queue != w.queue:
@@ -407,12 +408,12 @@ class Preemptor:
         self,
         w: Workload,
         victims: list[Victim],
-        keys: set[str],
-        loans: dict[tuple[str, str], int],
+        keys: set[QuotaKey],
+        loans: dict[tuple[str, QuotaKey], int],
     ) -> bool:
         """Reclaim takes back loans only: per queue and key, evicted in some order (the
         largest last), each victim goes while its queue still borrows there."""
-        taken: dict[tuple[str, str], list[int]] = {}
+        taken: dict[tuple[str, QuotaKey], list[int]] = {}
         for v in victims:
             if v.workload.queue == w.queue:
                 continue
@@ -425,7 +426,7 @@ class Preemptor:
             for qk, parts in taken.items()
         )
 
-    def _room_may_fit(self, demand: dict[str, int], shape: Shape) -> bool:
+    def _room_may_fit(self, demand: Demand, shape: Shape) -> bool:
         """A cheap necessary condition before trying a placement: enough free slices in
         total, and for each pod set nodes that hold that many of its pods (each pod's slices
         lie on one node); for shared flavors the index counts per GPU, so it is no bound
@@ -441,9 +442,7 @@ class Preemptor:
                 return False
         return True
 
-    def _works(
-        self, w: Workload, demand: dict[str, int], victims: list[Victim], attempt: Attempt
-    ) -> bool:
+    def _works(self, w: Workload, demand: Demand, victims: list[Victim], attempt: Attempt) -> bool:
         ws = self.ws
         cp = ws.checkpoint()
         for v in victims:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import QueueingStrategy
 from gpucarve.core.workload import TopologyMode, Workload
 from gpucarve.engine.decisions import PendingReason, Plugin, Stage
@@ -99,7 +100,7 @@ def behind(c: CycleState, w: Workload) -> PendingReason | None:
     return None
 
 
-def _behind_head(c: CycleState, head: Workload, flavor: str) -> Callable[[], PendingReason]:
+def _behind_head(c: CycleState, head: Workload, flavor: FlavorName) -> Callable[[], PendingReason]:
     def make() -> PendingReason:
         waited = c.now - head.submit_time
         return PendingReason(

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gpucarve.core.amounts import UNLIMITED, Bound, FlavorName, QuotaKey, as_key
 from gpucarve.core.policy import GpuUnit, Policy, Queue
 from gpucarve.core.workload import PodAssignment
 
@@ -40,11 +41,11 @@ class Standing:
     accounting read, worked out once, here."""
 
     queue: str
-    flavor: str  # the quota key: a flavor, or a GPU unit
+    flavor: QuotaKey  # a flavor, or a GPU unit
     need: int
     used: int = 0
     nominal: int = 0
-    borrowing_limit: int | None = None
+    borrowing_limit: Bound = UNLIMITED
     cohort: str | None = None
     # The cohort's pool: how much more of it the demand would draw (usage past the part of
     # nominal the queue does not lend), and how much of it is free now (negative when a
@@ -81,7 +82,7 @@ class Standing:
 
     @property
     def over_borrowing_limit(self) -> bool:
-        return self.borrowing_limit is not None and self.borrow > self.borrowing_limit
+        return self.borrowing_limit.exceeded_by(self.borrow)
 
     @property
     def cohort_lends(self) -> int:
@@ -96,10 +97,9 @@ class Standing:
         """The failure is one reclaim can cure: within nominal, the cohort lent it out."""
         return self.limits == (Limit.COHORT,) and self.borrow <= 0
 
-    def amount(self, n: int | None) -> str:
-        if n is None:
-            return "-"
-        return str(n) if self.unit is None else self.unit.gpus_text(n)
+    def amount(self, n: int | Bound) -> str:
+        fmt = str if self.unit is None else self.unit.gpus_text
+        return n.text(fmt) if isinstance(n, Bound) else fmt(n)
 
     def message(self) -> str:
         limits = self.limits
@@ -136,7 +136,7 @@ class QuotaVerdict:
         return "" if self.standing is None else self.standing.message()
 
     @property
-    def flavor(self) -> str | None:
+    def flavor(self) -> QuotaKey | None:
         return None if self.standing is None else self.standing.flavor
 
     @property
@@ -153,30 +153,33 @@ class _Limits:
     nominal: int
     guaranteed: int
     lendable: int
-    borrowing_limit: int | None
+    borrowing_limit: Bound
 
 
-Charges = tuple[tuple[str, int], ...]
+# The quota keys a slice is charged to, with its cost in each.
+Charges = tuple[tuple[QuotaKey, int], ...]
+# Slices held, per (queue, flavor).
+Usage = dict[tuple[str, FlavorName], int]
 
 
 class Quotas:
-    def __init__(self, policy: Policy, usage: dict[tuple[str, str], int]) -> None:
-        self.usage = usage  # per (queue, flavor) in slices; shared with Working (undo)
+    def __init__(self, policy: Policy, usage: Usage) -> None:
+        self.usage = usage  # shared with Working (undo)
         self.policy = policy
         self.queues: dict[str, Queue] = {q.name: q for q in policy.queues}
         self.units = policy.units
-        self.limits: dict[tuple[str, str], _Limits] = {}
+        self.limits: dict[tuple[str, QuotaKey], _Limits] = {}
         self.members: dict[str, list[str]] = {}
-        self.pool: dict[tuple[str, str], int] = {}
-        self._keys: dict[tuple[str, str], Charges] = {}
+        self.pool: dict[tuple[str, QuotaKey], int] = {}  # per (cohort, key)
+        self._keys: dict[tuple[str, FlavorName], Charges] = {}
         # (queue, key) -> what the queue's waiting work within its nominal quota asks of the
         # key; set by the cycle only under scheduling.loansWaitForLenders (empty: lend all).
-        self.waiting: dict[tuple[str, str], int] = {}
+        self.waiting: dict[tuple[str, QuotaKey], int] = {}
         for q in policy.queues:
             if q.cohort is not None:
                 self.members.setdefault(q.cohort, []).append(q.name)
             for quota in q.quotas:
-                lendable = quota.nominal if quota.lending_limit is None else quota.lending_limit
+                lendable = quota.lendable
                 lim = _Limits(
                     quota.nominal, quota.nominal - lendable, lendable, quota.borrowing_limit
                 )
@@ -185,7 +188,7 @@ class Quotas:
                     key = (q.cohort, quota.flavor)
                     self.pool[key] = self.pool.get(key, 0) + lendable
 
-    def keys(self, queue: str, flavor: str) -> Charges:
+    def keys(self, queue: str, flavor: FlavorName) -> Charges:
         """The quota keys a slice of `flavor` is charged to in `queue`, with its cost in each."""
         hit = self._keys.get((queue, flavor))
         if hit is None:
@@ -194,7 +197,7 @@ class Quotas:
             self._keys[(queue, flavor)] = hit
         return hit
 
-    def held(self, queue: str, pods: Iterable[PodAssignment], key: str) -> int:
+    def held(self, queue: str, pods: Iterable[PodAssignment], key: QuotaKey) -> int:
         """What `pods` of `queue` hold of one of its quota keys (slices, or parts of a unit)."""
         return sum(
             len(p.slice_ids) * cost
@@ -204,22 +207,22 @@ class Quotas:
             if k == key
         )
 
-    def has_quota(self, queue: str, flavor: str) -> bool:
+    def has_quota(self, queue: str, flavor: FlavorName) -> bool:
         return bool(self.keys(queue, flavor))
 
-    def used(self, queue: str, key: str) -> int:
+    def used(self, queue: str, key: QuotaKey) -> int:
         """What the queue holds of a quota key: slices of a flavor, parts of a GPU unit."""
         unit = self.units.get(key)
-        if unit is None:
-            return self.usage.get((queue, key), 0)
+        if unit is None:  # a flavor's own key
+            return self.usage.get((queue, FlavorName(key)), 0)
         usage = self.usage
         return sum(usage.get((queue, f), 0) * cost for f, cost in unit.charges)
 
-    def nominal(self, queue: str, key: str) -> int:
+    def nominal(self, queue: str, key: QuotaKey) -> int:
         lim = self.limits.get((queue, key))
         return 0 if lim is None else lim.nominal
 
-    def pool_used(self, cohort: str, key: str) -> int:
+    def pool_used(self, cohort: str, key: QuotaKey) -> int:
         total = 0
         for q in self.members.get(cohort, ()):
             lim = self.limits.get((q, key))
@@ -227,35 +230,35 @@ class Quotas:
                 total += max(0, self.used(q, key) - lim.guaranteed)
         return total
 
-    def borrowed(self, queue: str, key: str) -> int:
+    def borrowed(self, queue: str, key: QuotaKey) -> int:
         return max(0, self.used(queue, key) - self.nominal(queue, key))
 
-    def borrows(self, queue: str, flavor: str) -> bool:
+    def borrows(self, queue: str, flavor: FlavorName) -> bool:
         """Whether the queue is past its nominal quota in a key that covers `flavor`."""
         return any(self.borrowed(queue, key) > 0 for key, _ in self.keys(queue, flavor))
 
-    def charge(self, queue: str, demand: Mapping[str, int]) -> dict[str, int]:
+    def charge(self, queue: str, demand: Mapping[FlavorName, int]) -> dict[QuotaKey, int]:
         """A demand in slices per flavor as what it costs per quota key of the queue (a flavor
         no key covers is charged to itself, where the queue has no quota)."""
-        out: dict[str, int] = {}
+        out: dict[QuotaKey, int] = {}
         for flavor, n in demand.items():
-            keys = self.keys(queue, flavor) or ((flavor, 1),)
+            keys = self.keys(queue, flavor) or ((as_key(flavor), 1),)
             for key, cost in keys:
                 out[key] = out.get(key, 0) + n * cost
         return out
 
-    def exceeds_nominal(self, queue: str, demand: Mapping[str, int]) -> bool:
+    def exceeds_nominal(self, queue: str, demand: Mapping[FlavorName, int]) -> bool:
         """Whether `demand`, with nothing else held, is past the queue's nominal quota."""
         return any(n > self.nominal(queue, k) for k, n in self.charge(queue, demand).items())
 
-    def within_nominal(self, queue: str, demand: Mapping[str, int]) -> bool:
+    def within_nominal(self, queue: str, demand: Mapping[FlavorName, int]) -> bool:
         """Whether `demand`, beside what the queue holds, is within its nominal quota."""
         return all(
             self.used(queue, k) + n <= self.nominal(queue, k)
             for k, n in self.charge(queue, demand).items()
         )
 
-    def standing(self, queue: str, key: str, need: int) -> Standing:
+    def standing(self, queue: str, key: QuotaKey, need: int) -> Standing:
         lim = self.limits.get((queue, key))
         unit = self.units.get(key)
         if lim is None:
@@ -275,7 +278,7 @@ class Quotas:
             unit, kept, lenders,
         )  # fmt: skip
 
-    def withheld(self, cohort: str, key: str, borrower: str) -> tuple[int, tuple[str, ...]]:
+    def withheld(self, cohort: str, key: QuotaKey, borrower: str) -> tuple[int, tuple[str, ...]]:
         """What of the cohort's pool is not lent to `borrower`: each other member's unused
         nominal quota of `key`, up to what its own waiting work asks there; with the members
         that keep it."""
@@ -292,7 +295,7 @@ class Quotas:
                 lenders.append(q)
         return kept, tuple(lenders)
 
-    def note_waiting(self, queue: str, demand: Mapping[str, int], sign: int = 1) -> None:
+    def note_waiting(self, queue: str, demand: Mapping[FlavorName, int], sign: int = 1) -> None:
         """Count `demand` (slices per flavor) of `queue`'s waiting work (sign 1), or take
         back what it was charged once admitted (sign -1)."""
         for key, n in self.charge(queue, demand).items():
@@ -303,23 +306,22 @@ class Quotas:
             else:
                 self.waiting.pop(k, None)
 
-    def check(self, queue: str, demand: Mapping[str, int]) -> QuotaVerdict:
+    def check(self, queue: str, demand: Mapping[FlavorName, int]) -> QuotaVerdict:
         for key, d in sorted(self.charge(queue, demand).items()):
             st = self.standing(queue, key, d)
             if st.limits:
                 return QuotaVerdict(False, st)
         return QuotaVerdict(True)
 
-    def _reach_key(self, queue: str, key: str) -> int:
+    def _reach_key(self, queue: str, key: QuotaKey) -> int:
         lim = self.limits[(queue, key)]
         cohort = self.queues[queue].cohort
         if cohort is None:
             return lim.nominal
         others = self.pool.get((cohort, key), 0) - lim.lendable
-        borrow = others if lim.borrowing_limit is None else min(lim.borrowing_limit, others)
-        return lim.nominal + max(0, borrow)
+        return lim.nominal + max(0, lim.borrowing_limit.cap(others))
 
-    def reach(self, queue: str, flavor: str) -> int:
+    def reach(self, queue: str, flavor: FlavorName) -> int:
         """The most slices of `flavor` the queue could ever hold: nominal plus what it may
         borrow of what the rest of its cohort lends, in every key that covers it."""
         keys = self.keys(queue, flavor)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import QueueingStrategy
 from gpucarve.core.runtime import WHENCE
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
@@ -104,10 +105,10 @@ def holds_for(
     start: int,
     placed: list[PodAssignment],
     ended: list[RunningWorkload],
-) -> dict[tuple[int, str], Hold]:
+) -> dict[tuple[int, FlavorName], Hold]:
     """The holds of a reservation: per (node, flavor) the gang lands on, what it needs there
     and what the work that ends by `start` frees there."""
-    need: dict[tuple[int, str], int] = {}
+    need: dict[tuple[int, FlavorName], int] = {}
     for pod in placed:
         if pod.flavor is not None:
             key = (ws.node_index[pod.node], pod.flavor)

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
+from gpucarve.core.amounts import Demand, FlavorName
 from gpucarve.core.policy import Flavor
 from gpucarve.core.requests import candidate_flavors, slices_per_pod
 from gpucarve.core.snapshot import Snapshot
@@ -141,25 +142,25 @@ class Holds:
     write it; the first hold set on a key stays."""
 
     def __init__(self) -> None:
-        self._queue_heads: dict[tuple[str, str], Workload] = {}
-        self._quota_reserved: dict[tuple[str, str], Hold] = {}
+        self._queue_heads: dict[tuple[str, FlavorName], Workload] = {}
+        self._quota_reserved: dict[tuple[str, FlavorName], Hold] = {}
         self._notes: dict[str, str] = {}
-        self._waiting: dict[str, dict[str, int]] = {}
+        self._waiting: dict[str, Demand] = {}
         self._reclaim_waits: dict[str, str] = {}
 
-    def hold_queue(self, queue: str, flavor: str, head: Workload) -> None:
+    def hold_queue(self, queue: str, flavor: FlavorName, head: Workload) -> None:
         self._queue_heads.setdefault((queue, flavor), head)
 
-    def queue_head(self, queue: str, flavor: str) -> Workload | None:
+    def queue_head(self, queue: str, flavor: FlavorName) -> Workload | None:
         return self._queue_heads.get((queue, flavor))
 
     def queues_held(self) -> bool:
         return bool(self._queue_heads)
 
-    def reserve_quota(self, queue: str, flavor: str, hold: Hold) -> None:
+    def reserve_quota(self, queue: str, flavor: FlavorName, hold: Hold) -> None:
         self._quota_reserved.setdefault((queue, flavor), hold)
 
-    def quota_reserved(self, queue: str, flavor: str) -> Hold | None:
+    def quota_reserved(self, queue: str, flavor: FlavorName) -> Hold | None:
         return self._quota_reserved.get((queue, flavor))
 
     def any_quota_reserved(self) -> bool:
@@ -171,10 +172,10 @@ class Holds:
     def reserved_note(self, workload: str) -> str | None:
         return self._notes.get(workload)
 
-    def keep_waiting(self, workload: str, demand: dict[str, int]) -> None:
+    def keep_waiting(self, workload: str, demand: Demand) -> None:
         self._waiting[workload] = demand
 
-    def stop_keeping(self, workload: str) -> dict[str, int] | None:
+    def stop_keeping(self, workload: str) -> Demand | None:
         """The demand `workload` kept from being lent, no longer kept (None: it kept none)."""
         return self._waiting.pop(workload, None)
 
@@ -289,10 +290,10 @@ class CycleState:
         """Seconds `w` is expected to run, and whence (core.runtime)."""
         return self.snapshot.runtimes.expected(w, self.cfg.default_runtime_s)
 
-    def first_demand(self, w: Workload) -> dict[str, int]:
+    def first_demand(self, w: Workload) -> Demand:
         """Slices per flavor the workload's minimum pods need on their first flavor choice
         (the one holds, quotas and reservations weigh)."""
-        need: dict[str, int] = {}
+        need: Demand = {}
         for ps, flavors in zip(w.pod_sets, self.flavors_for(w), strict=True):
             if flavors:
                 f = flavors[0]
@@ -370,9 +371,9 @@ class CycleState:
     def _slices(self, gpu: GpuRequest, f: Flavor) -> int:
         return slices_per_pod(gpu, f, self.ws.flavors[f.name].gpu_memory)
 
-    def _shapes(self) -> dict[str, Counter[int]]:
+    def _shapes(self) -> dict[FlavorName, Counter[int]]:
         """Pods per (flavor, slices per pod) among pending and running work."""
-        counts: Counter[tuple[str, int]] = Counter()
+        counts: Counter[tuple[FlavorName, int]] = Counter()
         shapes, shape_of = self.memo.shapes, self._shape_of
         for w in self.snapshot.pending:
             for shape, n in shapes(w, shape_of):
@@ -408,7 +409,7 @@ class CycleState:
         pods_before: tuple[PodAssignment, ...] = (),
         precharged: bool = False,
     ) -> None:
-        charged: Counter[str] = Counter()
+        charged: Counter[FlavorName] = Counter()
         for pod in placed:
             if pod.flavor is not None:
                 charged[pod.flavor] += len(pod.slice_ids)

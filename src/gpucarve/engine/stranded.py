@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
+from gpucarve.core.amounts import Demand, FlavorName
 from gpucarve.core.cluster import Slice
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.requests import candidate_flavors, gpu_memory_of, slices_per_pod
@@ -27,9 +28,9 @@ def group_of(s: Slice) -> str:
     return f"{s.node}/gpu{s.gpu}" if s.kind in SHARED else s.node
 
 
-def fewest_slices(policy: Policy, w: Workload) -> dict[str, int]:
+def fewest_slices(policy: Policy, w: Workload) -> Demand:
     """Per flavor that can serve a pod of `w`, the fewest slices such a pod needs."""
-    out: dict[str, int] = {}
+    out: Demand = {}
     for ps in w.pod_sets:
         for f in candidate_flavors(policy, ps.gpu):
             n = slices_per_pod(ps.gpu, f, gpu_memory_of(policy, f))
@@ -37,16 +38,18 @@ def fewest_slices(policy: Policy, w: Workload) -> dict[str, int]:
     return out
 
 
-def smallest_needs(needs: Iterable[Mapping[str, int]]) -> dict[str, int]:
+def smallest_needs(needs: Iterable[Mapping[FlavorName, int]]) -> Demand:
     """Per flavor, the fewest slices any waiting pod needs (`fewest_slices` of each)."""
-    out: dict[str, int] = {}
+    out: Demand = {}
     for need in needs:
         for f, n in need.items():
             out[f] = min(n, out.get(f, n))
     return out
 
 
-def stranded_slices(free: Iterable[tuple[K, str, int]], need: Mapping[str, int]) -> dict[K, int]:
+def stranded_slices(
+    free: Iterable[tuple[K, FlavorName, int]], need: Mapping[FlavorName, int]
+) -> dict[K, int]:
     """Stranded slices by key, from each group's (key, flavor, free slices): those of a group
     with some free and fewer than the smallest waiting pod of its flavor needs. Keys in the
     order their first stranded group comes."""

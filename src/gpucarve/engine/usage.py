@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import RunningWorkload
 from gpucarve.engine.decisions import CycleResult
@@ -28,12 +29,12 @@ def evicted_pods(result: CycleResult) -> dict[str, frozenset[str] | None]:
 # The last answer, by the identity of what it was asked about: a scheduler's metrics and its
 # queue statuses both ask it of the same cycle, and it passes over every running pod. (One
 # tuple, replaced whole: a reader in another thread sees the old answer or the new.)
-_last: tuple[Sequence[RunningWorkload], CycleResult, Counter[tuple[str, str]]] | None = None
+_last: tuple[Sequence[RunningWorkload], CycleResult, Counter[tuple[str, FlavorName]]] | None = None
 
 
 def usage_after(
     running: Sequence[RunningWorkload], result: CycleResult
-) -> Counter[tuple[str, str]]:
+) -> Counter[tuple[str, FlavorName]]:
     """Slices per (queue, flavor) held once `result`'s decisions hold (a new Counter)."""
     global _last
     last = _last
@@ -46,9 +47,9 @@ def usage_after(
 
 def _usage_after(
     running: Sequence[RunningWorkload], result: CycleResult
-) -> Counter[tuple[str, str]]:
+) -> Counter[tuple[str, FlavorName]]:
     gone = evicted_pods(result)
-    usage: Counter[tuple[str, str]] = Counter()
+    usage: Counter[tuple[str, FlavorName]] = Counter()
     for rw in running:
         wid = rw.workload.id
         if wid in gone and gone[wid] is None:

@@ -12,6 +12,7 @@ import bisect
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.cluster import Allocation, ClusterState, Gpu
 from gpucarve.core.policy import SliceKind
 from gpucarve.core.requests import SHARED_KINDS, charge_milli, gpu_memory_of
@@ -20,8 +21,6 @@ from gpucarve.core.workload import PodSet, RunningWorkload, TopologyMode
 from gpucarve.engine.gpu_rows import GpuRows
 from gpucarve.engine.node_state import FlavorIndex, FlavorInfo, GpuSlots, NodeState
 
-UNLIMITED = 1 << 62
-
 
 class Working:
     def __init__(self, snapshot: Snapshot) -> None:
@@ -29,7 +28,7 @@ class Working:
         cluster = snapshot.cluster
         self.policy = policy
         self.cluster = cluster
-        self.flavors: dict[str, FlavorInfo] = {}
+        self.flavors: dict[FlavorName, FlavorInfo] = {}
         for name, f in policy.flavors.items():
             mem = gpu_memory_of(policy, f)
             self.flavors[name] = FlavorInfo(f, mem, charge_milli(f, mem), f.kind in SHARED_KINDS)
@@ -50,7 +49,7 @@ class Working:
         self.index: dict[str, FlavorIndex] = {f: FlavorIndex() for f in policy.flavors}
         # free slices per flavor, every GPU's counted (a shared flavor's index keeps only the
         # most free on one GPU of each node): what the idle accounting reads each cycle
-        self.free_slices: dict[str, int] = dict.fromkeys(policy.flavors, 0)
+        self.free_slices: dict[FlavorName, int] = dict.fromkeys(policy.flavors, 0)
         for i, n in enumerate(cluster.nodes):
             labels = dict(n.labels)
             node = NodeState(
@@ -59,8 +58,9 @@ class Working:
                 pool=n.pool,
                 labels=labels,
                 taints=tuple((t.key, t.value, t.effect) for t in n.taints),
-                cpu_free=UNLIMITED if n.cpu_milli is None else n.cpu_milli,
-                mem_free=UNLIMITED if n.memory_mib is None else n.memory_mib,
+                # ints, not Bounds: the placer subtracts and compares them per pod
+                cpu_free=n.cpu.or_int(),
+                mem_free=n.memory.or_int(),
                 rack=labels.get(keys.rack, ""),
                 nvlink=labels.get(keys.nvlink_domain, ""),
                 block=labels.get(keys.block, ""),
@@ -81,13 +81,13 @@ class Working:
         self.gpu_rows = GpuRows(self.nodes, self.flavors)
         # Running pods per (pod set, flavor, slices per pod, pods weighed together), for the
         # fragmentation model's demand mix; a one-node gang counts as one request of its pods.
-        self.running_demand: Counter[tuple[PodSet, str | None, int, int]] = Counter()
-        self.usage: dict[tuple[str, str], int] = {}
+        self.running_demand: Counter[tuple[PodSet, FlavorName | None, int, int]] = Counter()
+        self.usage: dict[tuple[str, FlavorName], int] = {}
         # Bumped on every change of `usage` (and its undo): caches of derived values (a
         # queue's fair share) compare it.
         self.usage_version = 0
         # Running pods per (flavor, slices per pod), for the fragmentation score's demand mix.
-        self.running_shapes: dict[tuple[str, int], int] = {}
+        self.running_shapes: dict[tuple[FlavorName, int], int] = {}
         self.running: dict[str, RunningWorkload] = {}
         self.running_version = 0
         # the same by queue, with a version per queue: preemption scans one queue's work
@@ -173,16 +173,16 @@ class Working:
         return cached
 
     # ------------------------------------------------------------------ counting
-    def _count(self, node: NodeState, flavor: str) -> int:
+    def _count(self, node: NodeState, flavor: FlavorName) -> int:
         gpus = node.gpus.get(flavor, ())
         if self.flavors[flavor].shared:
             return max((len(g.free) for g in gpus), default=0)
         return sum(len(g.free) for g in gpus)
 
-    def recount(self, node: NodeState, flavor: str) -> None:
+    def recount(self, node: NodeState, flavor: FlavorName) -> None:
         self.index[flavor].set(node.idx, self._count(node, flavor))
 
-    def free_count(self, node: NodeState, flavor: str) -> int:
+    def free_count(self, node: NodeState, flavor: FlavorName) -> int:
         return self.index[flavor].count.get(node.idx, 0)
 
     # ------------------------------------------------------------------ undo log
@@ -255,7 +255,7 @@ class Working:
     # only called between cycles, when the log is empty.
     def sync(self, old: Snapshot, new: Snapshot) -> None:
         assert not self.log, "sync inside a cycle"
-        touched: set[tuple[int, str]] = set()
+        touched: set[tuple[int, FlavorName]] = set()
         went, came = self._changed_slices(old.cluster.allocations, new.cluster.allocations)
         for sid, alloc in went:
             self._base_slice(sid, alloc.memory_mib, +1, touched)
@@ -321,7 +321,7 @@ class Working:
         """Follow a snapshot's recorded delta: the same state `sync` reaches, in proportion
         to what changed."""
         assert not self.log, "sync inside a cycle"
-        touched: set[tuple[int, str]] = set()
+        touched: set[tuple[int, FlavorName]] = set()
         for step in steps:
             for a in step.freed:
                 self._base_slice(a.slice_id, a.memory_mib, +1, touched)
@@ -336,7 +336,9 @@ class Working:
         if touched:
             self.release_epoch += 1
 
-    def _base_slice(self, sid: str, memory: int, sign: int, touched: set[tuple[int, str]]) -> None:
+    def _base_slice(
+        self, sid: str, memory: int, sign: int, touched: set[tuple[int, FlavorName]]
+    ) -> None:
         o = self.ordinal[sid]
         gs = self.slice_gpu[o]
         key = (gs.node, gs.gpu)
@@ -498,7 +500,7 @@ class Working:
 
         self.log.append(undo)
 
-    def adjust_usage(self, queue: str, flavor: str, delta: int) -> None:
+    def adjust_usage(self, queue: str, flavor: FlavorName, delta: int) -> None:
         key = (queue, flavor)
         self.usage[key] = self.usage.get(key, 0) + delta
         self.usage_version += 1
@@ -528,7 +530,7 @@ class Working:
         ordinal = self.ordinal
         return [ordinal[s] for s in slice_ids]
 
-    def kind(self, flavor: str) -> SliceKind:
+    def kind(self, flavor: FlavorName) -> SliceKind:
         return self.flavors[flavor].flavor.kind
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from gpucarve.core.amounts import Demand, FlavorName
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine import (
     allocated_after,
@@ -26,18 +27,18 @@ class Counts:
     fragmented: int = 0
 
 
-def _smallest_waiting(snapshot: Snapshot, result: CycleResult) -> dict[str, int]:
+def _smallest_waiting(snapshot: Snapshot, result: CycleResult) -> Demand:
     waiting = {p.workload for p in result.pending}
     policy = snapshot.policy
     return smallest_needs(fewest_slices(policy, w) for w in snapshot.pending if w.id in waiting)
 
 
-def pool_slices(snapshot: Snapshot, result: CycleResult) -> dict[tuple[str, str], Counts]:
+def pool_slices(snapshot: Snapshot, result: CycleResult) -> dict[tuple[str, FlavorName], Counts]:
     cluster = snapshot.cluster
     held = allocated_after(snapshot, result)
     pool_of = {n.name: n.pool for n in cluster.nodes}
-    out: dict[tuple[str, str], Counts] = {}
-    free_at: Counter[tuple[str, str, str]] = Counter()  # (pool, flavor, node or GPU) -> free
+    out: dict[tuple[str, FlavorName], Counts] = {}
+    free_at: Counter[tuple[str, FlavorName, str]] = Counter()  # (pool, flavor, node or GPU) -> free
     for sid, s in cluster.slices.items():
         key = (pool_of[s.node], s.flavor)
         counts = out.setdefault(key, Counts())

@@ -19,6 +19,7 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpucarve.core.amounts import FlavorName, QuotaKey
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
@@ -170,7 +171,7 @@ class SchedulerMetrics:
         )
         # the last cycle's idle shares, held until the next cycle: (when, shares)
         self._idle_since: tuple[int, tuple[Idle, ...]] | None = None
-        self._flavor_pools: tuple[Policy, dict[str, tuple[str, float]]] | None = None
+        self._flavor_pools: tuple[Policy, dict[FlavorName, tuple[str, float]]] | None = None
         self.completion = Histogram(
             "gpucarve_completion_seconds",
             "Submission to the end of a workload whose pods all Succeeded",
@@ -334,13 +335,13 @@ class SchedulerMetrics:
             pool, gpus = pools.get(share.flavor, ("none", 0.0))
             self.idle.labels(pool, share.cause.value).inc(share.slices * gpus * seconds)
 
-    def _pools_of(self, snapshot: Snapshot) -> dict[str, tuple[str, float]]:
+    def _pools_of(self, snapshot: Snapshot) -> dict[FlavorName, tuple[str, float]]:
         """Flavor -> (its pool, pools joined by + when several serve it; GPUs per slice)."""
         cached = self._flavor_pools
         if cached is not None and cached[0] is snapshot.policy:
             return cached[1]
         node_pool = {n.name: n.pool for n in snapshot.cluster.nodes}
-        pools: dict[str, set[str]] = {}
+        pools: dict[FlavorName, set[str]] = {}
         for sl in snapshot.cluster.slices.values():
             pools.setdefault(sl.flavor, set()).add(node_pool[sl.node])
         flavors = snapshot.policy.flavors
@@ -407,11 +408,11 @@ class SchedulerMetrics:
             self.failed_gpu_evictions.inc(evicted)
 
 
-def _lent(policy: Policy, quotas: Quotas) -> dict[tuple[str, str], int]:
+def _lent(policy: Policy, quotas: Quotas) -> dict[tuple[str, QuotaKey], int]:
     """What each queue's unused lendable quota serves of its cohort's borrowing: the cohort's
     borrowed slices are taken from its lenders in queue-name order (a split of a shared pool has
     no one true answer; this one is deterministic and adds up)."""
-    out: dict[tuple[str, str], int] = {}
+    out: dict[tuple[str, QuotaKey], int] = {}
     for cohort in {q.cohort for q in policy.queues if q.cohort is not None}:
         members = sorted(quotas.members.get(cohort, ()))
         flavors = {quota.flavor for m in members for quota in policy.queue(m).quotas}
@@ -421,7 +422,7 @@ def _lent(policy: Policy, quotas: Quotas) -> dict[tuple[str, str], int]:
                 quota = policy.queue(m).quota(f)
                 if quota is None or borrowed <= 0:
                     continue
-                lendable = quota.nominal if quota.lending_limit is None else quota.lending_limit
+                lendable = quota.lendable
                 unused = max(0, min(lendable, quota.nominal - quotas.used(m, f)))
                 give = min(unused, borrowed)
                 out[(m, f)] = give

@@ -50,10 +50,10 @@ def _ceilings(policy: Policy, q: Queue) -> dict[str, int]:
             quota = keys[key]
             unit = policy.units.get(key)
             whole = capacity * cost if unit is None else unit.gpus * unit.parts_per_gpu
-            if quota.borrowing_limit is None:
+            if quota.borrowing_limit.unlimited:
                 top = whole if q.cohort is not None else quota.nominal
             else:
-                top = quota.nominal + quota.borrowing_limit
+                top = quota.borrowing_limit.plus(quota.nominal).or_int()
             most = min(most, top // cost)
         out[flavor.quota_name] += most
     return dict(out)

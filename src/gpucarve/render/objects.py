@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpucarve.core.amounts import QuotaKey
 from gpucarve.core.policy import GpuUnit, Policy, PriorityClass, Queue
 from gpucarve.core.vocabulary import GROUP, PREEMPTIBLE_LABEL, VERSION
 from gpucarve.core.vocabulary import MANAGED_BY_LABEL as MANAGED_LABEL
 
 
-def queue_manifest(q: Queue, units: Mapping[str, GpuUnit]) -> dict[str, Any]:
+def queue_manifest(q: Queue, units: Mapping[QuotaKey, GpuUnit]) -> dict[str, Any]:
     quota: dict[str, dict[str, int | float]] = {}
     for qt in q.quotas:
         unit = units.get(qt.flavor)
@@ -22,10 +23,10 @@ def queue_manifest(q: Queue, units: Mapping[str, GpuUnit]) -> dict[str, Any]:
             return n / unit.parts_per_gpu
 
         entry = {"nominal": amount(qt.nominal)}
-        if qt.borrowing_limit is not None:
-            entry["borrowingLimit"] = amount(qt.borrowing_limit)
-        if qt.lending_limit is not None:
-            entry["lendingLimit"] = amount(qt.lending_limit)
+        if qt.borrowing_limit.most is not None:
+            entry["borrowingLimit"] = amount(qt.borrowing_limit.most)
+        if qt.lending_limit.most is not None:
+            entry["lendingLimit"] = amount(qt.lending_limit.most)
         quota[qt.flavor] = entry
     spec: dict[str, Any] = {
         "weight": q.weight_milli / 1000,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from gpucarve.core.amounts import QuotaKey, as_flavor
 from gpucarve.core.cluster import decided_labels
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.problems import Problem, Severity
@@ -508,12 +509,12 @@ def queue_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
                                f"no pool provides flavor {flavor!r}, nor is it a GPU unit",
                                f"use one of: {known}"))  # fmt: skip
             continue
-        out += _quota_amounts(policy, where, str(flavor), q or {})
+        out += _quota_amounts(policy, where, QuotaKey(str(flavor)), q or {})
     return out
 
 
 def _quota_amounts(
-    policy: Policy, where: tuple[str, ...], key: str, q: Mapping[str, Any]
+    policy: Policy, where: tuple[str, ...], key: QuotaKey, q: Mapping[str, Any]
 ) -> list[Problem]:
     """A flavor's quota in whole slices within what the pools hold; a GPU unit's in steps
     of its smallest slice, within its GPUs."""
@@ -543,7 +544,7 @@ def _quota_amounts(
                                f"use a multiple of {step}"))  # fmt: skip
     nominal = q.get("nominal")
     if isinstance(nominal, int | float):
-        capacity = policy.capacity.get(key, 0) if unit is None else unit.gpus
+        capacity = policy.capacity.get(as_flavor(key), 0) if unit is None else unit.gpus
         what = key if unit is None else f"{key} GPUs"
         if nominal > capacity:
             out.append(Problem((*where, "nominal"), "quota-exceeds-capacity",

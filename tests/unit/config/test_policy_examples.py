@@ -38,7 +38,7 @@ def test_three_teams_example_is_valid() -> None:
         "l40s-shared": 48,
     }
     research = p.queue("research").quota("h100-full")
-    assert research is not None and (research.nominal, research.borrowing_limit) == (16, 16)
+    assert research is not None and (research.nominal, research.borrowing_limit.most) == (16, 16)
     production = p.queue("production")
     assert production.quota("a100-mig-3g.40gb").nominal == 12  # type: ignore[union-attr]
     assert production.quota("a100-mig-1g.10gb").nominal == 16  # type: ignore[union-attr]

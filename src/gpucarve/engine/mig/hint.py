@@ -7,12 +7,13 @@ from collections import Counter
 from collections.abc import Iterable
 
 from gpucarve.core import mig
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.mig import Instance
 from gpucarve.core.policy import SliceKind
 from gpucarve.engine.working import Working
 
 
-def repartition_hint(ws: Working, flavor: str) -> int:
+def repartition_hint(ws: Working, flavor: FlavorName) -> int:
     """GPUs of the flavor's model whose free memory slices could hold its profile if
     their unused instances were re-carved (running instances stay where they are)."""
     info = ws.flavors[flavor].flavor
@@ -52,9 +53,11 @@ def repartition_hint(ws: Working, flavor: str) -> int:
     return count
 
 
-def shapes_from(plans: Iterable[tuple[str, int, int]]) -> dict[str, Counter[int]]:
+def shapes_from(
+    plans: Iterable[tuple[FlavorName, int, int]],
+) -> dict[FlavorName, Counter[int]]:
     """(flavor, slices per pod, pods) of pending work -> per flavor, pods per shape."""
-    out: dict[str, Counter[int]] = {}
+    out: dict[FlavorName, Counter[int]] = {}
     for flavor, size, pods in plans:
         out.setdefault(flavor, Counter())[size] += pods
     return out

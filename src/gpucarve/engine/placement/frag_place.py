@@ -31,13 +31,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import ScoringWeights
 from gpucarve.core.workload import GpuKind, PodSet, TopologyMode, Workload
 from gpucarve.engine.node_state import NodeState
 from gpucarve.engine.placement import fragment
 from gpucarve.engine.placement.fragment import RequestType
 from gpucarve.engine.placement.plugins import Binpack, Fragmentation, PodNeeds, Spread
-from gpucarve.engine.working import UNLIMITED, Working
+from gpucarve.engine.working import Working
 
 MILLI = 1000
 SEEN_LIMIT = 200_000  # memo entries kept before they are dropped
@@ -86,7 +87,7 @@ class ModelState:
             self.first[cls[i]] = i
         gpus = (rows.rows >= 0).sum(axis=1)
         cpu = np.asarray(
-            [UNLIMITED if n.cpu_milli is None else n.cpu_milli for n in ws.cluster.nodes],
+            [n.cpu.or_int() for n in ws.cluster.nodes],
             dtype=np.int64,
         )
         self.capacity = fragment.Reach.of(self.cls, cpu, gpus, gpus.astype(np.float64) * MILLI)
@@ -226,7 +227,7 @@ class ModelPlacer:
             return None
         return self._typed(ps, needs.flavor, needs.slices, gang)
 
-    def _typed(self, ps: PodSet, flavor: str | None, slices: int, gang: int) -> Typed | None:
+    def _typed(self, ps: PodSet, flavor: FlavorName | None, slices: int, gang: int) -> Typed | None:
         if flavor is None or flavor not in self.ws.gpu_rows.modelled:
             return None
         access = self._classes_of(ps)

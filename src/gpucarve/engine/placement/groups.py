@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.workload import TopologyMode
 from gpucarve.engine.working import Working
 
 
-def room_by_node(ws: Working, flavor: str) -> dict[int, int]:
+def room_by_node(ws: Working, flavor: FlavorName) -> dict[int, int]:
     """Free slices of `flavor` per node. The index counts what one pod can get, which for a
     shared flavor is the freest GPU; a gang of several pods may use every GPU, so count them
     all (placement still checks each pod on its one GPU)."""
@@ -36,7 +37,7 @@ def room_by_group(ws: Working, mode: TopologyMode, room: Mapping[int, int]) -> d
 
 
 def fitting(
-    ws: Working, mode: TopologyMode, groups: list[list[int]], demand: Mapping[str, int]
+    ws: Working, mode: TopologyMode, groups: list[list[int]], demand: Mapping[FlavorName, int]
 ) -> list[tuple[int, list[int]]]:
     """(free slices, group), in group order, for the groups with room for `demand`."""
     counts = {f: room_by_node(ws, f) for f in demand}
@@ -64,7 +65,7 @@ def fitting(
 
 
 def most_free(
-    ws: Working, mode: TopologyMode, groups: list[list[int]], demand: Mapping[str, int]
+    ws: Working, mode: TopologyMode, groups: list[list[int]], demand: Mapping[FlavorName, int]
 ) -> tuple[int, int]:
     """(free slices, size in nodes) of the group with the most room for `demand`'s flavors."""
     counts = [room_by_node(ws, f) for f in demand]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import ScoringWeights, SliceKind
 from gpucarve.core.workload import (
     TOPOLOGY_UNIT,
@@ -71,7 +72,7 @@ class PlacerContext:
     expected to end, and whether it stays within its queue's nominal quota. The defaults: no
     shapes, nothing ends, nothing guaranteed (a placer outside a cycle)."""
 
-    shapes: Mapping[str, Counter[int]] = field(default_factory=dict)
+    shapes: Mapping[FlavorName, Counter[int]] = field(default_factory=dict)
     ends_at: Callable[[Workload], int] = _never_ends
     guaranteed: Callable[[Workload], bool] = _not_guaranteed
 
@@ -260,7 +261,7 @@ class Placer:
         out: npt.NDArray[np.intp] = np.delete(cand, kept)
         return out
 
-    def _held_on(self, flavor: str) -> npt.NDArray[np.intp] | None:
+    def _held_on(self, flavor: FlavorName) -> npt.NDArray[np.intp] | None:
         size, by_flavor = self._held_nodes
         if size != len(self.reserved):
             lists: dict[str, list[int]] = {}
@@ -474,7 +475,7 @@ class Placer:
         groups = self.ws.groups_for(w.topology)
         if groups is None:
             return self._place_in(w, plan, None)
-        demand: Counter[str] = Counter()
+        demand: Counter[FlavorName] = Counter()
         for needs, _, need_min in plan:
             if needs.flavor is not None:
                 demand[needs.flavor] += needs.slices * need_min

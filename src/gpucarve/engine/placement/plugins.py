@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import ScoringWeights
 from gpucarve.core.workload import GpuKind, PodSet
 from gpucarve.engine.decisions import Plugin
@@ -27,7 +28,7 @@ class PodNeeds:
     """One pod's needs once its flavor is chosen."""
 
     pod_set: PodSet
-    flavor: str | None
+    flavor: FlavorName | None
     slices: int  # slices of `flavor` on one node (whole GPUs, MIG instances, replicas)
     shared: bool  # replicas: all `slices` on one GPU, with `shared_mem` promised on it
     shared_mem: int

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from gpucarve.core.amounts import FlavorName, as_key
 from gpucarve.core.policy import Policy
 from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.engine import Held, Quotas, evicted_pods, usage_after
@@ -25,7 +26,7 @@ def queue_statuses(
     `held`: what the engine that ran the cycle says the queues hold after it
     (`Engine.held`), which spares a pass over `running`."""
     pending: Counter[str] = Counter()
-    usage: dict[str, Counter[str]] = {q.name: Counter() for q in policy.queues}
+    usage: dict[str, Counter[FlavorName]] = {q.name: Counter() for q in policy.queues}
     after = Counter(held.slices) if held is not None else usage_after(running, result)
     for (queue, flavor), n in after.items():
         usage[queue][flavor] += n
@@ -37,9 +38,11 @@ def queue_statuses(
         pending[w.queue] += 1
     out: dict[str, dict[str, Any]] = {}
     for q in policy.queues:
-        used: dict[str, int | float] = dict(usage[q.name])
+        used: dict[str, int | float] = dict(usage[q.name].items())
         borrowed: dict[str, int | float] = {}
-        keys = {x.flavor for x in q.quotas} | {f for f in used if not quotas.has_quota(q.name, f)}
+        keys = {x.flavor for x in q.quotas} | {
+            as_key(f) for f in usage[q.name] if not quotas.has_quota(q.name, f)
+        }
         for key in keys:
             unit = policy.units.get(key)
             if unit is not None:

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpucarve.config.device_select import Device
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import (
@@ -402,7 +403,7 @@ class _Claimed:
     """What the cluster's ResourceClaims tell the charging of pods bound elsewhere."""
 
     claims: Mapping[str, Mapping[str, Any]]  # namespace/name -> ResourceClaim
-    devices: Mapping[str, Sequence[Device]] | None  # each DRA flavor's devices
+    devices: Mapping[FlavorName, Sequence[Device]] | None  # each DRA flavor's devices
     devices_key: str  # their fingerprint
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpucarve.core.amounts import as_key
 from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.mig import Instance, place, profiles_by_size
 from gpucarve.core.policy import GpuUnit, Policy, Pool, SliceKind
@@ -161,7 +162,7 @@ def mig_layout(
             )
         )
         out.append(_dynamic(doc, i, pool.name, geom, pool.gpus, flavors, asked, hours))
-        unit = policy.units.get(pool.flavor_prefix)
+        unit = policy.units.get(pool.unit)
         if unit is not None and all(f in pool_flavors(pool) for f, _ in unit.charges):
             out.append(_unit(doc, i, pool.name, unit, sorted(asked), hours))
     return out
@@ -277,8 +278,8 @@ def limits(
     not touched, and lent quota is reclaimed when its owner needs it)."""
     out = []
     for pool in policy.pools:
-        keys = {f.name for f in pool.flavors()}
-        unit = policy.units.get(pool.flavor_prefix)
+        keys = {as_key(f.name) for f in pool.flavors()}
+        unit = policy.units.get(pool.unit)
         if unit is not None:
             keys.add(unit.name)
         for cause, field in LIMIT_CAUSES:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from gpucarve.core.amounts import FlavorName, as_key
 from gpucarve.core.policy import (
     Flavor,
     Policy,
@@ -36,8 +37,8 @@ NEVER = 10**9  # seconds: a head never starts holding its queue
 def _with(
     policy: Policy, pools: Sequence[Pool], queues: Sequence[Queue], scheduling: SchedulingConfig
 ) -> Policy:
-    flavors: dict[str, Flavor] = {}
-    capacity: dict[str, int] = {}
+    flavors: dict[FlavorName, Flavor] = {}
+    capacity: dict[FlavorName, int] = {}
     for pool in pools:
         for flavor, per_node in pool.flavor_slices_per_node():
             flavors[flavor.name] = flavor
@@ -80,7 +81,7 @@ def kube_default(policy: Policy) -> Policy:
         replace(
             q,
             cohort=None,
-            quotas=tuple(Quota(f, n) for f, n in shell.capacity.items()),
+            quotas=tuple(Quota(as_key(f), n) for f, n in shell.capacity.items()),
             max_per_workload=(),
         )
         for q in policy.queues

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpucarve.core.amounts import Demand, FlavorName
 from gpucarve.core.cluster import ClusterState
 from gpucarve.core.policy import Policy
 from gpucarve.core.requests import charge_milli, gpu_memory_of
@@ -26,7 +27,7 @@ class FragmentationProbe:
         self.charge = {
             f: charge_milli(fl, gpu_memory_of(policy, fl)) for f, fl in policy.flavors.items()
         }
-        groups: dict[tuple[str, str, str], list[str]] = {}
+        groups: dict[tuple[str, FlavorName, str], list[str]] = {}
         for sid in sorted(cluster.slices):
             s = cluster.slices[sid]
             groups.setdefault((pool_of[s.node], s.flavor, group_of(s)), []).append(sid)
@@ -35,7 +36,7 @@ class FragmentationProbe:
         self.free = [len(ids) for ids in groups.values()]
         for sid in cluster.allocations:
             self.free[self.group_of[sid]] -= 1
-        self._need: dict[str, dict[str, int]] = {}  # workload id -> flavor -> fewest slices
+        self._need: dict[str, Demand] = {}  # workload id -> flavor -> fewest slices
 
     def follow(self, step: Step) -> None:
         """Allocations freed and taken since the last step."""
@@ -44,7 +45,7 @@ class FragmentationProbe:
         for a in step.taken:
             self.free[self.group_of[a.slice_id]] -= 1
 
-    def _needs(self, w: Workload) -> dict[str, int]:
+    def _needs(self, w: Workload) -> Demand:
         hit = self._need.get(w.id)
         if hit is None:
             hit = self._need[w.id] = fewest_slices(self.policy, w)

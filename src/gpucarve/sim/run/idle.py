@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.engine.decisions import Idle, IdleCause
 
 HOUR = 3600.0
@@ -19,7 +20,7 @@ HOUR = 3600.0
 
 def idle_gpu_seconds(
     samples: Sequence[tuple[int, tuple[Idle, ...] | None]],
-    gpu_per_slice: Mapping[str, float],
+    gpu_per_slice: Mapping[FlavorName, float],
     pool_of: Mapping[str, str],
     start: int,
     end: int,

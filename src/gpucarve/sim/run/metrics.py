@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpucarve.core.amounts import FlavorName, QuotaKey, as_flavor
 from gpucarve.core.cluster import ClusterState, Slice, build_cluster, potential_mig_slices
 from gpucarve.core.policy import Policy, Queue, SliceKind
 from gpucarve.core.requests import charge_milli, gpu_memory_of
@@ -44,9 +45,9 @@ class SliceBook:
     """Per slice of a policy's cluster: its pool and flavor; per flavor: what one slice is
     worth in GPUs (its charge) and in SMs; per pool: those summed."""
 
-    slices: dict[str, tuple[str, str]]
-    gpu: dict[str, float]
-    sm: dict[str, int]
+    slices: dict[str, tuple[str, FlavorName]]
+    gpu: dict[FlavorName, float]
+    sm: dict[FlavorName, int]
     pool_gpus: dict[str, float]
     pool_sms: dict[str, float]
     cluster: ClusterState
@@ -61,7 +62,7 @@ def slice_book(policy: Policy) -> SliceBook:
         f: charge_milli(fl, gpu_memory_of(policy, fl)) / 1000 for f, fl in policy.flavors.items()
     }
     sm = {f: fl.sm_count for f, fl in policy.flavors.items()}
-    slices: dict[str, tuple[str, str]] = {}
+    slices: dict[str, tuple[str, FlavorName]] = {}
     pool_gpus: defaultdict[str, float] = defaultdict(float)
     pool_sms: defaultdict[str, float] = defaultdict(float)
     for sid, s in cluster.slices.items():
@@ -104,7 +105,7 @@ def summarize(
     lost_gpu_s = 0.0
     failed_gpu_s = 0.0  # work lost when the GPU under it failed
     incomplete_gpu_s = 0.0
-    quota_use: defaultdict[tuple[str, str], float] = defaultdict(float)  # slice-seconds
+    quota_use: defaultdict[tuple[str, FlavorName], float] = defaultdict(float)  # slice-seconds
     for iv in result.intervals:
         seconds = max(0, min(iv.end, w_end) - max(iv.start, w_start))
         for pod in iv.pods:
@@ -233,7 +234,7 @@ def summarize(
     }
 
 
-def _nominal_gpus(policy: Policy, q: Queue, gpu: Mapping[str, float]) -> float:
+def _nominal_gpus(policy: Policy, q: Queue, gpu: Mapping[FlavorName, float]) -> float:
     """The queue's nominal quota in GPUs: its GPU units', and its flavors' that no unit of
     its covers (a flavor quota beside a unit only caps that flavor)."""
     total = 0.0
@@ -242,16 +243,18 @@ def _nominal_gpus(policy: Policy, q: Queue, gpu: Mapping[str, float]) -> float:
         unit = policy.units.get(x.flavor)
         if unit is not None:
             total += x.nominal / unit.parts_per_gpu
-        elif x.flavor in gpu and not any(u.charge(x.flavor) for u in units):
-            total += x.nominal * gpu[x.flavor]
+        elif (f := as_flavor(x.flavor)) in gpu and not any(u.charge(f) for u in units):
+            total += x.nominal * gpu[f]
     return total
 
 
-def _key_use(policy: Policy, queue: str, key: str, use: Mapping[tuple[str, str], float]) -> float:
+def _key_use(
+    policy: Policy, queue: str, key: QuotaKey, use: Mapping[tuple[str, FlavorName], float]
+) -> float:
     """Slice-seconds of a flavor key, or part-seconds of a GPU unit, the queue used."""
     unit = policy.units.get(key)
     if unit is None:
-        return use.get((queue, key), 0.0)
+        return use.get((queue, as_flavor(key)), 0.0)
     return sum(use.get((queue, f), 0.0) * cost for f, cost in unit.charges)
 
 
@@ -391,7 +394,7 @@ def gpu_seconds(
 
 def idle_series(
     samples: Sequence[tuple[int, tuple[Idle, ...] | None]],
-    gpu_per_slice: Mapping[str, float],
+    gpu_per_slice: Mapping[FlavorName, float],
     times: Sequence[int],
     pool_of: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, list[float]]]:

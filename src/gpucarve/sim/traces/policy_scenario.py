@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpucarve.core.policy import Flavor, Policy, Queue, SliceKind
+from gpucarve.core.amounts import as_flavor
+from gpucarve.core.policy import Flavor, Policy, Queue, Quota, SliceKind
 from gpucarve.core.vocabulary import DRA_GPU_DRIVER
 from gpucarve.sim.traces.synthetic import JobKind, Scenario, Team, three_teams
 
@@ -55,16 +56,36 @@ def _asking(f: Flavor, n: int) -> dict[str, Any]:
     return {"deviceClaims": [claim]}
 
 
+def _owned(policy: Policy, q: Queue) -> list[tuple[Flavor, int]]:
+    """Each flavor the queue has nominal quota for, with how many of its slices: a flavor's
+    own quota, or a GPU unit's spent all on that flavor (a unit covers every flavor of its
+    model)."""
+    out: list[tuple[Flavor, int]] = []
+    for quota in q.quotas:
+        unit = policy.units.get(quota.flavor)
+        if unit is None:
+            out.append((policy.flavors[as_flavor(quota.flavor)], quota.nominal))
+            continue
+        out += [(policy.flavors[f], quota.nominal // cost) for f, cost in unit.charges]
+    return [(f, n) for f, n in out if n > 0]
+
+
+def _nominal_slices(policy: Policy, quota: Quota) -> float:
+    """A quota in slices: a GPU unit's (in parts of a GPU) as the mean over its flavors of
+    the slices it would buy of each."""
+    unit = policy.units.get(quota.flavor)
+    if unit is None:
+        return quota.nominal
+    return sum(quota.nominal // cost for _, cost in unit.charges) / len(unit.charges)
+
+
 def _kinds(policy: Policy, q: Queue) -> list[tuple[JobKind, float]]:
     """Job kinds for each flavor the queue owns, with the slices one job takes on average."""
     limits = dict(q.max_per_workload)
     prio = _priority(policy, q)
     out: list[tuple[JobKind, float]] = []
-    for quota in q.quotas:
-        if quota.nominal <= 0:
-            continue
-        f = policy.flavors[quota.flavor]
-        cap = min(limits.get(f.name, quota.nominal), _largest_node(policy, f.name))
+    for f, nominal in _owned(policy, q):
+        cap = min(limits.get(f.name, nominal), _largest_node(policy, f.name))
         if cap <= 0:
             continue
         pod_set: dict[str, Any]
@@ -75,7 +96,7 @@ def _kinds(policy: Policy, q: Queue) -> list[tuple[JobKind, float]]:
                 kind = JobKind(f"train-{f.name}-{n}", 1.0, pod_set, DURATION_S, (60, 95), prio)
                 out.append((kind, float(n)))
         elif f.kind is SliceKind.MIG:
-            counts = [c for c in (1, 2) if c <= min(cap, quota.nominal)] or [1]
+            counts = [c for c in (1, 2) if c <= min(cap, nominal)] or [1]
             pod_set = {"count": counts, **_asking(f, 1)}
             kind = JobKind(f"serve-{f.name}", 1.0, pod_set, DURATION_S, (30, 70), prio)
             out.append((kind, sum(counts) / len(counts)))
@@ -92,7 +113,7 @@ def from_policy(policy: Policy, days: float) -> Scenario:
         kinds = _kinds(policy, q)
         if not kinds:
             continue
-        nominal = sum(quota.nominal for quota in q.quotas)
+        nominal = sum(_nominal_slices(policy, quota) for quota in q.quotas)
         mean_slices = sum(s for _, s in kinds) / len(kinds)
         per_hour = OFFERED_LOAD * nominal * 3600 / (mean_slices * _MEAN_DURATION_S)
         teams.append(Team(q.name, q.namespaces[0], per_hour, tuple(k for k, _ in kinds)))

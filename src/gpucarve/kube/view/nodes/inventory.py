@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpucarve.config.device_select import Device, devices_key
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.cluster import (
     PRODUCT_LABEL,
     UNAVAILABLE_TAINTS,
@@ -62,7 +63,7 @@ class Inventory:
     cluster: ClusterState
     problems: tuple[NodeProblem, ...]
     # The device-plugin resource of each flavor, for pods bound without gpucarve's annotation.
-    resource_of: Mapping[str, str]
+    resource_of: Mapping[FlavorName, str]
     # Dynamic MIG: each node's layout (by node), the changes in flight (by node), and when
     # each GPU (`node/gpuN`) last changed (RFC 3339).
     layouts: Mapping[str, NodeLayout] = field(default_factory=dict)
@@ -76,7 +77,7 @@ class Inventory:
     # Dynamic Resource Allocation: the driver's GPUs per node, and each DRA flavor's devices
     # as its pools' nodes publish them (what claims' selectors are judged on)
     dra: DraDevices = field(default_factory=DraDevices)
-    dra_devices: Mapping[str, tuple[Device, ...]] = field(default_factory=dict)
+    dra_devices: Mapping[FlavorName, tuple[Device, ...]] = field(default_factory=dict)
     dra_key: str = ""  # a fingerprint of dra_devices, for the caches of validated workloads
 
 
@@ -224,7 +225,7 @@ def build_inventory(
     slices: dict[str, Slice] = {}
     problems: list[NodeProblem] = []
     index: Counter[str] = Counter()
-    flavor_devices: dict[str, dict[str, Device]] = {}
+    flavor_devices: dict[FlavorName, dict[str, Device]] = {}
     pools = {id(n): pool_of(n, policy) for n in nodes}
     for node in sorted(nodes, key=lambda n: _order(policy, pools[id(n)], n)):
         name = node["metadata"]["name"]
@@ -325,7 +326,7 @@ def _dra_node(
     pool: Pool,
     node_slices: Sequence[Slice],
     dra: DraDevices,
-    into: dict[str, dict[str, Device]],
+    into: dict[FlavorName, dict[str, Device]],
 ) -> list[str]:
     """A DRA pool's node checked against its pool; its devices join their flavors'."""
     m = pool.model
@@ -354,7 +355,7 @@ def _dra_node(
 
 
 @functools.lru_cache(maxsize=64)
-def _partitions(pool: Pool) -> Mapping[str, tuple[str, int]]:
+def _partitions(pool: Pool) -> Mapping[str, tuple[FlavorName, int]]:
     """Every partition a dynamic MIG DRA pool's node may publish (each placement of each
     profile its flavors serve, on each GPU): unit -> (its flavor, the least memory in MiB its
     device may have). Each joins its profile's flavor whether or not the layout has it now,

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpucarve.config.device_select import Device, devices_key
 from gpucarve.config.workload_spec import build_workload
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem
 from gpucarve.core.quantity import parse_quantity
@@ -199,7 +200,7 @@ def pending_workloads(
     specs: Mapping[tuple[str, str], GroupSpec] | None = None,
     cache: WorkloadCache | None = None,
     keyed: Callable[[Mapping[str, Any]], tuple[str, str]] = group_key,
-    devices: Mapping[str, Sequence[Device]] | None = None,
+    devices: Mapping[FlavorName, Sequence[Device]] | None = None,
     seen_devices: str | None = None,
     claims: Mapping[str, PodClaims] | None = None,
 ) -> list[PendingGroup]:

@@ -2,6 +2,7 @@
 
     python bench/engine.py [--json] [--cases 1000,5000] [--pods 10000] [--cycles 20] [--seed 1]
         [--no-delta] [--max-pods-per-cycle N|none|default] [--consolidate N]
+        [--scoring NAME=WEIGHT,...]
     python bench/engine.py --cases 20000 --pods 100000 --cycles 10     # the 20,000-node case
 
 Cluster per case: half the nodes H100 (8 whole GPUs, exclusive), a quarter A100-80GB carved
@@ -50,7 +51,10 @@ TEAMS = ("a", "b", "c", "d")
 
 
 def make_policy(
-    nodes: int, max_pods: int | str | None = "default", moves: int | None = None
+    nodes: int,
+    max_pods: int | str | None = "default",
+    moves: int | None = None,
+    scoring: dict[str, int] | None = None,
 ) -> Policy:
     h100, a100 = nodes // 2, nodes // 4
     l40s = nodes - h100 - a100
@@ -102,6 +106,8 @@ def make_policy(
         doc["scheduling"]["maxPodsPerCycle"] = max_pods
     if moves is not None:
         doc["scheduling"]["consolidateMaxMoves"] = moves
+    if scoring is not None:
+        doc["scheduling"]["scoring"] = scoring
     return build_policy(doc, packaged_catalog()).policy
 
 
@@ -159,9 +165,10 @@ def run_case(
     no_delta: bool = False,
     max_pods: int | str | None = "default",
     moves: int | None = None,
+    scoring: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
-    p = make_policy(nodes, max_pods, moves)
+    p = make_policy(nodes, max_pods, moves, scoring)
     pending = make_workloads(p, pods, rng, 0, 0)
     snap = Snapshot(p, build_cluster(p), (), tuple(pending))
     next_id = len(pending) + 1
@@ -228,6 +235,12 @@ def main() -> None:
         help="scheduling.consolidateMaxMoves (default: unset, no consolidation)",
     )
     ap.add_argument(
+        "--scoring",
+        default=None,
+        help="scheduling.scoring as NAME=WEIGHT,... (default: the policy's default profile, "
+        "binpack=1,fragmentation=2); without fragmentation the engine places by per-node scores",
+    )
+    ap.add_argument(
         "--no-delta",
         action="store_true",
         help="rebuild each cycle's snapshot without the delta from the last (as the scheduler's "
@@ -239,8 +252,16 @@ def main() -> None:
         bound = None
     elif bound != "default":
         bound = int(bound)
+    scoring = None
+    if args.scoring is not None:
+        try:
+            scoring = {k: int(v) for k, v in (x.split("=") for x in args.scoring.split(","))}
+        except ValueError:
+            sys.exit(f"--scoring {args.scoring}: NAME=WEIGHT,..., e.g. binpack=1,spread=1")
     for n in (int(x) for x in args.cases.split(",")):
-        row = run_case(n, args.pods, args.cycles, args.seed, args.no_delta, bound, args.consolidate)
+        row = run_case(
+            n, args.pods, args.cycles, args.seed, args.no_delta, bound, args.consolidate, scoring
+        )
         if args.json:
             print(json.dumps(row), flush=True)
         else:

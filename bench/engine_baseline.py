@@ -4,10 +4,12 @@ runs `bench/engine.py` of this tree and of the tree at git REF (a temporary work
 and the ratio (this / REF) per round, then the median ratio per case.
 
     python bench/engine_baseline.py --baseline 99e47f2 [--cases 1000,5000] [--rounds 3]
-        [--pods 10000] [--cycles 20] [--seed 1] [--json]
+        [--pods 10000] [--cycles 20] [--seed 1] [--json] [--scoring NAME=WEIGHT,...]
 
 Only the options every tree's `bench/engine.py` has are passed (cases, pods, cycles, seed):
 each tree runs with its own defaults otherwise (its policy's maxPodsPerCycle, for one).
+`--scoring` goes to this tree's run alone (`scheduling.scoring`; the baseline keeps its own
+scores): `fragmentation=0` measures the engine without its fragmentation model.
 """
 
 from __future__ import annotations
@@ -25,9 +27,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(tree: Path, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
+def _run(
+    tree: Path, nodes: int, args: argparse.Namespace, scoring: str | None = None
+) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     sizes = ["--cases", str(nodes), "--pods", str(args.pods), "--cycles", str(args.cycles)]
+    if scoring is not None:
+        sizes += ["--scoring", scoring]
     cmd = [sys.executable, str(tree / "bench" / "engine.py"), "--json", *sizes,
            "--seed", str(args.seed)]  # fmt: skip
     done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
@@ -48,6 +54,9 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="one JSON object per round and case")
+    ap.add_argument(
+        "--scoring", default=None, help="this tree's scheduling.scoring, NAME=WEIGHT,..."
+    )
     args = ap.parse_args()
     try:
         cases = [int(x) for x in args.cases.split(",")]
@@ -65,7 +74,7 @@ def main() -> None:
             ratios: dict[int, list[float]] = {n: [] for n in cases}
             for r in range(args.rounds):
                 for n in cases:
-                    this, then = _run(ROOT, n, args), _run(wt, n, args)
+                    this, then = _run(ROOT, n, args, args.scoring), _run(wt, n, args)
                     ratio = this["pods_per_second"] / max(then["pods_per_second"], 1e-9)
                     ratios[n].append(ratio)
                     row = {"round": r + 1, "nodes": n, "pods_per_second": this["pods_per_second"],

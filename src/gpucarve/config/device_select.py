@@ -155,7 +155,9 @@ _FUNCTIONS: dict[str, CELFunction] = {
 class Selectors:
     """Compiled selectors and their verdicts per device kind, each worked out once."""
 
-    _env: celpy.Environment = field(default_factory=celpy.Environment)
+    # built at the first selector compiled: building it (the CEL grammar) costs about a tenth of
+    # a second, which every command that reads a policy paid while most policies name none
+    _env: celpy.Environment | None = None
     _programs: dict[str, celpy.Runner | str] = field(default_factory=dict)
     _verdicts: dict[tuple[str, str], bool | str] = field(default_factory=dict)
 
@@ -166,25 +168,29 @@ class Selectors:
             if len(expression) > MAX_SELECTOR_CHARS:
                 hit = f"longer than {MAX_SELECTOR_CHARS} characters"
             else:
-                try:
-                    tree = self._env.compile(expression)
-                    cost = estimated_cost(tree)
-                    if cost > MAX_SELECTOR_COST:
-                        hit = (f"costs too much to judge: about {cost} operations, past the "
-                               f"{MAX_SELECTOR_COST} a selector may take")  # fmt: skip
-                    else:
-                        hit = self._env.program(tree, functions=_FUNCTIONS)
-                except CELParseError as err:
-                    where = getattr(err, "column", None)
-                    hit = "is not a CEL expression" + (
-                        f" (it breaks at character {where})" if where else ""
-                    )
-                except RecursionError:
-                    hit = "is nested too deeply to compile"
+                hit = self._compile(expression)
             if len(self._programs) > MAX_CACHED:
                 self._programs.clear()  # tenants write selectors: bounded
             self._programs[expression] = hit
         return hit
+
+    def _compile(self, expression: str) -> celpy.Runner | str:
+        if self._env is None:
+            self._env = celpy.Environment()
+        try:
+            tree = self._env.compile(expression)
+            cost = estimated_cost(tree)
+            if cost > MAX_SELECTOR_COST:
+                return (f"costs too much to judge: about {cost} operations, past the "
+                        f"{MAX_SELECTOR_COST} a selector may take")  # fmt: skip
+            return self._env.program(tree, functions=_FUNCTIONS)
+        except CELParseError as err:
+            where = getattr(err, "column", None)
+            return "is not a CEL expression" + (
+                f" (it breaks at character {where})" if where else ""
+            )
+        except RecursionError:
+            return "is nested too deeply to compile"
 
     def verdict(self, expression: str, device: Device) -> bool | str:
         """Whether the device matches, or why the expression cannot say."""

@@ -109,6 +109,13 @@ def test_the_search_derives_on_one_seed_judges_on_another_and_saves_its_choice(
     keys = [(j["hours_past_wait_bounds"] > 0, j["hours_past_wait_bounds"],
              j["objective_gpu_hours"]) for j in judged]  # fmt: skip
     assert keys == sorted(keys)
+    # each stated bound against what its queue could have had alone on the judge trace: no
+    # policy the search judged waits less there
+    alone = one["wait_alone_p95_h"]
+    assert set(alone) == {"data-science", "production"} and "Stated wait bounds" in said
+    for q, (value,) in alone.items():
+        assert value is not None and value >= 0
+        assert all(j["wait_p95_h"][q] >= value for j in judged), (q, value)
     saved = tmp_path / "one" / "recommended.yaml"
     if one["changes"]:
         policy = yaml.safe_load(saved.read_text())

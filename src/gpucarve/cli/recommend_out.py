@@ -18,7 +18,7 @@ from gpucarve.config.policy_build import LoadedPolicy, load_policy_text
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, errors
 from gpucarve.core.workload import Workload
-from gpucarve.sim.recommend.demand_bound import demand_bound
+from gpucarve.sim.recommend.demand_bound import demand_bound, wait_alone_p95
 from gpucarve.sim.recommend.executors import RayUnavailable, evaluator
 from gpucarve.sim.recommend.search import (
     Case,
@@ -119,6 +119,9 @@ def recommend(
     c.print(_judge_table(ranked, len(judged_on), objective.minimize.value))
     bound = _bounds(loaded.policy, judged_on)
     c.print(_trade_table(chosen, base, loaded.policy, judged_on, bound))
+    reach = _reach(loaded.policy, judged_on)
+    if reach:
+        c.print(_reach_table(loaded.policy, reach))
     evidence = _evidence(derive, judged_on, chosen)
     c.print(Text(f"recommend: {chosen.step.candidate.name} — {evidence}"))
     if out is not None and chosen.step.candidate.changes:
@@ -138,6 +141,9 @@ def recommend(
         "changes": [ch.label for ch in chosen.step.candidate.changes],
         "evidence": evidence,
         "demand_bound_gpus": bound,
+        "wait_alone_p95_h": {
+            q: [None if v is None else round(v / HOUR, 2) for v in vs] for q, vs in reach.items()
+        },
     }
 
 
@@ -184,6 +190,35 @@ def _bounds(policy: Policy, cases: Sequence[Case]) -> dict[str, float]:
     per = [demand_bound(policy, list(k.workloads), k.window) for k in cases]
     pools = sorted({p for b in per for p in b})
     return {p: _mean([b.get(p, 0.0) for b in per]) for p in pools}
+
+
+def _reach(policy: Policy, cases: Sequence[Case]) -> dict[str, list[float | None]]:
+    """Per queue the objective bounds, its wait p95 alone with its pools on each judge case
+    (`wait_alone_p95`: no policy does better there)."""
+    return {
+        q: [wait_alone_p95(policy, k.workloads, q, k.window[1]) for k in cases]
+        for q in sorted(policy.objective.wait_p95_s)
+    }
+
+
+def _reach_table(policy: Policy, reach: Mapping[str, Sequence[float | None]]) -> Table:
+    t = Table(
+        title="Stated wait bounds against the least wait p95 each queue's work could have had "
+        "with its pools to itself (others' work gone, perfect packing, the best of three "
+        "orders), per judge trace: a bound below it is out of reach for any policy there"
+    )
+    for col in ("queue", "bound", "alone, per judge trace", "within reach"):
+        t.add_column(col, justify="left" if col == "queue" else "right")
+    for q, values in reach.items():
+        bound = policy.objective.wait_p95_s[q]
+        known = [v for v in values if v is not None]
+        t.add_row(
+            q,
+            f"{bound / HOUR:.2f} h",
+            ", ".join("-" if v is None else f"{v / HOUR:.2f} h" for v in values),
+            f"{sum(v <= bound for v in known)} of {len(known)}",
+        )
+    return t
 
 
 def _path_table(path: Sequence[Step], minimize: str) -> Table:

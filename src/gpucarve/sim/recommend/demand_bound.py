@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpucarve.core.policy import Flavor, Policy, flavor_pools, gpu_shares
 from gpucarve.core.requests import candidate_flavors, charge_milli, gpu_memory_of, slices_per_pod
 from gpucarve.core.workload import Workload
+from gpucarve.sim.run.metrics import percentile
 
 # queued work looked through for backfill at each event (the bound stays linear on long traces)
 SCAN = 2_000
@@ -99,3 +100,86 @@ def demand_bound(
         capacity = sum(gpus[p] for p in name.split("+"))
         out[name] = round(_held(jobs, capacity, start, end) / span, 2)
     return out
+
+
+# Orders the queue may be served in, in the alone replay: its arrival order, and two that
+# favour short or small work (either can lower a p95 below the arrival order's).
+ORDERS: dict[str, Callable[[_Job], tuple[float, ...]]] = {
+    "arrival": lambda j: (j.arrival,),
+    "shortest": lambda j: (j.duration, j.arrival),
+    "smallest": lambda j: (j.size, j.duration, j.arrival),
+}
+
+
+def _starts(
+    jobs: Sequence[_Job], capacity: float, order: Callable[[_Job], tuple[float, ...]]
+) -> list[int | None]:
+    """When each of `jobs` starts in the pot replay, its waiting work taken in `order` (with
+    backfill: every one that fits starts); None for one that never fits. In the order of
+    `jobs`."""
+    ids = sorted(range(len(jobs)), key=lambda k: (jobs[k].arrival, k))
+    start: list[int | None] = [None] * len(jobs)
+    running: list[tuple[int, float]] = []  # (end, size)
+    waiting: list[int] = []
+    busy = 0.0
+    i = t = 0
+    while i < len(ids) or waiting:
+        events = [jobs[ids[i]].arrival] if i < len(ids) else []
+        if running:
+            events.append(running[0][0])
+        if not events:
+            break  # what waits is larger than the pot: it never starts
+        t = max(t, min(events))
+        while running and running[0][0] <= t:
+            busy -= heapq.heappop(running)[1]
+        while i < len(ids) and jobs[ids[i]].arrival <= t:
+            waiting.append(ids[i])
+            i += 1
+        waiting.sort(key=lambda k: (*order(jobs[k]), k))
+        kept = []
+        for n, k in enumerate(waiting):
+            if n < SCAN and busy + jobs[k].size <= capacity + 1e-9:
+                busy += jobs[k].size
+                heapq.heappush(running, (t + jobs[k].duration, jobs[k].size))
+                start[k] = t
+            else:
+                kept.append(k)
+        waiting = kept
+    return start
+
+
+def wait_alone_p95(
+    policy: Policy, workloads: Sequence[Workload], queue: str, end: int
+) -> float | None:
+    """The least wait p95 (seconds; waits counted to `end` at most, as the run counts them)
+    that `queue`'s work could have had with the GPUs of its pools to itself: every other
+    queue's work gone at once, perfect packing, and the best of the `ORDERS`. Work some pod
+    set of which another pool could also serve is counted as starting at once. Above the
+    queue's stated bound, no policy meets the bound on this trace (short of more GPUs); None
+    when the queue has no work with a duration here."""
+    mine = [w for w in workloads if w.queue == queue and w.duration is not None]
+    if not mine:
+        return None
+    gpus = {p.name: float(p.gpus) for p in policy.pools}
+    only: defaultdict[str, list[tuple[int, _Job]]] = defaultdict(list)  # pool -> (workload, job)
+    single: set[int] = set()  # workloads only one pool serves
+    for n, w in enumerate(mine):
+        per = _jobs(policy, [w])
+        if len(per) == 1:
+            ((pool, jobs),) = per.items()
+            only[pool] += [(n, j) for j in jobs]
+            single.add(n)
+    best: float | None = None
+    for order in ORDERS.values():
+        # a workload waits until its first pod set starts, as the run counts it
+        wait = [0.0 if n not in single else float(end - mine[n].submit_time)
+                for n in range(len(mine))]  # fmt: skip
+        for pool, pairs in only.items():
+            capacity = sum(gpus[p] for p in pool.split("+"))
+            begun = _starts([j for _, j in pairs], capacity, order)
+            for (n, j), s in zip(pairs, begun, strict=True):
+                at = end if s is None else min(s, end)
+                wait[n] = min(wait[n], float(max(0, at - j.arrival)))
+        p95 = percentile(wait, 95)
+        best = p95 if best is None else min(best, p95)
+    return best

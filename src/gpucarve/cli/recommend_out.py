@@ -205,7 +205,7 @@ def _reach_table(policy: Policy, reach: Mapping[str, Sequence[float | None]]) ->
     t = Table(
         title="Stated wait bounds against the least wait p95 each queue's work could have had "
         "with its pools to itself (others' work gone, perfect packing, the best of three "
-        "orders), per judge trace: a bound below it is out of reach for any policy there"
+        "orders), per judge trace: a bound below it is out of reach there short of more GPUs"
     )
     for col in ("queue", "bound", "alone, per judge trace", "within reach"):
         t.add_column(col, justify="left" if col == "queue" else "right")

@@ -154,9 +154,10 @@ def wait_alone_p95(
     """The least wait p95 (seconds; waits counted to `end` at most, as the run counts them)
     that `queue`'s work could have had with the GPUs of its pools to itself: every other
     queue's work gone at once, perfect packing, and the best of the `ORDERS`. Work some pod
-    set of which another pool could also serve is counted as starting at once. Above the
-    queue's stated bound, no policy meets the bound on this trace (short of more GPUs); None
-    when the queue has no work with a duration here."""
+    set of which another pool could also serve is counted as starting at once. The replay
+    gives the queue all a policy could but the order its work goes in, of which it takes the
+    best of three: a stated bound below this is out of reach on the trace short of more GPUs.
+    None when the queue has no work with a duration here."""
     mine = [w for w in workloads if w.queue == queue and w.duration is not None]
     if not mine:
         return None

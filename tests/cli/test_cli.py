@@ -151,6 +151,23 @@ def test_cluster_summary() -> None:
         assert needle in out, needle
 
 
+def test_cluster_summary_lists_limits_only_where_a_queue_has_them() -> None:
+    r = runner.invoke(app, ["cluster", "summary", THREE], env={"COLUMNS": "250"})
+    assert r.exit_code == 0
+    rows = {
+        cells[0]: cells[-2:]
+        for line in r.stdout.splitlines()
+        if "│ company │" in line
+        for cells in [[c.strip() for c in line.strip("│ ").split("│")]]
+    }
+    # borrow ≤, lend ≤: a limit the policy sets is listed, none is "-" (not a limit of 0)
+    assert rows == {
+        "research": ["h100-full 16", "-"],
+        "production": ["a100-mig-3g.40gb 4", "h100-full 10"],
+        "data-science": ["h100-full 10", "-"],
+    }
+
+
 def test_cluster_summary_of_invalid_policy_exits_2() -> None:
     code, _, err = run("cluster", "summary", str(EXAMPLES / "invalid" / "case-study-layout.yaml"))
     assert code == 2 and "mig-layout-invalid" in err

@@ -107,6 +107,10 @@ def test_queues_show_what_research_borrows_and_the_others_lend() -> None:
     assert rows["production"]["h100-full"]["lent"] == 5
     assert rows["data-science"]["h100-full"]["lent"] == 3
     assert rows["production"]["h100-full"]["borrowed"] == 0
+    # limits as the policy sets them, none where it sets none (not 0, not a sentinel)
+    assert (research["borrowingLimit"], research["lendingLimit"]) == (16, None)
+    assert (rows["production"]["h100-full"]["borrowingLimit"],
+            rows["production"]["h100-full"]["lendingLimit"]) == (None, 10)  # fmt: skip
     for key in {k for r in rows.values() for k in r}:
         lent = sum(r[key]["lent"] for r in rows.values() if key in r)
         borrowed = sum(r[key]["borrowed"] for r in rows.values() if key in r)

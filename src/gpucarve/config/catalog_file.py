@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucarve.config.pydantic_errors import problems_from
 from gpucarve.config.yaml_source import YamlDocument, parse_yaml, read_yaml
+from gpucarve.core.amounts import ProfileName
 from gpucarve.core.catalog import Catalog, GpuModel, MigGeometry, MigProfile
 from gpucarve.core.problems import InvalidInput, Problem
 from gpucarve.core.vocabulary import API_VERSION
@@ -123,7 +124,7 @@ def _to_model(spec: ModelSpec) -> GpuModel:
             sm_count=spec.mig.smCount,
             profiles=tuple(
                 MigProfile(
-                    name=p.name,
+                    name=ProfileName(p.name),
                     compute_slices=p.computeSlices,
                     memory_slices=p.memorySlices,
                     memory_mib=p.memoryMiB,

@@ -24,7 +24,7 @@ from gpucarve.config.device_select import (
     match_flavors,
     policy_devices,
 )
-from gpucarve.core.amounts import FlavorName
+from gpucarve.core.amounts import FlavorName, ProfileName
 from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.problems import Path, Problem
 from gpucarve.core.quantity import QuantityError, memory_mib
@@ -203,7 +203,7 @@ def _request(
             f'device.attributes["gpu.nvidia.com"].profile == "{profiles[0]}"'
         )
         return None, [Problem(where, "several-mig-profiles", why, fix)]
-    return GpuRequest(GpuKind.MIG, total, profiles[0], dra=True, flavors=flavors), []
+    return GpuRequest(GpuKind.MIG, total, ProfileName(profiles[0]), dra=True, flavors=flavors), []
 
 
 def _no_devices(c: DeviceClaimSpec, cpath: Path, policy: Policy, kinds: set[SliceKind]) -> Problem:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpucarve.config.device_claims import DeviceClaimSpec, claim_request
 from gpucarve.config.device_select import Device
 from gpucarve.config.pydantic_errors import problems_from
-from gpucarve.core.amounts import FlavorName
+from gpucarve.core.amounts import FlavorName, ProfileName
 from gpucarve.core.policy import Policy
 from gpucarve.core.problems import InvalidInput, Path, Problem, format_path
 from gpucarve.core.quantity import QuantityError, cpu_milli, memory_mib, whole_count, whole_number
@@ -124,7 +124,7 @@ def _resource_to_request(name: str, count: int) -> GpuRequest:
     # The device plugin writes `+me` as `.me` in resource names.
     if profile.endswith(".me"):
         profile = profile[: -len(".me")] + "+me"
-    return GpuRequest(GpuKind.MIG, count, profile=profile)
+    return GpuRequest(GpuKind.MIG, count, profile=ProfileName(profile))
 
 
 def _annotation_number(raw: str, maximum: int) -> int:

@@ -17,6 +17,8 @@ from typing import Final, NewType
 
 FlavorName = NewType("FlavorName", str)
 QuotaKey = NewType("QuotaKey", str)
+# A MIG profile (`3g.40gb`): what the MIG planner counts instances by.
+ProfileName = NewType("ProfileName", str)
 
 # What `Bound.or_int` gives for no limit: past any quantity a node or a quota holds (the
 # quantity parser caps those far lower: core.quantity.MAX_*), far enough inside int64 that

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from gpucarve.core.amounts import ProfileName
+
 MILLI_PER_GPU = 1000
 
 
@@ -23,7 +25,7 @@ class MigProfile:
     `[start, start + memory_slices)` on the memory-slice axis.
     """
 
-    name: str
+    name: ProfileName
     compute_slices: int
     memory_slices: int
     memory_mib: int

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from gpucarve.core import mig
-from gpucarve.core.amounts import Bound, FlavorName
+from gpucarve.core.amounts import Bound, FlavorName, ProfileName
 from gpucarve.core.mig import Instance
 from gpucarve.core.policy import Flavor, Policy, Pool, SharingMode, SliceKind, Taint
 from gpucarve.core.vocabulary import GPU_PRESENT_LABEL, MISMATCH_LABEL, MODE_LABEL, POOL_LABEL
@@ -30,7 +30,7 @@ class Slice:
     flavor: FlavorName
     compute_milli: int
     memory_mib: int
-    profile: str | None = None
+    profile: ProfileName | None = None
     start: int | None = None
     replica: int | None = None
 
@@ -302,7 +302,7 @@ def gpu_of_slice(slice_id: str) -> int | None:
     return int(parts[1][3:])
 
 
-def _mig_slice(by_name: Mapping[str, Flavor], node: str, g: int, inst: Instance) -> Slice:
+def _mig_slice(by_name: Mapping[ProfileName, Flavor], node: str, g: int, inst: Instance) -> Slice:
     f = by_name[inst.profile]
     return Slice(
         id=f"{node}/gpu{g}/{inst.profile}@{inst.start}",
@@ -318,11 +318,11 @@ def _mig_slice(by_name: Mapping[str, Flavor], node: str, g: int, inst: Instance)
 
 
 def _gpu_slices(pool: Pool, node: str, g: int, layout: tuple[Instance, ...]) -> list[Slice]:
-    by_name = {f.profile or "": f for f in pool.flavors()}
     prefix = f"{node}/gpu{g}"
     if pool.sharing is SharingMode.MIG:
+        by_name = {f.profile: f for f in pool.flavors() if f.profile}
         return [_mig_slice(by_name, node, g, inst) for inst in layout]
-    flavor = by_name[""]
+    (flavor,) = pool.flavors()  # a pool that is not MIG has one flavor
     if pool.sharing is SharingMode.EXCLUSIVE:
         return [Slice(prefix, node, g, SliceKind.WHOLE, flavor.name, 1000, pool.model.memory_mib)]
     return [
@@ -440,7 +440,7 @@ def relayout(
         if not any(g.id in layouts for g in node.gpus):
             nodes.append(node)
             continue
-        by_name = {f.profile or "": f for f in pools[node.pool].flavors()}
+        by_name = {f.profile: f for f in pools[node.pool].flavors() if f.profile}
         gpus = []
         for g in node.gpus:
             layout = layouts.get(g.id)

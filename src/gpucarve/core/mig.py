@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from gpucarve.core.amounts import ProfileName
 from gpucarve.core.catalog import MigGeometry, MigProfile
 
 
@@ -26,7 +27,7 @@ class Instance:
     """One placed GPU instance: a profile at a start on the memory-slice axis."""
 
     start: int
-    profile: str
+    profile: ProfileName
 
     def describe(self) -> str:
         return f"{self.profile}@{self.start}"
@@ -380,7 +381,7 @@ def closest_layouts(geom: MigGeometry, counts: Counts, n: int = 3) -> tuple[Layo
     return tuple(sorted(maximal_layouts(geom, media), key=rank)[:n])
 
 
-def profiles_by_size(geom: MigGeometry) -> list[tuple[int, str]]:
+def profiles_by_size(geom: MigGeometry) -> list[tuple[int, ProfileName]]:
     """(compute slices, name) of the profiles without media extensions, smallest first (then
     by memory: 1g.10gb before 1g.20gb)."""
     plain = [p for p in geom.profiles if not p.media_extensions]

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpucarve.core.amounts import UNLIMITED, Bound, FlavorName, QuotaKey, as_key
+from gpucarve.core.amounts import UNLIMITED, Bound, FlavorName, ProfileName, QuotaKey, as_key
 from gpucarve.core.catalog import MILLI_PER_GPU, GpuModel
 from gpucarve.core.mig import Instance
 from gpucarve.core.vocabulary import (
@@ -65,7 +65,7 @@ class Flavor:
     name: FlavorName
     model_id: str
     kind: SliceKind
-    profile: str | None
+    profile: ProfileName | None
     replicas: int
     compute_milli: int
     memory_mib: int

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpucarve.core.amounts import FlavorName
+from gpucarve.core.amounts import FlavorName, ProfileName
 
 
 class GpuKind(StrEnum):
@@ -31,7 +31,7 @@ class GpuRequest:
 
     kind: GpuKind = GpuKind.NONE
     count: int = 0
-    profile: str | None = None
+    profile: ProfileName | None = None
     milli: int = 0
     memory_mib: int = 0
     # claimed through Dynamic Resource Allocation (a ResourceClaim), so only DRA flavors

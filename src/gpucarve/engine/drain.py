@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from gpucarve.core.amounts import ProfileName
 from gpucarve.core.cluster import UNAVAILABLE_TAINTS
 from gpucarve.core.policy import Pool, SliceKind
 from gpucarve.engine.decisions import Drain
@@ -59,18 +60,20 @@ def release(c: CycleState, taken: list[int]) -> None:
         c.ws.give_back(taken, 0)
 
 
-def _missing(c: CycleState, pool: Pool) -> tuple[dict[str, int], dict[str, int]]:
+def _missing(c: CycleState, pool: Pool) -> tuple[dict[ProfileName, int], dict[ProfileName, int]]:
     """Instances per profile that MIG work waiting for `pool` (within its quota now) needs
     beyond the free ones and those GPUs being reconfigured are creating; and the free
     instances per profile beyond what waits for them (carved, and nobody's)."""
     profile_of = {f.name: f.profile for f in pool.flavors() if f.kind is SliceKind.MIG}
-    want: Counter[str] = Counter()
+    want: Counter[ProfileName] = Counter()
     for w in c.snapshot.pending:
         demand = c.first_demand(w)
         mine = {f: n for f, n in demand.items() if f in profile_of}
         if mine and c.quotas.check(w.queue, demand).fits:
             for f, n in mine.items():
-                want[profile_of[f] or ""] += n
+                profile = profile_of[f]
+                if profile is not None:
+                    want[profile] += n
     if not want:
         return {}, {}
     mine_gpus = {g.id for n in c.snapshot.cluster.nodes if n.pool == pool.name for g in n.gpus}
@@ -78,8 +81,8 @@ def _missing(c: CycleState, pool: Pool) -> tuple[dict[str, int], dict[str, int]]
     for gpu_id, made in instances_coming(c).items():
         if gpu_id in mine_gpus:
             coming.update(made)
-    missing: dict[str, int] = {}
-    excess: dict[str, int] = {}
+    missing: dict[ProfileName, int] = {}
+    excess: dict[ProfileName, int] = {}
     for f, profile in profile_of.items():
         assert profile is not None
         free = c.ws.index[f].total

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Container, Mapping, Sequence
 
+from gpucarve.core.amounts import ProfileName
 from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.cluster import RECONFIGURING, UNAVAILABLE_TAINTS
 from gpucarve.core.mig import Instance, place
@@ -42,8 +43,8 @@ def plan(c: CycleState) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int],
     flavor_pool = {
         f.name: pool.name for pool in dynamic.values() for f in pool.flavors() if f.profile
     }
-    demand: dict[str, Counter[str]] = {name: Counter() for name in dynamic}
-    top: dict[str, Counter[str]] = {name: Counter() for name in dynamic}
+    demand: dict[str, Counter[ProfileName]] = {name: Counter() for name in dynamic}
+    top: dict[str, Counter[ProfileName]] = {name: Counter() for name in dynamic}
     for p in c.decided.pending:
         if p.reason.stage is not Stage.PLACEMENT:
             continue
@@ -60,7 +61,7 @@ def plan(c: CycleState) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int],
                 break
     used, coming = instances_in_use(c)
     out: list[Repartition] = []
-    unserved: Counter[str] = Counter()
+    unserved: Counter[ProfileName] = Counter()
     for name, pool in sorted(dynamic.items()):
         if not demand[name]:
             continue
@@ -98,7 +99,10 @@ def plan(c: CycleState) -> tuple[tuple[Repartition, ...], tuple[tuple[str, int],
 
 
 def _filled(
-    geom: MigGeometry, layout: tuple[Instance, ...], order: Sequence[str], allowed: frozenset[str]
+    geom: MigGeometry,
+    layout: tuple[Instance, ...],
+    order: Sequence[str],
+    allowed: frozenset[ProfileName],
 ) -> tuple[Instance, ...]:
     """A whole-GPU change recreates every instance anyway, and the GPU cannot change again
     until all its work is gone: room the plan leaves is filled in `order`."""
@@ -123,14 +127,14 @@ class Reshaper:
         self.pool_of = {
             f.name: pool.name for pool in self.dynamic.values() for f in pool.flavors() if f.profile
         }
-        self.promised: dict[str, Counter[str]] = {}
+        self.promised: dict[str, Counter[ProfileName]] = {}
         # the GPUs being reconfigured, found once per cycle however many workloads ask
-        self._coming: dict[str, Counter[str]] | None = None
+        self._coming: dict[str, Counter[ProfileName]] | None = None
         # per pool: what one plan for all its pending MIG work could give, per profile
-        self._offer: dict[str, Counter[str]] = {}
+        self._offer: dict[str, Counter[ProfileName]] = {}
         # per pool: demands a plan could not create this cycle (any demand covering one of
         # them cannot be created either)
-        self._failed: dict[str, list[Counter[str]]] = {}
+        self._failed: dict[str, list[Counter[ProfileName]]] = {}
 
     def absorbs(
         self, w: Workload, combos: Sequence[Sequence[Flavor | None]]
@@ -138,7 +142,7 @@ class Reshaper:
         if not self.dynamic:
             return None
         for combo in combos:
-            need: dict[str, Counter[str]] = {}
+            need: dict[str, Counter[ProfileName]] = {}
             for ps, f in zip(w.pod_sets, combo, strict=True):
                 if f is None or f.kind is not SliceKind.MIG or f.profile is None:
                     continue
@@ -163,7 +167,7 @@ class Reshaper:
                 )
         return None
 
-    def _fits(self, name: str, need: Counter[str]) -> bool:
+    def _fits(self, name: str, need: Counter[ProfileName]) -> bool:
         total = need + self.promised.get(name, Counter())
         if name not in self._offer:
             # Each workload's promise used to plan the whole pool again (a cycle with hundreds
@@ -181,7 +185,7 @@ class Reshaper:
         failed.append(total)
         return False
 
-    def _offered(self, name: str, demand: Counter[str]) -> Counter[str]:
+    def _offered(self, name: str, demand: Counter[ProfileName]) -> Counter[ProfileName]:
         """How much of `demand` (instances per profile) the pool can give: the free instances
         that hold it already, and what a plan for the rest creates."""
         pool = self.dynamic[name]
@@ -197,13 +201,13 @@ class Reshaper:
         _, left = plan_pool(gpus, want, None, pool.mig_dynamic.max_gpus_per_cycle, allowed)
         return Counter({p: n - left.get(p, 0) for p, n in demand.items()})
 
-    def _pending_for(self, name: str) -> Counter[str]:
+    def _pending_for(self, name: str) -> Counter[ProfileName]:
         """Instances per profile all the pending work could take from the pool (an upper
         bound of any set of promises: a pod set counts for every profile that serves it)."""
         pool = self.dynamic[name]
         memory = pool.model.memory_mib
         profiles = [(f, f.profile) for f in pool.flavors() if f.profile is not None]
-        out: Counter[str] = Counter()
+        out: Counter[ProfileName] = Counter()
         for w in self.c.snapshot.pending:
             for ps in w.pod_sets:
                 for f, profile in profiles:
@@ -212,14 +216,14 @@ class Reshaper:
         return out
 
 
-def _within(need: Counter[str], have: Counter[str]) -> bool:
+def _within(need: Counter[ProfileName], have: Counter[ProfileName]) -> bool:
     """Every profile of `need` at most what `have` holds."""
     return all(n <= have[p] for p, n in need.items())
 
 
 def instances_in_use(
-    c: CycleState, coming: dict[str, Counter[str]] | None = None
-) -> tuple[Container[str], dict[str, Counter[str]]]:
+    c: CycleState, coming: dict[str, Counter[ProfileName]] | None = None
+) -> tuple[Container[str], dict[str, Counter[ProfileName]]]:
     """Slice ids in use (the snapshot's allocations and this cycle's admissions), and per GPU
     being reconfigured the instances it is creating (`instances_coming`, passed when known)."""
     admitted = {sid for a in c.decided.admissions for pod in a.pods for sid in pod.slice_ids}
@@ -238,25 +242,30 @@ class _InUse(Container[str]):
         return sid in self.admitted or sid in self.allocated
 
 
-def instances_coming(c: CycleState) -> dict[str, Counter[str]]:
+def instances_coming(c: CycleState) -> dict[str, Counter[ProfileName]]:
     """Per GPU being reconfigured, the instances it is creating (fixed for the cycle)."""
-    out: dict[str, Counter[str]] = {}
+    out: dict[str, Counter[ProfileName]] = {}
     for sid, alloc in c.snapshot.cluster.allocations.items():
         if alloc.owner.startswith(RECONFIGURING):
             sl = c.snapshot.cluster.slices[sid]
-            out.setdefault(f"{sl.node}/gpu{sl.gpu}", Counter())[sl.profile or ""] += 1
+            if sl.profile is not None:
+                out.setdefault(f"{sl.node}/gpu{sl.gpu}", Counter())[sl.profile] += 1
     return out
 
 
 def _eligible(
-    c: CycleState, name: str, pool: Pool, used: Container[str], coming: dict[str, Counter[str]]
-) -> tuple[list[PoolGpu], Counter[str]]:
+    c: CycleState,
+    name: str,
+    pool: Pool,
+    used: Container[str],
+    coming: dict[str, Counter[ProfileName]],
+) -> tuple[list[PoolGpu], Counter[ProfileName]]:
     """The pool's GPUs a plan may change (not being reconfigured, not changed within the
     minimum interval), and the instances its GPUs being reconfigured are creating."""
     assert pool.mig_dynamic is not None and pool.model.mig is not None
     geom = pool.model.mig
     gpus: list[PoolGpu] = []
-    arriving: Counter[str] = Counter()
+    arriving: Counter[ProfileName] = Counter()
     for node in c.snapshot.cluster.nodes:
         if node.pool != name:
             continue
@@ -280,12 +289,12 @@ def _eligible(
 
 
 def _beyond_free(
-    gpus: Sequence[PoolGpu], demand: Counter[str], arriving: Counter[str]
-) -> dict[str, int]:
+    gpus: Sequence[PoolGpu], demand: Counter[ProfileName], arriving: Counter[ProfileName]
+) -> dict[ProfileName, int]:
     """What a plan must offer: the waiting work was refused at placement, so the free instances
     of its profiles did not fit it and it needs as many again beyond them, less what GPUs
     being reconfigured are creating."""
-    free: Counter[str] = Counter()
+    free: Counter[ProfileName] = Counter()
     for g in gpus:
         free.update(i.profile for i in set(g.current) - set(g.in_use))
     want = Counter({p: n + free[p] - arriving[p] for p, n in demand.items()})

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpucarve.core.amounts import ProfileName
 from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.mig import Instance, all_placements, enumerate_layouts, occupancy
 
@@ -40,7 +41,9 @@ class GpuPlan:
 
 
 def served_value(
-    free: Counter[str], demand: Mapping[str, int], weight: Mapping[str, float]
+    free: Counter[ProfileName],
+    demand: Mapping[ProfileName, int],
+    weight: Mapping[ProfileName, float],
 ) -> float:
     """Weighted demand that free instances (per profile) meet."""
     return sum(weight.get(p, 1.0) * min(n, demand.get(p, 0)) for p, n in free.items())
@@ -51,10 +54,10 @@ def plan_gpu(
     gpu: str,
     current: Sequence[Instance],
     in_use: Sequence[Instance],
-    demand: Mapping[str, int],
-    weight: Mapping[str, float] | None = None,
+    demand: Mapping[ProfileName, int],
+    weight: Mapping[ProfileName, float] | None = None,
     media: bool = False,
-    allowed: frozenset[str] | None = None,
+    allowed: frozenset[ProfileName] | None = None,
 ) -> GpuPlan:
     """The best layout for one GPU (possibly its current one) given pending `demand`
     (instances wanted per profile) and each profile's `weight` (priority; default 1)."""
@@ -86,8 +89,8 @@ def changed_plan(
     kept: tuple[Instance, ...],
     now_free: tuple[Instance, ...],
     place: tuple[Instance, ...],
-    free: Counter[str],
-    demand: Mapping[str, int],
+    free: Counter[ProfileName],
+    demand: Mapping[ProfileName, int],
     now_value: float,
     value: float,
 ) -> GpuPlan:
@@ -113,13 +116,13 @@ def _choose(
     now_free: tuple[Instance, ...],
     kept: tuple[Instance, ...],
     media: bool,
-    allowed: frozenset[str] | None,
-    local: tuple[tuple[str, int], ...],
+    allowed: frozenset[ProfileName] | None,
+    local: tuple[tuple[ProfileName, int], ...],
     weights: tuple[float, ...],
 ) -> tuple[
     float,
     tuple[float, int, int, str] | None,
-    tuple[tuple[Instance, ...], Counter[str]] | None,
+    tuple[tuple[Instance, ...], Counter[ProfileName]] | None,
 ]:
     """The current value and the best option (rank, placement, free profiles) of one GPU
     state against capped demand."""
@@ -127,7 +130,7 @@ def _choose(
     w = {p: x for (p, _), x in zip(local, weights, strict=True)}
     now_value = served_value(Counter(i.profile for i in now_free), demand, w)
     best_key: tuple[float, int, int, str] | None = None
-    best: tuple[tuple[Instance, ...], Counter[str]] | None = None
+    best: tuple[tuple[Instance, ...], Counter[ProfileName]] | None = None
     for place, free, changes, spare, tie in options(geom, now_free, kept, media, allowed):
         value = served_value(free, demand, w)
         rank = (value, -changes, spare, tie)
@@ -142,8 +145,8 @@ def options(
     now_free: tuple[Instance, ...],
     kept: tuple[Instance, ...],
     media: bool,
-    allowed: frozenset[str] | None = None,
-) -> tuple[tuple[tuple[Instance, ...], Counter[str], int, int, str], ...]:
+    allowed: frozenset[ProfileName] | None = None,
+) -> tuple[tuple[tuple[Instance, ...], Counter[ProfileName], int, int, str], ...]:
     """Per layout that keeps `kept`: the placement of its free instances closest to
     `now_free`, their profiles, the instance changes, the memory slices left, a tie-break.
     Depends only on the GPU's state, so GPUs in the same state share it."""
@@ -169,7 +172,9 @@ def options(
     return tuple(out)
 
 
-def _serves(free: Counter[str], demand: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+def _serves(
+    free: Counter[ProfileName], demand: Mapping[ProfileName, int]
+) -> tuple[tuple[str, int], ...]:
     return tuple((p, min(n, demand.get(p, 0))) for p, n in sorted(free.items()) if demand.get(p, 0))
 
 

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpucarve.core.amounts import ProfileName
 from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.mig import Instance, occupancy
 from gpucarve.engine.mig.gpu_plan import GpuPlan, PoolGpu, changed_plan, options, served_value
@@ -31,11 +32,14 @@ class _Option:
     changes: int
     spare: int
     place: tuple[Instance, ...] | None  # None: keep the current layout
-    free: Counter[str]
+    free: Counter[ProfileName]
 
 
 def _gpu_options(
-    g: PoolGpu, profiles: tuple[str, ...], caps: tuple[int, ...], allowed: frozenset[str] | None
+    g: PoolGpu,
+    profiles: tuple[ProfileName, ...],
+    caps: tuple[int, ...],
+    allowed: frozenset[ProfileName] | None,
 ) -> tuple[tuple[Instance, ...], tuple[Instance, ...], tuple[_Option, ...]]:
     kept = tuple(sorted(g.in_use))
     now_free = tuple(sorted(set(g.current) - set(kept)))
@@ -51,14 +55,14 @@ def _options_of(
     geom: MigGeometry,
     now_free: tuple[Instance, ...],
     kept: tuple[Instance, ...],
-    allowed: frozenset[str] | None,
-    profiles: tuple[str, ...],
+    allowed: frozenset[ProfileName] | None,
+    profiles: tuple[ProfileName, ...],
     caps: tuple[int, ...],
 ) -> tuple[_Option, ...]:
     """The layouts of a GPU in this state worth considering: per capped vector the one with
     fewest changes, without those another layout beats on vector and changes both."""
 
-    def vector(free: Counter[str]) -> tuple[int, ...]:
+    def vector(free: Counter[ProfileName]) -> tuple[int, ...]:
         return tuple(min(free.get(p, 0), c) for p, c in zip(profiles, caps, strict=True))
 
     keep_free = Counter(i.profile for i in now_free)
@@ -88,9 +92,9 @@ def _options_of(
 
 def plan_node(
     gpus: Sequence[PoolGpu],
-    demand: Mapping[str, int],
-    weight: Mapping[str, float] | None = None,
-    allowed: frozenset[str] | None = None,
+    demand: Mapping[ProfileName, int],
+    weight: Mapping[ProfileName, float] | None = None,
+    allowed: frozenset[ProfileName] | None = None,
     max_changed_gpus: int | None = None,
 ) -> list[GpuPlan] | None:
     """The exact plan of one node's GPUs (only the GPUs it changes), or None when the state
@@ -173,9 +177,9 @@ def plan_node(
 
 def node_optimum(
     gpus: Sequence[PoolGpu],
-    demand: Mapping[str, int],
-    weight: Mapping[str, float] | None = None,
-    allowed: frozenset[str] | None = None,
+    demand: Mapping[ProfileName, int],
+    weight: Mapping[ProfileName, float] | None = None,
+    allowed: frozenset[ProfileName] | None = None,
 ) -> float:
     """The best weighted demand any combination of layouts of `gpus` can serve, found without
     pruning or a state limit (for tests and `bench/mig.py`)."""

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import groupby
 
+from gpucarve.core.amounts import ProfileName
 from gpucarve.engine.mig.gpu_plan import GpuPlan, PoolGpu, plan_gpu
 from gpucarve.engine.mig.node_plan import plan_node
 
@@ -21,16 +22,16 @@ def node_of(gpu: str) -> str:
 
 def plan_pool(
     gpus: Sequence[PoolGpu],
-    demand: Mapping[str, int],
-    weight: Mapping[str, float] | None = None,
+    demand: Mapping[ProfileName, int],
+    weight: Mapping[ProfileName, float] | None = None,
     max_changed_gpus: int | None = None,
-    allowed: frozenset[str] | None = None,
-) -> tuple[list[GpuPlan], dict[str, int]]:
+    allowed: frozenset[ProfileName] | None = None,
+) -> tuple[list[GpuPlan], dict[ProfileName, int]]:
     """Plans for the GPUs worth changing, and the demand left unserved (per profile)."""
     w = weight or {}
     want = Counter({p: n for p, n in demand.items() if n > 0})
     free_of = {g.gpu: Counter(i.profile for i in set(g.current) - set(g.in_use)) for g in gpus}
-    supply: Counter[str] = Counter()
+    supply: Counter[ProfileName] = Counter()
     for free in free_of.values():
         supply.update(free)
     plans: list[GpuPlan] = []
@@ -42,7 +43,7 @@ def plan_pool(
             break
         if not want - supply:
             break  # everything wanted is served already
-        mine: Counter[str] = Counter()
+        mine: Counter[ProfileName] = Counter()
         for g in node:
             mine.update(free_of[g.gpu])
         others = supply - mine
@@ -66,11 +67,11 @@ def plan_pool(
 
 def per_gpu_plans(
     node: Sequence[PoolGpu],
-    free_of: Mapping[str, Counter[str]],
-    others: Counter[str],
-    want: Counter[str],
-    w: Mapping[str, float],
-    allowed: frozenset[str] | None,
+    free_of: Mapping[str, Counter[ProfileName]],
+    others: Counter[ProfileName],
+    want: Counter[ProfileName],
+    w: Mapping[ProfileName, float],
+    allowed: frozenset[ProfileName] | None,
     budget: int | None,
 ) -> list[GpuPlan]:
     """Each GPU of the node planned exactly against what the rest leaves (greedy per node)."""

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpucarve.core.amounts import as_key
+from gpucarve.core.amounts import FlavorName, ProfileName, as_key
 from gpucarve.core.catalog import MigGeometry
 from gpucarve.core.mig import Instance, place, profiles_by_size
 from gpucarve.core.policy import GpuUnit, Policy, Pool, SliceKind
@@ -36,15 +36,15 @@ class Proposal:
 
 
 def mean_instances(
-    workloads: Sequence[Workload], flavors: Mapping[str, str]
-) -> dict[str, dict[str, float]]:
+    workloads: Sequence[Workload], flavors: Mapping[ProfileName, FlavorName]
+) -> dict[ProfileName, dict[str, float]]:
     """Per profile (of `flavors`: profile -> flavor), per queue: the mean number of instances in
     use over the arrivals if every MIG workload asking for it ran as it arrived (pods ×
     instances × duration / span)."""
     if not workloads:
         return {}
     span = max(1, max(w.submit_time for w in workloads) - min(w.submit_time for w in workloads))
-    out: defaultdict[str, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
+    out: defaultdict[ProfileName, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
     for w in workloads:
         for ps in w.pod_sets:
             if ps.gpu.kind is not GpuKind.MIG or ps.gpu.profile is None:
@@ -55,7 +55,9 @@ def mean_instances(
     return {p: dict(q) for p, q in out.items()}
 
 
-def layouts_for(mean: Mapping[str, float], geom: MigGeometry, gpus: int) -> list[dict[str, int]]:
+def layouts_for(
+    mean: Mapping[ProfileName, float], geom: MigGeometry, gpus: int
+) -> list[dict[ProfileName, int]]:
     """Layouts of one node's `gpus` GPUs for a mean concurrent mix of instances, scaled to fill
     them, at least one of each profile asked for."""
     compute = {name: c for c, name in profiles_by_size(geom)}
@@ -89,7 +91,9 @@ def layouts_for(mean: Mapping[str, float], geom: MigGeometry, gpus: int) -> list
     return [dict(sorted(Counter(i.profile for i in layout).items())) for layout in layouts]
 
 
-def _filled(geom: MigGeometry, layout: list[Instance], demand: Mapping[str, int]) -> list[Instance]:
+def _filled(
+    geom: MigGeometry, layout: list[Instance], demand: Mapping[ProfileName, int]
+) -> list[Instance]:
     """`layout` with the room left given to the profiles asked for, largest first."""
     for _, name in reversed(profiles_by_size(geom)):
         while name in demand:
@@ -221,8 +225,8 @@ def _dynamic(
     pool: str,
     geom: MigGeometry,
     gpus: int,
-    flavors: Mapping[str, str],
-    asked: Mapping[str, Mapping[str, float]],
+    flavors: Mapping[ProfileName, FlavorName],
+    asked: Mapping[ProfileName, Mapping[str, float]],
     hours: float,
 ) -> Proposal:
     """The pool's layout as it is, repartitioned on demand between the profiles asked for;

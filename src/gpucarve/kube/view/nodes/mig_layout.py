@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpucarve.core.amounts import ProfileName
 from gpucarve.core.mig import Instance, placement_problems
 from gpucarve.core.policy import Pool
 from gpucarve.core.vocabulary import MIG_CHANGE_ANNOTATION as CHANGE_ANNOTATION
@@ -84,7 +85,7 @@ def _decode(raw: Any, pool: Pool) -> Layouts:
             profile, _, start = str(item).partition("@")
             if geom.profile(profile) is None or not start.isdigit():
                 raise ValueError(f"GPU {g}: {item!r} is not <profile>@<start> of {pool.model.id}")
-            layout.append(Instance(int(start), profile))
+            layout.append(Instance(int(start), ProfileName(profile)))
         problems = placement_problems(geom, layout)
         if problems:
             raise ValueError(f"GPU {g}: " + "; ".join(problems))

@@ -36,6 +36,14 @@ THIN_DAYS = 2.0
 THIN_CASES = 2
 
 
+def _table(title: str, columns: Sequence[str]) -> Table:
+    """A table whose first column (the name of a row) is left-aligned, the figures right."""
+    t = Table(title=title)
+    for i, col in enumerate(columns):
+        t.add_column(col, justify="left" if i == 0 else "right")
+    return t
+
+
 def bound_table(
     policy: Policy,
     workloads: Sequence[Workload],
@@ -45,13 +53,12 @@ def bound_table(
 ) -> dict[str, dict[str, float]]:
     """Print and return, per pool, what the run held against the demand bound (GPUs)."""
     bound = demand_bound(policy, workloads, window)
-    t = Table(
-        title="Demand bound: GPUs held on average (as allocation counts them) against the most "
+    t = _table(
+        "Demand bound: GPUs held on average (as allocation counts them) against the most "
         "the pool's work could have held (perfect packing, no quota, first come first served "
-        "with backfill)"
+        "with backfill)",
+        ("pool", "held", "at most", "of the bound"),
     )
-    for col in ("pool", "held", "at most", "of the bound"):
-        t.add_column(col, justify="left" if col == "pool" else "right")
     out: dict[str, dict[str, float]] = {}
     for pool, most in bound.items():
         figures = run["pools"].get(pool)
@@ -202,13 +209,12 @@ def _reach(policy: Policy, cases: Sequence[Case]) -> dict[str, list[float | None
 
 
 def _reach_table(policy: Policy, reach: Mapping[str, Sequence[float | None]]) -> Table:
-    t = Table(
-        title="Stated wait bounds against the least wait p95 each queue's work could have had "
+    t = _table(
+        "Stated wait bounds against the least wait p95 each queue's work could have had "
         "with its pools to itself (others' work gone, perfect packing, the best of three "
-        "orders), per judge trace: a bound below it is out of reach there short of more GPUs"
+        "orders), per judge trace: a bound below it is out of reach there short of more GPUs",
+        ("queue", "bound", "alone, per judge trace", "within reach"),
     )
-    for col in ("queue", "bound", "alone, per judge trace", "within reach"):
-        t.add_column(col, justify="left" if col == "queue" else "right")
     for q, values in reach.items():
         bound = policy.objective.wait_p95_s[q]
         known = [v for v in values if v is not None]
@@ -248,9 +254,10 @@ def _trade_table(
     chosen: Judged, base: Judged, policy: Policy, cases: Sequence[Case], bound: Mapping[str, float]
 ) -> Table:
     """The chosen policy against the policy as read, per team and pool, on the judge cases."""
-    t = Table(title=f"Recommended: {chosen.step.candidate.name} (judge traces, mean)")
-    for col in ("figure", "as read", "recommended", "bound"):
-        t.add_column(col, justify="left" if col == "figure" else "right")
+    t = _table(
+        f"Recommended: {chosen.step.candidate.name} (judge traces, mean)",
+        ("figure", "as read", "recommended", "bound"),
+    )
     limit = [bounds(policy.objective, f) for f in base.figures]
     for q in sorted(base.figures[0].wait_p95_s) if base.figures else []:
         t.add_row(

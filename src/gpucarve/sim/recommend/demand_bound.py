@@ -37,12 +37,24 @@ class _Job:
 
 
 def _jobs(policy: Policy, workloads: Sequence[Workload]) -> dict[str, list[_Job]]:
+    out: defaultdict[str, list[_Job]] = defaultdict(list)
+    each = _jobs_of(policy)
+    for w in workloads:
+        for pool, jobs in each(w).items():
+            out[pool] += jobs
+    return out
+
+
+def _jobs_of(policy: Policy) -> Callable[[Workload], dict[str, list[_Job]]]:
+    """Pool -> the jobs one workload brings it (none without a duration); the policy's
+    flavor tables worked out once for every workload asked about."""
     pools = flavor_pools(policy)
     share = gpu_shares(policy)
-    out: defaultdict[str, list[_Job]] = defaultdict(list)
-    for w in workloads:
+
+    def of(w: Workload) -> dict[str, list[_Job]]:
+        out: dict[str, list[_Job]] = {}
         if w.duration is None:
-            continue
+            return out
         for ps in w.pod_sets:
             first: dict[str, Flavor] = {}
             for f in candidate_flavors(policy, ps.gpu):
@@ -51,8 +63,11 @@ def _jobs(policy: Policy, workloads: Sequence[Workload]) -> dict[str, list[_Job]
                 memory = gpu_memory_of(policy, f)
                 slices = slices_per_pod(ps.gpu, f, memory) * ps.count
                 charge = slices * charge_milli(f, memory) / 1000
-                out[pool].append(_Job(w.submit_time, slices * share[f.name], charge, w.duration))
-    return out
+                job = _Job(w.submit_time, slices * share[f.name], charge, w.duration)
+                out.setdefault(pool, []).append(job)
+        return out
+
+    return of
 
 
 def _held(jobs: list[_Job], capacity: float, start: int, end: int) -> float:
@@ -164,8 +179,9 @@ def wait_alone_p95(
     gpus = {p.name: float(p.gpus) for p in policy.pools}
     only: defaultdict[str, list[tuple[int, _Job]]] = defaultdict(list)  # pool -> (workload, job)
     single: set[int] = set()  # workloads only one pool serves
+    each = _jobs_of(policy)
     for n, w in enumerate(mine):
-        per = _jobs(policy, [w])
+        per = each(w)
         if len(per) == 1:
             ((pool, jobs),) = per.items()
             only[pool] += [(n, j) for j in jobs]

@@ -42,6 +42,7 @@ from gpucarve.config.policy_build import build_policy
 from gpucarve.config.workload_spec import build_workload
 from gpucarve.core.cluster import build_cluster
 from gpucarve.core.policy import Policy
+from gpucarve.core.problems import InvalidInput
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
 from gpucarve.engine import Cause, Engine
@@ -258,6 +259,11 @@ def main() -> None:
             scoring = {k: int(v) for k, v in (x.split("=") for x in args.scoring.split(","))}
         except ValueError:
             sys.exit(f"--scoring {args.scoring}: NAME=WEIGHT,..., e.g. binpack=1,spread=1")
+    try:  # the options become policy fields: checked as the policy checks them, once
+        make_policy(int(args.cases.split(",")[0]), bound, args.consolidate, scoring)
+    except InvalidInput as exc:
+        said = [f"{'.'.join(map(str, p.path))}: {p.message} (fix: {p.fix})" for p in exc.problems]
+        sys.exit("; ".join(said))
     for n in (int(x) for x in args.cases.split(",")):
         row = run_case(
             n, args.pods, args.cycles, args.seed, args.no_delta, bound, args.consolidate, scoring

@@ -129,7 +129,7 @@ def cycle(s: Snapshot, now: int = 0) -> tuple[CycleResult, Snapshot]:
 
 
 def submit(s: Snapshot, *ws: Workload) -> Snapshot:
-    return Snapshot(s.policy, s.cluster, s.running, (*s.pending, *ws))
+    return Snapshot(s.policy, s.cluster, s.running, (*s.pending, *ws), usage=s.usage)
 
 
 def running_ids(s: Snapshot) -> list[str]:

@@ -413,6 +413,7 @@ def _scheduling(spec: PolicySpec) -> SchedulingConfig:
         max_pods_per_cycle=s.maxPodsPerCycle,
         consolidate_max_moves=s.consolidateMaxMoves,
         loans_wait_for_lenders=s.loansWaitForLenders,
+        usage_half_life_s=s.usageHalfLifeSeconds,
     )
 
 

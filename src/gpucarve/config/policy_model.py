@@ -331,6 +331,15 @@ class SchedulingSpec(_Strict):
         "The borrower waits instead, with a reason that names the lender. false (the "
         "default): whatever is unused is lent; see docs/engine.md for what it trades.",
     )
+    usageHalfLifeSeconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=90 * 86400,
+        description="Fair share over time: queues take turns by what they borrow now plus what "
+        "they borrowed recently, each moment's share weighing half as much this many seconds "
+        "later, so a queue that borrowed the cohort all night yields in the morning to one "
+        "that did not. null (the default): by what they borrow now.",
+    )
     maxPodsPerCycle: int | None = Field(
         default=DEFAULT_MAX_PODS_PER_CYCLE,
         ge=1,

@@ -482,6 +482,9 @@ class SchedulingConfig:
     # quota waits (engine.quota.Quotas.waiting): a loan made then is reclaimed as soon as room
     # for that work appears, and the borrower's progress is thrown away.
     loans_wait_for_lenders: bool = False
+    # Queues take turns by what they borrow now plus what they borrowed recently, decayed by
+    # this half-life (None: by what they borrow now; core.usage).
+    usage_half_life_s: int | None = None
 
 
 class Minimize(StrEnum):

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from gpucarve.core.cluster import Allocation, ClusterState
 from gpucarve.core.policy import Policy
 from gpucarve.core.runtime import RuntimeBook
+from gpucarve.core.usage import UsageBook
 from gpucarve.core.workload import PartialGang, RunningWorkload, Workload
 
 
@@ -80,6 +81,9 @@ class Snapshot:
     # How long finished work of each kind ran (the driver's book, as it stands): what
     # reservations judge expected ends by. Not compared: it is history, not cluster state.
     runtimes: RuntimeBook = field(default_factory=RuntimeBook, compare=False, repr=False)
+    # What each queue borrowed recently, decayed (scheduling.usageHalfLifeSeconds): the
+    # driver's book too, carried from each cycle's result to the next snapshot.
+    usage: UsageBook = field(default_factory=UsageBook, compare=False, repr=False)
 
     def delta_with(self, step: Step | None = None) -> Delta:
         """The delta of a snapshot derived from this one by `step` (none: same cluster)."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpucarve.engine.apply import apply as apply_cycle
-    from gpucarve.engine.apply import apply_in, derive, finish, finish_in
+    from gpucarve.engine.apply import apply_in, derive, finish, finish_in, usage_moved_on
     from gpucarve.engine.decisions import (
         Admission,
         Cause,
@@ -82,6 +82,7 @@ _WHERE: dict[str, tuple[str, str]] = {
     "smallest_needs": ("gpucarve.engine.stranded", "smallest_needs"),
     "stranded_slices": ("gpucarve.engine.stranded", "stranded_slices"),
     "usage_after": ("gpucarve.engine.usage", "usage_after"),
+    "usage_moved_on": ("gpucarve.engine.apply", "usage_moved_on"),
     "victim_order_names": ("gpucarve.engine.victims", "victim_order_names"),
 }
 
@@ -132,5 +133,6 @@ __all__ = [
     "smallest_needs",
     "stranded_slices",
     "usage_after",
+    "usage_moved_on",
     "victim_order_names",
 ]

@@ -12,14 +12,18 @@ from it; `apply` and `finish` wrap them for immutable snapshots.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, MutableMapping
 from types import MappingProxyType
 
 from gpucarve.core.cluster import Allocation, Slice
 from gpucarve.core.snapshot import Snapshot, Step
+from gpucarve.core.usage import UsageBook
 from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.engine.decisions import CycleResult
 from gpucarve.engine.invariants import InvariantViolation
+from gpucarve.engine.quota import Quotas
+from gpucarve.engine.usage import usage_after
 
 
 def apply_in(
@@ -129,6 +133,7 @@ def derive(
         snapshot.delta_with(step),
         snapshot.mig_changed_at,
         runtimes=snapshot.runtimes,
+        usage=snapshot.usage,
     )
 
 
@@ -137,7 +142,10 @@ def apply(snapshot: Snapshot, result: CycleResult, requeue: bool = True) -> Snap
     running = {rw.workload.id: rw for rw in snapshot.running}
     pending = {w.id: w for w in snapshot.pending}
     step = apply_in(snapshot.cluster.slices, allocations, running, pending, result, requeue)
-    return derive(snapshot, allocations, running, pending, step)
+    after = derive(snapshot, allocations, running, pending, step)
+    if result.usage is not None:
+        after = dataclasses.replace(after, usage=result.usage)
+    return after
 
 
 def finish(snapshot: Snapshot, *workload_ids: str) -> Snapshot:
@@ -146,3 +154,15 @@ def finish(snapshot: Snapshot, *workload_ids: str) -> Snapshot:
     running = {rw.workload.id: rw for rw in snapshot.running}
     step = finish_in(allocations, running, workload_ids)
     return derive(snapshot, allocations, running, snapshot.pending, step)
+
+
+def usage_moved_on(snapshot: Snapshot, now: int) -> UsageBook:
+    """The snapshot's usage book moved on to `now`, holding what its running work borrows
+    from then on: the driver's step when work ends between cycles, so that the time after it
+    is not counted as borrowed (scheduling.usageHalfLifeSeconds; the book as it is without)."""
+    half_life = snapshot.policy.scheduling.usage_half_life_s
+    if half_life is None:
+        return snapshot.usage
+    held = usage_after(snapshot.running, CycleResult(now))
+    shares = Quotas(snapshot.policy, dict(held)).borrowed_shares()
+    return snapshot.usage.moved_on(now, half_life, shares)

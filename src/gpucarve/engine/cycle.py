@@ -38,6 +38,7 @@ import heapq
 from collections import deque
 
 from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.usage import UsageBook
 from gpucarve.core.workload import Workload
 from gpucarve.engine import (
     consolidate,
@@ -142,7 +143,16 @@ class Cycle:
             tuple(s.decided.reservations),
             idle.account(s),
             tuple(s.decided.drains),
+            self._usage(),
         )
+
+    def _usage(self) -> UsageBook | None:
+        """The usage book moved on to now, holding what the queues borrow after the cycle."""
+        s = self.state
+        half_life = s.cfg.usage_half_life_s
+        if half_life is None:
+            return None
+        return s.snapshot.usage.moved_on(s.now, half_life, s.quotas.borrowed_shares())
 
     def _defer(
         self,
@@ -173,5 +183,6 @@ class Cycle:
         s = self.state
         cached = self._shares.get(queue)
         if cached is None or cached[0] != s.ws.usage_version:
-            cached = self._shares[queue] = (s.ws.usage_version, s.quotas.fair_share(queue))
+            share = s.quotas.fair_share(queue, s.recent.get(queue, 0))
+            cached = self._shares[queue] = (s.ws.usage_version, share)
         return (cached[1], -head.priority, head.submit_time, queue)

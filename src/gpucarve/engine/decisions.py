@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from gpucarve.core.amounts import FlavorName, QuotaKey
 from gpucarve.core.mig import Instance
+from gpucarve.core.usage import UsageBook
 from gpucarve.core.workload import PodAssignment
 
 
@@ -205,6 +206,9 @@ class CycleResult:
     idle: tuple[Idle, ...] = ()
     # GPUs of dynamic MIG pools kept free of new work to empty for a repartition
     drains: tuple[Drain, ...] = ()
+    # the usage book as of this cycle, for the next snapshot (scheduling.usageHalfLifeSeconds;
+    # None when it is unset)
+    usage: UsageBook | None = None
 
     def pending_reason(self, workload: str) -> PendingReason | None:
         for p in self.pending:

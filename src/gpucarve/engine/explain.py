@@ -107,14 +107,22 @@ def _runtime(snapshot: Snapshot, w: Workload) -> str:
     return f"{seconds} s, by {WHENCE[whence]}"
 
 
-def _fair_share(snapshot: Snapshot, quotas: Quotas, queue: str) -> str:
+def _fair_share(snapshot: Snapshot, quotas: Quotas, queue: str, now: int) -> str:
+    half_life = snapshot.policy.scheduling.usage_half_life_s
+    recent = snapshot.usage.at(now, half_life) if half_life else {}
     waiting = sorted({w.queue for w in snapshot.pending} | {queue})
-    order = sorted(waiting, key=lambda q: (quotas.fair_share(q), q))
-    share = quotas.fair_share(queue) / (SCALE * SCALE)
+    order = sorted(waiting, key=lambda q: (quotas.fair_share(q, recent.get(q, 0)), q))
+    share = quotas.borrowed_share(queue) / (SCALE * SCALE)
     weight = quotas.queues[queue].weight_milli / 1000
+    past = ""
+    if half_life:
+        past = (
+            f" plus {recent.get(queue, 0) / (SCALE * SCALE):.3f} borrowed recently "
+            f"(half-life {half_life}s, scheduling.usageHalfLifeSeconds)"
+        )
     return (
-        f"borrowed share {share:.3f} over weight {weight:g}: turn {order.index(queue) + 1} of "
-        f"{len(order)} queues with work waiting (lowest share first)"
+        f"borrowed share {share:.3f}{past} over weight {weight:g}: turn "
+        f"{order.index(queue) + 1} of {len(order)} queues with work waiting (lowest share first)"
     )
 
 
@@ -168,7 +176,7 @@ def explain(snapshot: Snapshot, result: CycleResult, workload: str) -> Explanati
         tried=() if pend is None else pend.tried,
         admission=admission,
         quota=tuple(lines),
-        fair_share=_fair_share(snapshot, quotas, w.queue),
+        fair_share=_fair_share(snapshot, quotas, w.queue, result.now),
         idle=_idle(result, w.id, demand) if pend is not None else (),
         runtime=_runtime(snapshot, w),
     )

@@ -329,8 +329,9 @@ class Quotas:
             return 0
         return min(self._reach_key(queue, key) // cost for key, cost in keys)
 
-    def fair_share(self, queue: str) -> int:
-        """Dominant share of what the queue borrows, over its weight (lower goes first)."""
+    def borrowed_share(self, queue: str) -> int:
+        """Dominant share of what the queue borrows of its cohort's pool (SCALE squared for
+        all of it), before its weight."""
         q = self.queues[queue]
         if q.cohort is None:
             return 0
@@ -340,4 +341,15 @@ class Quotas:
             if borrowed:
                 pool = max(1, self.pool.get((q.cohort, quota.flavor), 0))
                 share = max(share, borrowed * SCALE * SCALE // pool)
-        return share * SCALE // max(1, q.weight_milli)
+        return share
+
+    def fair_share(self, queue: str, recent: int = 0) -> int:
+        """Dominant share of what the queue borrows, plus `recent` (what it borrowed
+        recently, decayed: core.usage), over its weight (lower goes first)."""
+        q = self.queues[queue]
+        return (self.borrowed_share(queue) + recent) * SCALE // max(1, q.weight_milli)
+
+    def borrowed_shares(self) -> dict[str, int]:
+        """Each queue's borrowed share now, those that borrow (what the usage book holds)."""
+        out = {q: self.borrowed_share(q) for q in sorted(self.queues)}
+        return {q: v for q, v in out.items() if v > 0}

@@ -242,6 +242,9 @@ class CycleState:
         self.now = now
         self.ws = ws
         self.quotas = Quotas(self.policy, self.ws.usage)
+        # what each queue borrowed recently, decayed to now (empty without a half-life)
+        half_life = self.cfg.usage_half_life_s
+        self.recent = snapshot.usage.at(now, half_life) if half_life else {}
         self.ceilings = Ceilings(self.ws, self.quotas)
         self.preemptor = Preemptor(
             self.ws, self.quotas, now, self.cfg.min_runtime_s, victim_order(self.cfg.victim_order)

@@ -34,6 +34,8 @@ from typing import Any
 
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.snapshot import Snapshot
+from gpucarve.core.usage import UsageBook
+from gpucarve.core.vocabulary import GROUP, VERSION
 from gpucarve.engine import Engine, apply_cycle
 from gpucarve.engine.invariants import InvariantViolation, check_step
 from gpucarve.kube.api.client import ApiError, Client
@@ -183,6 +185,9 @@ class Scheduler:
         self.past_budget = PastBudget(policy.scheduling.reclaim_past_budget_s)
         self.short_gangs = ShortGangs()
         self.runtimes = RuntimeLearner(self.metrics.observe_finished)
+        # what the queues borrowed recently (scheduling.usageHalfLifeSeconds), carried from
+        # cycle to cycle; read back from the Queues' statuses when this scheduler starts to lead
+        self.usage = UsageBook()
         self.node_problems: set[str] = set()
         self.mig = MigHandoff(client, policy, config.mig, clock, self._repartitioned)
         self.dynamic_mig = any(p.mig_dynamic is not None for p in policy.pools)
@@ -307,6 +312,27 @@ class Scheduler:
                 if time.monotonic() > deadline:
                     raise ApiError("LIST", inf.path, 0, f"no list within {timeout_s:.0f} s")
 
+    def _usage_as_kept(self) -> UsageBook:
+        """The usage book as the Queues' statuses keep it, in this scheduler's seconds (a
+        leader that went away, or this process before a restart, wrote it); empty without a
+        half-life, or when the Queues cannot be read (their work then only turns earlier)."""
+        if self.policy.scheduling.usage_half_life_s is None:
+            return UsageBook()
+        try:
+            listed = self.client.get(f"/apis/{GROUP}/{VERSION}/queues")
+        except ApiError as exc:
+            log.warning("queues' fair-share usage not read, starting from none: %s", exc)
+            return UsageBook()
+        kept = {
+            str(item.get("metadata", {}).get("name")): item.get("status", {}).get("fairShare", {})
+            for item in listed.get("items", [])
+            if isinstance(item, dict)
+        }
+        book = UsageBook.from_statuses({q: v for q, v in kept.items() if isinstance(v, dict)})
+        if book.as_of is None:
+            return book
+        return UsageBook(book.as_of - int(self.epoch.timestamp()), book.decayed, book.held)
+
     def stop(self) -> None:
         for inf in self._informers():
             inf.stop()
@@ -319,6 +345,7 @@ class Scheduler:
         if stop.is_set():
             return
         self.publish_mig_configs()
+        self.usage = self._usage_as_kept()
         if self.health is not None:
             self.health.synced = True
         self.metrics.leader.set(1)  # leading (or alone): the loop runs from here
@@ -558,7 +585,7 @@ class Scheduler:
         observed, self._observed = self._observed, view.layers
         hint = None if view.layers is None else maybe_gone(observed, view.layers)
         self.runtimes.observe(view.snapshot, view.running_pods, self._phase_of, now, hint)
-        snapshot = dataclasses.replace(snapshot, runtimes=self.runtimes.book)
+        snapshot = dataclasses.replace(snapshot, runtimes=self.runtimes.book, usage=self.usage)
         snapshot = self.short_gangs.dated(view, snapshot, now)
         snapshot = self._stepped(snapshot, layers)
         return Observed(view, snapshot, now, backing)
@@ -569,6 +596,8 @@ class Scheduler:
         started = time.perf_counter()  # a duration for the metrics, never read by a decision
         result = self.engine.run_cycle(snapshot, seen.now)
         took = time.perf_counter() - started
+        if result.usage is not None:
+            self.usage = result.usage
         self.cycles += 1
         if self.cfg.check_invariants:
             check_step(snapshot, result, apply_cycle(snapshot, result))

@@ -20,11 +20,13 @@ def queue_statuses(
     result: CycleResult,
     also_pending: Sequence[Workload] = (),
     held: Held | None = None,
+    epoch_s: int = 0,
 ) -> dict[str, dict[str, Any]]:
     """Per queue of the policy, its status after `result` (evictions gone, admissions in);
     `also_pending`: workloads kept out of the cycle (waiting for their victims to exit).
     `held`: what the engine that ran the cycle says the queues hold after it
-    (`Engine.held`), which spares a pass over `running`."""
+    (`Engine.held`), which spares a pass over `running`. `epoch_s`: the time (seconds since
+    1970) the cycle's seconds count from, for the usage book's `asOf`."""
     pending: Counter[str] = Counter()
     usage: dict[str, Counter[FlavorName]] = {q.name: Counter() for q in policy.queues}
     after = Counter(held.slices) if held is not None else usage_after(running, result)
@@ -57,6 +59,10 @@ def queue_statuses(
             "usage": dict(sorted(used.items())),
             "borrowed": dict(sorted(borrowed.items())),
         }
+        if result.usage is not None:
+            # where a restarted scheduler, or a new leader, goes on from (core.usage)
+            fair = result.usage.to_status(q.name)
+            out[q.name]["fairShare"] = fair | {"asOf": max(0, fair["asOf"] + epoch_s)}
     return out
 
 

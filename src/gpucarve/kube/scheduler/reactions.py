@@ -173,7 +173,7 @@ class Reasons:
         waiting = s.waiting(d.backing)
         why = {w: r.reason for w, r in s.refused.items()} | dict(d.backing)
         d.report.pending = s.reporter.pending(d.view, d.result, waiting, why)
-        s.reporter.queues(s.policy, d.view, d.result, waiting, s.engine.held)
+        s.reporter.queues(s.policy, d.view, d.result, waiting, s.engine.held, s.epoch)
 
 
 class Metrics:

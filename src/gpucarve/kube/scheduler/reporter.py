@@ -100,6 +100,7 @@ class Reporter:
         result: CycleResult,
         waiting: dict[str, frozenset[str]],
         held: Callable[[], Held | None] | None = None,
+        epoch: datetime | None = None,
     ) -> None:
         """Each Queue's status after the cycle, written where it changed; worked out at most
         every `QUEUE_STATUS_EVERY_S` under one policy (a new policy's cycle always). `held`:
@@ -110,8 +111,9 @@ class Reporter:
             return
         self._queues_at = (now, policy)
         waiting_ids = [w for w in view.snapshot.pending if w.id in waiting]
+        epoch_s = int(epoch.timestamp()) if epoch is not None else 0
         for name, status in queue_statuses(
-            policy, view.snapshot.running, result, waiting_ids, held() if held else None
+            policy, view.snapshot.running, result, waiting_ids, held() if held else None, epoch_s
         ).items():
             if self.queue_status.get(name) != status:
                 self.queue_status[name] = status

@@ -64,6 +64,7 @@ def repartition(sim: SimulatorPort, result: CycleResult, now: int) -> None:
         None,
         MappingProxyType(changed),
         runtimes=s.runtimes,
+        usage=s.usage,
     )
     sim.probe = FragmentationProbe(sim.policy, sim.snapshot.cluster)
 

@@ -14,6 +14,7 @@ run is a pure function of its inputs.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import gc
 import heapq
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,7 +26,7 @@ from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.runtime import RuntimeBook
 from gpucarve.core.snapshot import Snapshot, Step
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
-from gpucarve.engine import CycleResult, Engine, apply_in, derive, finish_in
+from gpucarve.engine import CycleResult, Engine, apply_in, derive, finish_in, usage_moved_on
 from gpucarve.engine.decisions import Cause, Eviction
 from gpucarve.engine.invariants import check_step
 from gpucarve.sim.run import failures, mig_replay, slowdown
@@ -159,7 +160,13 @@ class Simulator:
             if past_horizon:
                 break
             arrivals, moved = self._handle_events(loop)
+            ended = bool(self.finished)
             self.flush_finished()
+            if ended and self.policy.scheduling.usage_half_life_s is not None:
+                # what ended stops counting as borrowed now, not at the next cycle
+                self.snapshot = dataclasses.replace(
+                    self.snapshot, usage=usage_moved_on(self.snapshot, now)
+                )
             if arrivals:
                 self._arrive(arrivals)
             stalled, mig_later = self._cycle(loop, progress)
@@ -228,7 +235,7 @@ class Simulator:
         s = self.snapshot
         self.snapshot = Snapshot(
             s.policy, s.cluster, s.running, tuple(self.pend_list), s.delta_with(),
-            s.mig_changed_at, runtimes=s.runtimes,
+            s.mig_changed_at, runtimes=s.runtimes, usage=s.usage,
         )  # fmt: skip
 
     def _cycle(self, loop: _Loop, progress: ProgressHook | None) -> tuple[bool, bool]:
@@ -384,6 +391,8 @@ class Simulator:
         self.snapshot = derive(
             self.snapshot, self.allocs.frozen(), tuple(self.run_list), tuple(self.pend_list), step
         )
+        if result.usage is not None:
+            self.snapshot = dataclasses.replace(self.snapshot, usage=result.usage)
         self.probe.follow(step)
         after = self.live
         for adm in result.admissions:

@@ -622,7 +622,7 @@ def _run_all(
                 bar.update(task, completed=done, description=f"t={now / 3600:.1f} h, {done} done")  # noqa: B023
 
             result = sim.run(progress=tick)
-        results[name] = summarize(result, utilisation, window, dev)
+        results[name] = summarize(result, utilisation, window, dev, policy)
         series[name] = timelines(result, window)
     return results, series
 

@@ -20,6 +20,7 @@ from gpucarve.core.requests import charge_milli, gpu_memory_of
 from gpucarve.core.workload import GpuKind, Workload
 from gpucarve.engine.decisions import Idle, IdleCause
 from gpucarve.sim.run.failures import gpu_seconds_out
+from gpucarve.sim.run.fairness import fairness
 from gpucarve.sim.run.idle import by_cause, idle_gpu_seconds
 from gpucarve.sim.run.records import SimResult
 
@@ -81,11 +82,14 @@ def summarize(
     utilisation: Mapping[str, float] | None = None,
     window: tuple[int, int] | None = None,
     dev: set[str] | None = None,
+    entitlement: Policy | None = None,
 ) -> dict[str, Any]:
     """`window` (start, end) clips the time-weighted figures, so runs that end at different
     times compare over the same stretch; by default from the first arrival to the run's end.
     `dev` names the dev and notebook workloads (by default those asking for shared replicas or
-    fractions; a baseline that turned them into whole GPUs must pass the original set)."""
+    fractions; a baseline that turned them into whole GPUs must pass the original set).
+    `entitlement`: the policy whose queues and cohorts the fairness figures judge by (by
+    default the run's; a baseline passes the policy it stands in for)."""
     policy = result.policy
     util = utilisation or {}
     book = slice_book(policy)
@@ -231,6 +235,13 @@ def summarize(
         "idle_gpu_hours": _total_idle(idle),
         "pools": pools,
         "teams": teams,
+        "fairness": fairness(
+            result,
+            (w_start, w_end),
+            book.gpu,
+            slices,
+            entitlement or policy,
+        ),
     }
 
 

@@ -105,3 +105,44 @@ def test_limits_are_lifted_only_where_the_pool_idled_for_them_and_it_changes_som
     assert quotas["production"]["a100-mig-3g.40gb"]["borrowingLimit"] == 4  # another pool
     # production lends all of its nominal h100-full already: lifting that changes nothing
     assert limits(doc, loaded.policy, {"training": {"cohort-lending": 90.0}}) == []
+
+
+def test_a_queue_past_its_bound_is_offered_a_quarter_of_each_other_queues_quota() -> None:
+    from gpucarve.config.examples import POLICY, example_path
+    from gpucarve.config.policy_build import build_policy, load_policy
+    from gpucarve.sim.recommend.proposals import quota_moves
+
+    loaded = load_policy(example_path(POLICY))
+    doc = loaded.document.data if loaded.document is not None else None
+    assert doc is not None
+    assert quota_moves(doc, loaded.policy, []) == []
+    moves = {p.name: p for p in quota_moves(doc, loaded.policy, ["data-science"])}
+    # every key data science holds, from the queue of its cohort that holds the most there
+    # (research's 16 h100-full before production's 10; production's 16 1g.10gb)
+    assert sorted(moves) == [
+        "quota: 2 a100-mig-2g.20gb from research to data-science",
+        "quota: 3 a100-mig-3g.40gb from production to data-science",
+        "quota: 4 a100-mig-1g.10gb from production to data-science",
+        "quota: 4 h100-full from research to data-science",
+        "quota: 4 l40s-shared from research to data-science",
+    ]
+    # production past its bound: h100-full from research (16), 3g.40gb from data science (4)
+    for_production = {p.name for p in quota_moves(doc, loaded.policy, ["production"])}
+    assert "quota: 4 h100-full from research to production" in for_production
+    assert "quota: 1 a100-mig-3g.40gb from data-science to production" in for_production
+    moved = moves["quota: 4 h100-full from research to data-science"]
+    quotas = {q["name"]: q["quota"] for q in moved.doc["queues"]}
+    assert quotas["research"]["h100-full"] == {"nominal": 12, "borrowingLimit": 16}
+    assert quotas["data-science"]["h100-full"] == {"nominal": 10, "borrowingLimit": 10}
+    assert "nominal 16 → 12" in moved.why and "6 → 10" in moved.why
+    # a giver's lending limit above what it keeps comes down with it
+    (lender,) = [p for p in quota_moves(doc, loaded.policy, ["research"]) if "h100-full" in p.name]
+    assert lender.name == "quota: 2 h100-full from production to research"
+    lent = {q["name"]: q["quota"] for q in lender.doc["queues"]}["production"]["h100-full"]
+    assert lent == {"nominal": 8, "lendingLimit": 8}
+    # the document as read is untouched, and each moved policy validates
+    assert {q["name"]: q["quota"] for q in doc["queues"]}["production"]["h100-full"][
+        "nominal"
+    ] == 10
+    for p in moves.values():
+        build_policy(p.doc, packaged_catalog())

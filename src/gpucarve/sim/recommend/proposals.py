@@ -313,3 +313,62 @@ def limits(
                     )
                 )
     return out
+
+
+# the share of a lender's nominal quota one move hands to a queue past its wait bound
+MOVE_SHARE = 4
+
+
+def quota_moves(doc: Mapping[str, Any], policy: Policy, past: Sequence[str]) -> list[Proposal]:
+    """For each queue past its wait bound and each quota key it holds: a quarter of the
+    nominal quota of the queue of its cohort that holds the most in that key, moved to it (who
+    owns what is the platform team's to decide; the ranking weighs what the giver then waits
+    against its own bound). A giver's lending limit above what it keeps comes down with it."""
+    out = []
+    queues = {q.name: q for q in policy.queues}
+    for name in sorted(past):
+        taker = queues.get(name)
+        if taker is None or taker.cohort is None:
+            continue
+        for key in sorted({x.flavor for x in taker.quotas}):
+            held = [
+                (x.nominal, q.name)
+                for q in policy.queues
+                if q.cohort == taker.cohort and q.name != name
+                for x in q.quotas
+                if x.flavor == key and x.nominal > 0
+            ]
+            if not held:
+                continue
+            _, giver = min(held, key=lambda h: (-h[0], h[1]))  # the most, then by name
+            if moved := _moved(doc, giver, name, key):
+                out.append(moved)
+    return out
+
+
+def _moved(doc: Mapping[str, Any], giver: str, taker: str, key: str) -> Proposal | None:
+    """`doc` with a quarter of `giver`'s nominal in `key` (as the document counts it: slices
+    of a flavor, GPUs of a unit) moved to `taker`; None where there is less than 1 to move."""
+    new = copy.deepcopy(dict(doc))
+    by_name = {q.get("name"): q for q in new.get("queues", []) if isinstance(q, dict)}
+    give = (by_name.get(giver, {}).get("quota") or {}).get(key)
+    take = (by_name.get(taker, {}).get("quota") or {}).get(key)
+    if not isinstance(give, dict) or not isinstance(take, dict):
+        return None
+    had, has = give.get("nominal"), take.get("nominal")
+    if not isinstance(had, int | float) or not isinstance(has, int | float):
+        return None
+    amount = int(had) // MOVE_SHARE
+    if amount < 1:
+        return None
+    give["nominal"] = had - amount
+    take["nominal"] = has + amount
+    lending = give.get("lendingLimit")
+    if isinstance(lending, int | float) and lending > give["nominal"]:
+        give["lendingLimit"] = give["nominal"]
+    return Proposal(
+        f"quota: {amount:g} {key} from {giver} to {taker}",
+        f"{taker} waits past its bound; {giver}'s {key} nominal {had:g} → "
+        f"{give['nominal']:g}, {taker}'s {has:g} → {take['nominal']:g}",
+        new,
+    )

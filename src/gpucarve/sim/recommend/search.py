@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from gpucarve.core.policy import Minimize, Objective, Policy, SchedulingConfig
 from gpucarve.core.workload import Workload
-from gpucarve.sim.recommend.proposals import limits, mig_layout
+from gpucarve.sim.recommend.proposals import limits, mig_layout, quota_moves
 
 HOUR = 3600.0
 MAX_ROUNDS = 4
@@ -54,6 +54,7 @@ GRID: tuple[tuple[str, str, tuple[object, ...]], ...] = (
     ("reserveAfterSeconds", "reserve_after_s", (None, 900, 3_600)),
     ("loansWaitForLenders", "loans_wait_for_lenders", (False, True)),
     ("queueing", "queueing", ("best-effort-fifo", "strict-fifo")),
+    ("usageHalfLifeSeconds", "usage_half_life_s", (None, 3_600, 21_600)),
 )
 
 
@@ -184,13 +185,21 @@ def verdict(objective: Objective, runs: Sequence[Figures], base: Sequence[Figure
     return Verdict(round(value, 3), round(excess / n, 3), tuple(sorted(past)))
 
 
-def changes(doc: Mapping[str, Any], policy: Policy, derive: Case, base: Figures) -> list[Candidate]:
-    """One candidate per change from `doc` (whose replay on `derive` gave `base`); each keeps
-    the changes already made (the caller adds them)."""
+def changes(
+    doc: Mapping[str, Any], policy: Policy, derive: Case, base: Figures, past: Sequence[str] = ()
+) -> list[Candidate]:
+    """One candidate per change from `doc` (whose replay on `derive` gave `base`, and left the
+    queues `past` their wait bounds); each keeps the changes already made (the caller adds
+    them)."""
     out = [_set(doc, key, value) for key, attr, values in GRID
            for value in values if value != _current(policy.scheduling, attr)]  # fmt: skip
     idle = base.idle_by_pool
-    for prop in [*limits(doc, policy, idle), *mig_layout(doc, policy, derive.workloads, idle)]:
+    proposals = [
+        *limits(doc, policy, idle),
+        *mig_layout(doc, policy, derive.workloads, idle),
+        *quota_moves(doc, policy, past),
+    ]
+    for prop in proposals:
         out.append(Candidate((Change(prop.name, prop.name, prop.why),), prop.doc))
     return out
 
@@ -265,7 +274,9 @@ def _round(
     steps: list[Step] = []
     # the idle accounting's changes follow the first derive trace (their demand, layouts and
     # limits are fitted to one trace); every candidate is judged on all of them
-    for change in changes(here.candidate.doc, here.policy, derive[0], here.figures[0]):
+    for change in changes(
+        here.candidate.doc, here.policy, derive[0], here.figures[0], here.derived.past
+    ):
         made = load(change.doc)
         if isinstance(made, str):
             progress(f"recommend: {change.name}: the change does not validate ({made})")

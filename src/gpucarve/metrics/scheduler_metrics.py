@@ -23,7 +23,7 @@ from gpucarve.core.amounts import FlavorName, QuotaKey
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
-from gpucarve.engine import Quotas, usage_after
+from gpucarve.engine import SCALE, Quotas, usage_after
 from gpucarve.engine.decisions import CycleResult, Idle, PendingReason, Plugin, Stage
 from gpucarve.metrics.fragmentation import pool_slices
 
@@ -155,6 +155,13 @@ class SchedulerMetrics:
             "GPUs of a dynamic MIG pool kept free of new work to empty for a repartition "
             "(mig.dynamic.drain)",
             ["pool"],
+            registry=r,
+        )
+        self.recent_share = Gauge(
+            "gpucarve_queue_recent_borrowed_share",
+            "What the queue borrowed recently, as a share of its cohort decayed by "
+            "scheduling.usageHalfLifeSeconds (0 to 1; absent without a half-life)",
+            q,
             registry=r,
         )
         self.reserved_start = Gauge(
@@ -298,6 +305,7 @@ class SchedulerMetrics:
         for (queue, stage), n in sorted(pending.items()):
             self.pending.labels(queue, stage).set(n)
         self._reservations(policy, result)
+        self._recent(policy, result)
         self._drains(snapshot, result)
         self._idle(snapshot, result)
         submitted = {w.id: w for w in snapshot.pending}
@@ -315,6 +323,15 @@ class SchedulerMetrics:
         self._seen.update(p.workload for p in result.pending)
         self._seen.difference_update(a.workload for a in result.admissions)
         self.last_cycle.observe(snapshot, result)
+
+    def _recent(self, policy: Policy, result: CycleResult) -> None:
+        """Each queue's decayed borrowed share as the cycle left it (core.usage)."""
+        self.recent_share.clear()
+        if result.usage is None:
+            return
+        for q in policy.queues:
+            share = result.usage.decayed.get(q.name, 0) / (SCALE * SCALE)
+            self.recent_share.labels(q.name).set(share)
 
     def observe_finished(self, w: Workload, started: int, now: int) -> None:
         """A workload that ran to the end (its pods all Succeeded)."""

@@ -190,3 +190,24 @@ def test_draining_gpus_and_unit_quotas_are_exported() -> None:
     # the team's quota is one GPU unit: reported in GPUs (3g.40gb + 1g.10gb = 0.625)
     assert value(m, "gpucarve_queue_nominal_slices", queue="team", flavor="a100") == 2
     assert value(m, "gpucarve_queue_usage_slices", queue="team", flavor="a100") == 0.625
+
+
+def test_the_recent_borrowed_share_is_a_gauge_with_a_half_life_only() -> None:
+    import dataclasses
+
+    m = SchedulerMetrics()
+    s = snapshot(P, [workload(P, "big", "a", gpus=8, pods=2)])
+    result, s = cycle(s, 0)
+    m.observe_cycle(s, result, 0.01)
+    assert not [k for k in samples(m) if k[0] == "gpucarve_queue_recent_borrowed_share"]
+    timed = dataclasses.replace(
+        P, scheduling=dataclasses.replace(P.scheduling, usage_half_life_s=3600)
+    )
+    s = snapshot(timed, [workload(timed, "big", "a", gpus=8, pods=2)])
+    _, s = cycle(s, 0)
+    # a borrowed half the cohort for an hour, one half-life: a quarter
+    s = submit(s, workload(timed, "more", "b", gpus=8, submit=3600))
+    result = run_cycle(s, 3600)
+    m.observe_cycle(s, result, 0.01)
+    assert value(m, "gpucarve_queue_recent_borrowed_share", queue="a") == pytest.approx(0.25)
+    assert value(m, "gpucarve_queue_recent_borrowed_share", queue="b") == 0

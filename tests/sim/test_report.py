@@ -80,6 +80,10 @@ def test_report_is_valid_html_with_plots(tmp_path: Path) -> None:
         "Pools: allocation / SM utilisation",
         "Teams: wait p95 / GPU-hours / cost (USD)",
         "Idle GPU-hours by cause",
+        # fairness per cohort and pool, for every policy (baselines judged by the policy)
+        "Fairness: share received / entitled (worst hour&#x27;s deviation)",
+        "company / training: Jain&#x27;s index, hourly mean",
+        "<dt>fairness</dt>",
         "<dt>kube-default</dt>",
         "<dt>SM-weighted utilisation</dt>",
         "<dt>GPU allocation</dt>",

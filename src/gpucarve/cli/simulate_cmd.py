@@ -124,7 +124,39 @@ def _table_data(results: dict[str, dict[str, Any]]) -> list[report.Table]:
         "teams",
         lambda t: f"{_hours(t['wait_p95_s'])} / {t['gpu_hours']:,.0f} / {t['cost_usd']:,.0f}",
     )
-    return [pools, teams, _idle_table(results)]
+    tables = [pools, teams, _idle_table(results)]
+    fairness = _fairness_table(results)
+    return tables if fairness is None else [*tables, fairness]
+
+
+def _fairness_table(results: dict[str, dict[str, Any]]) -> report.Table | None:
+    """Per cohort, pool and queue: share received / entitled over the run, and the worst
+    hour's deviation; per pool Jain's index (mean over hours). None without cohorts."""
+    names = list(results)
+    first = results[names[-1]].get("fairness") or {}
+    rows = []
+    for cohort, pools in sorted(first.items()):
+        for pool, figures in sorted(pools.items()):
+            at = [(results[n].get("fairness") or {}).get(cohort, {}).get(pool) for n in names]
+            rows.append(
+                [f"{cohort} / {pool}: Jain's index, hourly mean"]
+                + ["-" if f is None else f"{f['jain_mean']:.2f}" for f in at]
+            )
+            for queue in sorted(figures["queues"]):
+                cells = []
+                for f in at:
+                    q = None if f is None else f["queues"].get(queue)
+                    cells.append(
+                        "-"
+                        if q is None
+                        else f"{_pct(q['share_received'])} / {_pct(q['share_entitled'])} "
+                        f"({q['deviation_worst_hour']:.2f})"
+                    )
+                rows.append([f"{cohort} / {pool}: {queue}", *cells])
+    if not rows:
+        return None
+    title = "Fairness: share received / entitled (worst hour's deviation)"
+    return title, ["cohort / pool", *names], rows
 
 
 def _rich(table: report.Table) -> Table:

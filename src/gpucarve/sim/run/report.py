@@ -221,6 +221,14 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
         "GPU-hours of evicted work since its last start: work done again.",
     ),
     (
+        "fairness",
+        "Per cohort and pool, each queue's share of the GPUs the cohort's queues hold nominal "
+        "quota in there: received against entitled (its nominal as far as its demand reaches, "
+        "what others leave divided by weight, none past its demand), over the run; the worst "
+        "hour's deviation between them; Jain's index of received over entitled per hour (1: "
+        "every queue got its share).",
+    ),
+    (
         "idle by cause",
         "GPUs free while work waited, by what kept the first waiting workload "
         "that could use them off (its quota, borrowing limit, what the cohort lends, a gang larger "

@@ -259,6 +259,8 @@ def queues(frame: Frame) -> dict[str, Any]:
     q = Quotas(policy, dict(after))
     pending: Counter[str] = Counter(p.queue for p in frame.result.pending)
     lent = _lent(q, policy)
+    book = frame.result.usage  # with scheduling.usageHalfLifeSeconds only
+    recent = book.decayed if book is not None else {}
     out = []
     for queue in policy.queues:
         rows = [
@@ -272,7 +274,13 @@ def queues(frame: Frame) -> dict[str, Any]:
                 "weight": queue.weight_milli / 1000,
                 "namespaces": list(queue.namespaces),
                 "pending": pending[queue.name],
-                "fairShare": round(q.fair_share(queue.name) / SCALE**2, 4),
+                "fairShare": round(
+                    q.fair_share(queue.name, recent.get(queue.name, 0)) / SCALE**2, 4
+                ),
+                # what it borrowed recently, decayed (None: the policy sets no half-life)
+                "recentBorrowedShare": None
+                if book is None
+                else round(recent.get(queue.name, 0) / SCALE**2, 4),
                 "quota": rows,
             }
         )

@@ -270,3 +270,30 @@ def test_an_eviction_is_listed_with_the_work_it_destroyed_and_names_only_for_who
     (event,) = body["events"]
     assert event["workload"] == "research/train0"
     assert event["by"] == event["message"] == "(not yours to see)"
+
+
+def test_a_queues_standing_counts_what_it_borrowed_recently_with_a_half_life() -> None:
+    from tests.engine.builders import cycle, policy, pool, queue, submit, workload
+    from tests.engine.builders import snapshot as fresh
+
+    def standing(half_life: int | None) -> dict[str, Any]:
+        extra = {} if half_life is None else {"usageHalfLifeSeconds": half_life}
+        p = policy(
+            pools=[pool("train", "H100-SXM5-80GB", 2, 8)],
+            cohorts=[{"name": "c"}],
+            queues=[
+                queue("a", {"h100-full": {"nominal": 8}}, cohort="c"),
+                queue("b", {"h100-full": {"nominal": 8}}, cohort="c"),
+            ],
+            scheduling={"minRuntimeSeconds": 0, **extra},
+        )
+        _, s = cycle(fresh(p, [workload(p, "big", "a", gpus=8, pods=2)]), 0)
+        s = submit(s, workload(p, "next", "b", gpus=8, pods=2, submit=3600))
+        return {q["name"]: q for q in model.queues(Frame(s, run_cycle(s, 3600)))["queues"]}
+
+    plain = standing(None)
+    assert plain["a"]["recentBorrowedShare"] is None and plain["a"]["fairShare"] == 0.5
+    timed = standing(3600)
+    # half the cohort borrowed for one half-life: a quarter, on top of the half it borrows now
+    assert timed["a"]["recentBorrowedShare"] == 0.25 and timed["a"]["fairShare"] == 0.75
+    assert timed["b"]["recentBorrowedShare"] == 0

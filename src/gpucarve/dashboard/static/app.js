@@ -199,7 +199,7 @@ async function queuesPage(main) {
   const q = await api("/api/queues");
   for (const queue of q.queues) {
     main.append(h("h2", {}, `Queue ${queue.name}`),
-      h("p", { class: "muted" }, `cohort ${queue.cohort ?? "none"} · weight ${queue.weight} · fair-share standing ${fmt(queue.fairShare, 3)} (borrowed share over weight, lower goes first) · ${queue.pending} pending · namespaces ${queue.namespaces.join(", ")}`));
+      h("p", { class: "muted" }, `cohort ${queue.cohort ?? "none"} · weight ${queue.weight} · fair-share standing ${fmt(queue.fairShare, 3)} (borrowed share${queue.recentBorrowedShare === null ? "" : ` plus ${fmt(queue.recentBorrowedShare, 3)} borrowed recently`} over weight, lower goes first) · ${queue.pending} pending · namespaces ${queue.namespaces.join(", ")}`));
     const rows = queue.quota.map((r) => [r.key, r.unit, fmt(r.nominal), fmt(r.used), fmt(r.borrowed), fmt(r.lent),
       r.borrowingLimit === null ? "none" : fmt(r.borrowingLimit), r.lendingLimit === null ? "none" : fmt(r.lendingLimit), spark(q.history, queue.name, r.key, r.nominal)]);
     main.append(table(["Quota", "Unit", "Nominal", "Used", "Borrowed", "Lent", "Borrowing limit", "Lending limit", "Used over time"], rows, [2, 3, 4, 5, 6, 7]));

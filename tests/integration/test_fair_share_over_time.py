@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from gpucarve.cli.main import app
 from gpucarve.devcluster.stack import LocalStack
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import create_pod, delete_all, node_of, pod, pods_in
@@ -105,5 +107,12 @@ def test_the_queue_that_borrowed_yields_after_a_restart(
             bound = {"serve": _bound(api, "serve"), "batch": _bound(api, "batch")}
             assert bound == {"serve": ["m0", "m1"], "batch": ["m0"]}, bound
             assert sorted(pods_in(api, "batch")) == ["m0", "m1"]  # m1 waits, never evicted
+        # `gpucarve explain` on the cluster reads the same book from the Queues' statuses
+        args = ["explain", "batch/m1", "--policy", str(policy_file)]
+        result = CliRunner().invoke(app, [*args, "--kubeconfig", str(kube.kubeconfig())])
+        assert result.exit_code == 0, result.output
+        (line,) = [x for x in result.stdout.splitlines() if "borrowed recently" in x]
+        recent = float(line.split(" plus ")[1].split()[0])
+        assert recent > 0, line
     finally:
         delete_all(api, NAMESPACES)

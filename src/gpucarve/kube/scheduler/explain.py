@@ -6,6 +6,7 @@ PodGroups of both kinds, Jobs), read once; the same view and engine cycle the sc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +18,7 @@ from gpucarve.engine import run_whole_cycle
 from gpucarve.engine.explain import Explanation, explain, render
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.scheduler.claim_writer import RESOURCE
+from gpucarve.kube.scheduler.queue_status import usage_as_kept
 from gpucarve.kube.view.cluster_view import View, build_view, key
 from gpucarve.kube.view.nodes.devices import read_slices
 from gpucarve.kube.view.nodes.inventory import build_inventory
@@ -107,8 +109,10 @@ def explain_pod(
         lines.append(not_ours(obj, policy, scheduler))
         return PodExplanation(pod_key, tuple(lines), None)
     now_s = max(0, int((now - epoch).total_seconds()))
-    result = run_whole_cycle(view.snapshot, now_s)
-    e = explain(view.snapshot, result, workload)
+    # the turns the scheduler gives: what the queues borrowed recently, as their statuses keep it
+    snapshot = dataclasses.replace(view.snapshot, usage=usage_as_kept(client, policy, epoch))
+    result = run_whole_cycle(snapshot, now_s)
+    e = explain(snapshot, result, workload)
     lines += _gang_lines(view, obj, workload)
     lines += render(e) if e is not None else []
     return PodExplanation(pod_key, tuple(lines), e)

@@ -35,7 +35,6 @@ from typing import Any
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.usage import UsageBook
-from gpucarve.core.vocabulary import GROUP, VERSION
 from gpucarve.engine import Engine, apply_cycle
 from gpucarve.engine.invariants import InvariantViolation, check_step
 from gpucarve.kube.api.client import ApiError, Client
@@ -59,6 +58,7 @@ from gpucarve.kube.scheduler.mig_handoff import HandoffConfig, MigHandoff
 from gpucarve.kube.scheduler.node_labels import label_nodes
 from gpucarve.kube.scheduler.observed import Observer
 from gpucarve.kube.scheduler.policy_reload import PolicyReloader
+from gpucarve.kube.scheduler.queue_status import usage_as_kept
 from gpucarve.kube.scheduler.reactions import REACTIONS, CycleReport, Decided, Reaction
 from gpucarve.kube.scheduler.reporter import Reporter
 from gpucarve.kube.scheduler.runtimes import RuntimeLearner
@@ -312,27 +312,6 @@ class Scheduler:
                 if time.monotonic() > deadline:
                     raise ApiError("LIST", inf.path, 0, f"no list within {timeout_s:.0f} s")
 
-    def _usage_as_kept(self) -> UsageBook:
-        """The usage book as the Queues' statuses keep it, in this scheduler's seconds (a
-        leader that went away, or this process before a restart, wrote it); empty without a
-        half-life, or when the Queues cannot be read (their work then only turns earlier)."""
-        if self.policy.scheduling.usage_half_life_s is None:
-            return UsageBook()
-        try:
-            listed = self.client.get(f"/apis/{GROUP}/{VERSION}/queues")
-        except ApiError as exc:
-            log.warning("queues' fair-share usage not read, starting from none: %s", exc)
-            return UsageBook()
-        kept = {
-            str(item.get("metadata", {}).get("name")): item.get("status", {}).get("fairShare", {})
-            for item in listed.get("items", [])
-            if isinstance(item, dict)
-        }
-        book = UsageBook.from_statuses({q: v for q, v in kept.items() if isinstance(v, dict)})
-        if book.as_of is None:
-            return book
-        return UsageBook(book.as_of - int(self.epoch.timestamp()), book.decayed, book.held)
-
     def stop(self) -> None:
         for inf in self._informers():
             inf.stop()
@@ -345,7 +324,7 @@ class Scheduler:
         if stop.is_set():
             return
         self.publish_mig_configs()
-        self.usage = self._usage_as_kept()
+        self.usage = usage_as_kept(self.client, self.policy, self.epoch)
         if self.health is not None:
             self.health.synced = True
         self.metrics.leader.set(1)  # leading (or alone): the loop runs from here

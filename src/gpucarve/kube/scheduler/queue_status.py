@@ -1,17 +1,26 @@
 """What the scheduler writes into each Queue's status after a cycle: workloads admitted and
-pending, and slices used and borrowed (beyond nominal) per flavor; GPUs per GPU unit."""
+pending, and slices used and borrowed (beyond nominal) per flavor; GPUs per GPU unit; with a
+half-life, what each queue borrowed recently (`fairShare`), which a scheduler that starts to
+lead, and `gpucarve explain` on a cluster, read back (`usage_as_kept`)."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from gpucarve.core.amounts import FlavorName, as_key
 from gpucarve.core.policy import Policy
+from gpucarve.core.usage import UsageBook
+from gpucarve.core.vocabulary import GROUP, VERSION
 from gpucarve.core.workload import RunningWorkload, Workload
 from gpucarve.engine import Held, Quotas, evicted_pods, usage_after
 from gpucarve.engine.decisions import CycleResult
+from gpucarve.kube.api.client import ApiError, Client
+
+log = logging.getLogger("gpucarve.scheduler")
 
 
 def queue_statuses(
@@ -78,3 +87,25 @@ def _admitted(running: Sequence[RunningWorkload], result: CycleResult) -> Counte
         if a.workload not in ran:  # not a running gang that grew
             admitted[a.queue] += 1
     return admitted
+
+
+def usage_as_kept(client: Client, policy: Policy, epoch: datetime) -> UsageBook:
+    """The usage book as the Queues' statuses keep it, in seconds from `epoch` (a leader that
+    went away, or this process before a restart, wrote it); empty without a half-life, or
+    when the Queues cannot be read (their work then only turns earlier)."""
+    if policy.scheduling.usage_half_life_s is None:
+        return UsageBook()
+    try:
+        listed = client.get(f"/apis/{GROUP}/{VERSION}/queues")
+    except ApiError as exc:
+        log.warning("queues' fair-share usage not read, starting from none: %s", exc)
+        return UsageBook()
+    kept = {
+        str(item.get("metadata", {}).get("name")): item.get("status", {}).get("fairShare", {})
+        for item in listed.get("items", [])
+        if isinstance(item, dict)
+    }
+    book = UsageBook.from_statuses({q: v for q, v in kept.items() if isinstance(v, dict)})
+    if book.as_of is None:
+        return book
+    return UsageBook(book.as_of - int(epoch.timestamp()), book.decayed, book.held)

@@ -21,30 +21,20 @@ import dataclasses
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from keep_busy import summary_of
 
 from gpucarve.config.examples import POLICY, example_path
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.policy import Policy
-from gpucarve.sim.run.metrics import summarize
-from gpucarve.sim.run.records import SimConfig
-from gpucarve.sim.run.runner import Simulator
-from gpucarve.sim.traces.policy_scenario import scenario_for
-from gpucarve.sim.traces.synthetic import DAY, generate
 
 HOUR = 3600.0
 
 
 def run(policy: Policy, seed: int, load: float, days: float) -> dict[str, float]:
-    scenario = scenario_for(policy, days)
-    teams = tuple(
-        dataclasses.replace(t, arrivals_per_hour=t.arrivals_per_hour * load) for t in scenario.teams
-    )
-    trace = generate(policy, dataclasses.replace(scenario, teams=teams), seed)
-    result = Simulator(policy, trace.workloads, trace.utilisation, SimConfig()).run()
-    summary: dict[str, Any] = summarize(result, trace.utilisation, (0, int(days * DAY)))
+    summary = summary_of(policy, seed, load, days)
     out: dict[str, float] = {}
     below = 0.0
     for _, pools in sorted(summary["fairness"].items()):

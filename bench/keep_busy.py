@@ -95,14 +95,20 @@ def bounded(policy: Policy, bounds: list[str], ap: argparse.ArgumentParser) -> P
     return dataclasses.replace(policy, queues=queues)
 
 
-def run(policy: Policy, seed: int, load: float, days: float) -> dict[str, float]:
+def summary_of(policy: Policy, seed: int, load: float, days: float) -> dict[str, Any]:
+    """The example's synthetic trace for `seed` at `load` times its arrivals, replayed under
+    `policy` and summarised over its `days` (`bench/fairness.py` reads it too)."""
     scenario = scenario_for(policy, days)
     teams = tuple(
         dataclasses.replace(t, arrivals_per_hour=t.arrivals_per_hour * load) for t in scenario.teams
     )
     trace = generate(policy, dataclasses.replace(scenario, teams=teams), seed)
     result = Simulator(policy, trace.workloads, trace.utilisation, SimConfig()).run()
-    summary: dict[str, Any] = summarize(result, trace.utilisation, (0, int(days * DAY)))
+    return summarize(result, trace.utilisation, (0, int(days * DAY)))
+
+
+def run(policy: Policy, seed: int, load: float, days: float) -> dict[str, float]:
+    summary = summary_of(policy, seed, load, days)
     teams_out = summary["teams"]
     return {
         "lost GPU-h": summary["gpu_hours_lost_to_preemption"],

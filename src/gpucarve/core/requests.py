@@ -14,6 +14,7 @@ share compares queues in that unit, and preemption weighs GPU-time lost in it.
 
 from __future__ import annotations
 
+from gpucarve.core.amounts import FlavorName
 from gpucarve.core.catalog import MILLI_PER_GPU
 from gpucarve.core.policy import Flavor, Policy, SliceKind
 from gpucarve.core.workload import GpuKind, GpuRequest
@@ -49,6 +50,22 @@ def slices_per_pod(request: GpuRequest, flavor: Flavor, gpu_memory_mib: int) -> 
         share = fraction_share(request, gpu_memory_mib)
         return max(1, ceil_div(share * flavor.replicas, MILLI_PER_GPU))
     return request.count
+
+
+def slice_gpus(policy: Policy) -> dict[FlavorName, float]:
+    """What one slice of each of the policy's flavors is worth in GPUs (its charge)."""
+    return {
+        f: charge_milli(fl, gpu_memory_of(policy, fl)) / 1000 for f, fl in policy.flavors.items()
+    }
+
+
+def pod_set_gpus(
+    policy: Policy, request: GpuRequest, count: int, flavor: Flavor
+) -> tuple[int, float]:
+    """The slices `count` pods of `request` take of `flavor`, and what they are worth in GPUs."""
+    memory = gpu_memory_of(policy, flavor)
+    slices = slices_per_pod(request, flavor, memory) * count
+    return slices, slices * charge_milli(flavor, memory) / 1000
 
 
 def serves(request: GpuRequest, flavor: Flavor, gpu_memory_mib: int) -> bool:

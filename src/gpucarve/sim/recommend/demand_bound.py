@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpucarve.core.policy import Flavor, Policy, flavor_pools, gpu_shares
-from gpucarve.core.requests import candidate_flavors, charge_milli, gpu_memory_of, slices_per_pod
+from gpucarve.core.requests import candidate_flavors, pod_set_gpus
 from gpucarve.core.workload import Workload
 from gpucarve.sim.run.metrics import percentile
 
@@ -60,9 +60,7 @@ def _jobs_of(policy: Policy) -> Callable[[Workload], dict[str, list[_Job]]]:
             for f in candidate_flavors(policy, ps.gpu):
                 first.setdefault(pools[f.name], f)  # the pool's first choice for it
             for pool, f in first.items():
-                memory = gpu_memory_of(policy, f)
-                slices = slices_per_pod(ps.gpu, f, memory) * ps.count
-                charge = slices * charge_milli(f, memory) / 1000
+                slices, charge = pod_set_gpus(policy, ps.gpu, ps.count, f)
                 job = _Job(w.submit_time, slices * share[f.name], charge, w.duration)
                 out.setdefault(pool, []).append(job)
         return out

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from gpucarve.core.amounts import FlavorName, as_flavor
 from gpucarve.core.policy import Policy, Queue, flavor_pools
-from gpucarve.core.requests import candidate_flavors, charge_milli, gpu_memory_of, slices_per_pod
+from gpucarve.core.requests import candidate_flavors, pod_set_gpus, slice_gpus
 from gpucarve.core.workload import Workload
 from gpucarve.sim.run.records import SimResult
 
@@ -73,9 +73,7 @@ def asked_gpus(
         flavors = candidate_flavors(policy, ps.gpu)
         mine = [f for f in flavors if owned.get(pools[f.name].split("+")[0], 0.0) > 0]
         for f in mine[:1] or flavors[:1]:
-            memory = gpu_memory_of(policy, f)
-            slices = slices_per_pod(ps.gpu, f, memory) * ps.count
-            out[pools[f.name].split("+")[0]] += slices * charge_milli(f, memory) / 1000
+            out[pools[f.name].split("+")[0]] += pod_set_gpus(policy, ps.gpu, ps.count, f)[1]
     return dict(out)
 
 
@@ -193,12 +191,7 @@ def fairness(
     window, worst hour), the hours it waited below its share while another ran above, and
     Jain's index per hour."""
     pools = flavor_pools(policy)
-    # what one slice of each of `policy`'s flavors is worth (a baseline's run has other flavors)
-    worth = {
-        f.name: charge_milli(f, gpu_memory_of(policy, f)) / 1000
-        for pool in policy.pools
-        for f in pool.flavors()
-    }
+    worth = slice_gpus(policy)  # a baseline's run has other flavors than the policy judged by
     cohorts: dict[str, list[Queue]] = defaultdict(list)
     for q in policy.queues:
         if q.cohort is not None:

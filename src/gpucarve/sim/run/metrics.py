@@ -16,7 +16,7 @@ from typing import Any
 from gpucarve.core.amounts import FlavorName, QuotaKey, as_flavor
 from gpucarve.core.cluster import ClusterState, Slice, build_cluster, potential_mig_slices
 from gpucarve.core.policy import Policy, Queue, SliceKind
-from gpucarve.core.requests import charge_milli, gpu_memory_of
+from gpucarve.core.requests import slice_gpus
 from gpucarve.core.workload import GpuKind, Workload
 from gpucarve.engine.decisions import Idle, IdleCause
 from gpucarve.sim.run.failures import gpu_seconds_out
@@ -59,9 +59,7 @@ class SliceBook:
 def slice_book(policy: Policy) -> SliceBook:
     cluster = build_cluster(policy)
     pool_of_node = {n.name: n.pool for n in cluster.nodes}
-    gpu = {
-        f: charge_milli(fl, gpu_memory_of(policy, fl)) / 1000 for f, fl in policy.flavors.items()
-    }
+    gpu = slice_gpus(policy)
     sm = {f: fl.sm_count for f, fl in policy.flavors.items()}
     slices: dict[str, tuple[str, FlavorName]] = {}
     pool_gpus: defaultdict[str, float] = defaultdict(float)

@@ -23,6 +23,7 @@ from gpucarve.config.policy_build import load_policy
 from gpucarve.config.policy_model import policy_json_schema
 from gpucarve.core.amounts import QuotaKey
 from gpucarve.core.cluster import build_cluster
+from gpucarve.core.cohort_tree import tree_lines
 from gpucarve.core.policy import Policy, SharingMode
 from gpucarve.core.problems import InvalidInput
 
@@ -87,6 +88,9 @@ def validate(
     )
     for line in unit_lines(p):
         out.print(Text(line))
+    if p.nested:
+        for line in tree_lines(p):
+            out.print(Text(line))
 
 
 def unit_lines(p: Policy) -> list[str]:

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from gpucarve.config.autoscaling_build import build_autoscaling
 from gpucarve.config.catalog_file import load_catalog
+from gpucarve.config.cohort_build import build_cohort, cohort_checks, tree_checks
 from gpucarve.config.pool_build import build_pool
 from gpucarve.config.pydantic_errors import problems_from
 from gpucarve.config.yaml_source import YamlDocument, parse_yaml, read_yaml
@@ -24,7 +25,6 @@ from gpucarve.core.amounts import FlavorName, QuotaKey
 from gpucarve.core.catalog import Catalog
 from gpucarve.core.policy import (
     DEFAULT_SCORING,
-    Cohort,
     Flavor,
     GpuHealth,
     GpuUnit,
@@ -41,7 +41,7 @@ from gpucarve.core.policy import (
     TopologyKeys,
     gpu_units,
 )
-from gpucarve.core.problems import InvalidInput, Path, Problem, Severity, errors
+from gpucarve.core.problems import InvalidInput, Path, Problem, errors
 from gpucarve.engine import score_names, victim_order_names
 
 from .policy_model import PolicySpec, QueueSpec
@@ -262,22 +262,7 @@ def _cross_checks(
             )
         )
     out += capacity_checks(spec, flavors, capacity, units)
-    members: dict[str, list[str]] = {c.name: [] for c in spec.cohorts}
-    for q in spec.queues:
-        if q.cohort in members:
-            members[q.cohort].append(q.name)
-    for i, c in enumerate(spec.cohorts):
-        if len(members[c.name]) < 2:
-            who = f"only queue {members[c.name][0]}" if members[c.name] else "no queue"
-            out.append(
-                Problem(
-                    ("cohorts", i),
-                    "lonely-cohort",
-                    f"cohort {c.name} has {who}: nothing can be lent or borrowed in it",
-                    "add queues to it (`cohort:` on a queue) or remove it",
-                    Severity.WARNING,
-                )
-            )
+    out += cohort_checks(spec, flavors, units)
     return out
 
 
@@ -310,7 +295,7 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
         flavors=dict(sorted(flavors.items())),
         capacity=dict(sorted(capacity.items())),
         queues=tuple(_queue(q, units) for q in spec.queues),
-        cohorts=tuple(Cohort(c.name, c.description) for c in spec.cohorts),
+        cohorts=tuple(build_cohort(c, units) for c in spec.cohorts),
         priority_classes=tuple(
             PriorityClass(c.name, c.value, c.preemptible, c.default, c.description)
             for c in spec.priorityClasses
@@ -336,6 +321,11 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
             spec.gpuHealth.evictPods,
         ),
     )
+    if policy.nested:
+        probs = tree_checks(policy)
+        problems.extend(probs)
+        if errors(probs):
+            raise InvalidInput(source, problems)
     if spec.autoscaling:
         # one replica of each is checked as a workload of the policy built so far
         scaled, probs = build_autoscaling(spec, policy)

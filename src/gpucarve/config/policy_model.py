@@ -225,6 +225,22 @@ class QueueSpec(_Strict):
 class CohortSpec(_Strict):
     name: str = Field(pattern=_NAME, max_length=63)
     description: str = Field(default="", max_length=4096)
+    parent: str | None = Field(
+        default=None,
+        description="The cohort this one sits in (absent: a root). What its members do not "
+        "use goes to each other first, then up the tree; a cohort borrows from its parent "
+        "and lends it what it does not use.",
+    )
+    quota: dict[str, QuotaSpec] = Field(
+        default={},
+        max_length=256,
+        description="Flavor name or GPU unit -> the cohort's own quota: nominal capacity of "
+        "its own, the most it borrows from its parent (borrowingLimit) and the most of its "
+        "members' unused quota it lends its parent (lendingLimit; absent: all of it).",
+    )
+    weight: float = Field(
+        default=1.0, gt=0, le=1000, description="Fair-share weight against its siblings."
+    )
 
 
 class PriorityClassSpec(_Strict):

@@ -35,7 +35,10 @@ def check_quota(
     spec: QuotaSpec,
     flavors: Mapping[FlavorName, Flavor],
     units: Mapping[QuotaKey, GpuUnit],
+    lends_only_nominal: bool = True,
 ) -> list[Problem]:
+    """A quota's key and amounts; `lends_only_nominal`: a queue's, whose lending limit is
+    bounded by its nominal (a cohort's lends what its members lend it too)."""
     own = as_flavor(key) in flavors  # a flavor's own key
     unit = None if own else units.get(key)
     if not own and unit is None:
@@ -73,7 +76,7 @@ def check_quota(
                     f"use a multiple of {step} (e.g. {_nearest(value, unit)})",
                 )
             )
-    if spec.lendingLimit is not None and spec.lendingLimit > spec.nominal:
+    if lends_only_nominal and spec.lendingLimit is not None and spec.lendingLimit > spec.nominal:
         out.append(
             Problem(
                 (*path, "lendingLimit"),

@@ -372,8 +372,21 @@ class Queue:
 
 @dataclass(frozen=True, slots=True)
 class Cohort:
+    """A cohort of queues, and of cohorts below it when it is their `parent`: its members lend
+    it what they do not use, it lends that on to its own parent (within its lending limit)
+    and borrows from it (within its borrowing limit); `quotas` are capacity of its own."""
+
     name: str
     description: str = ""
+    parent: str | None = None
+    quotas: tuple[Quota, ...] = ()
+    weight_milli: int = 1000
+
+    def quota(self, flavor: QuotaKey) -> Quota | None:
+        for q in self.quotas:
+            if q.flavor == flavor:
+                return q
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -601,6 +614,27 @@ class Policy:
             if q.name == name:
                 return q
         raise KeyError(name)
+
+    def cohort(self, name: str) -> Cohort:
+        for c in self.cohorts:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    @property
+    def nested(self) -> bool:
+        """Whether a cohort sits in another or holds quota of its own (a tree, not a flat
+        set of cohorts)."""
+        return any(c.parent is not None or c.quotas for c in self.cohorts)
+
+    def cohort_path(self, cohort: str | None) -> tuple[str, ...]:
+        """`cohort` and the cohorts above it, nearest first (empty for None)."""
+        parents = {c.name: c.parent for c in self.cohorts}
+        out: list[str] = []
+        while cohort is not None and cohort not in out:
+            out.append(cohort)
+            cohort = parents.get(cohort)
+        return tuple(out)
 
     def governed_namespaces(self) -> frozenset[str]:
         """The namespaces its queues list: gpucarve places and admits pods of these only."""

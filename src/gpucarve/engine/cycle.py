@@ -63,6 +63,10 @@ from gpucarve.engine.memo import AcrossCycles
 from gpucarve.engine.state import CycleState
 from gpucarve.engine.working import Working
 
+# a queue's fair share: one figure, or one per level of a cohort tree from the root down
+Share = tuple[int, ...]
+HeapKey = tuple[Share, int, int, str]
+
 
 class Cycle:
     """Orders the steps over a `CycleState`; the steps do the work."""
@@ -70,7 +74,8 @@ class Cycle:
     def __init__(self, snapshot: Snapshot, now: int, ws: Working, memo: AcrossCycles) -> None:
         self.state = CycleState(snapshot, now, ws, memo)
         self.reshaper = repartition.Reshaper(self.state)
-        self._shares: dict[str, tuple[int, int]] = {}  # queue -> (usage version, fair share)
+        # queue -> (usage version, head, fair share)
+        self._shares: dict[str, tuple[int, str, Share]] = {}
 
     def run(self) -> CycleResult:
         s = self.state
@@ -84,7 +89,7 @@ class Cycle:
         for w in sorted(s.snapshot.pending, key=lambda w: (-w.priority, w.submit_time, w.id)):
             if w.id not in skip:
                 by_queue.setdefault(w.queue, deque()).append(w)
-        heap: list[tuple[int, int, int, str]] = []
+        heap: list[HeapKey] = []
         for name, items in by_queue.items():
             heapq.heappush(heap, self._key(name, items[0]))
         attempted = deferred = 0
@@ -156,7 +161,7 @@ class Cycle:
 
     def _defer(
         self,
-        heap: list[tuple[int, int, int, str]],
+        heap: list[HeapKey],
         by_queue: dict[str, deque[Workload]],
         budget: int,
     ) -> int:
@@ -177,12 +182,19 @@ class Cycle:
                 deferred += 1
         return deferred
 
-    def _key(self, queue: str, head: Workload) -> tuple[int, int, int, str]:
+    def _key(self, queue: str, head: Workload) -> HeapKey:
         """Queues take turns by fair share, lowest first; a queue's fair share is worked out
-        again only when usage changed."""
+        again only when usage changed. In a cohort tree, shares are compared level by level
+        from the root, each with the head admitted (`Quotas.share_path`)."""
         s = self.state
+        nested = s.quotas.tree is not None
         cached = self._shares.get(queue)
-        if cached is None or cached[0] != s.ws.usage_version:
-            share = s.quotas.fair_share(queue, s.recent.get(queue, 0))
-            cached = self._shares[queue] = (s.ws.usage_version, share)
-        return (cached[1], -head.priority, head.submit_time, queue)
+        if cached is None or cached[0] != s.ws.usage_version or (nested and cached[1] != head.id):
+            recent = s.recent.get(queue, 0)
+            share: Share = (
+                s.quotas.share_path(queue, s.first_demand(head), recent)
+                if nested
+                else (s.quotas.fair_share(queue, recent),)
+            )
+            cached = self._shares[queue] = (s.ws.usage_version, head.id, share)
+        return (cached[2], -head.priority, head.submit_time, queue)

@@ -152,8 +152,11 @@ def explain(snapshot: Snapshot, result: CycleResult, workload: str) -> Explanati
             continue  # quota for flavors its request or node selection rules out
         free = None
         if queue.cohort is not None:
-            pool = quotas.pool.get((queue.cohort, q.flavor), 0)
-            free = max(0, pool - quotas.pool_used(queue.cohort, q.flavor))
+            if quotas.tree is not None:  # a cohort tree: what its levels let it draw
+                free = max(0, quotas.room(queue.cohort, q.flavor)[0])
+            else:
+                pool = quotas.pool.get((queue.cohort, q.flavor), 0)
+                free = max(0, pool - quotas.pool_used(queue.cohort, q.flavor))
         used = quotas.used(w.queue, q.flavor)
         lines.append(
             QuotaLine(q.flavor, q.nominal, q.borrowing_limit, used,
@@ -244,14 +247,16 @@ def _quota_hints(
     n = st.amount
     what = flavor if st.unit is None else f"{flavor} GPUs"
     out: list[str] = []
-    if st.borrow <= 0 and queue.cohort is not None:
+    if st.reclaimable or (st.borrow <= 0 and queue.cohort is not None):
         for rw in sorted(snapshot.running, key=lambda r: (r.start_time, r.workload.id)):
             other = rw.workload
             if other.queue == w.queue or not other.preemptible:
                 continue
-            if snapshot.policy.queue(other.queue).cohort != queue.cohort:
+            if other.queue not in quotas.tree_queues(w.queue):
                 continue
-            if quotas.borrowed(other.queue, flavor) <= 0:
+            if quotas.loan(w.queue, other.queue, flavor) <= 0:
+                continue
+            if not quotas.may_reclaim_in(w.queue, other.queue, flavor, need):
                 continue
             held = quotas.held(other.queue, rw.pods, flavor)
             if held:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpucarve.core.amounts import FlavorName, QuotaKey
+from gpucarve.core.amounts import Bound, FlavorName, QuotaKey
+from gpucarve.core.cohort_tree import cohort_tree
 from gpucarve.core.policy import Policy, Queue
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.engine.decisions import Cause, CycleResult, Plugin
@@ -65,6 +66,8 @@ def _quota(p: Policy, after: Snapshot) -> list[str]:
                 )
             lent[(q.cohort, quota.flavor)] += max(0, used - (quota.nominal - can_lend))
             lendable[(q.cohort, quota.flavor)] += can_lend
+    if p.nested:
+        return out + _tree(p, usage)
     for (cohort, flavor), used in sorted(lent.items()):
         if used > lendable[(cohort, flavor)]:
             out.append(
@@ -72,6 +75,38 @@ def _quota(p: Policy, after: Snapshot) -> list[str]:
                 f"{lendable[(cohort, flavor)]}"
             )
     return out
+
+
+def _tree(p: Policy, usage: Counter[tuple[str, FlavorName]]) -> list[str]:
+    """In a cohort tree, worked out here apart from the engine's quota arithmetic: per key, a
+    cohort's members draw no more than it holds plus what it borrows within its limit, and a
+    root no more than it holds."""
+    tree = cohort_tree(p)
+    drawn: Counter[tuple[str, QuotaKey]] = Counter()
+    for q in p.queues:
+        for quota in q.quotas:
+            if q.cohort is not None:
+                used = _key_used(p, q, quota.flavor, usage)
+                drawn[(q.cohort, quota.flavor)] += max(0, used - (quota.nominal - quota.lendable))
+    out: list[str] = []
+    for c in sorted(p.cohorts, key=lambda c: (-len(tree.path(c.name)), c.name)):
+        for (name, key), lvl in sorted(tree.levels.items()):
+            if name != c.name:
+                continue
+            used = drawn[(name, key)]
+            most = Bound(lvl.subtree) if c.parent is None else lvl.borrowing_limit.plus(lvl.subtree)
+            if most.exceeded_by(used):
+                out.append(f"cohort {name} lends {used} {key}, it holds {lvl.subtree}")
+            if c.parent is not None:
+                drawn[(c.parent, key)] += max(0, used - lvl.guaranteed)
+    return out
+
+
+def _one_tree(p: Policy, a: Queue, b: Queue) -> bool:
+    """Whether two queues share a cohort (flat), or a root cohort (a tree)."""
+    if not p.nested:
+        return a.cohort == b.cohort
+    return p.cohort_path(a.cohort)[-1:] == p.cohort_path(b.cohort)[-1:]
 
 
 def _gangs(before: Snapshot, result: CycleResult) -> list[str]:
@@ -162,7 +197,7 @@ def _evictions(before: Snapshot, result: CycleResult) -> list[str]:
                 out.append(f"{w.id} preempted by {winner.id}, not a higher priority of its queue")
             continue
         vq, wq = p.queue(w.queue), p.queue(winner.queue)
-        if winner.queue == w.queue or vq.cohort is None or vq.cohort != wq.cohort:
+        if winner.queue == w.queue or vq.cohort is None or not _one_tree(p, vq, wq):
             out.append(f"{w.id} reclaimed by {winner.id}, not another queue of its cohort")
             continue
         flavors = {pod.flavor for pod in victim.pods if pod.flavor}

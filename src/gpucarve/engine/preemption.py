@@ -150,23 +150,25 @@ class Preemptor:
 
     def reclaim_candidates(self, w: Workload, demand: Demand) -> list[Victim]:
         q = self.quotas
-        cohort = q.queues[w.queue].cohort
-        if cohort is None:
+        if q.queues[w.queue].cohort is None:
             return []
-        if not q.within_nominal(w.queue, demand):
+        flat = q.tree is None
+        if flat and not q.within_nominal(w.queue, demand):
             return []  # reclaim only serves a queue that stays within its nominal quota
         keys = set(q.charge(w.queue, demand))
         largest = self._spared(w, demand)
         out: list[_Ranked] = []
-        for other in q.members.get(cohort, ()):
-            if other == w.queue or not any(q.borrowed(other, k) > 0 for k in keys):
+        for other in q.tree_queues(w.queue):
+            if other == w.queue or not any(q.loan(w.queue, other, k) > 0 for k in keys):
                 continue
+            if not flat and not q.may_reclaim(w.queue, other, demand):
+                continue  # in a tree: its side stays within its own where the two meet
             lends: dict[frozenset[FlavorName], bool] = {}  # many workloads hold the same flavors
             for rw in self._running_of(other):
                 held = self._holds(rw)
                 ok = lends.get(held)
                 if ok is None:
-                    ok = lends[held] = self._lends_back(other, held, keys)
+                    ok = lends[held] = self._lends_back(w.queue, other, held, keys)
                 if ok:
                     ranked = self._ranked(rw)
                     kept = [r for r in ranked if self._in_size(r.victim, largest)]
@@ -197,12 +199,15 @@ class Preemptor:
             "or its GPUs come back when it ends"
         )
 
-    def _lends_back(self, queue: str, held: frozenset[FlavorName], keys: set[QuotaKey]) -> bool:
+    def _lends_back(
+        self, reclaimer: str, queue: str, held: frozenset[FlavorName], keys: set[QuotaKey]
+    ) -> bool:
         """Whether evicting what `queue` holds of the flavors `held` gives the cohort back
-        quota in one of `keys` (the reclaimer's): the queue borrows there."""
+        quota in one of `keys` (the reclaimer's): the queue borrows there (in a tree: its
+        side borrows where it meets the reclaimer's)."""
         q = self.quotas
         return any(
-            k in keys and q.borrowed(queue, k) > 0 for f in held for k, _ in q.keys(queue, f)
+            k in keys and q.loan(reclaimer, queue, k) > 0 for f in held for k, _ in q.keys(queue, f)
         )
 
     def _spared(self, w: Workload, demand: Demand) -> int | None:
@@ -342,7 +347,7 @@ class Preemptor:
                 strict
                 and v.workload.queue != w.queue
                 and not self._lends_back(
-                    v.workload.queue, frozenset(p.flavor for p in v.held if p.flavor), keys
+                    w.queue, v.workload.queue, frozenset(p.flavor for p in v.held if p.flavor), keys
                 )
             ):
                 skipped = True
@@ -401,7 +406,7 @@ class Preemptor:
             queue = v.workload.queue
             if queue != w.queue:
                 for k in keys:
-                    out[(queue, k)] = self.quotas.borrowed(queue, k)
+                    out[(queue, k)] = self.quotas.loan(w.queue, queue, k)
         return out
 
     def _within_loans(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpucarve.core.amounts import UNLIMITED, Bound, FlavorName, QuotaKey, as_key
+from gpucarve.core.cohort_tree import CohortTree, cohort_tree
 from gpucarve.core.policy import GpuUnit, Policy, Queue
 from gpucarve.core.workload import PodAssignment
 
@@ -58,6 +59,11 @@ class Standing:
     # (scheduling.loansWaitForLenders); already taken off pool_room.
     withheld: int = 0
     withheld_for: tuple[str, ...] = ()
+    # In a cohort tree: the cohort whose room (or borrowing limit) bounds pool_room, when
+    # another than the queue's own; and whether some level below the root (the queue, or a
+    # cohort above it) stays within what it holds with the demand (reclaim may serve it).
+    bound_by: str | None = None
+    within_below_root: bool | None = None
 
     @property
     def borrow(self) -> int:
@@ -95,7 +101,8 @@ class Standing:
     @property
     def reclaimable(self) -> bool:
         """The failure is one reclaim can cure: within nominal, the cohort lent it out."""
-        return self.limits == (Limit.COHORT,) and self.borrow <= 0
+        within = self.borrow <= 0 if self.within_below_root is None else self.within_below_root
+        return self.limits == (Limit.COHORT,) and within
 
     def amount(self, n: int | Bound) -> str:
         fmt = str if self.unit is None else self.unit.gpus_text
@@ -118,6 +125,8 @@ class Standing:
         if first is Limit.BORROWING_LIMIT:
             return at + f"; borrowing limit {self.amount(self.borrowing_limit)}"
         lends = f"; cohort {self.cohort} has {self.amount(self.cohort_lends)} to lend"
+        if self.bound_by is not None:
+            lends += f" (bounded by cohort {self.bound_by} above it)"
         if self.withheld:
             lends += (
                 f" ({self.amount(self.withheld)} more kept for work of queue "
@@ -160,6 +169,8 @@ class _Limits:
 Charges = tuple[tuple[QuotaKey, int], ...]
 # Slices held, per (queue, flavor).
 Usage = dict[tuple[str, FlavorName], int]
+# A node of a cohort tree: ("queue", name) or ("cohort", name).
+Node = tuple[str, str]
 
 
 class Quotas:
@@ -187,6 +198,12 @@ class Quotas:
                 if q.cohort is not None:
                     key = (q.cohort, quota.flavor)
                     self.pool[key] = self.pool.get(key, 0) + lendable
+        # A cohort tree (cohorts in cohorts, or with quota of their own); None for flat
+        # cohorts, whose arithmetic below is the tree's with one level.
+        self.tree: CohortTree | None = None
+        if policy.nested:
+            self.tree = cohort_tree(policy)
+            self.pool = {k: lvl.subtree for k, lvl in self.tree.levels.items()}
 
     def keys(self, queue: str, flavor: FlavorName) -> Charges:
         """The quota keys a slice of `flavor` is charged to in `queue`, with its cost in each."""
@@ -223,6 +240,10 @@ class Quotas:
         return 0 if lim is None else lim.nominal
 
     def pool_used(self, cohort: str, key: QuotaKey) -> int:
+        """What the cohort's members draw of what it holds (usage past their guaranteed
+        part, a child cohort's as its own)."""
+        if self.tree is not None:
+            return self._usage(("cohort", cohort), key)
         total = 0
         for q in self.members.get(cohort, ()):
             lim = self.limits.get((q, key))
@@ -267,15 +288,21 @@ class Quotas:
         cohort = self.queues[queue].cohort
         room = draw = kept = 0
         lenders: tuple[str, ...] = ()
+        bound_by = None
+        within: bool | None = None
         if cohort is not None:
             room = self.pool.get((cohort, key), 0) - self.pool_used(cohort, key)
+            if self.tree is not None:
+                room, bound_by = self.room(cohort, key)
+                bound_by = None if bound_by == cohort else bound_by
+                within = self._within_below_root(queue, key, need)
             draw = max(0, used + need - lim.guaranteed) - max(0, used - lim.guaranteed)
             if self.waiting and used + need > lim.nominal:  # a loan
                 kept, lenders = self.withheld(cohort, key, queue)
                 room -= kept
         return Standing(
             queue, key, need, used, lim.nominal, lim.borrowing_limit, cohort, draw, room, True,
-            unit, kept, lenders,
+            unit, kept, lenders, bound_by, within,
         )  # fmt: skip
 
     def withheld(self, cohort: str, key: QuotaKey, borrower: str) -> tuple[int, tuple[str, ...]]:
@@ -318,6 +345,10 @@ class Quotas:
         cohort = self.queues[queue].cohort
         if cohort is None:
             return lim.nominal
+        if self.tree is not None:
+            # what the tree would let it draw were nothing else used, within its own limit
+            up = lim.borrowing_limit.cap(self._room_when_idle(cohort, key) - lim.lendable)
+            return lim.nominal + max(0, up)
         others = self.pool.get((cohort, key), 0) - lim.lendable
         return lim.nominal + max(0, lim.borrowing_limit.cap(others))
 
@@ -353,3 +384,172 @@ class Quotas:
         """Each queue's borrowed share now, those that borrow (what the usage book holds)."""
         out = {q: self.borrowed_share(q) for q in sorted(self.queues)}
         return {q: v for q, v in out.items() if v > 0}
+
+    # --- a cohort tree (policy.nested): levels between a queue and its root cohort ---
+
+    def _tree(self) -> CohortTree:
+        assert self.tree is not None
+        return self.tree
+
+    def _node_quota(self, node: Node, key: QuotaKey) -> tuple[int, int, Bound]:
+        """(subtree, guaranteed, borrowing limit) of a node in one key."""
+        kind, name = node
+        if kind == "queue":
+            lim = self.limits.get((name, key))
+            if lim is None:
+                return 0, 0, UNLIMITED
+            return lim.nominal, lim.guaranteed, lim.borrowing_limit
+        lvl = self._tree().level(name, key)
+        return lvl.subtree, lvl.guaranteed, lvl.borrowing_limit
+
+    def _usage(self, node: Node, key: QuotaKey) -> int:
+        """What a node uses of a key: a queue what it holds; a cohort what its members use
+        past their guaranteed parts."""
+        kind, name = node
+        if kind == "queue":
+            return self.used(name, key)
+        tree = self._tree()
+        total = 0
+        for member in [("queue", q) for q in tree.queues.get(name, ())] + [
+            ("cohort", c) for c in tree.children.get(name, ())
+        ]:
+            guaranteed = self._node_quota(member, key)[1]
+            total += max(0, self._usage(member, key) - guaranteed)
+        return total
+
+    def path(self, queue: str) -> list[Node]:
+        """The queue, then each cohort above it, up to its root."""
+        return [("queue", queue)] + [
+            ("cohort", c) for c in self._tree().path(self.queues[queue].cohort)
+        ]
+
+    def _deltas(self, queue: str, key: QuotaKey, need: int) -> list[tuple[Node, int, int]]:
+        """Each node of the queue's path with its usage now and what `need` more for the
+        queue adds to it."""
+        out: list[tuple[Node, int, int]] = []
+        delta = need
+        for node in self.path(queue):
+            usage = self._usage(node, key)
+            out.append((node, usage, delta))
+            guaranteed = self._node_quota(node, key)[1]
+            delta = max(0, usage + delta - guaranteed) - max(0, usage - guaranteed)
+        return out
+
+    def room(self, cohort: str, key: QuotaKey) -> tuple[int, str]:
+        """What the cohort's members may still draw from it: its unused guaranteed part plus
+        what its parent has (capped by its borrowing limit), up to the root; with the
+        cohort whose room or limit bounds it."""
+        tree = self._tree()
+        chain = tree.path(cohort)
+        root = chain[-1]
+        lvl = tree.level(root, key)
+        room, bound = lvl.subtree - self._usage(("cohort", root), key), root
+        for name in reversed(chain[:-1]):
+            lvl = tree.level(name, key)
+            usage = self._usage(("cohort", name), key)
+            most = lvl.borrowing_limit.most
+            if most is not None:
+                cap = lvl.lendable - max(0, usage - lvl.guaranteed) + most
+                if cap < room:
+                    room, bound = cap, name
+            room += max(0, lvl.guaranteed - usage)
+        return room, bound
+
+    def _room_when_idle(self, cohort: str, key: QuotaKey) -> int:
+        """`room` with nothing used anywhere."""
+        tree = self._tree()
+        chain = tree.path(cohort)
+        room = tree.level(chain[-1], key).subtree
+        for name in reversed(chain[:-1]):
+            lvl = tree.level(name, key)
+            room = lvl.borrowing_limit.plus(lvl.lendable).cap(room) + lvl.guaranteed
+        return room
+
+    def _within_below_root(self, queue: str, key: QuotaKey, need: int) -> bool:
+        """Whether the queue, or a cohort above it below the root, stays within what it
+        holds with `need` more."""
+        levels = self._deltas(queue, key, need)[:-1]
+        return any(usage + d <= self._node_quota(node, key)[0] for node, usage, d in levels)
+
+    def meet(self, reclaimer: str, queue: str) -> tuple[Node, Node] | None:
+        """Where two queues' paths meet: the reclaimer's node and the other's just below
+        their nearest common cohort (None: not in one tree)."""
+        mine = self.path(reclaimer)
+        theirs = self.path(queue)
+        common = set(mine[1:]) & set(theirs[1:])
+        if not common:
+            return None
+        a = next(i for i, n in enumerate(mine) if n in common)
+        b = next(i for i, n in enumerate(theirs) if n in common)
+        return mine[a - 1], theirs[b - 1]
+
+    def loan(self, reclaimer: str, queue: str, key: QuotaKey) -> int:
+        """What `queue` borrows where it meets `reclaimer`: flat, what it borrows of its
+        cohort; in a tree, what its side borrows of their nearest common cohort."""
+        if self.tree is None:
+            return self.borrowed(queue, key)
+        met = self.meet(reclaimer, queue)
+        if met is None:
+            return 0
+        node = met[1]
+        return max(0, self._usage(node, key) - self._node_quota(node, key)[0])
+
+    def may_reclaim(self, reclaimer: str, queue: str, demand: Mapping[FlavorName, int]) -> bool:
+        """Whether `reclaimer` may take back from `queue` for `demand`: flat, it stays within
+        its nominal quota; in a tree, its side stays within what it holds where the two
+        meet (a team past its own quota reclaims from another department while its
+        department stays within its own)."""
+        if self.tree is None:
+            return self.within_nominal(reclaimer, demand)
+        return all(
+            self.may_reclaim_in(reclaimer, queue, key, need)
+            for key, need in self.charge(reclaimer, demand).items()
+        )
+
+    def may_reclaim_in(self, reclaimer: str, queue: str, key: QuotaKey, need: int) -> bool:
+        """`may_reclaim` for `need` more of one quota key."""
+        if self.tree is None:
+            return self.used(reclaimer, key) + need <= self.nominal(reclaimer, key)
+        met = self.meet(reclaimer, queue)
+        if met is None:
+            return False
+        for node, usage, d in self._deltas(reclaimer, key, need):
+            if node == met[0]:
+                return usage + d <= self._node_quota(node, key)[0]
+        return False
+
+    def tree_queues(self, queue: str) -> list[str]:
+        """The queues a reclaimer may look at: its cohort's (flat), its root's (tree)."""
+        cohort = self.queues[queue].cohort
+        if cohort is None:
+            return []
+        if self.tree is None:
+            return self.members.get(cohort, [])
+        root = self.tree.root(cohort)
+        return [q for q in sorted(self.queues) if self.path(q)[-1] == ("cohort", root)]
+
+    def share_path(
+        self, queue: str, demand: Mapping[FlavorName, int], recent: int = 0
+    ) -> tuple[int, ...]:
+        """Fair share at each level from the root down, with `demand` admitted: per node
+        below the root, the dominant share of its parent it would borrow, over its weight
+        (the queue's own with `recent`). Siblings are compared first at the highest level
+        where they differ: a department within its own quota goes before one that borrows."""
+        charges = self.charge(queue, demand)
+        nodes = self.path(queue)
+        shares = [0] * (len(nodes) - 1)
+        for key, need in charges.items():
+            levels = self._deltas(queue, key, need)
+            for i, (node, usage, d) in enumerate(levels[:-1]):
+                parent = levels[i + 1][0]
+                held = self._node_quota(node, key)[0]
+                over = max(0, usage + d - held)
+                pool = max(1, self._node_quota(parent, key)[0])
+                shares[i] = max(shares[i], over * SCALE * SCALE // pool)
+        out: list[int] = []
+        for i, (kind, name) in enumerate(nodes[:-1]):
+            if kind == "queue":
+                out.append((shares[i] + recent) * SCALE // max(1, self.queues[name].weight_milli))
+            else:
+                out.append(shares[i] * SCALE // max(1, self._tree().weight_milli[name]))
+        return tuple(reversed(out))

@@ -58,8 +58,10 @@ def _cycle_in(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def closed_system_runs_without_loops(data: st.DataObject) -> None:
-    p = data.draw(clusters(cohort=data.draw(st.booleans())))
+def closed_system_runs_without_loops(data: st.DataObject, tree: bool | None = None) -> None:
+    if tree is None:
+        tree = data.draw(st.booleans())
+    p = data.draw(clusters(cohort=tree or data.draw(st.booleans()), tree=tree))
     ws = [
         random_workload(data.draw, p, i, data.draw(st.integers(0, 50)))
         for i in range(data.draw(st.integers(1, 14)))
@@ -121,9 +123,40 @@ def _broken() -> Iterator[None]:
         yield
 
 
-def test_the_property_catches_reclaim_that_ignores_borrowing() -> None:
+def _reclaim_ignoring_the_tree(self: Preemptor, w: object, demand: object) -> list[object]:
+    """Reclaim from any queue of the tree that borrows of its own cohort, whether or not the
+    reclaimer's side stays within what it holds where the two meet."""
+    q: Quotas = self.quotas
+    keys = set(q.charge(w.queue, demand))  # type: ignore[attr-defined, arg-type]
+    out: list[_Ranked] = []
+    for other in q.tree_queues(w.queue):  # type: ignore[attr-defined]
+        if other != w.queue and any(q.borrowed(other, k) > 0 for k in keys):  # type: ignore[attr-defined]
+            for rw in self._running_of(other):
+                out += self._ranked(rw)
+    return _in_order(out)  # type: ignore[return-value]
+
+
+def test_the_property_catches_reclaim_that_ignores_the_tree() -> None:
+    def on_trees(data: st.DataObject) -> None:
+        closed_system_runs_without_loops(data, tree=True)
+
     caught = settings(
         fuzz_settings(LOOP_EXAMPLES), max_examples=LOOP_EXAMPLES, phases=[Phase.generate]
-    )(given(data=st.data())(closed_system_runs_without_loops))
+    )(given(data=st.data())(on_trees))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Preemptor, "reclaim_candidates", _reclaim_ignoring_the_tree)
+        mp.setattr(Preemptor, "_lends_back", lambda *_: True)
+        mp.setattr(Preemptor, "_within_loans", lambda *_: True)
+        with pytest.raises(AssertionError, match=r"came back round|did not settle"):
+            caught()
+
+
+def test_the_property_catches_reclaim_that_ignores_borrowing() -> None:
+    def any_shape(data: st.DataObject) -> None:
+        closed_system_runs_without_loops(data)
+
+    caught = settings(
+        fuzz_settings(LOOP_EXAMPLES), max_examples=LOOP_EXAMPLES, phases=[Phase.generate]
+    )(given(data=st.data())(any_shape))
     with _broken(), pytest.raises(AssertionError, match=r"came back round|did not settle"):
         caught()

@@ -36,8 +36,12 @@ LAYOUTS = mig.maximal_layouts(A100)
 
 
 @st.composite
-def clusters(draw: st.DrawFn, cohort: bool | None = None, big: bool = False) -> Policy:
-    """A random policy; `big`: tens of nodes per pool instead of one to three."""
+def clusters(
+    draw: st.DrawFn, cohort: bool | None = None, big: bool = False, tree: bool = False
+) -> Policy:
+    """A random policy; `big`: tens of nodes per pool instead of one to three; `tree`: the
+    queues in a random tree of cohorts (up to three levels, cohorts with quotas and limits
+    of their own)."""
     pools: list[dict[str, Any]] = []
     if draw(st.booleans()):
         nodes = draw(st.integers(8, 40) if big else st.integers(1, 3))
@@ -74,9 +78,12 @@ def clusters(draw: st.DrawFn, cohort: bool | None = None, big: bool = False) -> 
             )
         )
     base = policy(pools=pools)
-    n_queues = draw(st.integers(1 if cohort is None else 2, 3))
+    n_queues = draw(st.integers(1 if cohort is None else 2, 4 if tree else 3))
     if cohort is None:
         cohort = draw(st.booleans())
+    cohorts: list[dict[str, Any]] = [{"name": "c"}] if cohort else []
+    if cohort and tree:
+        cohorts += _sub_cohorts(draw, base)
     queues = []
     for i in range(n_queues):
         quota: dict[str, Any] = {}
@@ -90,12 +97,12 @@ def clusters(draw: st.DrawFn, cohort: bool | None = None, big: bool = False) -> 
             quota[flavor] = entry
         q: dict[str, Any] = {"name": f"q{i}", "namespaces": [f"q{i}"], "quota": quota}
         if cohort:
-            q["cohort"] = "c"
+            q["cohort"] = draw(st.sampled_from([c["name"] for c in cohorts]))
         queues.append(q)
     return policy(
         pools=pools,
         queues=queues,
-        cohorts=[{"name": "c"}] if cohort else [],
+        cohorts=cohorts,
         priorityClasses=CLASSES,
         scheduling={
             "minRuntimeSeconds": draw(st.sampled_from([0, 150])),
@@ -103,6 +110,26 @@ def clusters(draw: st.DrawFn, cohort: bool | None = None, big: bool = False) -> 
             "queueing": draw(st.sampled_from(["best-effort-fifo", "strict-fifo"])),
         },
     )
+
+
+def _sub_cohorts(draw: st.DrawFn, base: Policy) -> list[dict[str, Any]]:
+    """One to three cohorts below root `c` (a chain or siblings), some with a nominal quota,
+    a borrowing limit or a lending limit of their own."""
+    out: list[dict[str, Any]] = []
+    for i in range(draw(st.integers(1, 3))):
+        parent = draw(st.sampled_from(["c", *(c["name"] for c in out)]))
+        quota: dict[str, Any] = {}
+        for flavor, cap in base.capacity.items():
+            if not draw(st.booleans()):
+                continue
+            entry: dict[str, Any] = {"nominal": draw(st.integers(0, cap // 4))}
+            if draw(st.booleans()):
+                entry["borrowingLimit"] = draw(st.integers(0, cap))
+            if draw(st.booleans()):
+                entry["lendingLimit"] = draw(st.integers(0, entry["nominal"]))
+            quota[flavor] = entry
+        out.append({"name": f"d{i}", "parent": parent, "quota": quota})
+    return out
 
 
 def random_workload(draw: st.DrawFn, p: Policy, i: int, t: int, max_pods: int = 3) -> Workload:

@@ -125,6 +125,13 @@ def test_explain_names_the_reclaim_a_team_in_a_tree_may_make() -> None:
             assert "cohort ml has 8 to lend (bounded by cohort company above it)" in (
                 pend.reason.message
             )
+        if not flat:
+            # the chain of levels: ml holds 22 and lends 8 more, as company has 8 left
+            (chain,) = [line for line in render(e) if "levels: " in line]
+            assert chain.endswith(
+                "levels: cohort ml holds 22, its members draw 0, 8 more may be drawn; "
+                "cohort company holds 32, its members draw 24, 8 more may be drawn"
+            ), chain
         hints = [line for line in render(e) if "h100-full from queue production" in line]
         assert bool(hints) is not flat, render(e)
 

@@ -8,6 +8,7 @@ both say the same.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpucarve.core.amounts import Bound, Demand, FlavorName, QuotaKey
@@ -264,7 +265,10 @@ def _quota_hints(
                     f"reclaim {n(held)} {what} from queue {other.queue} ({other.id}, borrowing): "
                     + _reclaim_when(snapshot, w, rw, need, now)
                 )
-        return out[:5] or [f"wait for queue {w.queue}'s own {what} to be given back"]
+        out = out[:5] or [f"wait for queue {w.queue}'s own {what} to be given back"]
+        if queue.cohort is not None and st.short_in_cohort:
+            out += _levels(quotas, queue.cohort, flavor, n)
+        return out
     own = [quotas.held(w.queue, rw.pods, flavor)
            for rw in snapshot.running if rw.workload.queue == w.queue]  # fmt: skip
     holding = [h for h in own if h]
@@ -291,9 +295,24 @@ def _quota_hints(
             f"{n(st.cohort_lends)} now: {n(st.pool_draw - st.pool_room)} more must be "
             "given back in the cohort (work of its queues finishing), or raise nominal quota"
         )
+        out += _levels(quotas, queue.cohort, flavor, n)
     if queue.cohort is None:
         out.append(f"it is in no cohort: raise its nominal {what} or wait for its own work")
     return out
+
+
+def _levels(quotas: Quotas, cohort: str, key: QuotaKey, n: Callable[[int], str]) -> list[str]:
+    """In a cohort tree, the chain of levels a loan is drawn through, nearest first."""
+    if quotas.tree is None:
+        return []
+    return [
+        "levels: "
+        + "; ".join(
+            f"cohort {name} holds {n(holds)}, its members draw {n(used)}, "
+            f"{n(max(0, room))} more may be drawn"
+            for name, holds, used, room in quotas.levels(cohort, key)
+        )
+    ]
 
 
 def _reclaim_when(snapshot: Snapshot, w: Workload, rw: RunningWorkload, need: int, now: int) -> str:

@@ -553,3 +553,13 @@ class Quotas:
             else:
                 out.append(shares[i] * SCALE // max(1, self._tree().weight_milli[name]))
         return tuple(reversed(out))
+
+    def levels(self, cohort: str, key: QuotaKey) -> list[tuple[str, int, int, int]]:
+        """Per cohort from `cohort` up to its root: (name, what it holds, what its members
+        draw of it, what its members may still draw) — explain's chain of levels."""
+        tree = self._tree()
+        return [
+            (name, tree.level(name, key).subtree, self._usage(("cohort", name), key),
+             self.room(name, key)[0])
+            for name in tree.path(cohort)
+        ]  # fmt: skip

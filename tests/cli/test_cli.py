@@ -87,6 +87,22 @@ def test_validate_example_ok() -> None:
     assert "valid policy 'three-teams': 3 pools, 54 GPUs, 5 flavors, 3 queues" in flat
 
 
+def test_validate_prints_a_cohort_tree() -> None:
+    code, out, _ = run("validate", str(EXAMPLES / "departments" / "policy.yaml"))
+    assert code == 0
+    lines = [" ".join(line.split()) for line in out.splitlines()]
+    i = lines.index(
+        "cohort tree (what each cohort holds: its own quota and what its members lend it):"
+    )
+    tree = " ".join(lines[i + 1 :])
+    assert "cohort company: a100-mig-1g.10gb holds 32;" in tree
+    assert "h100-full holds 22, lends 22;" in tree  # ml: research's 16 and data science's 6
+    assert tree.index("cohort ml") < tree.index("queues data-science, research")
+    assert tree.endswith("queues production")
+    code, out, _ = run("validate", THREE)
+    assert "cohort tree" not in out  # flat cohorts: nothing to draw
+
+
 def test_every_invalid_example_exits_2_naming_the_field() -> None:
     for path in sorted((EXAMPLES / "invalid").glob("*.yaml")):
         code, _, err = run("validate", str(path))

@@ -123,3 +123,43 @@ def _next_loan(half_life: int | None) -> list[str]:
 def test_with_a_half_life_the_queue_that_borrowed_overnight_yields_the_next_loan() -> None:
     assert _next_loan(None) == ["a/a1", "a/a2", "b/b1"]
     assert _next_loan(6 * HOUR) == ["a/a1", "b/b1", "b/b2"]
+
+
+def _departments(tree: bool) -> Policy:
+    """32 H100s: r (16) and s (8) in department ml when `tree`, b (8) beside it."""
+    dept = "ml" if tree else "company"
+    return policy(
+        pools=[pool("train", "H100-SXM5-80GB", 4, 8)],
+        cohorts=[{"name": "company"}, *([{"name": "ml", "parent": "company"}] if tree else [])],
+        queues=[
+            queue("r", {"h100-full": {"nominal": 16}}, cohort=dept),
+            queue("s", {"h100-full": {"nominal": 8}}, cohort=dept),
+            queue("b", {"h100-full": {"nominal": 8}}, cohort="company"),
+        ],
+        scheduling={"minRuntimeSeconds": 0, "preemption": False},
+    )
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_in_a_tree_a_department_is_owed_its_teams_quota_first(tree: bool) -> None:
+    # b holds all 32 for two hours; s asks for all 32 an hour in and waits for b's end, then
+    # runs an hour alone. Hour 2: flat, s and b are owed 8 each and r's idle 16 is split by
+    # weight (16 each); in the tree, department ml is owed its 24 (r's and s's), all s's
+    p = _departments(tree)
+    ws = [
+        workload(p, "all", "b", gpus=8, pods=4, duration=2 * HOUR),
+        workload(p, "all", "s", gpus=8, pods=4, submit=HOUR, duration=HOUR),
+    ]
+    result = Simulator(p, ws).run()
+    f = summarize(result, {}, (0, 3 * HOUR))["fairness"]["company"]["train"]
+    s = f["queues"]["s"]
+    owed_in_hour_2 = 0.75 if tree else 0.5
+    assert s["share_entitled"] == pytest.approx((owed_in_hour_2 + 1) / 3, abs=0.01)
+    assert s["share_received"] == pytest.approx(1 / 3, abs=0.01)
+    assert s["deviation_worst_hour"] == pytest.approx(owed_in_hour_2, abs=0.01)
+    assert ("cohort:ml" in f["queues"]) is tree
+    if tree:
+        ml = f["queues"]["cohort:ml"]
+        assert ml["share_entitled"] == pytest.approx((0.75 + 1) / 3, abs=0.01)
+        assert ml["share_received"] == pytest.approx(1 / 3, abs=0.01)
+    assert f["gpus"] == 32

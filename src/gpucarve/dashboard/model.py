@@ -284,7 +284,51 @@ def queues(frame: Frame) -> dict[str, Any]:
                 "quota": rows,
             }
         )
-    return {"queues": out}
+    return {"queues": out, "cohorts": cohort_tree_rows(q, policy)}
+
+
+def cohort_tree_rows(q: Quotas, policy: Policy) -> list[dict[str, Any]]:
+    """A cohort tree's nodes, parents before children (empty for flat cohorts): per quota
+    key, its own nominal, what it holds (its own and what its members lend it), what its
+    members draw of it, what it borrows from its parent and what it lends its parent (its
+    holding it does not use, within its lending limit)."""
+    tree = q.tree
+    if tree is None:
+        return []
+    out = []
+    for c in sorted(policy.cohorts, key=lambda c: (len(tree.path(c.name)), c.name)):
+        rows = []
+        for (name, key), lvl in sorted(tree.levels.items()):
+            if name != c.name:
+                continue
+            unit = policy.units.get(key)
+            per = unit.parts_per_gpu if unit is not None else 1
+            own = c.quota(key)
+            used = q.pool_used(c.name, key)
+            rows.append(
+                {
+                    "key": key,
+                    "unit": "GPUs" if unit is not None else "slices",
+                    "nominal": (0 if own is None else own.nominal) / per,
+                    "holds": lvl.subtree / per,
+                    "used": used / per,
+                    "borrowed": max(0, used - lvl.subtree) / per,
+                    "lends": (
+                        0 if c.parent is None else max(0, min(lvl.lendable, lvl.subtree - used))
+                    )
+                    / per,
+                }
+            )
+        out.append(
+            {
+                "name": c.name,
+                "parent": c.parent,
+                "depth": len(tree.path(c.name)) - 1,
+                "queues": sorted(tree.queues.get(c.name, ())),
+                "quota": rows,
+            }
+        )
+    return out
 
 
 def _lent(q: Quotas, policy: Policy) -> dict[tuple[str, QuotaKey], int]:

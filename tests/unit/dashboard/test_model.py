@@ -297,3 +297,47 @@ def test_a_queues_standing_counts_what_it_borrowed_recently_with_a_half_life() -
     # half the cohort borrowed for one half-life: a quarter, on top of the half it borrows now
     assert timed["a"]["recentBorrowedShare"] == 0.25 and timed["a"]["fairShare"] == 0.75
     assert timed["b"]["recentBorrowedShare"] == 0
+
+
+def tree_frame() -> Frame:
+    """Department ml (research, science, 2 H100s of its own) in company beside batch, which
+    runs 24: 14 past its own, drawn from what ml lends."""
+    from tests.engine.builders import cycle, policy, pool, queue, workload
+    from tests.engine.builders import snapshot as fresh
+
+    p = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 4, 8)],
+        cohorts=[
+            {"name": "company"},
+            {"name": "ml", "parent": "company", "quota": {"h100-full": {"nominal": 2}}},
+        ],
+        queues=[
+            queue("research", {"h100-full": {"nominal": 16}}, cohort="ml"),
+            queue("science", {"h100-full": {"nominal": 4}}, cohort="ml"),
+            queue("batch", {"h100-full": {"nominal": 10}}, cohort="company"),
+        ],
+        scheduling={"minRuntimeSeconds": 0},
+    )
+    _, s = cycle(fresh(p, [workload(p, "wide", "batch", gpus=8, pods=3)]), 0)
+    return Frame(s, run_cycle(s, 60))
+
+
+def test_a_cohort_tree_is_listed_with_what_each_level_holds_uses_borrows_and_lends() -> None:
+    # what ml lends: research's 16, science's 4 and ml's own 2, all unused
+    tree = model.queues(tree_frame())["cohorts"]
+    assert [(c["name"], c["parent"], c["depth"], c["queues"]) for c in tree] == [
+        ("company", None, 0, ["batch"]),
+        ("ml", "company", 1, ["research", "science"]),
+    ]
+    (top,) = tree[0]["quota"]
+    (ml,) = tree[1]["quota"]
+    assert (top["holds"], top["used"], top["borrowed"]) == (32, 24, 0)
+    assert (ml["nominal"], ml["holds"], ml["used"], ml["borrowed"], ml["lends"]) == (
+        2,
+        22,
+        0,
+        0,
+        22,
+    )
+    flat = model.queues(scenario())
+    assert flat["cohorts"] == []

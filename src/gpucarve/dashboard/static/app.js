@@ -195,8 +195,22 @@ function svg(tag, attrs, ...children) {
   return el;
 }
 
+// a cohort tree (nested cohorts): each cohort under its parent, with what it holds and lends
+function cohortTree(cohorts) {
+  const kids = (parent) => cohorts.filter((c) => c.parent === parent);
+  const item = (c) => h("li", { "data-cohort": c.name },
+    h("strong", {}, `cohort ${c.name}`),
+    `: ${c.quota.map((r) => `${r.key} holds ${fmt(r.holds)} ${r.unit}${r.nominal ? ` (${fmt(r.nominal)} its own)` : ""}, members use ${fmt(r.used)}, borrowed ${fmt(r.borrowed)}, lends ${fmt(r.lends)}`).join("; ") || "holds nothing"}`,
+    c.queues.length ? ` · queues ${c.queues.join(", ")}` : "",
+    kids(c.name).length ? h("ul", {}, kids(c.name).map(item)) : null);
+  return h("section", { id: "cohort-tree" }, h("h2", {}, "Cohort tree"),
+    h("ul", {}, kids(null).map(item)),
+    h("p", { class: "muted" }, "Holds: its own nominal quota plus what its members lend it. Members use: what they draw of it past their guaranteed part. Borrowed: drawn from its parent beyond what it holds. Lends: what it holds unused that its parent may give to others, within its lending limit."));
+}
+
 async function queuesPage(main) {
   const q = await api("/api/queues");
+  if (q.cohorts && q.cohorts.length) main.append(cohortTree(q.cohorts));
   for (const queue of q.queues) {
     main.append(h("h2", {}, `Queue ${queue.name}`),
       h("p", { class: "muted" }, `cohort ${queue.cohort ?? "none"} · weight ${queue.weight} · fair-share standing ${fmt(queue.fairShare, 3)} (borrowed share${queue.recentBorrowedShare === null ? "" : ` plus ${fmt(queue.recentBorrowedShare, 3)} borrowed recently`} over weight, lower goes first) · ${queue.pending} pending · namespaces ${queue.namespaces.join(", ")}`));

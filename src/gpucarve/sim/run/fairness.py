@@ -17,6 +17,13 @@ submitted, not finished and not running, in the first pool of its first flavor);
 figure is the mean of its samples. A queue outside any cohort has nothing to share and is left
 out. The queues, cohorts and quotas judged by are those of the policy given (`fairness`'s
 `policy`), so a baseline that has none is judged by the policy it stands in for.
+
+In a cohort tree (cohorts in cohorts) a root's whole tree is judged together, and entitlement is
+divided level by level: the root's GPUs between its members (queues and child cohorts, each
+owed its own nominal quota, a cohort its queues' and its own, as far as its demand reaches,
+the rest by weight), then each cohort's part between its own members the same way. Each cohort
+below the root is reported beside the queues, as `cohort:NAME`: what its queues received
+against what it was owed. Jain's index is over the queues.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpucarve.core.amounts import FlavorName, as_flavor
-from gpucarve.core.policy import Policy, Queue, flavor_pools
+from gpucarve.core.cohort_tree import CohortTree, cohort_tree
+from gpucarve.core.policy import Cohort, Policy, Queue, flavor_pools
 from gpucarve.core.requests import candidate_flavors, pod_set_gpus, slice_gpus
 from gpucarve.core.workload import Workload
 from gpucarve.sim.run.records import SimResult
@@ -78,7 +86,10 @@ def asked_gpus(
 
 
 def nominal_by_pool(
-    policy: Policy, q: Queue, gpu: Mapping[FlavorName, float], pools: Mapping[FlavorName, str]
+    policy: Policy,
+    q: Queue | Cohort,
+    gpu: Mapping[FlavorName, float],
+    pools: Mapping[FlavorName, str],
 ) -> dict[str, float]:
     """The queue's nominal quota in GPUs per pool: its flavors' where no unit of its covers
     them, and its GPU units'; what several pools serve spread over them by their GPUs."""
@@ -178,6 +189,9 @@ class _Hour:
     received: dict[str, float]
     entitled: dict[str, float]
     samples: int = 0
+    # cohorts below a tree's root (`cohort:NAME`): what their queues received, were owed
+    levels_received: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    levels_entitled: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
 def fairness(
@@ -192,15 +206,20 @@ def fairness(
     Jain's index per hour."""
     pools = flavor_pools(policy)
     worth = slice_gpus(policy)  # a baseline's run has other flavors than the policy judged by
+    tree = cohort_tree(policy) if policy.nested else None
     cohorts: dict[str, list[Queue]] = defaultdict(list)
     for q in policy.queues:
         if q.cohort is not None:
-            cohorts[q.cohort].append(q)
+            cohorts[q.cohort if tree is None else tree.root(q.cohort)].append(q)
     nominal = {q.name: nominal_by_pool(policy, q, worth, pools) for q in policy.queues}
+    own = {c.name: nominal_by_pool(policy, c, worth, pools) for c in policy.cohorts}
     held, waiting = _by_queue(result, gpu, slices, policy, nominal)
     out: dict[str, dict[str, object]] = {}
     for cohort, queues in sorted(cohorts.items()):
         keys = sorted({k for n in nominal.values() for k, v in n.items() if v > 0})
+        levels = None
+        if tree is not None:
+            levels = _Levels(tree, cohort, queues)
         out[cohort] = {
             k: _pool(
                 queues,
@@ -209,10 +228,97 @@ def fairness(
                 window,
                 k,
                 {q.name: nominal[q.name].get(k, 0.0) for q in queues},
+                None if levels is None else levels.at(k, own),
             )
             for k in keys
         }
     return out
+
+
+@dataclass
+class _Levels:
+    """A root cohort's tree for the fairness figures: node names (a queue's, or `cohort:X`),
+    each node's members, and each cohort's own nominal GPUs per pool key."""
+
+    tree: CohortTree
+    root: str
+    queues: Sequence[Queue]
+
+    def at(self, key: str, own: Mapping[str, Mapping[str, float]]) -> _TreeAt:
+        members: dict[str, list[str]] = defaultdict(list)
+        weight: dict[str, float] = {}
+        mine: dict[str, float] = {}
+        for q in self.queues:
+            assert q.cohort is not None
+            members[f"cohort:{q.cohort}"].append(q.name)
+        for c in self._cohorts():
+            parent = self.tree.parent.get(c)
+            if parent is not None:
+                members[f"cohort:{parent}"].append(f"cohort:{c}")
+            weight[f"cohort:{c}"] = self.tree.weight_milli.get(c, 1000) / 1000
+            mine[f"cohort:{c}"] = own.get(c, {}).get(key, 0.0)
+        return _TreeAt(f"cohort:{self.root}", dict(members), weight, mine)
+
+    def _cohorts(self) -> list[str]:
+        return sorted(c for c in self.tree.parent if self.tree.root(c) == self.root)
+
+
+@dataclass
+class _TreeAt:
+    """One root's tree in one pool key: its top node, members per cohort node, cohorts'
+    weights and own nominal GPUs."""
+
+    top: str
+    members: Mapping[str, Sequence[str]]
+    weight: Mapping[str, float]
+    own: Mapping[str, float]
+
+    def totals(self, per_queue: Mapping[str, float]) -> dict[str, float]:
+        """Per node, the sum over its queues of `per_queue` (a queue's own figure)."""
+        out: dict[str, float] = dict(per_queue)
+
+        def total(node: str) -> float:
+            if node not in out:
+                out[node] = sum(total(m) for m in self.members.get(node, ()))
+            return out[node]
+
+        total(self.top)
+        return out
+
+    def entitled(
+        self, nominal: Mapping[str, float], weight: Mapping[str, float],
+        want: Mapping[str, float],
+    ) -> dict[str, float]:  # fmt: skip
+        """Entitlement level by level from the top (`nominal`, `weight`, `want` per queue)."""
+        owed = self.totals(nominal)
+        for c, n in self.own.items():
+            owed[c] = owed.get(c, 0.0) + n
+        # a cohort's own nominal adds to every cohort above it
+        for c, n in self.own.items():
+            up = self._parent(c)
+            while up is not None:
+                owed[up] += n
+                up = self._parent(up)
+        asks = self.totals({q: want.get(q, 0.0) for q in nominal})
+        weights = {**weight, **self.weight}
+        out: dict[str, float] = {}
+
+        def share(node: str, amount: float) -> None:
+            kids = [m for m in self.members.get(node, ()) if asks.get(m, 0.0) > 0]
+            got = entitled(
+                amount, {m: owed.get(m, 0.0) for m in kids}, {m: weights[m] for m in kids},
+                {m: asks[m] for m in kids},
+            )  # fmt: skip
+            for m, g in got.items():
+                out[m] = g
+                if m in self.members:
+                    share(m, g)
+
+        share(self.top, owed.get(self.top, 0.0))
+        return out
+
+    def _parent(self, node: str) -> str | None:
+        return next((c for c, ms in self.members.items() if node in ms), None)
 
 
 def _pool(
@@ -222,10 +328,15 @@ def _pool(
     window: tuple[int, int],
     key: str,
     nominal: Mapping[str, float],
+    levels: _TreeAt | None = None,
 ) -> dict[str, object]:
     names = [q.name for q in queues]
     weight = {q.name: q.weight_milli / 1000 for q in queues}
     capacity = sum(nominal.values())
+    cohorts: list[str] = []
+    if levels is not None:
+        capacity += sum(levels.own.values())
+        cohorts = sorted(c for c in levels.members if c != levels.top)
     none = _Steps([], [])
     hours: dict[int, _Hour] = {}
     below_s: dict[str, int] = dict.fromkeys(names, 0)
@@ -233,7 +344,11 @@ def _pool(
         have = {q: held.get((q, key), none).at(t) for q in names}
         wait = {q: waiting.get((q, key), none).at(t) for q in names}
         want = {q: have[q] + wait[q] for q in names if have[q] + wait[q] > 0}
-        fair = entitled(capacity, nominal, weight, want)
+        if levels is None:
+            fair = entitled(capacity, nominal, weight, want)
+        else:
+            tree_fair = levels.entitled(nominal, weight, want)
+            fair = {q: tree_fair[q] for q in want}
         hour = hours.get((t - window[0]) // HOUR)
         if hour is None:
             hour = hours[(t - window[0]) // HOUR] = _Hour(defaultdict(float), defaultdict(float))
@@ -245,11 +360,21 @@ def _pool(
             short = (fair[q] - have[q]) / capacity > EPSILON
             if short and wait[q] > 0 and above - {q}:
                 below_s[q] += SAMPLE_S
-    return _figures(names, hours, below_s, capacity)
+        if levels is not None:
+            got = levels.totals(have)
+            for c in cohorts:
+                if c in tree_fair:
+                    hour.levels_received[c] += got[c] / capacity
+                    hour.levels_entitled[c] += tree_fair[c] / capacity
+    return _figures(names, hours, below_s, capacity, cohorts)
 
 
 def _figures(
-    names: Sequence[str], hours: Mapping[int, _Hour], below_s: Mapping[str, int], capacity: float
+    names: Sequence[str],
+    hours: Mapping[int, _Hour],
+    below_s: Mapping[str, int],
+    capacity: float,
+    cohorts: Sequence[str] = (),
 ) -> dict[str, object]:
     per_queue: dict[str, dict[str, float]] = {}
     jain: list[float] = []
@@ -276,14 +401,29 @@ def _figures(
             "deviation_worst_hour": round(max((abs(d) for d in deviations), default=0.0), 4),
             "hours_below_share_while_another_above": round(below_s[q] / HOUR, 2),
         }
+    for c in cohorts:
+        got = sum(h.levels_received.get(c, 0.0) for h in hours.values()) / samples
+        fair = sum(h.levels_entitled.get(c, 0.0) for h in hours.values()) / samples
+        deviations = [
+            (h.levels_received.get(c, 0.0) - h.levels_entitled.get(c, 0.0)) / h.samples
+            for h in hours.values()
+            if h.samples
+        ]
+        per_queue[c] = {
+            "share_received": round(got, 4),
+            "share_entitled": round(fair, 4),
+            "deviation_over_window": round(abs(got - fair), 4),
+            "deviation_mean": round(sum(abs(d) for d in deviations) / max(1, len(deviations)), 4),
+            "deviation_worst_hour": round(max((abs(d) for d in deviations), default=0.0), 4),
+        }
     return {
         "gpus": round(capacity, 3),
         "queues": per_queue,
         "deviation_worst_hour": max(
-            (v["deviation_worst_hour"] for v in per_queue.values()), default=0.0
+            (per_queue[q]["deviation_worst_hour"] for q in names), default=0.0
         ),
         "deviation_over_window": max(
-            (v["deviation_over_window"] for v in per_queue.values()), default=0.0
+            (per_queue[q]["deviation_over_window"] for q in names), default=0.0
         ),
         "jain_mean": round(sum(jain) / len(jain), 4) if jain else 1.0,
         "jain_worst_hour": min(jain, default=1.0),

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpucarve.config.catalog_file import packaged_catalog
 from gpucarve.config.policy_build import load_policy
@@ -25,6 +27,7 @@ from gpucarve.engine.explain import explain, render
 from gpucarve.engine.invariants import step_violations
 from gpucarve.engine.quota import Quotas
 from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
+from tests.engine.test_properties import clusters
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -283,3 +286,20 @@ def test_the_invariant_check_catches_a_tree_overdrawn(flat: bool) -> None:
     )
     found = _quota(p, over)
     assert any("lends" in f for f in found), found
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_reach_is_exactly_what_an_idle_tree_admits(data: st.DataObject) -> None:
+    # the ceiling (`reach`, which admission, explain and the webhook refuse by) is never
+    # below what quota would admit on an idle tree, and never above it
+    p = data.draw(clusters(cohort=True, tree=True))
+    q = Quotas(p, {})
+    for name in (x.name for x in p.queues):
+        for flavor in p.flavors:
+            most = q.reach(name, flavor)
+            if most == 0:
+                assert not q.check(name, {flavor: 1}).fits
+                continue
+            assert q.check(name, {flavor: most}).fits, (name, flavor, most)
+            assert not q.check(name, {flavor: most + 1}).fits, (name, flavor, most)

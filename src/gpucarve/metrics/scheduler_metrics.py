@@ -124,7 +124,39 @@ def _quota(snapshot: Snapshot, result: CycleResult) -> list[GaugeMetricFamily]:
             usage.add_metric([q.name, f], quotas.used(q.name, f) / per)
             borrowed.add_metric([q.name, f], quotas.borrowed(q.name, f) / per)
             lent_family.add_metric([q.name, f], lent.get((q.name, f), 0) / per)
-    return [nominal, usage, borrowed, lent_family]
+    return [nominal, usage, borrowed, lent_family, *_cohort_levels(policy, quotas)]
+
+
+def _cohort_levels(policy: Policy, quotas: Quotas) -> list[GaugeMetricFamily]:
+    """In a cohort tree, per cohort and quota key: what it holds (its own nominal and what its
+    members lend it), what its members draw of it and what it borrows from its parent."""
+    tree = quotas.tree
+    if tree is None:
+        return []
+    cf = ["cohort", "flavor"]
+    holds = GaugeMetricFamily(
+        "gpucarve_cohort_holds_slices",
+        "What a cohort holds: its own nominal and what its members lend it (GPUs for a unit)",
+        labels=cf,
+    )
+    drawn = GaugeMetricFamily(
+        "gpucarve_cohort_usage_slices",
+        "What a cohort's members draw of it, past their guaranteed parts",
+        labels=cf,
+    )
+    borrowed = GaugeMetricFamily(
+        "gpucarve_cohort_borrowed_slices",
+        "What a cohort draws from its parent beyond what it holds",
+        labels=cf,
+    )
+    for (cohort, key), lvl in sorted(tree.levels.items()):
+        unit = policy.units.get(key)
+        per = 1 if unit is None else unit.parts_per_gpu
+        used = quotas.pool_used(cohort, key)
+        holds.add_metric([cohort, key], lvl.subtree / per)
+        drawn.add_metric([cohort, key], used / per)
+        borrowed.add_metric([cohort, key], max(0, used - lvl.subtree) / per)
+    return [holds, drawn, borrowed]
 
 
 class SchedulerMetrics:

@@ -211,3 +211,47 @@ def test_the_recent_borrowed_share_is_a_gauge_with_a_half_life_only() -> None:
     m.observe_cycle(s, result, 0.01)
     assert value(m, "gpucarve_queue_recent_borrowed_share", queue="a") == pytest.approx(0.25)
     assert value(m, "gpucarve_queue_recent_borrowed_share", queue="b") == 0
+
+
+def test_a_cohort_tree_exports_what_each_cohort_holds_draws_and_borrows() -> None:
+    p = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 4, 8)],
+        cohorts=[
+            {"name": "company"},
+            {
+                "name": "ml",
+                "parent": "company",
+                "quota": {"h100-full": {"nominal": 0, "lendingLimit": 4}},
+            },
+        ],
+        queues=[
+            queue("r", {"h100-full": {"nominal": 16}}, cohort="ml"),
+            queue("s", {"h100-full": {"nominal": 4}}, cohort="ml"),
+            queue("b", {"h100-full": {"nominal": 12}}, cohort="company"),
+        ],
+        scheduling={"minRuntimeSeconds": 0},
+    )
+    m = SchedulerMetrics()
+    # s runs 24, 20 past its own: ml holds 20 (r's 16 and s's 4) and lends company only 4 of
+    # it, keeping 16 guaranteed; its members draw 24, 4 beyond what it holds, and company sees
+    # ml's 8 past its guaranteed part
+    s = snapshot(p, [workload(p, "wide", "s", gpus=8, pods=3)])
+    _, s = cycle(s, 0)
+    m.observe_cycle(s, run_cycle(s, 10), 0.01)
+    got = {
+        (name, labels): v
+        for (name, labels), v in samples(m).items()
+        if name.startswith("gpucarve_cohort_")
+    }
+    ml = (("cohort", "ml"), ("flavor", "h100-full"))
+    top = (("cohort", "company"), ("flavor", "h100-full"))
+    assert got[("gpucarve_cohort_holds_slices", ml)] == 20
+    assert got[("gpucarve_cohort_usage_slices", ml)] == 24
+    assert got[("gpucarve_cohort_borrowed_slices", ml)] == 4
+    assert got[("gpucarve_cohort_holds_slices", top)] == 16  # b's 12 and what ml lends, 4
+    assert got[("gpucarve_cohort_usage_slices", top)] == 8
+    assert got[("gpucarve_cohort_borrowed_slices", top)] == 0
+    flat = SchedulerMetrics()
+    s = snapshot(P, [workload(P, "big", "a", gpus=8, pods=2)])
+    flat.observe_cycle(s, run_cycle(s, 0), 0.01)
+    assert not [k for k in samples(flat) if k[0].startswith("gpucarve_cohort_")]

@@ -26,6 +26,7 @@ def test_the_wheel_holds_the_package_data_and_the_entry_point(tmp_path: Path) ->
         entry_points = z.read(entry).decode()
     for needed in (
         "gpucarve/data/crds/queues.gpucarve.io.yaml",
+        "gpucarve/data/crds/cohorts.gpucarve.io.yaml",
         "gpucarve/data/crds/podgroups.gpucarve.io.yaml",
         "gpucarve/data/gpu-catalog.yaml",
         "gpucarve/data/examples/three-teams.yaml",

@@ -85,7 +85,7 @@ def populate(
     stack.add_policy_nodes(policy, devices)
     args = ["apply", "--policy", str(policy_file), "--kubeconfig", str(stack.kubeconfig())]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 0, (result.output, result.exception)
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from gpucarve.cli.main import app
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack
 from tests.integration.api import Api
-from tests.paths import BUILTIN
+from tests.paths import BUILTIN, EXAMPLES
 
 pytestmark = pytest.mark.integration
 EXAMPLE = BUILTIN / "three-teams.yaml"
@@ -124,3 +124,30 @@ def test_apply_diff_says_what_would_change_and_changes_nothing(
     assert "change: Queue/production" not in flat
     after = admin.get("/apis/gpucarve.io/v1alpha1/queues/research")
     assert after["metadata"]["resourceVersion"] == before and after["spec"]["weight"] == 2
+
+
+def test_apply_writes_the_cohort_tree_and_diff_names_a_cohort_left_behind(
+    stack: LocalStack, admin: Api
+) -> None:
+    runner = CliRunner()
+    kubeconfig = str(stack.kubeconfig(ADMIN_USER))
+    tree = EXAMPLES / "departments" / "policy.yaml"
+    r = runner.invoke(app, ["apply", "--policy", str(tree), "--kubeconfig", kubeconfig])
+    assert r.exit_code == 0, r.output
+    assert r.output.index("Cohort/ml applied") < r.output.index("Queue/research applied")
+    ml = admin.get("/apis/gpucarve.io/v1alpha1/cohorts/ml")
+    assert ml["spec"]["parent"] == "company"
+    assert admin.get("/apis/gpucarve.io/v1alpha1/queues/research")["spec"]["cohort"] == "ml"
+    try:
+        # back to the flat example: research rejoins company, and ml is left behind
+        r = runner.invoke(
+            app, ["apply", "--diff", "--policy", str(EXAMPLE), "--kubeconfig", kubeconfig]
+        )
+        assert r.exit_code == 0, r.output
+        flat = "\n".join(line.strip() for line in r.output.splitlines())
+        assert "change: Queue/research" in flat and "stays: Cohort/ml" in flat
+        assert "change: Cohort/company" in flat  # its description is the example's own
+    finally:
+        r = runner.invoke(app, ["apply", "--policy", str(EXAMPLE), "--kubeconfig", kubeconfig])
+        assert r.exit_code == 0, r.output
+        admin.call("DELETE", "/apis/gpucarve.io/v1alpha1/cohorts/ml")

@@ -149,6 +149,31 @@ def _condition_message(api: Api, ns: str, name: str) -> str | None:
     return None
 
 
+def test_the_tree_is_on_the_cluster_and_the_webhook_keeps_it_a_tree(
+    stack: tuple[LocalStack, Api, Path],
+) -> None:
+    _, api, _ = stack
+    # `gpucarve apply` (populate) wrote the cohorts beside the queues
+    ml = api.get("/apis/gpucarve.io/v1alpha1/cohorts/ml")
+    assert ml["spec"]["parent"] == "company"
+    assert "parent" not in api.get("/apis/gpucarve.io/v1alpha1/cohorts/company")["spec"]
+    # the schema refuses a cohort of its own; the webhook, a parent the policy lacks, and a
+    # parent below it (a loop)
+    status, body = api.call(
+        "POST", "/apis/gpucarve.io/v1alpha1/cohorts",
+        {"apiVersion": "gpucarve.io/v1alpha1", "kind": "Cohort",
+         "metadata": {"name": "self"}, "spec": {"parent": "self"}},
+    )  # fmt: skip
+    assert status == 422 and "a cohort cannot be its own parent" in body["message"], body
+    ml["spec"]["parent"] = "nowhere"
+    status, body = api.call("PUT", "/apis/gpucarve.io/v1alpha1/cohorts/ml", ml)
+    assert status == 403 and "parent cohort 'nowhere' does not exist" in body["message"], body
+    top = api.get("/apis/gpucarve.io/v1alpha1/cohorts/company")
+    top["spec"]["parent"] = "ml"
+    status, body = api.call("PUT", "/apis/gpucarve.io/v1alpha1/cohorts/company", top)
+    assert status == 403 and "company → ml → company" in body["message"], body
+
+
 def test_a_team_past_its_own_quota_reclaims_from_another_department(
     stack: tuple[LocalStack, Api, Path],
 ) -> None:

@@ -116,7 +116,7 @@ def _print_diff(client: Client, objects: list[dict[str, Any]]) -> None:
     served = _served(client)  # no Queue exists before its CRD does
     for obj in objects:
         what = f"{obj['kind']}/{obj['metadata']['name']}"
-        ours = obj["kind"] == "Queue"
+        ours = obj["kind"] in ("Queue", "Cohort")
         current = _current(client, object_path(obj)) if served or not ours else None
         would = _would(client, obj) if current is not None else None
         c = change(what, current, would or obj)
@@ -135,19 +135,22 @@ def _print_diff(client: Client, objects: list[dict[str, Any]]) -> None:
     out.print(Text(f"apply would: {summary} (nothing was changed)"))
 
 
-def _served(client: Client) -> bool:
-    crd = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/queues.{GROUP}"
+def _served(client: Client, plural: str = "queues") -> bool:
+    crd = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{GROUP}"
     return _current(client, crd) is not None
 
 
 def _not_named(client: Client, objects: list[dict[str, Any]]) -> list[str]:
-    """gpucarve's queues and priority classes on the cluster that the policy does not name."""
+    """gpucarve's queues, cohorts and priority classes on the cluster that the policy does not
+    name."""
     named = {(o["kind"], o["metadata"]["name"]) for o in objects}
     found: list[str] = []
-    if _served(client):
-        for q in client.get(f"/apis/{GROUP}/{VERSION}/queues").get("items", []):
-            if ("Queue", q["metadata"]["name"]) not in named:
-                found.append(f"Queue/{q['metadata']['name']}")
+    for kind, plural in (("Queue", "queues"), ("Cohort", "cohorts")):
+        if not _served(client, plural):
+            continue
+        for q in client.get(f"/apis/{GROUP}/{VERSION}/{plural}").get("items", []):
+            if (kind, q["metadata"]["name"]) not in named:
+                found.append(f"{kind}/{q['metadata']['name']}")
     selector = "?labelSelector=" + urllib.parse.quote(f"{MANAGED_LABEL}=gpucarve")
     for pc in client.get(f"/apis/scheduling.k8s.io/v1/priorityclasses{selector}").get("items", []):
         if ("PriorityClass", pc["metadata"]["name"]) not in named:

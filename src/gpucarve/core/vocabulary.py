@@ -11,7 +11,7 @@ from __future__ import annotations
 GROUP = "gpucarve.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
-CRD_NAMES = (f"queues.{GROUP}", f"podgroups.{GROUP}")
+CRD_NAMES = (f"queues.{GROUP}", f"cohorts.{GROUP}", f"podgroups.{GROUP}")
 
 # ----------------------------------------------------------------- pods: what users write
 QUEUE_LABEL = f"{GROUP}/queue"

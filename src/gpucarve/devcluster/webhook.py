@@ -106,7 +106,7 @@ def configurations(
                "operations": ["CREATE", "UPDATE", "DELETE"],
                "resources": ["configmaps"]}  # fmt: skip
     queues = {"apiGroups": ["gpucarve.io"], "apiVersions": ["v1alpha1"], "scope": "Cluster",
-              "operations": ["CREATE", "UPDATE"], "resources": ["queues"]}  # fmt: skip
+              "operations": ["CREATE", "UPDATE"], "resources": ["queues", "cohorts"]}  # fmt: skip
     updates = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
                "resources": ["pods"], "scope": "Namespaced"}  # fmt: skip
     selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",

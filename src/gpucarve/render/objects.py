@@ -1,4 +1,4 @@
-"""The policy's queues and priority classes as Kubernetes objects (and back)."""
+"""The policy's queues, cohorts and priority classes as Kubernetes objects (and back)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpucarve.core.amounts import QuotaKey
-from gpucarve.core.policy import GpuUnit, Policy, PriorityClass, Queue
+from gpucarve.core.policy import Cohort, GpuUnit, Policy, PriorityClass, Queue, Quota
 from gpucarve.core.vocabulary import GROUP, PREEMPTIBLE_LABEL, VERSION
 from gpucarve.core.vocabulary import MANAGED_BY_LABEL as MANAGED_LABEL
 
 
-def queue_manifest(q: Queue, units: Mapping[QuotaKey, GpuUnit]) -> dict[str, Any]:
+def _quota_spec(
+    quotas: tuple[Quota, ...], units: Mapping[QuotaKey, GpuUnit]
+) -> dict[str, dict[str, int | float]]:
     quota: dict[str, dict[str, int | float]] = {}
-    for qt in q.quotas:
+    for qt in quotas:
         unit = units.get(qt.flavor)
 
         def amount(n: int, unit: GpuUnit | None = unit) -> int | float:
@@ -28,6 +30,27 @@ def queue_manifest(q: Queue, units: Mapping[QuotaKey, GpuUnit]) -> dict[str, Any
         if qt.lending_limit.most is not None:
             entry["lendingLimit"] = amount(qt.lending_limit.most)
         quota[qt.flavor] = entry
+    return quota
+
+
+def cohort_manifest(c: Cohort, units: Mapping[QuotaKey, GpuUnit]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"weight": c.weight_milli / 1000}
+    if c.parent is not None:
+        spec["parent"] = c.parent
+    if c.quotas:
+        spec["quota"] = _quota_spec(c.quotas, units)
+    if c.description:
+        spec["description"] = c.description
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Cohort",
+        "metadata": {"name": c.name, "labels": {MANAGED_LABEL: "gpucarve"}},
+        "spec": spec,
+    }
+
+
+def queue_manifest(q: Queue, units: Mapping[QuotaKey, GpuUnit]) -> dict[str, Any]:
+    quota = _quota_spec(q.quotas, units)
     spec: dict[str, Any] = {
         "weight": q.weight_milli / 1000,
         "namespaces": list(q.namespaces),
@@ -72,9 +95,10 @@ def priority_class_manifest(pc: PriorityClass) -> dict[str, Any]:
 
 
 def policy_objects(policy: Policy) -> list[dict[str, Any]]:
-    """Priority classes, then queues, in name order."""
+    """Priority classes, then cohorts, then queues, each in name order."""
     return [
         *(priority_class_manifest(pc) for pc in sorted(policy.priority_classes, key=_name)),
+        *(cohort_manifest(c, policy.units) for c in sorted(policy.cohorts, key=lambda c: c.name)),
         *(queue_manifest(q, policy.units) for q in sorted(policy.queues, key=lambda q: q.name)),
     ]
 

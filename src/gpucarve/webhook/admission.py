@@ -513,6 +513,37 @@ def queue_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
     return out
 
 
+def cohort_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
+    """What a Cohort object's schema cannot check: its parent is a cohort of the policy and
+    its parents do not come back to it, and each quota names a flavor or GPU unit the pools
+    provide, in amounts they hold."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    spec = obj.get("spec") or {}
+    out: list[Problem] = []
+    parent = spec.get("parent")
+    cohorts = sorted(c.name for c in policy.cohorts)
+    if parent and parent not in cohorts:
+        out.append(Problem((name, "spec", "parent"), "unknown-cohort",
+                           f"parent cohort {parent!r} does not exist",
+                           f"use one of: {', '.join(cohorts) or '(the policy has none)'}, "
+                           "or add it to the policy's cohorts"))  # fmt: skip
+    elif parent and name in (chain := policy.cohort_path(str(parent))):
+        loop = " → ".join([name, *chain[: chain.index(name) + 1]])
+        out.append(Problem((name, "spec", "parent"), "cohort-cycle",
+                           f"cohorts would sit in each other: {loop}",
+                           "give it a parent outside its own subtree, or none"))  # fmt: skip
+    for flavor, q in sorted((spec.get("quota") or {}).items()):
+        where = (name, "spec", "quota", str(flavor))
+        if flavor not in policy.flavors and flavor not in policy.units:
+            known = ", ".join(sorted([*policy.flavors, *policy.units]))
+            out.append(Problem(where, "unknown-flavor",
+                               f"no pool provides flavor {flavor!r}, nor is it a GPU unit",
+                               f"use one of: {known}"))  # fmt: skip
+            continue
+        out += _quota_amounts(policy, where, QuotaKey(str(flavor)), q or {})
+    return out
+
+
 def _quota_amounts(
     policy: Policy, where: tuple[str, ...], key: QuotaKey, q: Mapping[str, Any]
 ) -> list[Problem]:

@@ -30,6 +30,7 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.problems import Problem, Severity
 from gpucarve.webhook.admission import (
     claim_problems,
+    cohort_problems,
     debug_problems,
     denial,
     job_problems,
@@ -236,6 +237,8 @@ def _problems(policy: Policy, req: dict[str, Any], settings: Settings) -> list[P
         return debug_problems(policy, obj, req.get("oldObject") or {})
     if kind == "Queue" and op in ("CREATE", "UPDATE"):
         return queue_problems(policy, obj)
+    if kind == "Cohort" and op in ("CREATE", "UPDATE"):
+        return cohort_problems(policy, obj)
     if kind in ("ResourceClaim", "ResourceClaimTemplate") and op == "CREATE":
         # a claim's spec cannot change after creation; updates (the scheduler's own finalizer
         # patch among them) are never reviewed

@@ -145,6 +145,23 @@ def test_problems_are_the_schedulers_and_none_for_good_pods() -> None:
     assert pod_problems(POLICY, _pod("elsewhere", {"nvidia.com/gpu": "8"})) == []
 
 
+def test_cohort_checks_beyond_the_schema() -> None:
+    from gpucarve.webhook.admission import cohort_problems
+
+    tree = load_policy(EXAMPLES / "departments" / "policy.yaml").policy
+    ok = {"metadata": {"name": "ml"}, "spec": {"parent": "company"}}
+    assert cohort_problems(tree, ok) == []
+    bad = {"metadata": {"name": "ml"},
+           "spec": {"parent": "nowhere", "quota": {"tpu-v5": {"nominal": 1},
+                                                   "h100-full": {"nominal": 999}}}}  # fmt: skip
+    codes = sorted(p.code for p in cohort_problems(tree, bad))
+    assert codes == ["quota-exceeds-capacity", "unknown-cohort", "unknown-flavor"]
+    # the root made a child of its own child: the loop is named
+    loop = {"metadata": {"name": "company"}, "spec": {"parent": "ml"}}
+    (p,) = cohort_problems(tree, loop)
+    assert p.code == "cohort-cycle" and "company → ml → company" in p.message
+
+
 def test_queue_checks_beyond_the_schema() -> None:
     q = {"metadata": {"name": "research"},
          "spec": {"cohort": "nowhere", "quota": {"h100-full": {"nominal": 999},

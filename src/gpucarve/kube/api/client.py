@@ -224,6 +224,7 @@ def object_path(obj: dict[str, Any]) -> str:
         "CustomResourceDefinition": "customresourcedefinitions",
         "PriorityClass": "priorityclasses",
         "Queue": "queues",
+        "Cohort": "cohorts",
     }[kind]
     prefix = "/api/v1" if api == "v1" else f"/apis/{api}"
     return f"{prefix}/{plural}/{name}"

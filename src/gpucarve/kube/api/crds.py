@@ -1,4 +1,4 @@
-"""gpucarve's CustomResourceDefinitions (Queue, PodGroup), shipped with the package."""
+"""gpucarve's CustomResourceDefinitions (Queue, Cohort, PodGroup), shipped with the package."""
 
 from __future__ import annotations
 

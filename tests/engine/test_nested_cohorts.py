@@ -103,6 +103,26 @@ def test_a_team_past_its_own_quota_reclaims_from_another_department() -> None:
     assert evicted == [f"production/serve-batch:{Cause.RECLAIM.value}"]
 
 
+def test_a_department_may_keep_its_teams_from_reclaiming_past_their_own() -> None:
+    # reclaimForMembers: false: department ml's room no longer lets data science, past its
+    # own 6, evict production; data science waits, as under flat cohorts, and explain offers
+    # no reclaim
+    p = _tree(ml={"reclaimForMembers": False})
+    admitted, evicted, s = _production_runs_then_ds_asks(p)
+    assert admitted == [] and evicted == []
+    e = explain(s, run_cycle(s, 300), "data-science/churn")
+    assert e is not None
+    assert not any("from queue production" in line for line in render(e))
+    # within its own nominal a team still reclaims: production holds all 32, data science
+    # asks for its own 6
+    s = snapshot(p, [workload(p, f"n{i}", "production", gpus=8) for i in range(4)])
+    _, s = cycle(s, 0)
+    s = submit(s, workload(p, "small", "data-science", gpus=6, submit=100))
+    result, _ = cycle(s, 200)
+    assert result.admitted_ids() == ["data-science/small"]
+    assert [e.cause for e in result.evictions] == [Cause.RECLAIM]
+
+
 def test_flat_a_queue_past_its_nominal_never_reclaims() -> None:
     admitted, evicted, s = _production_runs_then_ds_asks(_tree(flat=True))
     assert admitted == [] and evicted == []

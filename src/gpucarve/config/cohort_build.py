@@ -124,6 +124,7 @@ def build_cohort(c: CohortSpec, units: Mapping[QuotaKey, GpuUnit]) -> Cohort:
         parent=c.parent,
         quotas=tuple(quota_of(QuotaKey(k), s, units) for k, s in sorted(c.quota.items())),
         weight_milli=round(c.weight * 1000),
+        reclaim_for_members=c.reclaimForMembers,
     )
 
 

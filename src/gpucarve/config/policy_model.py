@@ -241,6 +241,13 @@ class CohortSpec(_Strict):
     weight: float = Field(
         default=1.0, gt=0, le=1000, description="Fair-share weight against its siblings."
     )
+    reclaimForMembers: bool = Field(
+        default=True,
+        description="Whether a member queue past its own nominal quota may take back "
+        "(reclaim) what queues outside this cohort borrow while this cohort stays within what "
+        "it holds (true: a department's unused quota is its teams'); false: only a queue "
+        "within its own nominal quota reclaims, as in a flat cohort (fewer evictions).",
+    )
 
 
 class PriorityClassSpec(_Strict):

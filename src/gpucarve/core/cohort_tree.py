@@ -41,6 +41,7 @@ class CohortTree:
     children: dict[str, list[str]] = field(default_factory=dict)  # cohort -> child cohorts
     levels: dict[tuple[str, QuotaKey], Level] = field(default_factory=dict)  # (cohort, key)
     weight_milli: dict[str, int] = field(default_factory=dict)
+    reclaim_for_members: dict[str, bool] = field(default_factory=dict)
 
     def path(self, cohort: str | None) -> tuple[str, ...]:
         """`cohort` and the cohorts above it, nearest first."""
@@ -64,6 +65,7 @@ def cohort_tree(policy: Policy) -> CohortTree:
         tree.queues.setdefault(c.name, [])
         tree.children.setdefault(c.name, [])
         tree.weight_milli[c.name] = c.weight_milli
+        tree.reclaim_for_members[c.name] = c.reclaim_for_members
     for c in policy.cohorts:
         if c.parent is not None and c.parent in tree.children:
             tree.children[c.parent].append(c.name)

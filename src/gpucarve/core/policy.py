@@ -381,6 +381,8 @@ class Cohort:
     parent: str | None = None
     quotas: tuple[Quota, ...] = ()
     weight_milli: int = 1000
+    # whether a member past its own quota may reclaim from outside while it holds room
+    reclaim_for_members: bool = True
 
     def quota(self, flavor: QuotaKey) -> Quota | None:
         for q in self.quotas:

@@ -469,7 +469,16 @@ class Quotas:
         """Whether the queue, or a cohort above it below the root, stays within what it
         holds with `need` more."""
         levels = self._deltas(queue, key, need)[:-1]
-        return any(usage + d <= self._node_quota(node, key)[0] for node, usage, d in levels)
+        return any(
+            usage + d <= self._node_quota(node, key)[0] and self._reclaims_for(node)
+            for node, usage, d in levels
+        )
+
+    def _reclaims_for(self, node: Node) -> bool:
+        """Whether a reclaim may rest on this node's room: a queue's own, always; a cohort's
+        for its members, unless it says not (`cohorts[].reclaimForMembers: false`)."""
+        kind, name = node
+        return kind == "queue" or self._tree().reclaim_for_members.get(name, True)
 
     def meet(self, reclaimer: str, queue: str) -> tuple[Node, Node] | None:
         """Where two queues' paths meet: the reclaimer's node and the other's just below
@@ -485,14 +494,18 @@ class Quotas:
 
     def loan(self, reclaimer: str, queue: str, key: QuotaKey) -> int:
         """What `queue` borrows where it meets `reclaimer`: flat, what it borrows of its
-        cohort; in a tree, what its side borrows of their nearest common cohort."""
+        cohort; in a tree, as much of what it borrows itself as its side borrows of their
+        nearest common cohort."""
         if self.tree is None:
             return self.borrowed(queue, key)
         met = self.meet(reclaimer, queue)
         if met is None:
             return 0
+        # the queue itself borrows (its work within its own nominal quota is never a loan),
+        # and so does its side where the two meet: what comes back is the lesser
         node = met[1]
-        return max(0, self._usage(node, key) - self._node_quota(node, key)[0])
+        side = max(0, self._usage(node, key) - self._node_quota(node, key)[0])
+        return min(self.borrowed(queue, key), side)
 
     def may_reclaim(self, reclaimer: str, queue: str, demand: Mapping[FlavorName, int]) -> bool:
         """Whether `reclaimer` may take back from `queue` for `demand`: flat, it stays within
@@ -513,7 +526,13 @@ class Quotas:
         met = self.meet(reclaimer, queue)
         if met is None:
             return False
-        for node, usage, d in self._deltas(reclaimer, key, need):
+        levels = self._deltas(reclaimer, key, need)
+        own = levels[0][1] + levels[0][2] <= self._node_quota(levels[0][0], key)[0]
+        for node, usage, d in levels:
+            # a queue within its own nominal quota takes it back wherever it was lent; past
+            # it, only where every cohort up to the meeting point lets its members reclaim
+            if not own and not self._reclaims_for(node):
+                return False
             if node == met[0]:
                 return usage + d <= self._node_quota(node, key)[0]
         return False

@@ -41,6 +41,8 @@ def cohort_manifest(c: Cohort, units: Mapping[QuotaKey, GpuUnit]) -> dict[str, A
         spec["quota"] = _quota_spec(c.quotas, units)
     if c.description:
         spec["description"] = c.description
+    if not c.reclaim_for_members:
+        spec["reclaimForMembers"] = False
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "Cohort",

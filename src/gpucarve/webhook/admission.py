@@ -501,16 +501,7 @@ def queue_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
                            f"cohort {cohort!r} does not exist",
                            f"use one of: {', '.join(cohorts) or '(the policy has none)'}, "
                            "or add it to the policy's cohorts"))  # fmt: skip
-    for flavor, q in sorted((spec.get("quota") or {}).items()):
-        where = (name, "spec", "quota", str(flavor))
-        if flavor not in policy.flavors and flavor not in policy.units:
-            known = ", ".join(sorted([*policy.flavors, *policy.units]))
-            out.append(Problem(where, "unknown-flavor",
-                               f"no pool provides flavor {flavor!r}, nor is it a GPU unit",
-                               f"use one of: {known}"))  # fmt: skip
-            continue
-        out += _quota_amounts(policy, where, QuotaKey(str(flavor)), q or {})
-    return out
+    return out + _quota_map_problems(policy, name, spec)
 
 
 def cohort_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
@@ -532,6 +523,13 @@ def cohort_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
         out.append(Problem((name, "spec", "parent"), "cohort-cycle",
                            f"cohorts would sit in each other: {loop}",
                            "give it a parent outside its own subtree, or none"))  # fmt: skip
+    return out + _quota_map_problems(policy, name, spec)
+
+
+def _quota_map_problems(policy: Policy, name: str, spec: Mapping[str, Any]) -> list[Problem]:
+    """A Queue's or Cohort's `quota`: each key a flavor or GPU unit the pools provide, in
+    amounts they hold."""
+    out: list[Problem] = []
     for flavor, q in sorted((spec.get("quota") or {}).items()):
         where = (name, "spec", "quota", str(flavor))
         if flavor not in policy.flavors and flavor not in policy.units:

@@ -369,6 +369,22 @@ def _pool(
     return _figures(names, hours, below_s, capacity, cohorts)
 
 
+def _shares(hours: Sequence[tuple[float, float, int]], samples: int) -> dict[str, float]:
+    """Received against entitled, from each hour's (received, entitled, samples) sums."""
+    got = sum(r for r, _, _ in hours) / samples
+    fair = sum(e for _, e, _ in hours) / samples
+    deviations = [(r - e) / n for r, e, n in hours if n]
+    return {
+        "share_received": round(got, 4),
+        "share_entitled": round(fair, 4),
+        # over the whole window: what it received against what it was owed, all told
+        "deviation_over_window": round(abs(got - fair), 4),
+        # hour by hour: the mean and the worst hour
+        "deviation_mean": round(sum(abs(d) for d in deviations) / max(1, len(deviations)), 4),
+        "deviation_worst_hour": round(max((abs(d) for d in deviations), default=0.0), 4),
+    }
+
+
 def _figures(
     names: Sequence[str],
     hours: Mapping[int, _Hour],
@@ -384,38 +400,19 @@ def _figures(
             jain.append(round(_jain(xs), 4))
     samples = sum(h.samples for h in hours.values()) or 1
     for q in names:
-        got = sum(h.received.get(q, 0.0) for h in hours.values()) / samples
-        fair = sum(h.entitled.get(q, 0.0) for h in hours.values()) / samples
-        deviations = [
-            (h.received.get(q, 0.0) - h.entitled.get(q, 0.0)) / h.samples
-            for h in hours.values()
-            if h.samples
-        ]
-        per_queue[q] = {
-            "share_received": round(got, 4),
-            "share_entitled": round(fair, 4),
-            # over the whole window: what it received against what it was owed, all told
-            "deviation_over_window": round(abs(got - fair), 4),
-            # hour by hour: the mean and the worst hour
-            "deviation_mean": round(sum(abs(d) for d in deviations) / max(1, len(deviations)), 4),
-            "deviation_worst_hour": round(max((abs(d) for d in deviations), default=0.0), 4),
-            "hours_below_share_while_another_above": round(below_s[q] / HOUR, 2),
-        }
+        per_queue[q] = _shares(
+            [(h.received.get(q, 0.0), h.entitled.get(q, 0.0), h.samples) for h in hours.values()],
+            samples,
+        )
+        per_queue[q]["hours_below_share_while_another_above"] = round(below_s[q] / HOUR, 2)
     for c in cohorts:
-        got = sum(h.levels_received.get(c, 0.0) for h in hours.values()) / samples
-        fair = sum(h.levels_entitled.get(c, 0.0) for h in hours.values()) / samples
-        deviations = [
-            (h.levels_received.get(c, 0.0) - h.levels_entitled.get(c, 0.0)) / h.samples
-            for h in hours.values()
-            if h.samples
-        ]
-        per_queue[c] = {
-            "share_received": round(got, 4),
-            "share_entitled": round(fair, 4),
-            "deviation_over_window": round(abs(got - fair), 4),
-            "deviation_mean": round(sum(abs(d) for d in deviations) / max(1, len(deviations)), 4),
-            "deviation_worst_hour": round(max((abs(d) for d in deviations), default=0.0), 4),
-        }
+        per_queue[c] = _shares(
+            [
+                (h.levels_received.get(c, 0.0), h.levels_entitled.get(c, 0.0), h.samples)
+                for h in hours.values()
+            ],
+            samples,
+        )
     return {
         "gpus": round(capacity, 3),
         "queues": per_queue,

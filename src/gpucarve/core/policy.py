@@ -629,15 +629,6 @@ class Policy:
         set of cohorts)."""
         return any(c.parent is not None or c.quotas for c in self.cohorts)
 
-    def cohort_path(self, cohort: str | None) -> tuple[str, ...]:
-        """`cohort` and the cohorts above it, nearest first (empty for None)."""
-        parents = {c.name: c.parent for c in self.cohorts}
-        out: list[str] = []
-        while cohort is not None and cohort not in out:
-            out.append(cohort)
-            cohort = parents.get(cohort)
-        return tuple(out)
-
     def governed_namespaces(self) -> frozenset[str]:
         """The namespaces its queues list: gpucarve places and admits pods of these only."""
         return frozenset(ns for q in self.queues for ns in q.namespaces)

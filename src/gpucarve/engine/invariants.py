@@ -106,7 +106,8 @@ def _one_tree(p: Policy, a: Queue, b: Queue) -> bool:
     """Whether two queues share a cohort (flat), or a root cohort (a tree)."""
     if not p.nested:
         return a.cohort == b.cohort
-    return p.cohort_path(a.cohort)[-1:] == p.cohort_path(b.cohort)[-1:]
+    tree = cohort_tree(p)
+    return tree.path(a.cohort)[-1:] == tree.path(b.cohort)[-1:]
 
 
 def _gangs(before: Snapshot, result: CycleResult) -> list[str]:

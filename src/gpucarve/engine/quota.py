@@ -201,6 +201,7 @@ class Quotas:
         # A cohort tree (cohorts in cohorts, or with quota of their own); None for flat
         # cohorts, whose arithmetic below is the tree's with one level.
         self.tree: CohortTree | None = None
+        self._paths: dict[str, list[Node]] = {}
         if policy.nested:
             self.tree = cohort_tree(policy)
             self.pool = {k: lvl.subtree for k, lvl in self.tree.levels.items()}
@@ -418,10 +419,13 @@ class Quotas:
         return total
 
     def path(self, queue: str) -> list[Node]:
-        """The queue, then each cohort above it, up to its root."""
-        return [("queue", queue)] + [
-            ("cohort", c) for c in self._tree().path(self.queues[queue].cohort)
-        ]
+        """The queue, then each cohort above it, up to its root (worked out once)."""
+        hit = self._paths.get(queue)
+        if hit is None:
+            hit = self._paths[queue] = [("queue", queue)] + [
+                ("cohort", c) for c in self._tree().path(self.queues[queue].cohort)
+            ]
+        return hit
 
     def _deltas(self, queue: str, key: QuotaKey, need: int) -> list[tuple[Node, int, int]]:
         """Each node of the queue's path with its usage now and what `need` more for the

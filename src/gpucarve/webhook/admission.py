@@ -21,6 +21,7 @@ from typing import Any
 
 from gpucarve.core.amounts import QuotaKey, as_flavor
 from gpucarve.core.cluster import decided_labels
+from gpucarve.core.cohort_tree import cohort_tree
 from gpucarve.core.policy import DeviceApi, Policy
 from gpucarve.core.problems import Problem, Severity
 from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
@@ -518,7 +519,7 @@ def cohort_problems(policy: Policy, obj: Mapping[str, Any]) -> list[Problem]:
                            f"parent cohort {parent!r} does not exist",
                            f"use one of: {', '.join(cohorts) or '(the policy has none)'}, "
                            "or add it to the policy's cohorts"))  # fmt: skip
-    elif parent and name in (chain := policy.cohort_path(str(parent))):
+    elif parent and name in (chain := cohort_tree(policy).path(str(parent))):
         loop = " → ".join([name, *chain[: chain.index(name) + 1]])
         out.append(Problem((name, "spec", "parent"), "cohort-cycle",
                            f"cohorts would sit in each other: {loop}",

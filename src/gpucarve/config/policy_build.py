@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from gpucarve.config.autoscaling_build import build_autoscaling
 from gpucarve.config.catalog_file import load_catalog
 from gpucarve.config.cohort_build import build_cohort, cohort_checks, tree_checks
+from gpucarve.config.health_build import gpu_health
 from gpucarve.config.pool_build import build_pool
 from gpucarve.config.pydantic_errors import problems_from
 from gpucarve.config.yaml_source import YamlDocument, parse_yaml, read_yaml
@@ -26,7 +27,6 @@ from gpucarve.core.catalog import Catalog
 from gpucarve.core.policy import (
     DEFAULT_SCORING,
     Flavor,
-    GpuHealth,
     GpuUnit,
     Minimize,
     Monitoring,
@@ -282,6 +282,8 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
     problems.extend(probs)
     problems.extend(_size_checks(pools))
     problems.extend(_plugin_checks(spec))
+    health, probs = gpu_health(spec.gpuHealth)
+    problems.extend(probs)
     units = gpu_units([p for _, p in pools])
     if len(pools) == len(spec.pools):
         # Quota checks need every pool's flavors; with a broken pool they would mislead.
@@ -311,15 +313,7 @@ def build_policy(data: Any, catalog: Catalog, source: str = "policy") -> LoadedP
             spec.objective.unnamedWaitGrowth,
         ),
         units=units,
-        gpu_health=GpuHealth(
-            spec.gpuHealth.checkSeconds,
-            spec.gpuHealth.temperatureCelsius,
-            spec.gpuHealth.memoryErrors,
-            spec.gpuHealth.cleanChecks,
-            tuple(spec.gpuHealth.xids),
-            spec.gpuHealth.taint,
-            spec.gpuHealth.evictPods,
-        ),
+        gpu_health=health,
     )
     if policy.nested:
         probs = tree_checks(policy)

@@ -413,6 +413,22 @@ class MonitoringSpec(_Strict):
     )
 
 
+class FaultClassSpec(_Strict):
+    """A fault class's handling, where the policy differs from the catalogue's."""
+
+    action: Literal["reset", "reboot", "replace", "wait", "report"] | None = Field(
+        default=None,
+        description="reset: the agent resets the GPU once nothing holds it; reboot: the agent "
+        "asks for a node reboot (node condition GPURebootRequired); replace: out until a "
+        "person clears it; wait: back once its checks are clean; report: never out of service.",
+    )
+    drain: Literal["evict", "finish"] | None = Field(
+        default=None,
+        description="evict: running pods are evicted within their disruption budgets; "
+        "finish: they run on and only new work stops.",
+    )
+
+
 class GpuHealthSpec(_Strict):
     """What the node agent (`gpucarve node-agent`) takes a GPU out of service for."""
 
@@ -432,11 +448,35 @@ class GpuHealthSpec(_Strict):
         description="When the node itself is tainted: when all its GPUs are out, also when one "
         "needs a reset, or never (the scheduler skips unhealthy GPUs' slices either way).",
     )
-    evictPods: bool = Field(
-        default=False,
+    evictPods: bool | None = Field(
+        default=None,
         description="Evict running pods whose GPU was taken out of service (through the "
-        "Eviction API, so PodDisruptionBudgets hold); otherwise they are only reported.",
+        "Eviction API, so PodDisruptionBudgets hold): true for every fault class, false never "
+        "(they are only reported), null (the default) as each class's `drain` says.",
     )
+    classes: dict[str, FaultClassSpec] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Per fault class (fallen-off-bus, device-lost, uncontained-memory, "
+        "contained-memory, memory-uncorrected, remap-pending, remap-failed, nvlink, "
+        "memory-worn, other-xid, thermal, throttled), its action and drain where they differ "
+        "from NVIDIA's guidance that gpucarve follows by default.",
+    )
+    maxOutOfService: int | str = Field(
+        default="50%",
+        description="A pool's budget: at most this many of its GPUs (or this percentage, "
+        '"25%") out of service at once, so a fleet-wide event cannot take the pool down; '
+        "faults past it are reported and the GPUs keep working. GPUs that run nothing (fatal "
+        "classes) are out whatever the budget.",
+    )
+    flapLimit: int = Field(
+        default=3,
+        ge=2,
+        le=100,
+        description="A GPU that fails this many times within flapWindowSeconds stays out of "
+        "service until a person clears it (`gpucarve.io/unhealthy-gpus` removed from the Node).",
+    )
+    flapWindowSeconds: int = Field(default=3600, ge=60, le=30 * 86400)
 
 
 class AutoscaleSpec(_Strict):

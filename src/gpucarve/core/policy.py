@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from gpucarve.core.amounts import UNLIMITED, Bound, FlavorName, ProfileName, QuotaKey, as_key
 from gpucarve.core.catalog import MILLI_PER_GPU, GpuModel
+from gpucarve.core.gpu_faults import CATALOGUE, Budget, Drain, FaultClass, class_named
 from gpucarve.core.mig import Instance
 from gpucarve.core.vocabulary import (
     BLOCK_LABEL,
@@ -543,7 +544,24 @@ class GpuHealth:
     clean_checks: int = 3
     xids: tuple[int, ...] = (48, 63, 64, 74, 79, 94, 95)
     taint: str = "allUnhealthy"  # allUnhealthy | needsReset | never
-    evict_pods: bool = False  # evict running pods of a GPU out of service, or only report
+    # evict running pods of a GPU out of service (True), only report them (False), or as
+    # each fault class's drain says (None)
+    evict_pods: bool | None = None
+    classes: tuple[FaultClass, ...] = CATALOGUE  # tuple: the policy stays hashable
+    budget: Budget = field(default_factory=Budget)
+    flap_limit: int = 3
+    flap_window_s: int = 3600
+
+    def by_name(self) -> dict[str, FaultClass]:
+        return {c.name: c for c in self.classes}
+
+    def fault_class(self, name: str) -> FaultClass:
+        return class_named(name, self.by_name())
+
+    def evicts(self, fault_class: str) -> bool:
+        if self.evict_pods is not None:
+            return self.evict_pods
+        return self.fault_class(fault_class).drain is Drain.EVICT
 
 
 # The HPA's rate limits gpucarve renders (and the simulator replays): at most two new GPU pods

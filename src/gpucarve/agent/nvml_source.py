@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import shutil
+import subprocess
 from typing import Any
 
-from gpucarve.agent.readings import DeviceSlot, GpuReading, Xid
+from gpucarve.agent.readings import DeviceSlot, GpuReading, ResetFailed, Xid
+
+# NVML's clock event (throttle) reasons that hardware imposes, by bit
+_HW_THROTTLE = ((0x8, "hardware slowdown"), (0x40, "hardware thermal slowdown"),
+                (0x80, "power brake"))  # fmt: skip
+RESET_TIMEOUT_S = 120
 
 
 class NvmlSource:
@@ -38,6 +45,32 @@ class NvmlSource:
         uuid = self._try(self.nvml.nvmlDeviceGetUUID, h, default="")
         return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
 
+    def _lost(self, h: Any) -> bool:
+        n = self.nvml
+        try:
+            n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)
+        except n.NVMLError as exc:
+            return getattr(exc, "value", None) == getattr(n, "NVML_ERROR_GPU_IS_LOST", -1)
+        return False
+
+    def _throttled(self, h: Any) -> str:
+        n = self.nvml
+        call = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            n, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        bits = int(self._try(call, h, default=0) or 0) if call is not None else 0
+        return ", ".join(name for bit, name in _HW_THROTTLE if bits & bit)
+
+    def _nvlink_errors(self, h: Any) -> int:
+        n = self.nvml
+        total = 0
+        for link in range(int(getattr(n, "NVML_NVLINK_MAX_LINKS", 0))):
+            if self._try(n.nvmlDeviceGetNvLinkState, h, link, default=0) != n.NVML_FEATURE_ENABLED:
+                continue
+            kind = n.NVML_NVLINK_ERROR_DL_RECOVERY
+            total += int(self._try(n.nvmlDeviceGetNvLinkErrorCounter, h, link, kind, default=0))
+        return total
+
     def read(self) -> list[GpuReading]:
         n = self.nvml
         out = []
@@ -58,6 +91,9 @@ class NvmlSource:
                     ecc_dbe_aggregate=self._uncorrected(h, n.NVML_AGGREGATE_ECC),
                     retired_pending=bool(remapped[2]) or retired == n.NVML_FEATURE_ENABLED,
                     power_w=int(self._try(n.nvmlDeviceGetPowerUsage, h, default=0)) / 1000,
+                    nvlink_errors=self._nvlink_errors(h),
+                    lost=self._lost(h),
+                    throttled=self._throttled(h),
                 )
             )
         return out
@@ -101,3 +137,35 @@ class NvmlSource:
                 return out  # a timeout: nothing (more) happened
             out.append(Xid(index.get(self._uuid(data.device), -1), int(data.eventData)))
             wait = 0
+
+    def busy(self, index: int) -> bool:
+        """Any compute or graphics process on the GPU or on one of its MIG instances."""
+        n = self.nvml
+        h = self.handles[index]
+        handles = [h]
+        for k in range(int(self._try(n.nvmlDeviceGetMaxMigDeviceCount, h, default=0))):
+            mig = self._try(n.nvmlDeviceGetMigDeviceHandleByIndex, h, k)
+            if mig is not None:
+                handles.append(mig)
+        for d in handles:
+            for call in (n.nvmlDeviceGetComputeRunningProcesses,
+                         n.nvmlDeviceGetGraphicsRunningProcesses):  # fmt: skip
+                if self._try(call, d, default=[]):
+                    return True
+        return False
+
+    def reset(self, index: int) -> None:
+        """A GPU reset through nvidia-smi, NVML's own tool (the Python bindings offer no
+        reset): the driver refuses while a process holds the GPU."""
+        smi = shutil.which("nvidia-smi")
+        if smi is None:
+            raise ResetFailed("nvidia-smi is not on the agent's PATH")
+        try:
+            done = subprocess.run(
+                [smi, "--gpu-reset", "-i", str(index)],
+                capture_output=True, text=True, timeout=RESET_TIMEOUT_S, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise ResetFailed(f"nvidia-smi --gpu-reset took over {RESET_TIMEOUT_S} s") from None
+        if done.returncode != 0:
+            raise ResetFailed((done.stdout + done.stderr).strip() or f"exit {done.returncode}")

@@ -19,6 +19,9 @@ class GpuReading:
     ecc_dbe_aggregate: int  # over the GPU's life
     retired_pending: bool  # pages or rows waiting for a reset to be retired or remapped
     power_w: float
+    nvlink_errors: int = 0  # NVLink recovery errors over all links since the driver loaded
+    lost: bool = False  # NVML answers that the GPU is lost (fallen off the bus)
+    throttled: str = ""  # what holds its clocks down, when hardware does: "power brake", ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,18 @@ class GpuSource(Protocol):
     def xids(self, timeout_ms: int) -> list[Xid]:
         """Critical XID events since the last call, waiting at most `timeout_ms`."""
         ...
+
+    def busy(self, index: int) -> bool:
+        """Whether a process holds the GPU (or one of its MIG instances)."""
+        ...
+
+    def reset(self, index: int) -> None:
+        """Reset the GPU; raises ResetFailed with the reason when it could not be."""
+        ...
+
+
+class ResetFailed(Exception):
+    """A GPU reset that did not happen, and why."""
 
 
 @dataclass(frozen=True, slots=True)

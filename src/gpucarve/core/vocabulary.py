@@ -40,6 +40,11 @@ RACK_LABEL = f"{GROUP}/rack"
 BLOCK_LABEL = f"{GROUP}/block"
 UNHEALTHY_ANNOTATION = f"{GROUP}/unhealthy-gpus"
 UNHEALTHY_TAINT = f"{GROUP}/gpu-unhealthy"
+# the scheduler's answer to the agent's faults: the GPUs it took out of service (JSON: GPU index
+# -> fault class), within the pool's budget; what the agent remediates
+OUT_OF_SERVICE_ANNOTATION = f"{GROUP}/gpus-out-of-service"
+# the node condition the agent sets for a remediation controller when a GPU needs a reboot
+REBOOT_CONDITION = "GPURebootRequired"
 MIG_LAYOUT_ANNOTATION = f"{GROUP}/mig-layout"
 MIG_CHANGE_ANNOTATION = f"{GROUP}/mig-change"
 # on the scheduler's own pod: "true" while it holds the Lease (the dashboard's Service selects it)

@@ -19,27 +19,76 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpucarve.core.cluster import RECONFIGURING, ClusterState, Slice
+from gpucarve.core.gpu_faults import Action
 from gpucarve.core.policy import SliceKind
+from gpucarve.core.vocabulary import OUT_OF_SERVICE_ANNOTATION, UNHEALTHY_ANNOTATION
 from gpucarve.core.vocabulary import POD_DEVICES_ANNOTATION as POD_DEVICES
-from gpucarve.core.vocabulary import UNHEALTHY_ANNOTATION
 
 MAX_UNITS = 64  # per pod: more than any node has GPUs and instances
 
 
-def unhealthy_gpus(node: Mapping[str, Any]) -> dict[int, str]:
-    """GPU index -> why it is out of service, from the Node's annotation (an unreadable one
-    reads as none out, and is logged by the agent that rewrites it)."""
+@dataclass(frozen=True, slots=True)
+class FaultEntry:
+    """One GPU's fault as the agent wrote it onto the Node."""
+
+    reason: str
+    fault_class: str
+    action: Action
+    since: int  # Unix seconds
+    boot: str  # the node's boot id when the agent wrote it
+    reset: bool = False
+
+
+def boot_id(node: Mapping[str, Any]) -> str:
+    return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
+
+
+def _entry(raw: Any, boot: str) -> FaultEntry:
+    if isinstance(raw, str):  # an agent before fault classes wrote the reason alone
+        return FaultEntry(raw, "other-xid", Action.RESET, 0, boot)
+    action = str(raw.get("action", "reset"))
+    return FaultEntry(
+        str(raw["reason"]),
+        str(raw.get("class", "other-xid")),
+        Action(action) if action in Action.__members__.values() else Action.RESET,
+        int(raw.get("since", 0)),
+        str(raw.get("boot", boot)),
+        bool(raw.get("reset", False)),
+    )
+
+
+def fault_entries(node: Mapping[str, Any], boot: str | None = None) -> dict[int, FaultEntry]:
+    """GPU index -> its fault, from the Node's annotation (an unreadable one reads as none,
+    and is rewritten by the agent)."""
     raw = (node["metadata"].get("annotations") or {}).get(UNHEALTHY_ANNOTATION)
     if not raw:
         return {}
+    at = boot_id(node) if boot is None else boot
     try:
         doc = json.loads(raw)
-        return {int(k): str(v) for k, v in doc.items()}
-    except (ValueError, AttributeError, TypeError):
+        return {int(k): _entry(v, at) for k, v in doc.items()}
+    except (ValueError, AttributeError, TypeError, KeyError):
         return {}
+
+
+def unhealthy_gpus(node: Mapping[str, Any]) -> dict[int, str]:
+    """GPU index -> why it is faulty."""
+    return {i: e.reason for i, e in fault_entries(node).items()}
+
+
+def out_of_service_gpus(node: Mapping[str, Any]) -> set[int]:
+    """The GPUs of the node the scheduler took out of service (its annotation)."""
+    raw = (node["metadata"].get("annotations") or {}).get(OUT_OF_SERVICE_ANNOTATION)
+    if not raw:
+        return set()
+    try:
+        return {int(k) for k in json.loads(raw)}
+    except (ValueError, AttributeError, TypeError):
+        return set()
 
 
 def pod_devices(node: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpucarve.core.cluster import OUT_OF_SERVICE, RECONFIGURING, Allocation
+from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import LabelRequirement, Operator, Workload
 from gpucarve.engine.decisions import IdleCause
 from gpucarve.engine.engine import run_cycle
@@ -66,3 +68,28 @@ def test_explain_counts_only_the_workloads_that_hold_the_flavor() -> None:
     e = explain(s, run_cycle(s, 10), more.id)
     assert e is not None
     assert any("queue r holds 16 h100-full in 1 running workloads" in h for h in e.hints), e.hints
+
+
+def _held_by(owner: str) -> Snapshot:
+    s = snapshot(P, [])
+    held = {
+        sid: Allocation(sid, f"{owner}{sl.node}/gpu{sl.gpu}", sl.compute_milli, sl.memory_mib)
+        for sid, sl in s.cluster.slices.items()
+        if sl.node == "train-0" and sl.gpu in (2, 5)
+    }
+    return dataclasses.replace(s, cluster=s.cluster.with_allocations(held))
+
+
+def test_explain_names_the_gpus_out_of_service_when_a_pod_waits_for_room() -> None:
+    big = workload(P, "big", "r", gpus=8, pods=2, submit=5)
+    s = submit(_held_by(OUT_OF_SERVICE), big)
+    e = explain(s, run_cycle(s, 10), big.id)
+    assert e is not None and any("free in the cluster" in h for h in e.hints), e.hints
+    (line,) = [h for h in e.hints if "out of service" in h]
+    assert "2 GPU(s) with h100-full out of service for a fault" in line
+    assert "(train-0/gpu2, train-0/gpu5)" in line
+    # the same GPUs held by a MIG change in flight are no fault
+    s = submit(_held_by(RECONFIGURING), big)
+    e = explain(s, run_cycle(s, 10), big.id)
+    assert e is not None and any("free in the cluster" in h for h in e.hints), e.hints
+    assert not any("out of service" in h for h in e.hints)

@@ -24,7 +24,7 @@ import yaml
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.core.vocabulary import DEVICE_CONFIG_ANNOTATION as DEVICE_CONFIG
-from gpucarve.core.vocabulary import LEADER_LABEL
+from gpucarve.core.vocabulary import LEADER_LABEL, UNHEALTHY_ANNOTATION
 from gpucarve.dashboard.access import KubeAccess
 from gpucarve.dashboard.server import Board, app
 from gpucarve.devcluster.nodes import slice_manifests
@@ -346,6 +346,7 @@ class Scenario:
         self.until(lambda: self.bound("serving", ["small0", "small1"]), "a MIG change")
         self.fraction()
         self.claimed()
+        self.dra_gpu_fault()
         self.dashboard_reviews()
         self.until(self._leader_labelled, "the leader's pod labelled")
 
@@ -407,6 +408,25 @@ class Scenario:
         path = "/apis/resource.k8s.io/v1/namespaces/notebooks/resourceclaims/one-gpu"
         status = a.get(path).get("status") or {}
         assert status["reservedFor"][0]["name"] == "claims", status
+
+    def dra_gpu_fault(self) -> None:
+        """The DRA node's GPU faulty as its agent writes it: taken out of service (a
+        DeviceTaintRule for its device), then back (the rule deleted)."""
+        a = self.admin
+        fault = {"0": {"reason": "XID 94", "class": "contained-memory", "action": "reset",
+                       "since": 1, "boot": "", "reset": False}}  # fmt: skip
+        rules = "/apis/resource.k8s.io/v1/devicetaintrules"
+
+        def annotate(value: str | None) -> None:
+            body = {"metadata": {"annotations": {UNHEALTHY_ANNOTATION: value}}}
+            code, answer = a.call("PATCH", "/api/v1/nodes/dra-0", body,
+                                  "application/merge-patch+json")  # fmt: skip
+            assert code == 200, answer
+
+        annotate(json.dumps(fault))
+        self.until(lambda: a.get(rules)["items"], "the faulty GPU's DeviceTaintRule")
+        annotate(None)
+        self.until(lambda: not a.get(rules)["items"], "its rule deleted on its return")
 
     def once_each(self) -> bool:
         """No slice held by two pods that exist (terminating ones included), read in one list:

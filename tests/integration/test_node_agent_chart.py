@@ -17,7 +17,11 @@ import pytest
 from gpucarve.agent.health_loop import NodeAgent
 from gpucarve.agent.readings import Xid
 from gpucarve.config.policy_build import load_policy
-from gpucarve.core.vocabulary import UNHEALTHY_ANNOTATION
+from gpucarve.core.vocabulary import (
+    OUT_OF_SERVICE_ANNOTATION,
+    REBOOT_CONDITION,
+    UNHEALTHY_ANNOTATION,
+)
 from gpucarve.devcluster.stack import ADMIN_USER, LocalStack, find_binaries
 from tests.integration.api import Api
 from tests.integration.chart import NAMESPACE, install, render
@@ -37,6 +41,8 @@ from tests.integration.rbac_scenario import (
 from tests.integration.stack_setup import example_policy, populate
 from tests.integration.test_gpu_health import NODE, FakeGpus
 from tests.paths import BUILTIN
+
+MERGE = "application/merge-patch+json"
 
 pytestmark = pytest.mark.integration
 AGENT = "gpucarve-node-agent"
@@ -79,7 +85,8 @@ def test_the_chart_runs_the_agent_on_gpu_nodes_as_its_own_account(
 
 
 def _run(workdir: Path, objs: list[dict[str, Any]], target: Triple | None) -> Recording:
-    """The agent as the chart's ServiceAccount: a GPU out (XID 79), then back."""
+    """The agent as the chart's ServiceAccount: a GPU that fell off the bus (XID 79) and
+    that the scheduler took out of service asks for a reboot; after it, the GPU is back."""
     workdir.mkdir(parents=True, exist_ok=True)
     policy_file = example_policy(workdir)
     recording = Recording()
@@ -102,12 +109,33 @@ def _run(workdir: Path, objs: list[dict[str, Any]], target: Triple | None) -> Re
             if target is None:
                 node = admin.get(f"/api/v1/nodes/{NODE}")
                 assert UNHEALTHY_ANNOTATION in node["metadata"]["annotations"]
-            for _ in range(health.clean_checks):
-                agent.check()
+            _as_the_scheduler(admin, {OUT_OF_SERVICE_ANNOTATION: '{"2": "fallen-off-bus"}'})
+            agent.check()  # the reboot asked for
+            _as_the_scheduler(admin, {}, {"nodeInfo": {"bootID": "booted-again"}})
+            NodeAgent(client, NODE, FakeGpus(), health, lambda: datetime.now(UTC)).check()
+            if target is None:
+                node = admin.get(f"/api/v1/nodes/{NODE}")
+                assert UNHEALTHY_ANNOTATION not in node["metadata"]["annotations"]
+                (c,) = [c for c in node["status"]["conditions"] if c["type"] == REBOOT_CONDITION]
+                assert c["status"] == "False"
         except Exception:
             if target is None or not recording.refused(target):
                 raise
     return recording
+
+
+def _as_the_scheduler(
+    admin: Api, annotations: dict[str, str], status: dict[str, Any] | None = None
+) -> None:
+    """What the scheduler (and, for `status`, a reboot) would write onto the node."""
+    if annotations:
+        body = {"metadata": {"annotations": annotations}}
+        code, answer = admin.call("PATCH", f"/api/v1/nodes/{NODE}", body, MERGE)
+        assert code == 200, answer
+    if status is not None:
+        code, answer = admin.call("PATCH", f"/api/v1/nodes/{NODE}/status", {"status": status},
+                                  MERGE)  # fmt: skip
+        assert code == 200, answer
 
 
 def test_the_agent_uses_every_granted_verb_and_each_is_needed(
@@ -117,7 +145,12 @@ def test_the_agent_uses_every_granted_verb_and_each_is_needed(
     recording = _run(tmp_path / "all", rbac, None)
     assert recording.refused() == []
     grants = granted(rbac)
-    assert grants == {("get", "", "nodes"), ("patch", "", "nodes"), ("create", "", "events")}
+    assert grants == {
+        ("get", "", "nodes"),
+        ("patch", "", "nodes"),
+        ("patch", "", "nodes/status"),
+        ("create", "", "events"),
+    }
     assert recording.used() == grants
     for i, triple in enumerate(sorted(grants)):
         assert _run(tmp_path / str(i), without(rbac, triple), triple).refused(triple), triple

@@ -87,6 +87,9 @@ class Allocation:
 # Owner of the new instances of a GPU whose MIG layout is being changed: they exist in the
 # plan but are not usable until the reconfiguration is done.
 RECONFIGURING = "mig-reconfigure:"
+# Owner of the free slices of a GPU out of service for a fault (`OUT_OF_SERVICE` + `node/gpuN`):
+# the scheduler and the simulator hold them, so nothing new is placed there.
+OUT_OF_SERVICE = "unhealthy:"
 
 # Taints a driver puts on nodes that take no new pods at all (cordoned, not ready, disagreeing
 # with their pool): the engine places nothing there and does not repartition their GPUs.

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpucarve.core.amounts import Bound, Demand, FlavorName, QuotaKey
+from gpucarve.core.cluster import OUT_OF_SERVICE
 from gpucarve.core.policy import Flavor, GpuUnit, SliceKind
 from gpucarve.core.requests import candidate_flavors, gpu_memory_of, slices_per_pod
 from gpucarve.core.runtime import WHENCE
@@ -354,6 +355,7 @@ def _placement_hints(snapshot: Snapshot, w: Workload, flavor: FlavorName, need: 
         f"{total} {flavor} free in the cluster (at most {most} on one node); the gang needs "
         f"{need}: it runs once {max(0, need - total)} more are free in the shape it needs"
     ]
+    out += _out_of_service(snapshot, flavor)
     per_pod = _largest_pod(snapshot, w, flavor)
     if per_pod > most:
         # a pod's slices of a whole GPU or MIG flavor are on one node: the best node decides
@@ -363,6 +365,23 @@ def _placement_hints(snapshot: Snapshot, w: Workload, flavor: FlavorName, need: 
             "node (work there finishing)"
         )
     return out
+
+
+def _out_of_service(snapshot: Snapshot, flavor: FlavorName) -> list[str]:
+    """A line on the GPUs of `flavor` out of service for a fault, where there are any."""
+    slices = snapshot.cluster.slices
+    gpus = sorted({
+        a.owner.removeprefix(OUT_OF_SERVICE)
+        for sid, a in snapshot.cluster.allocations.items()
+        if a.owner.startswith(OUT_OF_SERVICE) and sid in slices and slices[sid].flavor == flavor
+    })  # fmt: skip
+    if not gpus:
+        return []
+    shown = ", ".join(gpus[:5]) + (f" and {len(gpus) - 5} more" if len(gpus) > 5 else "")
+    return [
+        f"{len(gpus)} GPU(s) with {flavor} out of service for a fault ({shown}): their free "
+        "slices take work again once their node agent finds them healthy"
+    ]
 
 
 def _largest_pod(snapshot: Snapshot, w: Workload, flavor: FlavorName) -> int:

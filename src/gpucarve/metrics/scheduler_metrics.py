@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
@@ -20,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpucarve.core.amounts import FlavorName, QuotaKey
+from gpucarve.core.gpu_faults import Fault
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
@@ -305,7 +306,39 @@ class SchedulerMetrics:
         )
         self.out_of_service = Gauge(
             "gpucarve_gpus_out_of_service",
-            "GPUs the node agents took out of service (no new work placed on them)",
+            "GPUs out of service for a fault the node agents found (no new work placed on "
+            "them), within the pool's gpuHealth.maxOutOfService",
+            ["pool"],
+            registry=r,
+        )
+        self.out_by_class = Gauge(
+            "gpucarve_gpus_out_of_service_by_class",
+            "GPUs out of service, by the class of their fault",
+            ["pool", "fault_class"],
+            registry=r,
+        )
+        self.gpu_resets = PromCounter(
+            "gpucarve_gpu_resets_total",
+            "GPUs out of service that their node agent reset, by fault class",
+            ["pool", "fault_class"],
+            registry=r,
+        )
+        self.gpus_returned = PromCounter(
+            "gpucarve_gpus_returned_total",
+            "GPUs back in service after a fault, by fault class",
+            ["pool", "fault_class"],
+            registry=r,
+        )
+        self.time_out = Histogram(
+            "gpucarve_gpu_out_of_service_seconds",
+            "How long a GPU was out of service, from its fault to its return",
+            ["pool", "fault_class"],
+            buckets=(60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400),
+            registry=r,
+        )
+        self.past_budget = Gauge(
+            "gpucarve_gpu_faults_past_budget",
+            "Faulty GPUs left in service because the pool's gpuHealth.maxOutOfService is spent",
             ["pool"],
             registry=r,
         )
@@ -443,16 +476,51 @@ class SchedulerMetrics:
         for queue, n in sorted(per_queue.items()):
             self.elsewhere.labels(queue).set(n)
 
-    def observe_health(self, snapshot: Snapshot, unhealthy: Iterable[str], evicted: int) -> None:
-        """`unhealthy`: the GPUs out of service (`node/gpuN`)."""
-        out: Counter[str] = Counter()
-        gpus = list(unhealthy)
-        if gpus:  # the common case has none: no pass over every node
+    def observe_gpu_changes(
+        self,
+        snapshot: Snapshot,
+        reset: Sequence[Fault],
+        returned: Sequence[tuple[Fault, int]],
+    ) -> None:
+        if not reset and not returned:
+            return  # the common case: no pass over every node
+        pools = {n.name: n.pool for n in snapshot.cluster.nodes}
+
+        def pool(f: Fault) -> str:
+            return pools.get(f.gpu.rpartition("/")[0], "none")
+
+        for f in reset:
+            self.gpu_resets.labels(pool(f), f.fault_class).inc()
+        for f, seconds in returned:
+            self.gpus_returned.labels(pool(f), f.fault_class).inc()
+            self.time_out.labels(pool(f), f.fault_class).observe(seconds)
+
+    def observe_health(
+        self,
+        snapshot: Snapshot,
+        out: Mapping[str, Fault],
+        evicted: int,
+        held: Mapping[str, Fault],
+    ) -> None:
+        """`out`: the GPUs out of service (`node/gpuN`); `held`: faulty, left in service."""
+        by_pool: Counter[str] = Counter()
+        by_class: Counter[tuple[str, str]] = Counter()
+        past: Counter[str] = Counter()
+        if out or held:  # the common case has none: no pass over every node
             pools = {n.name: n.pool for n in snapshot.cluster.nodes}
-            out.update(pools.get(g.rpartition("/")[0], "none") for g in gpus)
+            for gpu, f in out.items():
+                pool = pools.get(gpu.rpartition("/")[0], "none")
+                by_pool[pool] += 1
+                by_class[pool, f.fault_class] += 1
+            past.update(pools.get(g.rpartition("/")[0], "none") for g in held)
         self.out_of_service.clear()
+        self.past_budget.clear()
         for p in snapshot.policy.pools:
-            self.out_of_service.labels(p.name).set(out.get(p.name, 0))
+            self.out_of_service.labels(p.name).set(by_pool.get(p.name, 0))
+            self.past_budget.labels(p.name).set(past.get(p.name, 0))
+        self.out_by_class.clear()
+        for (pool, cls), n in sorted(by_class.items()):
+            self.out_by_class.labels(pool, cls).set(n)
         if evicted:
             self.failed_gpu_evictions.inc(evicted)
 

@@ -46,6 +46,7 @@ from gpucarve.kube.scheduler.claim_writer import RESOURCE, ClaimWriter
 from gpucarve.kube.scheduler.collector import Collector
 from gpucarve.kube.scheduler.cycle_log import CycleLog
 from gpucarve.kube.scheduler.device_config import DeviceConfigs
+from gpucarve.kube.scheduler.device_taints import DeviceTaints
 from gpucarve.kube.scheduler.evictions import (
     PastBudget,
     Refused,
@@ -53,6 +54,7 @@ from gpucarve.kube.scheduler.evictions import (
     with_held,
 )
 from gpucarve.kube.scheduler.failed_gpus import FailedGpuPods
+from gpucarve.kube.scheduler.gpu_service import GpuService
 from gpucarve.kube.scheduler.health import Health
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig, MigHandoff
 from gpucarve.kube.scheduler.node_labels import label_nodes
@@ -197,6 +199,8 @@ class Scheduler:
         self._node_keys: dict[tuple[str, str], str] = {}  # (name, resourceVersion)
         self.reporter = Reporter(client, clock, self._uid_of)
         self.failed_gpus = FailedGpuPods(client, self.reporter)
+        self.gpu_service = GpuService(client, self.reporter)
+        self.device_taints = DeviceTaints(client)
         self.elsewhere = BoundElsewhere(client, self.reporter, self.metrics)
         self._warned: set[str] = set()  # the view's warnings logged already
         self.device_configs = DeviceConfigs(client)
@@ -553,10 +557,15 @@ class Scheduler:
         self.reporter.orphans(view)
         self.elsewhere.handle(view, self.policy.scheduling.bound_elsewhere)
         self.reporter.device_moves(view)
-        unhealthy = self.inventory().unhealthy
-        evict = self.policy.gpu_health.evict_pods
-        evicted = self.failed_gpus.handle(view.snapshot, unhealthy, evict)
-        self.metrics.observe_health(view.snapshot, unhealthy, evicted)
+        inv = self.inventory()
+        changes = self.gpu_service.handle(
+            self._nodes_by_name(), inv.out_of_service, inv.held_in_service
+        )
+        self.metrics.observe_gpu_changes(view.snapshot, changes.reset, changes.returned)
+        if self.dra:
+            self.device_taints.handle(inv.out_of_service, inv.dra)
+        evicted = self.failed_gpus.handle(view.snapshot, inv.out_of_service, self.policy.gpu_health)
+        self.metrics.observe_health(view.snapshot, inv.out_of_service, evicted, inv.held_in_service)
         now = int((self.clock() - self.epoch).total_seconds())
         waiting = self._still_awaiting(view, now)
         backing = self._backing_off(view)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpucarve.core.cluster import RECONFIGURING, Allocation, Slice
+from gpucarve.core.cluster import OUT_OF_SERVICE, RECONFIGURING, Allocation, Slice
 from gpucarve.kube.view.nodes.inventory import Inventory
 
-UNHEALTHY = "unhealthy:"
+UNHEALTHY = OUT_OF_SERVICE
 
 
 def holders(inventory: Inventory) -> dict[str, str]:

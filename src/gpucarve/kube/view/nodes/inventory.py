@@ -33,13 +33,14 @@ from gpucarve.core.cluster import (
     gfd_expectations,
     pool_node,
 )
+from gpucarve.core.gpu_faults import Fault, out_of_service
 from gpucarve.core.policy import DeviceApi, Policy, Pool, SharingMode, Taint
 from gpucarve.core.quantity import QuantityError, parse_quantity
 from gpucarve.core.vocabulary import MIG_CHANGE_ANNOTATION as CHANGE_ANNOTATION
 from gpucarve.core.vocabulary import MIG_LAYOUT_ANNOTATION as LAYOUT_ANNOTATION
 from gpucarve.core.vocabulary import POD_DEVICES_ANNOTATION as POD_DEVICES
 from gpucarve.core.vocabulary import POOL_LABEL, UNHEALTHY_ANNOTATION
-from gpucarve.kube.view.nodes.device_truth import pod_devices, unhealthy_gpus
+from gpucarve.kube.view.nodes.device_truth import fault_entries, pod_devices
 from gpucarve.kube.view.nodes.devices import DraDevices, device_unit, dra_problems
 from gpucarve.kube.view.nodes.mig_layout import Change, NodeLayout, node_change, node_layout
 
@@ -79,6 +80,10 @@ class Inventory:
     dra: DraDevices = field(default_factory=DraDevices)
     dra_devices: Mapping[FlavorName, tuple[Device, ...]] = field(default_factory=dict)
     dra_key: str = ""  # a fingerprint of dra_devices, for the caches of validated workloads
+    # the agents' faults the scheduler took out of service within each pool's budget, and
+    # those past it (left in service, reported): `node/gpuN` -> the fault
+    out_of_service: Mapping[str, Fault] = field(default_factory=dict)
+    held_in_service: Mapping[str, Fault] = field(default_factory=dict)
 
 
 def pool_of(node: Mapping[str, Any], policy: Policy) -> Pool | str | None:
@@ -212,6 +217,28 @@ def _order(policy: Policy, found: Pool | str | None, node: Mapping[str, Any]) ->
     return (rank, parts, name)
 
 
+def _out_of_service(
+    policy: Policy, nodes: Sequence[Mapping[str, Any]], pools: Mapping[int, Pool | str | None]
+) -> tuple[dict[str, Fault], dict[str, Fault]]:
+    faults: dict[str, Fault] = {}
+    pool_of_gpu: dict[str, str] = {}
+    pool_gpus: Counter[str] = Counter()
+    for node in nodes:
+        pool = pools[id(node)]
+        if not isinstance(pool, Pool):
+            continue
+        name = node["metadata"]["name"]
+        pool_gpus[pool.name] += pool.gpus_per_node
+        for g, e in fault_entries(node).items():
+            gpu = f"{name}/gpu{g}"
+            faults[gpu] = Fault(gpu, e.reason, e.fault_class, e.since, e.reset)
+            pool_of_gpu[gpu] = pool.name
+    if not faults:
+        return {}, {}
+    health = policy.gpu_health
+    return out_of_service(faults, pool_of_gpu, pool_gpus, health.by_name(), health.budget)
+
+
 def build_inventory(
     policy: Policy, nodes: Sequence[Mapping[str, Any]], dra: DraDevices | None = None
 ) -> Inventory:
@@ -294,11 +321,8 @@ def build_inventory(
         for s in node_slices:
             slices[s.id] = s
     resource_of = {name: f.resource_name for name, f in policy.flavors.items()}
-    unhealthy = {
-        f"{node['metadata']['name']}/gpu{g}": why
-        for node in nodes
-        for g, why in unhealthy_gpus(node).items()
-    }
+    out, held = _out_of_service(policy, nodes, pools)
+    unhealthy = {gpu: f"{f.fault_class}: {f.reason}" for gpu, f in out.items()}
     reported = {
         pod: (node["metadata"]["name"], units)
         for node in nodes
@@ -318,6 +342,8 @@ def build_inventory(
         dra,
         MappingProxyType(by_flavor),
         devices_key(by_flavor),
+        MappingProxyType(out),
+        MappingProxyType(held),
     )
 
 

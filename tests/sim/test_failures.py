@@ -12,8 +12,10 @@ from typer.testing import CliRunner
 
 from gpucarve.cli.main import app
 from gpucarve.core.cluster import build_cluster
+from gpucarve.core.gpu_faults import CLASSES
+from gpucarve.core.policy import GpuHealth
 from gpucarve.core.problems import InvalidInput
-from gpucarve.sim.run.failures import from_rate, load_failures
+from gpucarve.sim.run.failures import RESET_S, from_rate, load_failures
 from gpucarve.sim.run.metrics import summarize
 from gpucarve.sim.run.records import GpuFailure, SimConfig, SimResult
 from gpucarve.sim.run.runner import Simulator
@@ -106,3 +108,73 @@ def test_simulate_replays_failures_and_refuses_two_sources(tmp_path: Path) -> No
     assert (tmp_path / "b" / "results.json").read_bytes() == (
         tmp_path / "c" / "results.json").read_bytes()  # fmt: skip
     assert '"gpu_failures": {' in (tmp_path / "b" / "results.json").read_text()
+
+
+def _run_health(failures: tuple[GpuFailure, ...], health: GpuHealth | None,
+                *ws_args: tuple[str, int, int, int]) -> SimResult:  # fmt: skip
+    ws = [workload(P, n, "r", gpus=g, duration=d, submit=t) for n, g, d, t in ws_args]
+    config = SimConfig(gpu_failures=failures, gpu_health=health, check_invariants=True)
+    return Simulator(P, ws, config=config).run()
+
+
+def _gpu_of(r: SimResult, name: str) -> str:
+    iv = next(i for i in r.intervals if i.workload == name)
+    return f"{iv.pods[0].node}/gpu{iv.pods[0].slice_ids[0].split('/gpu')[1].split('/')[0]}"
+
+
+def test_under_gpucarve_the_class_decides_the_drain_and_the_time_back() -> None:
+    health = GpuHealth()
+    checks = health.clean_checks * health.check_s
+    gpu = _gpu_of(_run((), ("a", 4, 3600, 0)), "r/a")
+    # a reset class that drains by eviction: a starts over, the GPU is back after the reset
+    # and the clean checks, not after a person's repair
+    f = GpuFailure(600, gpu, 7200, "memory-uncorrected")
+    r = _run_health((f,), health, ("a", 4, 3600, 0))
+    assert ("r/a", "failed", 0, 600) in [
+        (i.workload, i.outcome, i.start, i.end) for i in r.intervals
+    ]
+    assert r.gpu_failures == [(600, gpu, 600 + RESET_S + checks, ("r/a",))]
+    # a class that lets work finish: a runs to its end; the reset waits for it
+    # (c keeps the other node busy; b comes once a is done and must wait for the GPU)
+    f = GpuFailure(600, gpu, 7200, "remap-pending")
+    r = _run_health((f,), health, ("a", 4, 3600, 0), ("c", 4, 20000, 0), ("b", 4, 600, 3700))
+    outcomes = sorted((i.workload, i.outcome, i.start) for i in r.intervals)
+    assert [o[:2] for o in outcomes] == [
+        ("r/a", "completed"), ("r/b", "completed"), ("r/c", "completed")
+    ]  # fmt: skip
+    ((_, _, back, victims),) = r.gpu_failures
+    remedy = RESET_S + checks
+    assert victims == () and 3600 + remedy <= back <= 3600 + health.check_s + remedy
+    assert outcomes[1][2] == back  # nothing was placed on the GPU before it was back
+    # a class that needs the GPU serviced waits for the person's repair; without gpucarve
+    # every class does, and its work is lost
+    f = GpuFailure(600, gpu, 7200, "remap-failed")
+    assert _run_health((f,), health, ("a", 4, 3600, 0)).gpu_failures[0][2] == 7800
+    f = GpuFailure(600, gpu, 7200, "remap-pending")
+    r = _run_health((f,), None, ("a", 4, 3600, 0))
+    assert r.gpu_failures == [(600, gpu, 7800, ("r/a",))]
+    # a class that is only reported takes nothing out
+    f = GpuFailure(600, gpu, 7200, "throttled")
+    assert _run_health((f,), health, ("a", 4, 3600, 0)).gpu_failures == []
+
+
+def test_failures_are_reported_by_class_and_add_up() -> None:
+    cluster = build_cluster(P)
+    drawn = from_rate(cluster, 0.5, 4 * 3600, 4 * 86_400, seed=3)
+    assert {f.fault_class for f in drawn} <= set(CLASSES) and len(
+        {f.fault_class for f in drawn}
+    ) > 2
+    ws = [("w%d" % i, 4, 7200, i * 3600) for i in range(60)]
+    r = _run_health(drawn, GpuHealth(), *ws)
+    s = summarize(r, window=(0, 4 * 86_400))
+    by_class = s["gpu_failures_by_class"]
+    assert sum(c["failures"] for c in by_class.values()) == s["gpu_failures"]
+    assert sum(c["gpu_hours_lost"] for c in by_class.values()) == pytest.approx(
+        s["gpu_hours_lost_to_failures"], abs=0.05)  # fmt: skip
+    assert sum(c["gpu_hours_out"] for c in by_class.values()) == pytest.approx(
+        s["gpu_hours_out_of_service"], abs=0.05)  # fmt: skip
+    # gpucarve's remedies bring GPUs back sooner than a person's four-hour repair, and the
+    # classes that let work finish lose less of it
+    base = summarize(_run_health(drawn, None, *ws), window=(0, 4 * 86_400))
+    assert s["gpu_failure_mean_hours_to_return"] < base["gpu_failure_mean_hours_to_return"]
+    assert s["gpu_hours_lost_to_failures"] < base["gpu_hours_lost_to_failures"]

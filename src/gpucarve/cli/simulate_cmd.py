@@ -84,6 +84,9 @@ ROWS: list[tuple[str, Any]] = [
     ("preemptions", lambda s: str(s["preemptions"])),
     ("GPU-hours lost to preemption", lambda s: f"{s['gpu_hours_lost_to_preemption']:,.1f}"),
     ("GPU failures", lambda s: str(s["gpu_failures"])),
+    ("GPU back after a failure, mean h",
+     lambda s: "-" if s.get("gpu_failure_mean_hours_to_return") is None
+     else f"{s['gpu_failure_mean_hours_to_return']:.2f}"),
     ("GPU-hours lost to failures", lambda s: f"{s['gpu_hours_lost_to_failures']:,.1f}"),
     ("GPU-hours out of service", lambda s: f"{s['gpu_hours_out_of_service']:,.1f}"),
 ]
@@ -352,15 +355,17 @@ def simulate(
         Path | None,
         typer.Option(
             "--gpu-failures",
-            help="Replay these GPU failures: a CSV time_s,node,gpu,repair_s (what runs on a "
-            "failed GPU starts over; it takes no work until repaired).",
+            help="Replay these GPU failures: a CSV time_s,node,gpu,repair_s[,class] (a failed "
+            "GPU takes no work until it is back; with a fault class, gpucarve drains and "
+            "remedies it as gpuHealth says for the class, the baselines wait repair_s).",
         ),
     ] = None,
     failure_rate: Annotated[
         float,
         typer.Option(
             "--gpu-failure-rate",
-            help="GPU failures per GPU per day, drawn from --seed (0: none).",
+            help="GPU failures per GPU per day, drawn from --seed with their fault classes "
+            "(0: none).",
             min=0.0,
             max=1.0,
         ),
@@ -369,7 +374,9 @@ def simulate(
         float,
         typer.Option(
             "--gpu-repair-hours",
-            help="With --gpu-failure-rate: how long a failed GPU is out.",
+            help="With --gpu-failure-rate: how long a person takes to repair a failed GPU "
+            "(every failure under the baselines; under gpucarve, the classes that need the "
+            "GPU serviced).",
             min=0.01,
             max=24 * 30,
         ),
@@ -637,7 +644,14 @@ def _run_all(
     err = console(stderr=True)
     for name in names:
         make_policy, make_workloads = POLICIES[name]
-        sim = Simulator(make_policy(policy), make_workloads(workloads), utilisation, config)
+        # gpucarve drains and remedies a failing GPU by its fault class; the baselines have
+        # no such agent: every failure waits for a person
+        run_config = (
+            dataclasses.replace(config, gpu_health=policy.gpu_health)
+            if name == "gpucarve"
+            else config
+        )
+        sim = Simulator(make_policy(policy), make_workloads(workloads), utilisation, run_config)
         if board is not None and name == "gpucarve":
             sim.observers.append(partial(_show, board, window[1]))
         with Progress(

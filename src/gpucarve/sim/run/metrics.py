@@ -230,6 +230,7 @@ def summarize(
         "gpu_hours_out_of_service": round(
             gpu_seconds_out([f[:3] for f in result.gpu_failures], w_start, w_end) / HOUR, 2
         ),
+        **_failures_by_class(result, slices, book.gpu, (w_start, w_end)),
         "idle_gpu_hours": _total_idle(idle),
         "pools": pools,
         "teams": teams,
@@ -241,6 +242,51 @@ def summarize(
             entitlement or policy,
         ),
     }
+
+
+def _failures_by_class(
+    result: SimResult,
+    slices: Mapping[str, tuple[str, FlavorName]],
+    gpu: Mapping[FlavorName, float],
+    window: tuple[int, int],
+) -> dict[str, Any]:
+    """Per fault class: failures, GPU-hours out of service, GPU-hours of work lost (runs
+    stopped by the failure) and the mean hours until the GPU was back (those back by the end);
+    nothing when no GPU failed."""
+    if not result.gpu_failures:
+        return {}
+    classes = result.gpu_failure_classes
+    stopped: dict[tuple[str, int], str] = {}  # (workload, time) -> class
+    rows: dict[str, dict[str, float]] = {}
+    back_s: defaultdict[str, list[int]] = defaultdict(list)
+    for i, (at, g, back, victims) in enumerate(result.gpu_failures):
+        cls = (classes[i] if i < len(classes) else "") or "unclassed"
+        row = rows.setdefault(cls, {"failures": 0, "gpu_hours_out": 0.0, "gpu_hours_lost": 0.0})
+        row["failures"] += 1
+        row["gpu_hours_out"] += gpu_seconds_out([(at, g, back)], *window) / HOUR
+        if back is not None:
+            back_s[cls].append(back - at)
+        for w in victims:
+            stopped[w, at] = cls
+    for iv in result.intervals:
+        hit = stopped.get((iv.workload, iv.end)) if iv.outcome == "failed" else None
+        if hit is None:
+            continue
+        seconds = max(0, min(iv.end, window[1]) - max(iv.start, window[0]))
+        held = sum(gpu[slices[sid][1]] for pod in iv.pods for sid in pod.slice_ids)
+        rows[hit]["gpu_hours_lost"] += held * seconds / HOUR
+    out = {}
+    for cls, row in sorted(rows.items()):
+        times = back_s.get(cls, [])
+        out[cls] = {
+            "failures": int(row["failures"]),
+            "gpu_hours_out": round(row["gpu_hours_out"], 2),
+            "gpu_hours_lost": round(row["gpu_hours_lost"], 2),
+            "mean_hours_to_return": round(sum(times) / len(times) / HOUR, 2) if times else None,
+        }
+    every = [t for times in back_s.values() for t in times]
+    mean = round(sum(every) / len(every) / HOUR, 2) if every else None
+    return {"gpu_failures_by_class": out, "gpu_failure_mean_hours_to_return": mean}
 
 
 def _nominal_gpus(policy: Policy, q: Queue, gpu: Mapping[FlavorName, float]) -> float:

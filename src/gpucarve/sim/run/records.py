@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from gpucarve.core.policy import Policy
+from gpucarve.core.policy import GpuHealth, Policy
 from gpucarve.core.workload import PodAssignment, Workload
 from gpucarve.engine.decisions import Idle
 
@@ -15,7 +15,10 @@ from gpucarve.engine.decisions import Idle
 class GpuFailure:
     at_s: int
     gpu: str  # `node/gpuN`
-    repair_s: int
+    repair_s: int  # until a person has it repaired
+    # its fault class (core/gpu_faults.py); "" for a listed failure without one: out for
+    # repair_s under every policy
+    fault_class: str = ""
 
 
 # What happens at one instant, in the order it is handled (then in the order scheduled).
@@ -53,6 +56,10 @@ class SimConfig:
     # GPUs that fail during the run (sim/run/failures.py): what runs on them starts over, and
     # they take no work until repaired.
     gpu_failures: tuple[GpuFailure, ...] = ()
+    # How a classed failure is handled (gpucarve's gpuHealth: drain and remedy by class);
+    # None: as without gpucarve, every failure waits for a person (repair_s) and its work is
+    # lost
+    gpu_health: GpuHealth | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +95,4 @@ class SimResult:
     idle: list[tuple[int, tuple[Idle, ...] | None]] = field(default_factory=list)
     # t, GPU, when repaired (None: still out at the end), the workloads it stopped
     gpu_failures: list[tuple[int, str, int | None, tuple[str, ...]]] = field(default_factory=list)
+    gpu_failure_classes: list[str] = field(default_factory=list)  # beside gpu_failures

@@ -144,8 +144,11 @@ class Simulator:
 
     def run(self, progress: ProgressHook | None = None) -> SimResult:
         for f in self.config.gpu_failures:
-            self.push(f.at_s, Kind.GPU_FAILED, f.gpu)
-            self.push(f.at_s + f.repair_s, Kind.GPU_REPAIRED, f.gpu)
+            out_s = failures.time_out(f, self.config.gpu_health)
+            if out_s is None:
+                continue  # a class that takes nothing out of service
+            self.push(f.at_s, Kind.GPU_FAILED, f"{f.gpu}#{f.fault_class}")
+            self.push(f.at_s + out_s, Kind.GPU_REPAIRED, f.gpu)
         for w in self.workloads:
             self.push(w.submit_time, Kind.ARRIVAL, w.id)
             self.result.submitted[w.id] = w
@@ -216,7 +219,8 @@ class Simulator:
             elif kind == Kind.RECONFIGURED:
                 mig_replay.reconfigured(self, payload)
             elif kind == Kind.GPU_FAILED:
-                failures.fail(self, payload, at)
+                gpu, _, fault_class = payload.rpartition("#")
+                failures.fail(self, gpu, at, fault_class)
             elif kind == Kind.GPU_REPAIRED:
                 failures.repair(self, payload, at)
             elif kind == Kind.COMPLETION:
@@ -394,6 +398,8 @@ class Simulator:
         if result.usage is not None:
             self.snapshot = dataclasses.replace(self.snapshot, usage=result.usage)
         self.probe.follow(step)
+        if self.out_of_service and step.freed:
+            failures.hold_freed(self, step)
         after = self.live
         for adm in result.admissions:
             wid = adm.workload
@@ -465,6 +471,8 @@ class Simulator:
             self.snapshot = derive(s, self.allocs.frozen(), tuple(self.run_list), s.pending, step)
             self.probe.follow(step)
             self.finished = []
+            if self.out_of_service and step.freed:
+                failures.hold_freed(self, step)
 
     def _close(self, wid: str, job: _Job, now: int, outcome: str) -> None:
         rw = self.live[wid]

@@ -89,6 +89,14 @@ CASES = [
     _case({'gpucarve_repartitions_total{pool="p",result="failed"}': "0x5 1x10",
            'gpucarve_repartitions_total{pool="q",result="succeeded"}': "0x5 1x10"},
           "10m", "GpucarveRepartitionsFailing", [{"pool": "p"}]),
+    # pool p's faulty GPUs left in service for 15 min fire; q's for 5 min do not
+    _case({'gpucarve_gpu_faults_past_budget{pool="p"}': "2x20",
+           'gpucarve_gpu_faults_past_budget{pool="q"}': "1x5 0x15"},
+          "15m", "GpucarveGpuFaultsPastBudget", [{"pool": "p"}]),
+    # a GPU out of service for five hours fires; one back within three hours does not
+    _case({'gpucarve_gpus_out_of_service{pool="p"}': "1x300",
+           'gpucarve_gpus_out_of_service{pool="q"}': "1x180 0x120"},
+          "5h", "GpucarveGpusOutOfServiceLong", [{"pool": "p"}]),
     _case({"gpucarve_leader": "0x10"}, "5m", "GpucarveNoLeader", [{}]),
     _case({"gpucarve_leader": "1x10"}, "5m", "GpucarveNoLeader", []),
     # two GPUs free for an hour while work waits for another MIG profile fires; half a GPU,

@@ -111,6 +111,31 @@ def alert_rules(policy: Policy) -> list[dict[str, Any]]:
             },
         },
         {
+            # a pool's budget for GPUs out of service spent: faults are left in service
+            "alert": "GpucarveGpuFaultsPastBudget",
+            "expr": "sum by (pool) (gpucarve_gpu_faults_past_budget) > 0",
+            "for": "10m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Faulty GPUs of pool {{ $labels.pool }} are left in service: its "
+                "gpuHealth.maxOutOfService is spent",
+                "description": "A fleet-wide event or a bad driver? The nodes' "
+                "GPUFaultPastBudget Events name the GPUs and their faults.",
+            },
+        },
+        {
+            # remediation is not bringing a pool's GPUs back
+            "alert": "GpucarveGpusOutOfServiceLong",
+            "expr": "sum by (pool) (gpucarve_gpus_out_of_service) > 0",
+            "for": "4h",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Pool {{ $labels.pool }} has had GPUs out of service for 4 h",
+                "description": "Classes that need a person (remap-failed, memory-worn, "
+                "flapping) or a reboot nobody did: the nodes' GPUOutOfService Events say which.",
+            },
+        },
+        {
             "alert": "GpucarveNoLeader",
             "expr": "(max(gpucarve_leader) or vector(0)) < 1",
             "for": "2m",

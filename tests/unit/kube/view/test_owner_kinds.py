@@ -25,12 +25,14 @@ from gpucarve.kube.view.pods.owners import positive_int
 from gpucarve.kube.view.pods.pod_groups import resolve_topology
 
 CHART_RBAC = Path(__file__).resolve().parents[4] / "deploy/helm/gpucarve/templates/rbac.yaml"
-# the scheduler's own informers, not owners' (the DRA ones run where the policy has DRA pools)
+# the scheduler's own informers, not owners' (the DRA ones run where the policy has DRA pools),
+# and the DeviceTaintRules it wrote, listed once when it starts (kube/scheduler/device_taints.py)
 INFORMED_ALWAYS = {
     ("", "pods"),
     ("", "nodes"),
     ("resource.k8s.io", "resourceslices"),
     ("resource.k8s.io", "resourceclaims"),
+    ("resource.k8s.io", "devicetaintrules"),
 }
 
 

@@ -59,6 +59,8 @@ class Frame:
     result: CycleResult
     unhealthy: Mapping[str, str] = field(default_factory=dict)  # node/gpuN -> why
     reconfiguring: frozenset[str] = frozenset()  # node/gpuN
+    # node/gpuN -> why: faulty GPUs left in service, their pool's gpuHealth budget spent
+    past_budget: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def policy(self) -> Policy:
@@ -435,6 +437,7 @@ def changes(frame: Frame) -> dict[str, Any]:
     """GPUs out of service and MIG changes in flight now; this cycle's repartitions."""
     return {
         "outOfService": [{"gpu": g, "why": why} for g, why in sorted(frame.unhealthy.items())],
+        "pastBudget": [{"gpu": g, "why": why} for g, why in sorted(frame.past_budget.items())],
         "reconfiguring": sorted(frame.reconfiguring),
         "repartitions": [
             {

@@ -54,7 +54,9 @@ class Board:
         self._cluster: tuple[int, dict[str, Any]] | None = None
 
     def observe(self, seen: CycleSeen) -> None:
-        frame = Frame(seen.snapshot, seen.result, seen.unhealthy, seen.reconfiguring)
+        frame = Frame(
+            seen.snapshot, seen.result, seen.unhealthy, seen.reconfiguring, seen.past_budget
+        )
         # to the second: people read it (the page shows it in their own time zone)
         self.show(frame, seen.at.isoformat(timespec="seconds"))
 

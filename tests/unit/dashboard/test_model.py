@@ -341,3 +341,16 @@ def test_a_cohort_tree_is_listed_with_what_each_level_holds_uses_borrows_and_len
     )
     flat = model.queues(scenario())
     assert flat["cohorts"] == []
+
+
+def test_faulty_gpus_past_their_pools_budget_are_listed_apart_from_those_out() -> None:
+    first = scenario()
+    frame = Frame(first.snapshot, first.result, first.unhealthy,
+                  past_budget={"training-1/gpu0": "nvlink: XID 74"})  # fmt: skip
+    body = model.changes(frame)
+    assert body["outOfService"] == [{"gpu": OUT, "why": "XID 79"}]
+    assert body["pastBudget"] == [{"gpu": "training-1/gpu0", "why": "nvlink: XID 74"}]
+    # still in service: its slices are free for work
+    node = model.node(frame, model.EVERYONE, "training-1")
+    assert node is not None and "outOfService" not in node["gpus"][0]
+    assert model.changes(Frame(first.snapshot, first.result))["pastBudget"] == []

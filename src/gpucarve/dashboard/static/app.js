@@ -275,6 +275,10 @@ async function changesPage(main) {
   const d = await api("/api/changes");
   main.append(h("h2", {}, "GPUs out of service"),
     d.outOfService.length ? table(["GPU", "Why"], d.outOfService.map((g) => [g.gpu, g.why])) : h("p", {}, "None."));
+  if (d.pastBudget.length) {
+    main.append(h("h2", {}, "Faulty GPUs left in service (their pool's gpuHealth.maxOutOfService is spent)"),
+      table(["GPU", "Why"], d.pastBudget.map((g) => [g.gpu, g.why])));
+  }
   main.append(h("h2", {}, "MIG changes in flight"), h("p", {}, d.reconfiguring.join(", ") || "None."));
   main.append(h("h2", {}, "Recent evictions and repartitions"),
     d.events.length ? table(["When", "Kind", "What", "By", "GPU-hours lost", "Why"],

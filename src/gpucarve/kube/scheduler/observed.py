@@ -23,13 +23,15 @@ class CycleSeen:
     snapshot: Snapshot
     result: CycleResult
     at: datetime  # the wall clock, for people; decisions count `result.now`
-    # `node/gpuN` -> why the health agent took it out of service
+    # `node/gpuN` -> why the scheduler took it out of service for its agent's fault
     unhealthy: Mapping[str, str] = field(default_factory=dict)
     # `node/gpuN` of the MIG changes in flight
     reconfiguring: frozenset[str] = frozenset()
     # workload -> the real pods of each of its pod sets (pending) or its bound pods (running)
     pending_pods: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
     running_pods: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # `node/gpuN` -> why: faulty GPUs left in service, their pool's budget spent
+    past_budget: Mapping[str, str] = field(default_factory=dict)
 
 
 Observer = Callable[[CycleSeen], None]

@@ -238,9 +238,10 @@ class Tell:
         changing = frozenset(
             f"{node}/gpu{g}" for node, change in inv.changes.items() for g in change.gpus
         )
+        past = {g: f"{f.fault_class}: {f.reason}" for g, f in inv.held_in_service.items()}
         seen = CycleSeen(
             s.policy, d.snapshot, d.result, s.clock(), inv.unhealthy, changing,
-            d.view.pending_sets, d.view.running_pods,
+            d.view.pending_sets, d.view.running_pods, past,
         )  # fmt: skip
         tell(s.observers, seen)
 

@@ -84,9 +84,14 @@ ROWS: list[tuple[str, Any]] = [
     ("preemptions", lambda s: str(s["preemptions"])),
     ("GPU-hours lost to preemption", lambda s: f"{s['gpu_hours_lost_to_preemption']:,.1f}"),
     ("GPU failures", lambda s: str(s["gpu_failures"])),
-    ("GPU back after a failure, mean h",
-     lambda s: "-" if s.get("gpu_failure_mean_hours_to_return") is None
-     else f"{s['gpu_failure_mean_hours_to_return']:.2f}"),
+    (
+        "GPU back after a failure, mean h",
+        lambda s: (
+            "-"
+            if s.get("gpu_failure_mean_hours_to_return") is None
+            else f"{s['gpu_failure_mean_hours_to_return']:.2f}"
+        ),
+    ),
     ("GPU-hours lost to failures", lambda s: f"{s['gpu_hours_lost_to_failures']:,.1f}"),
     ("GPU-hours out of service", lambda s: f"{s['gpu_hours_out_of_service']:,.1f}"),
 ]

@@ -204,10 +204,11 @@ def test_a_failing_mig_gpu_is_drained_within_its_budget_reset_checked_and_back(
         assert (
             'gpucarve_gpus_returned_total{fault_class="memory-uncorrected",pool="production"} 1.0'
         ) in scraped
-    seen = [r for r, _ in _reasons(api, "default")]
-    for reason in ("GPUUnhealthy", "GPUOutOfService", "GPUReset", "GPURecovered"):
-        assert reason in seen, (reason, seen)
-    assert seen.index("GPUOutOfService") < seen.index("GPUReset") < seen.index("GPURecovered")
+    events = api.get("/api/v1/namespaces/default/events")["items"]
+    at = {e["reason"]: e["firstTimestamp"] for e in events}  # RFC 3339 in seconds: ordered
+    steps = ("GPUUnhealthy", "GPUOutOfService", "GPUReset", "GPURecovered")
+    assert all(r in at for r in steps), at
+    assert [at[r] for r in steps] == sorted(at[r] for r in steps), at
 
 
 def test_a_burst_takes_out_at_most_the_budget_and_the_rest_keep_placing(

@@ -201,10 +201,12 @@ class NodeAgent:
         for i, v in sorted(now.items()):
             was = before.get(i)
             if was is None or (was.reason, was.fault_class) != (v.reason, v.fault_class):
-                message = (
-                    f"GPU {i} faulty ({v.fault_class}, action {v.action}): {v.reason}; "
-                    "gpucarve places nothing new on it while it is out of service"
+                then = (
+                    "reported only: it stays in service"
+                    if v.action is Action.REPORT
+                    else "the scheduler takes it out of service within the pool's budget"
                 )
+                message = f"GPU {i} faulty ({v.fault_class}, action {v.action}): {v.reason}; {then}"
                 self._event("Warning", "GPUUnhealthy", message)
         for i in sorted(set(before) - set(now)):
             checks = self.policy.clean_checks

@@ -86,8 +86,8 @@ class NodeAgent:
         now = int(self.clock().timestamp())
         verdicts = self.tracker.observe(readings, self.source.xids(xid_wait_ms), now)
         granted = out_of_service_gpus(node)
-        if self._remediate(verdicts, granted):
-            verdicts = self.tracker.verdicts()
+        self._remediate(verdicts, granted)
+        verdicts = self.tracker.verdicts()  # a reset done or given up on
         self._publish(node, verdicts, granted, len(readings))
         if self.devices is not None:
             self.devices.publish()
@@ -115,7 +115,10 @@ class NodeAgent:
                 self.source.reset(v.index)
             except ResetFailed as exc:
                 log.warning("node %s: GPU %d not reset: %s", self.node, v.index, exc)
-                self._event("Warning", "GPUResetFailed", f"GPU {v.index} not reset: {exc}")
+                then = "a node reboot is asked for instead"
+                if not self.tracker.reset_failed(v.index, str(exc)):
+                    then = "tried again at the next check"
+                self._event("Warning", "GPUResetFailed", f"GPU {v.index} not reset: {exc}; {then}")
                 continue
             self.tracker.was_reset(v.index)
             self._event(

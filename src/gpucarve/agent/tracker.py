@@ -21,6 +21,7 @@ from gpucarve.core.gpu_faults import Action, FaultClass, class_of_xid
 from gpucarve.core.policy import GpuHealth
 
 HYSTERESIS_C = 5
+RESET_ATTEMPTS = 3  # failed resets in a row before a fault asks for a reboot instead
 # which action outweighs which when a GPU has two faults at once
 _RANK = {Action.REPORT: 0, Action.WAIT: 1, Action.RESET: 2, Action.REPLACE: 3, Action.REBOOT: 4}
 FLAPPING = "flapping"
@@ -48,6 +49,7 @@ class _State:
     since: int
     reset: bool = False
     clean: int = 0
+    failed_resets: int = 0
 
     def verdict(self, index: int) -> Verdict:
         return Verdict(index, self.reason, self.fault_class, self.action, self.since, self.reset)
@@ -119,6 +121,7 @@ class HealthTracker:
             state.reason, state.fault_class, state.action = reason, cls.name, cls.action
             if cls.action is Action.RESET:
                 state.reset = False  # a new fault that needs a reset needs a new one
+                state.failed_resets = 0
 
     def _cleared(self, state: _State, r: GpuReading, hot: int) -> bool:
         if state.action in (Action.REPLACE, Action.REBOOT):
@@ -155,6 +158,20 @@ class HealthTracker:
 
     def verdicts(self) -> list[Verdict]:
         return [s.verdict(i) for i, s in sorted(self._out.items())]
+
+    def reset_failed(self, index: int, why: str) -> bool:
+        """A reset of this GPU failed; after `RESET_ATTEMPTS` in a row the fault asks for a
+        node reboot instead (NVIDIA's next step), so a GPU is never stuck waiting for a reset
+        that cannot happen. Whether it did now."""
+        state = self._out.get(index)
+        if state is None or state.action is not Action.RESET:
+            return False
+        state.failed_resets += 1
+        if state.failed_resets < RESET_ATTEMPTS:
+            return False
+        state.action = Action.REBOOT
+        state.reason = f"{state.reason}; reset failed {RESET_ATTEMPTS} times ({why})"
+        return True
 
     def was_reset(self, index: int) -> None:
         """The agent reset this GPU: its clean checks count from now."""

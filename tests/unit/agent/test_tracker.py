@@ -155,3 +155,20 @@ def test_a_new_fault_restarts_the_count_and_asks_for_a_new_reset() -> None:
     assert t.verdicts()  # no reset since the new fault
     t.was_reset(0)
     assert t.observe([at(0)], []) and t.observe([at(0)], []) == []
+
+
+def test_a_reset_that_keeps_failing_asks_for_a_reboot_instead() -> None:
+    t = HealthTracker(GpuHealth(clean_checks=1))
+    t.observe([at(0)], [Xid(0, 48)])
+    assert [t.reset_failed(0, "in use by another client") for _ in range(3)] == [
+        False, False, True
+    ]  # fmt: skip
+    (v,) = t.verdicts()
+    assert (
+        v.action is Action.REBOOT and "reset failed 3 times (in use by another client)" in v.reason
+    )
+    # a GPU that waits for no reset is not escalated
+    t = HealthTracker()
+    t.observe([at(0, temperature_c=99)], [])
+    assert not any(t.reset_failed(0, "x") for _ in range(5))
+    assert t.verdicts()[0].action is Action.WAIT

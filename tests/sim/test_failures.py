@@ -164,7 +164,7 @@ def test_failures_are_reported_by_class_and_add_up() -> None:
     assert {f.fault_class for f in drawn} <= set(CLASSES) and len(
         {f.fault_class for f in drawn}
     ) > 2
-    ws = [("w%d" % i, 4, 7200, i * 3600) for i in range(60)]
+    ws = [(f"w{i}", 4, 7200, i * 3600) for i in range(60)]
     r = _run_health(drawn, GpuHealth(), *ws)
     s = summarize(r, window=(0, 4 * 86_400))
     by_class = s["gpu_failures_by_class"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ class GpuService:
         self.client, self.reporter = client, reporter
         self.held_told: set[tuple[str, int]] = set()  # (GPU, since) told past the budget
         self.seen: dict[str, Fault] = {}  # last cycle's GPUs out of service
+        self.marked: set[str] | None = None  # nodes with an answer on them; None: unread
 
     def changes(self, out: Mapping[str, Fault], held: Mapping[str, Fault]) -> Changes:
         now = int(self.reporter.clock().timestamp())
@@ -66,23 +67,37 @@ class GpuService:
 
     def handle(
         self,
-        nodes: Mapping[str, Mapping[str, Any]],
+        nodes: Callable[[], Iterable[Mapping[str, Any]]],
+        node: Callable[[str], Mapping[str, Any] | None],
         out: Mapping[str, Fault],
         held: Mapping[str, Fault],
     ) -> Changes:
-        """Write the answer onto the Nodes; what changed since the last cycle."""
+        """Write the answer onto the Nodes; what changed since the last cycle. `nodes` lists
+        them all (read once, for the answers an earlier leader left), `node` reads one: a
+        cycle looks at the nodes with a GPU out of service now or before, not at every node."""
         want = _by_node(out)
-        for name, node in sorted(nodes.items()):
-            gpus = want.get(name, {})
-            annotations = node["metadata"].get("annotations") or {}
-            raw = annotations.get(OUT_OF_SERVICE_ANNOTATION)
-            value = (
-                json.dumps({str(g): f.fault_class for g, f in sorted(gpus.items())},
-                           sort_keys=True)
-                if gpus else None
-            )  # fmt: skip
-            if raw == value:
+        if self.marked is None:
+            self.marked = {
+                n["metadata"]["name"] for n in nodes()
+                if OUT_OF_SERVICE_ANNOTATION in (n["metadata"].get("annotations") or {})
+            }  # fmt: skip
+        for name in sorted(set(want) | self.marked):
+            found = node(name)
+            if found is None:
+                self.marked.discard(name)
                 continue
+            self._write(name, found, want.get(name, {}))
+        self._tell_held(held)
+        return self.changes(out, held)
+
+    def _write(self, name: str, node: Mapping[str, Any], gpus: Mapping[int, Fault]) -> None:
+        assert self.marked is not None
+        raw = (node["metadata"].get("annotations") or {}).get(OUT_OF_SERVICE_ANNOTATION)
+        value = (
+            json.dumps({str(g): f.fault_class for g, f in sorted(gpus.items())}, sort_keys=True)
+            if gpus else None
+        )  # fmt: skip
+        if raw != value:
             try:
                 before = {int(k) for k in json.loads(raw)} if raw else set()
             except (ValueError, TypeError):
@@ -93,7 +108,7 @@ class GpuService:
                                  "application/merge-patch+json")  # fmt: skip
             except ApiError as err:
                 log.warning("node %s: GPUs out of service not written: %s", name, err)
-                continue
+                return
             for g, f in sorted(gpus.items()):
                 if g not in before:
                     self._event(
@@ -101,8 +116,10 @@ class GpuService:
                         f"GPU {g} out of service ({f.fault_class}: {f.reason}); nothing new "
                         "is placed on it",
                     )  # fmt: skip
-        self._tell_held(held)
-        return self.changes(out, held)
+        if value is None:
+            self.marked.discard(name)
+        else:
+            self.marked.add(name)
 
     def _tell_held(self, held: Mapping[str, Fault]) -> None:
         now = {(gpu, f.since) for gpu, f in held.items()}

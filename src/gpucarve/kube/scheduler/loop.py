@@ -559,7 +559,7 @@ class Scheduler:
         self.reporter.device_moves(view)
         inv = self.inventory()
         changes = self.gpu_service.handle(
-            self._nodes_by_name(), inv.out_of_service, inv.held_in_service
+            self.nodes.items, self.nodes.get, inv.out_of_service, inv.held_in_service
         )
         self.metrics.observe_gpu_changes(view.snapshot, changes.reset, changes.returned)
         if self.dra:

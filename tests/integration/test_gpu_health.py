@@ -232,8 +232,12 @@ def test_a_burst_takes_out_at_most_the_budget_and_the_rest_keep_placing(
         assert 'gpucarve_gpu_faults_past_budget{pool="dev"} 4.0' in scraped
         past = [m for r, m in _reasons(api, "default") if r == "GPUFaultPastBudget"]
         assert len(past) == 4 and "maxOutOfService is spent" in past[0]
-        # the faulty GPUs left in service keep placing; those out take nothing
+        # the faulty GPUs left in service keep placing; those out take nothing; the agents
+        # remediate only what the scheduler took out
         kept = [n for n in nodes if n not in out]
+        for n in nodes:
+            agents[n].check()
+        assert [n for n in nodes if fakes[n].resets] == out
         for i, n in enumerate([*kept, out[0]]):
             create_pod(api, _on_node(f"p{i}", "nvidia.com/gpu.shared", 1, n))
         for i in range(len(kept)):

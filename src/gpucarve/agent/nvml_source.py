@@ -167,5 +167,7 @@ class NvmlSource:
             )  # fmt: skip
         except subprocess.TimeoutExpired:
             raise ResetFailed(f"nvidia-smi --gpu-reset took over {RESET_TIMEOUT_S} s") from None
+        except OSError as exc:  # not executable here, say
+            raise ResetFailed(f"nvidia-smi could not run: {exc.strerror or exc}") from None
         if done.returncode != 0:
             raise ResetFailed((done.stdout + done.stderr).strip() or f"exit {done.returncode}")

@@ -101,3 +101,6 @@ def test_a_reset_goes_through_nvidia_smi_and_a_refusal_says_why(
     with pytest.raises(ResetFailed, match="in use by another client"):
         source.reset(0)
     assert os.access(tmp_path / "nvidia-smi", os.X_OK)
+    (tmp_path / "nvidia-smi").write_text("\x7fELF not really\n")  # cannot be executed
+    with pytest.raises(ResetFailed, match="could not run"):
+        source.reset(0)

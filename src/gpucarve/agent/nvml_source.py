@@ -141,6 +141,8 @@ class NvmlSource:
     def busy(self, index: int) -> bool:
         """Any compute or graphics process on the GPU or on one of its MIG instances."""
         n = self.nvml
+        if not 0 <= index < len(self.handles):
+            return True  # a GPU NVML does not list is never reset
         h = self.handles[index]
         handles = [h]
         for k in range(int(self._try(n.nvmlDeviceGetMaxMigDeviceCount, h, default=0))):

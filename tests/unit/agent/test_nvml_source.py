@@ -78,6 +78,7 @@ def test_a_process_on_a_gpu_or_one_of_its_mig_instances_makes_it_busy(nvml: list
     nvml += [Gpu(), Gpu(procs=[object()]), Gpu(migs=[Gpu(), Gpu(procs=[object()])])]
     source = NvmlSource()
     assert [source.busy(i) for i in range(3)] == [False, True, True]
+    assert source.busy(7)  # a GPU NVML does not list (a fault restored from the Node)
 
 
 def _smi(folder: Path, code: int, says: str) -> None:

@@ -89,7 +89,8 @@ def test_the_server_keeps_a_cycles_time_to_the_second() -> None:
     board = Board()
     at = datetime.datetime(2026, 12, 3, 9, 0, 1, 123456, tzinfo=datetime.UTC)
     seen = SimpleNamespace(snapshot=scenario().snapshot, result=scenario().result,
-                           unhealthy={}, reconfiguring=frozenset(), at=at)  # fmt: skip
+                           unhealthy={}, reconfiguring=frozenset(), at=at,
+                           past_budget={})  # fmt: skip
     board.observe(seen)  # type: ignore[arg-type]
     got = board.latest()
     assert got is not None and got[2] == "2026-12-03T09:00:01+00:00"

@@ -10,8 +10,9 @@ first: the real device wins, the slice the scheduler had assumed is freed (anoth
 was thought to hold it is given free slices of its kind), and each disagreement is reported
 once. Dynamic MIG never changes a GPU the kubelet reports in use.
 
-The agent also says which GPUs are out of service (`gpucarve.io/unhealthy-gpus`), read here
-by `unhealthy_gpus`.
+The agent also says which GPUs are faulty (`gpucarve.io/unhealthy-gpus`), read here by
+`fault_entries`, and the scheduler which of them it took out of service
+(`gpucarve.io/gpus-out-of-service`), read by `out_of_service_gpus`.
 """
 
 from __future__ import annotations
@@ -73,11 +74,6 @@ def fault_entries(node: Mapping[str, Any], boot: str | None = None) -> dict[int,
         return {int(k): _entry(v, at) for k, v in doc.items()}
     except (ValueError, AttributeError, TypeError, KeyError):
         return {}
-
-
-def unhealthy_gpus(node: Mapping[str, Any]) -> dict[int, str]:
-    """GPU index -> why it is faulty."""
-    return {i: e.reason for i, e in fault_entries(node).items()}
 
 
 def out_of_service_gpus(node: Mapping[str, Any]) -> set[int]:

@@ -24,6 +24,7 @@ from gpucarve.config.pydantic_errors import problems_from
 from gpucarve.config.yaml_source import YamlDocument, parse_yaml, read_yaml
 from gpucarve.core.amounts import FlavorName, QuotaKey
 from gpucarve.core.catalog import Catalog
+from gpucarve.core.held_idle import IdleRule
 from gpucarve.core.policy import (
     DEFAULT_SCORING,
     Flavor,
@@ -44,7 +45,7 @@ from gpucarve.core.policy import (
 from gpucarve.core.problems import InvalidInput, Path, Problem, errors
 from gpucarve.engine import score_names, victim_order_names
 
-from .policy_model import PolicySpec, QueueSpec
+from .policy_model import IdlenessSpec, PolicySpec, QueueSpec
 from .quota_build import capacity_checks, check_quota, quota_of, suggest
 
 
@@ -108,6 +109,19 @@ def _check_queue(
 ) -> list[Problem]:
     path: Path = ("queues", i)
     out: list[Problem] = []
+    idle = q.idleness
+    reclaim = idle.reclaimAfterSeconds if idle else None
+    if idle and reclaim is not None and reclaim < idle.warnAfterSeconds:
+        out.append(
+            Problem(
+                (*path, "idleness", "reclaimAfterSeconds"),
+                "reclaim-before-warning",
+                f"queue {q.name} reclaims idle work after {reclaim}s, before it is warned "
+                f"({idle.warnAfterSeconds}s): its users would lose work they were never told "
+                "about",
+                "make reclaimAfterSeconds at least warnAfterSeconds",
+            )
+        )
     if q.cohort is not None and q.cohort not in cohorts:
         out.append(
             Problem(
@@ -411,6 +425,18 @@ def _queue(q: QueueSpec, units: Mapping[QuotaKey, GpuUnit]) -> Queue:
         max_per_workload=tuple(sorted((FlavorName(f), n) for f, n in q.maxPerWorkload.items())),
         allowed_priority_classes=tuple(q.priorityClasses),
         reclaim_wait_s=q.reclaimWaitSeconds,
+        idleness=_idleness(q.idleness),
+    )
+
+
+def _idleness(spec: IdlenessSpec | None) -> IdleRule | None:
+    if spec is None:
+        return None
+    return IdleRule(
+        activity_below=spec.activityBelow,
+        warn_after_s=spec.warnAfterSeconds,
+        reclaim_after_s=spec.reclaimAfterSeconds,
+        within_quota=spec.withinQuota == "reclaim",
     )
 
 

@@ -194,6 +194,34 @@ class QuotaSpec(_Strict):
     )
 
 
+class IdlenessSpec(_Strict):
+    activityBelow: float = Field(
+        gt=0,
+        le=100,
+        description="Percent SM activity (DCGM's DCGM_FI_PROF_SM_ACTIVE, or NVML's utilisation "
+        "where profiling metrics are absent): a workload whose GPUs all stay below it is idle.",
+    )
+    warnAfterSeconds: int = Field(
+        ge=60,
+        le=7 * 86400,
+        description="Idle this long, the workload is warned (an Event, a metric, explain) and "
+        "goes first among the victims reclaim and preemption take.",
+    )
+    reclaimAfterSeconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=30 * 86400,
+        description="Idle this long, work waiting for its GPUs may evict it, whatever its queue "
+        "or priority, while its queue borrows what it holds. null (the default): it is only "
+        "warned.",
+    )
+    withinQuota: Literal["warn", "reclaim"] = Field(
+        default="warn",
+        description="warn: work within the queue's nominal quota is only warned; reclaim: it "
+        "may be reclaimed too (say so only for a queue whose users agreed to it).",
+    )
+
+
 class QueueSpec(_Strict):
     name: str = Field(pattern=_NAME, max_length=63)
     namespaces: list[Namespace] = Field(
@@ -219,6 +247,11 @@ class QueueSpec(_Strict):
         "lent: reclaim sparing large gangs (scheduling.reclaimLargeVictimRatio) and reclaim "
         "grace (scheduling.reclaimGraceSeconds) hold off for it no longer (0: they never "
         "hold its reclaims off). null (the default): the scheduling settings' own bounds.",
+    )
+    idleness: IdlenessSpec | None = Field(
+        default=None,
+        description="When this queue's running work counts as holding its GPUs idle, and what "
+        "follows (absent: its work is never judged idle).",
     )
 
 

@@ -14,6 +14,7 @@ from enum import StrEnum
 from gpucarve.core.amounts import UNLIMITED, Bound, FlavorName, ProfileName, QuotaKey, as_key
 from gpucarve.core.catalog import MILLI_PER_GPU, GpuModel
 from gpucarve.core.gpu_faults import CATALOGUE, Budget, Drain, FaultClass, class_named
+from gpucarve.core.held_idle import IdleRule
 from gpucarve.core.mig import Instance
 from gpucarve.core.vocabulary import (
     BLOCK_LABEL,
@@ -363,6 +364,8 @@ class Queue:
     # The most its work within nominal quota waits for quota it lent: reclaim sparing and
     # reclaim grace hold its reclaims off no longer (None: their own bounds; 0: never).
     reclaim_wait_s: int | None = None
+    # when its running work counts as holding GPUs idle, and what follows (None: never)
+    idleness: IdleRule | None = None
 
     def quota(self, flavor: QuotaKey) -> Quota | None:
         for q in self.quotas:

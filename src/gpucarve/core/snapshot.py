@@ -84,6 +84,11 @@ class Snapshot:
     # What each queue borrowed recently, decayed (scheduling.usageHalfLifeSeconds): the
     # driver's book too, carried from each cycle's result to the next snapshot.
     usage: UsageBook = field(default_factory=UsageBook, compare=False, repr=False)
+    # Since when each running workload's GPUs have stayed below its queue's idleness
+    # threshold (core.held_idle.IdleClock, the driver's readings); busy work is absent.
+    idle_since: Mapping[str, int] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
 
     def delta_with(self, step: Step | None = None) -> Delta:
         """The delta of a snapshot derived from this one by `step` (none: same cluster)."""

@@ -134,6 +134,7 @@ def derive(
         snapshot.mig_changed_at,
         runtimes=snapshot.runtimes,
         usage=snapshot.usage,
+        idle_since=snapshot.idle_since,
     )
 
 

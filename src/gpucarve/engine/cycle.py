@@ -149,6 +149,7 @@ class Cycle:
             idle.account(s),
             tuple(s.decided.drains),
             self._usage(),
+            tuple(h for wid, h in s.held_idle.items() if wid in s.ws.running),
         )
 
     def _usage(self) -> UsageBook | None:

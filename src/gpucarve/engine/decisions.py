@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gpucarve.core.amounts import FlavorName, QuotaKey
+from gpucarve.core.held_idle import IdleStage
 from gpucarve.core.mig import Instance
 from gpucarve.core.usage import UsageBook
 from gpucarve.core.workload import PodAssignment
@@ -26,6 +27,8 @@ class Cause(StrEnum):
     GPU_FAILURE = "gpu-failure"  # a GPU under it failed (the simulator's failure replay)
     # moved: evicted so that a waiting gang fits, to be placed again at once elsewhere
     CONSOLIDATE = "consolidate"
+    # idle: its GPUs stayed below its queue's activity threshold past idleness.reclaimAfter
+    IDLE = "idle"
 
 
 class Plugin(StrEnum):
@@ -190,6 +193,21 @@ class Drain:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class HeldIdle:
+    """Running work whose GPUs its queue's idleness rule judges idle: since when, what that
+    makes it (warned or reclaimable), and what follows, in words explain and Events show."""
+
+    workload: str
+    queue: str
+    stage: IdleStage
+    since: int
+    # when it becomes reclaimable (None: already is, or never: the rule only warns, or its
+    # work is within quota)
+    reclaim_at: int | None
+    message: str
+
+
 @dataclass(frozen=True)
 class CycleResult:
     now: int
@@ -209,6 +227,8 @@ class CycleResult:
     # the usage book as of this cycle, for the next snapshot (scheduling.usageHalfLifeSeconds;
     # None when it is unset)
     usage: UsageBook | None = None
+    # running work held idle past its queue's warning window (core.held_idle), by id
+    held_idle: tuple[HeldIdle, ...] = ()
 
     def pending_reason(self, workload: str) -> PendingReason | None:
         for p in self.pending:

@@ -37,7 +37,9 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: Demand) -> bool:
         for n, pods, _ in plan
         if n.flavor is not None and not n.shared and n.slices > 0 and pods > 0
     )
+    # Idle work first: its GPUs serve nobody, so taking them destroys the least.
     sets = (
+        (Cause.IDLE, pre.idle_candidates(w, demand) if pre.idle else []),
         (Cause.RECLAIM, pre.reclaim_candidates(w, demand)),
         (Cause.PREEMPT, pre.preempt_candidates(w, demand)),
     )
@@ -45,7 +47,8 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: Demand) -> bool:
         if not candidates:
             continue
         cp = c.ws.checkpoint()
-        found = pre.find(w, demand, candidates, attempt, shape)
+        search = pre.find_idle if cause is Cause.IDLE else pre.find
+        found = search(w, demand, candidates, attempt, shape)
         if found is None:
             continue
         placed, victims = found
@@ -57,12 +60,7 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: Demand) -> bool:
             if v.id in c.decided.fresh:
                 withdraw(c, v, w)
                 continue
-            if cause is Cause.RECLAIM:
-                flavors = sorted({p.flavor for p in victim.held if p.flavor in demand})
-                msg = f"reclaimed by queue {w.queue} for {w.id}: queue {v.queue} was borrowing"
-                msg += f" {', '.join(flavors)}" if flavors else ""
-            else:
-                msg = f"preempted by {w.id} (priority {w.priority} > {v.priority})"
+            msg = _why(c, cause, w, victim, demand)
             pods = tuple(sorted(p.pod for p in victim.pods))
             if pods:
                 msg += f"; an elastic gang, it gives back {len(pods)} pods and keeps running"
@@ -73,6 +71,27 @@ def preempt(c: CycleState, w: Workload, plan: Plan, demand: Demand) -> bool:
     if key is not None:
         c.memos.found_no_victims(key, c.ws.release_epoch)
     return False
+
+
+def _why(c: CycleState, cause: Cause, w: Workload, victim: Victim, demand: Demand) -> str:
+    v = victim.workload
+    flavors = sorted({p.flavor for p in victim.held if p.flavor})
+    if cause is Cause.IDLE:
+        rule = c.preemptor.idle_rules[v.queue]
+        since = c.preemptor.idle[v.id].since
+        msg = (
+            f"reclaimed for {w.id} (queue {w.queue}): idle, its GPUs below "
+            f"{rule.activity_below:g}% activity for {c.now - since}s, past queue {v.queue}'s "
+            f"idleness.reclaimAfterSeconds ({rule.reclaim_after_s}s)"
+        )
+        if rule.within_quota:
+            return msg + "; its rule reclaims within quota too (idleness.withinQuota: reclaim)"
+        return msg + f"; queue {v.queue} was borrowing {', '.join(flavors)}"
+    if cause is Cause.RECLAIM:
+        msg = f"reclaimed by queue {w.queue} for {w.id}: queue {v.queue} was borrowing"
+        needed = [f for f in flavors if f in demand]
+        return msg + (f" {', '.join(needed)}" if needed else "")
+    return f"preempted by {w.id} (priority {w.priority} > {v.priority})"
 
 
 def _waits_for_an_end(c: CycleState, w: Workload, victims: Sequence[Victim]) -> bool:

@@ -23,7 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpucarve.core.amounts import Demand, FlavorName, QuotaKey
+from gpucarve.core.held_idle import IdleRule, IdleStage
 from gpucarve.core.workload import PodAssignment, RunningWorkload, Workload
+from gpucarve.engine.decisions import HeldIdle
 from gpucarve.engine.quota import Quotas
 from gpucarve.engine.victims import CheapestFirst, Victim, VictimOrder
 from gpucarve.engine.working import Working
@@ -129,6 +131,9 @@ class Preemptor:
         self.wait_bounds: Mapping[str, int] = {}
         # reclaimer -> why a gang it could reclaim from was spared this cycle (its reason)
         self.spared: dict[str, str] = {}
+        # running work idle past its queue's warning window (engine.held_idle), and the rules
+        self.idle: Mapping[str, HeldIdle] = {}
+        self.idle_rules: Mapping[str, IdleRule] = {}
 
     def _running_of(self, queue: str) -> list[RunningWorkload]:
         """Eligible running workloads of a queue (re-listed when that queue's running set
@@ -230,6 +235,57 @@ class Preemptor:
                 out += self._ranked(rw)
         return _in_order(out)
 
+    def idle_candidates(self, w: Workload, demand: Demand) -> list[Victim]:
+        """Reclaimable idle work (engine.held_idle) holding a flavor `w` needs, of any queue
+        and priority: its GPUs go to work that uses them."""
+        flavors = set(demand)
+        out: list[_Ranked] = []
+        for wid, h in self.idle.items():
+            rw = self.ws.running.get(wid)
+            if h.stage is not IdleStage.RECLAIMABLE or rw is None or wid == w.id:
+                continue
+            if self._eligible(rw) and not flavors.isdisjoint(self._holds(rw)):
+                out += self._ranked(rw)
+        return _in_order(out)
+
+    def _idle_may_go(self, v: Victim) -> bool:
+        """Whether idle `v` may still be evicted as things stand (its queue borrows what it
+        holds, unless its rule reclaims within quota too)."""
+        rule = self.idle_rules[v.workload.queue]
+        return rule.within_quota or any(
+            self.quotas.borrows(v.workload.queue, f) for f in {p.flavor for p in v.held if p.flavor}
+        )
+
+    def find_idle(
+        self,
+        w: Workload,
+        demand: Demand,
+        candidates: list[Victim],
+        attempt: Attempt,
+        shape: Shape = (),
+    ) -> tuple[list[PodAssignment], list[Victim]] | None:
+        """`find` for idle work: the fewest reclaimable idle victims that let `w` place, each
+        evicted while its queue still borrows what it holds (so work within its nominal quota
+        stays, unless its rule says otherwise)."""
+        chosen, _ = self._grow(w, demand, candidates, attempt, self._idle_may_go, shape)
+        if not chosen:
+            return None
+        needed = list(chosen)
+        for v in reversed(chosen[:-1] if len(chosen) > 1 else chosen):
+            trial = [x for x in needed if x is not v]
+            if self._works(w, demand, trial, attempt):
+                needed = trial
+        ws = self.ws
+        cp = ws.checkpoint()
+        for v in needed:
+            if not self._idle_may_go(v):
+                ws.rollback(cp)
+                return None
+            evict_victim(ws, v)
+        placed = attempt()
+        assert placed is not None, "the minimal victim set stopped working"
+        return placed, needed
+
     def maturing(self, w: Workload, demand: Mapping[FlavorName, int]) -> str | None:
         """Why priority preemption has not made room for `w` yet when only the minimum
         runtime stands in its way: the lower-priority work of its queue on the flavors it
@@ -273,8 +329,10 @@ class Preemptor:
         if hit is not None and hit[0] is rw and hit[1] == fresh:
             return hit[2]
         extra = () if fresh else surplus(rw)
+        # idle work past its warning window goes first, whatever the order says after that
+        first = 0 if wid in self.idle else 1
         ranked = [
-            _Ranked(self.order.key(v, self.ws, self.now), v)
+            _Ranked((first, *self.order.key(v, self.ws, self.now)), v)
             for v in [*(Victim(rw, (pod,)) for pod in reversed(extra)), Victim(rw)]
         ]
         self._victims[wid] = (rw, fresh, ranked)
@@ -300,13 +358,20 @@ class Preemptor:
         and the workload placed, or untouched when there is no solution."""
         keys = set(self.quotas.charge(w.queue, demand))
         loans = self._loans(w, candidates[:MAX_VICTIMS], keys)
+
         # Cheapest first, each taken while its queue still borrows. A loan in a flavor is in
         # the shape the reclaimer needs; one in a GPU unit need not be (a queue can borrow in
         # 2g.20gb while the 3g.40gb asked for are within its nominal GPUs): failing that, any
         # that make room, as long as the set takes back no more than the loans (below).
-        chosen, skipped = self._grow(w, demand, candidates, attempt, keys, True, shape)
+        def lends_back(v: Victim) -> bool:
+            held = frozenset(p.flavor for p in v.held if p.flavor)
+            return v.workload.queue == w.queue or self._lends_back(
+                w.queue, v.workload.queue, held, keys
+            )
+
+        chosen, skipped = self._grow(w, demand, candidates, attempt, lends_back, shape)
         if chosen is None and skipped and any(k in self.quotas.units for k in keys):
-            chosen, _ = self._grow(w, demand, candidates, attempt, keys, False, shape)
+            chosen, _ = self._grow(w, demand, candidates, attempt, None, shape)
         if not chosen:
             return None
         ws = self.ws
@@ -331,27 +396,20 @@ class Preemptor:
         demand: Demand,
         candidates: list[Victim],
         attempt: Attempt,
-        keys: set[QuotaKey],
-        strict: bool,
+        may_go: Callable[[Victim], bool] | None,
         shape: Shape,
     ) -> tuple[list[Victim] | None, bool]:
         """Candidates evicted in order until the workload places (the state is left as it
-        was); `strict`: one whose queue stopped borrowing after earlier evictions is skipped
-        (and the second value says whether one was); an empty list: no candidate set makes
-        room (the search stops there, skipped or not)."""
+        was); one `may_go` refuses as things stand after earlier evictions (its queue stopped
+        borrowing) is skipped, and the second value says whether one was; an empty list: no
+        candidate set makes room (the search stops there, skipped or not)."""
         ws = self.ws
         cp = ws.checkpoint()
         chosen: list[Victim] = []
         found = skipped = False
         judged = False  # whether evicting every candidate was tried
         for v in candidates[:MAX_VICTIMS]:
-            if (
-                strict
-                and v.workload.queue != w.queue
-                and not self._lends_back(
-                    w.queue, v.workload.queue, frozenset(p.flavor for p in v.held if p.flavor), keys
-                )
-            ):
+            if may_go is not None and not may_go(v):
                 skipped = True
                 continue
             evict_victim(ws, v)

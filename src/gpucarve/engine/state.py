@@ -40,6 +40,7 @@ from gpucarve.engine.decisions import (
     Reservation,
     Stage,
 )
+from gpucarve.engine.held_idle import judge as judge_held_idle
 from gpucarve.engine.memo import AcrossCycles, Shapes
 from gpucarve.engine.mig.hint import shapes_from
 from gpucarve.engine.placement.flavor_rank import first_flavor_needs
@@ -253,6 +254,15 @@ class CycleState:
         self.preemptor.wait_bounds = self.wait_bounds = {
             q.name: q.reclaim_wait_s for q in self.policy.queues if q.reclaim_wait_s is not None
         }
+        rules = {q.name: q.idleness for q in self.policy.queues if q.idleness is not None}
+        # running work idle past its warning window, as the cycle starts (engine.held_idle)
+        self.held_idle = (
+            judge_held_idle(rules, dict(snapshot.idle_since), ws.running, self.quotas, now)
+            if rules and snapshot.idle_since
+            else {}
+        )
+        self.preemptor.idle = self.held_idle
+        self.preemptor.idle_rules = rules
         # the cycle's state by who writes it: what it decided, what holds work back, and what
         # it remembers to stay fast (each written only through its own methods)
         self.decided = Decided()

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpucarve.core.amounts import QuotaKey
+from gpucarve.core.held_idle import IdleRule
 from gpucarve.core.policy import Cohort, GpuUnit, Policy, PriorityClass, Queue, Quota
 from gpucarve.core.vocabulary import GROUP, PREEMPTIBLE_LABEL, VERSION
 from gpucarve.core.vocabulary import MANAGED_BY_LABEL as MANAGED_LABEL
@@ -66,6 +67,8 @@ def queue_manifest(q: Queue, units: Mapping[QuotaKey, GpuUnit]) -> dict[str, Any
         spec["priorityClasses"] = list(q.allowed_priority_classes)
     if q.reclaim_wait_s is not None:
         spec["reclaimWaitSeconds"] = q.reclaim_wait_s
+    if q.idleness is not None:
+        spec["idleness"] = idleness_spec(q.idleness)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "Queue",
@@ -118,4 +121,14 @@ def queue_summary(obj: dict[str, Any]) -> dict[str, Any]:
         "weight": spec.get("weight"),
         "quota": spec.get("quota", {}),
         "status": obj.get("status", {}),
+    }
+
+
+def idleness_spec(rule: IdleRule) -> dict[str, Any]:
+    """A queue's idleness rule as the policy file writes it."""
+    return {
+        "activityBelow": rule.activity_below,
+        "warnAfterSeconds": rule.warn_after_s,
+        "reclaimAfterSeconds": rule.reclaim_after_s,
+        "withinQuota": "reclaim" if rule.within_quota else "warn",
     }

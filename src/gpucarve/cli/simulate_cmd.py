@@ -15,7 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from gpucarve.cli import recommend_out
+from gpucarve.cli import idleness_out, recommend_out
 from gpucarve.cli.common import (
     CatalogOption,
     OptionalPolicyFile,
@@ -450,12 +450,15 @@ def simulate(
     try:
         if trace_file is not None:
             workloads, utilisation = _trace_workloads(trace_file, loaded.policy, lenient)
+            idle_after: dict[str, int] = {}
             case_study = False
         else:
             source = str(policy or "the policy")
             scenario = _scenario(loaded.policy, days, load, source)
             case_study = is_three_teams(scenario)
-            workloads, utilisation = _synthetic_workloads(loaded.policy, scenario, days, seed)
+            workloads, utilisation, idle_after = _synthetic_trace(
+                loaded.policy, scenario, days, seed
+            )
             if not workloads:
                 raise InvalidInput(
                     source,
@@ -475,14 +478,20 @@ def simulate(
     else:
         window = (0, int(days * DAY))
     gpu_failures = _failures(loaded.policy, failure_file, failure_rate, repair_hours, window, seed)
-    config = SimConfig(check_invariants=check_invariants, gpu_failures=gpu_failures)
+    config = SimConfig(
+        check_invariants=check_invariants,
+        gpu_failures=gpu_failures,
+        idle_after=tuple(sorted(idle_after.items())),
+    )
     board = _board(out)
     results, series = _run_all(names, loaded.policy, workloads, utilisation, config, window, board)
     doc: dict[str, Any] = {"policy": loaded.policy.name, "results": results}
-    if failure_file is not None:
-        doc["gpu_failures"] = str(failure_file)
-    elif failure_rate:
-        doc["gpu_failures"] = {"per_gpu_day": failure_rate, "repair_hours": repair_hours}
+    if "gpucarve" in results and idleness_out.has_rules(loaded.policy, config):
+        dev = {w.id for w in workloads if is_dev(w)}
+        doc["idleness"] = idleness_out.effect(
+            loaded.policy, workloads, utilisation, config, window, dev, results["gpucarve"]
+        )
+    doc.update(_failure_source(failure_file, failure_rate, repair_hours))
     doc.update(_source(trace_file, seed, days, load))
     if recommend:
         doc["demand_bound_gpus"] = recommend_out.bound_table(
@@ -515,6 +524,8 @@ def simulate(
     c = console()
     for table in _tables(results):
         c.print(table)
+    if "idleness" in doc:
+        c.print(_rich(idleness_out.table(doc["idleness"])))
     if "kube-default" in results and "gpucarve" in results:
         _print_headline(results, case_study)
 
@@ -578,6 +589,17 @@ def _cases(
     )  # fmt: skip
 
 
+def _failure_source(
+    failure_file: Path | None, failure_rate: float, repair_hours: float
+) -> dict[str, Any]:
+    """What results.json says the GPU failures came from (nothing without failures)."""
+    if failure_file is not None:
+        return {"gpu_failures": str(failure_file)}
+    if failure_rate:
+        return {"gpu_failures": {"per_gpu_day": failure_rate, "repair_hours": repair_hours}}
+    return {}
+
+
 def _source(trace_file: Path | None, seed: int, days: float, load: float) -> dict[str, Any]:
     """What results.json says the work came from."""
     if trace_file is not None:
@@ -622,6 +644,13 @@ def _scenario(policy: Policy, days: float, load: float, source: str) -> Scenario
 def _synthetic_workloads(
     policy: Policy, scenario: Scenario, days: float, seed: int
 ) -> tuple[list[Workload], dict[str, float]]:
+    return _synthetic_trace(policy, scenario, days, seed)[:2]
+
+
+def _synthetic_trace(
+    policy: Policy, scenario: Scenario, days: float, seed: int
+) -> tuple[list[Workload], dict[str, float], dict[str, int]]:
+    """Workloads, their utilisation, and the trace's idle model (SimConfig.idle_after)."""
     trace = generate(policy, scenario, seed)
     workloads, utilisation = list(trace.workloads), dict(trace.utilisation)
     if policy.autoscaling:
@@ -629,7 +658,7 @@ def _synthetic_workloads(
         replicas, busy = inference_load(policy, int(days * DAY), seed)
         workloads = sorted([*workloads, *replicas], key=lambda w: (w.submit_time, w.id))
         utilisation = {**utilisation, **busy}
-    return workloads, utilisation
+    return workloads, utilisation, dict(trace.idle_after)
 
 
 def _run_all(

@@ -83,6 +83,7 @@ def kube_default(policy: Policy) -> Policy:
             cohort=None,
             quotas=tuple(Quota(as_key(f), n) for f, n in shell.capacity.items()),
             max_per_workload=(),
+            idleness=None,
         )
         for q in policy.queues
     ]
@@ -91,7 +92,12 @@ def kube_default(policy: Policy) -> Policy:
 
 def static_quota(policy: Policy) -> Policy:
     queues = [
-        replace(q, cohort=None, quotas=tuple(Quota(x.flavor, x.nominal) for x in q.quotas))
+        replace(
+            q,
+            cohort=None,
+            quotas=tuple(Quota(x.flavor, x.nominal) for x in q.quotas),
+            idleness=None,  # reclaiming idle GPUs is gpucarve's
+        )
         for q in policy.queues
     ]
     # static layouts too: repartitioning on demand is gpucarve's
@@ -124,3 +130,9 @@ POLICIES: dict[str, Baseline] = {
     "static-quota": (static_quota, list),
     "gpucarve": (lambda p: p, list),
 }
+
+
+def without_idleness(policy: Policy) -> Policy:
+    """The policy with no queue's idleness rule: what its rules change is measured against
+    this run of the same engine."""
+    return replace(policy, queues=tuple(replace(q, idleness=None) for q in policy.queues))

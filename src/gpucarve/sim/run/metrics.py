@@ -18,11 +18,11 @@ from gpucarve.core.cluster import ClusterState, Slice, build_cluster, potential_
 from gpucarve.core.policy import Policy, Queue, SliceKind
 from gpucarve.core.requests import slice_gpus
 from gpucarve.core.workload import GpuKind, Workload
-from gpucarve.engine.decisions import Idle, IdleCause
+from gpucarve.engine.decisions import Cause, Idle, IdleCause
 from gpucarve.sim.run.failures import gpu_seconds_out
 from gpucarve.sim.run.fairness import fairness
 from gpucarve.sim.run.idle import by_cause, idle_gpu_seconds
-from gpucarve.sim.run.records import SimResult
+from gpucarve.sim.run.records import Interval, SimResult
 
 HOUR = 3600.0
 
@@ -108,15 +108,20 @@ def summarize(
     failed_gpu_s = 0.0  # work lost when the GPU under it failed
     incomplete_gpu_s = 0.0
     quota_use: defaultdict[tuple[str, FlavorName], float] = defaultdict(float)  # slice-seconds
+    held_idle_s: defaultdict[str, float] = defaultdict(float)  # queue -> GPU-seconds idle
     for iv in result.intervals:
         seconds = max(0, min(iv.end, w_end) - max(iv.start, w_start))
+        # the stretch its GPUs sat idle (the trace's idle model): held, not busy
+        idle_s = seconds - max(0, min(busy_until(result, iv), w_end) - max(iv.start, w_start))
         for pod in iv.pods:
             for sid in pod.slice_ids:
                 pool, flavor = slices[sid]
                 gpu = book.gpu[flavor]
                 held[pool] += gpu * seconds
                 if iv.outcome != "incomplete":  # a part-placed gang holds its GPUs idle
-                    busy_sm[pool] += sm[flavor] * util.get(iv.workload, 60.0) / 100 * seconds
+                    u = util.get(iv.workload, 60.0) / 100
+                    busy_sm[pool] += sm[flavor] * u * (seconds - idle_s)
+                    held_idle_s[iv.queue] += gpu * idle_s
                 team_gpu_s[iv.queue] += gpu * seconds
                 price = prices[pool]
                 if price is not None:
@@ -183,6 +188,11 @@ def summarize(
             "wait_max_s": max(ws, default=0.0),
             **completion_figures(completion, q.name),
             "gpu_hours": round(team_gpu_s[q.name] / HOUR, 2),
+            **(
+                {"gpu_hours_held_idle": round(held_idle_s[q.name] / HOUR, 2)}
+                if result.idle_after
+                else {}
+            ),
             "cost_usd": round(team_cost[q.name], 2),
             "quota_use": {
                 quota.flavor: round(
@@ -223,7 +233,8 @@ def summarize(
         "gang_first_try_success": round(len(gang_ok) / len(gangs), 4) if gangs else 1.0,
         "gangs": len(gangs),
         "gpu_hours_held_by_incomplete_gangs": round(incomplete_gpu_s / HOUR, 2),
-        "preemptions": len(result.evictions),
+        "preemptions": sum(1 for e in result.evictions if e[3] != Cause.IDLE),
+        **_idle_reclaims(result, held_idle_s, book),
         "gpu_hours_lost_to_preemption": round(lost_gpu_s / HOUR, 2),
         "gpu_failures": len(result.gpu_failures),
         "gpu_hours_lost_to_failures": round(failed_gpu_s / HOUR, 2),
@@ -394,6 +405,37 @@ def stranded_gpu_seconds(result: SimResult, start: int, end: int) -> dict[str, f
     return dict(out)
 
 
+def busy_until(result: SimResult, iv: Interval) -> int:
+    """When the run `iv` stopped using its GPUs (the trace's idle model counts from each
+    start); its end for work the model never idles."""
+    after = result.idle_after.get(iv.workload)
+    return iv.end if after is None else min(iv.end, iv.start + after)
+
+
+def _idle_reclaims(
+    result: SimResult, held_idle_s: Mapping[str, float], book: SliceBook
+) -> dict[str, Any]:
+    """Held-but-idle GPU-hours, and what idleness rules reclaimed: workloads, and the
+    GPU-hours of idle holding they would have gone on with (only where the trace models
+    idleness)."""
+    if not result.idle_after:
+        return {}
+    return {
+        "gpu_hours_held_idle": round(sum(held_idle_s.values()) / HOUR, 2),
+        "idle_reclaims": len(result.idle_reclaimed),
+        "gpu_hours_idle_reclaimed": round(
+            sum(
+                left * book.gpu[book.slices[sid][1]]
+                for left, pods in result.idle_reclaimed.values()
+                for pod in pods
+                for sid in pod.slice_ids
+            )
+            / HOUR,
+            2,
+        ),
+    }
+
+
 def gpu_seconds(
     result: SimResult, util: Mapping[str, float], start: int, end: int, book: SliceBook
 ) -> tuple[dict[str, float], dict[str, float]]:
@@ -416,6 +458,8 @@ def gpu_seconds(
             continue
         idle = iv.outcome == "incomplete"
         u = 0.0 if idle else util.get(iv.workload, 60.0) / 100
+        # busy until the trace's idle model says its GPUs went idle (then held, not busy)
+        b = max(s, min(e, busy_until(result, iv)))
         weight: dict[tuple[str, int], float] = {}
         for pod in iv.pods:
             for sid in pod.slice_ids:
@@ -429,7 +473,11 @@ def gpu_seconds(
         for key, w in weight.items():
             share = w if key in mig else 0.0
             events[key].append((s, u * w, share, 1))
-            events[key].append((e, -u * w, -share, -1))
+            if b < e:
+                events[key].append((b, -u * w, 0.0, 0))
+                events[key].append((e, 0.0, -share, -1))
+            else:
+                events[key].append((e, -u * w, -share, -1))
     busy: defaultdict[str, float] = defaultdict(float)
     in_use: defaultdict[str, float] = defaultdict(float)
     for key, evs in events.items():

@@ -60,6 +60,10 @@ class SimConfig:
     # None: as without gpucarve, every failure waits for a person (repair_s) and its work is
     # lost
     gpu_health: GpuHealth | None = None
+    # The trace's idle model: workload id -> seconds into each of its runs after which its
+    # GPUs sit idle to its end (its useful work done: a notebook left open, an endpoint
+    # without traffic). Sorted pairs; absent: busy throughout.
+    idle_after: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +76,7 @@ class Interval:
     end: int
     pods: tuple[PodAssignment, ...]
     # "completed" | "evicted" | "failed" (its GPU failed) | "cut" (running at the horizon)
+    # | "reclaimed-idle" (an idleness rule took its GPUs once its work was done)
     outcome: str
 
 
@@ -96,3 +101,7 @@ class SimResult:
     # t, GPU, when repaired (None: still out at the end), the workloads it stopped
     gpu_failures: list[tuple[int, str, int | None, tuple[str, ...]]] = field(default_factory=list)
     gpu_failure_classes: list[str] = field(default_factory=list)  # beside gpu_failures
+    idle_after: dict[str, int] = field(default_factory=dict)  # SimConfig.idle_after
+    # workloads an idleness rule reclaimed -> (seconds of idle holding that ended early, the
+    # pods it held)
+    idle_reclaimed: dict[str, tuple[float, tuple[PodAssignment, ...]]] = field(default_factory=dict)

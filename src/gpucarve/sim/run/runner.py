@@ -100,6 +100,9 @@ class Simulator:
         self.deferred = 0  # workloads the last cycle left untried: it placed its budget of pods
         self.gpu_jobs: dict[str, set[str]] = {}  # shared GPU id -> workloads on it
         self.result = SimResult(policy, 0)
+        self.result.idle_after = self.idle_after = dict(config.idle_after)
+        # only a policy with idleness rules is told which running work is idle
+        self.judges_idle = bool(self.idle_after) and any(q.idleness for q in policy.queues)
         # The simulator's own state, from which each snapshot is derived (engine.apply's
         # `*_in` functions change them and say what changed): allocations, running workloads
         # by id, pending workloads by id.
@@ -259,6 +262,8 @@ class Simulator:
             if idle and idle[-1][1] is not None:
                 idle.append((loop.now, None))
             return False, False
+        if self.judges_idle:
+            self._tell_idle(loop.now)
         before = self.snapshot
         result = self.engine.run_cycle(before, loop.now)
         self.deferred = result.stats.deferred
@@ -274,6 +279,16 @@ class Simulator:
         if progress is not None:
             progress(loop.now, len(self.result.completed))
         return stalled, mig_later
+
+    def _tell_idle(self, now: int) -> None:
+        """The snapshot's idle_since from the trace's idle model: what the node agent's
+        readings tell the scheduler."""
+        since = {}
+        for wid, job in self.jobs.items():
+            after = self.idle_after.get(wid)
+            if after is not None and job.start + after <= now:
+                since[wid] = job.start + after
+        self.snapshot = dataclasses.replace(self.snapshot, idle_since=since)
 
     def _next_tick(self, loop: _Loop, moved: bool, stalled: bool) -> None:
         """While cycles change nothing the retry interval doubles, up to idle_tick_max_s."""
@@ -364,7 +379,13 @@ class Simulator:
             return touched
         shrunk.discard(ev.workload)
         job = self.jobs.pop(ev.workload, None)
-        if job is not None:
+        if job is not None and ev.cause is Cause.IDLE:
+            # its work was done (it was idle to its end): it ends here, GPUs back early
+            left = max(0.0, job.remaining - (now - job.since) * job.rate) / job.rate
+            self.result.idle_reclaimed[ev.workload] = (left, rw.pods)
+            self._close(ev.workload, job, now, "reclaimed-idle")
+            self.result.completed[ev.workload] = now
+        elif job is not None:
             self._close(ev.workload, job, now, "failed" if failed else "evicted")
         elif (since := self.holding.pop(ev.workload, None)) is not None:
             # a part-placed gang (no gang scheduling) on the failed GPU
@@ -390,7 +411,9 @@ class Simulator:
             del self.pend_ids[i]
             del self.pend_list[i]
         for wid in dict.fromkeys(e.workload for e in result.evictions if not e.pods):
-            if wid not in shrunk and wid in self.queue:
+            if wid in self.result.idle_reclaimed:
+                self.queue.pop(wid, None)  # reclaimed idle: it ended, nothing to run again
+            elif wid not in shrunk and wid in self.queue:
                 self._pend_add(self.queue[wid])
         self.snapshot = derive(
             self.snapshot, self.allocs.frozen(), tuple(self.run_list), tuple(self.pend_list), step

@@ -35,6 +35,9 @@ class JobKind:
     priority_class: str | None = None
     topology: str = "none"
     namespace: str | None = None
+    # (share, (lo, hi)): that share of its jobs stop using their GPUs after a fraction of
+    # their run drawn between lo and hi, and hold them idle to the end (None: busy throughout)
+    idle: tuple[float, tuple[float, float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class Trace:
     workloads: list[Workload] = field(default_factory=list)
     utilisation: dict[str, float] = field(default_factory=dict)
     kind: dict[str, str] = field(default_factory=dict)
+    # workload id -> seconds into its run after which it holds its GPUs idle (JobKind.idle)
+    idle_after: dict[str, int] = field(default_factory=dict)
 
 
 def rate_factor(t: float, amplitude: float) -> float:
@@ -89,8 +94,23 @@ def generate(policy: Policy, scenario: Scenario, seed: int) -> Trace:
             trace.workloads.append(w)
             trace.utilisation[w.id] = util
             trace.kind[w.id] = kind.name
+            if kind.idle is not None:
+                after = _idle_after(kind.idle, w, seed)
+                if after is not None:
+                    trace.idle_after[w.id] = after
     trace.workloads.sort(key=lambda w: (w.submit_time, w.id))
     return trace
+
+
+def _idle_after(idle: tuple[float, tuple[float, float]], w: Workload, seed: int) -> int | None:
+    # a stream of its own per workload: the arrivals, sizes and durations a seed gives stay
+    # the same whether or not a kind models idleness
+    rng = random.Random(f"idle/{seed}/{w.id}")
+    share, (lo, hi) = idle
+    if rng.random() >= share:
+        return None
+    assert w.duration is not None
+    return max(1, int(w.duration * rng.uniform(lo, hi)))
 
 
 def _make(
@@ -203,6 +223,9 @@ def three_teams(days: float = 2.0) -> Scenario:
                 (10, 40),
                 "dev-best-effort",
                 namespace="notebooks",
+                # most notebooks are left open once their user is done: an assumption, not a
+                # measurement (traces with their own idle column replace it)
+                idle=(0.6, (0.2, 0.6)),
             ),
             JobKind(
                 "small-train",

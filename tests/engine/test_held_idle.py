@@ -12,7 +12,9 @@ import pytest
 
 from gpucarve.core.held_idle import IdleStage
 from gpucarve.core.snapshot import Snapshot
+from gpucarve.engine import run_cycle
 from gpucarve.engine.decisions import Cause
+from gpucarve.engine.explain import explain
 from tests.engine.builders import cycle, policy, pool, queue, snapshot, submit, workload
 
 RULE = {"activityBelow": 5, "warnAfterSeconds": 600, "reclaimAfterSeconds": 1800}
@@ -50,7 +52,7 @@ def test_idle_borrowed_work_is_reclaimed_for_work_that_would_borrow_itself() -> 
     # train borrows too, so plain reclaim (a queue within its nominal quota) takes nothing
     p = _policy()
     s = _idle(submit(_running(p, 4), workload(p, "job", "train", gpus=2, submit=10)), **{"nb-3": 0})
-    result, after = cycle(s, 2000)
+    result, _ = cycle(s, 2000)
     assert [(e.workload, e.cause) for e in result.evictions] == [("notebooks/nb-3", Cause.IDLE)]
     msg = result.evictions[0].message
     assert "below 5% activity for 2000s" in msg and "reclaimAfterSeconds (1800s)" in msg
@@ -137,7 +139,7 @@ def test_only_as_much_idle_work_goes_as_the_waiting_work_needs() -> None:
     assert len(result.evictions) == 1 and result.evictions[0].cause is Cause.IDLE
 
 
-def test_idle_work_goes_only_while_its_queue_borrows() -> None:
+def test_idle_work_within_quota_stays_though_waiting_work_needs_it() -> None:
     # two idle notebooks, one borrowed and one within nominal; train needs both of them
     p = _policy()
     nbs = [workload(p, f"nb-{i}", "notebooks", gpus=2, submit=i) for i in range(2)]
@@ -146,7 +148,37 @@ def test_idle_work_goes_only_while_its_queue_borrows() -> None:
     s = _idle(submit(s, workload(p, "job", "train", gpus=4, submit=10)), **{"nb-0": 0, "nb-1": 0})
     result, _ = cycle(s, 2000)
     assert result.evictions == ()
+    # the earlier of the two holds the queue's nominal quota: only warned
     assert {h.workload: h.stage for h in result.held_idle} == {
-        "notebooks/nb-0": IdleStage.RECLAIMABLE,
+        "notebooks/nb-0": IdleStage.WARNED,
         "notebooks/nb-1": IdleStage.RECLAIMABLE,
     }
+
+
+def test_explain_shows_the_idle_standing_of_running_work_and_to_work_that_waits() -> None:
+    p = _policy()
+    s = _idle(submit(_running(p, 4), workload(p, "job", "train", gpus=2, submit=10)), **{"nb-3": 0})
+    result = run_cycle(s, 1000)
+    nb = explain(s, result, "notebooks/nb-3")
+    assert nb is not None and nb.hints[0] == "running"
+    assert "may reclaim it in 800s" in nb.hints[1]
+    busy = explain(s, result, "notebooks/nb-2")
+    assert busy is not None and busy.hints == ("running",)
+    job = explain(s, result, "train/job")
+    assert job is not None and job.state == "pending"
+    (line,) = [h for h in job.hints if "holds GPUs it needs" in h]
+    assert line.startswith("notebooks/nb-3 holds GPUs it needs: idle") and "in 800s" in line
+
+
+def test_the_queues_earliest_work_holds_its_nominal_quota() -> None:
+    # nb-0 started first (within nominal 2); nb-1 and nb-2, started later, are borrowed
+    p = _policy()
+    first = [workload(p, "nb-0", "notebooks", gpus=2), workload(p, "own", "owner", gpus=2)]
+    _, s = cycle(snapshot(p, first))
+    later = [workload(p, f"nb-{i}", "notebooks", gpus=2, submit=i) for i in (1, 2)]
+    _, s = cycle(submit(s, *later), 50)
+    s = _idle(submit(s, workload(p, "job", "train", gpus=2, submit=60)), **{"nb-0": 0, "nb-2": 0})
+    result, _ = cycle(s, 5000)
+    assert [(e.workload, e.cause) for e in result.evictions] == [("notebooks/nb-2", Cause.IDLE)]
+    (h,) = [h for h in result.held_idle if h.workload == "notebooks/nb-0"]
+    assert h.stage is IdleStage.WARNED and "earliest work holds it" in h.message

@@ -204,7 +204,10 @@ def _hints(
             said.append(f"its pods start once {', '.join(e.admission.after_evictions)} exit")
         return said
     if e.reason is None:
-        return ["running" if e.state == "running" else "nothing decided for it this cycle"]
+        if e.state != "running":
+            return ["nothing decided for it this cycle"]
+        held = next((h for h in result.held_idle if h.workload == w.id), None)
+        return ["running"] if held is None else ["running", held.message]
     stage = e.reason.stage
     if stage is Stage.VALIDATION:
         return ["never under this policy as it is: change the request or the policy"]
@@ -222,7 +225,21 @@ def _hints(
     if stage is Stage.PLACEMENT and first is not None:
         flavor = FlavorName(first)
         out += _placement_hints(snapshot, w, flavor, demand.get(flavor, 0))
+    out += _idle_holders(snapshot, result, demand)
     return out or [str(e.reason)]
+
+
+def _idle_holders(snapshot: Snapshot, result: CycleResult, demand: Demand) -> list[str]:
+    """Running work that holds the flavors it needs idle, and when it may be reclaimed."""
+    if not result.held_idle:
+        return []
+    running = {rw.workload.id: rw for rw in snapshot.running}
+    out = []
+    for h in result.held_idle:
+        rw = running.get(h.workload)
+        if rw is not None and any(p.flavor in demand for p in rw.pods):
+            out.append(f"{h.workload} holds GPUs it needs: {h.message}")
+    return out
 
 
 def _idle(result: CycleResult, workload: str, demand: Demand) -> tuple[str, ...]:

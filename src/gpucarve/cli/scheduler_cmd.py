@@ -22,6 +22,7 @@ from gpucarve.dashboard.server import Board, Shadow
 from gpucarve.dashboard.server import app as dashboard_app
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.scheduler.health import HistoryDenied, HistoryGuard, ThreadServer, everyone
+from gpucarve.kube.scheduler.held_idle import ActivityFeed
 from gpucarve.kube.scheduler.loop import SchedulerConfig
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig
 from gpucarve.kube.scheduler.policy_reload import digest
@@ -160,7 +161,8 @@ def scheduler(
             "--gpu-metrics-url",
             help="A Prometheus that scrapes the DCGM exporter (e.g. "
             "http://prometheus.monitoring:9090): the dashboard shows each GPU's utilisation and "
-            "memory, and each team's, beside what the scheduler allocated.",
+            "memory, and each team's, beside what the scheduler allocated; the queues' idleness "
+            "rules judge running work idle by it (without it, no work is ever judged idle).",
         ),
     ] = None,
     history_dir: Annotated[
@@ -216,7 +218,7 @@ def scheduler(
     if shadow and history_dir is None:
         refuse("--shadow", "shadow-without-history", "a shadow keeps what it would have done "
                "only in the history", "add --history-dir DIR (a volume)")  # fmt: skip
-    gpu_use = _gpu_use(gpu_metrics_url, dashboard_port)
+    gpu_use = _gpu_use(gpu_metrics_url)
     name = name or ("default-scheduler" if shadow else "gpucarve")
     read_as = digest(policy)  # before the read: a change in between is picked up later
     loaded = policy_or_exit(policy, catalog)
@@ -257,6 +259,7 @@ def scheduler(
         history_guard=_history_guard(client, loaded.policy, history_auth),
         shadow=shadow,
         would=WouldStart() if shadow else None,
+        gpu_activity=None if gpu_use is None else ActivityFeed(gpu_use),
     )
     book = None if settings.would is None else settings.would.summary
     dashboard = partial(
@@ -273,16 +276,14 @@ def scheduler(
         raise typer.Exit(code)
 
 
-def _gpu_use(url: str | None, dashboard_port: int) -> PrometheusGpuUse | None:
-    """The Prometheus the dashboard reads GPU metrics from (--gpu-metrics-url), if any."""
+def _gpu_use(url: str | None) -> PrometheusGpuUse | None:
+    """The Prometheus the dashboard and the idleness rules read GPU metrics from
+    (--gpu-metrics-url), if any."""
     if url is None:
         return None
     if not url.startswith(("http://", "https://")) or len(url.split("//", 1)[1]) == 0:
         refuse("--gpu-metrics-url", "not-a-url", f"{url!r} is not an http(s) URL",
                "give Prometheus's base URL, e.g. http://prometheus.monitoring:9090")  # fmt: skip
-    if not dashboard_port:
-        refuse("--gpu-metrics-url", "no-dashboard", "only the dashboard shows GPU metrics",
-               "add --dashboard-port PORT, or drop --gpu-metrics-url")  # fmt: skip
     return PrometheusGpuUse(url)
 
 

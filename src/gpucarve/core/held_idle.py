@@ -71,11 +71,21 @@ class IdleClock:
     def __init__(self) -> None:
         self._since: dict[str, int] = {}
 
-    def observe(self, workload: str, activity: float | None, threshold: float, now: int) -> None:
+    def observe(
+        self,
+        workload: str,
+        activity: float | None,
+        threshold: float,
+        now: int,
+        earlier: int | None = None,
+    ) -> None:
+        """`earlier`: since when it was idle by an earlier account (a previous scheduler's
+        mark), taken when this clock has none."""
         if activity is None or activity >= threshold:
             self._since.pop(workload, None)
         else:
-            self._since.setdefault(workload, now)
+            start = now if earlier is None or earlier > now else earlier
+            self._since.setdefault(workload, start)
 
     def forget(self, workload: str) -> None:
         self._since.pop(workload, None)

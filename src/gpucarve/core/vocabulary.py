@@ -27,6 +27,9 @@ PREEMPTIBLE_LABEL = f"{GROUP}/preemptible"  # on a PriorityClass
 MUTATED_ANNOTATION = f"{GROUP}/mutated"  # the webhook's list of changes
 DEVICE_CONFIG_ANNOTATION = f"{GROUP}/device-config"  # the ConfigMap a fraction's env comes from
 ASSIGNMENT_ANNOTATION = f"{GROUP}/assignment"  # the slices the scheduler bound the pod to
+# when the scheduler saw the pod's workload go idle (its queue's idleness rule), RFC 3339:
+# what explain and a restarted scheduler read back
+IDLE_SINCE_ANNOTATION = f"{GROUP}/idle-since"
 POD_DEVICES_ANNOTATION = f"{GROUP}/pod-devices"  # what the node agent saw the pod get
 
 # ----------------------------------------------------------------- nodes

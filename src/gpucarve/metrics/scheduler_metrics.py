@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from gpucarve.core.amounts import FlavorName, QuotaKey
 from gpucarve.core.gpu_faults import Fault
+from gpucarve.core.held_idle import IdleStage
 from gpucarve.core.policy import Policy
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import Workload
@@ -188,6 +189,13 @@ class SchedulerMetrics:
             "GPUs of a dynamic MIG pool kept free of new work to empty for a repartition "
             "(mig.dynamic.drain)",
             ["pool"],
+            registry=r,
+        )
+        self.held_idle = Gauge(
+            "gpucarve_workloads_held_idle",
+            "Running workloads whose GPUs their queue's idleness rule judges idle, by stage "
+            "(warned: past warnAfterSeconds; reclaimable: waiting work may evict them)",
+            ["queue", "stage"],
             registry=r,
         )
         self.recent_share = Gauge(
@@ -373,6 +381,7 @@ class SchedulerMetrics:
         self._recent(policy, result)
         self._drains(snapshot, result)
         self._idle(snapshot, result)
+        self._held_idle(policy, result)
         submitted = {w.id: w for w in snapshot.pending}
         for a in result.admissions:
             w = submitted.get(a.workload)
@@ -403,6 +412,16 @@ class SchedulerMetrics:
         self.completion.labels(w.queue).observe(max(0, now - w.submit_time))
         self.runtime.labels(w.queue).observe(max(0, now - started))
         self.slowdown.labels(w.queue).observe(max(0, now - w.submit_time) / max(1, now - started))
+
+    def _held_idle(self, policy: Policy, result: CycleResult) -> None:
+        self.held_idle.clear()
+        for q in policy.queues:
+            if q.idleness is not None:  # present, so a query sees zeros
+                for stage in (IdleStage.WARNED, IdleStage.RECLAIMABLE):
+                    self.held_idle.labels(q.name, stage.value).set(0)
+        counts = Counter((h.queue, h.stage) for h in result.held_idle)
+        for (queue, stage), n in sorted(counts.items()):
+            self.held_idle.labels(queue, stage.value).set(n)
 
     def _idle(self, snapshot: Snapshot, result: CycleResult) -> None:
         """Each cycle's idle shares count from that cycle until the next (as the simulator

@@ -109,7 +109,7 @@ def test_prometheus_is_asked_once_per_refresh_and_its_failure_said() -> None:
     [
         (["--gpu-metrics-url", "prometheus:9090", "--dashboard-port", "8090"], "not-a-url"),
         (["--gpu-metrics-url", "http://", "--dashboard-port", "8090"], "not-a-url"),
-        (["--gpu-metrics-url", "http://prometheus:9090"], "no-dashboard"),
+        (["--gpu-metrics-url", "ftp://prometheus:9090"], "not-a-url"),  # no dashboard: idleness
     ],
 )
 def test_the_scheduler_refuses_a_gpu_metrics_url_it_cannot_use(args: list[str], says: str) -> None:

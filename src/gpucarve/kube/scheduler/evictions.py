@@ -183,7 +183,7 @@ def _evict(client: Client, pod: str, why: str) -> int | None:
 
 # The Event reason per cause (a move is not a preemption: the pod's controller makes it again
 # and it is placed at once elsewhere).
-_REASONS = {Cause.TIMEOUT: "GangTimeout", Cause.CONSOLIDATE: "Moved"}
+_REASONS = {Cause.TIMEOUT: "GangTimeout", Cause.CONSOLIDATE: "Moved", Cause.IDLE: "IdleReclaimed"}
 
 
 def delete_past_budget(client: Client, pod: str, message: str, now: str) -> int | None:

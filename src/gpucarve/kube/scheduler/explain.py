@@ -18,6 +18,7 @@ from gpucarve.engine import run_whole_cycle
 from gpucarve.engine.explain import Explanation, explain, render
 from gpucarve.kube.api.client import ApiError, Client
 from gpucarve.kube.scheduler.claim_writer import RESOURCE
+from gpucarve.kube.scheduler.held_idle import marked_idle, under_rules
 from gpucarve.kube.scheduler.queue_status import usage_as_kept
 from gpucarve.kube.view.cluster_view import View, build_view, key
 from gpucarve.kube.view.nodes.devices import read_slices
@@ -70,6 +71,14 @@ def read_view(
     inventory = build_inventory(policy, nodes, read_slices(slices) if dra else None)
     now_s = int((now - epoch).total_seconds())
     view = build_view(policy, inventory, pods, scheduler, epoch, specs, now=now_s, claims=claims)
+    # since when the scheduler saw work of a queue with an idleness rule go idle (its marks)
+    mine = under_rules(policy, view.snapshot)
+    if mine:
+        by_key = {key(p): p for p in pods}
+        marked = marked_idle({w: view.running_pods.get(w, ()) for w in mine}, by_key.get, epoch)
+        view = dataclasses.replace(
+            view, snapshot=dataclasses.replace(view.snapshot, idle_since=marked)
+        )
     return view, epoch
 
 

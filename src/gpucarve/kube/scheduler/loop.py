@@ -56,6 +56,7 @@ from gpucarve.kube.scheduler.evictions import (
 from gpucarve.kube.scheduler.failed_gpus import FailedGpuPods
 from gpucarve.kube.scheduler.gpu_service import GpuService
 from gpucarve.kube.scheduler.health import Health
+from gpucarve.kube.scheduler.held_idle import IdleMarks, IdleWatch, Told, marked_idle, under_rules
 from gpucarve.kube.scheduler.mig_handoff import HandoffConfig, MigHandoff
 from gpucarve.kube.scheduler.node_labels import label_nodes
 from gpucarve.kube.scheduler.observed import Observer
@@ -221,6 +222,11 @@ class Scheduler:
         self.cycles = 0
         # told each cycle's decisions after they are acted on (the dashboard)
         self.observers: list[Observer] = []
+        # GPU activity for the queues' idleness rules (--gpu-metrics-url; None: no readings,
+        # so no workload is ever judged idle), and the idle stage each was last told of
+        self.idle_watch: IdleWatch | None = None
+        self.idle_told = Told()
+        self.idle_marks = IdleMarks(client)
 
     def _poke(self) -> None:
         """An informer saw a change: a cycle soon."""
@@ -575,6 +581,12 @@ class Scheduler:
         self.runtimes.observe(view.snapshot, view.running_pods, self._phase_of, now, hint)
         snapshot = dataclasses.replace(snapshot, runtimes=self.runtimes.book, usage=self.usage)
         snapshot = self.short_gangs.dated(view, snapshot, now)
+        if self.idle_watch is not None:
+            mine = under_rules(self.policy, snapshot)
+            pods = {wid: view.running_pods.get(wid, ()) for wid in mine}
+            marked = marked_idle(pods, self.pods.get, self.epoch)
+            idle = self.idle_watch.idle_since(self.policy, snapshot, now, marked)
+            snapshot = dataclasses.replace(snapshot, idle_since=idle)
         snapshot = self._stepped(snapshot, layers)
         return Observed(view, snapshot, now, backing)
 

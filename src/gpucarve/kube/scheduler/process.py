@@ -32,6 +32,7 @@ from gpucarve.kube.scheduler.health import (
     ThreadServer,
     everyone,
 )
+from gpucarve.kube.scheduler.held_idle import ActivityFeed, IdleWatch
 from gpucarve.kube.scheduler.leader_label import mark
 from gpucarve.kube.scheduler.loop import Scheduler, SchedulerConfig
 from gpucarve.kube.scheduler.observed import Observer
@@ -81,6 +82,8 @@ class ProcessSettings:
     would: WouldStart | None = None
     # beside the cluster's real scheduler: decide, write nothing, record (`shadow.py`)
     shadow: bool = False
+    # GPU activity for the queues' idleness rules (--gpu-metrics-url; None: none read)
+    gpu_activity: ActivityFeed | None = None
 
 
 @dataclass
@@ -241,6 +244,9 @@ def _lead_and_run(
     )  # fmt: skip
     if board is not None:
         sched.observers.append(board.observe)
+    if s.gpu_activity is not None:
+        sched.idle_watch = IdleWatch(s.gpu_activity)
+        s.gpu_activity.start()
     # The informers hold every pod and node as long-lived dicts (hundreds of thousands of
     # objects at 10,000 pods); with CPython's default thresholds a full collection walks them
     # every few cycles and doubled a 0.1 s view now and then. JSON objects hold no reference
@@ -254,6 +260,8 @@ def _lead_and_run(
         return 1
     finally:
         sched.stop()
+        if s.gpu_activity is not None:
+            s.gpu_activity.stop()
         if elector is not None and stop.is_set():
             elector.release()
         if s.leader_pod:

@@ -33,6 +33,7 @@ from gpucarve.kube.scheduler.evictions import (
     evict_pods,
     refusal,
 )
+from gpucarve.kube.scheduler.held_idle import IDLE_EVENT, IdleMarks, Told, under_rules
 from gpucarve.kube.scheduler.mig_handoff import MigHandoff
 from gpucarve.kube.scheduler.observed import CycleSeen, Observer, tell
 from gpucarve.kube.scheduler.reporter import Reporter
@@ -93,6 +94,8 @@ class Parts(Protocol):
     holding: dict[str, tuple[str, ...]]
     refused: dict[str, Refused]
     dynamic_mig: bool
+    idle_told: Told
+    idle_marks: IdleMarks
 
     @property
     def assumed(self) -> dict[str, Assigned]: ...
@@ -117,6 +120,21 @@ class AskAgain:
     def react(self, s: Parts, d: Decided) -> None:
         if d.result.stats.deferred:
             s.ask()
+
+
+class IdleWarnings:
+    """Work its queue's idleness rule judges idle: its pods marked with since when (the mark
+    taken off once it is busy again), and a Warning Event on them once per stage (warned,
+    then reclaimable), before any eviction of the cycle: what is reclaimed was told first."""
+
+    def react(self, s: Parts, d: Decided) -> None:
+        mine = under_rules(s.policy, d.snapshot)
+        if not mine and not s.idle_told.stage:
+            return  # the common case: no idleness rule, or no work under one
+        s.idle_marks.write(d.view.running_pods, mine, s.pods.get, d.snapshot.idle_since, s.epoch)
+        for h in s.idle_told.news(d.result.held_idle):
+            for pod in d.view.running_pods.get(h.workload, ()):
+                s.reporter.event(pod, "Warning", IDLE_EVENT, h.message)
 
 
 class Evict:
@@ -258,6 +276,7 @@ class LogLine:
 # runs), the reasons once both are known, the observers told what was acted on.
 REACTIONS: Sequence[Reaction] = (
     AskAgain(),
+    IdleWarnings(),
     Evict(),
     Bind(),
     Reasons(),

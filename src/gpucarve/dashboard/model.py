@@ -433,6 +433,26 @@ def idle_now(frame: Frame) -> dict[str, dict[str, float]]:
     return dict(out)
 
 
+def held_idle(frame: Frame, viewer: Viewer) -> list[dict[str, Any]]:
+    """Running work its queue's idleness rule judges idle after this cycle (warned or
+    reclaimable), with what follows; work the viewer may not see is named as such."""
+    out = []
+    now = frame.result.now
+    for h in frame.result.held_idle:
+        mine = viewer.sees(h.workload)
+        out.append(
+            {
+                "workload": h.workload if mine else "(not yours to see)",
+                "queue": h.queue,
+                "stage": h.stage.value,
+                "idleSeconds": now - h.since,
+                "reclaimInSeconds": None if h.reclaim_at is None else h.reclaim_at - now,
+                "message": h.message if mine else "(not yours to see)",
+            }
+        )
+    return out
+
+
 def changes(frame: Frame) -> dict[str, Any]:
     """GPUs out of service and MIG changes in flight now; this cycle's repartitions."""
     return {

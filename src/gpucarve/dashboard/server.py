@@ -199,7 +199,12 @@ class Pages:
 
     def idle(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         _, _, hours = self.board.past()
-        return 200, {"generation": gen, "now": model.idle_now(frame), "gpuHours": hours}
+        return 200, {
+            "generation": gen,
+            "now": model.idle_now(frame),
+            "gpuHours": hours,
+            "heldIdle": model.held_idle(frame, viewer),
+        }
 
     def changes(self, params: Params, viewer: Viewer, gen: int, frame: Frame, at: str) -> Answer:
         events = []

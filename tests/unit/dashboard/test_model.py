@@ -354,3 +354,25 @@ def test_faulty_gpus_past_their_pools_budget_are_listed_apart_from_those_out() -
     node = model.node(frame, model.EVERYONE, "training-1")
     assert node is not None and "outOfService" not in node["gpus"][0]
     assert model.changes(Frame(first.snapshot, first.result))["pastBudget"] == []
+
+
+def test_work_held_idle_is_listed_with_what_follows_and_names_only_for_who_may_see() -> None:
+    from gpucarve.core.held_idle import IdleStage
+    from gpucarve.engine.decisions import HeldIdle
+
+    frame = scenario()
+    now = frame.result.now
+    held = (
+        HeldIdle("notebooks/nb", "data-science", IdleStage.WARNED, now - 2000, now + 1600,
+                 "idle: its GPUs below 5% activity for 2000s; … may reclaim it in 1600s"),
+        HeldIdle("research/x", "research", IdleStage.RECLAIMABLE, now - 4000, None, "idle: …"),
+    )  # fmt: skip
+    frame = dataclasses.replace(frame, result=dataclasses.replace(frame.result, held_idle=held))
+    alice = Viewer("alice", cluster=True, namespaces=frozenset({"notebooks"}))
+    rows = model.held_idle(frame, alice)
+    assert rows[0] == {
+        "workload": "notebooks/nb", "queue": "data-science", "stage": "warned",
+        "idleSeconds": 2000, "reclaimInSeconds": 1600, "message": held[0].message,
+    }  # fmt: skip
+    assert rows[1]["workload"] == rows[1]["message"] == "(not yours to see)"
+    assert rows[1]["stage"] == "reclaimable" and rows[1]["reclaimInSeconds"] is None

@@ -268,6 +268,11 @@ async function idlePage(main) {
   for (const [pool, causes] of Object.entries(d.gpuHours)) for (const [cause, g] of Object.entries(causes)) past.push([pool, cause, fmt(g, 3)]);
   main.append(past.length ? table(["Pool", "Cause", "GPU-hours"], past, [2]) : h("p", {}, "Nothing yet."));
   main.append(h("p", { class: "muted" }, "nothing-waiting: no waiting work could use it. Other causes name the limit that kept the first waiting work that could off it (docs/engine.md, Why GPUs sit idle)."));
+  main.append(h("h2", {}, "GPUs held but idle (the queues' idleness rules)"));
+  main.append(d.heldIdle.length
+    ? table(["Workload", "Queue", "Stage", "Idle for", "Reclaimable in", "What follows"],
+      d.heldIdle.map((w) => [w.workload, w.queue, w.stage, hours(w.idleSeconds), w.reclaimInSeconds === null ? "-" : hours(w.reclaimInSeconds), w.message]))
+    : h("p", {}, "No running work is judged idle."));
 }
 
 // ---------------------------------------------------------------- changes

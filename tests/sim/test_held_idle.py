@@ -6,7 +6,10 @@ cost; the model draws from its own stream, so a seed's arrivals stay the same.""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from gpucarve.config.policy_build import load_policy
 from gpucarve.sim.run.baselines import without_idleness
@@ -87,3 +90,56 @@ def test_the_idle_model_leaves_a_seeds_arrivals_as_they_were() -> None:
         assert w.duration is not None
         assert 0.2 * w.duration - 1 <= modelled.idle_after[w.id] <= 0.6 * w.duration
     assert generate(p, scenario, 7).idle_after == modelled.idle_after
+
+
+def test_a_trace_file_carries_the_idle_model_and_bad_values_name_their_line(
+    tmp_path: Path,
+) -> None:
+    from gpucarve.core.problems import InvalidInput
+    from gpucarve.sim.traces.trace_io import CSV_COLUMNS, load_trace
+
+    p = load_policy(BUILTIN / "three-teams.yaml").policy
+    head = ",".join(CSV_COLUMNS) + "\n"
+    row = "nb-{n},notebooks,,,0,3600,1,,1,,,,,,,,,{idle}\n"
+    f = tmp_path / "t.csv"
+    f.write_text(head + row.format(n=1, idle=900) + row.format(n=2, idle=""))
+    assert load_trace(f, p).idle_after == {"notebooks/nb-1": 900}
+    j = tmp_path / "t.jsonl"
+    j.write_text(
+        '{"name": "nb", "namespace": "notebooks", "duration": 60, "idleAfter": 30, "podSets": '
+        '[{"count": 1, "resources": {"limits": {"nvidia.com/gpu": 1}}}]}\n'
+    )
+    assert load_trace(j, p).idle_after == {"notebooks/nb": 30}
+    for bad, says in (("-5", "not a whole number"), ("soon", "not a whole number")):
+        f.write_text(head + row.format(n=1, idle=900) + row.format(n=2, idle=bad))
+        with pytest.raises(InvalidInput) as caught:
+            load_trace(f, p)
+        (problem,) = caught.value.problems
+        assert problem.line == 3 and "idle_after is" in problem.message and says in problem.message
+    j.write_text(j.read_text().replace('"idleAfter": 30', '"idleAfter": true'))
+    with pytest.raises(InvalidInput) as caught:
+        load_trace(j, p)
+    assert "idle_after is True" in caught.value.problems[0].message
+
+
+def test_simulate_on_a_trace_file_reports_what_its_idle_model_holds(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from gpucarve.cli.main import app
+    from gpucarve.sim.traces.trace_io import CSV_COLUMNS
+
+    row = "nb-{n},notebooks,,,{t},7200,1,,1,,,,,,,,,{idle}\n"
+    f = tmp_path / "t.csv"
+    # figures count over the arrival window: the second arrives as the first's idle hour ends
+    f.write_text(",".join(CSV_COLUMNS) + "\n" + row.format(n=1, t=0, idle=3600)
+                 + row.format(n=2, t=7200, idle=""))  # fmt: skip
+    args = ["simulate", "--policy", str(BUILTIN / "three-teams.yaml"), "--trace", str(f),
+            "--compare", "gpucarve", "--json"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    ours = doc["results"]["gpucarve"]
+    assert ours["teams"]["data-science"]["gpu_hours_held_idle"] == 1.0  # an idle hour
+    assert doc["idleness"]["held_idle_gpu_hours"]["data-science"]["without_rules"] == 1.0

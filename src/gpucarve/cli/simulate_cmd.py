@@ -449,8 +449,9 @@ def simulate(
     names = _names(policies, recommend)
     try:
         if trace_file is not None:
-            workloads, utilisation = _trace_workloads(trace_file, loaded.policy, lenient)
-            idle_after: dict[str, int] = {}
+            workloads, utilisation, idle_after = _trace_workloads(
+                trace_file, loaded.policy, lenient
+            )
             case_study = False
         else:
             source = str(policy or "the policy")
@@ -609,13 +610,14 @@ def _source(trace_file: Path | None, seed: int, days: float, load: float) -> dic
 
 def _trace_workloads(
     trace_file: Path, policy: Policy, lenient: bool
-) -> tuple[list[Workload], dict[str, float]]:
+) -> tuple[list[Workload], dict[str, float], dict[str, int]]:
     loaded_trace = load_trace(trace_file, policy, lenient)
     if loaded_trace.skipped:
         console(stderr=True).print(
             Text(f"{trace_file}: skipped {loaded_trace.skipped} bad rows", style="yellow")
         )
-    return list(loaded_trace.workloads), dict(loaded_trace.utilisation)
+    t = loaded_trace
+    return list(t.workloads), dict(t.utilisation), dict(t.idle_after)
 
 
 def _scenario(policy: Policy, days: float, load: float, source: str) -> Scenario:

@@ -210,6 +210,12 @@ def dashboard_queries(policy: Policy) -> dict[str, str]:
         "Thermal throttling (DCGM)": (
             "sum by (Hostname, hostname) (rate(DCGM_FI_DEV_THERMAL_VIOLATION[5m]))"
         ),
+        "Workloads holding GPUs idle, by team and stage": (
+            "sum by (queue, stage) (gpucarve_workloads_held_idle)"
+        ),
+        "Idle work reclaimed per team": (
+            'sum by (queue) (increase(gpucarve_evictions_total{cause="idle"}[1h]))'
+        ),
         "Free and fragmented slices per pool": (
             'sum by (pool) (gpucarve_pool_slices{state="free"}) - '
             "sum by (pool) (gpucarve_pool_fragmented_slices)"

@@ -2,12 +2,14 @@
 
 JSONL: one workload per line, the document `gpucarve plan` reads (name, namespace, queue,
 priorityClass, submitTime, duration, topology, podSets) plus an optional `utilisation` (percent
-of a GPU the job keeps busy alone, for the slow-down model).
+of a GPU the job keeps busy alone, for the slow-down model) and an optional `idleAfter` (seconds
+into each run after which it holds its GPUs idle to its end: the simulator's idle model; CSV
+column `idle_after`).
 
 CSV: one workload per row, one pod set, with the header
 
     name,namespace,queue,priority_class,submit_time,duration,pods,min_pods,gpus,mig_profile,
-    shared,gpu_fraction,gpu_memory,cpu,memory,topology,utilisation
+    shared,gpu_fraction,gpu_memory,cpu,memory,topology,utilisation,idle_after
 
 where empty cells mean "not set" and exactly one of gpus / mig_profile / shared /
 gpu_fraction+gpu_memory (or none, for a CPU-only pod) describes the GPU request.
@@ -36,7 +38,7 @@ from gpucarve.sim.traces.recorded import Recorded, parse_recorded
 CSV_COLUMNS = (
     "name", "namespace", "queue", "priority_class", "submit_time", "duration", "pods", "min_pods",
     "gpus", "mig_profile", "shared", "gpu_fraction", "gpu_memory", "cpu", "memory", "topology",
-    "utilisation",
+    "utilisation", "idle_after",
 )  # fmt: skip
 
 
@@ -51,6 +53,8 @@ class LoadedTrace:
     # what the cluster did with each workload, where the trace is a recorded history
     recorded: dict[str, Recorded] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)  # of skipped rows, in lenient mode
+    # seconds into each run after which a workload holds its GPUs idle (SimConfig.idle_after)
+    idle_after: dict[str, int] = field(default_factory=dict)
 
 
 # Bounds that keep arithmetic sane; the workload schema then checks each field's own range.
@@ -85,6 +89,21 @@ def utilisation_of(raw: object) -> float | None:
         raise ValueError(f"utilisation is {raw!r}, not a number")
     if not math.isfinite(value) or not 0 <= value <= 100:
         raise ValueError(f"utilisation is {value}, not a percentage 0-100")
+    return value
+
+
+def idle_after_of(raw: object) -> int | None:
+    """Seconds into a run after which it holds its GPUs idle; ValueError names what is
+    wrong."""
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise ValueError(f"idle_after is {raw!r}, not a whole number of seconds")
+    value = (
+        whole_number(raw.strip(), "idle_after", MAX_CELL_NUMBER) if isinstance(raw, str) else raw
+    )
+    if value < 0:
+        raise ValueError(f"idle_after is {value}, not 0 to {MAX_CELL_NUMBER} seconds")
     return value
 
 
@@ -140,6 +159,7 @@ def _accept(
     source: str,
     lenient: bool,
     recorded: Recorded | None = None,
+    idle_after: int | None = None,
 ) -> None:
     w, problems = build_workload(doc, policy, (f"line {line}",))
     if w is not None and w.duration is None:
@@ -157,6 +177,8 @@ def _accept(
         return
     out.workloads.append(w)
     out.utilisation[w.id] = DEFAULT_UTILISATION if util is None else util
+    if idle_after is not None:
+        out.idle_after[w.id] = idle_after
     if recorded is not None:
         out.recorded[w.id] = recorded
 
@@ -201,10 +223,11 @@ def _load_csv(path: str | Path, policy: Policy, lenient: bool, out: LoadedTrace)
             continue
         try:
             doc, util = csv_row_to_doc(row.cells)
+            idle = idle_after_of(row.cells.get("idle_after"))
         except ValueError as exc:
             _skip_or_raise(out, _row_problem(row.line, str(exc), "fix the cell"), source, lenient)
             continue
-        _accept(out, doc, util, row.line, policy, source, lenient)
+        _accept(out, doc, util, row.line, policy, source, lenient, idle_after=idle)
 
 
 def _load_jsonl(path: str | Path, policy: Policy, lenient: bool, out: LoadedTrace) -> None:
@@ -216,16 +239,17 @@ def _load_jsonl(path: str | Path, policy: Policy, lenient: bool, out: LoadedTrac
         try:
             doc = _json_line(raw)
             util = utilisation_of(doc.pop("utilisation", None)) if isinstance(doc, dict) else None
+            idle = idle_after_of(doc.pop("idleAfter", None)) if isinstance(doc, dict) else None
             seen = doc.pop("recorded", None) if isinstance(doc, dict) else None
             recorded = None if seen is None else parse_recorded(seen)
         except ValueError as exc:
             fix = (
-                "one JSON object per line, utilisation a percentage 0-100, recorded as "
-                "`gpucarve history export` writes it"
+                "one JSON object per line, utilisation a percentage 0-100, idleAfter whole "
+                "seconds, recorded as `gpucarve history export` writes it"
             )
             _skip_or_raise(out, _row_problem(line, str(exc), fix), source, lenient)
             continue
-        _accept(out, doc, util, line, policy, source, lenient, recorded)
+        _accept(out, doc, util, line, policy, source, lenient, recorded, idle)
 
 
 def load_trace(path: str | Path, policy: Policy, lenient: bool = False) -> LoadedTrace:

@@ -255,3 +255,35 @@ def test_a_cohort_tree_exports_what_each_cohort_holds_draws_and_borrows() -> Non
     s = snapshot(P, [workload(P, "big", "a", gpus=8, pods=2)])
     flat.observe_cycle(s, run_cycle(s, 0), 0.01)
     assert not [k for k in samples(flat) if k[0].startswith("gpucarve_cohort_")]
+
+
+def test_work_held_idle_is_a_gauge_by_queue_and_stage_and_idle_reclaims_count() -> None:
+    import dataclasses
+
+    rule = {"activityBelow": 5, "warnAfterSeconds": 60, "reclaimAfterSeconds": 120}
+    quota = {"h100-full": {"nominal": 4, "borrowingLimit": 8}}
+    p = policy(
+        pools=[pool("train", "H100-SXM5-80GB", 1, 8)],
+        queues=[queue("a", quota, cohort="c", idleness=rule), queue("b", quota, cohort="c")],
+        cohorts=[{"name": "c"}],
+        scheduling={"minRuntimeSeconds": 0},
+    )
+    ws = [workload(p, f"n{i}", "a", gpus=2, submit=i) for i in range(4)]
+    _, s = cycle(snapshot(p, ws))
+    m = SchedulerMetrics()
+    idle = dataclasses.replace(s, idle_since={"a/n0": 0, "a/n3": 50})
+    m.observe_cycle(idle, run_cycle(idle, 100), 0.01)
+    assert value(m, "gpucarve_workloads_held_idle", queue="a", stage="warned") == 1  # n0
+    assert value(m, "gpucarve_workloads_held_idle", queue="a", stage="reclaimable") == 0
+    waiting = dataclasses.replace(
+        submit(s, workload(p, "w", "b", gpus=4, submit=150)), idle_since={"a/n2": 0, "a/n3": 0}
+    )
+    result = run_cycle(waiting, 200)
+    m.observe_cycle(waiting, result, 0.01)
+    # a's borrowed part, idle: taken as idle before plain reclaim would take it
+    assert {(e.workload, str(e.cause)) for e in result.evictions} == {
+        ("a/n2", "idle"),
+        ("a/n3", "idle"),
+    }
+    assert value(m, "gpucarve_evictions_total", queue="a", cause="idle") == 2
+    assert value(m, "gpucarve_workloads_held_idle", queue="a", stage="reclaimable") == 0

@@ -23,8 +23,10 @@ from gpucarve.core.quantity import QuantityError, cpu_milli, memory_mib, whole_c
 from gpucarve.core.requests import candidate_flavors, gpu_memory_of, slices_per_pod
 from gpucarve.core.vocabulary import (
     FRACTION_ANNOTATION,
+    FRACTION_LIMIT_ANNOTATION,
     KUEUE_QUEUE_LABEL,
     MEMORY_ANNOTATION,
+    MEMORY_LIMIT_ANNOTATION,
     QUEUE_LABEL,
 )
 from gpucarve.core.workload import (
@@ -233,6 +235,48 @@ def _fraction(
     return milli, mem
 
 
+def _limit_alone(apath: Path) -> Problem:
+    return Problem(
+        apath,
+        "limit-without-request",
+        f"{FRACTION_LIMIT_ANNOTATION} or {MEMORY_LIMIT_ANNOTATION} without the request it "
+        "raises: a fraction is admitted and charged by its request",
+        f"add {FRACTION_ANNOTATION} (and {MEMORY_ANNOTATION} for memory) at or below the limit",
+    )
+
+
+def _limits(
+    ps: PodSetSpec, apath: Path, asked: tuple[int, int], largest_mib: int, problems: list[Problem]
+) -> tuple[int, int]:
+    """A fraction's limits above its request (0: none), from the *-limit annotations; memory
+    at most the largest GPU of the policy."""
+    out = []
+    milli, mem = asked
+    for key, request, most, what in (
+        (FRACTION_LIMIT_ANNOTATION, milli, 1000, "milli-GPU"),
+        (MEMORY_LIMIT_ANNOTATION, mem, largest_mib, "MiB"),
+    ):
+        raw = ps.annotations.get(key)
+        if raw is None:
+            out.append(0)
+            continue
+        limit = _annotation_number(raw, 10**12)
+        if not request or not request <= limit <= most:
+            problems.append(
+                Problem(
+                    (*apath, key),
+                    "bad-fraction-limit",
+                    f"{key} is {raw!r}: it is in {what}, at least the request "
+                    f"({request or 'none asked'}) and at most {most}",
+                    f"set it between the request and {most}, or drop it (no burst)",
+                )
+            )
+            out.append(0)
+            continue
+        out.append(0 if limit == request else limit)
+    return out[0], out[1]
+
+
 Devices = Mapping[FlavorName, Sequence[Device]]
 
 
@@ -270,7 +314,16 @@ def _gpu_request(
                 )
             )
         elif milli or mem:
-            requests.append(GpuRequest(GpuKind.FRACTION, 1, milli=milli, memory_mib=mem))
+            largest = max((p.model.memory_mib for p in policy.pools), default=0)
+            up, mem_up = _limits(ps, apath, (milli, mem), largest, problems)
+            requests.append(
+                GpuRequest(
+                    GpuKind.FRACTION, 1, milli=milli, memory_mib=mem, milli_limit=up,
+                    memory_limit_mib=mem_up,
+                )
+            )  # fmt: skip
+    elif FRACTION_LIMIT_ANNOTATION in ps.annotations or MEMORY_LIMIT_ANNOTATION in ps.annotations:
+        problems.append(_limit_alone((*path, "annotations")))
     if len(requests) > 1:
         problems.append(
             Problem(

@@ -18,6 +18,12 @@ QUEUE_LABEL = f"{GROUP}/queue"
 POD_GROUP_LABEL = f"{GROUP}/pod-group"
 FRACTION_ANNOTATION = f"{GROUP}/gpu-fraction"  # milli-GPU of one GPU
 MEMORY_ANNOTATION = f"{GROUP}/gpu-memory"  # MiB of one GPU
+# what a fraction may burst to when its GPU has room (admitted and charged by the request)
+FRACTION_LIMIT_ANNOTATION = f"{GROUP}/gpu-fraction-limit"  # milli-GPU, at least the request
+MEMORY_LIMIT_ANNOTATION = f"{GROUP}/gpu-memory-limit"  # MiB, at least the request
+# the scheduler's account of a bursting fraction's share of its GPU now (request, limit, what
+# its neighbours leave it), rewritten as they come and go
+GPU_SHARE_ANNOTATION = f"{GROUP}/gpu-share"
 # seconds a workload is expected to run once started (reservations judge backfill by it)
 EXPECTED_RUNTIME_ANNOTATION = f"{GROUP}/expected-runtime"
 GANG_ANNOTATION = f"{GROUP}/gang"  # "false": not a gang, whatever the owner

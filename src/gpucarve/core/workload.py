@@ -34,6 +34,10 @@ class GpuRequest:
     profile: ProfileName | None = None
     milli: int = 0
     memory_mib: int = 0
+    # a fraction's limits (0: none above its request): it may burst to them when its GPU has
+    # room; admission, placement and charge read only the request
+    milli_limit: int = 0
+    memory_limit_mib: int = 0
     # claimed through Dynamic Resource Allocation (a ResourceClaim), so only DRA flavors
     # serve it; `flavors`: those whose devices its selectors match (empty: any)
     dra: bool = False
@@ -50,9 +54,11 @@ class GpuRequest:
         if self.kind is GpuKind.FRACTION:
             parts = []
             if self.milli:
-                parts.append(f"{self.milli / 1000:g} GPU")
+                up = f" (up to {self.milli_limit / 1000:g})" if self.milli_limit else ""
+                parts.append(f"{self.milli / 1000:g} GPU{up}")
             if self.memory_mib:
-                parts.append(f"{self.memory_mib} MiB")
+                up = f" (up to {self.memory_limit_mib})" if self.memory_limit_mib else ""
+                parts.append(f"{self.memory_mib} MiB{up}")
             return "fraction " + " + ".join(parts)
         return "no GPU"
 

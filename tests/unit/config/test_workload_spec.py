@@ -79,6 +79,42 @@ def test_fraction_mistakes(annotations: dict[str, str], code: str) -> None:
     assert code in [c for c, _, _ in problems], problems
 
 
+FRAC, FRAC_UP = "gpucarve.io/gpu-fraction", "gpucarve.io/gpu-fraction-limit"
+MEM, MEM_UP = "gpucarve.io/gpu-memory", "gpucarve.io/gpu-memory-limit"
+
+
+def test_a_fraction_with_a_limit_is_charged_by_its_request() -> None:
+    w, problems = build(ps_annotations={FRAC: "250", FRAC_UP: "500", MEM: "4096",
+                                        MEM_UP: "8192"}, ps_resources={})  # fmt: skip
+    assert problems == []
+    gpu = w.pod_sets[0].gpu
+    assert (gpu.milli, gpu.milli_limit, gpu.memory_mib, gpu.memory_limit_mib) == (
+        250, 500, 4096, 8192
+    )  # fmt: skip
+    assert gpu.describe() == "fraction 0.25 GPU (up to 0.5) + 4096 MiB (up to 8192)"
+    same, _ = build(ps_annotations={FRAC: "250", FRAC_UP: "250"}, ps_resources={})
+    assert same.pod_sets[0].gpu.milli_limit == 0  # a limit equal to the request: no burst
+
+
+@pytest.mark.parametrize(
+    ("annotations", "code", "field"),
+    [
+        ({FRAC: "500", FRAC_UP: "250"}, "bad-fraction-limit", FRAC_UP),
+        ({FRAC: "500", FRAC_UP: "1001"}, "bad-fraction-limit", FRAC_UP),
+        ({FRAC: "500", FRAC_UP: "half"}, "bad-fraction-limit", FRAC_UP),
+        ({MEM: "4096", MEM_UP: "999999"}, "bad-fraction-limit", MEM_UP),
+        ({FRAC: "500", MEM_UP: "8192"}, "bad-fraction-limit", MEM_UP),
+        ({FRAC_UP: "500"}, "limit-without-request", None),
+    ],
+)
+def test_fraction_limit_mistakes(annotations: dict[str, str], code: str, field: str | None) -> None:
+    w, problems = build(ps_annotations=annotations, ps_resources={})
+    assert w is None
+    found = [(c, loc) for c, loc, _ in problems]
+    where = "podSets[0].annotations" + (f".{field}" if field else "")
+    assert (code, where) in found, problems
+
+
 def test_fraction_cannot_combine_with_gpu_resource() -> None:
     _, problems = build(ps_annotations={"gpucarve.io/gpu-fraction": "500"})
     assert ("fraction-with-gpu", "podSets[0].annotations") in [(c, loc) for c, loc, _ in problems]

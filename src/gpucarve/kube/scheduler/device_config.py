@@ -30,13 +30,34 @@ log = logging.getLogger("gpucarve.scheduler")
 
 
 def environment(assigned: Assigned) -> dict[str, str]:
-    """The container environment of a fraction-only pod bound as `assigned`."""
+    """The container environment of a fraction-only pod bound as `assigned`: its GPUs, its
+    request and limit (GPUCARVE_*), and the caps of the layer that enforces them, at the limit
+    (a fraction bursts up to it when its GPU has room; the request is what admission
+    guarantees): MPS's per-client active-thread percentage and pinned-memory limit on an MPS
+    pool, HAMi-core's variables otherwise (inert without HAMi-core: time-slicing itself
+    enforces nothing)."""
     env = {"NVIDIA_VISIBLE_DEVICES": ",".join(str(i) for i in assigned.gpus)}
-    if assigned.shared_memory_mib:
-        env["CUDA_DEVICE_MEMORY_LIMIT"] = f"{assigned.shared_memory_mib}m"
-    if assigned.fraction_milli:
+    milli, mem = assigned.fraction_milli, assigned.shared_memory_mib
+    milli_cap = assigned.fraction_limit_milli or milli
+    mem_cap = assigned.memory_limit_mib or mem
+    if milli:
+        env["GPUCARVE_GPU_FRACTION_REQUEST"] = str(milli)
+        env["GPUCARVE_GPU_FRACTION_LIMIT"] = str(milli_cap)
+    if mem:
+        env["GPUCARVE_GPU_MEMORY_REQUEST_MIB"] = str(mem)
+        env["GPUCARVE_GPU_MEMORY_LIMIT_MIB"] = str(mem_cap)
+    if assigned.mps:
+        if milli:
+            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, milli_cap // 10))
+        if mem:
+            # per device the client sees: it sees only its own, as device 0
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={mem_cap}M"
+        return env
+    if mem:
+        env["CUDA_DEVICE_MEMORY_LIMIT"] = f"{mem_cap}m"
+    if milli:
         # percent of the GPU's SMs
-        env["CUDA_DEVICE_SM_LIMIT"] = str(max(1, assigned.fraction_milli // 10))
+        env["CUDA_DEVICE_SM_LIMIT"] = str(max(1, milli_cap // 10))
     return env
 
 

@@ -54,6 +54,7 @@ from gpucarve.kube.scheduler.evictions import (
     with_held,
 )
 from gpucarve.kube.scheduler.failed_gpus import FailedGpuPods
+from gpucarve.kube.scheduler.fraction_shares import ShareMarks
 from gpucarve.kube.scheduler.gpu_service import GpuService
 from gpucarve.kube.scheduler.health import Health
 from gpucarve.kube.scheduler.held_idle import IdleMarks, IdleWatch, Told, marked_idle, under_rules
@@ -227,6 +228,7 @@ class Scheduler:
         self.idle_watch: IdleWatch | None = None
         self.idle_told = Told()
         self.idle_marks = IdleMarks(client)
+        self.share_marks = ShareMarks(client)  # bursting fractions' shares, on their pods
 
     def _poke(self) -> None:
         """An informer saw a change: a cycle soon."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from gpucarve.core.policy import DeviceApi, Policy
+from gpucarve.core.policy import DeviceApi, Policy, SharingMode, SliceKind
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.workload import GpuKind, PodAssignment, Workload
 from gpucarve.engine import Engine
@@ -33,6 +33,7 @@ from gpucarve.kube.scheduler.evictions import (
     evict_pods,
     refusal,
 )
+from gpucarve.kube.scheduler.fraction_shares import ShareMarks, on_gpus, shares
 from gpucarve.kube.scheduler.held_idle import IDLE_EVENT, IdleMarks, Told, under_rules
 from gpucarve.kube.scheduler.mig_handoff import MigHandoff
 from gpucarve.kube.scheduler.observed import CycleSeen, Observer, tell
@@ -96,6 +97,7 @@ class Parts(Protocol):
     dynamic_mig: bool
     idle_told: Told
     idle_marks: IdleMarks
+    share_marks: ShareMarks
 
     @property
     def assumed(self) -> dict[str, Assigned]: ...
@@ -172,7 +174,7 @@ class Bind:
         jobs = [
             (
                 d.view.pod_of(a.workload, p.pod),
-                Assigned.placed(p, _fraction(workloads, a, p), a.queue),
+                _assigned(s.policy, workloads, a, p),
             )
             for a in d.result.admissions
             if not a.after_evictions  # bound once the victims are gone
@@ -182,6 +184,21 @@ class Bind:
         d.report.bound = len(jobs)
         for pod, _ in jobs:
             s.reporter.bound(pod)
+
+
+SHARED = (SharingMode.TIME_SLICING, SharingMode.MPS)
+
+
+class FractionShares:
+    """Each bursting fraction's share of its GPU now, on its pod (`fraction_shares`), once
+    the cycle's bindings are known: a neighbour bound beside it shrinks it."""
+
+    def react(self, s: Parts, d: Decided) -> None:
+        if not any(p.sharing in SHARED for p in s.policy.pools):
+            return  # the common case: no shared GPU, no fraction
+        gpus = on_gpus(s.policy, d.view, d.result)
+        if gpus:
+            s.share_marks.write(shares(gpus), s.pods.get)
 
 
 class Reasons:
@@ -279,6 +296,7 @@ REACTIONS: Sequence[Reaction] = (
     IdleWarnings(),
     Evict(),
     Bind(),
+    FractionShares(),
     Reasons(),
     Metrics(),
     GroupStatus(),
@@ -300,8 +318,16 @@ def _admitted(view: View, result: CycleResult) -> dict[str, Workload]:
     return out
 
 
-def _fraction(workloads: Mapping[str, Workload], a: Admission, pod: PodAssignment) -> int:
-    """The milli-GPU a fractional pod asked for, from the workload the engine admitted."""
+def _assigned(
+    policy: Policy, workloads: Mapping[str, Workload], a: Admission, pod: PodAssignment
+) -> Assigned:
+    """The binding of one pod: for a fractional pod also what it asked (its request and
+    limits, from the workload the engine admitted) and how its GPU is shared."""
     w = workloads.get(a.workload)
     ps = None if w is None else next((x for x in w.pod_sets if x.name == pod.pod_set), None)
-    return 0 if ps is None or ps.gpu.kind is not GpuKind.FRACTION else ps.gpu.milli
+    if ps is None or ps.gpu.kind is not GpuKind.FRACTION:
+        return Assigned.placed(pod, 0, a.queue)
+    flavor = policy.flavors.get(pod.flavor) if pod.flavor else None
+    mps = flavor is not None and flavor.kind is SliceKind.MPS
+    limits = (ps.gpu.milli_limit, ps.gpu.memory_limit_mib)
+    return Assigned.placed(pod, ps.gpu.milli, a.queue, limits, mps)

@@ -23,9 +23,26 @@ def test_gpu_indices_and_limiter_variables() -> None:
     env = environment(Assigned.placed(PodAssignment("w/p-0", "p", "dev-0", ("dev-0/gpu2/r1",),
                                                     "l40s-shared", 8192), 500))  # fmt: skip
     assert env == {"NVIDIA_VISIBLE_DEVICES": "2", "CUDA_DEVICE_MEMORY_LIMIT": "8192m",
-                   "CUDA_DEVICE_SM_LIMIT": "50"}  # fmt: skip
+                   "CUDA_DEVICE_SM_LIMIT": "50", "GPUCARVE_GPU_FRACTION_REQUEST": "500",
+                   "GPUCARVE_GPU_FRACTION_LIMIT": "500", "GPUCARVE_GPU_MEMORY_REQUEST_MIB": "8192",
+                   "GPUCARVE_GPU_MEMORY_LIMIT_MIB": "8192"}  # fmt: skip
     # memory only: no compute limit
     assert "CUDA_DEVICE_SM_LIMIT" not in environment(Assigned.placed(pod, 0))
+
+
+def test_a_bursting_fraction_carries_its_request_and_its_limit_as_the_pool_enforces_them() -> None:
+    pod = PodAssignment("w/p-0", "p", "dev-0", ("dev-0/gpu1/r0",), "l40s-shared", 4096)
+    sliced = environment(Assigned.placed(pod, 250, "q", (500, 8192)))
+    assert sliced["GPUCARVE_GPU_FRACTION_REQUEST"] == "250"
+    assert sliced["GPUCARVE_GPU_FRACTION_LIMIT"] == "500"
+    assert sliced["GPUCARVE_GPU_MEMORY_REQUEST_MIB"] == "4096"
+    assert sliced["GPUCARVE_GPU_MEMORY_LIMIT_MIB"] == "8192"
+    # the limiter caps at the limit: the burst is what the GPU's room allows up to it
+    assert sliced["CUDA_DEVICE_SM_LIMIT"] == "50" and sliced["CUDA_DEVICE_MEMORY_LIMIT"] == "8192m"
+    mps = environment(Assigned.placed(pod, 250, "q", (500, 8192), mps=True))
+    assert mps["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert mps["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"
+    assert "CUDA_DEVICE_SM_LIMIT" not in mps and mps["GPUCARVE_GPU_FRACTION_REQUEST"] == "250"
 
 
 def test_the_webhook_names_the_config_map_only_for_fraction_only_pods() -> None:

@@ -27,13 +27,27 @@ class Assigned:
     # the queue the pod was admitted under: it is charged there for as long as it runs,
     # whatever its labels say later ("": an assignment written before queues were recorded)
     queue: str = ""
+    # a bursting fraction's limits (0: none above the request), and whether its GPU is
+    # shared through MPS (whose per-client limits then carry them), for the device config
+    fraction_limit_milli: int = 0
+    memory_limit_mib: int = 0
+    mps: bool = False
 
     @classmethod
-    def placed(cls, pod: PodAssignment, fraction_milli: int, queue: str = "") -> Assigned:
+    def placed(
+        cls,
+        pod: PodAssignment,
+        fraction_milli: int,
+        queue: str = "",
+        limits: tuple[int, int] = (0, 0),
+        mps: bool = False,
+    ) -> Assigned:
+        """`limits`: the fraction's compute (milli-GPU) and memory (MiB) limits."""
         gpus = dict.fromkeys(g for s in pod.slice_ids if (g := gpu_of_slice(s)) is not None)
         return cls(
-            pod.node, pod.slice_ids, pod.shared_memory_mib, tuple(gpus), fraction_milli, queue
-        )
+            pod.node, pod.slice_ids, pod.shared_memory_mib, tuple(gpus), fraction_milli, queue,
+            limits[0], limits[1], mps,
+        )  # fmt: skip
 
     def annotation(self) -> str:
         doc: dict[str, Any] = {

@@ -29,9 +29,11 @@ from gpucarve.core.quantity import parse_quantity
 from gpucarve.core.vocabulary import (
     EXPECTED_RUNTIME_ANNOTATION,
     FRACTION_ANNOTATION,
+    FRACTION_LIMIT_ANNOTATION,
     GROUP_LABELS,
     HOSTNAME_LABEL,
     MEMORY_ANNOTATION,
+    MEMORY_LIMIT_ANNOTATION,
     QUEUE_LABELS,
 )
 from gpucarve.core.workload import RunningWorkload, Workload
@@ -42,7 +44,12 @@ from gpucarve.kube.view.pods.pod_groups import resolve_topology
 
 __all__ = ["GROUP_LABELS", "GroupSpec", "PendingGroup", "WorkloadCache", "pending_workloads"]
 
-KEPT_ANNOTATIONS = (FRACTION_ANNOTATION, MEMORY_ANNOTATION)
+KEPT_ANNOTATIONS = (
+    FRACTION_ANNOTATION,
+    MEMORY_ANNOTATION,
+    FRACTION_LIMIT_ANNOTATION,
+    MEMORY_LIMIT_ANNOTATION,
+)
 
 
 CACHE_LIMIT = 100_000

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from gpucarve.cli.main import app
 from gpucarve.core.vocabulary import GPU_SHARE_ANNOTATION
 from tests.integration.api import Api, wait_for
 from tests.integration.kube_pods import create_pod, node_of, pod, pods_in
@@ -98,3 +100,9 @@ def test_a_fraction_bursts_to_its_limit_alone_and_back_to_its_request_beside_a_n
         # memory: what the neighbour's request leaves, up to the limit
         assert beside["memoryMiB"]["now"] == L40S_MIB - 30000  # 15,373: below its 16,384
         assert _share(api, "neighbour") is None  # no limit: nothing to burst, no share kept
+        args = ["explain", "notebooks/burst", "--policy", str(policy_file), "--kubeconfig",
+                str(stack.kubeconfig())]  # fmt: skip
+        said = CliRunner().invoke(app, args)
+        assert said.exit_code == 0, said.output
+        assert "0.25 GPU now (request 0.25, limit 0.5)" in said.stdout, said.stdout
+        assert "15373 MiB now (request 4096, limit 16384)" in said.stdout, said.stdout

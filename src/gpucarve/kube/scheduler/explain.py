@@ -7,13 +7,14 @@ PodGroups of both kinds, Jobs), read once; the same view and engine cycle the sc
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from gpucarve.core.policy import DeviceApi, Policy
-from gpucarve.core.vocabulary import TERMINAL_PHASES
+from gpucarve.core.vocabulary import GPU_SHARE_ANNOTATION, TERMINAL_PHASES
 from gpucarve.engine import run_whole_cycle
 from gpucarve.engine.explain import Explanation, explain, render
 from gpucarve.kube.api.client import ApiError, Client
@@ -106,6 +107,8 @@ def explain_pod(
     lines = [_pod_line(obj, scheduler)]
     if (cond := _condition(obj)) is not None:
         lines.append(f"  its condition (from the scheduler): {cond}")
+    if (share := share_line(obj)) is not None:
+        lines.append(f"  {share}")
     pod_key = key(obj)
     if pod_key in view.invalid:
         lines.append(f"cannot be scheduled as it is: {view.invalid[pod_key]}")
@@ -155,6 +158,26 @@ def _pod_line(obj: Mapping[str, Any], scheduler: str) -> str:
     where = f"on {spec['nodeName']}" if spec.get("nodeName") else "not bound"
     mine = "" if who == scheduler else f" (its scheduler is {who}, not {scheduler})"
     return f"pod {key(obj)}: {status.get('phase', 'Pending')}, {where}{mine}"
+
+
+def share_line(obj: Mapping[str, Any]) -> str | None:
+    """A bursting fraction's share of its GPU now, as the scheduler wrote it on the pod."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(GPU_SHARE_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+        parts = []
+        if f := doc.get("fraction"):
+            parts.append(
+                f"{f['now'] / 1000:g} GPU now (request {f['request'] / 1000:g}, "
+                f"limit {f['limit'] / 1000:g})"
+            )
+        if m := doc.get("memoryMiB"):
+            parts.append(f"{m['now']} MiB now (request {m['request']}, limit {m['limit']})")
+        return f"its share of {doc['gpu']} (its neighbours' requests leave it): " + "; ".join(parts)
+    except (ValueError, KeyError, TypeError):
+        return f"its {GPU_SHARE_ANNOTATION} annotation is unreadable: {str(raw)[:80]!r}"
 
 
 def _condition(obj: Mapping[str, Any]) -> str | None:

@@ -61,3 +61,18 @@ def test_the_webhook_names_the_config_map_only_for_fraction_only_pods() -> None:
         "spec": {"containers": [{"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     }
     assert DEVICE_CONFIG not in mutate(POLICY, whole, "gpucarve", "X").annotations
+
+
+def test_explain_reads_a_bursting_fractions_share_and_names_an_unreadable_one() -> None:
+    from gpucarve.kube.scheduler.explain import share_line
+
+    share = ('{"fraction":{"limit":500,"now":250,"request":250},"gpu":"dev-0/gpu0",'
+             '"memoryMiB":{"limit":16384,"now":15373,"request":4096}}')  # fmt: skip
+    obj = {"metadata": {"annotations": {"gpucarve.io/gpu-share": share}}}
+    assert share_line(obj) == (
+        "its share of dev-0/gpu0 (its neighbours' requests leave it): 0.25 GPU now (request "
+        "0.25, limit 0.5); 15373 MiB now (request 4096, limit 16384)"
+    )
+    assert share_line({"metadata": {}}) is None
+    bad = share_line({"metadata": {"annotations": {"gpucarve.io/gpu-share": "{oops"}}})
+    assert bad is not None and "unreadable" in bad

@@ -90,7 +90,7 @@ def test_idle_borrowed_notebook_is_warned_then_reclaimed_and_one_within_quota_on
             # the earlier notebook holds the queue's nominal 2 GPUs, the later one borrows
             create_pod(api, pod("notebooks", "within", "nvidia.com/gpu", 2))
             node = _bound(api, "notebooks", "within")
-            time.sleep(1.5)  # pods start at whole seconds: the later one starts a second later
+            time.sleep(1.5)  # made at whole seconds: the later one is made a second later
             create_pod(api, pod("notebooks", "borrowed", "nvidia.com/gpu", 2))
             create_pod(api, pod("owner", "own", "nvidia.com/gpu", 4))
             _bound(api, "notebooks", "borrowed")

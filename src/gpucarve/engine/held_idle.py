@@ -18,12 +18,14 @@ from gpucarve.engine.quota import Quotas
 
 
 def borrowed_part(quotas: Quotas, running: Iterable[RunningWorkload]) -> set[str]:
-    """The workloads of one queue that make up what it borrows: its work in the order it
-    started fills its nominal quota first (the earliest work holds the guarantee), and a
-    workload that takes the queue past its nominal quota in a key it holds is borrowed."""
+    """The workloads of one queue that make up what it borrows: its work in the order it was
+    submitted fills its nominal quota first (the earliest work holds the guarantee), and a
+    workload that takes the queue past its nominal quota in a key it holds is borrowed.
+    Submission, not start: when a kubelet starts pods is its own business, and a workload's
+    standing must not flip with it."""
     used: dict[QuotaKey, int] = {}
     out = set()
-    order = sorted(running, key=lambda r: (r.start_time, r.workload.submit_time, r.workload.id))
+    order = sorted(running, key=lambda r: (r.workload.submit_time, r.start_time, r.workload.id))
     for rw in order:
         q = rw.workload.queue
         keys = sorted({k for p in rw.pods if p.flavor for k, _ in quotas.keys(q, p.flavor)})

@@ -270,11 +270,7 @@ class Preemptor:
         chosen, _ = self._grow(w, demand, candidates, attempt, self._idle_may_go, shape)
         if not chosen:
             return None
-        needed = list(chosen)
-        for v in reversed(chosen[:-1] if len(chosen) > 1 else chosen):
-            trial = [x for x in needed if x is not v]
-            if self._works(w, demand, trial, attempt):
-                needed = trial
+        needed = self._fewest(w, demand, chosen, attempt)
         ws = self.ws
         cp = ws.checkpoint()
         for v in needed:
@@ -375,13 +371,7 @@ class Preemptor:
         if not chosen:
             return None
         ws = self.ws
-        needed = list(chosen)
-        # `_grow` stopped at the first prefix that works, so the set without its last victim
-        # (a state `_grow` tried, when there was one before it) is known not to: start below
-        for v in reversed(chosen[:-1] if len(chosen) > 1 else chosen):
-            trial = [x for x in needed if x is not v]
-            if self._works(w, demand, trial, attempt):
-                needed = trial
+        needed = self._fewest(w, demand, chosen, attempt)
         if not self._within_loans(w, needed, keys, loans):
             return None
         for v in needed:
@@ -389,6 +379,19 @@ class Preemptor:
         placed = attempt()
         assert placed is not None, "the minimal victim set stopped working"
         return placed, needed
+
+    def _fewest(
+        self, w: Workload, demand: Demand, chosen: list[Victim], attempt: Attempt
+    ) -> list[Victim]:
+        """`chosen` without every victim whose eviction turns out unnecessary."""
+        needed = list(chosen)
+        # `_grow` stopped at the first prefix that works, so the set without its last victim
+        # (a state `_grow` tried, when there was one before it) is known not to: start below
+        for v in reversed(chosen[:-1] if len(chosen) > 1 else chosen):
+            trial = [x for x in needed if x is not v]
+            if self._works(w, demand, trial, attempt):
+                needed = trial
+        return needed
 
     def _grow(
         self,

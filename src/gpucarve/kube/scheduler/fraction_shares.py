@@ -13,7 +13,6 @@ container.
 from __future__ import annotations
 
 import json
-import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -24,10 +23,9 @@ from gpucarve.core.policy import Policy
 from gpucarve.core.vocabulary import GPU_SHARE_ANNOTATION
 from gpucarve.core.workload import GpuKind, GpuRequest, PodAssignment, Workload
 from gpucarve.engine.decisions import CycleResult
-from gpucarve.kube.api.client import ApiError, Client
+from gpucarve.kube.api.client import Client
+from gpucarve.kube.scheduler.pod_marks import mark_pod
 from gpucarve.kube.view.cluster_view import View
-
-log = logging.getLogger(__name__)
 
 Gpu = tuple[str, int]  # node, GPU index
 Held = tuple[str, GpuRequest, int]  # kube pod, what it asked, its GPU's memory (MiB)
@@ -117,15 +115,5 @@ class ShareMarks:
             have = ((obj or {}).get("metadata", {}).get("annotations") or {}).get(
                 GPU_SHARE_ANNOTATION
             )
-            if have == value:
-                continue
-            ns, _, name = pod.partition("/")
-            patch = {"metadata": {"annotations": {GPU_SHARE_ANNOTATION: value}}}
-            try:
-                self.client.call(
-                    "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", patch,
-                    "application/merge-patch+json",
-                )  # fmt: skip
-            except ApiError as err:
-                if err.status != 404:
-                    log.warning("pod %s: GPU share not written: %s", pod, err)
+            if have != value:
+                mark_pod(self.client, pod, GPU_SHARE_ANNOTATION, value, "GPU share")

@@ -24,7 +24,8 @@ from gpucarve.core.policy import Policy, SliceKind
 from gpucarve.core.snapshot import Snapshot
 from gpucarve.core.vocabulary import IDLE_SINCE_ANNOTATION
 from gpucarve.engine.decisions import HeldIdle
-from gpucarve.kube.api.client import ApiError, Client, rfc3339
+from gpucarve.kube.api.client import Client, rfc3339
+from gpucarve.kube.scheduler.pod_marks import mark_pod
 
 log = logging.getLogger(__name__)
 
@@ -234,16 +235,4 @@ class IdleMarks:
                     continue
                 have = (obj["metadata"].get("annotations") or {}).get(IDLE_SINCE_ANNOTATION)
                 if have != want:
-                    self._patch(pod, want)
-
-    def _patch(self, pod: str, value: str | None) -> None:
-        ns, _, name = pod.partition("/")
-        patch = {"metadata": {"annotations": {IDLE_SINCE_ANNOTATION: value}}}
-        try:
-            self.client.call(
-                "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", patch,
-                "application/merge-patch+json",
-            )  # fmt: skip
-        except ApiError as err:
-            if err.status != 404:  # gone meanwhile: nothing to mark
-                log.warning("pod %s: idle mark not written: %s", pod, err)
+                    mark_pod(self.client, pod, IDLE_SINCE_ANNOTATION, want, "idle mark")

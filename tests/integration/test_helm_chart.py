@@ -39,6 +39,7 @@ def test_the_chart_lints() -> None:
         (["webhook.failurePolicy=Sometimes"], "/webhook/failurePolicy"),
         (["history.maxMiB=0"], "/history/maxMiB"),
         (["dashboard.gpuMetricsUrl=prometheus:9090"], "/dashboard/gpuMetricsUrl"),
+        (["gpuMetricsUrl=prometheus:9090"], "/gpuMetricsUrl"),
         (["shadow=true"], "shadow: the webhook hands GPU pods to gpucarve"),
         (
             ["shadow=true", "webhook.enabled=false", "history.enabled=false"],
@@ -165,18 +166,22 @@ def _scheduler(objs: list[dict[str, Any]]) -> dict[str, Any]:
     return dep
 
 
-def test_the_dashboard_reads_gpu_metrics_from_the_prometheus_the_values_name() -> None:
+def test_the_scheduler_reads_gpu_metrics_from_the_prometheus_the_values_name() -> None:
     def args(values: list[str]) -> list[str]:
         dep = _scheduler(render(POLICY, values, crds=False))
         out: list[str] = dep["spec"]["template"]["spec"]["containers"][0]["args"]
         return out
 
-    url = "http://prometheus.monitoring:9090"
-    assert f"--gpu-metrics-url={url}" in args([f"dashboard.gpuMetricsUrl={url}"])
+    url, old = "http://prometheus.monitoring:9090", "http://old:9090"
+    assert f"--gpu-metrics-url={url}" in args([f"gpuMetricsUrl={url}"])
+    assert f"--gpu-metrics-url={old}" in args([f"dashboard.gpuMetricsUrl={old}"])  # older values
+    both = args([f"gpuMetricsUrl={url}", f"dashboard.gpuMetricsUrl={old}"])
+    assert [a for a in both if a.startswith("--gpu-metrics-url")] == [f"--gpu-metrics-url={url}"]
     assert not [a for a in args([]) if a.startswith("--gpu-metrics-url")]
-    # the scheduler refuses the flag without its dashboard: the chart leaves both out then
-    off = args([f"dashboard.gpuMetricsUrl={url}", "dashboard.enabled=false"])
-    assert not [a for a in off if a.startswith(("--gpu-metrics-url", "--dashboard-port"))]
+    # without the dashboard the idleness rules still read it
+    off = args([f"gpuMetricsUrl={url}", "dashboard.enabled=false"])
+    assert f"--gpu-metrics-url={url}" in off
+    assert not [a for a in off if a.startswith("--dashboard-port")]
 
 
 def test_the_history_is_kept_on_a_volume_the_values_size_or_name() -> None:

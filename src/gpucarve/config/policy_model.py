@@ -198,8 +198,9 @@ class IdlenessSpec(_Strict):
     activityBelow: float = Field(
         gt=0,
         le=100,
-        description="Percent SM activity (DCGM's DCGM_FI_PROF_SM_ACTIVE, or NVML's utilisation "
-        "where profiling metrics are absent): a workload whose GPUs all stay below it is idle.",
+        description="Percent GPU utilisation as the DCGM exporter reports it "
+        "(DCGM_FI_DEV_GPU_UTIL: the share of time a kernel ran): a workload whose GPUs all "
+        "stay below it is idle.",
     )
     warnAfterSeconds: int = Field(
         ge=60,

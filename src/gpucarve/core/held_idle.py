@@ -1,8 +1,9 @@
 """GPUs held but not used: a queue's idleness rule, and how long a running workload's GPUs
 have stayed below it.
 
-A queue may declare that its work's GPUs count as idle when their activity (DCGM's SM
-activity, in percent, the most busy of the workload's GPUs) stays below `activity_below`.
+A queue may declare that its work's GPUs count as idle when their activity (the DCGM
+exporter's GPU utilisation, in percent, the busiest of the workload's GPUs) stays below
+`activity_below`.
 Idle for `warn_after_s`, the workload is *warned* (an Event, a metric, a line in explain) and
 goes first among the victims reclaim and preemption would take anyway; idle for
 `reclaim_after_s`, it is *reclaimable*: work waiting for its GPUs may evict it, whatever its

@@ -1,8 +1,8 @@
 """GPUs held but idle, on the real API server with the stack as shipped (the webhook on): a real
 Prometheus scrapes a stand-in DCGM exporter that says every GPU of the node sits at 1 %; the
-notebooks queue's idleness rule (below 5 % for 60 s warns, for 90 s reclaims) marks both of
+notebooks queue's idleness rule (below 5 % for 60 s warns, for 180 s reclaims) marks both of
 its notebooks idle and warns their pods (a GPUIdle Event, and `gpucarve explain` says so
-before anything happens); past 90 s, the borrowed notebook goes to a pod of another queue that
+before anything happens); past 180 s, the borrowed notebook goes to a pod of another queue that
 waits for its GPUs (an IdleReclaimed Event), while the notebook within the queue's nominal
 quota is only warned. The engine's side of the same scenario is tests/engine/test_held_idle.py;
 its figures over a trace, `simulate`'s (tests/sim/test_held_idle.py)."""
@@ -30,7 +30,9 @@ from tests.integration.stack_setup import populated, scheduling
 
 pytestmark = pytest.mark.integration
 
-RULE = {"activityBelow": 5, "warnAfterSeconds": 60, "reclaimAfterSeconds": 90}
+# two minutes between the warning and the reclaim: room for explain to be asked in between on
+# a loaded CI machine
+RULE = {"activityBelow": 5, "warnAfterSeconds": 60, "reclaimAfterSeconds": 180}
 POLICY: dict[str, Any] = {
     "apiVersion": "gpucarve.io/v1alpha1",
     "kind": "Policy",
@@ -129,7 +131,7 @@ def test_idle_borrowed_notebook_is_warned_then_reclaimed_and_one_within_quota_on
             said = _explain(stack, policy_file, "notebooks/within")
             assert "only warned" in said and "withinQuota: warn" in said, said
 
-            job_node = wait_for(lambda: node_of(pods_in(api, "train")["job"]), timeout_s=120,
+            job_node = wait_for(lambda: node_of(pods_in(api, "train")["job"]), timeout_s=180,
                                 what="the waiting job bound on the reclaimed GPUs")  # fmt: skip
             assert job_node == node
             gone = wait_for(
@@ -138,7 +140,7 @@ def test_idle_borrowed_notebook_is_warned_then_reclaimed_and_one_within_quota_on
                 what="the IdleReclaimed Event",
             )  # fmt: skip
             message = gone[0]["message"]
-            assert "reclaimed for train/job" in message and "reclaimAfterSeconds (90s)" in message
+            assert "reclaimed for train/job" in message and "reclaimAfterSeconds (180s)" in message
             assert "queue notebooks was borrowing h100-full" in message, message
             # warned before it was reclaimed, and reclaimed no sooner than its window
             since = datetime.fromisoformat(marks["borrowed"])
@@ -146,7 +148,7 @@ def test_idle_borrowed_notebook_is_warned_then_reclaimed_and_one_within_quota_on
             warned_at = datetime.fromisoformat(
                 borrowed.get("eventTime") or borrowed["firstTimestamp"]
             )
-            assert warned_at <= at and (at - since).total_seconds() >= 89
+            assert warned_at <= at and (at - since).total_seconds() >= 179
             left = pods_in(api, "notebooks")
             assert "borrowed" not in left or left["borrowed"]["metadata"].get("deletionTimestamp")
             assert node_of(left["within"]) == node  # within quota: still running

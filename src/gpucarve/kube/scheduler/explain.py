@@ -53,16 +53,20 @@ def read_view(
     client: Client, policy: Policy, scheduler: str, now: datetime
 ) -> tuple[View, datetime]:
     """The scheduler's view of the cluster now, and the origin its times count from (the
-    oldest pending pod's creation, so the engine orders them as the scheduler does)."""
+    oldest pod's creation, so the engine orders pending work as the scheduler does and judges
+    running work by when it was submitted)."""
     nodes = _items(client, "/api/v1/nodes")
     pods = _items(client, "/api/v1/pods")
     specs = all_specs(
         {name: _items(client, w.path, optional=True) for name, w in watched(OWNER_KINDS)}
     )
+    # the oldest pod's creation: no pod's submission is clamped to the origin, so pending
+    # work keeps its order and running work its submission order (what a queue's borrowed
+    # part of idle work is judged by, engine.held_idle)
     stamps = [
         datetime.fromisoformat(p["metadata"]["creationTimestamp"])
         for p in pods
-        if p["metadata"].get("creationTimestamp") and not (p.get("spec") or {}).get("nodeName")
+        if p["metadata"].get("creationTimestamp")
     ]
     epoch = min([*stamps, now])
     # DRA pools: their GPUs in ResourceSlices, what pods' ResourceClaims ask and hold

@@ -48,14 +48,6 @@ class IdleRule:
             return IdleStage.WARNED
         return IdleStage.ACTIVE
 
-    def next_change(self, idle_since: int, now: int) -> int | None:
-        """When the stage of work idle since `idle_since` next changes (None: it never does,
-        unless activity comes back)."""
-        for after in (self.warn_after_s, self.reclaim_after_s):
-            if after is not None and idle_since + after > now:
-                return idle_since + after
-        return None
-
     def describe(self) -> str:
         out = f"GPU activity below {self.activity_below:g}% for {self.warn_after_s}s warns"
         if self.reclaim_after_s is None:
@@ -66,8 +58,8 @@ class IdleRule:
 
 class IdleClock:
     """Since when each workload's GPUs have all been below its queue's threshold, from
-    readings: `observe` a workload's activity now (the most busy of its GPUs), `forget` one
-    that stopped. A workload with no reading is not idle: absent data never reclaims."""
+    readings: `observe` a workload's activity now (the most busy of its GPUs), `keep_only`
+    the ones still running. A workload with no reading is not idle: absent data never reclaims."""
 
     def __init__(self) -> None:
         self._since: dict[str, int] = {}
@@ -87,9 +79,6 @@ class IdleClock:
         else:
             start = now if earlier is None or earlier > now else earlier
             self._since.setdefault(workload, start)
-
-    def forget(self, workload: str) -> None:
-        self._since.pop(workload, None)
 
     def keep_only(self, running: Iterable[str]) -> None:
         keep = set(running)

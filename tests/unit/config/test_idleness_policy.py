@@ -37,7 +37,6 @@ def test_stages_follow_the_windows() -> None:
     assert [rule.stage(s, 4000) for s in (None, 3500, 3000, 400)] == [
         IdleStage.ACTIVE, IdleStage.ACTIVE, IdleStage.WARNED, IdleStage.RECLAIMABLE,
     ]  # fmt: skip
-    assert rule.next_change(3000, 4000) == 6600 and rule.next_change(0, 4000) is None
     assert IdleRule(5, 900, None).stage(0, 10**6) is IdleStage.WARNED
 
 
